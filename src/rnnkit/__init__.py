@@ -1,0 +1,33 @@
+"""rnnkit: recurrent neural networks on NumPy with explicit BPTT.
+
+The public surface; every name here is re-exported from a private module.
+"""
+
+from rnnkit._activations import Activation, Linear, ReLU, Sigmoid, Softmax, Tanh
+from rnnkit._ctx import Ctx
+from rnnkit._errors import (
+    Error,
+    ForwardPassNotRunError,
+    InvalidInputError,
+    InvalidParameterError,
+    NonFiniteError,
+    NotBuiltError,
+    WeightShapeError,
+)
+from rnnkit._layer import Layer, WeightEntry
+from rnnkit._random import set_global_seed
+from rnnkit._shape import Shape
+from rnnkit.recurrent import GRU, LSTM, GRUState, LSTMState, RecurrentLayer, SimpleRNN
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Activation", "Linear", "ReLU", "Sigmoid", "Softmax", "Tanh",
+    "Ctx",
+    "Error", "ForwardPassNotRunError", "InvalidInputError", "InvalidParameterError",
+    "NonFiniteError", "NotBuiltError", "WeightShapeError",
+    "Layer", "WeightEntry",
+    "set_global_seed",
+    "Shape",
+    "GRU", "LSTM", "GRUState", "LSTMState", "RecurrentLayer", "SimpleRNN",
+]

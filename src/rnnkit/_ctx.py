@@ -1,0 +1,101 @@
+"""``Ctx``: everything one pass produces — the mode, the caches for backward, the gradients.
+
+Layers hold weights only; a pass holds its state here (Equinox-style explicit state). So one
+built layer serves many threads at once, each with its own ``Ctx``, and a layer called at two
+places of a graph model records two caches and receives the summed gradient.
+
+Cache discipline: ``forward`` pushes one cache per call of a layer, ``backward`` pops the most
+recent one (last in, first out), which is the order a graph model's reverse walk visits them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rnnkit._errors import ForwardPassNotRunError
+
+if TYPE_CHECKING:
+    from rnnkit._layer import Layer
+
+
+class Ctx:
+    """The state of one forward (and backward) pass.
+
+    Create with :meth:`training` (records caches, enables dropout) or :meth:`inference`
+    (records nothing). ``grads`` maps ``(layer, weight_name)`` to the summed gradient.
+    """
+
+    __slots__ = ("training_mode", "grads", "_caches", "rng")
+
+    def __init__(self, training: bool, seed: int | None = None) -> None:
+        self.training_mode: bool = bool(training)
+        self.grads: dict[tuple[Layer, str], np.ndarray] = {}
+        self._caches: dict[int, list[tuple[Layer, Any]]] = {}
+        #: generator for pass randomness (dropout masks); seeded for reproducible passes
+        self.rng: np.random.Generator = np.random.default_rng(seed)
+
+    @classmethod
+    def training(cls, seed: int | None = None) -> Ctx:
+        """A context that records caches for ``backward`` and turns dropout on."""
+        return cls(True, seed)
+
+    @classmethod
+    def inference(cls) -> Ctx:
+        """A context that records nothing; ``backward`` is impossible after it."""
+        return cls(False)
+
+    @property
+    def is_training(self) -> bool:
+        return self.training_mode
+
+    # -- caches ------------------------------------------------------------------------------
+    def save(self, layer: Layer, cache: Any) -> None:
+        """Push the cache of one forward call of ``layer`` (only in a training context)."""
+        if self.training_mode:
+            self._caches.setdefault(id(layer), []).append((layer, cache))
+
+    def load(self, layer: Layer) -> Any:
+        """Pop the most recent cache of ``layer``; raise ForwardPassNotRunError if none."""
+        stack = self._caches.get(id(layer))
+        if not stack:
+            detail = (
+                "this is an inference Ctx, which records nothing"
+                if not self.training_mode
+                else "no unconsumed forward pass of this layer in the Ctx"
+            )
+            raise ForwardPassNotRunError(layer.name, detail)
+        _, cache = stack.pop()
+        if not stack:
+            del self._caches[id(layer)]
+        return cache
+
+    def clear(self) -> None:
+        """Drop every cache and gradient (the mode stays)."""
+        self._caches.clear()
+        self.grads.clear()
+
+    # -- gradients ---------------------------------------------------------------------------
+    def add_grad(self, layer: Layer, name: str, value: np.ndarray) -> None:
+        """Add ``value`` into the gradient store at ``(layer, name)`` (sums repeated calls)."""
+        key = (layer, name)
+        have = self.grads.get(key)
+        if have is None:
+            self.grads[key] = np.array(value, copy=True)
+        else:
+            have += value
+
+    def grad(self, layer: Layer, name: str) -> np.ndarray:
+        """The summed gradient of ``layer``'s weight ``name``; KeyError names what is stored."""
+        try:
+            return self.grads[(layer, name)]
+        except KeyError:
+            have = sorted(f"{lay.name}.{n}" for lay, n in self.grads)
+            raise KeyError(
+                f"no gradient for {layer.name}.{name} in this Ctx; it holds {have or 'none'}"
+            ) from None
+
+    def __repr__(self) -> str:
+        mode = "training" if self.training_mode else "inference"
+        return f"Ctx.{mode}(caches={sum(len(s) for s in self._caches.values())}, grads={len(self.grads)})"

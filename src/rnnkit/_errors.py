@@ -1,0 +1,58 @@
+"""The error hierarchy. Every error rnnkit raises on purpose derives from :class:`Error`.
+
+Messages say what happened, what was expected and what was given.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Error(Exception):
+    """Base class of every rnnkit error."""
+
+
+class InvalidParameterError(Error, ValueError):
+    """A constructor or configuration argument is out of its domain (``units=0``, ...)."""
+
+
+class InvalidInputError(Error, ValueError):
+    """An input tensor or shape does not fit the layer (wrong rank, width, index, ...)."""
+
+
+class NotBuiltError(Error, RuntimeError):
+    """A layer was used before :meth:`build` settled its weights."""
+
+    def __init__(self, layer: str, action: str = "forward") -> None:
+        self.layer = layer
+        super().__init__(
+            f"{layer}: {action} needs a built layer; call build(shape) first, "
+            f"or forward_mut(x, ctx), which builds from the input"
+        )
+
+
+class ForwardPassNotRunError(Error, RuntimeError):
+    """``backward`` was called on a context that holds no forward pass of that layer."""
+
+    def __init__(self, layer: str, detail: str = "") -> None:
+        self.layer = layer
+        msg = (
+            f"ForwardPassNotRun({layer!r}): backward needs a forward pass of this layer "
+            f"recorded in the same training Ctx"
+        )
+        super().__init__(msg + (f" ({detail})" if detail else ""))
+
+
+class WeightShapeError(Error, ValueError):
+    """A weight array has the wrong shape (or is missing / unexpected when loading)."""
+
+    def __init__(self, name: str, expected: Any, got: Any, detail: str = "") -> None:
+        self.name = name
+        self.expected = expected
+        self.got = got
+        msg = f"WeightShape: {name!r} expected shape {expected}, got {got}"
+        super().__init__(msg + (f" ({detail})" if detail else ""))
+
+
+class NonFiniteError(Error, FloatingPointError):
+    """Training produced NaN or Inf; the message names the epoch and the layer."""

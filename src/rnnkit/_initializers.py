@@ -1,0 +1,51 @@
+"""Weight initializers. Every function draws from the generator it is given, in float64,
+and casts to ``dtype`` at the end, so float32 and float64 layers built from one seed agree.
+
+- ``glorot_uniform``: U(-l, l), ``l = sqrt(6 / (fan_in + fan_out))``.
+- ``orthogonal``: a square orthogonal matrix; Gram-Schmidt on a Gaussian draw, computed as a
+  QR decomposition with the signs of R's diagonal folded into Q (so the draw is uniform over
+  the orthogonal group and deterministic for a seed).
+- ``kaiming_uniform``: U(-l, l), ``l = gain * sqrt(3 / fan_in)``, ``gain = sqrt(2)`` (ReLU),
+  the tch-rs / PyTorch ``DEFAULT_KAIMING_UNIFORM``.
+- ``uniform``: U(low, high). ``zeros``: all 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import DTypeLike
+
+
+def glorot_uniform(
+    rng: np.random.Generator, shape: tuple[int, ...], fan_in: int, fan_out: int, dtype: DTypeLike
+) -> np.ndarray:
+    limit = math.sqrt(6.0 / (fan_in + fan_out))
+    return rng.uniform(-limit, limit, size=shape).astype(dtype)
+
+
+def orthogonal(rng: np.random.Generator, n: int, dtype: DTypeLike, gain: float = 1.0) -> np.ndarray:
+    a = rng.standard_normal((n, n))
+    q, r = np.linalg.qr(a)
+    d = np.sign(np.diag(r))
+    d[d == 0] = 1.0
+    return (gain * q * d).astype(dtype)
+
+
+def kaiming_uniform(
+    rng: np.random.Generator, shape: tuple[int, ...], fan_in: int, dtype: DTypeLike,
+    gain: float = math.sqrt(2.0),
+) -> np.ndarray:
+    limit = gain * math.sqrt(3.0 / max(fan_in, 1))
+    return rng.uniform(-limit, limit, size=shape).astype(dtype)
+
+
+def uniform(
+    rng: np.random.Generator, shape: tuple[int, ...], low: float, high: float, dtype: DTypeLike
+) -> np.ndarray:
+    return rng.uniform(low, high, size=shape).astype(dtype)
+
+
+def zeros(shape: tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
+    return np.zeros(shape, dtype=dtype)

@@ -1,0 +1,207 @@
+"""``Layer``: the base every layer shares — weights, build, seeding, dtype, the weight API.
+
+A built layer holds its configuration and its weights, nothing else. Weights are stored as
+read-only arrays; only :meth:`Layer.set_weight` (used by ``set_weights``, optimizers and
+loaders) replaces them, after checking the shape. Everything a pass produces lives in the
+:class:`~rnnkit.Ctx` handed to ``forward`` / ``backward``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from rnnkit._ctx import Ctx
+from rnnkit._errors import InvalidInputError, InvalidParameterError, NotBuiltError, WeightShapeError
+from rnnkit._random import check_seed, make_rng
+from rnnkit._shape import Shape
+
+_DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
+
+
+def resolve_dtype(dtype: Any, where: str) -> np.dtype:
+    """``"float32"`` / ``"float64"`` (or the numpy types) to a numpy dtype."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt is None or dt.name not in _DTYPES:
+        raise InvalidParameterError(f"{where}: dtype must be 'float32' or 'float64', got {dtype!r}")
+    return dt
+
+
+def check_positive_int(value: object, what: str, where: str) -> int:
+    """An int >= 1 or InvalidParameterError naming the argument."""
+    if isinstance(value, bool) or not hasattr(value, "__index__") or int(value) < 1:  # type: ignore[call-overload]
+        raise InvalidParameterError(f"{where}: {what} must be an int >= 1, got {value!r}")
+    return int(value)  # type: ignore[call-overload]
+
+
+class WeightEntry(NamedTuple):
+    """One weight of a layer: its name and a read-only view of its live array."""
+
+    name: str
+    value: np.ndarray
+
+
+class Layer:
+    """Base class of every layer.
+
+    Subclasses define ``_build(shape, rng)`` (create weights with :meth:`_add_weight`),
+    ``compute_output_shape(shape)``, ``forward(x, ctx)`` and ``backward(grad, ctx)``.
+    """
+
+    def __init__(self, *, seed: int | None = None, dtype: Any = "float32", name: str | None = None) -> None:
+        self.name: str = name if name is not None else type(self).__name__
+        self._seed = check_seed(seed, self.name)
+        self.dtype: np.dtype = resolve_dtype(dtype, self.name)
+        self._weights: dict[str, np.ndarray] = {}
+        self._input_shape: Shape | None = None
+
+    # -- building ----------------------------------------------------------------------------
+    @property
+    def built(self) -> bool:
+        return self._input_shape is not None
+
+    @property
+    def input_shape(self) -> Shape:
+        if self._input_shape is None:
+            raise NotBuiltError(self.name, "input_shape")
+        return self._input_shape
+
+    @property
+    def seed(self) -> int | None:
+        return self._seed
+
+    def build(self, shape: Shape | tuple[int | None, ...]) -> None:
+        """Create the weights for inputs of ``shape`` (a free batch axis is ``None``).
+
+        Building an already-built layer with a compatible shape keeps its weights.
+        """
+        shp = Shape.of(shape)
+        self._check_build_shape(shp)
+        if self._input_shape is not None:
+            self._check_rebuild(shp)
+            return
+        self._weights = {}
+        self._build(shp, make_rng(self._seed))
+        self._input_shape = shp
+
+    def _check_build_shape(self, shape: Shape) -> None:
+        """Raise InvalidInputError when ``shape`` cannot be built from (override per layer)."""
+
+    def _check_rebuild(self, shape: Shape) -> None:
+        """A built layer accepts another shape with the same last axis by default."""
+        if shape[-1] != self.input_shape[-1]:
+            raise InvalidInputError(
+                f"{self.name}: built for feature width {self.input_shape[-1]}, "
+                f"asked to build again for shape {shape}"
+            )
+
+    def _build(self, shape: Shape, rng: np.random.Generator) -> None:
+        """Create the weights. Layers without weights keep this default."""
+
+    def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
+        raise NotImplementedError
+
+    def with_random_state(self, seed: int) -> Layer:
+        """Record ``seed`` for the build (chainable). A built layer redraws its weights."""
+        self._seed = check_seed(seed, self.name)
+        if self._input_shape is not None:
+            shape, self._input_shape = self._input_shape, None
+            self.build(shape)
+        return self
+
+    # -- passes ------------------------------------------------------------------------------
+    def forward(self, x: np.ndarray, ctx: Ctx) -> np.ndarray:
+        raise NotImplementedError
+
+    def backward(self, grad: np.ndarray, ctx: Ctx) -> np.ndarray:
+        raise NotImplementedError
+
+    def forward_mut(self, x: Any, ctx: Ctx) -> np.ndarray:
+        """Build from ``x``'s shape (free batch) if needed, then run :meth:`forward`."""
+        if not self.built:
+            arr = np.asarray(x)
+            if arr.ndim == 0:
+                raise InvalidInputError(f"{self.name}: expected an array input, got a scalar")
+            self.build(Shape.with_free_batch(arr.shape))
+        return self.forward(x, ctx)
+
+    def predict(self, x: Any) -> np.ndarray:
+        """An inference pass (records nothing)."""
+        return self.forward(x, Ctx.inference())
+
+    def __call__(self, x: Any, ctx: Ctx | None = None) -> np.ndarray:
+        return self.forward(x, ctx if ctx is not None else Ctx.inference())
+
+    def _require_built(self, action: str = "forward") -> None:
+        if self._input_shape is None:
+            raise NotBuiltError(self.name, action)
+
+    def _as_input(self, x: Any, what: str = "input") -> np.ndarray:
+        """``x`` as an array of this layer's dtype (values converted, never reshaped)."""
+        try:
+            arr = np.asarray(x)
+        except (TypeError, ValueError) as e:
+            raise InvalidInputError(f"{self.name}: {what} is not an array ({e})") from None
+        if arr.dtype.kind not in "biuf":
+            raise InvalidInputError(
+                f"{self.name}: {what} must hold real numbers, got dtype {arr.dtype}"
+            )
+        return arr if arr.dtype == self.dtype else arr.astype(self.dtype)
+
+    def _as_grad(self, grad: Any, expected: tuple[int, ...]) -> np.ndarray:
+        g = self._as_input(grad, "upstream gradient")
+        if g.shape != expected:
+            raise InvalidInputError(
+                f"{self.name}: backward expected an upstream gradient of the forward output's "
+                f"shape {expected}, got {g.shape}"
+            )
+        return g
+
+    # -- weights -----------------------------------------------------------------------------
+    def _add_weight(self, name: str, value: np.ndarray) -> None:
+        arr = np.array(value, dtype=self.dtype, copy=True)
+        arr.flags.writeable = False
+        self._weights[name] = arr
+
+    def weights(self) -> list[WeightEntry]:
+        """Every weight, in a fixed order, as (name, read-only view)."""
+        return [WeightEntry(n, v) for n, v in self._weights.items()]
+
+    @property
+    def weight_names(self) -> list[str]:
+        return list(self._weights)
+
+    def weight(self, name: str) -> np.ndarray:
+        """The live weight ``name`` (read-only view)."""
+        self._require_built("weight")
+        try:
+            return self._weights[name]
+        except KeyError:
+            raise KeyError(f"{self.name} has no weight {name!r}; it has {list(self._weights)}") from None
+
+    def set_weight(self, name: str, value: Any) -> None:
+        """Replace one weight; the shape must match exactly (WeightShapeError otherwise)."""
+        old = self.weight(name)
+        arr = np.asarray(value)
+        if arr.shape != old.shape:
+            raise WeightShapeError(name, old.shape, arr.shape, f"layer {self.name}")
+        if arr.dtype.kind not in "biuf":
+            raise InvalidInputError(f"{self.name}.{name}: weights must be real numbers, got {arr.dtype}")
+        self._add_weight(name, arr)
+
+    def param_count(self) -> int:
+        """Number of scalar weights (0 before build)."""
+        return int(sum(v.size for v in self._weights.values()))
+
+    # -- configuration -----------------------------------------------------------------------
+    def get_config(self) -> dict[str, Any]:
+        """The constructor arguments that rebuild this layer (JSON-serialisable)."""
+        return {"seed": self._seed, "dtype": self.dtype.name, "name": self.name}
+
+    def __repr__(self) -> str:
+        cfg = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items() if k not in ("name",))
+        return f"{type(self).__name__}({cfg})"
