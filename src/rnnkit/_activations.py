@@ -17,7 +17,6 @@ softmax    exp(a) / sum(exp(a), axis)     y * (g - sum(g * y, axis))
 from __future__ import annotations
 
 import enum
-from typing import Union
 
 import numpy as np
 
@@ -146,7 +145,7 @@ class Softmax(_Wrapper):
         return f"Softmax(axis={self.axis})"
 
 
-ActivationLike = Union[str, Activation, _Wrapper, ActivationFn]
+ActivationLike = str | Activation | _Wrapper | ActivationFn
 
 _ALIASES = {"tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "linear": "linear",
             "identity": "linear", "softmax": "softmax", "none": "linear"}

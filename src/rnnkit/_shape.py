@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Union, overload
+from typing import overload
 
 from rnnkit._errors import InvalidInputError
 
-Dim = Union[int, None]
+Dim = int | None
 
 
 class Shape:
@@ -92,5 +92,5 @@ class Shape:
     def accepts(self, shape: tuple[int, ...]) -> bool:
         """True when a concrete array shape fits (same rank, equal on every fixed axis)."""
         return len(shape) == len(self._dims) and all(
-            d is None or d == s for d, s in zip(self._dims, shape)
+            d is None or d == s for d, s in zip(self._dims, shape, strict=True)
         )

@@ -56,7 +56,9 @@ class LSTM(RecurrentLayer):
         """12 arrays: (kernel, recurrent_kernel, bias) for the input, forget, cell and output
         gates, in that order; kernel (F, H), recurrent_kernel (H, H), bias (1, H)."""
         if len(arrays) != 12:
-            raise InvalidInputError(f"LSTM.set_gate_weights: expected 12 arrays (4 gates x 3), got {len(arrays)}")
+            raise InvalidInputError(
+                f"LSTM.set_gate_weights: expected 12 arrays (4 gates x 3), got {len(arrays)}"
+            )
         t = [tuple(arrays[k:k + 3]) for k in range(0, 12, 3)]
         self._set_gate_triples(t, ["input", "forget", "cell", "output"])  # type: ignore[arg-type]
 
@@ -104,7 +106,9 @@ class GRU(RecurrentLayer):
         """9 arrays: (kernel, recurrent_kernel, bias) for the RESET, UPDATE and candidate gates,
         in that order (the fused layout stores update first: ``[z | r | h]``)."""
         if len(arrays) != 9:
-            raise InvalidInputError(f"GRU.set_gate_weights: expected 9 arrays (3 gates x 3), got {len(arrays)}")
+            raise InvalidInputError(
+                f"GRU.set_gate_weights: expected 9 arrays (3 gates x 3), got {len(arrays)}"
+            )
         reset, update, cand = (tuple(arrays[k:k + 3]) for k in range(0, 9, 3))
         self._set_gate_triples([update, reset, cand], ["update", "reset", "candidate"])  # type: ignore[list-item]
 

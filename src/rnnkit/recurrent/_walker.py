@@ -146,7 +146,7 @@ class RecurrentLayer(Layer):
     def _set_gate_triples(self, triples: list[tuple[Any, Any, Any]], names: list[str]) -> None:
         H = self.units
         ks, rks, bs = [], [], []
-        for gate, (k, rk, b) in zip(names, triples):
+        for gate, (k, rk, b) in zip(names, triples, strict=True):
             k, rk, b = np.asarray(k), np.asarray(rk), np.asarray(b)
             F = k.shape[0] if k.ndim == 2 else -1
             if self.built:
@@ -324,7 +324,7 @@ class RecurrentLayer(Layer):
         init = None
         if state is not None:
             init = self._unpack_state(state)
-            for name, a in zip(self.cell.states, init):
+            for name, a in zip(self.cell.states, init, strict=True):
                 if a.shape != (arr.shape[0], self.units):
                     raise InvalidInputError(
                         f"{self.name}: state {name!r} must have shape {(arr.shape[0], self.units)}, "
