@@ -3,6 +3,7 @@
 The public surface; every name here is re-exported from a private module.
 """
 
+from rnnkit import rnn  # the tch-rs nn::rnn face: rnnkit.rnn.lstm / gru
 from rnnkit._activations import Activation, Linear, ReLU, Sigmoid, Softmax, Tanh
 from rnnkit._ctx import Ctx
 from rnnkit._errors import (
@@ -30,4 +31,5 @@ __all__ = [
     "set_global_seed",
     "Shape",
     "GRU", "LSTM", "GRUState", "LSTMState", "RecurrentLayer", "SimpleRNN",
+    "rnn",
 ]

@@ -339,7 +339,7 @@ class RecurrentLayer(Layer):
 
     def _unpack_state(self, state: Any) -> tuple[np.ndarray, ...]:
         if isinstance(state, GRUState):
-            return (self._as_input(state.value, "state"),)
+            return (self._as_input(state.value(), "state"),)
         raise InvalidInputError(f"{self.name}: expected a GRUState as state, got {type(state).__name__}")
 
 

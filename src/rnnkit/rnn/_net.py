@@ -1,0 +1,264 @@
+"""Multi-layer, optionally bidirectional LSTM / GRU networks with PyTorch's parameter names and
+layouts — the tch-rs ``nn::lstm`` / ``nn::gru`` and their ``RNN`` trait.
+
+Parameters (``k`` = layer, ``_reverse`` for the second direction), exactly PyTorch's::
+
+    weight_ih_l{k}[_reverse]   (G*H, in_k)    in_0 = in_dim, in_k = H * num_directions
+    weight_hh_l{k}[_reverse]   (G*H, H)
+    bias_ih_l{k}[_reverse]     (G*H,)          only with has_biases
+    bias_hh_l{k}[_reverse]     (G*H,)
+
+with gate blocks ``i, f, g, o`` (LSTM) and ``r, z, n`` (GRU, reset applied after the recurrent
+matmul: PyTorch's only form). Every (layer, direction) runs through rnnkit's own walker: an
+``LSTM`` layer with bias ``b_ih + b_hh``, or a ``GRU(reset_after=True)`` layer whose fused
+blocks are reordered to ``[z | r | n]``. So a state dict copied from ``torch.nn.LSTM/GRU``
+gives PyTorch's outputs, and the gradients come back under PyTorch's names.
+
+Outputs follow PyTorch: ``(B, T, D*H)`` (``(T, B, D*H)`` when ``batch_first=False``), each
+timestep ``[forward | reverse]`` in INPUT order; final states ``(num_layers * D, B, H)``.
+Dropout (``config.dropout``) acts on the outputs of every layer but the last, only in a training
+``Ctx`` and only when ``config.train`` is True.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rnnkit._ctx import Ctx
+from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit._layer import Layer, check_positive_int
+from rnnkit._shape import Shape
+from rnnkit.recurrent import GRU, LSTM, GRUState, LSTMState, RecurrentLayer
+from rnnkit.rnn._config import RNNConfig
+
+
+class RNNNet(Layer):
+    """A stack of recurrent layers in PyTorch layout. Build with :func:`lstm` or :func:`gru`."""
+
+    def __init__(self, mode: str, in_dim: int, hidden_dim: int, config: RNNConfig | None = None, *,
+                 seed: int | None = None, dtype: Any = "float32") -> None:
+        if mode not in ("lstm", "gru"):
+            raise InvalidParameterError(f"RNNNet: mode must be 'lstm' or 'gru', got {mode!r}")
+        super().__init__(seed=seed, dtype=dtype, name=mode.upper())
+        self.mode = mode
+        self.gates = 4 if mode == "lstm" else 3
+        self.in_dim = check_positive_int(in_dim, "in_dim", self.name)
+        self.hidden_dim = check_positive_int(hidden_dim, "hidden_dim", self.name)
+        self.config = config if config is not None else RNNConfig()
+        self.directions = 2 if self.config.bidirectional else 1
+        self._layers: dict[tuple[int, int], RecurrentLayer] = {}
+        self.build(Shape((None, None, self.in_dim)))
+
+    # -- parameters --------------------------------------------------------------------------
+    def _suffix(self, k: int, d: int) -> str:
+        return f"_l{k}" + ("_reverse" if d else "")
+
+    def _build(self, shape: Shape, rng: np.random.Generator) -> None:
+        c, H, G = self.config, self.hidden_dim, self.gates
+        for k in range(c.num_layers):
+            in_k = self.in_dim if k == 0 else H * self.directions
+            for d in range(self.directions):
+                sfx = self._suffix(k, d)
+                self._add_weight("weight_ih" + sfx, c.w_ih_init.draw(rng, (G * H, in_k), self.dtype, G))
+                self._add_weight("weight_hh" + sfx, c.w_hh_init.draw(rng, (G * H, H), self.dtype, G))
+                if c.has_biases:
+                    for nm, init in (("bias_ih", c.b_ih_init), ("bias_hh", c.b_hh_init)):
+                        val = (np.zeros(G * H, self.dtype) if init is None
+                               else init.draw(rng, (G * H,), self.dtype))
+                        self._add_weight(nm + sfx, val)
+
+    def set_weight(self, name: str, value: Any) -> None:
+        super().set_weight(name, value)
+        self._layers = {}  # the per-direction layers are rebuilt from the new weights
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Install PyTorch-named tensors (numpy arrays, or anything ``np.asarray`` reads, such as
+        CPU torch tensors after ``.detach().numpy()``). Every name must be present and fit."""
+        missing = sorted(set(self._weights) - set(state))
+        extra = sorted(set(state) - set(self._weights))
+        if missing or extra:
+            raise InvalidInputError(f"{self.name}.load_state_dict: missing {missing}, unexpected {extra}")
+        for name in self._weights:
+            self.set_weight(name, np.asarray(state[name]))
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Copies of every parameter under its PyTorch name."""
+        return {n: np.array(v) for n, v in self._weights.items()}
+
+    def _reorder(self, a: np.ndarray, axis: int) -> np.ndarray:
+        """PyTorch GRU blocks [r|z|n] <-> rnnkit [z|r|n] (an involution); LSTM unchanged."""
+        if self.mode == "lstm":
+            return a
+        H = self.hidden_dim
+        blocks = np.split(a, 3, axis=axis) if a.shape[axis] == 3 * H else None
+        assert blocks is not None
+        return np.concatenate([blocks[1], blocks[0], blocks[2]], axis=axis)
+
+    def _layer(self, k: int, d: int) -> RecurrentLayer:
+        """The rnnkit layer that runs (layer k, direction d), weights converted from PyTorch's."""
+        got = self._layers.get((k, d))
+        if got is not None:
+            return got
+        sfx, H, G = self._suffix(k, d), self.hidden_dim, self.gates
+        layer: RecurrentLayer = (LSTM(H, return_sequences=True, go_backwards=bool(d), dtype=self.dtype)
+                                 if self.mode == "lstm" else
+                                 GRU(H, reset_after=True, return_sequences=True, go_backwards=bool(d),
+                                     dtype=self.dtype))
+        w = self._weights
+        kernel = self._reorder(w["weight_ih" + sfx], 0).T
+        rec = self._reorder(w["weight_hh" + sfx], 0).T
+        if self.config.has_biases:
+            b_ih, b_hh = self._reorder(w["bias_ih" + sfx], 0), self._reorder(w["bias_hh" + sfx], 0)
+        else:
+            b_ih = b_hh = np.zeros(G * H, self.dtype)
+        bias = (b_ih + b_hh)[None, :] if self.mode == "lstm" else np.stack([b_ih, b_hh])
+        layer.set_weights(kernel, rec, bias)
+        self._layers[(k, d)] = layer
+        return layer
+
+    # -- shapes ------------------------------------------------------------------------------
+    def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
+        s = Shape.of(shape)
+        return Shape((s[0], s[1], self.hidden_dim * self.directions))
+
+    def _check(self, x: Any) -> np.ndarray:
+        arr = self._as_input(x)
+        if arr.ndim != 3 or arr.shape[2] != self.in_dim:
+            order = "(batch, seq_len, features)" if self.config.batch_first else "(seq_len, batch, features)"
+            raise InvalidInputError(
+                f"{self.name}: expected a 3D input {order} with {self.in_dim} features, got shape {arr.shape}"
+            )
+        return arr if self.config.batch_first else arr.transpose(1, 0, 2)
+
+    def _out(self, y: np.ndarray) -> np.ndarray:
+        return y if self.config.batch_first else np.ascontiguousarray(y.transpose(1, 0, 2))
+
+    # -- the RNN trait -----------------------------------------------------------------------
+    def zero_state(self, batch: int) -> Any:
+        b = check_positive_int(batch, "batch", self.name)
+        z = np.zeros((self.config.num_layers * self.directions, b, self.hidden_dim), self.dtype)
+        return LSTMState(z, z.copy()) if self.mode == "lstm" else GRUState(z)
+
+    def step(self, x: Any, state: Any) -> Any:
+        """One timestep ``x`` (B, in_dim) through every layer; returns the new state."""
+        arr = self._as_input(x)
+        if arr.ndim != 2:
+            raise InvalidInputError(f"{self.name}.step: expected (batch, features), got shape {arr.shape}")
+        seq_in = arr[:, None, :] if self.config.batch_first else arr[None, :, :]
+        return self.seq_init(seq_in, state)[1]
+
+    def seq(self, x: Any) -> tuple[np.ndarray, Any]:
+        """The whole sequence from the zero state: (output, final state)."""
+        arr = self._check(x)
+        return self._run(arr, self.zero_state(arr.shape[0]))
+
+    def seq_init(self, x: Any, state: Any) -> tuple[np.ndarray, Any]:
+        """The whole sequence from ``state``: (output, final state). Inference: records nothing."""
+        return self._run(self._check(x), state)
+
+    def _run(self, x: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
+        L, D, B = self.config.num_layers, self.directions, x.shape[0]
+        want = (L * D, B, self.hidden_dim)
+        raw: tuple[Any, ...] | None = (
+            (state.h(), state.c()) if isinstance(state, LSTMState) and self.mode == "lstm" else
+            (state.value(),) if isinstance(state, GRUState) and self.mode == "gru" else None)
+        if raw is None:
+            kind = "LSTMState" if self.mode == "lstm" else "GRUState"
+            raise InvalidInputError(f"{self.name}: expected a {kind}, got {type(state).__name__}")
+        parts = tuple(self._as_input(p, "state") for p in raw)
+        for p in parts:
+            if p.shape != want:
+                raise InvalidInputError(f"{self.name}: state must have shape {want}, got {p.shape}")
+        finals: list[list[np.ndarray]] = [[] for _ in parts]
+        inp = x
+        for k in range(L):
+            outs = []
+            for d in range(D):
+                layer = self._layer(k, d)
+                sub = [p[k * D + d] for p in parts]
+                init = LSTMState(sub[0], sub[1]) if self.mode == "lstm" else GRUState(sub[0])
+                y, fin = layer.seq_init(inp, init)
+                outs.append(y[:, ::-1] if d else y)
+                fin_parts = (fin.h(), fin.c()) if self.mode == "lstm" else (fin.value(),)
+                for lst, f in zip(finals, fin_parts, strict=True):
+                    lst.append(f)
+            inp = np.concatenate(outs, axis=-1) if D == 2 else outs[0]
+        stacked = [np.stack(f) for f in finals]
+        new = LSTMState(stacked[0], stacked[1]) if self.mode == "lstm" else GRUState(stacked[0])
+        return self._out(np.ascontiguousarray(inp)), new
+
+    # -- training ----------------------------------------------------------------------------
+    def forward(self, x: Any, ctx: Ctx) -> np.ndarray:
+        """The output sequence from the zero state; a training ``ctx`` records for backward."""
+        arr = self._check(x)
+        L, D, p = self.config.num_layers, self.directions, float(self.config.dropout)
+        layers = {(k, d): self._layer(k, d) for k in range(L) for d in range(D)}
+        masks: list[np.ndarray | None] = []
+        inp = arr
+        for k in range(L):
+            outs = [layers[(k, d)].forward(inp, ctx) for d in range(D)]
+            inp = np.concatenate([outs[0]] + [o[:, ::-1] for o in outs[1:]], axis=-1)
+            mask = None
+            if ctx.training_mode and self.config.train and p > 0.0 and k < L - 1:
+                mask = (ctx.rng.random(inp.shape) >= p).astype(self.dtype) / (1.0 - p)
+                inp = inp * mask
+            masks.append(mask)
+        ctx.save(self, {"layers": layers, "masks": masks, "out_shape": inp.shape})
+        return self._out(np.ascontiguousarray(inp))
+
+    def backward(self, grad: Any, ctx: Ctx) -> np.ndarray:
+        """dL/dx; gradients land in ``ctx`` under PyTorch's names: ``ctx.grad(net, "weight_ih_l0")``."""
+        cache = ctx.load(self)
+        g = self._as_input(grad, "upstream gradient")
+        g = g if self.config.batch_first else g.transpose(1, 0, 2)
+        if g.shape != cache["out_shape"]:
+            raise InvalidInputError(
+                f"{self.name}: expected a gradient of shape {cache['out_shape']}, got {g.shape}"
+            )
+        H, D = self.hidden_dim, self.directions
+        for k in range(self.config.num_layers - 1, -1, -1):
+            if cache["masks"][k] is not None:
+                g = g * cache["masks"][k]
+            dx = None
+            for d in range(D):
+                gd = g[:, :, d * H:(d + 1) * H]
+                layer = cache["layers"][(k, d)]
+                dxd = layer.backward(gd[:, ::-1] if d else gd, ctx)
+                dx = dxd if dx is None else dx + dxd
+                self._move_grads(layer, self._suffix(k, d), ctx)
+            assert dx is not None
+            g = dx
+        return self._out(g)
+
+    def _move_grads(self, layer: RecurrentLayer, sfx: str, ctx: Ctx) -> None:
+        dk = ctx.grads.pop((layer, "kernel"))
+        du = ctx.grads.pop((layer, "recurrent_kernel"))
+        db = ctx.grads.pop((layer, "bias"))
+        ctx.add_grad(self, "weight_ih" + sfx, self._reorder(dk.T, 0))
+        ctx.add_grad(self, "weight_hh" + sfx, self._reorder(du.T, 0))
+        if self.config.has_biases:
+            ctx.add_grad(self, "bias_ih" + sfx, self._reorder(db[0], 0))
+            ctx.add_grad(self, "bias_hh" + sfx, self._reorder(db[-1], 0))
+
+    def get_config(self) -> dict[str, Any]:
+        c = self.config
+        cfg: dict[str, Any] = {"mode": self.mode, "in_dim": self.in_dim, "hidden_dim": self.hidden_dim,
+                               "num_layers": c.num_layers, "dropout": c.dropout, "train": c.train,
+                               "bidirectional": c.bidirectional, "batch_first": c.batch_first,
+                               "has_biases": c.has_biases}
+        cfg.update(super().get_config())
+        return cfg
+
+
+def lstm(in_dim: int, hidden_dim: int, config: RNNConfig | None = None, *, seed: int | None = None,
+         dtype: Any = "float32") -> RNNNet:
+    """tch-rs ``nn::lstm``: a (multi-layer, optionally bidirectional) LSTM in PyTorch layout."""
+    return RNNNet("lstm", in_dim, hidden_dim, config, seed=seed, dtype=dtype)
+
+
+def gru(in_dim: int, hidden_dim: int, config: RNNConfig | None = None, *, seed: int | None = None,
+        dtype: Any = "float32") -> RNNNet:
+    """tch-rs ``nn::gru``: a (multi-layer, optionally bidirectional) GRU in PyTorch layout."""
+    return RNNNet("gru", in_dim, hidden_dim, config, seed=seed, dtype=dtype)
