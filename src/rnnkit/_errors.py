@@ -56,3 +56,9 @@ class WeightShapeError(Error, ValueError):
 
 class NonFiniteError(Error, FloatingPointError):
     """Training produced NaN or Inf; the message names the epoch and the layer."""
+
+
+class FileFormatError(Error, ValueError):
+    """A file is not what rnnkit expected: not safetensors, or without rnnkit metadata.
+
+    The message names the path and what was found there."""
