@@ -1,0 +1,172 @@
+"""``Dense`` and ``ActivationLayer``: the feed-forward head and a standalone nonlinearity."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rnnkit._activations import ActivationLike
+from rnnkit._ctx import Ctx
+from rnnkit._errors import InvalidInputError, WeightShapeError
+from rnnkit._initializers import glorot_uniform, zeros
+from rnnkit._layer import Layer, check_positive_int
+from rnnkit._shape import Shape
+from rnnkit.layers._common import activation_config, activation_from
+
+
+class Dense(Layer):
+    """A fully connected layer over the LAST axis::
+
+        y = act(x @ W + b)        x (..., F) -> y (..., units)
+
+    Works on any input of rank >= 2 (batch, ..., F); leading axes are carried through, so a
+    Dense after a ``return_sequences`` layer maps every timestep (Keras' behaviour).
+    The input width ``F`` comes from :meth:`build`, never from an argument.
+
+    Weights: ``kernel`` W (F, units), Glorot-uniform U(-l, l) with ``l = sqrt(6 / (F + units))``;
+    ``bias`` b (units,), zeros (absent with ``use_bias=False``).
+    ``param_count = F * units + units``. ``activation`` defaults to ``"linear"``; any spelling
+    of :func:`~rnnkit._activations.resolve_activation` is accepted (softmax over its axis).
+
+    Backward: ``da = act.vjp(y, g)``; ``dW = x^T @ da`` and ``db = sum(da)`` over every leading
+    axis (one GEMM); returns ``dx = da @ W^T``.
+    """
+
+    def __init__(
+        self,
+        units: int,
+        activation: ActivationLike | dict[str, Any] = "linear",
+        *,
+        use_bias: bool = True,
+        seed: int | None = None,
+        dtype: Any = "float32",
+        name: str | None = None,
+    ) -> None:
+        super().__init__(seed=seed, dtype=dtype, name=name)
+        self.units = check_positive_int(units, "units", self.name)
+        self.activation = activation_from(activation, self.name)
+        self.use_bias = bool(use_bias)
+
+    def _check_build_shape(self, shape: Shape) -> None:
+        if shape.rank < 2:
+            raise InvalidInputError(
+                f"{self.name}: expected an input shape of rank >= 2 (batch, ..., features), "
+                f"got {shape} (rank {shape.rank})"
+            )
+        if shape[-1] is None or shape[-1] < 1:
+            raise InvalidInputError(
+                f"{self.name}: the last (features) axis must be a known width >= 1, got {shape}"
+            )
+
+    def _build(self, shape: Shape, rng: np.random.Generator) -> None:
+        F = int(shape[-1])  # type: ignore[arg-type]
+        self._add_weight("kernel", glorot_uniform(rng, (F, self.units), F, self.units, self.dtype))
+        if self.use_bias:
+            self._add_weight("bias", zeros((self.units,), self.dtype))
+
+    def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
+        shp = Shape.of(shape)
+        self._check_build_shape(shp)
+        return Shape((*shp[:-1], self.units))
+
+    def set_weights(self, kernel: Any, bias: Any = None) -> None:
+        """Install ``kernel`` (F, units) and ``bias`` (units,); an unbuilt layer builds from
+        ``kernel``'s rows. Shapes are checked before anything changes."""
+        k = np.asarray(kernel)
+        if k.ndim != 2 or k.shape[1] != self.units or k.shape[0] < 1:
+            raise WeightShapeError("kernel", ("input_dim", self.units), k.shape, f"layer {self.name}")
+        if self.built and k.shape[0] != self.input_shape[-1]:
+            raise WeightShapeError("kernel", (self.input_shape[-1], self.units), k.shape,
+                                   f"layer {self.name}")
+        if self.use_bias:
+            if bias is None:
+                raise WeightShapeError("bias", (self.units,), None, f"layer {self.name}")
+            b = np.asarray(bias)
+            if b.shape != (self.units,):
+                raise WeightShapeError("bias", (self.units,), b.shape, f"layer {self.name}")
+        elif bias is not None:
+            raise WeightShapeError("bias", None, np.shape(bias), f"layer {self.name} has use_bias=False")
+        if not self.built:
+            self.build(Shape((None, k.shape[0])))
+        self.set_weight("kernel", k)
+        if self.use_bias:
+            self.set_weight("bias", b)
+
+    def _check_input(self, x: Any) -> np.ndarray:
+        self._require_built()
+        arr = self._as_input(x)
+        if arr.ndim < 2 or arr.shape[-1] != self.input_shape[-1]:
+            raise InvalidInputError(
+                f"{self.name}: expected an input of rank >= 2 with {self.input_shape[-1]} features "
+                f"on the last axis, got shape {arr.shape}"
+            )
+        return arr
+
+    def forward(self, x: Any, ctx: Ctx) -> np.ndarray:
+        """``act(x @ W + b)``; (..., F) -> (..., units)."""
+        arr = self._check_input(x)
+        a = arr @ self._weights["kernel"]
+        if self.use_bias:
+            a += self._weights["bias"]
+        y = self.activation(a, out=a)
+        ctx.save(self, (arr, y))
+        return y
+
+    def backward(self, grad: Any, ctx: Ctx) -> np.ndarray:
+        """Adds ``kernel`` / ``bias`` gradients into ``ctx``; returns dL/dx (..., F)."""
+        self._require_built("backward")
+        x, y = ctx.load(self)
+        g = self._as_grad(grad, y.shape)
+        da = self.activation.vjp(y, g)
+        F = x.shape[-1]
+        da2 = da.reshape(-1, self.units)
+        ctx.add_grad(self, "kernel", x.reshape(-1, F).T @ da2)
+        if self.use_bias:
+            ctx.add_grad(self, "bias", da2.sum(axis=0))
+        return da @ self._weights["kernel"].T
+
+    def get_config(self) -> dict[str, Any]:
+        cfg: dict[str, Any] = {"units": self.units, "activation": activation_config(self.activation),
+                               "use_bias": self.use_bias}
+        cfg.update(super().get_config())
+        return cfg
+
+
+class ActivationLayer(Layer):
+    """An activation as a layer (Keras' ``layers.Activation``): ``y = act(x)``, any shape.
+
+    Named ``ActivationLayer`` because ``rnnkit.Activation`` is the activation enum.
+    No weights. Backward: ``act.vjp(y, g)`` (in terms of the output).
+    """
+
+    def __init__(self, activation: ActivationLike | dict[str, Any], *, dtype: Any = "float32",
+                 name: str | None = None) -> None:
+        super().__init__(dtype=dtype, name=name or "Activation")
+        self.activation = activation_from(activation, self.name)
+
+    def _check_build_shape(self, shape: Shape) -> None:
+        if shape.rank < 1:
+            raise InvalidInputError(f"{self.name}: expected an input of rank >= 1, got {shape}")
+
+    def _check_rebuild(self, shape: Shape) -> None:
+        """Stateless: any shape is accepted again."""
+
+    def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
+        shp = Shape.of(shape)
+        self._check_build_shape(shp)
+        return shp
+
+    def forward(self, x: Any, ctx: Ctx) -> np.ndarray:
+        arr = self._as_input(x)
+        y = self.activation(arr)
+        ctx.save(self, y)
+        return y
+
+    def backward(self, grad: Any, ctx: Ctx) -> np.ndarray:
+        y = ctx.load(self)
+        return self.activation.vjp(y, self._as_grad(grad, y.shape))
+
+    def get_config(self) -> dict[str, Any]:
+        return {"activation": activation_config(self.activation), "dtype": self.dtype.name,
+                "name": self.name}

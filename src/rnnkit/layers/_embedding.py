@@ -1,0 +1,121 @@
+"""``Embedding``: index -> row of a trainable table (the pages' 3.7.8)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rnnkit._ctx import Ctx
+from rnnkit._errors import InvalidInputError, WeightShapeError
+from rnnkit._initializers import uniform
+from rnnkit._layer import Layer, check_positive_int
+from rnnkit._shape import Shape
+
+
+class Embedding(Layer):
+    """Replace each index by its row of a ``(input_dim, output_dim)`` table.
+
+    ``input_dim`` is the vocabulary size (the largest usable index is ``input_dim - 1``);
+    ``output_dim`` is the vector width. The output appends ``output_dim`` as a new trailing
+    axis: ``(N,) -> (N, D)``, ``(N, T) -> (N, T, D)``, ``(N, T, K) -> (N, T, K, D)``.
+
+    Indices arrive as numbers (floats allowed). Each value is TRUNCATED TOWARD ZERO, then
+    checked: ``2.0`` and ``2.9`` select row 2, ``-0.5`` selects row 0. A value whose truncation
+    lies outside ``0..input_dim-1``, and any NaN or Inf, raises :class:`InvalidInputError` naming
+    the offending value and its position. There is no ``mask_zero``.
+
+    Weight: ``embeddings`` (input_dim, output_dim), U(-0.05, 0.05) (Keras' default, not Glorot).
+    ``param_count = input_dim * output_dim``.
+
+    Backward scatter-adds the upstream gradient into the selected rows (``np.add.at``): a row
+    selected twice gets the sum, a row never selected gets exactly 0. The table gradient is
+    dense. The input gradient is zeros (indices are not differentiable).
+    """
+
+    def __init__(self, input_dim: int, output_dim: int, *, seed: int | None = None,
+                 dtype: Any = "float32", name: str | None = None) -> None:
+        super().__init__(seed=seed, dtype=dtype, name=name)
+        self.input_dim = check_positive_int(input_dim, "input_dim", self.name)
+        self.output_dim = check_positive_int(output_dim, "output_dim", self.name)
+
+    def _check_build_shape(self, shape: Shape) -> None:
+        if shape.rank < 1:
+            raise InvalidInputError(
+                f"{self.name}: expected an index input of rank >= 1 (batch, ...), got {shape}"
+            )
+
+    def _check_rebuild(self, shape: Shape) -> None:
+        """The table does not depend on the input shape: any index shape is accepted."""
+
+    def _build(self, shape: Shape, rng: np.random.Generator) -> None:
+        self._add_weight("embeddings",
+                         uniform(rng, (self.input_dim, self.output_dim), -0.05, 0.05, self.dtype))
+
+    def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
+        shp = Shape.of(shape)
+        self._check_build_shape(shp)
+        return Shape((*shp, self.output_dim))
+
+    def set_weights(self, table: Any) -> None:
+        """Install the table, shape (input_dim, output_dim); an unbuilt layer is built."""
+        t = np.asarray(table)
+        if t.shape != (self.input_dim, self.output_dim):
+            raise WeightShapeError("embeddings", (self.input_dim, self.output_dim), t.shape,
+                                   f"layer {self.name}")
+        if not self.built:
+            self.build(Shape((None, None)))
+        self.set_weight("embeddings", t)
+
+    def indices(self, x: Any) -> np.ndarray:
+        """The row indices ``x`` selects (int64, same shape), after truncation and checks."""
+        try:
+            arr = np.asarray(x)
+        except (TypeError, ValueError) as e:
+            raise InvalidInputError(f"{self.name}: input is not an array ({e})") from None
+        if arr.dtype.kind not in "biuf":
+            raise InvalidInputError(f"{self.name}: indices must be numbers, got dtype {arr.dtype}")
+        if arr.ndim < 1:
+            raise InvalidInputError(f"{self.name}: expected an index array of rank >= 1, got a scalar")
+        if arr.dtype.kind == "f":
+            bad = ~np.isfinite(arr)
+            if bad.any():
+                pos = tuple(int(i) for i in np.argwhere(bad)[0])
+                raise InvalidInputError(
+                    f"{self.name}: index value {arr[pos]} at position {pos} is not finite; "
+                    f"expected a number in [0, {self.input_dim}) (truncated toward zero)"
+                )
+            idx = np.trunc(arr)
+        else:
+            idx = arr
+        out = (idx < 0) | (idx >= self.input_dim)
+        if out.any():
+            pos = tuple(int(i) for i in np.argwhere(out)[0])
+            raise InvalidInputError(
+                f"{self.name}: index value {arr[pos]} at position {pos} is out of range; "
+                f"expected 0 <= trunc(value) < input_dim = {self.input_dim} "
+                f"(truncated toward zero it is {int(idx[pos])})"
+            )
+        return idx.astype(np.int64)
+
+    def forward(self, x: Any, ctx: Ctx) -> np.ndarray:
+        """``table[trunc(x)]``: (...) -> (..., output_dim)."""
+        self._require_built()
+        idx = self.indices(x)
+        ctx.save(self, idx)
+        return self._weights["embeddings"][idx]
+
+    def backward(self, grad: Any, ctx: Ctx) -> np.ndarray:
+        """Scatter-add ``grad`` into ``embeddings``' gradient; returns zeros of the input shape."""
+        self._require_built("backward")
+        idx = ctx.load(self)
+        g = self._as_grad(grad, (*idx.shape, self.output_dim))
+        table = np.zeros((self.input_dim, self.output_dim), self.dtype)
+        np.add.at(table, idx.reshape(-1), g.reshape(-1, self.output_dim))
+        ctx.add_grad(self, "embeddings", table)
+        return np.zeros(idx.shape, self.dtype)
+
+    def get_config(self) -> dict[str, Any]:
+        cfg: dict[str, Any] = {"input_dim": self.input_dim, "output_dim": self.output_dim}
+        cfg.update(super().get_config())
+        return cfg

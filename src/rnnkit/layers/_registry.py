@@ -1,0 +1,60 @@
+"""The layer registry: ``{"class_name": ..., "config": {...}}`` <-> layer objects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rnnkit._errors import InvalidInputError
+from rnnkit._layer import Layer
+from rnnkit.layers._dense import ActivationLayer, Dense
+from rnnkit.layers._dropout import Dropout
+from rnnkit.layers._embedding import Embedding
+from rnnkit.layers._merge import Concatenate
+from rnnkit.layers._reshape import RepeatVector, Reverse
+from rnnkit.recurrent import GRU, LSTM, SimpleRNN
+
+_REGISTRY: dict[str, type[Layer]] = {
+    cls.__name__: cls
+    for cls in (Dense, ActivationLayer, Embedding, RepeatVector, Reverse, Concatenate, Dropout,
+                SimpleRNN, LSTM, GRU)
+}
+
+
+def register_layer(cls: type[Layer]) -> type[Layer]:
+    """Make a custom Layer subclass loadable by :func:`layer_from_config` (usable as decorator)."""
+    if not (isinstance(cls, type) and issubclass(cls, Layer)):
+        raise InvalidInputError(f"register_layer: expected a Layer subclass, got {cls!r}")
+    _REGISTRY[cls.__name__] = cls
+    return cls
+
+
+def layer_to_config(layer: Layer) -> dict[str, Any]:
+    """``{"class_name": type name, "config": layer.get_config()}`` (JSON-serialisable)."""
+    name = type(layer).__name__
+    if _REGISTRY.get(name) is not type(layer):
+        raise InvalidInputError(
+            f"layer_to_config: {name} is not a registered layer class; call "
+            f"rnnkit.layers.register_layer({name}) first"
+        )
+    return {"class_name": name, "config": layer.get_config()}
+
+
+def layer_from_config(cfg: dict[str, Any]) -> Layer:
+    """A new, unbuilt layer from ``{"class_name": ..., "config": {...}}``."""
+    if not isinstance(cfg, dict) or "class_name" not in cfg:
+        raise InvalidInputError(
+            f"layer_from_config: expected a dict with 'class_name' and 'config', got {cfg!r}"
+        )
+    name = cfg["class_name"]
+    cls = _REGISTRY.get(name)
+    if cls is None:
+        raise InvalidInputError(
+            f"layer_from_config: unknown layer class {name!r}; known: {sorted(_REGISTRY)}"
+        )
+    kwargs = cfg.get("config", {})
+    if not isinstance(kwargs, dict):
+        raise InvalidInputError(f"layer_from_config: 'config' of {name} must be a dict, got {kwargs!r}")
+    try:
+        return cls(**kwargs)
+    except TypeError as e:
+        raise InvalidInputError(f"layer_from_config: bad config for {name}: {e}") from None

@@ -1,0 +1,101 @@
+"""``RepeatVector`` and ``Reverse``: weightless layers that rearrange the time axis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rnnkit._ctx import Ctx
+from rnnkit._errors import InvalidInputError
+from rnnkit._layer import Layer, check_positive_int
+from rnnkit._shape import Shape
+from rnnkit.layers._common import check_int, normalize_axis
+
+
+class RepeatVector(Layer):
+    """Repeat a state ``n`` times along a new time axis: (B, F) -> (B, n, F).
+
+    Every step holds the same vector (the encoder-decoder pattern: a constant context seeds
+    the decoder). Only rank-2 inputs. Backward sums the gradient over the n steps.
+    """
+
+    def __init__(self, n: int, *, dtype: Any = "float32", name: str | None = None) -> None:
+        super().__init__(dtype=dtype, name=name)
+        self.n = check_positive_int(n, "n", self.name)
+
+    def _check_build_shape(self, shape: Shape) -> None:
+        if shape.rank != 2:
+            raise InvalidInputError(
+                f"{self.name}: expected a rank-2 input (batch, features), got {shape} "
+                f"(rank {shape.rank})"
+            )
+
+    def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
+        shp = Shape.of(shape)
+        self._check_build_shape(shp)
+        return Shape((shp[0], self.n, shp[1]))
+
+    def forward(self, x: Any, ctx: Ctx) -> np.ndarray:
+        arr = self._as_input(x)
+        self._check_build_shape(Shape(arr.shape))
+        ctx.save(self, arr.shape)
+        return np.repeat(arr[:, None, :], self.n, axis=1)
+
+    def backward(self, grad: Any, ctx: Ctx) -> np.ndarray:
+        shp = ctx.load(self)
+        g = self._as_grad(grad, (shp[0], self.n, shp[1]))
+        return g.sum(axis=1)
+
+    def get_config(self) -> dict[str, Any]:
+        return {"n": self.n, "dtype": self.dtype.name, "name": self.name}
+
+
+class Reverse(Layer):
+    """Reverse the order along ``axis`` (``Reverse(1)``: the time axis of (B, T, F)).
+
+    The input must have rank >= 3 (batch, timesteps, features, ...): a rank-2 (batch, units)
+    state has no time axis, and Reverse refuses it with :class:`InvalidInputError` (a
+    recurrent layer with ``return_sequences=False`` returns one state that already consumed
+    timestep 0, so there is nothing to put back in order). Axis 0 (the batch) is refused.
+    Negative axes count from the end. Backward reverses the gradient the same way.
+    """
+
+    def __init__(self, axis: int = 1, *, dtype: Any = "float32", name: str | None = None) -> None:
+        super().__init__(dtype=dtype, name=name)
+        self.axis = check_int(axis, "axis", self.name)
+
+    def _axis_for(self, shape: Shape | tuple[Any, ...]) -> int:
+        rank = len(shape)
+        if rank < 3:
+            raise InvalidInputError(
+                f"{self.name}: expected an input of rank >= 3 (batch, timesteps, features), got "
+                f"shape {shape} (rank {rank}); a (batch, units) state has no time axis to reverse "
+                f"(a recurrent layer with return_sequences=False needs no Reverse)"
+            )
+        return normalize_axis(self.axis, rank, self.name, shape)
+
+    def _check_build_shape(self, shape: Shape) -> None:
+        self._axis_for(shape)
+
+    def _check_rebuild(self, shape: Shape) -> None:
+        """Weightless: any valid shape is accepted again."""
+
+    def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
+        shp = Shape.of(shape)
+        self._axis_for(shp)
+        return shp
+
+    def forward(self, x: Any, ctx: Ctx) -> np.ndarray:
+        arr = self._as_input(x)
+        ax = self._axis_for(arr.shape)
+        ctx.save(self, arr.shape)
+        return np.flip(arr, axis=ax).copy()
+
+    def backward(self, grad: Any, ctx: Ctx) -> np.ndarray:
+        shp = ctx.load(self)
+        g = self._as_grad(grad, shp)
+        return np.flip(g, axis=self._axis_for(shp)).copy()
+
+    def get_config(self) -> dict[str, Any]:
+        return {"axis": self.axis, "dtype": self.dtype.name, "name": self.name}
