@@ -1,0 +1,183 @@
+"""Windowing a series into recurrent-layer input, and the scaler that travels with a model.
+
+A forecaster reads ``window`` consecutive rows of its features and predicts the target
+``horizon`` rows after the last one::
+
+    x[s] = features[s : s + window]                       shape (window, F)
+    y[s] = target[s + window - 1 + horizon]               the target row pos[s]
+    S    = rows - window - horizon + 1                    samples (must be >= 1)
+
+so ``make_windows`` returns ``x`` of shape (S, window, F), exactly the (batch, timesteps,
+features) contract of a recurrent layer, ``y`` of shape (S, 1) and ``pos`` (S,).
+
+The :class:`Scaler` maps each column through an optional variance-stabilising transform and
+then standardises it with statistics fitted on the TRAINING rows only::
+
+    z = (f(v) - mean) / std          f = identity | sqrt | log1p
+    v = f^-1(z * std + mean)         sqrt^-1(u) = max(u, 0)^2, log1p^-1(u) = expm1(u)
+
+A column whose training rows are constant gets ``std = 1`` (it is centred only).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rnnkit.timeseries._csv import DataError
+
+TRANSFORMS = ("none", "sqrt", "log1p")
+
+
+@dataclass(frozen=True)
+class Windows:
+    """``x`` (S, window, F) float, ``y`` (S, 1) float, ``pos`` (S,) the target row of each."""
+
+    x: np.ndarray
+    y: np.ndarray
+    pos: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.pos.shape[0])
+
+    def take(self, sel: slice | np.ndarray) -> Windows:
+        return Windows(self.x[sel], self.y[sel], self.pos[sel])
+
+
+def count_windows(rows: int, window: int, horizon: int) -> int:
+    """``rows - window - horizon + 1``, the number of complete (input, target) pairs."""
+    return rows - window - horizon + 1
+
+
+def make_windows(features: np.ndarray, target: np.ndarray | None, window: int, horizon: int,
+                 *, dtype: Any = np.float32, what: str = "the data") -> Windows:
+    """Cut ``features`` (rows, F) into (S, window, F) inputs and their ``horizon``-ahead targets.
+
+    With ``target=None`` every complete input window is returned (``rows - window + 1`` of
+    them, for forecasting past the data); ``y`` is then empty-width (S, 0) and ``pos`` still
+    names the row each forecast is for (which may lie past the last row).
+    """
+    if window < 1 or horizon < 1:
+        raise DataError(f"window and horizon must be >= 1, got window={window}, horizon={horizon}")
+    rows = int(features.shape[0])
+    need = window + (horizon if target is not None else 0)
+    n = count_windows(rows, window, horizon) if target is not None else rows - window + 1
+    if n < 1:
+        raise DataError(
+            f"too few rows in {what}: {rows} row(s), but window {window}"
+            + (f" and horizon {horizon} need at least {need}" if target is not None
+               else f" needs at least {window}")
+        )
+    idx = np.arange(n)[:, None] + np.arange(window)[None, :]
+    x = np.ascontiguousarray(features[idx], dtype=dtype)
+    pos = np.arange(n) + window - 1 + horizon
+    if target is None:
+        return Windows(x, np.zeros((n, 0), dtype=dtype), pos)
+    return Windows(x, np.asarray(target[pos], dtype=dtype)[:, None], pos)
+
+
+@dataclass(frozen=True)
+class Scaler:
+    """Per-column ``z = (f(v) - mean) / std``; ``names`` label the columns (for messages)."""
+
+    names: tuple[str, ...]
+    mean: np.ndarray
+    std: np.ndarray
+    transform: str = "none"
+
+    @classmethod
+    def fit(cls, values: np.ndarray, names: list[str] | tuple[str, ...], transform: str = "none") -> Scaler:
+        """Fit on ``values`` (rows, F) — pass the training rows only."""
+        if transform not in TRANSFORMS:
+            raise DataError(f"transform must be one of {', '.join(TRANSFORMS)}, got {transform!r}")
+        v = np.asarray(values, dtype=np.float64)
+        if v.ndim != 2 or v.shape[1] != len(names) or v.shape[0] < 1:
+            raise DataError(f"Scaler.fit: expected ({'rows'}, {len(names)}) values, got shape {v.shape}")
+        u = _forward(v, transform, tuple(names))
+        mean = u.mean(axis=0)
+        std = u.std(axis=0)
+        std = np.where(std > 0, std, 1.0)
+        return cls(tuple(names), mean, std, transform)
+
+    def apply(self, values: np.ndarray) -> np.ndarray:
+        """Scale (rows, F) values (float64 out)."""
+        u = _forward(np.asarray(values, dtype=np.float64), self.transform, self.names)
+        return (u - self.mean) / self.std
+
+    def invert(self, scaled: np.ndarray) -> np.ndarray:
+        """Back to data units (float64 out)."""
+        u = np.asarray(scaled, dtype=np.float64) * self.std + self.mean
+        if self.transform == "sqrt":
+            return np.square(np.maximum(u, 0.0))
+        if self.transform == "log1p":
+            return np.expm1(u)
+        return u
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"names": list(self.names), "mean": [float(m) for m in self.mean],
+                "std": [float(s) for s in self.std], "transform": self.transform}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Scaler:
+        return cls(tuple(d["names"]), np.asarray(d["mean"], dtype=np.float64),
+                   np.asarray(d["std"], dtype=np.float64), str(d.get("transform", "none")))
+
+
+def _forward(v: np.ndarray, transform: str, names: tuple[str, ...]) -> np.ndarray:
+    if transform == "sqrt":
+        bad = np.flatnonzero((v < 0).any(axis=0))
+        if bad.size:
+            raise DataError(f"transform 'sqrt' needs values >= 0; column {names[bad[0]]!r} has negatives")
+        return np.sqrt(v)
+    if transform == "log1p":
+        bad = np.flatnonzero((v <= -1).any(axis=0))
+        if bad.size:
+            raise DataError(f"transform 'log1p' needs values > -1; column {names[bad[0]]!r} has some <= -1")
+        return np.log1p(v)
+    return v
+
+
+@dataclass(frozen=True)
+class ForecastSpec:
+    """Everything besides the network that a saved forecaster needs to predict from a CSV.
+
+    Stored as JSON with the model (key :data:`SPEC_KEY`). ``features`` are the input columns
+    in order; ``target`` the predicted column; ``index_name`` the date column the training
+    file had (``"row"`` for none); ``x_scaler`` / ``y_scaler`` were fitted on training rows.
+    """
+
+    target: str
+    features: tuple[str, ...]
+    window: int
+    horizon: int
+    x_scaler: Scaler
+    y_scaler: Scaler
+    index_name: str = "row"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "format": "rnnkit.forecast/1", "target": self.target, "features": list(self.features),
+            "window": self.window, "horizon": self.horizon, "index_name": self.index_name,
+            "x_scaler": self.x_scaler.to_dict(), "y_scaler": self.y_scaler.to_dict(),
+            "extra": self.extra,
+        }, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ForecastSpec:
+        try:
+            d = json.loads(text)
+            if d.get("format") != "rnnkit.forecast/1":
+                raise ValueError(f"unknown format {d.get('format')!r}")
+            return cls(str(d["target"]), tuple(d["features"]), int(d["window"]), int(d["horizon"]),
+                       Scaler.from_dict(d["x_scaler"]), Scaler.from_dict(d["y_scaler"]),
+                       str(d.get("index_name", "row")), dict(d.get("extra", {})))
+        except (ValueError, KeyError, TypeError) as e:
+            raise DataError(f"the forecast settings stored with the model are damaged ({e})") from None
+
+    def prepare(self, features: np.ndarray) -> np.ndarray:
+        """Scale raw feature rows (rows, F) for the network (float64)."""
+        return self.x_scaler.apply(features)
