@@ -3,11 +3,15 @@
 The public surface; every name here is re-exported from a private module.
 """
 
-from rnnkit import rnn  # the tch-rs nn::rnn face: rnnkit.rnn.lstm / gru
+from rnnkit import (
+    optimizers,
+    rnn,  # the tch-rs nn::rnn face: rnnkit.rnn.lstm / gru
+)
 from rnnkit._activations import Activation, Linear, ReLU, Sigmoid, Softmax, Tanh
 from rnnkit._ctx import Ctx
 from rnnkit._errors import (
     Error,
+    FileFormatError,
     ForwardPassNotRunError,
     InvalidInputError,
     InvalidParameterError,
@@ -18,6 +22,7 @@ from rnnkit._errors import (
 from rnnkit._layer import Layer, WeightEntry
 from rnnkit._random import set_global_seed
 from rnnkit._shape import Shape
+from rnnkit.optimizers import SGD, Adam, AdamW, Optimizer, RMSprop
 from rnnkit.recurrent import GRU, LSTM, GRUState, LSTMState, RecurrentLayer, SimpleRNN
 
 __version__ = "0.1.0"
@@ -32,4 +37,6 @@ __all__ = [
     "Shape",
     "GRU", "LSTM", "GRUState", "LSTMState", "RecurrentLayer", "SimpleRNN",
     "rnn",
+    "FileFormatError",
+    "optimizers", "SGD", "Adam", "AdamW", "Optimizer", "RMSprop",
 ]

@@ -1,0 +1,216 @@
+"""``Optimizer``: the base every optimizer shares — learning rate, decay, clipping, state, apply.
+
+One call of :meth:`Optimizer.apply_gradients` is one training step::
+
+    pairs = [(layer, "kernel", dL/dkernel), (layer, "bias", dL/dbias), ...]
+    1. check every pair (the layer has the weight, the gradient has its shape, no duplicates)
+    2. clip the gradients (at most one of the three options, Keras' semantics):
+         clipnorm          g <- g * c / max(||g||, c)          each tensor on its own
+         global_clipnorm   g <- g * c / max(||G||, c)          ||G|| = sqrt(sum ||g_i||^2) over
+                                                                every tensor of this call
+         clipvalue         g <- clip(g, -c, c)                 elementwise
+    3. lr_t = learning_rate / (1 + decay * iterations)         time-based decay (Keras' legacy
+                                                                ``decay``); ``iterations`` counts
+                                                                the steps taken BEFORE this one
+    4. new = rule(weight, g, state, lr_t) for each pair; ``layer.set_weight(name, new)``
+    5. iterations += 1
+
+Per-parameter state (moments, velocities, the step count ``t``) lives in the optimizer, keyed by
+``(layer, weight_name)``; a parameter seen for the first time starts with zero state and ``t = 1``.
+Computation happens in the weight's dtype. Weights are read-only arrays: ``set_weight`` is the
+only writer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from rnnkit._errors import InvalidInputError, InvalidParameterError
+
+if TYPE_CHECKING:
+    from rnnkit._layer import Layer
+
+GradPair = tuple["Layer", str, np.ndarray]
+
+
+def check_float(value: Any, arg: str, where: str, *, lo: float | None = None, hi: float | None = None,
+                lo_open: bool = False, hi_open: bool = False) -> float:
+    """``value`` as a finite float inside the given bounds, else InvalidParameterError naming
+    ``arg``, the allowed range and the value."""
+    lo_s = "-inf" if lo is None else repr(lo)
+    hi_s = "inf" if hi is None else repr(hi)
+    rng = f"{'(' if lo_open or lo is None else '['}{lo_s}, {hi_s}{')' if hi_open or hi is None else ']'}"
+    ok = not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
+    v = float(value) if ok else math.nan
+    if ok and math.isfinite(v):
+        ok = not ((lo is not None and (v < lo or (lo_open and v == lo)))
+                  or (hi is not None and (v > hi or (hi_open and v == hi))))
+    else:
+        ok = False
+    if not ok:
+        raise InvalidParameterError(f"{where}: {arg} must be a finite number in {rng}, got {value!r}")
+    return v
+
+
+def _check_clip(value: Any, arg: str, where: str) -> float | None:
+    return None if value is None else check_float(value, arg, where, lo=0.0, lo_open=True)
+
+
+class Optimizer:
+    """Base class. Subclasses implement :meth:`_update` (and :meth:`_init_state` for slots).
+
+    Args (keyword-only here, every subclass takes them):
+        learning_rate: step size (>= 0); settable later (``opt.learning_rate = 0.01``), which
+            is what learning-rate schedulers do.
+        decay: time-based decay, ``lr_t = learning_rate / (1 + decay * iterations)`` (>= 0).
+        clipnorm / global_clipnorm / clipvalue: gradient clipping (> 0; at most one of them).
+    """
+
+    #: the name ``get`` / ``serialize`` use
+    name: ClassVar[str] = "optimizer"
+
+    def __init__(self, learning_rate: float = 0.01, *, decay: float = 0.0, clipnorm: float | None = None,
+                 clipvalue: float | None = None, global_clipnorm: float | None = None) -> None:
+        where = type(self).__name__
+        self._learning_rate = check_float(learning_rate, "learning_rate", where, lo=0.0)
+        self.decay = check_float(decay, "decay", where, lo=0.0)
+        self.clipnorm = _check_clip(clipnorm, "clipnorm", where)
+        self.clipvalue = _check_clip(clipvalue, "clipvalue", where)
+        self.global_clipnorm = _check_clip(global_clipnorm, "global_clipnorm", where)
+        set_ = [n for n, v in (("clipnorm", clipnorm), ("clipvalue", clipvalue),
+                               ("global_clipnorm", global_clipnorm)) if v is not None]
+        if len(set_) > 1:
+            raise InvalidParameterError(
+                f"{where}: only one of clipnorm, clipvalue and global_clipnorm can be set, got {set_}"
+            )
+        #: number of apply_gradients calls so far
+        self.iterations: int = 0
+        self._state: dict[tuple[Layer, str], dict[str, Any]] = {}
+
+    # -- learning rate -----------------------------------------------------------------------
+    @property
+    def learning_rate(self) -> float:
+        """The base learning rate (before ``decay``)."""
+        return self._learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, value: float) -> None:
+        self._learning_rate = check_float(value, "learning_rate", type(self).__name__, lo=0.0)
+
+    @property
+    def current_learning_rate(self) -> float:
+        """The rate the next step uses: ``learning_rate / (1 + decay * iterations)``."""
+        return self._learning_rate / (1.0 + self.decay * self.iterations)
+
+    # -- state -------------------------------------------------------------------------------
+    def get_state(self, layer: Layer, name: str) -> dict[str, Any]:
+        """The slots of one parameter (copies), e.g. ``{"t": 2, "m": ..., "v": ...}``; ``{}``
+        before its first step."""
+        st = self._state.get((layer, name), {})
+        return {k: (np.array(v) if isinstance(v, np.ndarray) else v) for k, v in st.items()}
+
+    def reset(self) -> None:
+        """Forget every slot and set ``iterations`` back to 0."""
+        self._state.clear()
+        self.iterations = 0
+
+    def _init_state(self, w: np.ndarray) -> dict[str, Any]:
+        """The zero slots of a parameter seen for the first time (override)."""
+        return {}
+
+    def _update(self, w: np.ndarray, g: np.ndarray, state: dict[str, Any], lr: float) -> np.ndarray:
+        """The new value of weight ``w`` given the (clipped) gradient ``g``; updates ``state``."""
+        raise NotImplementedError
+
+    # -- the step ----------------------------------------------------------------------------
+    def _check_pairs(self, pairs: Iterable[GradPair]) -> list[tuple[Layer, str, np.ndarray, np.ndarray]]:
+        where = f"{type(self).__name__}.apply_gradients"
+        out: list[tuple[Layer, str, np.ndarray, np.ndarray]] = []
+        seen: set[tuple[int, str]] = set()
+        for item in pairs:
+            try:
+                layer, name, grad = item
+            except (TypeError, ValueError):
+                raise InvalidInputError(
+                    f"{where}: expected (layer, weight_name, gradient) triples, got {item!r}"
+                ) from None
+            try:
+                w = layer.weight(name)
+            except KeyError as e:
+                raise InvalidInputError(f"{where}: {e.args[0]}") from None
+            key = (id(layer), name)
+            if key in seen:
+                raise InvalidInputError(f"{where}: {layer.name}.{name} appears twice in one call; "
+                                        f"sum its gradients first")
+            seen.add(key)
+            g = np.asarray(grad)
+            if g.dtype.kind not in "biuf":
+                raise InvalidInputError(f"{where}: gradient of {layer.name}.{name} must hold real "
+                                        f"numbers, got dtype {g.dtype}")
+            if g.shape != w.shape:
+                raise InvalidInputError(f"{where}: gradient of {layer.name}.{name} must have the "
+                                        f"weight's shape {w.shape}, got {g.shape}")
+            out.append((layer, name, w, g.astype(w.dtype, copy=True)))
+        return out
+
+    def _clip(self, grads: list[np.ndarray]) -> list[np.ndarray]:
+        if self.global_clipnorm is not None:
+            c = self.global_clipnorm
+            total = math.sqrt(sum(float(np.sum(np.square(g, dtype=np.float64))) for g in grads))
+            if total > c:
+                return [g * (c / total) for g in grads]
+            return grads
+        if self.clipnorm is not None:
+            c = self.clipnorm
+            out = []
+            for g in grads:
+                n = math.sqrt(float(np.sum(np.square(g, dtype=np.float64))))
+                out.append(g * (c / n) if n > c else g)
+            return out
+        if self.clipvalue is not None:
+            c = self.clipvalue
+            return [np.clip(g, -c, c) for g in grads]
+        return grads
+
+    def apply_gradients(self, pairs: Iterable[GradPair]) -> None:
+        """One step over ``pairs`` = [(layer, weight_name, gradient), ...] (see the module doc).
+
+        Every pair is checked before anything changes: a bad pair raises InvalidInputError and
+        leaves every weight, slot and ``iterations`` as they were.
+        """
+        checked = self._check_pairs(pairs)
+        grads = self._clip([g for *_, g in checked])
+        lr = self.current_learning_rate
+        for (layer, name, w, _), g in zip(checked, grads, strict=True):
+            key = (layer, name)
+            state = self._state.get(key)
+            if state is None:
+                state = {"t": 0, **self._init_state(w)}
+                self._state[key] = state
+            state["t"] += 1
+            layer.set_weight(name, self._update(w, g, state, lr))
+        self.iterations += 1
+
+    def minimize_ctx(self, ctx: Any) -> None:
+        """Apply every gradient a training ``Ctx`` holds (``ctx.grads``: (layer, name) -> grad)."""
+        self.apply_gradients([(layer, name, g) for (layer, name), g in ctx.grads.items()])
+
+    # -- configuration -----------------------------------------------------------------------
+    def get_config(self) -> dict[str, Any]:
+        """The constructor keywords that rebuild this optimizer (JSON-serialisable)."""
+        return {"learning_rate": self._learning_rate, "decay": self.decay, "clipnorm": self.clipnorm,
+                "clipvalue": self.clipvalue, "global_clipnorm": self.global_clipnorm}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Optimizer:
+        """A fresh optimizer (no slots, ``iterations = 0``) from :meth:`get_config`'s dict."""
+        return cls(**config)
+
+    def __repr__(self) -> str:
+        cfg = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items()
+                        if v is not None and not (k == "decay" and v == 0.0))
+        return f"{type(self).__name__}({cfg})"
