@@ -4,6 +4,7 @@ The public surface; every name here is re-exported from a private module.
 """
 
 from rnnkit import (
+    losses,
     optimizers,
     rnn,  # the tch-rs nn::rnn face: rnnkit.rnn.lstm / gru
 )
@@ -22,6 +23,14 @@ from rnnkit._errors import (
 from rnnkit._layer import Layer, WeightEntry
 from rnnkit._random import set_global_seed
 from rnnkit._shape import Shape
+from rnnkit.losses import (
+    BinaryCrossEntropy,
+    CategoricalCrossEntropy,
+    Loss,
+    MeanAbsoluteError,
+    MeanSquaredError,
+    SparseCategoricalCrossEntropy,
+)
 from rnnkit.optimizers import SGD, Adam, AdamW, Optimizer, RMSprop
 from rnnkit.recurrent import GRU, LSTM, GRUState, LSTMState, RecurrentLayer, SimpleRNN
 
@@ -39,4 +48,6 @@ __all__ = [
     "rnn",
     "FileFormatError",
     "optimizers", "SGD", "Adam", "AdamW", "Optimizer", "RMSprop",
+    "losses", "Loss", "MeanSquaredError", "MeanAbsoluteError", "BinaryCrossEntropy",
+    "CategoricalCrossEntropy", "SparseCategoricalCrossEntropy",
 ]

@@ -1,0 +1,329 @@
+"""Losses: a value and its gradient with respect to the prediction.
+
+Every loss maps ``(y_true, y_pred)`` to one float, the mean over samples (Keras' reduction):
+
+==============================  =======================================================
+MeanSquaredError                mean((y_pred - y_true)**2)      over every element
+MeanAbsoluteError               mean(|y_pred - y_true|)         over every element
+BinaryCrossEntropy              mean(-(y log p + (1-y) log(1-p)))  over every element,
+                                p = clip(y_pred, eps, 1 - eps), eps = 1e-7 (Keras)
+  from_logits=True              mean(max(z, 0) - z y + log(1 + exp(-|z|)))  (stable)
+CategoricalCrossEntropy         mean over positions of -sum_c y_c log q_c, where
+                                q = clip(y_pred / sum(y_pred, -1), eps, 1 - eps) (Keras)
+  from_logits=True              -sum_c y_c log_softmax(z)_c  (softmax fused, log-sum-exp)
+SparseCategoricalCrossEntropy   as Categorical with y the one-hot of integer labels; labels
+                                of shape y_pred.shape[:-1] or y_pred.shape[:-1] + (1,)
+==============================  =======================================================
+
+The "mean over every element" of MSE/MAE/BCE equals Keras' mean over the last axis, then over
+the samples. ``value_and_grad`` returns ``(loss, d loss / d y_pred)`` with the gradient in
+``y_pred``'s dtype (float64 for an integer ``y_pred``); the arithmetic runs in float64.
+
+Where Keras clips a probability to ``[eps, 1 - eps]``, the gradient is the derivative of the
+log evaluated at the clipped value (straight through the clip): exact wherever the prediction
+lies inside ``[eps, 1 - eps]`` and never zero for a saturated, wrong prediction, so training can
+recover from it (PyTorch's ``binary_cross_entropy`` behaves the same way).
+
+``y_true`` and ``y_pred`` must have the same shape (``InvalidInputError`` naming both
+otherwise); nothing is broadcast, except the label shapes SparseCategoricalCrossEntropy accepts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from rnnkit._errors import InvalidInputError, InvalidParameterError
+
+#: the probability clip of the probability forms (Keras' backend epsilon)
+EPSILON = 1e-7
+
+
+def _array(x: Any, what: str, where: str) -> np.ndarray:
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as e:
+        raise InvalidInputError(f"{where}: {what} is not an array ({e})") from None
+    if arr.dtype.kind not in "biuf":
+        raise InvalidInputError(f"{where}: {what} must hold real numbers, got dtype {arr.dtype}")
+    if arr.size == 0:
+        raise InvalidInputError(f"{where}: {what} is empty (shape {arr.shape})")
+    return arr
+
+
+def _grad_dtype(y_pred: np.ndarray) -> np.dtype:
+    return y_pred.dtype if y_pred.dtype.kind == "f" else np.dtype(np.float64)
+
+
+def _log_softmax(z: np.ndarray) -> np.ndarray:
+    m = np.max(z, axis=-1, keepdims=True)
+    s = z - m
+    return s - np.log(np.sum(np.exp(s), axis=-1, keepdims=True))
+
+
+class Loss:
+    """Base class: ``loss(y_true, y_pred) -> float`` and ``value_and_grad``."""
+
+    #: the Keras-style name (``losses.get`` accepts it)
+    name: ClassVar[str] = "loss"
+
+    def __call__(self, y_true: Any, y_pred: Any) -> float:
+        """The loss value (mean over samples)."""
+        return self._compute(y_true, y_pred, False)[0]
+
+    def value_and_grad(self, y_true: Any, y_pred: Any) -> tuple[float, np.ndarray]:
+        """``(loss, d loss / d y_pred)``; the gradient has y_pred's shape and (float) dtype."""
+        value, grad = self._compute(y_true, y_pred, True)
+        assert grad is not None
+        return value, grad
+
+    def _pair(self, y_true: Any, y_pred: Any) -> tuple[np.ndarray, np.ndarray, np.dtype]:
+        where = type(self).__name__
+        yt = _array(y_true, "y_true", where)
+        yp = _array(y_pred, "y_pred", where)
+        if yt.shape != yp.shape:
+            raise InvalidInputError(
+                f"{where}: y_true shape {yt.shape} does not match y_pred shape {yp.shape}; "
+                f"the shapes must be equal (nothing is broadcast)"
+            )
+        return yt.astype(np.float64), yp.astype(np.float64), _grad_dtype(yp)
+
+    def _compute(self, y_true: Any, y_pred: Any, grad: bool) -> tuple[float, np.ndarray | None]:
+        raise NotImplementedError
+
+    def get_config(self) -> dict[str, Any]:
+        """The constructor keywords (JSON-serialisable)."""
+        return {}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Loss:
+        return cls(**config)
+
+    def __repr__(self) -> str:
+        cfg = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+        return f"{type(self).__name__}({cfg})"
+
+
+class MeanSquaredError(Loss):
+    """``mean((y_pred - y_true)**2)``; gradient ``2 (y_pred - y_true) / size``."""
+
+    name: ClassVar[str] = "mean_squared_error"
+
+    def _compute(self, y_true: Any, y_pred: Any, grad: bool) -> tuple[float, np.ndarray | None]:
+        yt, yp, dt = self._pair(y_true, y_pred)
+        d = yp - yt
+        value = float(np.mean(d * d))
+        return value, ((2.0 / d.size) * d).astype(dt) if grad else None
+
+
+class MeanAbsoluteError(Loss):
+    """``mean(|y_pred - y_true|)``; gradient ``sign(y_pred - y_true) / size`` (0 where equal)."""
+
+    name: ClassVar[str] = "mean_absolute_error"
+
+    def _compute(self, y_true: Any, y_pred: Any, grad: bool) -> tuple[float, np.ndarray | None]:
+        yt, yp, dt = self._pair(y_true, y_pred)
+        d = yp - yt
+        value = float(np.mean(np.abs(d)))
+        return value, (np.sign(d) / d.size).astype(dt) if grad else None
+
+
+class _FromLogits(Loss):
+    def __init__(self, from_logits: bool = False) -> None:
+        if not isinstance(from_logits, (bool, np.bool_)):
+            raise InvalidParameterError(f"{type(self).__name__}: from_logits must be a bool, "
+                                        f"got {from_logits!r}")
+        self.from_logits = bool(from_logits)
+
+    def get_config(self) -> dict[str, Any]:
+        return {"from_logits": self.from_logits}
+
+
+class BinaryCrossEntropy(_FromLogits):
+    """Binary cross-entropy, mean over every element.
+
+    Probabilities (default): ``p = clip(y_pred, 1e-7, 1 - 1e-7)``,
+    ``loss = -(y log p + (1 - y) log(1 - p))``, gradient ``(p - y) / (p (1 - p)) / size``.
+    ``from_logits=True``: ``loss = max(z, 0) - z y + log(1 + exp(-|z|))``, gradient
+    ``(sigmoid(z) - y) / size``.
+    """
+
+    name: ClassVar[str] = "binary_crossentropy"
+
+    def _compute(self, y_true: Any, y_pred: Any, grad: bool) -> tuple[float, np.ndarray | None]:
+        y, z, dt = self._pair(y_true, y_pred)
+        n = z.size
+        if self.from_logits:
+            value = float(np.mean(np.maximum(z, 0.0) - z * y + np.log1p(np.exp(-np.abs(z)))))
+            if not grad:
+                return value, None
+            sig = 0.5 * (1.0 + np.tanh(0.5 * z))
+            return value, ((sig - y) / n).astype(dt)
+        p = np.clip(z, EPSILON, 1.0 - EPSILON)
+        value = float(-np.mean(y * np.log(p) + (1.0 - y) * np.log1p(-p)))
+        if not grad:
+            return value, None
+        return value, ((-y / p + (1.0 - y) / (1.0 - p)) / n).astype(dt)
+
+
+def _check_classes(yp: np.ndarray, where: str) -> None:
+    if yp.ndim < 1 or yp.shape[-1] < 1:
+        raise InvalidInputError(f"{where}: y_pred needs a class axis (last), got shape {yp.shape}")
+
+
+def _categorical(onehot_or_labels: np.ndarray, z: np.ndarray, sparse: bool, from_logits: bool,
+                 grad: bool) -> tuple[float, np.ndarray | None]:
+    """Shared CCE arithmetic. ``sparse``: ``onehot_or_labels`` are int labels of z.shape[:-1]."""
+    positions = z.size // z.shape[-1]
+    if from_logits:
+        logp = _log_softmax(z)
+        if sparse:
+            picked = np.take_along_axis(logp, onehot_or_labels[..., None], axis=-1)[..., 0]
+            value = float(-np.sum(picked) / positions)
+        else:
+            value = float(-np.sum(onehot_or_labels * logp) / positions)
+        if not grad:
+            return value, None
+        soft = np.exp(logp)
+        if sparse:
+            g = soft
+            np.put_along_axis(g, onehot_or_labels[..., None],
+                              np.take_along_axis(g, onehot_or_labels[..., None], axis=-1) - 1.0, axis=-1)
+        else:
+            g = soft * np.sum(onehot_or_labels, axis=-1, keepdims=True) - onehot_or_labels
+        return value, g / positions
+    s = np.sum(z, axis=-1, keepdims=True)
+    q = z / s
+    qc = np.clip(q, EPSILON, 1.0 - EPSILON)
+    if sparse:
+        idx = onehot_or_labels[..., None]
+        qc_l = np.take_along_axis(qc, idx, axis=-1)
+        value = float(-np.sum(np.log(qc_l)) / positions)
+        if not grad:
+            return value, None
+        # d/dp_k of -log clip(p_l / s): (1/s) * (-[k == l] / qc_l + q_l / qc_l)
+        q_l = np.take_along_axis(q, idx, axis=-1)
+        g = np.broadcast_to(q_l / qc_l, z.shape).copy()
+        np.put_along_axis(g, idx, q_l / qc_l - 1.0 / qc_l, axis=-1)
+        return value, g / s / positions
+    y = onehot_or_labels
+    value = float(-np.sum(y * np.log(qc)) / positions)
+    if not grad:
+        return value, None
+    # d/dp_k of -sum_j y_j log clip(p_j / s): (1/s) * (-y_k / qc_k + sum_j y_j q_j / qc_j)
+    g = (-y / qc + np.sum(y * q / qc, axis=-1, keepdims=True)) / s
+    return value, g / positions
+
+
+class CategoricalCrossEntropy(_FromLogits):
+    """Categorical cross-entropy over the last (class) axis with one-hot (or soft) targets,
+    averaged over every other position.
+
+    Probabilities (default, Keras): ``q = clip(y_pred / sum(y_pred, -1), 1e-7, 1 - 1e-7)``,
+    ``loss = -sum_c y_c log q_c``. ``from_logits=True``: softmax fused,
+    ``loss = -sum_c y_c (z_c - logsumexp(z))``, gradient ``softmax(z) sum(y) - y``.
+    """
+
+    name: ClassVar[str] = "categorical_crossentropy"
+
+    def _compute(self, y_true: Any, y_pred: Any, grad: bool) -> tuple[float, np.ndarray | None]:
+        y, z, dt = self._pair(y_true, y_pred)
+        _check_classes(z, type(self).__name__)
+        value, g = _categorical(y, z, False, self.from_logits, grad)
+        return value, None if g is None else g.astype(dt)
+
+
+class SparseCategoricalCrossEntropy(_FromLogits):
+    """Categorical cross-entropy with integer class labels.
+
+    ``y_true`` holds labels in ``0..C-1`` (ints, or floats with integral values) of shape
+    ``y_pred.shape[:-1]`` or ``y_pred.shape[:-1] + (1,)``; ``y_pred`` (..., C). A label outside
+    ``0..C-1``, non-integral or non-finite raises InvalidInputError naming it and its position.
+    The arithmetic is :class:`CategoricalCrossEntropy`'s with the one-hot of the labels.
+    """
+
+    name: ClassVar[str] = "sparse_categorical_crossentropy"
+
+    def labels(self, y_true: Any, y_pred_shape: tuple[int, ...]) -> np.ndarray:
+        """The labels as an int64 array of shape ``y_pred_shape[:-1]`` (checked)."""
+        where = type(self).__name__
+        yt = _array(y_true, "y_true", where)
+        lead = y_pred_shape[:-1]
+        if yt.shape == lead + (1,) and len(y_pred_shape) >= 1:
+            yt = yt.reshape(lead)
+        elif yt.shape != lead:
+            raise InvalidInputError(
+                f"{where}: y_true (labels) shape {yt.shape} does not fit y_pred shape "
+                f"{y_pred_shape}; expected {lead} or {lead + (1,)}"
+            )
+        C = y_pred_shape[-1]
+        if yt.dtype.kind == "f":
+            bad = ~np.isfinite(yt) | (yt != np.trunc(np.where(np.isfinite(yt), yt, 0.0)))
+            if np.any(bad):
+                pos = tuple(int(i) for i in np.argwhere(bad)[0])
+                raise InvalidInputError(f"{where}: label {yt[pos].item()!r} at position {pos} is not a whole "
+                                        f"number; labels are class indices 0..{C - 1}")
+        lab = yt.astype(np.int64)
+        bad = (lab < 0) | (lab >= C)
+        if np.any(bad):
+            pos = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise InvalidInputError(f"{where}: label {yt[pos].item()!r} at position {pos} is out of range; "
+                                    f"y_pred has {C} classes, so labels must lie in 0..{C - 1}")
+        return lab
+
+    def _compute(self, y_true: Any, y_pred: Any, grad: bool) -> tuple[float, np.ndarray | None]:
+        where = type(self).__name__
+        yp = _array(y_pred, "y_pred", where)
+        _check_classes(yp, where)
+        lab = self.labels(y_true, yp.shape)
+        value, g = _categorical(lab, yp.astype(np.float64), True, self.from_logits, grad)
+        return value, None if g is None else g.astype(_grad_dtype(yp))
+
+
+_ALIASES: dict[str, type[Loss]] = {
+    "mse": MeanSquaredError, "mean_squared_error": MeanSquaredError,
+    "mae": MeanAbsoluteError, "mean_absolute_error": MeanAbsoluteError,
+    "binary_crossentropy": BinaryCrossEntropy, "bce": BinaryCrossEntropy,
+    "categorical_crossentropy": CategoricalCrossEntropy, "cce": CategoricalCrossEntropy,
+    "sparse_categorical_crossentropy": SparseCategoricalCrossEntropy,
+}
+_CLASSES: dict[str, type[Loss]] = {c.__name__: c for c in set(_ALIASES.values())}
+
+
+def serialize(loss: Loss) -> dict[str, Any]:
+    """``{"class_name": ..., "config": loss.get_config()}`` (JSON-serialisable)."""
+    if not isinstance(loss, Loss):
+        raise InvalidParameterError(f"losses.serialize: expected a Loss, got {type(loss).__name__}")
+    return {"class_name": type(loss).__name__, "config": loss.get_config()}
+
+
+def deserialize(data: dict[str, Any]) -> Loss:
+    """The inverse of :func:`serialize`."""
+    try:
+        cls = _CLASSES[data["class_name"]]
+        return cls.from_config(dict(data.get("config", {})))
+    except (KeyError, TypeError, AttributeError):
+        raise InvalidParameterError(f"losses.deserialize: not a serialized loss: {data!r}; "
+                                    f"known classes {sorted(_CLASSES)}") from None
+
+
+def get(identifier: str | Loss | dict[str, Any]) -> Loss:
+    """A loss from a name (``"mse"``, ``"binary_crossentropy"``, a class name, ...), a serialized
+    dict or a :class:`Loss` instance (returned as is)."""
+    if isinstance(identifier, Loss):
+        return identifier
+    if isinstance(identifier, dict):
+        return deserialize(identifier)
+    if isinstance(identifier, str):
+        cls = _ALIASES.get(identifier.lower()) or _CLASSES.get(identifier)
+        if cls is not None:
+            return cls()
+        raise InvalidParameterError(f"losses.get: unknown loss {identifier!r}; known: {sorted(_ALIASES)}")
+    raise InvalidParameterError(
+        f"losses.get: expected a name, a serialized dict or a Loss, got {type(identifier).__name__}"
+    )
+
+
+__all__ = ["BinaryCrossEntropy", "CategoricalCrossEntropy", "Loss", "MeanAbsoluteError",
+           "MeanSquaredError", "SparseCategoricalCrossEntropy", "deserialize", "get", "serialize"]
