@@ -5,6 +5,7 @@ The public surface; every name here is re-exported from a private module.
 
 from rnnkit import (
     losses,
+    metrics,
     optimizers,
     rnn,  # the tch-rs nn::rnn face: rnnkit.rnn.lstm / gru
 )
@@ -48,6 +49,7 @@ __all__ = [
     "rnn",
     "FileFormatError",
     "optimizers", "SGD", "Adam", "AdamW", "Optimizer", "RMSprop",
+    "metrics",
     "losses", "Loss", "MeanSquaredError", "MeanAbsoluteError", "BinaryCrossEntropy",
     "CategoricalCrossEntropy", "SparseCategoricalCrossEntropy",
 ]
