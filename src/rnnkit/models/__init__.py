@@ -1,0 +1,20 @@
+"""Models: ``Sequential`` / ``SequentialBuilder``, ``GraphBuilder`` / ``GraphModel``, the
+training loop (``compile``, ``fit``, ``fit_with_batches``, ``evaluate``, ``predict``), the
+callbacks and ``model_from_config``."""
+
+from rnnkit.models._base import Model
+from rnnkit.models._callbacks import (
+    Callback,
+    EarlyStopping,
+    History,
+    LearningRateScheduler,
+    ModelCheckpoint,
+)
+from rnnkit.models._config import model_from_config
+from rnnkit.models._graph import GraphBuilder, GraphModel, Node
+from rnnkit.models._sequential import Sequential, SequentialBuilder
+
+__all__ = [
+    "Callback", "EarlyStopping", "GraphBuilder", "GraphModel", "History", "LearningRateScheduler",
+    "Model", "ModelCheckpoint", "Node", "Sequential", "SequentialBuilder", "model_from_config",
+]

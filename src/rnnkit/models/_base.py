@@ -1,0 +1,257 @@
+"""``Model``: what Sequential and graph models share — compile, fit, evaluate, predict,
+weights by name, summary, files. A model keeps no per-call state: every pass runs in its own
+:class:`~rnnkit.Ctx`, so ``predict`` from several threads at once is safe.
+
+Subclasses implement ``_ensure_built(xs)``, ``_forward(xs, ctx, check)``,
+``_backward(grads, ctx, check)`` (lists of arrays, one per model input / output),
+``named_weights()``, ``_summary_rows()`` and ``get_config()``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rnnkit._ctx import Ctx
+from rnnkit._errors import InvalidInputError, InvalidParameterError, NotBuiltError, WeightShapeError
+from rnnkit._layer import Layer
+from rnnkit._shape import Shape
+from rnnkit.models._callbacks import Callback, History
+from rnnkit.models._summary import render_summary
+
+Data = Any  # an array, or a list of arrays (one per model input / output)
+
+
+class NonFiniteAt(Exception):
+    """Internal: a pass produced NaN/Inf at ``where``; ``fit`` adds the epoch."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(where)
+        self.where = where
+
+
+def check_finite(arr: np.ndarray, where: str) -> None:
+    if not np.isfinite(arr).all():
+        raise NonFiniteAt(where)
+
+
+def as_list(x: Data, n: int, what: str) -> list[np.ndarray]:
+    """One array per model input/output: a plain array when ``n == 1``, a list otherwise."""
+    if n == 1 and not isinstance(x, (list, tuple)):
+        return [np.asarray(x)]
+    if not isinstance(x, (list, tuple)) or len(x) != n:
+        got = f"a list of {len(x)}" if isinstance(x, (list, tuple)) else "one array"
+        want = "a list" if n > 1 else "one array"
+        raise InvalidInputError(f"expected {n} {what} array(s) ({want}), got {got}")
+    return [np.asarray(a) for a in x]
+
+
+def unlist(xs: list[np.ndarray]) -> Data:
+    return xs[0] if len(xs) == 1 else xs
+
+
+class Model:
+    """Base class of :class:`Sequential` and :class:`GraphModel` (see the module docstring)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.optimizer: Any = None
+        self.loss: Any = None
+        self.metrics: list[Any] = []
+        self.stop_training = False
+        self.history: History | None = None
+        self._build_lock = threading.Lock()
+
+    # -- subclass API ------------------------------------------------------------------------
+    n_inputs: int = 1
+    n_outputs: int = 1
+
+    @property
+    def built(self) -> bool:
+        raise NotImplementedError
+
+    def input_shapes(self) -> list[Shape]:
+        raise NotImplementedError
+
+    def _ensure_built(self, xs: list[np.ndarray]) -> None:
+        if not self.built:
+            raise NotBuiltError(self.name, "this call")
+
+    def _forward(self, xs: list[np.ndarray], ctx: Ctx, check: bool) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def _backward(self, grads: list[np.ndarray], ctx: Ctx, check: bool) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def named_weights(self) -> dict[str, tuple[Layer, str]]:
+        raise NotImplementedError
+
+    def _summary_rows(self) -> tuple[list[str], list[list[str]]]:
+        raise NotImplementedError
+
+    def get_config(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    # -- passes ------------------------------------------------------------------------------
+    def _inputs(self, x: Data) -> list[np.ndarray]:
+        xs = as_list(x, self.n_inputs, "input")
+        self._ensure_built(xs)
+        for k, (a, shp) in enumerate(zip(xs, self.input_shapes(), strict=True)):
+            if a.ndim != shp.rank or not all(d is None or d == s for d, s in zip(shp[1:], a.shape[1:],
+                                                                                 strict=True)):
+                which = f"input {k}" if self.n_inputs > 1 else "input"
+                raise InvalidInputError(
+                    f"{self.name}: {which} has shape {a.shape}; the model was built for {shp} "
+                    f"(None = any extent)"
+                )
+            if a.shape[0] < 1:
+                raise InvalidInputError(f"{self.name}: input holds no samples (shape {a.shape})")
+        if len({a.shape[0] for a in xs}) > 1:
+            raise InvalidInputError(
+                f"{self.name}: inputs hold different sample counts {[a.shape for a in xs]}"
+            )
+        return xs
+
+    def forward(self, x: Data, ctx: Ctx) -> Data:
+        """Run the model in ``ctx`` (one input: an array; several: a list, same for outputs)."""
+        return unlist(self._forward(self._inputs(x), ctx, False))
+
+    def backward(self, grad: Data, ctx: Ctx) -> Data:
+        """Backpropagate the output gradient(s); weight gradients go into ``ctx``. Returns the
+        input gradient(s)."""
+        return unlist(self._backward(as_list(grad, self.n_outputs, "gradient"), ctx, False))
+
+    def __call__(self, x: Data, ctx: Ctx | None = None) -> Data:
+        return self.forward(x, ctx if ctx is not None else Ctx.inference())
+
+    def predict(self, x: Data, batch_size: int | None = None) -> Data:
+        """Outputs for ``x`` in an inference pass; with ``batch_size``, ``batch_size`` samples
+        at a time, concatenated. Thread-safe."""
+        xs = self._inputs(x)
+        n = xs[0].shape[0]
+        bs = n if batch_size is None else _check_batch_size(batch_size)
+        parts: list[list[np.ndarray]] = []
+        for a in range(0, n, bs):
+            parts.append(self._forward([v[a:a + bs] for v in xs], Ctx.inference(), False))
+        if len(parts) == 1:
+            return unlist(parts[0])
+        return unlist([np.concatenate([p[k] for p in parts]) for k in range(self.n_outputs)])
+
+    # -- compile / train ---------------------------------------------------------------------
+    def compile(self, optimizer: Any = "adam", loss: Any = "mse", metrics: list[Any] | None = None) -> Model:
+        """Set the optimizer (object or name, via ``rnnkit.optimizers.get``), the loss (object
+        or name, via ``rnnkit.losses.get``) and the metrics (``rnnkit.metrics.get`` each).
+        Returns the model. With several outputs the loss is applied to each and summed."""
+        from rnnkit import losses, optimizers
+        from rnnkit import metrics as metrics_mod
+
+        self.optimizer = optimizers.get(optimizer)
+        self.loss = losses.get(loss)
+        if metrics is not None and not isinstance(metrics, (list, tuple)):
+            raise InvalidParameterError(f"compile: metrics must be a list, got {type(metrics).__name__}")
+        self.metrics = [metrics_mod.get(m) for m in (metrics or [])]
+        return self
+
+    def _require_compiled(self, action: str) -> None:
+        if self.optimizer is None or self.loss is None:
+            raise NotBuiltError(self.name, f"{action} (call compile(optimizer, loss) first)")
+
+    def fit(self, x: Data, y: Data, epochs: int = 1, *, batch_size: int | None = None,
+            validation_data: tuple[Data, Data] | None = None, validation_split: float = 0.0,
+            callbacks: list[Callback] | None = None, verbose: int = 0, shuffle: bool = True,
+            seed: int | None = None, initial_epoch: int = 0) -> History:
+        """Train. ``fit(x, y, epochs)`` takes ONE full-batch step per epoch (the pages' rule);
+        ``batch_size=`` takes mini-batch steps, reshuffled each epoch (``shuffle``) by a
+        generator seeded with ``seed`` (else the global seed, else entropy). See
+        :func:`rnnkit.models._training.run_fit` for the epoch loss, validation and callbacks.
+        Raises :class:`~rnnkit.NonFiniteError` naming the epoch and the layer when a pass
+        produces NaN or Inf. Returns the :class:`History`."""
+        from rnnkit.models._training import run_fit
+
+        return run_fit(self, x, y, epochs, batch_size=batch_size, validation_data=validation_data,
+                       validation_split=validation_split, callbacks=callbacks, verbose=verbose,
+                       shuffle=shuffle, seed=seed, initial_epoch=initial_epoch)
+
+    def fit_with_batches(self, x: Data, y: Data, epochs: int, batch_size: int, **kwargs: Any) -> History:
+        """:meth:`fit` with mini-batches (the Rust library's argument order)."""
+        return self.fit(x, y, epochs, batch_size=_check_batch_size(batch_size), **kwargs)
+
+    def evaluate(self, x: Data, y: Data, batch_size: int | None = None,
+                 return_dict: bool = False) -> float | list[float] | dict[str, float]:
+        """Loss (and metrics) over ``x``/``y`` in inference passes; batches are combined as the
+        sample-weighted mean. Returns the loss alone when there are no metrics, else
+        ``[loss, *metrics]``, or a dict with ``return_dict=True``."""
+        from rnnkit.models._training import evaluate_logs
+
+        self._require_compiled("evaluate")
+        logs = evaluate_logs(self, x, y, batch_size)
+        if return_dict:
+            return logs
+        vals = list(logs.values())
+        return vals[0] if len(vals) == 1 else vals
+
+    # -- weights -----------------------------------------------------------------------------
+    def trainable_weights(self) -> list[tuple[Layer, str]]:
+        """Every (layer, weight name) once, in :meth:`named_weights` order."""
+        return list(self.named_weights().values())
+
+    def get_weights(self) -> list[np.ndarray]:
+        """Copies of every weight, in :meth:`named_weights` order."""
+        return [np.array(layer.weight(n)) for layer, n in self.trainable_weights()]
+
+    def set_weights(self, weights: list[Any]) -> None:
+        """Install arrays in :meth:`named_weights` order; every shape is checked first."""
+        pairs = self.trainable_weights()
+        if len(weights) != len(pairs):
+            raise WeightShapeError("weights", f"{len(pairs)} arrays", f"{len(weights)} arrays",
+                                   f"model {self.name}")
+        arrs = [np.asarray(w) for w in weights]
+        for key, (layer, n), a in zip(self.named_weights(), pairs, arrs, strict=True):
+            if a.shape != layer.weight(n).shape:
+                raise WeightShapeError(key, layer.weight(n).shape, a.shape, f"model {self.name}")
+        for (layer, n), a in zip(pairs, arrs, strict=True):
+            layer.set_weight(n, a)
+
+    def param_count(self) -> int:
+        """Number of scalar weights; a shared layer counts once."""
+        return int(sum(layer.weight(n).size for layer, n in self.trainable_weights()))
+
+    def save_weights(self, path: str) -> None:
+        """Write every weight under its :meth:`named_weights` name (``rnnkit.io.save_weights``)."""
+        from rnnkit import io  # type: ignore[attr-defined]
+        io.save_weights(self, path)  # type: ignore[attr-defined]
+
+    def load_weights(self, path: str) -> None:
+        """Read weights written by :meth:`save_weights` (strict: ``rnnkit.io.load_weights``)."""
+        from rnnkit import io  # type: ignore[attr-defined]
+        io.load_weights(self, path)  # type: ignore[attr-defined]
+
+    def save(self, path: str) -> None:
+        """Write architecture and weights (``rnnkit.io.save_model``; ``rnnkit.load_model`` reads)."""
+        from rnnkit import io  # type: ignore[attr-defined]
+        io.save_model(self, path)  # type: ignore[attr-defined]
+
+    # -- summary -----------------------------------------------------------------------------
+    def summary(self, print_fn: Callable[[str], None] | None = print) -> str:
+        """Print (with ``print_fn``; ``None`` prints nothing) and return the layer table: the
+        layer, its output shape with the batch axis as ``None`` (a free time axis too), and its
+        parameter count, then the totals. See :func:`rnnkit.models._summary.render_summary`."""
+        if not self.built:
+            raise NotBuiltError(self.name, "summary (build the model, or fit/predict once)")
+        header, rows = self._summary_rows()
+        text = render_summary(self.name, header, rows, self.param_count())
+        if print_fn is not None:
+            print_fn(text)
+        return text
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, built={self.built})"
+
+
+def _check_batch_size(batch_size: object) -> int:
+    if isinstance(batch_size, bool) or not hasattr(batch_size, "__index__") or int(batch_size) < 1:  # type: ignore[call-overload]
+        raise InvalidParameterError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    return int(batch_size)  # type: ignore[call-overload]

@@ -1,0 +1,244 @@
+"""Training callbacks: ``History``, ``EarlyStopping``, ``ModelCheckpoint``,
+``LearningRateScheduler`` (Keras' semantics, stated per class).
+
+A callback sees ``set_model(model)``, then ``on_train_begin(logs)``, per epoch
+``on_epoch_begin(epoch, logs)`` / ``on_epoch_end(epoch, logs)`` (``epoch`` counts from 0,
+``logs`` holds ``loss``, the metrics and their ``val_`` versions), per mini-batch
+``on_train_batch_end(batch, logs)``, and ``on_train_end(logs)``. Setting
+``model.stop_training = True`` ends training after the current epoch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rnnkit._errors import InvalidInputError, InvalidParameterError
+
+if TYPE_CHECKING:
+    from rnnkit.models._base import Model
+
+Logs = dict[str, float]
+
+
+class Callback:
+    """Base class: every hook does nothing."""
+
+    model: Model | None = None
+
+    def set_model(self, model: Model) -> None:
+        self.model = model
+
+    def on_train_begin(self, logs: Logs | None = None) -> None:
+        """Called once before the first epoch."""
+
+    def on_epoch_begin(self, epoch: int, logs: Logs | None = None) -> None:
+        """Called before each epoch (``epoch`` counts from 0)."""
+
+    def on_train_batch_end(self, batch: int, logs: Logs | None = None) -> None:
+        """Called after each optimizer step with that batch's pre-update loss and metrics."""
+
+    def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
+        """Called after each epoch with the epoch's logs."""
+
+    def on_train_end(self, logs: Logs | None = None) -> None:
+        """Called once after the last epoch."""
+
+    def _require_model(self) -> Model:
+        if self.model is None:
+            raise InvalidInputError(f"{type(self).__name__}: not attached to a model (set_model)")
+        return self.model
+
+
+class History(Callback):
+    """Records every epoch's logs: ``history.history = {"loss": [...], "val_loss": [...], ...}``
+    and ``history.epoch = [0, 1, ...]``. ``fit`` returns it (and sets ``model.history``)."""
+
+    def __init__(self) -> None:
+        self.history: dict[str, list[float]] = {}
+        self.epoch: list[int] = []
+
+    def on_train_begin(self, logs: Logs | None = None) -> None:
+        self.history = {}
+        self.epoch = []
+
+    def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
+        self.epoch.append(epoch)
+        for k, v in (logs or {}).items():
+            self.history.setdefault(k, []).append(float(v))
+
+    def __repr__(self) -> str:
+        return f"History(epochs={len(self.epoch)}, keys={list(self.history)})"
+
+
+def _monitor_op(monitor: str, mode: str, where: str) -> Callable[[float, float], bool]:
+    """``better(current, best)``: "min", "max", or "auto" (max for accuracy-like names)."""
+    if mode not in ("auto", "min", "max"):
+        raise InvalidParameterError(f"{where}: mode must be 'auto', 'min' or 'max', got {mode!r}")
+    if mode == "auto":
+        base = monitor[4:] if monitor.startswith("val_") else monitor
+        mode = "max" if base in ("accuracy", "acc") or base.endswith("accuracy") else "min"
+    if mode == "max":
+        return lambda cur, best: cur > best
+    return lambda cur, best: cur < best
+
+
+def _monitored(logs: Logs | None, monitor: str, where: str) -> float:
+    if not logs or monitor not in logs:
+        raise InvalidInputError(
+            f"{where}: monitor {monitor!r} is not in the epoch logs; available: "
+            f"{sorted(logs or {})} (val_ entries need validation_data or validation_split)"
+        )
+    return float(logs[monitor])
+
+
+class EarlyStopping(Callback):
+    """Stop when ``monitor`` has not improved for ``patience`` epochs.
+
+    An epoch improves when ``current < best - min_delta`` ("min" mode) or
+    ``current > best + min_delta`` ("max"); ``mode="auto"`` picks max for accuracy names,
+    min otherwise. After ``patience`` epochs without improvement, ``model.stop_training`` is
+    set. With ``restore_best_weights=True`` the weights of the best epoch are put back when
+    training ends (whether it stopped early or ran out of epochs). ``stopped_epoch`` and
+    ``best_epoch`` (0-based) record what happened. A monitor missing from the logs raises
+    :class:`InvalidInputError` listing the available keys.
+    """
+
+    def __init__(self, monitor: str = "val_loss", patience: int = 0, min_delta: float = 0.0,
+                 restore_best_weights: bool = False, mode: str = "auto") -> None:
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+            raise InvalidParameterError(f"EarlyStopping: patience must be an int >= 0, got {patience!r}")
+        if not isinstance(min_delta, (int, float)) or not math.isfinite(min_delta):
+            raise InvalidParameterError(
+                f"EarlyStopping: min_delta must be a finite number, got {min_delta!r}"
+            )
+        self.monitor = monitor
+        self.patience = patience
+        self.min_delta = abs(float(min_delta))
+        self.restore_best_weights = bool(restore_best_weights)
+        self.mode = mode
+        self._better = _monitor_op(monitor, mode, "EarlyStopping")
+        self._sign = 1.0 if self._better(1.0, 0.0) else -1.0  # +1: max mode
+        self.best: float = math.nan
+        self.best_epoch = -1
+        self.stopped_epoch = -1
+        self.wait = 0
+        self.best_weights: list[np.ndarray] | None = None
+
+    def on_train_begin(self, logs: Logs | None = None) -> None:
+        self.best = -math.inf if self._sign > 0 else math.inf
+        self.best_epoch, self.stopped_epoch, self.wait = -1, -1, 0
+        self.best_weights = None
+
+    def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
+        cur = _monitored(logs, self.monitor, "EarlyStopping")
+        if self._better(cur - self._sign * self.min_delta, self.best):
+            self.best, self.best_epoch, self.wait = cur, epoch, 0
+            if self.restore_best_weights:
+                self.best_weights = self._require_model().get_weights()
+            return
+        self.wait += 1
+        if self.wait >= self.patience:
+            self.stopped_epoch = epoch
+            self._require_model().stop_training = True
+
+    def on_train_end(self, logs: Logs | None = None) -> None:
+        if self.restore_best_weights and self.best_weights is not None:
+            self._require_model().set_weights(self.best_weights)
+
+
+class ModelCheckpoint(Callback):
+    """Save the model after every epoch (``save_best_only=False``) or when ``monitor`` improves.
+
+    ``filepath`` may hold ``str.format`` fields: ``{epoch}`` (1-based, as Keras) and any log key,
+    e.g. ``"ckpt-{epoch:03d}-{val_loss:.4f}.safetensors"``. ``save_weights_only=True`` (default)
+    writes :func:`rnnkit.io.save_weights`, else :func:`rnnkit.io.save_model`. Writes are atomic
+    (the io functions write a temporary file, then rename). ``mode`` as in EarlyStopping.
+    ``last_saved`` holds the path written last.
+    """
+
+    def __init__(self, filepath: str, monitor: str = "val_loss", save_best_only: bool = False,
+                 save_weights_only: bool = True, mode: str = "auto") -> None:
+        self.filepath = str(filepath)
+        self.monitor = monitor
+        self.save_best_only = bool(save_best_only)
+        self.save_weights_only = bool(save_weights_only)
+        self._better = _monitor_op(monitor, mode, "ModelCheckpoint")
+        self.best: float | None = None
+        self.last_saved: str | None = None
+
+    def on_train_begin(self, logs: Logs | None = None) -> None:
+        self.best = None
+
+    def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
+        if self.save_best_only:
+            cur = _monitored(logs, self.monitor, "ModelCheckpoint")
+            if self.best is not None and not self._better(cur, self.best):
+                return
+            self.best = cur
+        try:
+            path = self.filepath.format(epoch=epoch + 1, **(logs or {}))
+        except (KeyError, IndexError, ValueError) as e:
+            raise InvalidParameterError(
+                f"ModelCheckpoint: cannot fill {self.filepath!r} from epoch and logs "
+                f"{sorted(logs or {})}: {e}"
+            ) from None
+        from rnnkit import io  # type: ignore[attr-defined]  # imported late: io imports models
+
+        model = self._require_model()
+        if self.save_weights_only:
+            io.save_weights(model, path)
+        else:
+            io.save_model(model, path)
+        self.last_saved = path
+
+
+class LearningRateScheduler(Callback):
+    """Set ``optimizer.learning_rate = schedule(epoch, lr)`` at the start of each epoch
+    (``epoch`` 0-based, ``lr`` the current rate); the rate used is logged as ``learning_rate``."""
+
+    def __init__(self, schedule: Callable[[int, float], float]) -> None:
+        if not callable(schedule):
+            raise InvalidParameterError(f"LearningRateScheduler: schedule must be callable, got {schedule!r}")
+        self.schedule = schedule
+
+    def _optimizer(self) -> Any:
+        opt = getattr(self._require_model(), "optimizer", None)
+        if opt is None:
+            raise InvalidInputError("LearningRateScheduler: the model is not compiled")
+        return opt
+
+    def on_epoch_begin(self, epoch: int, logs: Logs | None = None) -> None:
+        opt = self._optimizer()
+        lr = self.schedule(epoch, float(opt.learning_rate))
+        if isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating)) or not math.isfinite(lr):
+            raise InvalidParameterError(
+                f"LearningRateScheduler: schedule({epoch}, lr) must return a finite number, got {lr!r}"
+            )
+        opt.learning_rate = float(lr)
+
+    def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
+        if logs is not None:
+            logs["learning_rate"] = float(self._optimizer().learning_rate)
+
+
+class CallbackList:
+    """Dispatch every hook to each callback in order (the History first)."""
+
+    def __init__(self, callbacks: list[Callback], model: Model) -> None:
+        for cb in callbacks:
+            if not isinstance(cb, Callback):
+                raise InvalidParameterError(
+                    f"fit: callbacks must be Callback instances, got {type(cb).__name__}"
+                )
+            cb.set_model(model)
+        self.callbacks = callbacks
+
+    def __getattr__(self, hook: str) -> Callable[..., None]:
+        def call(*args: Any) -> None:
+            for cb in self.callbacks:
+                getattr(cb, hook)(*args)
+        return call

@@ -1,0 +1,173 @@
+"""``Sequential`` and ``SequentialBuilder``: a stack of single-input layers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rnnkit._ctx import Ctx
+from rnnkit._errors import InvalidInputError
+from rnnkit._layer import Layer
+from rnnkit._shape import Shape
+from rnnkit.layers import MergeLayer, layer_from_config, layer_to_config
+from rnnkit.models._base import Model, check_finite
+from rnnkit.models._summary import shape_text
+
+
+def check_weight_grads(layer: Layer, ctx: Ctx, where: str) -> None:
+    """Every weight gradient of ``layer`` stored in ``ctx`` is finite (NonFiniteAt otherwise)."""
+    for n in layer.weight_names:
+        g = ctx.grads.get((layer, n))
+        if g is not None:
+            check_finite(g, f"the gradient of {where}.{n} ({type(layer).__name__})")
+
+
+def layer_label(prefix: str, layer: Layer) -> str:
+    """``"1 (LSTM)"``; a layer named other than its class: ``"1 encoder (LSTM)"``."""
+    cls = type(layer).__name__
+    return f"{prefix} ({cls})" if layer.name == cls else f"{prefix} {layer.name} ({cls})"
+
+
+class Sequential(Model):
+    """Layers applied one after another; layer ``i``'s weights are named ``"{i}.{weight}"``
+    (so an LSTM at position 2 saves ``2.kernel``, ``2.recurrent_kernel``, ``2.bias``).
+
+    ``Sequential([...])`` builds lazily on the first ``fit`` / ``predict`` / ``evaluate`` from
+    the data's shape with a free batch axis, or explicitly with :meth:`build`
+    (``input_shape=`` builds at once). A model always accepts any batch size: the batch axis of
+    the build shape is made free. Other ``None`` axes (e.g. a free time axis) stay free.
+    """
+
+    def __init__(self, layers: list[Layer] | None = None, *, input_shape: Any = None,
+                 name: str = "sequential") -> None:
+        super().__init__(name)
+        self.layers: list[Layer] = []
+        self._input_shape: Shape | None = None
+        self._out_shapes: list[Shape] = []
+        for layer in layers or []:
+            self.add(layer)
+        if input_shape is not None:
+            self.build(input_shape)
+
+    def add(self, layer: Layer) -> Sequential:
+        """Append a layer (chainable). Only before the model is built."""
+        if self._input_shape is not None:
+            raise InvalidInputError(f"{self.name}: cannot add a layer to a built model")
+        if not isinstance(layer, Layer):
+            raise InvalidInputError(f"{self.name}: expected a Layer, got {type(layer).__name__}")
+        if isinstance(layer, MergeLayer):
+            raise InvalidInputError(
+                f"{self.name}: {type(layer).__name__} takes several inputs; use a GraphBuilder"
+            )
+        if any(lay is layer for lay in self.layers):
+            raise InvalidInputError(
+                f"{self.name}: this {layer.name} layer is already at position "
+                f"{next(i for i, lay in enumerate(self.layers) if lay is layer)}; share a layer "
+                f"in a graph model instead"
+            )
+        self.layers.append(layer)
+        return self
+
+    @property
+    def built(self) -> bool:
+        return self._input_shape is not None
+
+    def input_shapes(self) -> list[Shape]:
+        if self._input_shape is None:
+            raise InvalidInputError(f"{self.name}: not built")
+        return [self._input_shape]
+
+    def build(self, shape: Shape | tuple[int | None, ...]) -> Sequential:
+        """Build every layer in order, threading each output shape into the next layer.
+
+        ``shape`` is the input's shape (its batch axis is made free). Returns the model.
+        """
+        if not self.layers:
+            raise InvalidInputError(f"{self.name}: cannot build a model with no layers")
+        shp = Shape.of(shape)
+        if shp.rank < 1:
+            raise InvalidInputError(f"{self.name}: expected an input shape of rank >= 1, got {shp}")
+        cur = Shape((None, *shp[1:]))
+        first = cur
+        outs: list[Shape] = []
+        for i, layer in enumerate(self.layers):
+            try:
+                layer.build(cur)
+                cur = layer.compute_output_shape(cur)
+            except InvalidInputError as e:
+                raise InvalidInputError(f"{self.name}: layer {i} ({type(layer).__name__}): {e}") from None
+            outs.append(cur)
+        self._out_shapes = outs
+        self._input_shape = first
+        return self
+
+    def _ensure_built(self, xs: list[np.ndarray]) -> None:
+        if self._input_shape is None:
+            with self._build_lock:
+                if self._input_shape is None:
+                    if xs[0].ndim < 1:
+                        raise InvalidInputError(f"{self.name}: expected an array input, got a scalar")
+                    self.build(Shape.with_free_batch(xs[0].shape))
+
+    @property
+    def output_shape(self) -> Shape:
+        if not self._out_shapes:
+            raise InvalidInputError(f"{self.name}: not built")
+        return self._out_shapes[-1]
+
+    def _forward(self, xs: list[np.ndarray], ctx: Ctx, check: bool) -> list[np.ndarray]:
+        h: np.ndarray = xs[0]
+        for i, layer in enumerate(self.layers):
+            h = layer.forward(h, ctx)
+            if check:
+                check_finite(h, f"the output of layer {i} ({type(layer).__name__})")
+        return [h]
+
+    def _backward(self, grads: list[np.ndarray], ctx: Ctx, check: bool) -> list[np.ndarray]:
+        g = grads[0]
+        for i in range(len(self.layers) - 1, -1, -1):
+            layer = self.layers[i]
+            g = layer.backward(g, ctx)
+            if check:
+                check_weight_grads(layer, ctx, str(i))
+                check_finite(g, f"the input gradient of layer {i} ({type(layer).__name__})")
+        return [g]
+
+    def named_weights(self) -> dict[str, tuple[Layer, str]]:
+        """``{"{index}.{weight}": (layer, weight)}`` in layer order."""
+        return {f"{i}.{n}": (layer, n) for i, layer in enumerate(self.layers) for n in layer.weight_names}
+
+    def _summary_rows(self) -> tuple[list[str], list[list[str]]]:
+        rows = [[layer_label(str(i), layer), shape_text(s), f"{layer.param_count():,}"]
+                for i, (layer, s) in enumerate(zip(self.layers, self._out_shapes, strict=True))]
+        return ["Layer (type)", "Output Shape", "Param #"], rows
+
+    def get_config(self) -> dict[str, Any]:
+        """``{"class_name": "Sequential", "config": {"name", "input_shape", "layers"}}``."""
+        shp = None if self._input_shape is None else list(self._input_shape.dims)
+        return {"class_name": "Sequential",
+                "config": {"name": self.name, "input_shape": shp,
+                           "layers": [layer_to_config(layer) for layer in self.layers]}}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Sequential:
+        """A new model (fresh weights) from the ``"config"`` part of :meth:`get_config`."""
+        layers = [layer_from_config(c) for c in config.get("layers", [])]
+        return cls(layers, input_shape=config.get("input_shape"), name=config.get("name", "sequential"))
+
+
+class SequentialBuilder:
+    """The pages' builder: ``SequentialBuilder().add(a).add(b).build(shape) -> Sequential``."""
+
+    def __init__(self, name: str = "sequential") -> None:
+        self._layers: list[Layer] = []
+        self._name = name
+
+    def add(self, layer: Layer) -> SequentialBuilder:
+        self._layers.append(layer)
+        return self
+
+    def build(self, shape: Shape | tuple[int | None, ...]) -> Sequential:
+        """Build every layer for inputs of ``shape`` (batch axis free) and return the model."""
+        return Sequential(self._layers, input_shape=shape, name=self._name)

@@ -1,0 +1,42 @@
+"""The ``summary()`` table.
+
+Layout (every line right-stripped)::
+
+    Model: "<name>"
+    ====...                                  one '=' per column of the table width
+    <header cells>
+    ----...
+    <one row per layer>
+    ====...
+    Total params: 1,697
+    Trainable params: 1,697
+    Non-trainable params: 0
+
+Columns are left-aligned, each padded to the widest of its header and cells, and separated
+by 2 spaces; the table width is the sum of the column widths plus 2 per gap. Counts carry
+thousands separators. Every weight is trainable, so the non-trainable count is 0.
+"""
+
+from __future__ import annotations
+
+from rnnkit._shape import Shape
+
+
+def shape_text(shape: Shape) -> str:
+    """``(None, 4, 8)``: the batch axis always prints ``None`` (models take any batch size)."""
+    dims = ["None", *("None" if d is None else str(d) for d in shape[1:])]
+    return f"({dims[0]},)" if len(dims) == 1 else f"({', '.join(dims)})"
+
+
+def render_summary(name: str, header: list[str], rows: list[list[str]], total: int) -> str:
+    widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=True)]
+    width = sum(widths) + 2 * (len(widths) - 1)
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    out = [f'Model: "{name}"', "=" * width, line(header), "-" * width]
+    out += [line(r) for r in rows]
+    out += ["=" * width, f"Total params: {total:,}", f"Trainable params: {total:,}",
+            "Non-trainable params: 0"]
+    return "\n".join(out)

@@ -1,0 +1,194 @@
+"""The training loop behind ``Model.fit`` and ``Model.evaluate``.
+
+One STEP on a batch ``(xb, yb)`` (a fresh training Ctx each step)::
+
+    pred        = model forward(xb)                   every layer output checked finite
+    loss, dpred = loss.value_and_grad(yb, pred)       mean over the batch's samples
+    metrics     = m(yb, pred) for each metric         measured on the same, pre-update pred
+    model backward(dpred)                             every gradient checked finite
+    optimizer.apply_gradients([(layer, name, grad), ...])
+
+One EPOCH: with ``batch_size=None`` (or >= the sample count) one full-batch step — the pages'
+``fit`` rule; otherwise ``ceil(N / batch_size)`` steps over a permutation drawn each epoch
+(when ``shuffle``) from one generator seeded by ``seed``. The epoch's ``loss`` (and each
+metric) is the SAMPLE-WEIGHTED mean of the batch values, each measured before its update::
+
+    loss_epoch = sum_b n_b * loss_b / sum_b n_b
+
+(Keras' convention). ``val_*`` entries: :func:`evaluate_logs` on the validation data after the
+epoch's last step. ``validation_split=f`` holds out the LAST ``ceil(f * N)`` samples (before
+any shuffling), as Keras does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from rnnkit._ctx import Ctx
+from rnnkit._errors import InvalidInputError, InvalidParameterError, NonFiniteError
+from rnnkit._random import make_rng
+from rnnkit.models._base import Data, Model, NonFiniteAt, as_list, check_finite
+from rnnkit.models._callbacks import Callback, CallbackList, History
+
+
+def _targets(model: Model, y: Data, n: int) -> list[np.ndarray]:
+    ys = as_list(y, model.n_outputs, "target")
+    for k, a in enumerate(ys):
+        if a.ndim < 1 or a.shape[0] != n:
+            raise InvalidInputError(
+                f"{model.name}: target {k} has shape {a.shape}; expected {n} samples on axis 0 "
+                f"(as many as the inputs)"
+            )
+    return ys
+
+
+def _check_finite_data(arrs: list[np.ndarray], what: str) -> None:
+    for k, a in enumerate(arrs):
+        if a.dtype.kind in "fc" and not np.isfinite(a).all():
+            pos = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
+            raise InvalidInputError(f"{what}{'' if len(arrs) == 1 else f' {k}'} holds {a[pos]} at {pos}; "
+                                    f"expected finite numbers")
+
+
+def loss_and_grads(model: Model, ys: list[np.ndarray],
+                   preds: list[np.ndarray]) -> tuple[float, list[np.ndarray]]:
+    """The summed loss over the outputs and d(loss)/d(pred) per output."""
+    total = 0.0
+    grads: list[np.ndarray] = []
+    for y, p in zip(ys, preds, strict=True):
+        v, g = model.loss.value_and_grad(y, p)
+        total += float(v)
+        grads.append(np.asarray(g, p.dtype))
+    return total, grads
+
+
+def metric_values(model: Model, ys: list[np.ndarray], preds: list[np.ndarray]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for k, (y, p) in enumerate(zip(ys, preds, strict=True)):
+        for m in model.metrics:
+            key = m.name if len(ys) == 1 else f"output_{k}_{m.name}"
+            out[key] = float(m(y, p))
+    return out
+
+
+def train_step(model: Model, xb: list[np.ndarray], yb: list[np.ndarray], ctx: Ctx) -> dict[str, float]:
+    """One optimizer step (see the module docstring); returns the pre-update loss and metrics."""
+    preds = model._forward(xb, ctx, True)
+    loss, grads = loss_and_grads(model, yb, preds)
+    lname = type(model.loss).__name__
+    if not math.isfinite(loss):
+        raise NonFiniteAt(f"the loss ({lname}) is {loss}")
+    for g in grads:
+        check_finite(g, f"the gradient of the loss ({lname}) w.r.t. the model output")
+    logs = {"loss": loss, **metric_values(model, yb, preds)}
+    model._backward(grads, ctx, True)
+    pairs = [(layer, n, ctx.grads[(layer, n)]) for layer, n in model.trainable_weights()
+             if (layer, n) in ctx.grads]
+    model.optimizer.apply_gradients(pairs)
+    for key, (layer, n) in model.named_weights().items():
+        check_finite(layer.weight(n), f"weight {key} ({type(layer).__name__}) after the optimizer step")
+    return logs
+
+
+def evaluate_logs(model: Model, x: Data, y: Data, batch_size: int | None) -> dict[str, float]:
+    """Loss and metrics in inference passes, sample-weighted over batches of ``batch_size``."""
+    xs = model._inputs(x)
+    n = xs[0].shape[0]
+    ys = _targets(model, y, n)
+    bs = n if batch_size is None else batch_size
+    sums: dict[str, float] = {}
+    for a in range(0, n, bs):
+        xb, yb = [v[a:a + bs] for v in xs], [v[a:a + bs] for v in ys]
+        preds = model._forward(xb, Ctx.inference(), False)
+        loss, _ = loss_and_grads(model, yb, preds)
+        nb = xb[0].shape[0]
+        for k, v in {"loss": loss, **metric_values(model, yb, preds)}.items():
+            sums[k] = sums.get(k, 0.0) + nb * v
+    return {k: v / n for k, v in sums.items()}
+
+
+def _split(model: Model, xs: list[np.ndarray], ys: list[np.ndarray], split: float) -> tuple[Any, ...]:
+    if isinstance(split, bool) or not isinstance(split, (int, float)) or not 0.0 <= split < 1.0:
+        raise InvalidParameterError(f"fit: validation_split must be a number in [0, 1), got {split!r}")
+    n = xs[0].shape[0]
+    n_val = math.ceil(split * n)
+    if n_val >= n:
+        raise InvalidInputError(f"fit: validation_split={split} leaves no training samples out of {n}")
+    cut = n - n_val
+    return [v[:cut] for v in xs], [v[:cut] for v in ys], [v[cut:] for v in xs], [v[cut:] for v in ys]
+
+
+def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | None,
+            validation_data: tuple[Data, Data] | None, validation_split: float,
+            callbacks: list[Callback] | None, verbose: int, shuffle: bool, seed: int | None,
+            initial_epoch: int) -> History:
+    """``Model.fit`` (see the module docstring)."""
+    model._require_compiled("fit")
+    for arg, val_, lo in (("epochs", epochs, 1), ("initial_epoch", initial_epoch, 0)):
+        if isinstance(val_, bool) or not hasattr(val_, "__index__") or int(val_) < lo:
+            raise InvalidParameterError(f"fit: {arg} must be an int >= {lo}, got {val_!r}")
+    if batch_size is not None and (isinstance(batch_size, bool) or not hasattr(batch_size, "__index__")
+                                   or int(batch_size) < 1):
+        raise InvalidParameterError(f"fit: batch_size must be an int >= 1 or None, got {batch_size!r}")
+    xs = model._inputs(x)
+    ys = _targets(model, y, xs[0].shape[0])
+    _check_finite_data(xs, "fit: x")
+    _check_finite_data(ys, "fit: y")
+    val: tuple[Any, Any] | None = None
+    if validation_data is not None:
+        if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
+            raise InvalidParameterError("fit: validation_data must be a pair (x_val, y_val)")
+        val = (validation_data[0], validation_data[1])
+    elif validation_split:
+        xs, ys, vx, vy = _split(model, xs, ys, validation_split)
+        val = (vx[0] if len(vx) == 1 else vx, vy[0] if len(vy) == 1 else vy)
+    n = xs[0].shape[0]
+    bs = n if batch_size is None else min(int(batch_size), n)
+    rng = make_rng(seed)
+    history = History()
+    cbs = CallbackList([history, *(callbacks or [])], model)
+    model.stop_training = False
+    cbs.on_train_begin({})
+    logs: dict[str, float] = {}
+    bar = tqdm(range(int(initial_epoch), int(epochs)), desc=model.name, unit="epoch",
+               disable=not verbose, dynamic_ncols=True)
+    try:
+        for epoch in bar:
+            cbs.on_epoch_begin(epoch, {})
+            if bs >= n:
+                batches: list[Any] = [slice(None)]
+            else:
+                order = rng.permutation(n) if shuffle else np.arange(n)
+                batches = [order[a:a + bs] for a in range(0, n, bs)]
+            sums: dict[str, float] = {}
+            for b, idx in enumerate(batches):
+                xb, yb = [v[idx] for v in xs], [v[idx] for v in ys]
+                ctx = Ctx.training(int(rng.integers(0, 2**63 - 1)))
+                try:
+                    step_logs = train_step(model, xb, yb, ctx)
+                except NonFiniteAt as e:
+                    raise NonFiniteError(
+                        f"{model.name}: training produced NaN or Inf in epoch {epoch + 1}/{epochs} "
+                        f"(batch {b + 1}/{len(batches)}): first at {e.where}"
+                    ) from None
+                nb = int(xb[0].shape[0])
+                for k, v in step_logs.items():
+                    sums[k] = sums.get(k, 0.0) + nb * v
+                cbs.on_train_batch_end(b, step_logs)
+            logs = {k: v / n for k, v in sums.items()}
+            if val is not None:
+                vlogs = evaluate_logs(model, val[0], val[1], batch_size)
+                logs.update({f"val_{k}": v for k, v in vlogs.items()})
+            cbs.on_epoch_end(epoch, logs)
+            bar.set_postfix({k: f"{v:.4g}" for k, v in logs.items()}, refresh=False)
+            if model.stop_training:
+                break
+    finally:
+        bar.close()
+    cbs.on_train_end(logs)
+    model.history = history
+    return history
