@@ -82,8 +82,10 @@ class Table:
         return np.stack([self.columns[n] for n in names], axis=1)
 
 
-def _lines_text(lines: np.ndarray, limit: int = 8) -> str:
-    shown = ", ".join(str(int(v)) for v in lines[:limit])
+def _lines_text(lines: np.ndarray, limit: int = 8, labels: list[str] | None = None) -> str:
+    """``"8 (19580510), 11 (19580531) and 3 more"`` — CSV line numbers, with the date if known."""
+    shown = ", ".join(str(int(v)) + (f" ({labels[k]})" if labels is not None else "")
+                      for k, v in enumerate(lines[:limit]))
     more = len(lines) - limit
     return shown + (f" and {more} more" if more > 0 else "")
 
@@ -204,8 +206,9 @@ def read_csv(
             raise DataError(f"{spath}: line {line} has {len(r)} fields, the header has {len(header)}")
     lines = [ln for ln, _ in body]
     cols = {c: _parse_numeric([r[header.index(c)] for _, r in body], lines, c, spath) for c in columns}
-    if dcol is not None:
-        index = _parse_index([r[header.index(dcol)] for _, r in body], lines, dcol, spath)
+    raw_dates = [r[header.index(dcol)].strip() for _, r in body] if dcol is not None else None
+    if dcol is not None and raw_dates is not None:
+        index = _parse_index(raw_dates, lines, dcol, spath)
     else:
         index = np.arange(len(body), dtype=np.int64)
     line_arr = np.asarray(lines, dtype=np.int64)
@@ -214,9 +217,12 @@ def read_csv(
         for c, v in cols.items():
             m = np.isnan(v)
             if m.any() and missing == "error":
+                where = np.flatnonzero(m)
+                labels = [raw_dates[k] for k in where[:8]] if raw_dates is not None else None
                 raise DataError(
                     f"{spath}: column {c!r} has {int(m.sum())} missing value(s) at lines "
-                    f"{_lines_text(line_arr[m])}; choose --missing drop or --missing interpolate"
+                    f"{_lines_text(line_arr[m], labels=labels)}; choose --missing drop or "
+                    f"--missing interpolate"
                 )
             miss_any |= m
         if missing == "drop" and miss_any.any():

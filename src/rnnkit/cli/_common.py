@@ -1,0 +1,42 @@
+"""Shared pieces of the command line: the error type, atomic text writes, the metrics table."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+class CliError(Exception):
+    """Bad command-line input that is not an rnnkit.Error (printed as one line, exit status 2)."""
+
+
+def ensure_dir(path: str | os.PathLike[str]) -> Path:
+    """Create the output directory (and parents); a path that is a file is an error."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise CliError(f"{p}: exists and is not a directory; choose another --out")
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to a temporary file next to ``path``, then rename it over ``path``."""
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def metrics_table(rows: list[tuple[str, float, float]], title: str) -> str:
+    """A fixed-width table: one row per model, columns RMSE and MAE (data units)."""
+    width = max(len(r[0]) for r in rows)
+    lines = [title, f"  {'model':<{width}}  {'RMSE':>9}  {'MAE':>9}"]
+    lines += [f"  {name:<{width}}  {r:9.3f}  {m:9.3f}" for name, r, m in rows]
+    return "\n".join(lines)

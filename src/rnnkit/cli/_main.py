@@ -1,0 +1,179 @@
+"""The ``rnnkit`` command line: argument parsing, dispatch, and the error contract.
+
+Every command returns an exit status. Bad input (a missing file, an unknown or non-numeric
+column, too few rows for the window, a model file that is not one, ...) prints ONE line
+``rnnkit: error: <what is wrong>`` on stderr and returns 2, never a traceback; argparse usage
+errors also exit with 2. An unexpected failure prints one line and returns 1 (set
+``RNNKIT_DEBUG=1`` to see the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+from rnnkit._errors import Error
+from rnnkit.cli._common import CliError
+
+_EPILOG = """commands:
+  demo       train a small LSTM on the bundled sunspots, compare with two baselines, draw it
+  train      train a forecaster on a CSV file
+  predict    forecast with a saved model (one step per window, or --steps K recursively)
+  summary    describe a saved model
+  bench      time rnnkit against PyTorch (needs torch; arguments go to benchmarks/bench.py)
+
+Bad input exits with status 2 and one line on stderr."""
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
+    return v
+
+
+def _nonneg(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
+    return v
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+    if not 0.0 <= v < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {v}")
+    return v
+
+
+def _rate(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not v > 0.0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full ``rnnkit`` parser (every subcommand and flag)."""
+    p = argparse.ArgumentParser(
+        prog="rnnkit", description="rnnkit: recurrent neural networks on NumPy.",
+        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    d = sub.add_parser("demo", help="LSTM on the bundled sunspots vs persistence and AR(p)")
+    d.add_argument("--out", default="rnnkit_out", metavar="DIR",
+                   help="output directory for the model and the pictures (default ./rnnkit_out)")
+    d.add_argument("--quiet", action="store_true", help="no progress bar")
+    d.add_argument("--no-plots", action="store_true", help="skip the two PNG pictures")
+
+    t = sub.add_parser("train", help="train a forecaster on a CSV file")
+    t.add_argument("data", metavar="DATA.csv")
+    t.add_argument("--target", required=True, metavar="COL", help="the column to forecast")
+    t.add_argument("--features", default=None, metavar="A,B,...",
+                   help="comma-separated input columns (default: the target alone)")
+    t.add_argument("--date-col", default=None, metavar="COL",
+                   help="the date column (default: a column named date/time/year/...)")
+    t.add_argument("--window", type=_positive, default=12, help="timesteps per input (default 12)")
+    t.add_argument("--horizon", type=_positive, default=1, help="rows ahead to forecast (default 1)")
+    t.add_argument("--cell", choices=("lstm", "gru", "rnn"), default="lstm")
+    t.add_argument("--units", type=_positive, default=32)
+    t.add_argument("--layers", type=_positive, default=1, help="stacked recurrent layers (default 1)")
+    t.add_argument("--epochs", type=_positive, default=100)
+    t.add_argument("--batch-size", type=_positive, default=32)
+    t.add_argument("--val-split", type=_fraction, default=0.2,
+                   help="fraction of the windows, the LAST ones, held out for validation (default 0.2)")
+    t.add_argument("--patience", type=_nonneg, default=20,
+                   help="early-stopping patience in epochs, 0 = off (default 20)")
+    t.add_argument("--lr", type=_rate, default=0.005, help="Adam learning rate (default 0.005)")
+    t.add_argument("--transform", choices=("none", "sqrt", "log1p"), default="none",
+                   help="variance-stabilising transform before standardising (default none)")
+    t.add_argument("--missing", choices=("error", "drop", "interpolate"), default="error",
+                   help="what to do with empty fields (default error, naming the rows)")
+    t.add_argument("--seed", type=_nonneg, default=0)
+    t.add_argument("--out", default="rnnkit_out", metavar="DIR")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    pr = sub.add_parser("predict", help="forecast with a saved model")
+    pr.add_argument("model", metavar="MODEL")
+    pr.add_argument("data", metavar="DATA.csv")
+    pr.add_argument("--steps", type=_positive, default=None, metavar="K",
+                    help="forecast K steps past the end, feeding each forecast back in")
+    pr.add_argument("--output", default=None, metavar="FILE", help="write the CSV here (default stdout)")
+    pr.add_argument("--missing", choices=("error", "drop", "interpolate"), default="error")
+
+    s = sub.add_parser("summary", help="describe a saved model")
+    s.add_argument("model", metavar="MODEL")
+
+    sub.add_parser("bench", help="rnnkit vs PyTorch timings (arguments go to benchmarks/bench.py)",
+                   add_help=False)
+    return p
+
+
+def _dispatch(argv: list[str]) -> int:
+    if argv and argv[0] == "bench":
+        from rnnkit.cli._bench import run_bench
+
+        return run_bench(argv[1:])
+    args = build_parser().parse_args(argv)
+    if args.command == "demo":
+        from rnnkit.cli._demo import demo_command
+
+        return demo_command(args)
+    if args.command == "train":
+        from rnnkit.cli._train import train_command
+
+        return train_command(args)
+    if args.command == "predict":
+        from rnnkit.cli._predict import predict_command
+
+        return predict_command(args)
+    if args.command == "summary":
+        from rnnkit.cli._predict import summary_command
+
+        return summary_command(args)
+    raise CliError(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses it
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``rnnkit`` command line with ``argv`` (default ``sys.argv[1:]``); return the status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _dispatch(args)
+    except SystemExit as e:  # argparse: --help (0) and usage errors (2)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    except (Error, CliError, OSError) as e:
+        if os.environ.get("RNNKIT_DEBUG"):
+            traceback.print_exc()
+        print(f"rnnkit: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rnnkit: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - the contract: one line, never a traceback
+        if os.environ.get("RNNKIT_DEBUG"):
+            traceback.print_exc()
+        print(f"rnnkit: internal error: {type(e).__name__}: {_one_line(e)} "
+              "(set RNNKIT_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 1

@@ -1,0 +1,127 @@
+"""The forecasting network the command line trains, and its file (the model plus the settings
+that turn CSV rows into its input and its output back into data units).
+
+Network: ``layers`` recurrent layers of ``units`` (all but the last with
+``return_sequences=True``), then ``Dense(1)`` (linear)::
+
+    (batch, window, features) -> [cell]*layers -> (batch, units) -> Dense(1) -> (batch, 1)
+
+trained with Adam and the mean squared error on standardised values, mini-batches shuffled by a
+seeded generator, early stopping on the validation loss (best weights restored) and a
+checkpoint of the best weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import rnnkit as rk
+from rnnkit._errors import Error
+from rnnkit.cli._common import CliError
+from rnnkit.timeseries import DataError, ForecastSpec, Windows
+
+#: metadata key under which the forecast settings are stored in the model file
+SPEC_KEY = "rnnkit.forecast"
+CELLS = {"lstm": "LSTM", "gru": "GRU", "rnn": "SimpleRNN"}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Network and training settings (the ``rnnkit train`` flags)."""
+
+    cell: str = "lstm"
+    units: int = 32
+    layers: int = 1
+    epochs: int = 100
+    batch_size: int = 32
+    lr: float = 0.005
+    patience: int = 20
+    seed: int = 0
+    verbose: bool = True
+
+
+def build_network(cfg: TrainConfig, window: int, n_features: int) -> Any:
+    """The Sequential forecaster, built for (None, window, n_features) inputs, compiled."""
+    if cfg.cell not in CELLS:
+        raise CliError(f"unknown cell {cfg.cell!r}; choose lstm, gru or rnn")
+    cls = getattr(rk, CELLS[cfg.cell])
+    builder = rk.SequentialBuilder()
+    for k in range(cfg.layers):
+        builder = builder.add(cls(cfg.units, "tanh", return_sequences=k < cfg.layers - 1,
+                                  seed=cfg.seed + k))
+    builder = builder.add(rk.Dense(1, "linear", seed=cfg.seed + cfg.layers))
+    model = builder.build(rk.Shape.with_free_batch((1, window, n_features)))
+    model.compile(rk.Adam(cfg.lr, 0.9, 0.999, 1e-8, 0.0), rk.MeanSquaredError())
+    return model
+
+
+def train_network(model: Any, cfg: TrainConfig, train: Windows, val: Windows | None,
+                  checkpoint: Path | None = None) -> dict[str, list[float]]:
+    """Fit on ``train`` (scaled), early-stopping on ``val``; returns the History's dict."""
+    monitor = "val_loss" if val is not None and len(val) else "loss"
+    callbacks: list[Any] = []
+    if cfg.patience > 0:
+        callbacks.append(rk.EarlyStopping(monitor=monitor, patience=cfg.patience,
+                                          restore_best_weights=True))
+    if checkpoint is not None:
+        callbacks.append(rk.ModelCheckpoint(str(checkpoint), monitor=monitor, save_best_only=True))
+    hist = model.fit(
+        train.x, train.y, epochs=cfg.epochs, batch_size=cfg.batch_size,
+        validation_data=(val.x, val.y) if val is not None and len(val) else None,
+        callbacks=callbacks, verbose=1 if cfg.verbose else 0, shuffle=True, seed=cfg.seed,
+    )
+    return {k: [float(v) for v in vals] for k, vals in hist.history.items()}
+
+
+def predict_values(model: Any, spec: ForecastSpec, x_scaled: np.ndarray) -> np.ndarray:
+    """Forecasts in data units for scaled windows (S, window, F) -> (S,)."""
+    z = np.asarray(model.predict(x_scaled.astype(np.float32)), dtype=np.float64).reshape(-1, 1)
+    return spec.y_scaler.invert(z)[:, 0]
+
+
+def save_forecaster(model: Any, spec: ForecastSpec, path: str | os.PathLike[str]) -> Path:
+    """Write the model file at ``path`` with ``spec`` in its metadata (atomic)."""
+    p = Path(path)
+    rk.io.save_model(model, p, metadata={SPEC_KEY: spec.to_json()})
+    return p
+
+
+def load_forecaster(path: str | os.PathLike[str]) -> tuple[Any, ForecastSpec | None]:
+    """The model at ``path`` and its forecast settings (None for a model saved without them).
+
+    A missing file, or a file that is not an rnnkit model, raises an rnnkit error naming it."""
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"{p}: no such model file")
+    if p.is_dir():
+        raise DataError(f"{p}: is a directory, expected a model file")
+    model = rk.load_model(p)
+    meta = rk.io.read_metadata(p)
+    text = meta.get(SPEC_KEY)
+    return model, (ForecastSpec.from_json(text) if text is not None else None)
+
+
+def describe_spec(spec: ForecastSpec) -> str:
+    """A few lines: what the forecaster reads, predicts, and how it scales."""
+    xs = spec.x_scaler
+    lines = [
+        f"forecast: {spec.target!r}, {spec.horizon} row(s) after a window of {spec.window} rows",
+        f"features: {', '.join(spec.features)}",
+        f"index column of the training data: {spec.index_name}",
+        f"scaling (fitted on training rows): transform {xs.transform}; "
+        + "; ".join(f"{n}: mean {m:.6g}, std {s:.6g}" for n, m, s in zip(xs.names, xs.mean, xs.std,
+                                                                       strict=True)),
+    ]
+    if spec.extra:
+        lines.append("training: " + json.dumps(spec.extra, sort_keys=True))
+    return "\n".join(lines)
+
+
+__all__ = ["CELLS", "SPEC_KEY", "TrainConfig", "build_network", "describe_spec", "load_forecaster",
+           "predict_values", "save_forecaster", "train_network", "Error"]

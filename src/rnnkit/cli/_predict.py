@@ -1,0 +1,124 @@
+"""``rnnkit predict MODEL DATA.csv`` and ``rnnkit summary MODEL``.
+
+predict, one step (default)
+    every complete window of the file's feature columns gives one forecast of the target
+    ``horizon`` rows after the window's last row; CSV columns ``<index>,prediction,actual``
+    (``actual`` is empty where the file has no such row). The last window's forecast lies past
+    the end of the file.
+predict ``--steps K`` (recursive)
+    from the last window, forecast the next row, append it to the window, repeat K times;
+    needs a model whose only feature is its target and whose horizon is 1. CSV columns
+    ``<index>,prediction``.
+
+``<index>`` is the training file's date column (dates as YYYY-MM-DD, years as integers; rows
+past the end continue the last spacing) or ``row`` (0-based data-row numbers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+
+import numpy as np
+
+from rnnkit.cli._common import CliError, write_text_atomic
+from rnnkit.cli._model import describe_spec, load_forecaster, predict_values
+from rnnkit.timeseries import ForecastSpec, Table, make_windows, read_csv
+
+
+def _index_labels(table: Table, positions: np.ndarray) -> list[str]:
+    """Labels of data rows ``positions`` (past the end: the last spacing continued)."""
+    idx = table.index
+    n = len(idx)
+    step = idx[-1] - idx[-2] if n >= 2 else (np.timedelta64(1, "D") if idx.dtype.kind == "M" else 1)
+    out = []
+    for p in positions:
+        v = idx[p] if p < n else idx[-1] + step * int(p - n + 1)
+        if idx.dtype.kind == "M":
+            out.append(str(np.datetime_as_string(v)))
+        else:
+            out.append(str(int(v)))
+    return out
+
+
+def _fmt(v: float) -> str:
+    return "" if not np.isfinite(v) else f"{v:.8g}"
+
+
+def _require_spec(spec: ForecastSpec | None, path: str) -> ForecastSpec:
+    if spec is None:
+        raise CliError(f"{path}: this model was saved without forecast settings (window, scaler); "
+                       "only models written by 'rnnkit train' or 'rnnkit demo' can predict from a CSV")
+    return spec
+
+
+def _emit(text: str, output: str | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        write_text_atomic(output, text)
+        print(f"wrote {text.count(chr(10)) - 1} forecast(s) to {output}", file=sys.stderr)
+
+
+def predict_command(args: argparse.Namespace) -> int:
+    model, spec_or_none = load_forecaster(args.model)
+    spec = _require_spec(spec_or_none, args.model)
+    feats = list(spec.features)
+    header = read_csv(args.data, [], date_col=None, missing="keep").all_columns
+    want_target = spec.target in header and spec.target not in feats
+    date_col = spec.index_name if spec.index_name in header else None
+    table = read_csv(args.data, feats + ([spec.target] if want_target else []), date_col=date_col,
+                     missing=args.missing)
+    x = spec.prepare(table.matrix(feats))
+    buf = io.StringIO()
+    if args.steps is None:
+        w = make_windows(x, None, spec.window, spec.horizon, what=str(args.data))
+        pred = predict_values(model, spec, w.x)
+        actual_col = table.columns.get(spec.target)
+        buf.write(f"{table.index_name},prediction,actual\n")
+        for label, p, pos in zip(_index_labels(table, w.pos), pred, w.pos, strict=True):
+            a = actual_col[pos] if actual_col is not None and pos < len(table) else np.nan
+            buf.write(f"{label},{_fmt(p)},{_fmt(a)}\n")
+    else:
+        if feats != [spec.target] or spec.horizon != 1:
+            raise CliError(
+                f"--steps needs a model whose only feature is its target and whose horizon is 1; "
+                f"this one reads {', '.join(feats)} and forecasts {spec.target!r} {spec.horizon} ahead"
+            )
+        if len(table) < spec.window:
+            raise CliError(f"too few rows in {args.data}: {len(table)} row(s), but window "
+                           f"{spec.window} needs at least {spec.window}")
+        hist = list(x[-spec.window:, 0])
+        preds = []
+        for _ in range(args.steps):
+            win = np.asarray(hist[-spec.window:], dtype=np.float64)[None, :, None]
+            v = predict_values(model, spec, win)[0]
+            preds.append(v)
+            hist.append(float(spec.x_scaler.apply(np.array([[v]]))[0, 0]))
+        positions = np.arange(len(table), len(table) + args.steps)
+        buf.write(f"{table.index_name},prediction\n")
+        for label, p in zip(_index_labels(table, positions), preds, strict=True):
+            buf.write(f"{label},{_fmt(p)}\n")
+    _emit(buf.getvalue(), args.output)
+    return 0
+
+
+def summary_command(args: argparse.Namespace) -> int:
+    model, spec = load_forecaster(args.model)
+    text = model.summary(print_fn=None) if _takes_print_fn(model) else model.summary()
+    if text is not None:
+        print(str(text).rstrip("\n"))
+    if spec is not None:
+        print(describe_spec(spec))
+    return 0
+
+
+def _takes_print_fn(model: object) -> bool:
+    import inspect
+
+    try:
+        return "print_fn" in inspect.signature(model.summary).parameters  # type: ignore[attr-defined]
+    except (TypeError, ValueError, AttributeError):
+        return False

@@ -1,0 +1,116 @@
+"""From raw columns to scaled train / validation / test windows, split in time order.
+
+The windows (see :func:`rnnkit.timeseries.make_windows`) are split chronologically::
+
+    | train (first) | validation | test (last n_test) |
+
+The scalers are fitted on the rows the TRAINING windows read or predict — rows
+``0 .. pos[n_train - 1]`` — so no validation or test value leaks into the scaling. The
+baselines are fitted on every position before the test part (train and validation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rnnkit.timeseries import (
+    ARModel,
+    DataError,
+    ForecastSpec,
+    Scaler,
+    Windows,
+    count_windows,
+    mae,
+    make_windows,
+    persistence_forecast,
+    rmse,
+    select_ar_order,
+)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Scaled windows of each part, the spec to save with the model, and the raw target."""
+
+    spec: ForecastSpec
+    target: np.ndarray
+    train: Windows
+    val: Windows
+    test: Windows
+
+
+def split_counts(n_windows: int, val_split: float, n_test: int = 0) -> tuple[int, int, int]:
+    """(n_train, n_val, n_test): ``n_val = round(val_split * (n_windows - n_test))``, at least 1
+    when ``val_split > 0``; at least one training window is left, else DataError."""
+    rest = n_windows - n_test
+    n_val = int(round(val_split * rest)) if val_split > 0 else 0
+    if val_split > 0:
+        n_val = max(n_val, 1)
+    n_train = rest - n_val
+    if n_train < 1:
+        raise DataError(
+            f"too few rows: {n_windows} window(s) leave no training window after "
+            f"{n_val} validation and {n_test} test window(s); add rows or lower --window/--val-split"
+        )
+    return n_train, n_val, n_test
+
+
+def prepare(features: np.ndarray, target: np.ndarray, feature_names: list[str], target_name: str, *,
+            window: int, horizon: int, val_split: float, n_test: int = 0, transform: str = "none",
+            index_name: str = "row", what: str = "the data") -> Prepared:
+    """Window, split and scale (see the module docstring)."""
+    rows = int(features.shape[0])
+    n = count_windows(rows, window, horizon)
+    if n < 1:
+        raise DataError(f"too few rows in {what}: {rows} row(s), but window {window} and horizon "
+                        f"{horizon} need at least {window + horizon}")
+    n_train, n_val, n_test = split_counts(n, val_split, n_test)
+    fit_rows = n_train - 1 + window - 1 + horizon + 1
+    xs = Scaler.fit(features[:fit_rows], feature_names, transform)
+    ys = Scaler.fit(target[:fit_rows, None], [target_name], transform)
+    spec = ForecastSpec(target_name, tuple(feature_names), window, horizon, xs, ys, index_name)
+    w = make_windows(xs.apply(features), ys.apply(target[:, None])[:, 0], window, horizon, what=what)
+    return Prepared(spec, np.asarray(target, dtype=np.float64), w.take(slice(0, n_train)),
+                    w.take(slice(n_train, n_train + n_val)), w.take(slice(n_train + n_val, n)))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """RMSE / MAE of the model and both baselines on one set of positions (data units)."""
+
+    rows: list[tuple[str, float, float]]
+    ar_order: int
+    actual: np.ndarray
+    predicted: np.ndarray
+    persistence: np.ndarray
+    ar: np.ndarray
+
+    def metric(self, name: str) -> tuple[float, float]:
+        for n, r, m in self.rows:
+            if n.startswith(name):
+                return r, m
+        raise KeyError(name)
+
+    def as_dict(self) -> dict[str, dict[str, float]]:
+        keys = ["model", "persistence", f"ar({self.ar_order})"]
+        return {k: {"rmse": r, "mae": m} for k, (_, r, m) in zip(keys, self.rows, strict=True)}
+
+
+def compare(model_name: str, predicted: np.ndarray, target: np.ndarray, eval_pos: np.ndarray,
+            fit_pos: np.ndarray, window: int, horizon: int) -> Comparison:
+    """The model's forecasts at ``eval_pos`` beside persistence and AR(p), p <= ``window`` by
+    AIC, the AR fitted by least squares on ``fit_pos``."""
+    actual = target[eval_pos]
+    per = persistence_forecast(target, eval_pos, horizon)
+    try:
+        p = select_ar_order(target, fit_pos, window, horizon)
+        ar = ARModel.fit(target, fit_pos, p, horizon).predict(target, eval_pos)
+        ar_name = f"AR({p}) least squares"
+    except DataError:  # too few training positions for any AR fit: report it, do not fail
+        p, ar, ar_name = 0, np.full(actual.shape, np.nan), "AR(p): too few training rows"
+    rows = [(model_name, rmse(predicted, actual), mae(predicted, actual)),
+            ("persistence", rmse(per, actual), mae(per, actual)),
+            (ar_name, rmse(ar, actual), mae(ar, actual))]
+    return Comparison(rows, p, actual, np.asarray(predicted, dtype=np.float64), per, ar)

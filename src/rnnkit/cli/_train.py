@@ -1,0 +1,86 @@
+"""``rnnkit train DATA.csv --target COL``: window, split in time order, scale on the training
+rows, fit with early stopping and a best-weights checkpoint, report validation metrics beside
+persistence and AR(p), and save the model with its forecast settings.
+
+Writes into ``--out`` (default ``./rnnkit_out``): ``model.safetensors`` (the model; the scaler
+and windowing settings in its metadata), ``checkpoint.safetensors`` (best weights seen during
+training), ``history.csv`` (loss per epoch) and ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+
+from rnnkit.cli._common import CliError, ensure_dir, metrics_table, write_text_atomic
+from rnnkit.cli._model import TrainConfig, build_network, predict_values, save_forecaster, train_network
+from rnnkit.cli._prepare import compare, prepare
+from rnnkit.timeseries import read_csv
+
+
+def parse_columns(text: str | None, target: str) -> list[str]:
+    """``"a,b"`` -> ``["a", "b"]`` (default: the target alone); duplicates are an error."""
+    if text is None:
+        return [target]
+    cols = [c.strip() for c in text.split(",")]
+    if not all(cols):
+        raise CliError(f"--features: empty column name in {text!r}")
+    dup = sorted({c for c in cols if cols.count(c) > 1})
+    if dup:
+        raise CliError(f"--features: column(s) named twice: {', '.join(dup)}")
+    return cols
+
+
+def history_csv(history: dict[str, list[float]]) -> str:
+    keys = sorted(history)
+    n = max((len(v) for v in history.values()), default=0)
+    lines = [",".join(["epoch", *keys])]
+    for e in range(n):
+        vals = [f"{history[k][e]:.8g}" if e < len(history[k]) else "" for k in keys]
+        lines.append(",".join([str(e + 1), *vals]))
+    return "\n".join(lines) + "\n"
+
+
+def train_command(args: argparse.Namespace) -> int:
+    features = parse_columns(args.features, args.target)
+    cols = features + ([args.target] if args.target not in features else [])
+    table = read_csv(args.data, cols, date_col=args.date_col, missing=args.missing)
+    x_raw = table.matrix(features)
+    y_raw = table.columns[args.target]
+    prep = prepare(x_raw, y_raw, features, args.target, window=args.window, horizon=args.horizon,
+                   val_split=args.val_split, transform=args.transform, index_name=table.index_name,
+                   what=str(args.data))
+    out = ensure_dir(args.out)
+    cfg = TrainConfig(cell=args.cell, units=args.units, layers=args.layers, epochs=args.epochs,
+                      batch_size=args.batch_size, lr=args.lr, patience=args.patience, seed=args.seed,
+                      verbose=not args.quiet)
+    print(f"{args.data}: {len(table)} rows, {len(prep.train) + len(prep.val)} windows of "
+          f"{args.window} -> {args.target!r} {args.horizon} ahead: {len(prep.train)} train, "
+          f"{len(prep.val)} validation (the last ones)", flush=True)
+    model = build_network(cfg, args.window, len(features))
+    t0 = time.perf_counter()
+    history = train_network(model, cfg, prep.train, prep.val if len(prep.val) else None,
+                            checkpoint=out / "checkpoint.safetensors")
+    secs = time.perf_counter() - t0
+    part = prep.val if len(prep.val) else prep.train
+    label = "validation" if len(prep.val) else "training (no validation part: --val-split 0)"
+    pred = predict_values(model, prep.spec, part.x)
+    # the baselines are fitted on the training positions only, like the network
+    cmp = compare(f"{args.cell.upper()} ({args.units} units x {args.layers})", pred, prep.target,
+                  part.pos, prep.train.pos, args.window, args.horizon)
+    epochs_run = len(history.get("loss", []))
+    spec = dataclasses.replace(prep.spec, extra={
+        "cell": args.cell, "units": args.units, "layers": args.layers, "epochs_run": epochs_run,
+        "seed": args.seed, "data": str(args.data), "rows": len(table), "missing": args.missing})
+    model_path = save_forecaster(model, spec, out / "model.safetensors")
+    write_text_atomic(out / "history.csv", history_csv(history))
+    write_text_atomic(out / "metrics.json", json.dumps(
+        {"part": "validation" if len(prep.val) else "training", "windows": int(len(part)),
+         "metrics": cmp.as_dict(), "epochs_run": epochs_run, "seconds": round(secs, 3)}, indent=1))
+    print(f"trained {epochs_run} epoch(s) in {secs:.1f} s")
+    print(metrics_table(cmp.rows, f"{label} metrics on {len(part)} window(s), in data units:"))
+    print(f"model saved to {model_path} (scaler and window settings inside); best weights in "
+          f"{out / 'checkpoint.safetensors'}; loss per epoch in {out / 'history.csv'}")
+    return 0
