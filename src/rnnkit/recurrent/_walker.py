@@ -162,7 +162,9 @@ class RecurrentLayer(Layer):
                          np.concatenate(bs, axis=1))
 
     # -- forward -----------------------------------------------------------------------------
-    def _check_input(self, x: Any) -> np.ndarray:
+    def _check_input(self, x: Any, check_steps: bool = True) -> np.ndarray:
+        """``x`` as a (B, T, F) array of the layer's dtype; ``check_steps=False`` (the tch-style
+        ``step / seq / seq_init``) accepts any T even when the build fixed the time axis."""
         self._require_built()
         arr = self._as_input(x)
         if arr.ndim != 3:
@@ -177,7 +179,7 @@ class RecurrentLayer(Layer):
         if arr.shape[1] < 1:
             raise InvalidInputError(f"{self.name}: expected at least 1 timestep, got shape {arr.shape}")
         expect = self.input_shape
-        if expect[1] is not None and expect[1] != arr.shape[1]:
+        if check_steps and expect[1] is not None and expect[1] != arr.shape[1]:
             raise InvalidInputError(
                 f"{self.name}: built for {expect[1]} timesteps, got shape {arr.shape}"
             )
@@ -245,7 +247,7 @@ class RecurrentLayer(Layer):
             ctx.save(self, cache)
         if self.return_sequences:
             assert seq is not None
-            return np.ascontiguousarray(seq.transpose(1, 0, 2))
+            return seq.transpose(1, 0, 2).copy()  # never a view of the cache (B == 1, T == 1)
         return np.array(final[0])
 
     # -- backward ----------------------------------------------------------------------------
@@ -320,7 +322,7 @@ class RecurrentLayer(Layer):
 
     def seq_init(self, x: Any, state: Any) -> tuple[np.ndarray, Any]:
         """Run from ``state`` (``None`` = zeros): (sequence (B, T, H), final state)."""
-        arr = self._check_input(x)
+        arr = self._check_input(x, check_steps=False)
         init = None
         if state is not None:
             init = self._unpack_state(state)
