@@ -4,6 +4,7 @@ The public surface; every name here is re-exported from a private module.
 """
 
 from rnnkit import (
+    io,
     losses,
     metrics,
     optimizers,
@@ -24,6 +25,14 @@ from rnnkit._errors import (
 from rnnkit._layer import Layer, WeightEntry
 from rnnkit._random import set_global_seed
 from rnnkit._shape import Shape
+from rnnkit.io import (
+    load_layer_weights,
+    load_model,
+    load_weights,
+    save_layer_weights,
+    save_model,
+    save_weights,
+)
 from rnnkit.losses import (
     BinaryCrossEntropy,
     CategoricalCrossEntropy,
@@ -50,6 +59,8 @@ __all__ = [
     "FileFormatError",
     "optimizers", "SGD", "Adam", "AdamW", "Optimizer", "RMSprop",
     "metrics",
+    "io", "save_weights", "load_weights", "save_layer_weights", "load_layer_weights", "save_model",
+    "load_model",
     "losses", "Loss", "MeanSquaredError", "MeanAbsoluteError", "BinaryCrossEntropy",
     "CategoricalCrossEntropy", "SparseCategoricalCrossEntropy",
 ]

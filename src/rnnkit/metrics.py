@@ -144,6 +144,21 @@ _ALIASES: dict[str, type[Metric]] = {
 }
 
 
+def from_config(class_name: str, config: dict[str, Any]) -> Metric:
+    """A metric from its class name and ``get_config()`` dict (what a model file stores)."""
+    classes: dict[str, type[Metric]] = {
+        c.__name__: c for c in (Accuracy, MeanAbsoluteError, MeanSquaredError)
+    }
+    cls = classes.get(class_name)
+    if cls is None:
+        raise InvalidParameterError(f"metrics.from_config: unknown metric class {class_name!r}; "
+                                    f"known: {sorted(classes)}")
+    try:
+        return cls(**config)
+    except TypeError as e:
+        raise InvalidParameterError(f"metrics.from_config: bad config for {class_name}: {e}") from None
+
+
 def get(identifier: str | Metric) -> Metric:
     """A metric from a name (``"accuracy"``, ``"acc"``, ``"mae"``, ``"mse"``, ...) or an instance
     (anything callable with a ``name`` attribute is returned as is)."""
@@ -162,4 +177,4 @@ def get(identifier: str | Metric) -> Metric:
     )
 
 
-__all__ = ["Accuracy", "MeanAbsoluteError", "MeanSquaredError", "Metric", "get"]
+__all__ = ["Accuracy", "MeanAbsoluteError", "MeanSquaredError", "Metric", "from_config", "get"]

@@ -1,0 +1,19 @@
+"""Files: safetensors weights and model files (no pickle, atomic writes), and the weight
+importers/exporters of one recurrent layer for PyTorch and Keras."""
+
+from rnnkit.io._atomic import atomic_write_bytes
+from rnnkit.io._interop import from_keras_weights, from_torch_state, to_keras_weights, to_torch_state
+from rnnkit.io._model import load_model, save_model
+from rnnkit.io._weights import (
+    load_layer_weights,
+    load_weights,
+    read_safetensors,
+    save_layer_weights,
+    save_weights,
+)
+
+__all__ = [
+    "atomic_write_bytes", "from_keras_weights", "from_torch_state", "load_layer_weights", "load_model",
+    "load_weights", "read_safetensors", "save_layer_weights", "save_model", "save_weights",
+    "to_keras_weights", "to_torch_state",
+]

@@ -1,0 +1,141 @@
+"""Weight files: safetensors, one tensor per weight, named as ``model.named_weights()`` names
+them (Sequential ``"2.kernel"``, ``"2.recurrent_kernel"``, ``"2.bias"``; graph models
+``"{node}.{weight}"``; a single layer ``"kernel"``, ...). No pickle: safetensors holds raw
+little-endian arrays and a JSON header.
+
+Loading is strict and all-or-nothing: every name of the model must be in the file with the
+weight's exact shape, and the file must hold no other name. Otherwise :class:`WeightShapeError`
+lists EACH offending name (expected vs got) and no weight changes. Arrays are converted to the
+layer's dtype. Every write is atomic (:mod:`rnnkit.io._atomic`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save as _st_save
+
+from rnnkit._errors import FileFormatError, WeightShapeError
+from rnnkit.io._atomic import atomic_write_bytes
+
+if TYPE_CHECKING:
+    from rnnkit._layer import Layer
+
+#: metadata ``format`` of a weights file; a model file says ``"rnnkit-model"``
+WEIGHTS_FORMAT = "rnnkit-weights"
+FORMAT_VERSION = "1"
+
+Named = Mapping[str, tuple["Layer", str]]
+
+
+def write_safetensors(path: str | os.PathLike[str], tensors: Mapping[str, np.ndarray],
+                      metadata: Mapping[str, str]) -> None:
+    """Serialise ``tensors`` with ``metadata`` and write the file atomically."""
+    arrays = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
+    atomic_write_bytes(path, _st_save(arrays, metadata=dict(metadata)))
+
+
+def read_safetensors(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """``(tensors, metadata)`` of a safetensors file; FileFormatError (naming the path and what
+    its first bytes are) when it is not one. A missing file raises FileNotFoundError."""
+    p = os.fspath(path)
+    if not os.path.exists(p):
+        raise FileNotFoundError(f"no such file: {p}")
+    if os.path.isdir(p):
+        raise FileFormatError(f"{p}: expected a safetensors file, found a directory")
+    try:
+        with safe_open(p, framework="numpy") as f:
+            meta = dict(f.metadata() or {})
+            tensors = {k: np.array(f.get_tensor(k)) for k in f.keys()}  # noqa: SIM118
+    except (SafetensorError, ValueError, TypeError) as e:
+        size = os.path.getsize(p)
+        with open(p, "rb") as fh:
+            head = fh.read(16)
+        raise FileFormatError(
+            f"{p}: not a safetensors file ({e}); found {size} bytes starting {head!r}"
+        ) from None
+    return tensors, meta
+
+
+def collect(named: Named) -> dict[str, np.ndarray]:
+    """The live arrays under their file names."""
+    return {key: layer.weight(wname) for key, (layer, wname) in named.items()}
+
+
+def apply_strict(named: Named, tensors: Mapping[str, np.ndarray], source: str) -> None:
+    """Install ``tensors`` into the weights ``named`` lists, all or nothing.
+
+    Raises WeightShapeError listing every missing name (expected shape, got ``missing``), every
+    mis-shaped name (expected vs got) and every unexpected name in the file; ``.name``,
+    ``.expected``, ``.got`` describe the first of them and ``.problems`` holds all as
+    ``(name, expected, got)`` triples.
+    """
+    problems: list[tuple[str, Any, Any]] = []
+    for key, (layer, wname) in named.items():
+        want = layer.weight(wname).shape
+        if key not in tensors:
+            problems.append((key, want, "missing (not in the file)"))
+        elif tensors[key].shape != want:
+            problems.append((key, want, tensors[key].shape))
+        elif tensors[key].dtype.kind not in "biuf":
+            problems.append((key, f"{want} of real numbers", f"dtype {tensors[key].dtype}"))
+    for key in tensors:
+        if key not in named:
+            problems.append((key, "no such weight in the model", f"unexpected {tensors[key].shape}"))
+    if problems:
+        listing = "; ".join(f"{n!r}: expected {e}, got {g}" for n, e, g in problems)
+        first = problems[0]
+        err = WeightShapeError(
+            first[0], first[1], first[2],
+            f"{source}: {len(problems)} problem(s), nothing was loaded: {listing}; "
+            f"the model's names are {list(named)}",
+        )
+        err.problems = problems  # type: ignore[attr-defined]
+        raise err
+    for key, (layer, wname) in named.items():
+        layer.set_weight(wname, np.asarray(tensors[key]).astype(layer.dtype, copy=False))
+
+
+def _named_of(model: Any) -> Named:
+    try:
+        named = model.named_weights()
+    except AttributeError:
+        raise TypeError(f"expected a model with named_weights(), got {type(model).__name__}") from None
+    return dict(named)
+
+
+def _meta(kind: str) -> dict[str, str]:
+    from rnnkit import __version__
+
+    return {"format": kind, "format_version": FORMAT_VERSION, "rnnkit_version": __version__}
+
+
+def save_weights(model: Any, path: str | os.PathLike[str]) -> None:
+    """Write every weight of ``model`` under its ``named_weights()`` name (safetensors, atomic)."""
+    write_safetensors(path, collect(_named_of(model)), _meta(WEIGHTS_FORMAT))
+
+
+def load_weights(model: Any, path: str | os.PathLike[str]) -> None:
+    """Read a weights (or model) file into ``model``, strictly (see :func:`apply_strict`)."""
+    tensors, _ = read_safetensors(path)
+    apply_strict(_named_of(model), tensors, f"load_weights({os.fspath(path)})")
+
+
+def _layer_named(layer: Layer) -> Named:
+    layer._require_built("save/load weights")
+    return {n: (layer, n) for n in layer.weight_names}
+
+
+def save_layer_weights(layer: Layer, path: str | os.PathLike[str]) -> None:
+    """Write one built layer's weights under their own names (``kernel``, ...)."""
+    write_safetensors(path, collect(_layer_named(layer)), _meta(WEIGHTS_FORMAT))
+
+
+def load_layer_weights(layer: Layer, path: str | os.PathLike[str]) -> None:
+    """Read one layer's weights, strictly (every name, exact shapes, no extra names)."""
+    tensors, _ = read_safetensors(path)
+    apply_strict(_layer_named(layer), tensors, f"load_layer_weights({os.fspath(path)})")
