@@ -5,8 +5,10 @@ The public surface; every name here is re-exported from a private module.
 
 from rnnkit import (
     io,
+    layers,
     losses,
     metrics,
+    models,
     optimizers,
     rnn,  # the tch-rs nn::rnn face: rnnkit.rnn.lstm / gru
 )
@@ -33,6 +35,15 @@ from rnnkit.io import (
     save_model,
     save_weights,
 )
+from rnnkit.layers import (  # the non-recurrent layers; ActivationLayer: Activation is the enum
+    ActivationLayer,
+    Concatenate,
+    Dense,
+    Dropout,
+    Embedding,
+    RepeatVector,
+    Reverse,
+)
 from rnnkit.losses import (
     BinaryCrossEntropy,
     CategoricalCrossEntropy,
@@ -40,6 +51,17 @@ from rnnkit.losses import (
     MeanAbsoluteError,
     MeanSquaredError,
     SparseCategoricalCrossEntropy,
+)
+from rnnkit.models import (
+    EarlyStopping,
+    GraphBuilder,
+    GraphModel,
+    History,
+    LearningRateScheduler,
+    ModelCheckpoint,
+    Sequential,
+    SequentialBuilder,
+    model_from_config,
 )
 from rnnkit.optimizers import SGD, Adam, AdamW, Optimizer, RMSprop
 from rnnkit.recurrent import GRU, LSTM, GRUState, LSTMState, RecurrentLayer, SimpleRNN
@@ -63,4 +85,7 @@ __all__ = [
     "load_model",
     "losses", "Loss", "MeanSquaredError", "MeanAbsoluteError", "BinaryCrossEntropy",
     "CategoricalCrossEntropy", "SparseCategoricalCrossEntropy",
+    "layers", "ActivationLayer", "Concatenate", "Dense", "Dropout", "Embedding", "RepeatVector", "Reverse",
+    "models", "EarlyStopping", "GraphBuilder", "GraphModel", "History", "LearningRateScheduler",
+    "ModelCheckpoint", "Sequential", "SequentialBuilder", "model_from_config",
 ]

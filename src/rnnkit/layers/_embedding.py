@@ -82,7 +82,7 @@ class Embedding(Layer):
             if bad.any():
                 pos = tuple(int(i) for i in np.argwhere(bad)[0])
                 raise InvalidInputError(
-                    f"{self.name}: index value {arr[pos]} at position {pos} is not finite; "
+                    f"{self.name}: index value {str(arr[pos])} at position {pos} is not finite; "
                     f"expected a number in [0, {self.input_dim}) (truncated toward zero)"
                 )
             idx = np.trunc(arr)
@@ -92,7 +92,7 @@ class Embedding(Layer):
         if out.any():
             pos = tuple(int(i) for i in np.argwhere(out)[0])
             raise InvalidInputError(
-                f"{self.name}: index value {arr[pos]} at position {pos} is out of range; "
+                f"{self.name}: index value {str(arr[pos])} at position {pos} is out of range; "
                 f"expected 0 <= trunc(value) < input_dim = {self.input_dim} "
                 f"(truncated toward zero it is {int(idx[pos])})"
             )

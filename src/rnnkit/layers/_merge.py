@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -66,7 +65,8 @@ class Concatenate(MergeLayer):
         for k in range(rank):
             col = [s[k] for s in shapes]
             if k == ax:
-                dims.append(None if any(d is None for d in col) else sum(int(d) for d in col))  # type: ignore[arg-type]
+                widths = [d for d in col if d is not None]
+                dims.append(sum(widths) if len(widths) == len(col) else None)
                 continue
             known = {d for d in col if d is not None}
             if len(known) > 1:
