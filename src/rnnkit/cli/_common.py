@@ -21,12 +21,19 @@ def ensure_dir(path: str | os.PathLike[str]) -> Path:
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to a temporary file next to ``path``, then rename it over ``path``."""
+    """Write ``text`` (UTF-8) to a temporary file next to ``path``, then rename it over ``path``."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to a temporary file next to ``path``, then rename it over ``path``."""
     p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent or ".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, p)
     except BaseException:
         if os.path.exists(tmp):

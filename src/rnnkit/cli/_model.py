@@ -13,17 +13,23 @@ checkpoint of the best weights.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save as st_save
 
 import rnnkit as rk
-from rnnkit._errors import Error
-from rnnkit.cli._common import CliError
+from rnnkit._errors import Error, FileFormatError
+from rnnkit.cli._common import CliError, write_bytes_atomic
+from rnnkit.layers import Dense
+from rnnkit.models import EarlyStopping, ModelCheckpoint, SequentialBuilder
 from rnnkit.timeseries import DataError, ForecastSpec, Windows
 
 #: metadata key under which the forecast settings are stored in the model file
@@ -51,11 +57,11 @@ def build_network(cfg: TrainConfig, window: int, n_features: int) -> Any:
     if cfg.cell not in CELLS:
         raise CliError(f"unknown cell {cfg.cell!r}; choose lstm, gru or rnn")
     cls = getattr(rk, CELLS[cfg.cell])
-    builder = rk.SequentialBuilder()
+    builder = SequentialBuilder()
     for k in range(cfg.layers):
         builder = builder.add(cls(cfg.units, "tanh", return_sequences=k < cfg.layers - 1,
                                   seed=cfg.seed + k))
-    builder = builder.add(rk.Dense(1, "linear", seed=cfg.seed + cfg.layers))
+    builder = builder.add(Dense(1, "linear", seed=cfg.seed + cfg.layers))
     model = builder.build(rk.Shape.with_free_batch((1, window, n_features)))
     model.compile(rk.Adam(cfg.lr, 0.9, 0.999, 1e-8, 0.0), rk.MeanSquaredError())
     return model
@@ -67,10 +73,10 @@ def train_network(model: Any, cfg: TrainConfig, train: Windows, val: Windows | N
     monitor = "val_loss" if val is not None and len(val) else "loss"
     callbacks: list[Any] = []
     if cfg.patience > 0:
-        callbacks.append(rk.EarlyStopping(monitor=monitor, patience=cfg.patience,
+        callbacks.append(EarlyStopping(monitor=monitor, patience=cfg.patience,
                                           restore_best_weights=True))
     if checkpoint is not None:
-        callbacks.append(rk.ModelCheckpoint(str(checkpoint), monitor=monitor, save_best_only=True))
+        callbacks.append(ModelCheckpoint(str(checkpoint), monitor=monitor, save_best_only=True))
     hist = model.fit(
         train.x, train.y, epochs=cfg.epochs, batch_size=cfg.batch_size,
         validation_data=(val.x, val.y) if val is not None and len(val) else None,
@@ -86,10 +92,41 @@ def predict_values(model: Any, spec: ForecastSpec, x_scaled: np.ndarray) -> np.n
 
 
 def save_forecaster(model: Any, spec: ForecastSpec, path: str | os.PathLike[str]) -> Path:
-    """Write the model file at ``path`` with ``spec`` in its metadata (atomic)."""
+    """Write the model file at ``path`` (``rnnkit.io.save_model``: one safetensors file, the
+    architecture in its metadata) with ``spec`` as one more metadata entry, :data:`SPEC_KEY`.
+
+    When ``save_model`` takes ``metadata=`` it is used; otherwise the file ``save_model`` wrote
+    (to a temporary name) is re-read with safetensors and written again with the extra entry.
+    Either way the final write is atomic (temporary file, then rename)."""
+    from rnnkit import io as rio
+
     p = Path(path)
-    rk.io.save_model(model, p, metadata={SPEC_KEY: spec.to_json()})
+    extra = {SPEC_KEY: spec.to_json()}
+    if "metadata" in inspect.signature(rio.save_model).parameters:
+        rio.save_model(model, p, metadata=extra)  # type: ignore[call-arg]
+        return p
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    os.close(fd)
+    try:
+        rio.save_model(model, tmp)
+        with safe_open(tmp, framework="numpy") as f:
+            meta = dict(f.metadata() or {})
+            tensors = {k: np.array(f.get_tensor(k)) for k in f.keys()}  # noqa: SIM118
+        meta.update(extra)
+        write_bytes_atomic(p, st_save(tensors, metadata=meta))
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     return p
+
+
+def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The safetensors metadata of ``path`` (FileFormatError when it is not safetensors)."""
+    try:
+        with safe_open(os.fspath(path), framework="numpy") as f:
+            return dict(f.metadata() or {})
+    except (SafetensorError, ValueError, TypeError, OSError) as e:
+        raise FileFormatError(f"{path}: not a safetensors file ({e})") from None
 
 
 def load_forecaster(path: str | os.PathLike[str]) -> tuple[Any, ForecastSpec | None]:
@@ -101,9 +138,10 @@ def load_forecaster(path: str | os.PathLike[str]) -> tuple[Any, ForecastSpec | N
         raise DataError(f"{p}: no such model file")
     if p.is_dir():
         raise DataError(f"{p}: is a directory, expected a model file")
-    model = rk.load_model(p)
-    meta = rk.io.read_metadata(p)
-    text = meta.get(SPEC_KEY)
+    from rnnkit import io as rio
+
+    model = getattr(rk, "load_model", rio.load_model)(p)
+    text = read_metadata(p).get(SPEC_KEY)
     return model, (ForecastSpec.from_json(text) if text is not None else None)
 
 
