@@ -30,6 +30,7 @@ from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShape
 from rnnkit._initializers import glorot_uniform, orthogonal
 from rnnkit._layer import Layer, check_positive_int
 from rnnkit._shape import Shape
+from rnnkit.kernels import fast_walker
 from rnnkit.recurrent._cell import Cell
 
 
@@ -201,6 +202,9 @@ class RecurrentLayer(Layer):
         self, x_tm: np.ndarray, init: tuple[np.ndarray, ...] | None, record: bool, keep_seq: bool
     ) -> tuple[np.ndarray | None, tuple[np.ndarray, ...], dict[str, Any] | None]:
         """Run the recurrence. Returns (sequence (T,B,H) or None, final states, cache or None)."""
+        fast = fast_walker(self)   # compiled time loop (rnnkit.kernels), proven equal in tests
+        if fast is not None:
+            return fast.walk(self, x_tm, init, record, keep_seq)  # type: ignore[no-any-return]
         cell = self.cell
         T, B, _ = x_tm.shape
         H, dt = self.units, self.dtype
@@ -266,7 +270,8 @@ class RecurrentLayer(Layer):
         drec = np.empty((T, B, GH), dt) if cell.separate_rec_grad else dxw
         d = tuple(np.zeros((B, H), dt) for _ in cell.states)
         g_tm = g.transpose(1, 0, 2) if self.return_sequences else None
-        for s in range(T - 1, -1, -1):
+        fast = fast_walker(self)
+        for s in range(T - 1, -1, -1) if fast is None else ():
             dh = d[0]
             if g_tm is not None:
                 dh = dh + g_tm[s]
@@ -274,6 +279,8 @@ class RecurrentLayer(Layer):
                 dh = dh + g
             d = cell.step_back((dh, *d[1:]), tuple(a[s] for a in hist), tuple(a[s + 1] for a in hist),
                                {n: p[s] for n, p in parks.items()}, U, dxw[s], drec[s])
+        if fast is not None:
+            fast.back(self, cache, g, self.return_sequences, dxw, drec)
         # the batched reductions
         dxw2 = dxw.reshape(T * B, GH)
         drec2 = drec.reshape(T * B, GH)

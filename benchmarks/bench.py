@@ -1,0 +1,305 @@
+"""rnnkit against PyTorch on the CPU, side by side in ONE process (run by hand, never a test).
+
+For every selected cell x shape x mode it builds one rnnkit layer, copies its weights into the
+matching ``torch.nn`` module (float32), checks that both give the same output, warms both up,
+then times them INTERLEAVED (rnnkit, torch, torch, rnnkit, ... alternating the order every
+repeat) and reports medians:
+
+- ``infer``: ``layer.forward(x, Ctx.inference())`` vs ``module(x)`` under ``torch.inference_mode``
+- ``train``: forward in a training Ctx, loss = sum of the output (``return_sequences=True``, so the
+  whole (B, T, H) sequence, as torch returns it), backward of ones; torch: forward,
+  ``out.sum().backward()``.
+
+Shapes (B, T, F, H): S1 (1,100,16,32), S2 (32,50,32,64), S3 (64,100,128,256), S4 (128,200,256,512).
+The GFLOP/s count only the GEMMs: inference ``2*T*B*(F+H)*G*H``, training three times that.
+The roof is the numpy (OpenBLAS) sgemm rate on 2048^3 measured in the same run.
+
+Usage::
+
+    python benchmarks/bench.py                       # everything (several minutes)
+    python benchmarks/bench.py --cells lstm --shapes S1,S2 --repeats 5 --modes infer
+    python benchmarks/bench.py --kernels reference   # rnnkit's plain NumPy path
+
+Writes ``benchmarks/results/<utc-timestamp>.json`` (and ``latest.json``) unless ``--no-save``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SHAPES: dict[str, tuple[int, int, int, int]] = {
+    "S1": (1, 100, 16, 32),
+    "S2": (32, 50, 32, 64),
+    "S3": (64, 100, 128, 256),
+    "S4": (128, 200, 256, 512),
+}
+GATES = {"rnn": 1, "lstm": 4, "gru": 3}
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def make_pair(cell: str, shape: tuple[int, int, int, int], seed: int = 0) -> tuple[Any, Any]:
+    """An rnnkit layer (return_sequences=True, float32) and the torch module with its weights."""
+    import torch
+
+    import rnnkit as rk
+
+    _, _, F, H = shape
+    if cell == "rnn":
+        layer: Any = rk.SimpleRNN(H, return_sequences=True, seed=seed, input_dim=F)
+        mod: Any = torch.nn.RNN(F, H, batch_first=True)
+        order = [0]
+    elif cell == "lstm":
+        layer = rk.LSTM(H, return_sequences=True, seed=seed, input_dim=F)
+        mod = torch.nn.LSTM(F, H, batch_first=True)
+        order = [0, 1, 2, 3]                 # Keras [i|f|g|o] == torch [i|f|g|o]
+    else:
+        layer = rk.GRU(H, reset_after=True, return_sequences=True, seed=seed, input_dim=F)
+        mod = torch.nn.GRU(F, H, batch_first=True)
+        order = [1, 0, 2]                    # Keras [z|r|h] -> torch [r|z|n]
+    W = np.asarray(layer.weight("kernel"))
+    U = np.asarray(layer.weight("recurrent_kernel"))
+    b = np.asarray(layer.weight("bias"))
+    rng = np.random.default_rng(seed + 1)
+    b = (0.1 * rng.standard_normal(b.shape)).astype(np.float32)   # non-trivial biases
+    layer.set_weights(W, U, b)
+
+    def reorder(m: np.ndarray) -> np.ndarray:
+        return np.concatenate([m[..., g * H:(g + 1) * H] for g in order], axis=-1)
+
+    b_ih = reorder(b[0])
+    b_hh = reorder(b[1]) if b.shape[0] == 2 else np.zeros_like(b_ih)
+    with torch.no_grad():
+        mod.weight_ih_l0.copy_(torch.from_numpy(np.ascontiguousarray(reorder(W).T)))
+        mod.weight_hh_l0.copy_(torch.from_numpy(np.ascontiguousarray(reorder(U).T)))
+        mod.bias_ih_l0.copy_(torch.from_numpy(b_ih))
+        mod.bias_hh_l0.copy_(torch.from_numpy(b_hh))
+    return layer, mod
+
+
+def runners(cell: str, shape: tuple[int, int, int, int], mode: str) -> tuple[Callable[[], Any], ...]:
+    import torch
+
+    import rnnkit as rk
+
+    B, T, F, _ = shape
+    layer, mod = make_pair(cell, shape)
+    x = np.random.default_rng(7).standard_normal((B, T, F)).astype(np.float32)
+    xt = torch.from_numpy(x.copy())
+    # equality check: same work on both sides
+    y_rk = layer.forward(x, rk.Ctx.inference())
+    with torch.inference_mode():
+        y_t = mod(xt)[0].numpy()
+    err = float(np.max(np.abs(y_rk - y_t)))
+    if err > 1e-4:
+        raise SystemExit(f"{cell} {shape}: rnnkit and torch disagree (max abs diff {err:.2e})")
+
+    if mode == "infer":
+        def run_rk() -> Any:
+            return layer.forward(x, rk.Ctx.inference())
+
+        def run_t() -> Any:
+            with torch.inference_mode():
+                return mod(xt)[0]
+    else:
+        xt_req = xt.clone().requires_grad_(True)
+
+        def run_rk() -> Any:
+            ctx = rk.Ctx.training()
+            y = layer.forward(x, ctx)
+            return layer.backward(np.ones_like(y), ctx)
+
+        def run_t() -> Any:
+            mod.zero_grad(set_to_none=True)
+            xt_req.grad = None
+            out = mod(xt_req)[0]
+            out.sum().backward()
+            return xt_req.grad
+    return run_rk, run_t
+
+
+def _inner_count(fn: Callable[[], Any], budget: float) -> int:
+    t0 = time.perf_counter()
+    fn()
+    dt = time.perf_counter() - t0
+    return max(1, min(1000, int(budget / max(dt, 1e-7))))
+
+
+def time_pair(run_a: Callable[[], Any], run_b: Callable[[], Any], repeats: int, warmup: int,
+              sample_s: float) -> tuple[list[float], list[float]]:
+    """Interleaved timing; each sample is the mean over an inner loop of ~sample_s seconds."""
+    for _ in range(warmup):
+        run_a()
+        run_b()
+    na, nb = _inner_count(run_a, sample_s), _inner_count(run_b, sample_s)
+    ta: list[float] = []
+    tb: list[float] = []
+    for r in range(repeats):
+        order = [(run_a, na, ta), (run_b, nb, tb)]
+        if r % 2:
+            order.reverse()
+        for fn, n, acc in order:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            acc.append((time.perf_counter() - t0) / n)
+    return ta, tb
+
+
+def sgemm_rates(n: int = 2048, repeats: int = 5) -> dict[str, float]:
+    import torch
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    c = np.empty_like(a)
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    tc = torch.empty_like(ta)
+
+    def run_np() -> None:
+        np.matmul(a, b, out=c)
+
+    def run_t() -> None:
+        torch.mm(ta, tb, out=tc)
+
+    s_np, s_t = time_pair(run_np, run_t, repeats, 1, 0.0)
+    flop = 2.0 * n ** 3
+    return {"numpy_gflops": flop / statistics.median(s_np) / 1e9,
+            "torch_gflops": flop / statistics.median(s_t) / 1e9}
+
+
+def flops(cell: str, shape: tuple[int, int, int, int], mode: str) -> float:
+    B, T, F, H = shape
+    f = 2.0 * T * B * (F + H) * GATES[cell] * H
+    return f if mode == "infer" else 3.0 * f
+
+
+def startup_times(repeats: int = 5) -> dict[str, float]:
+    """``import rnnkit`` in fresh processes, and the first kernel call (warm on-disk cache)."""
+    env = dict(os.environ)
+    imp = []
+    for _ in range(repeats):
+        code = "import time; t=time.perf_counter(); import rnnkit; print(time.perf_counter()-t)"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                             check=True)
+        imp.append(float(out.stdout.strip().splitlines()[-1]))
+    code = (
+        "import time, numpy as np, rnnkit as rk\n"
+        "res = {}\n"
+        "for name, L in (('lstm', rk.LSTM(32, return_sequences=True, input_dim=16)),\n"
+        "                ('gru', rk.GRU(32, reset_after=True, return_sequences=True, input_dim=16)),\n"
+        "                ('rnn', rk.SimpleRNN(32, return_sequences=True, input_dim=16))):\n"
+        "    x = np.ones((2, 5, 16), np.float32)\n"
+        "    t = time.perf_counter(); L.forward(x, rk.Ctx.inference()); t1 = time.perf_counter() - t\n"
+        "    ctx = rk.Ctx.training(); t = time.perf_counter(); y = L.forward(x, ctx)\n"
+        "    L.backward(np.ones_like(y), ctx); t2 = time.perf_counter() - t\n"
+        "    res[name] = (t1, t2)\n"
+        "print(sum(a for a, _ in res.values()), sum(b for _, b in res.values()))\n"
+    )
+    first = []
+    for _ in range(max(2, repeats // 2)):   # the first run may populate the cache
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                             check=True)
+        a, b = (float(v) for v in out.stdout.strip().splitlines()[-1].split())
+        first.append(a + b)
+    return {"import_s": statistics.median(imp), "first_calls_all_cells_warm_cache_s": min(first[1:]),
+            "first_calls_all_cells_first_run_s": first[0]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--cells", default="rnn,lstm,gru")
+    p.add_argument("--shapes", default="S1,S2,S3,S4")
+    p.add_argument("--modes", default="infer,train")
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--sample", type=float, default=0.05, help="seconds per timing sample (inner loop)")
+    p.add_argument("--kernels", default=None, help="set RNNKIT_KERNELS (fast|reference)")
+    p.add_argument("--torch-threads", type=int, default=None, help="default: torch's own default")
+    p.add_argument("--no-startup", action="store_true", help="skip the import/compile timings")
+    p.add_argument("--no-save", action="store_true")
+    args = p.parse_args(argv)
+    if args.kernels:
+        os.environ["RNNKIT_KERNELS"] = args.kernels
+
+    import torch
+
+    import rnnkit as rk
+
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    startup = {} if args.no_startup else startup_times()
+    roof = sgemm_rates()
+    try:
+        from rnnkit import kernels as _k
+        kmode = _k.mode()
+    except Exception:  # noqa: BLE001 - an older rnnkit without kernels
+        kmode = "reference"
+    meta = {
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "cpu": _cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
+        "numpy": np.__version__, "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+        "rnnkit": rk.__version__, "kernels": kmode, "repeats": args.repeats,
+    }
+    print(json.dumps(meta))
+    if startup:
+        print(f"import rnnkit {startup['import_s']:.3f} s | first calls (3 cells, infer+train, warm "
+              f"cache) {startup['first_calls_all_cells_warm_cache_s']:.3f} s")
+    print(f"sgemm 2048^3: numpy {roof['numpy_gflops']:.1f} GFLOP/s, torch {roof['torch_gflops']:.1f}")
+    hdr = f"{'cell':5} {'shape':5} {'mode':5} {'rnnkit':>11} {'torch':>11} {'ratio':>6} " \
+          f"{'GF/s rk':>8} {'GF/s t':>8} {'%roof rk':>8}"
+    print(hdr)
+    rows = []
+    for sname in args.shapes.split(","):
+        shape = SHAPES[sname]
+        for cell in args.cells.split(","):
+            for mode in args.modes.split(","):
+                run_rk, run_t = runners(cell, shape, mode)
+                t_rk, t_t = time_pair(run_rk, run_t, args.repeats, args.warmup, args.sample)
+                m_rk, m_t = statistics.median(t_rk), statistics.median(t_t)
+                fl = flops(cell, shape, mode)
+                row = {"cell": cell, "shape": sname, "BTFH": shape, "mode": mode,
+                       "rnnkit_s": m_rk, "torch_s": m_t, "ratio": m_rk / m_t,
+                       "rnnkit_gflops": fl / m_rk / 1e9, "torch_gflops": fl / m_t / 1e9,
+                       "rnnkit_roof_frac": fl / m_rk / 1e9 / roof["numpy_gflops"],
+                       "rnnkit_samples": t_rk, "torch_samples": t_t}
+                rows.append(row)
+                print(f"{cell:5} {sname:5} {mode:5} {m_rk * 1e3:9.3f}ms {m_t * 1e3:9.3f}ms "
+                      f"{row['ratio']:6.3f} {row['rnnkit_gflops']:8.1f} {row['torch_gflops']:8.1f} "
+                      f"{100 * row['rnnkit_roof_frac']:7.1f}%", flush=True)
+    result = {"meta": meta, "startup": startup, "sgemm": roof, "rows": rows}
+    if not args.no_save:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        for name in (f"{stamp}.json", "latest.json"):
+            tmp = RESULTS / (name + ".tmp")
+            tmp.write_text(json.dumps(result, indent=1))
+            os.replace(tmp, RESULTS / name)
+        print(f"wrote {RESULTS / (stamp + '.json')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

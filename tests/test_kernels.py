@@ -1,0 +1,244 @@
+"""The fast paths (rnnkit.kernels) equal the NumPy reference cells.
+
+Every cell (SimpleRNN, LSTM, GRU reset_after False/True) x return_sequences x go_backwards x
+activation (tanh, sigmoid, relu, linear) x dtype: training output, inference output, the caches
+(time-major input, every state, every park), the final states from ``seq_init`` with a random
+initial state, dL/dx and all three weight gradients, the fast forward feeding the reference
+backward. Tolerance: float64 max|fast - ref| <= 1e-12 * max(1, max|ref|); float32 (rational
+tanh/sigmoid, max abs error 2.6e-7 / 1.6e-7, tested below) 2e-5 * max(1, max|ref|).
+Unsupported activations (softmax) fall back to the reference; a missing numba falls back with
+exactly one warning.
+"""
+
+from __future__ import annotations
+
+import sys
+import tracemalloc
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rnnkit as rk
+from rnnkit import kernels
+
+pytest.importorskip("numba")
+
+CELLS = ("rnn", "lstm", "gru", "gru_ra")
+ACTS = ("tanh", "sigmoid", "relu", "linear")
+TOL = {"float64": 1e-12, "float32": 2e-5}
+B, T, F, H = 3, 7, 4, 5
+
+
+def make(cell: str, act: Any, dtype: str, rs: bool, gb: bool, seed: int = 1) -> rk.RecurrentLayer:
+    kw: dict[str, Any] = dict(return_sequences=rs, go_backwards=gb, seed=seed, dtype=dtype, input_dim=F)
+    layer: rk.RecurrentLayer
+    if cell == "rnn":
+        layer = rk.SimpleRNN(H, act, **kw)
+    elif cell == "lstm":
+        layer = rk.LSTM(H, act, **kw)
+    else:
+        layer = rk.GRU(H, act, reset_after=(cell == "gru_ra"), **kw)
+    b = layer.weight("bias")
+    layer.set_weight("bias", 0.3 * np.random.default_rng(seed + 2).standard_normal(b.shape))
+    return layer
+
+
+def run(layer: rk.RecurrentLayer, x: np.ndarray, init: Any) -> dict[str, Any]:
+    """Everything a pass produces, by name."""
+    ctx = rk.Ctx.training()
+    y = layer.forward(x, ctx)
+    cache = ctx._caches[id(layer)][-1][1]
+    saved = {"x_tm": cache["x_tm"].copy(), **{f"state{k}": a.copy() for k, a in enumerate(cache["states"])},
+             **{f"park_{n}": a.copy() for n, a in cache["parks"].items()}}
+    g = np.random.default_rng(5).standard_normal(y.shape)
+    dx = layer.backward(g, ctx)
+    out = {"y_train": y, "dx": dx, **saved,
+           **{f"d_{n}": ctx.grad(layer, n) for n in ("kernel", "recurrent_kernel", "bias")}}
+    out["y_infer"] = layer.forward(x, rk.Ctx.inference())
+    seq, st = layer.seq_init(x, init)
+    out["seq_init"] = seq
+    if isinstance(st, rk.LSTMState):
+        out["final_h"], out["final_c"] = st.h(), st.c()
+    else:
+        out["final_h"] = st.value()
+    return out
+
+
+def init_state(cell: str, dtype: str) -> Any:
+    rng = np.random.default_rng(9)
+    h = (0.5 * rng.standard_normal((B, H))).astype(dtype)
+    if cell == "lstm":
+        return rk.LSTMState(h, (0.5 * rng.standard_normal((B, H))).astype(dtype))
+    return rk.GRUState(h)
+
+
+def assert_close(ref: dict[str, Any], fast: dict[str, Any], dtype: str, what: str) -> None:
+    assert ref.keys() == fast.keys()
+    for name, r in ref.items():
+        f = fast[name]
+        assert f.shape == r.shape and f.dtype == r.dtype, (what, name)
+        err = float(np.max(np.abs(f - r))) if r.size else 0.0
+        scale = max(1.0, float(np.max(np.abs(r))) if r.size else 0.0)
+        assert err <= TOL[dtype] * scale, f"{what}: {name} differs by {err:.3e} (scale {scale:.3g})"
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("gb", [False, True], ids=["fwd", "bwd"])
+@pytest.mark.parametrize("rs", [False, True], ids=["last", "seq"])
+@pytest.mark.parametrize("cell", CELLS)
+def test_fast_equals_reference(cell: str, rs: bool, gb: bool, act: str, dtype: str) -> None:
+    layer = make(cell, act, dtype, rs, gb)
+    assert kernels.fast_walker(layer) is not None
+    x = np.random.default_rng(2).standard_normal((B, T, F)).astype(dtype)
+    init = init_state(cell, dtype)
+    weights = {n: v.copy() for n, v in layer.weights()}
+    with kernels.use("reference"):
+        ref = run(layer, x, init)
+    fast = run(layer, x, init)
+    assert_close(ref, fast, dtype, f"{cell}/{act}/{dtype}")
+    for n, v in layer.weights():  # the layer is untouched by the passes
+        np.testing.assert_array_equal(v, weights[n])
+    # mixed: the fast forward's cache feeds the reference backward, and the other way round
+    g = np.random.default_rng(5).standard_normal(ref["y_train"].shape)
+    for fwd, bwd in (("fast", "reference"), ("reference", "fast")):
+        ctx = rk.Ctx.training()
+        with kernels.use(fwd):
+            layer.forward(x, ctx)
+        with kernels.use(bwd):
+            dx = layer.backward(g, ctx)
+        assert_close({"dx": ref["dx"], "d_kernel": ref["d_kernel"]},
+                     {"dx": dx, "d_kernel": ctx.grad(layer, "kernel")}, dtype, f"{fwd}->{bwd}")
+
+
+def test_fast_path_differs_from_reference_in_float32_only_by_the_approximation() -> None:
+    """The float32 fast path is not the reference bit for bit (it really runs), but close."""
+    layer = make("lstm", "tanh", "float32", True, False)
+    x = np.random.default_rng(2).standard_normal((B, T, F)).astype("float32")
+    with kernels.use("reference"):
+        ref = layer.predict(x)
+    fast = layer.predict(x)
+    assert 0 < np.max(np.abs(fast - ref)) <= 2e-6
+
+
+@pytest.mark.parametrize("code,name", [(0, "tanh"), (1, "sigmoid")])
+def test_float32_activation_error(code: int, name: str) -> None:
+    from rnnkit.kernels._jit import apply_act
+
+    a = np.linspace(-20.0, 20.0, 400_001)
+    exact = np.tanh(a) if name == "tanh" else 1.0 / (1.0 + np.exp(-a))
+    out = np.empty(a.size, np.float32)
+    apply_act(a.astype(np.float32), out, code)
+    a32 = a.astype(np.float32).astype(np.float64)   # the float32 input actually seen
+    exact = np.tanh(a32) if name == "tanh" else 1.0 / (1.0 + np.exp(-a32))
+    err = np.max(np.abs(out - exact))
+    assert err <= (2.7e-7 if name == "tanh" else 1.7e-7), err
+    assert np.all(np.abs(out) <= 1.0)
+    out64 = np.empty(a.size, np.float64)
+    apply_act(a, out64, code)   # float64 is exact libm
+    np.testing.assert_allclose(out64, np.tanh(a) if name == "tanh" else 1 / (1 + np.exp(-a)),
+                               rtol=1e-15, atol=1e-16)
+
+
+def test_softmax_falls_back_to_the_reference() -> None:
+    layer = rk.SimpleRNN(H, rk.Softmax(), return_sequences=True, seed=3, input_dim=F, dtype="float64")
+    assert kernels.fast_walker(layer) is None
+    x = np.random.default_rng(2).standard_normal((B, T, F))
+    y_fast = layer.predict(x)
+    with kernels.use("reference"):
+        y_ref = layer.predict(x)
+    np.testing.assert_array_equal(y_fast, y_ref)
+    np.testing.assert_allclose(y_fast.sum(axis=-1), 1.0, rtol=1e-12)
+
+
+def test_mode_switches() -> None:
+    layer = make("gru", "tanh", "float64", False, False)
+    assert kernels.mode() == "fast"
+    with kernels.use("reference"):
+        assert kernels.mode() == "reference" and kernels.fast_walker(layer) is None
+        with kernels.use("FAST"):
+            assert kernels.fast_walker(layer) is not None
+        assert kernels.mode() == "reference"
+    assert kernels.mode() == "fast"
+    kernels.set_mode("reference")
+    try:
+        assert kernels.fast_walker(layer) is None
+    finally:
+        kernels.set_mode("fast")
+    with pytest.raises(rk.InvalidParameterError, match="'turbo'"):
+        with kernels.use("turbo"):
+            pass
+    with pytest.raises(rk.InvalidParameterError):
+        kernels.set_mode("numba")
+
+
+@pytest.mark.parametrize("value,expect,warns", [("reference", "reference", False), ("fast", "fast", False),
+                                                 ("bogus", "fast", True)])
+def test_environment_variable(monkeypatch: pytest.MonkeyPatch, value: str, expect: str, warns: bool) -> None:
+    monkeypatch.setenv("RNNKIT_KERNELS", value)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        got = kernels._from_env()
+    assert got == expect
+    assert any("bogus" in str(w.message) for w in rec) == warns
+
+
+def test_missing_numba_falls_back_with_one_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    layer = make("lstm", "tanh", "float64", True, False)
+    x = np.random.default_rng(2).standard_normal((B, T, F))
+    with kernels.use("reference"):
+        ref = layer.predict(x)
+    for mod in [m for m in sys.modules if m.startswith("rnnkit.kernels.")]:
+        monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.setitem(sys.modules, "numba", None)   # `import numba` raises ImportError
+    monkeypatch.setattr(kernels, "_drv", None)
+    monkeypatch.setattr(kernels, "_unavailable", None)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        y1 = layer.predict(x)
+        ctx = rk.Ctx.training()
+        y2 = layer.forward(x, ctx)
+        layer.backward(np.ones_like(y2), ctx)
+    msgs = [str(w.message) for w in rec if issubclass(w.category, RuntimeWarning)]
+    assert len(msgs) == 1 and "numba" in msgs[0], msgs
+    assert kernels.available() is False
+    np.testing.assert_array_equal(y1, ref)
+    np.testing.assert_array_equal(y2, ref)
+
+
+def test_import_does_not_load_numba() -> None:
+    import subprocess
+
+    code = "import sys, rnnkit; print('numba' in sys.modules, 'rnnkit.kernels._driver' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_inference_keeps_no_per_step_arrays(cell: str) -> None:
+    """Inference of a long sequence (last state only) allocates O(B*H), not O(T*B*G*H)."""
+    T_long = 4000
+    layer = make(cell, "tanh", "float32", False, False)
+    x = np.random.default_rng(2).standard_normal((2, T_long, F)).astype("float32")
+    layer.predict(x)   # compile / warm up
+    per_step = 2 * layer.gate_width * 4          # bytes of one step's projection
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        layer.predict(x)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    x_tm_bytes = x.nbytes                        # the walker's time-major copy of the input
+    assert peak < x_tm_bytes + 0.1 * T_long * per_step, (peak, x_tm_bytes, T_long * per_step)
+    with kernels.use("reference"):                # the reference does materialise them
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            layer.predict(x)
+            peak_ref = tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+    assert peak_ref > T_long * per_step
