@@ -176,3 +176,26 @@ def test_output_is_not_a_view_of_the_training_cache(name: str, B: int, T: int) -
         np.testing.assert_array_equal(layer.backward(G, ctx), dx_ref)
         for n in ("kernel", "recurrent_kernel", "bias"):
             np.testing.assert_array_equal(ctx.grad(layer, n), ref.grad(layer, n))
+
+
+def test_gru_reset_after_gate_weights_and_config() -> None:
+    """``reset_after=True``: each gate's bias is (2, H) (input row, recurrent row), fused
+    ``[z | r | h]`` into the (2, 3H) bias; the recurrent row enters inside the reset product."""
+    F, H = 2, 2
+    rng = np.random.default_rng(3)
+    t = [rng.uniform(-1, 1, s) for s in [(F, H), (H, H), (2, H)] * 3]  # reset, update, candidate
+    layer = rk.GRU(H, reset_after=True, dtype="float64")
+    layer.set_gate_weights(*t)
+    np.testing.assert_array_equal(layer.weight("bias"), np.concatenate([t[5], t[2], t[8]], axis=1))
+    assert layer.get_config()["reset_after"] is True and rk.GRU(2).get_config()["reset_after"] is False
+    x = rng.standard_normal((1, 1, F))
+    h0 = rng.uniform(-1, 1, (1, H))
+    sig = lambda a: 1 / (1 + np.exp(-a))  # noqa: E731
+    r = sig(x[0] @ t[0] + t[2][0] + h0 @ t[1] + t[2][1])
+    z = sig(x[0] @ t[3] + t[5][0] + h0 @ t[4] + t[5][1])
+    n = np.tanh(x[0] @ t[6] + t[8][0] + r * (h0 @ t[7] + t[8][1]))
+    _, st = layer.seq_init(x, rk.GRUState(h0))
+    np.testing.assert_allclose(st.value(), z * h0 + (1 - z) * n, rtol=1e-14)
+    with pytest.raises(rk.WeightShapeError) as e:
+        rk.GRU(H, reset_after=True).set_gate_weights(*t[:8], np.zeros((1, H)))
+    assert e.value.name == "candidate.bias" and tuple(e.value.expected) == (2, H)
