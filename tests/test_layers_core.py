@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from harness import assert_gradcheck, check_layer, rel_err
 
 import rnnkit as rk
+from harness import assert_gradcheck, check_layer, rel_err
 from rnnkit.layers import (
     ActivationLayer,
     Concatenate,
@@ -142,7 +142,7 @@ def test_dropout_inverted_masks_from_ctx_and_identity_in_inference() -> None:
     assert set(np.unique(y1)) == {0.0, 1.0 / 0.75}
     assert abs((y1 == 0).mean() - 0.25) < 0.01
     ctx = rk.Ctx.training(seed=3)
-    y = d.forward(x, ctx)
+    d.forward(x, ctx)
     G = np.random.default_rng(1).standard_normal(x.shape)
     np.testing.assert_array_equal(d.backward(G, ctx), G * (y1 / x))
     # gradcheck with a fixed mask: the same seeded Ctx makes the pass deterministic

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from harness import check_layer, numeric_grad, rel_err
 
 import rnnkit as rk
+from harness import check_layer, numeric_grad, rel_err
 from rnnkit.layers import Embedding
 
 

@@ -83,7 +83,9 @@ Trainable params: 1,697
 Non-trainable params: 0"""
 
 
-def test_embedding_lstm_classifier_within_a_thousandth_after_200_epochs(capsys: pytest.CaptureFixture[str]) -> None:
+def test_embedding_lstm_classifier_within_a_thousandth_after_200_epochs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     model = _classifier()
     model.compile(_adam(), rk.BinaryCrossEntropy())
     text = model.summary()  # before any forward pass
@@ -98,8 +100,8 @@ def test_embedding_lstm_classifier_within_a_thousandth_after_200_epochs(capsys: 
 def test_training_loop_equals_torch_adam_step_for_step() -> None:
     torch = pytest.importorskip("torch")
     x, y = X3.astype(np.float64), Y3.astype(np.float64)
-    model = (SequentialBuilder().add(rk.LSTM(16, dtype="float64", seed=42)).add(Dense(1, dtype="float64", seed=1))
-             .build((None, 3, 1)))
+    model = (SequentialBuilder().add(rk.LSTM(16, dtype="float64", seed=42))
+             .add(Dense(1, dtype="float64", seed=1)).build((None, 3, 1)))
     model.compile(_adam(), rk.MeanSquaredError())
     w = {k: np.array(layer.weight(n)) for k, (layer, n) in model.named_weights().items()}
     lstm, dense = torch.nn.LSTM(1, 16, batch_first=True).double(), torch.nn.Linear(16, 1).double()
