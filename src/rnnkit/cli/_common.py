@@ -11,6 +11,13 @@ class CliError(Exception):
     """Bad command-line input that is not an rnnkit.Error (printed as one line, exit status 2)."""
 
 
+def umask() -> int:
+    """The process umask (read without changing it)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def ensure_dir(path: str | os.PathLike[str]) -> Path:
     """Create the output directory (and parents); a path that is a file is an error."""
     p = Path(path)
@@ -34,6 +41,7 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~umask())  # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, p)
     except BaseException:
         if os.path.exists(tmp):

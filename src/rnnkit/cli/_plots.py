@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit.cli._common import umask
+
 
 def have_matplotlib() -> bool:
     try:
@@ -35,6 +37,7 @@ def _save(fig: Any, path: Path) -> Path:
     os.close(fd)
     try:
         fig.savefig(tmp, format="png")
+        os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -67,20 +70,31 @@ def loss_curve(history: dict[str, list[float]], path: str | os.PathLike[str], *,
 def forecast_plot(x: np.ndarray, actual: np.ndarray, lines: dict[str, tuple[np.ndarray, np.ndarray]],
                   path: str | os.PathLike[str], *, title: str, ylabel: str,
                   split_at: float | None = None) -> Path:
-    """The actual series and each named forecast ``(x, y)``; a vertical line at ``split_at``."""
-    fig = _figure(9.0, 4.5)
-    ax = fig.add_subplot(1, 1, 1)
-    ax.plot(x, actual, color="black", lw=1.2, label="actual")
-    styles = ["-", "--", ":"]
-    for k, (name, (xx, yy)) in enumerate(lines.items()):
-        ax.plot(xx, yy, styles[k % len(styles)], lw=1.4 if k == 0 else 1.0, label=name)
+    """Two panels: the whole actual series with the first forecast line, a vertical line at
+    ``split_at``; below, the part from ``split_at`` on with the actual series and EVERY named
+    forecast ``(x, y)``."""
+    fig = _figure(9.0, 7.0)
+    top = fig.add_subplot(2, 1, 1)
+    bottom = fig.add_subplot(2, 1, 2)
+    styles = [("-", 1.6), ("--", 1.1), (":", 1.3)]
+    first = next(iter(lines.items()), None)
+    top.plot(x, actual, color="black", lw=1.0, label="actual")
+    if first is not None:
+        top.plot(first[1][0], first[1][1], styles[0][0], lw=1.2, label=first[0])
     if split_at is not None:
-        ax.axvline(split_at, color="grey", lw=0.8, ls=":")
-        ax.text(split_at, ax.get_ylim()[1], " held out ->", va="top", ha="left", color="grey")
-    ax.set_xlabel("year")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper left")
+        top.axvline(split_at, color="grey", lw=0.8, ls=":", label="start of the held-out test")
+        keep = x >= split_at
+        bottom.plot(x[keep], actual[keep], "o-", color="black", lw=1.0, ms=2.5, label="actual")
+    for k, (name, (xx, yy)) in enumerate(lines.items()):
+        sel = xx >= split_at if split_at is not None else np.ones(len(xx), dtype=bool)
+        style, lw = styles[k % len(styles)]
+        bottom.plot(xx[sel], yy[sel], style, lw=lw, label=name)
+    top.set_title(title)
+    bottom.set_title("held-out test part")
+    for ax in (top, bottom):
+        ax.set_xlabel("year")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", fontsize="small")
     fig.tight_layout()
     return _save(fig, Path(path))
