@@ -38,6 +38,8 @@ Each step is also a function of its own: :func:`gradcheck`, :func:`assert_gradch
 :func:`snapshot`, :func:`assert_unchanged`, :func:`assert_round_trip`, :func:`assert_thread_safe`.
 
 ``make_layer(dtype)`` must be deterministic: two calls give the same weights (use a seed).
+The layer's pass must be deterministic too (training output == inference output); a layer
+with pass randomness (Dropout) uses the single functions with a seeded ``Ctx`` instead.
 ``make_input(rng)`` returns the input array (float64 values; indices for an Embedding, then
 pass ``input_grad=False``). Keep shapes small: the gradcheck costs two forward passes per
 scalar of the input and of every weight.
