@@ -298,3 +298,12 @@ def test_get_and_config_round_trip() -> None:
         o1.apply_gradients([(a, "w", g)])
         o2.apply_gradients([(b, "w", g)])
     np.testing.assert_array_equal(a.weight("w"), b.weight("w"))
+
+
+def test_momentum_moves_a_weight_whose_gradient_is_zero() -> None:
+    # the pages (3.7.8): "A momentum term or a weight decay also moves a row whose gradient is 0"
+    p = Param([0.0, 0.0])
+    opt = rk.SGD(0.1, momentum=0.9)
+    opt.apply_gradients([(p, "w", [1.0, 0.0])])          # m = [-0.1, 0]
+    opt.apply_gradients([(p, "w", [0.0, 0.0])])          # m = [-0.09, 0]: still moving
+    np.testing.assert_allclose(p.weight("w"), [-0.19, 0.0], atol=1e-15)

@@ -56,7 +56,8 @@ def read_safetensors(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray
         with open(p, "rb") as fh:
             head = fh.read(16)
         raise FileFormatError(
-            f"{p}: not a safetensors file ({e}); found {size} bytes starting {head!r}"
+            f"{p}: not a safetensors file that numpy can read ({e}); found {size} bytes "
+            f"starting {head!r}"
         ) from None
     return tensors, meta
 
