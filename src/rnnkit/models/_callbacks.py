@@ -226,7 +226,8 @@ class LearningRateScheduler(Callback):
 
 
 class CallbackList:
-    """Dispatch every hook to each callback in order (the History first)."""
+    """Dispatch every hook to each callback in order (``fit`` puts the History last, so it
+    records what the other callbacks added to the logs, e.g. ``learning_rate``)."""
 
     def __init__(self, callbacks: list[Callback], model: Model) -> None:
         for cb in callbacks:

@@ -150,7 +150,7 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
     bs = n if batch_size is None else min(int(batch_size), n)
     rng = make_rng(seed)
     history = History()
-    cbs = CallbackList([history, *(callbacks or [])], model)
+    cbs = CallbackList([*(callbacks or []), history], model)  # History last, as Keras
     model.stop_training = False
     cbs.on_train_begin({})
     logs: dict[str, float] = {}
@@ -169,7 +169,8 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
                 xb, yb = [v[idx] for v in xs], [v[idx] for v in ys]
                 ctx = Ctx.training(int(rng.integers(0, 2**63 - 1)))
                 try:
-                    step_logs = train_step(model, xb, yb, ctx)
+                    with np.errstate(over="ignore", invalid="ignore"):  # reported as NonFiniteError
+                        step_logs = train_step(model, xb, yb, ctx)
                 except NonFiniteAt as e:
                     raise NonFiniteError(
                         f"{model.name}: training produced NaN or Inf in epoch {epoch + 1}/{epochs} "
