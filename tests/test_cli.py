@@ -23,6 +23,9 @@ CO2 = str(datasets.path("co2"))
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
+Trained = tuple[Path, subprocess.CompletedProcess[str]]
+
+
 def run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
         timeout: float = 120) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "PYTHONHASHSEED": "0", **(env or {})}
@@ -77,7 +80,8 @@ def test_demo_beats_both_baselines_and_draws_two_pictures(tmp_path: Path) -> Non
     assert "held-out test, last 50 years (1959-2008)" in out
     assert "the LSTM beats both baselines" in out
     assert re.search(r"\d+%\|", res.stderr) and "epoch" in res.stderr    # the tqdm progress bar
-    model, loss_png, fc_png = (tmp_path / "out" / n for n in ("model.safetensors", "loss.png", "forecast.png"))
+    names = ("model.safetensors", "loss.png", "forecast.png")
+    model, loss_png, fc_png = (tmp_path / "out" / n for n in names)
     for p in (model, loss_png, fc_png):
         assert str(p) in out                                   # it says where
     import matplotlib.image as mpimg
@@ -112,7 +116,7 @@ def test_demo_is_reproducible_in_process(tmp_path: Path) -> None:
 
 # -- train / predict / summary on the bundled sunspots --------------------------------------------
 @pytest.fixture(scope="module")
-def sun_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+def sun_model(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     out = tmp_path_factory.mktemp("sun")
     res = run("train", SUN, "--target", "SUNACTIVITY", "--window", "6", "--units", "8", "--epochs", "4",
               "--batch-size", "64", "--seed", "3", "--out", str(out), "--quiet")
@@ -120,7 +124,7 @@ def sun_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproces
     return out, res
 
 
-def test_train_on_sunspots_writes_model_checkpoint_history(sun_model: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+def test_train_on_sunspots_writes_model_checkpoint_history(sun_model: Trained) -> None:
     out, res = sun_model
     assert "309 rows, 303 windows of 6" in res.stdout and "242 train, 61 validation" in res.stdout
     table = parse_table(res.stdout)
@@ -135,7 +139,7 @@ def test_train_on_sunspots_writes_model_checkpoint_history(sun_model: tuple[Path
     assert isinstance(rk.load_model(out / "model.safetensors"), rk.Sequential)   # part B's loader
 
 
-def test_scaler_is_fitted_on_training_rows_only(sun_model: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+def test_scaler_is_fitted_on_training_rows_only(sun_model: Trained) -> None:
     from rnnkit.cli._model import load_forecaster
 
     out, _ = sun_model
@@ -148,7 +152,7 @@ def test_scaler_is_fitted_on_training_rows_only(sun_model: tuple[Path, subproces
     assert spec.x_scaler.mean[0] != pytest.approx(y.mean(), rel=1e-3)
 
 
-def test_predict_one_step_and_recursive(sun_model: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+def test_predict_one_step_and_recursive(sun_model: Trained, tmp_path: Path) -> None:
     out, _ = sun_model
     model = str(out / "model.safetensors")
     res = run("predict", model, SUN)
@@ -174,7 +178,7 @@ def test_predict_one_step_and_recursive(sun_model: tuple[Path, subprocess.Comple
     assert float(rows3[0][1]) == pytest.approx(preds[-1], rel=1e-5)   # step 1 == last one-step forecast
 
 
-def test_summary_names_layers_params_and_settings(sun_model: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+def test_summary_names_layers_params_and_settings(sun_model: Trained) -> None:
     out, _ = sun_model
     res = run("summary", str(out / "model.safetensors"))
     assert res.returncode == 0, res.stderr
@@ -224,14 +228,15 @@ def test_bad_data_inputs(tmp_path: Path) -> None:
     assert_bad_input(run("train", SUN, "--target", "SUNACTIVITY", "--features", "SUNACTIVITY,X"),
                      "unknown column 'X'")
     txt = write_csv(tmp_path / "txt.csv", ["v", "name"], [[1, "a"], [2, "b"]])
-    assert_bad_input(run("train", str(txt), "--target", "name"), "column 'name' is not numeric: line 2 has 'a'")
+    assert_bad_input(run("train", str(txt), "--target", "name"),
+                     "column 'name' is not numeric: line 2 has 'a'")
     small = write_csv(tmp_path / "small.csv", ["v"], [[k] for k in range(5)])
     assert_bad_input(run("train", str(small), "--target", "v", "--window", "5"),
                      "too few rows", "5 row(s), but window 5 and horizon 1 need at least 6")
     assert_bad_input(run("train", SUN, "--target", "SUNACTIVITY", "--out", SUN), "is not a directory")
 
 
-def test_bad_model_inputs(sun_model: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+def test_bad_model_inputs(sun_model: Trained, tmp_path: Path) -> None:
     out, _ = sun_model
     assert_bad_input(run("predict", str(tmp_path / "nope.safetensors"), SUN), "no such model file")
     junk = tmp_path / "junk.safetensors"
@@ -250,7 +255,8 @@ def test_bad_model_inputs(sun_model: tuple[Path, subprocess.CompletedProcess[str
     assert_bad_input(run("predict", str(out / "model.safetensors"), str(few), "--steps", "2"),
                      "too few rows")
     nocol = write_csv(tmp_path / "nocol.csv", ["v"], [[k] for k in range(10)])
-    assert_bad_input(run("predict", str(out / "model.safetensors"), str(nocol)), "unknown column 'SUNACTIVITY'")
+    assert_bad_input(run("predict", str(out / "model.safetensors"), str(nocol)),
+                     "unknown column 'SUNACTIVITY'")
 
 
 def test_usage_errors_exit_2() -> None:
@@ -284,4 +290,5 @@ def test_bench_says_clearly_when_torch_is_missing(tmp_path: Path) -> None:
     fake.mkdir()
     (fake / "__init__.py").write_text("raise ImportError('No module named torch (hidden by the test)')\n")
     res = run("bench", env={"PYTHONPATH": str(tmp_path)})
-    assert_bad_input(res, "rnnkit bench compares against PyTorch, which is not installed", "pip install torch")
+    assert_bad_input(res, "rnnkit bench compares against PyTorch, which is not installed",
+                     "pip install torch")
