@@ -15,6 +15,14 @@ Layout (every line right-stripped)::
 Columns are left-aligned, each padded to the widest of its header and cells, and separated
 by 2 spaces; the table width is the sum of the column widths plus 2 per gap. Counts carry
 thousands separators. Every weight is trainable, so the non-trainable count is 0.
+
+Rows. Sequential: ``Layer (type) | Output Shape | Param #``; the layer cell is
+``"{index} ({Class})"`` (the index is the weight-name prefix), or ``"{index} {name} ({Class})"``
+for a layer named other than its class. Graph: one more column, ``Connected to`` (the inbound
+node names, comma-separated); the layer cell is ``"{node} ({Class})"``; an input node prints
+``"{node} (Input)"`` with 0 params; a layer's second and later nodes print ``shared`` as their
+count (the totals count each layer once). Output shapes: the batch axis always prints ``None``,
+a free axis (e.g. time) prints ``None`` too: ``(None, units)``, ``(None, timesteps, units)``.
 """
 
 from __future__ import annotations
