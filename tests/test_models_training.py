@@ -239,6 +239,9 @@ def test_lazy_build_and_input_errors() -> None:
         model.summary()
     y = model.predict(np.zeros((2, 5, 4), np.float32))
     assert model.built and y.shape == (2, 1)
+    nested = np.arange(20.0).reshape(1, 5, 4) / 20
+    np.testing.assert_array_equal(model.predict(nested.tolist()), model.predict(nested))  # nested lists
+    np.testing.assert_array_equal(model.predict([nested]), model.predict(nested))  # [one array]
     assert model.input_shapes()[0] == (None, 5, 4)
     with pytest.raises(rk.InvalidInputError, match=r"shape \(2, 6, 4\).*\(None, 5, 4\)"):
         model.predict(np.zeros((2, 6, 4)))

@@ -39,8 +39,11 @@ def check_finite(arr: np.ndarray, where: str) -> None:
 
 
 def as_list(x: Data, n: int, what: str) -> list[np.ndarray]:
-    """One array per model input/output: a plain array when ``n == 1``, a list otherwise."""
-    if n == 1 and not isinstance(x, (list, tuple)):
+    """One array per model input/output: a plain array when ``n == 1`` (nested Python lists are
+    one array; a list holding exactly one ndarray is accepted too), a list of ``n`` otherwise."""
+    if n == 1:
+        if isinstance(x, (list, tuple)) and len(x) == 1 and isinstance(x[0], np.ndarray):
+            return [x[0]]
         return [np.asarray(x)]
     if not isinstance(x, (list, tuple)) or len(x) != n:
         got = f"a list of {len(x)}" if isinstance(x, (list, tuple)) else "one array"
