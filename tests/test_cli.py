@@ -102,16 +102,19 @@ def test_demo_beats_both_baselines_and_draws_two_pictures(tmp_path: Path) -> Non
     assert np.mean(np.abs(p - a)) == pytest.approx(lstm[1], abs=2e-3)
 
 
-def test_demo_is_reproducible_in_process(tmp_path: Path) -> None:
+def test_demo_is_reproducible_and_quiet_drops_only_the_bar(tmp_path: Path) -> None:
     from rnnkit.cli._demo import run_demo
 
     a = run_demo(tmp_path / "a", verbose=False, plots=False)
-    b = run_demo(tmp_path / "b", verbose=False, plots=False)
     assert a.beats_baselines
-    assert a.comparison.rows == b.comparison.rows
-    assert a.epochs_run == b.epochs_run
     assert a.test_years.tolist() == list(range(1959, 2009))
     assert a.loss_png is None and not (tmp_path / "a" / "loss.png").exists()
+    res = run("demo", "--out", str(tmp_path / "b"), "--quiet", "--no-plots")   # another process
+    assert res.returncode == 0 and res.stderr == ""                             # no progress bar
+    table = parse_table(res.stdout)
+    assert [(n, round(r, 3), round(m, 3)) for n, r, m in a.comparison.rows] == [
+        (n, *table[n]) for n, _, _ in a.comparison.rows]
+    assert f"trained {a.epochs_run} epochs" in res.stdout
 
 
 # -- train / predict / summary on the bundled sunspots --------------------------------------------

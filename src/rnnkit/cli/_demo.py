@@ -53,8 +53,10 @@ class DemoResult:
         return all(m_r < r and m_m < m for _, r, m in others)
 
 
-def run_demo(out: str | Path = "rnnkit_out", *, verbose: bool = True, plots: bool = True) -> DemoResult:
-    """Train, compare, save (see the module docstring); prints its report when ``verbose``."""
+def run_demo(out: str | Path = "rnnkit_out", *, verbose: bool = True, plots: bool = True,
+             progress: bool | None = None) -> DemoResult:
+    """Train, compare, save (see the module docstring); prints its report when ``verbose`` and
+    a progress bar when ``progress`` (default: ``verbose``)."""
     say = print if verbose else (lambda *a, **k: None)
     sun = datasets.sunspots()
     years, values = sun.years, sun.values
@@ -62,7 +64,7 @@ def run_demo(out: str | Path = "rnnkit_out", *, verbose: bool = True, plots: boo
     prep = prepare(values[:, None], values, ["SUNACTIVITY"], "SUNACTIVITY", window=WINDOW, horizon=1,
                    val_split=VAL_SPLIT, n_test=TEST_YEARS, transform=TRANSFORM, index_name="YEAR",
                    what="sunspots")
-    cfg = TrainConfig(**{**CONFIG.__dict__, "verbose": verbose})
+    cfg = TrainConfig(**{**CONFIG.__dict__, "verbose": verbose if progress is None else progress})
     yr = lambda w: f"{years[w.pos[0]]}-{years[w.pos[-1]]}"  # noqa: E731
     say(f"rnnkit demo: yearly mean sunspot number {years[0]}-{years[-1]} ({len(years)} years, "
         f"bundled, NOAA NGDC)")
@@ -113,5 +115,5 @@ def run_demo(out: str | Path = "rnnkit_out", *, verbose: bool = True, plots: boo
 
 
 def demo_command(args: argparse.Namespace) -> int:
-    run_demo(args.out, verbose=not args.quiet, plots=not args.no_plots)
+    run_demo(args.out, verbose=True, plots=not args.no_plots, progress=not args.quiet)
     return 0
