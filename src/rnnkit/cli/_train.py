@@ -58,7 +58,7 @@ def train_command(args: argparse.Namespace) -> int:
                       verbose=not args.quiet)
     print(f"{args.data}: {len(table)} rows, {len(prep.train) + len(prep.val)} windows of "
           f"{args.window} -> {args.target!r} {args.horizon} ahead: {len(prep.train)} train, "
-          f"{len(prep.val)} validation (the last ones)", flush=True)
+          f"{len(prep.val)} validation" + (" (the last ones)" if len(prep.val) else ""), flush=True)
     model = build_network(cfg, args.window, len(features))
     t0 = time.perf_counter()
     history = train_network(model, cfg, prep.train, prep.val if len(prep.val) else None,

@@ -1,7 +1,8 @@
 """Reading a time series from a CSV file: named numeric columns, an optional date column, and an
 explicit policy for missing values.
 
-The file must have a header row. A *date column* is the one named by ``date_col``, else the
+The file must have a header row; rows must be in time order (a date column that does not
+increase row by row is an error, never re-sorted). A *date column* is the one named by ``date_col``, else the
 first column whose name (case-insensitive) is one of :data:`DATE_COLUMN_NAMES`. Its values are
 parsed as ``YYYYMMDD`` or ISO 8601 (``YYYY-MM-DD``, optionally with a time) into
 ``datetime64`` values, or, for a column named ``year``, as integer years. Every other column
@@ -212,6 +213,16 @@ def read_csv(
     else:
         index = np.arange(len(body), dtype=np.int64)
     line_arr = np.asarray(lines, dtype=np.int64)
+    if dcol is not None and len(index) > 1:
+        steps = np.diff(index)
+        back = np.flatnonzero(steps <= np.zeros_like(steps[:1]))
+        if back.size:
+            k = int(back[0])
+            raise DataError(
+                f"{spath}: the date column {dcol!r} must increase row by row: line {lines[k + 1]} "
+                f"({raw_dates[k + 1] if raw_dates else ''}) does not come after line {lines[k]} "
+                f"({raw_dates[k] if raw_dates else ''}); sort the file by date"
+            )
     if columns and missing != "keep":
         miss_any = np.zeros(len(body), dtype=bool)
         for c, v in cols.items():
