@@ -28,11 +28,18 @@ from rnnkit._layer import Layer, WeightEntry
 from rnnkit._random import set_global_seed
 from rnnkit._shape import Shape
 from rnnkit.io import (
+    MissingDependencyError,
+    UnsupportedFeatureError,
+    load_keras,
+    load_keras_weights,
     load_layer_weights,
     load_model,
+    load_torch_rnn,
+    load_torch_safetensors,
     load_weights,
     save_layer_weights,
     save_model,
+    save_torch_safetensors,
     save_weights,
 )
 from rnnkit.layers import (  # the non-recurrent layers; ActivationLayer: Activation is the enum
@@ -83,6 +90,8 @@ __all__ = [
     "metrics",
     "io", "save_weights", "load_weights", "save_layer_weights", "load_layer_weights", "save_model",
     "load_model",
+    "load_keras", "load_keras_weights", "load_torch_rnn", "load_torch_safetensors",
+    "save_torch_safetensors", "MissingDependencyError", "UnsupportedFeatureError",
     "losses", "Loss", "MeanSquaredError", "MeanAbsoluteError", "BinaryCrossEntropy",
     "CategoricalCrossEntropy", "SparseCategoricalCrossEntropy",
     "layers", "ActivationLayer", "Concatenate", "Dense", "Dropout", "Embedding", "RepeatVector", "Reverse",

@@ -3,7 +3,10 @@ importers/exporters of one recurrent layer for PyTorch and Keras."""
 
 from rnnkit.io._atomic import atomic_write_bytes
 from rnnkit.io._interop import from_keras_weights, from_torch_state, to_keras_weights, to_torch_state
+from rnnkit.io._interop_errors import MissingDependencyError, UnsupportedFeatureError
+from rnnkit.io._keras_file import load_keras, load_keras_weights
 from rnnkit.io._model import load_model, save_model
+from rnnkit.io._torch_file import load_torch_rnn, load_torch_safetensors, save_torch_safetensors
 from rnnkit.io._weights import (
     load_layer_weights,
     load_weights,
@@ -16,4 +19,6 @@ __all__ = [
     "atomic_write_bytes", "from_keras_weights", "from_torch_state", "load_layer_weights", "load_model",
     "load_weights", "read_safetensors", "save_layer_weights", "save_model", "save_weights",
     "to_keras_weights", "to_torch_state",
+    "MissingDependencyError", "UnsupportedFeatureError", "load_keras", "load_keras_weights",
+    "load_torch_rnn", "load_torch_safetensors", "save_torch_safetensors",
 ]

@@ -1,0 +1,348 @@
+"""Whole-model import from Keras 3 files, without Keras: ``load_keras`` and ``load_keras_weights``.
+
+A ``.keras`` file is a zip archive holding ``config.json`` (the architecture, parsed here with
+:mod:`json`), ``metadata.json`` and ``model.weights.h5`` (the weights, read with h5py — an
+optional dependency: ``pip install rnnkit[interop]``). Nothing is unpickled and Keras is never
+imported.
+
+Layers and options (Keras 3.15.1 configs; anything else raises
+:class:`~rnnkit.io.UnsupportedFeatureError` naming the layer and the option)::
+
+    Keras                         rnnkit
+    InputLayer(batch_shape)       the model's input shape (batch axis free)
+    SimpleRNN / LSTM / GRU        SimpleRNN / LSTM / GRU(reset_after=...) with units, activation,
+                                  return_sequences, go_backwards; kernel and recurrent_kernel as
+                                  they are (same fused gate orders, DESIGN.md §4), bias (G*H,) ->
+                                  (1, G*H), GRU reset_after=True bias (2, 3H) kept
+        use_bias=False            an exact zero bias (note: rnnkit then trains that bias)
+        dropout, recurrent_dropout  accepted with a warning (inference is unaffected)
+        recurrent_activation != sigmoid, stateful=True, return_state=True   refused
+        unroll, unit_forget_bias, initializers, seed, zero_output_for_mask   no effect on a
+                                  trained model: ignored
+    Bidirectional(merge_mode="concat")   a graph: forward layer, backward layer, Reverse(1) on
+                                  the backward branch when return_sequences, Concatenate(-1)
+                                  (exactly Keras' ``flip`` + ``concatenate``); other merge modes
+                                  refused
+    Dense                         Dense(units, activation, use_bias)
+    Embedding                     Embedding(input_dim, output_dim); mask_zero=True refused
+    Dropout(rate)                 Dropout(rate); noise_shape accepted with a warning
+    RepeatVector(n)               RepeatVector(n)
+    Activation                    ActivationLayer
+    Concatenate(axis)             Concatenate(axis) (functional models)
+
+Activations: tanh, sigmoid, relu, linear, softmax (others refused). Dtype policies float32 and
+float64; mixed / half precision refused. Regularizers and constraints are accepted with a
+warning (they act only in training). LoRA and quantized layers are refused.
+
+Models: a Keras ``Sequential`` becomes an rnnkit :class:`~rnnkit.Sequential` (layer ``i`` =
+the ``i``-th non-input Keras layer), or a :class:`~rnnkit.GraphModel` chain when it holds a
+Bidirectional. A functional model (``Functional``; shared layers, several inputs/outputs,
+Concatenate) becomes a GraphModel whose nodes are named after the Keras layers (a second call
+of a shared layer: ``{name}__{k}``; a Bidirectional ``B``: nodes ``B__forward``,
+``B__backward``, ``B__reverse`` and ``B`` for the concatenation). Nested models, masks and
+``initial_state`` arguments are refused. The compile settings are not imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from typing import Any
+
+from rnnkit._errors import FileFormatError, WeightShapeError
+from rnnkit._layer import Layer
+from rnnkit.io._keras_h5 import WeightStore, unique_groups
+from rnnkit.io._keras_layers import RECURRENT, Mapped, map_layer, to_rnnkit_weights
+from rnnkit.io._weights import apply_strict
+from rnnkit.layers import Concatenate, Dense, Embedding, Reverse
+from rnnkit.models import GraphBuilder, GraphModel, Sequential
+from rnnkit.models._graph import Node
+from rnnkit.recurrent import RecurrentLayer
+
+_WEIGHTS = "model.weights.h5"
+
+
+def _head(p: str) -> bytes:
+    with open(p, "rb") as fh:
+        return fh.read(16)
+
+
+def _check_path(p: str) -> None:
+    if not os.path.exists(p):
+        raise FileNotFoundError(f"no such file: {p}")
+    if os.path.isdir(p):
+        raise FileFormatError(f"{p}: expected a Keras '.keras' file, found a directory (a TensorFlow "
+                              f"SavedModel cannot be read; re-save the model with model.save('m.keras'))")
+
+
+def _read_archive(p: str) -> tuple[dict[str, Any], bytes]:
+    """``(config, weights h5 bytes)`` of a ``.keras`` zip archive."""
+    _check_path(p)
+    head = _head(p)
+    if head.startswith(b"\x89HDF"):
+        raise FileFormatError(f"{p}: an HDF5 file, not a '.keras' archive: a '.weights.h5' file (read it "
+                              f"with load_keras_weights into a built model) or a Keras 2 '.h5' model "
+                              f"(re-save it with Keras 3 as '.keras')")
+    if not zipfile.is_zipfile(p):
+        raise FileFormatError(f"{p}: not a Keras '.keras' archive (a zip file); found "
+                              f"{os.path.getsize(p)} bytes starting {head!r}")
+    with zipfile.ZipFile(p) as z:
+        names = z.namelist()
+        if any(n.endswith("data.pkl") for n in names):
+            raise FileFormatError(f"{p}: a torch.save archive, not a '.keras' file")
+        if "config.json" not in names:
+            raise FileFormatError(f"{p}: a zip archive without config.json is not a '.keras' file "
+                                  f"(it holds {names[:10]})")
+        if _WEIGHTS not in names:
+            raise FileFormatError(f"{p}: the archive has no {_WEIGHTS} (found {names}); sharded or "
+                                  f"weightless Keras archives are not supported")
+        try:
+            config = json.loads(z.read("config.json"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise FileFormatError(f"{p}: config.json is not JSON ({e})") from None
+        data = z.read(_WEIGHTS)
+    if not isinstance(config, dict) or not isinstance(config.get("config"), dict):
+        raise FileFormatError(f"{p}: config.json holds no model config")
+    return config, data
+
+
+def _batch_shape(cfg: dict[str, Any]) -> tuple[int | None, ...]:
+    c = cfg.get("config", {})
+    shape = c.get("batch_shape", c.get("batch_input_shape"))
+    if not isinstance(shape, list):
+        raise FileFormatError(f"Keras InputLayer {c.get('name')!r} has no batch_shape")
+    return tuple(shape)
+
+
+def _safe(name: str) -> str:
+    return name.replace(".", "_")
+
+
+def _call(b: GraphBuilder, m: Mapped, ins: list[Node], k: int) -> Node:
+    """Add the k-th call of the mapped Keras layer ``m`` on ``ins`` to the graph."""
+    base = _safe(m.name) + (f"__{k}" if k else "")
+    if m.class_name != "Bidirectional":
+        assert m.layer is not None
+        return b.add(m.layer, ins if isinstance(m.layer, Concatenate) else ins[0], name=base)
+    if len(ins) != 1:
+        raise FileFormatError(f"Keras Bidirectional {m.name!r} called on {len(ins)} tensors")
+    fwd = b.add(m.parts[0][0], ins[0], name=base + "__forward")
+    bwd = b.add(m.parts[1][0], ins[0], name=base + "__backward")
+    if m.return_sequences:  # Keras flips the backward sequence back into input order
+        bwd = b.add(Reverse(1, dtype=m.parts[1][0].dtype), bwd, name=base + "__reverse")
+    return b.add(Concatenate(-1, dtype=m.parts[0][0].dtype), [fwd, bwd], name=base)
+
+
+def _sequential(cfg: dict[str, Any], top: dict[str, Any]) -> tuple[Any, list[Mapped], list[str]]:
+    shape: Any = None
+    mapped: list[Mapped] = []
+    for lc in cfg.get("layers", []):
+        m = map_layer(lc)
+        if m.class_name == "InputLayer":
+            shape = _batch_shape(lc)
+        else:
+            mapped.append(m)
+    if shape is None:
+        shape = cfg.get("build_input_shape") or (top.get("build_config") or {}).get("input_shape")
+    if shape is None:
+        raise FileFormatError("the Keras Sequential model was never built (no input shape in config.json)")
+    if not mapped:
+        raise FileFormatError("the Keras Sequential model has no layers")
+    name = str(cfg.get("name", "sequential"))
+    groups = unique_groups([m.class_name for m in mapped])
+    if not any(m.class_name == "Bidirectional" for m in mapped):
+        layers = [m.layer for m in mapped]
+        return Sequential([x for x in layers if x is not None], input_shape=shape, name=name), mapped, groups
+    b = GraphBuilder(name)
+    node = b.input(shape, name="input")
+    for m in mapped:
+        node = _call(b, m, [node], 0)
+    return b.build(node), mapped, groups
+
+
+def _history(t: Any, where: str) -> tuple[str, int]:
+    """``(layer name, node index)`` of a serialised Keras tensor."""
+    if isinstance(t, dict) and t.get("class_name") == "__keras_tensor__":
+        hist = t["config"]["keras_history"]
+    elif isinstance(t, list) and len(t) >= 3 and isinstance(t[0], str):  # Keras 2 style
+        hist = t
+    else:
+        raise FileFormatError(f"{where}: unreadable inbound tensor {t!r}")
+    if int(hist[2]) != 0:
+        raise FileFormatError(f"{where}: uses output {hist[2]} of layer {hist[0]!r}; only single-output "
+                              f"layers are supported")
+    return str(hist[0]), int(hist[1])
+
+
+def _tensors(obj: Any) -> list[Any]:
+    if isinstance(obj, dict) and obj.get("class_name") == "__keras_tensor__":
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in _tensors(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in _tensors(o)]
+    return []
+
+
+def _inbound(node: Any, layer: str) -> list[tuple[str, int]]:
+    if isinstance(node, dict):
+        kwargs = node.get("kwargs") or {}
+        for key, val in kwargs.items():
+            if _tensors(val) or (key in ("mask", "initial_state") and val is not None):
+                from rnnkit.io._interop_errors import UnsupportedFeatureError
+
+                raise UnsupportedFeatureError(layer, key, f"the call passes {key}=...; rnnkit layers "
+                                              f"take no masks or initial states in a model")
+        return [_history(t, f"layer {layer!r}") for t in _tensors(node.get("args", []))]
+    if isinstance(node, list):  # Keras 2: [[name, node_index, tensor_index, kwargs], ...]
+        return [_history(t, f"layer {layer!r}") for t in node]
+    raise FileFormatError(f"layer {layer!r}: unreadable inbound node {node!r}")
+
+
+def _refs(spec: Any) -> list[tuple[str, int]]:
+    items = [spec] if spec and isinstance(spec[0], str) else list(spec)
+    return [(str(s[0]), int(s[1])) for s in items]
+
+
+def _functional(cfg: dict[str, Any]) -> tuple[Any, list[Mapped], list[str]]:
+    b = GraphBuilder(str(cfg.get("name", "functional")))
+    nodes: dict[tuple[str, int], Node] = {}
+    mapped: list[Mapped] = []
+    pending: list[tuple[Mapped, int, list[tuple[str, int]]]] = []
+    for lc in cfg.get("layers", []):
+        m = map_layer(lc)
+        mapped.append(m)
+        if m.class_name == "InputLayer":
+            nodes[(m.name, 0)] = b.input(_batch_shape(lc), name=_safe(m.name))
+            continue
+        for k, node in enumerate(lc.get("inbound_nodes", [])):
+            pending.append((m, k, _inbound(node, m.name)))
+    while pending:
+        ready = [p for p in pending if all(r in nodes for r in p[2])]
+        if not ready:
+            raise FileFormatError(f"the functional graph cannot be resolved: {pending[0][0].name!r} waits "
+                                  f"for {[r for r in pending[0][2] if r not in nodes]}")
+        for p in ready:
+            m, k, refs = p
+            nodes[(m.name, k)] = _call(b, m, [nodes[r] for r in refs], k)
+            pending.remove(p)
+    try:
+        outs = [nodes[r] for r in _refs(cfg["output_layers"])]
+        ins = [nodes[r] for r in _refs(cfg["input_layers"])]
+    except (KeyError, IndexError, TypeError) as e:
+        raise FileFormatError(f"the functional model's input_layers/output_layers are unreadable "
+                              f"({e!r})") from None
+    model = b.build(outs if len(outs) > 1 else outs[0], ins)
+    return model, mapped, unique_groups([m.class_name for m in mapped])
+
+
+def _install(model: Any, entries: list[tuple[Layer, str]], store: WeightStore, source: str,
+             strict_file: bool) -> None:
+    """Install the arrays at each ``(layer, h5 vars path)`` into ``model``, all or nothing."""
+    named = dict(model.named_weights())
+    key_of = {(id(lay), w): k for k, (lay, w) in named.items()}
+    tensors: dict[str, Any] = {}
+    problems: list[tuple[str, Any, Any]] = []
+    used: set[str] = set()
+    for layer, prefix in entries:
+        arrays = store.vars_at(prefix)
+        if arrays is None:
+            problems.append((prefix, f"the weights of {type(layer).__name__} {layer.name!r}", "missing"))
+            continue
+        used.update(k for k in store.arrays if k.startswith(prefix + "/"))
+        conv = to_rnnkit_weights(layer, arrays)
+        if isinstance(conv, str):
+            problems.append((prefix, f"{type(layer).__name__} {layer.name!r} weights", conv))
+            continue
+        for w, a in conv.items():
+            tensors[key_of[(id(layer), w)]] = a
+    if strict_file:
+        for k in sorted(set(store.arrays) - used):
+            problems.append((k, "no such weight in the model", f"unexpected {store.arrays[k].shape}"))
+    if problems:
+        listing = "; ".join(f"{n!r}: expected {e}, got {g}" for n, e, g in problems)
+        err = WeightShapeError(problems[0][0], problems[0][1], problems[0][2],
+                               f"{source}: {len(problems)} problem(s), nothing was loaded: {listing}; "
+                               f"layer groups in the file: {sorted(store.groups_with_weights())}")
+        err.problems = problems  # type: ignore[attr-defined]
+        raise err
+    apply_strict(named, tensors, source)
+
+
+def load_keras(path: str | os.PathLike[str]) -> Sequential | GraphModel:
+    """Rebuild the Keras 3 model saved in ``path`` (``model.save("m.keras")``) as an rnnkit model
+    with the same weights: a Sequential, or a GraphModel (functional models, Bidirectional).
+
+    Raises FileFormatError for a file that is not a ``.keras`` archive (naming what it is),
+    UnsupportedFeatureError for a layer or option rnnkit cannot reproduce (see the module doc),
+    WeightShapeError listing every weight that is missing or mis-shaped, MissingDependencyError
+    when h5py is not installed. The result predicts what Keras' ``model.predict`` does (float32:
+    within ~1e-6)."""
+    p = os.fspath(path)
+    top, data = _read_archive(p)
+    cfg = top["config"]
+    kind = top.get("class_name")
+    if kind == "Sequential":
+        model, mapped, groups = _sequential(cfg, top)
+    elif kind in ("Functional", "Model") and "input_layers" in cfg:
+        model, mapped, groups = _functional(cfg)
+    else:
+        from rnnkit.io._interop_errors import UnsupportedFeatureError
+
+        raise UnsupportedFeatureError(str(cfg.get("name", kind)), "class_name",
+                                      f"Keras model class {kind!r}: only Sequential and functional "
+                                      f"models can be imported (subclassed models have no config)")
+    store = WeightStore.read(data, f"{p}:{_WEIGHTS}")
+    entries: list[tuple[Layer, str]] = []
+    for m, group in zip(mapped, groups, strict=True):
+        g = store.by_name.get(m.name, f"layers/{group}")
+        entries.extend((layer, f"{g}/{rel}") for layer, rel in m.parts)
+    _install(model, entries, store, f"load_keras({p})", strict_file=False)
+    return model
+
+
+_KERAS_CLASS: dict[type, str] = {Dense: "Dense", Embedding: "Embedding",
+                                 **{v: k for k, v in RECURRENT.items()}}
+
+
+def _rel(layer: Layer) -> str:
+    return "cell/vars" if isinstance(layer, RecurrentLayer) else "vars"
+
+
+def load_keras_weights(model: Any, path: str | os.PathLike[str]) -> None:
+    """Read a Keras 3 weights file (``model.save_weights("w.weights.h5")``, or the weights of a
+    ``.keras`` archive) into a built rnnkit ``model`` of the same architecture, all or nothing.
+
+    Sequential: the k-th rnnkit layer of a class (Dense, Embedding, SimpleRNN, LSTM, GRU) takes
+    the weights of the k-th Keras layer of that class (Keras' groups ``lstm``, ``lstm_1``, ...;
+    weightless layers do not matter). GraphModel: a node named ``N`` takes the Keras layer named
+    ``N``; nodes ``B__forward`` / ``B__backward`` the two directions of Keras Bidirectional ``B``
+    (the names :func:`load_keras` gives). Every array of the file must be used and every weight
+    of the model found with its exact shape; WeightShapeError lists each problem otherwise."""
+    p = os.fspath(path)
+    _check_path(p)
+    data: bytes | str = _read_archive(p)[1] if zipfile.is_zipfile(p) else p
+    store = WeightStore.read(data, p)
+    entries: list[tuple[Layer, str]] = []
+    if isinstance(model, Sequential):
+        classes = [_KERAS_CLASS.get(type(layer), type(layer).__name__) for layer in model.layers]
+        for layer, group in zip(model.layers, unique_groups(classes), strict=True):
+            if layer.weight_names:
+                entries.append((layer, f"layers/{group}/{_rel(layer)}"))
+    elif isinstance(model, GraphModel):
+        groups = {_safe(k): v for k, v in store.by_name.items()}
+        seen: list[Layer] = []
+        for n in model.nodes:
+            if n.layer is None or not n.layer.weight_names or any(n.layer is s for s in seen):
+                continue
+            seen.append(n.layer)
+            base, rel = n.name, _rel(n.layer)
+            for role in ("forward", "backward"):
+                if n.name.endswith(f"__{role}"):
+                    base, rel = n.name[: -len(role) - 2], f"{role}_layer/cell/vars"
+            entries.append((n.layer, f"{groups.get(base, 'layers/' + base)}/{rel}"))
+    else:
+        raise TypeError(f"load_keras_weights: expected a Sequential or GraphModel, got "
+                        f"{type(model).__name__}")
+    _install(model, entries, store, f"load_keras_weights({p})", strict_file=True)

@@ -1,0 +1,227 @@
+"""One Keras 3 layer config -> rnnkit layer(s), and a Keras weight list -> rnnkit weights.
+
+Every option that changes what the layer computes at inference is checked; an option rnnkit
+cannot reproduce raises :class:`UnsupportedFeatureError` naming the layer and the option (see
+the table in :mod:`rnnkit.io._keras_file`). Options that only act while training (recurrent
+``dropout`` / ``recurrent_dropout``, Dropout ``noise_shape``, regularizers, constraints) are
+accepted with a warning naming the layer: the imported model predicts exactly as Keras does,
+but further training in rnnkit does not apply them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rnnkit._errors import FileFormatError
+from rnnkit._layer import Layer
+from rnnkit.io._interop_errors import UnsupportedFeatureError
+from rnnkit.layers import ActivationLayer, Concatenate, Dense, Dropout, Embedding, RepeatVector
+from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
+
+RECURRENT = {"SimpleRNN": SimpleRNN, "LSTM": LSTM, "GRU": GRU}
+SUPPORTED = ("InputLayer", "SimpleRNN", "LSTM", "GRU", "Bidirectional", "Dense", "Embedding",
+             "Dropout", "RepeatVector", "Activation", "Concatenate")
+ACTIVATIONS = ("tanh", "sigmoid", "relu", "linear", "softmax")
+_TRAIN_ONLY = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
+               "activity_regularizer", "embeddings_regularizer", "kernel_constraint",
+               "recurrent_constraint", "bias_constraint", "embeddings_constraint")
+
+
+@dataclass
+class Mapped:
+    """A Keras layer as rnnkit layers.
+
+    ``parts`` lists ``(rnnkit layer, vars path relative to the Keras layer's h5 group)`` for
+    every rnnkit layer with weights; ``layer`` is the single rnnkit layer (None for an
+    InputLayer and for a Bidirectional, whose two directions are ``parts``).
+    """
+
+    name: str
+    class_name: str
+    layer: Layer | None
+    parts: list[tuple[Layer, str]] = field(default_factory=list)
+    return_sequences: bool = False  # Bidirectional only
+
+
+def _warn(name: str, what: str) -> None:
+    warnings.warn(f"Keras layer {name!r}: {what}", UserWarning, stacklevel=4)
+
+
+def dtype_of(cfg: dict[str, Any], name: str) -> str:
+    """The layer's compute dtype: float32 or float64 (anything else is refused)."""
+    d = cfg.get("dtype", "float32")
+    if isinstance(d, dict):
+        d = (d.get("config") or {}).get("name", "float32")
+    if d is None:
+        d = "float32"
+    if d not in ("float32", "float64"):
+        raise UnsupportedFeatureError(name, "dtype", f"dtype policy {d!r} is not supported; rnnkit "
+                                      f"computes in float32 or float64 only")
+    return str(d)
+
+
+def _activation(cfg: dict[str, Any], key: str, name: str) -> str:
+    a = cfg.get(key, "linear")
+    if a is None:
+        a = "linear"
+    if isinstance(a, dict):  # a serialised function: {"class_name": "function", "config": "relu"}
+        a = a.get("config") if isinstance(a.get("config"), str) else repr(a)
+    if a not in ACTIVATIONS:
+        raise UnsupportedFeatureError(name, key, f"activation {a!r} is not supported; rnnkit has "
+                                      f"{', '.join(ACTIVATIONS)}")
+    return str(a)
+
+
+def _refuse_if(cond: bool, name: str, option: str, msg: str) -> None:
+    if cond:
+        raise UnsupportedFeatureError(name, option, msg)
+
+
+def _train_only_options(cfg: dict[str, Any], name: str) -> None:
+    present = [k for k in _TRAIN_ONLY if cfg.get(k) is not None]
+    if present:
+        _warn(name, f"{', '.join(present)} not carried over (they act only in training; "
+                    f"predictions are unaffected)")
+
+
+def _recurrent(class_name: str, cfg: dict[str, Any], name: str) -> RecurrentLayer:
+    _refuse_if(bool(cfg.get("stateful", False)), name, "stateful",
+               "stateful=True carries state across batches; rnnkit layers start every sequence "
+               "from the zero state (use the tch-style seq_init/step API instead)")
+    _refuse_if(bool(cfg.get("return_state", False)), name, "return_state",
+               "return_state=True returns extra tensors; rnnkit layers return the output only")
+    if class_name != "SimpleRNN":
+        rec = _activation(cfg, "recurrent_activation", name)
+        _refuse_if(rec != "sigmoid", name, "recurrent_activation",
+                   f"recurrent_activation {rec!r}: rnnkit's gates are always sigmoid")
+    act = _activation(cfg, "activation", name)
+    drops = {k: float(cfg.get(k) or 0.0) for k in ("dropout", "recurrent_dropout")}
+    if any(v > 0 for v in drops.values()):
+        _warn(name, f"{', '.join(f'{k}={v}' for k, v in drops.items() if v > 0)} ignored: rnnkit has "
+                    f"no in-cell dropout (inference is unaffected; training in rnnkit runs without it)")
+    _train_only_options(cfg, name)
+    kwargs: dict[str, Any] = {
+        "return_sequences": bool(cfg.get("return_sequences", False)),
+        "go_backwards": bool(cfg.get("go_backwards", False)),
+        "dtype": dtype_of(cfg, name), "name": name,
+    }
+    units = int(cfg["units"])
+    if class_name == "GRU":
+        return GRU(units, act, reset_after=bool(cfg.get("reset_after", True)), **kwargs)
+    cls = RECURRENT[class_name]
+    return cls(units, act, **kwargs)
+
+
+def map_layer(layer_cfg: dict[str, Any]) -> Mapped:
+    """The rnnkit counterpart of one entry of a Keras ``config.json`` ``layers`` list."""
+    class_name = layer_cfg.get("class_name")
+    cfg = layer_cfg.get("config")
+    if not isinstance(class_name, str) or not isinstance(cfg, dict):
+        raise FileFormatError(f"a Keras layer entry without class_name/config: {layer_cfg!r}")
+    name = str(layer_cfg.get("name") or cfg.get("name") or class_name)
+    if class_name not in SUPPORTED:
+        raise UnsupportedFeatureError(name, "class_name", f"Keras layer class {class_name!r} is not "
+                                      f"supported; supported: {', '.join(SUPPORTED)}")
+    if class_name == "InputLayer":
+        return Mapped(name, class_name, None)
+    if class_name in RECURRENT:
+        rec = _recurrent(class_name, cfg, name)
+        return Mapped(name, class_name, rec, [(rec, "cell/vars")])
+    if class_name == "Bidirectional":
+        return _bidirectional(cfg, name)
+    dtype = dtype_of(cfg, name)
+    out: Layer
+    if class_name == "Dense":
+        _refuse_if(cfg.get("lora_rank") is not None, name, "lora_rank", "LoRA-adapted Dense is not supported")
+        _refuse_if(cfg.get("quantization_config") is not None, name, "quantization_config",
+                   "quantized weights are not supported")
+        _train_only_options(cfg, name)
+        out = Dense(int(cfg["units"]), _activation(cfg, "activation", name),
+                    use_bias=bool(cfg.get("use_bias", True)), dtype=dtype, name=name)
+        return Mapped(name, class_name, out, [(out, "vars")])
+    if class_name == "Embedding":
+        _refuse_if(bool(cfg.get("mask_zero", False)), name, "mask_zero",
+                   "mask_zero=True makes downstream layers skip padded steps; rnnkit has no masking")
+        _refuse_if(cfg.get("lora_rank") is not None, name, "lora_rank",
+                   "LoRA-adapted Embedding is not supported")
+        _refuse_if(cfg.get("quantization_config") is not None, name, "quantization_config",
+                   "quantized weights are not supported")
+        _train_only_options(cfg, name)
+        out = Embedding(int(cfg["input_dim"]), int(cfg["output_dim"]), dtype=dtype, name=name)
+        return Mapped(name, class_name, out, [(out, "vars")])
+    if class_name == "Dropout":
+        if cfg.get("noise_shape") is not None:
+            _warn(name, f"noise_shape={cfg['noise_shape']} not carried over (rnnkit drops elementwise; "
+                        f"inference is unaffected)")
+        return Mapped(name, class_name, Dropout(float(cfg["rate"]), dtype=dtype, name=name))
+    if class_name == "RepeatVector":
+        return Mapped(name, class_name, RepeatVector(int(cfg["n"]), dtype=dtype, name=name))
+    if class_name == "Activation":
+        return Mapped(name, class_name,
+                      ActivationLayer(_activation(cfg, "activation", name), dtype=dtype, name=name))
+    # Concatenate
+    return Mapped(name, class_name, Concatenate(int(cfg.get("axis", -1)), dtype=dtype, name=name))
+
+
+def _bidirectional(cfg: dict[str, Any], name: str) -> Mapped:
+    mode = cfg.get("merge_mode", "concat")
+    _refuse_if(mode != "concat", name, "merge_mode",
+               f"merge_mode {mode!r} is not supported; only 'concat' (rnnkit has no sum/ave/mul merge)")
+    fwd_cfg = cfg.get("layer")
+    if not isinstance(fwd_cfg, dict):
+        raise FileFormatError(f"Keras Bidirectional {name!r} has no 'layer' config")
+    bwd_cfg = cfg.get("backward_layer")
+    if not isinstance(bwd_cfg, dict):  # Keras derives it: the same layer, go_backwards flipped
+        inner = dict(fwd_cfg.get("config", {}))
+        inner["go_backwards"] = not bool(inner.get("go_backwards", False))
+        inner["name"] = "backward_" + str(inner.get("name", "layer"))
+        bwd_cfg = {"class_name": fwd_cfg.get("class_name"), "config": inner}
+    dirs = []
+    for sub, role in ((fwd_cfg, "forward"), (bwd_cfg, "backward")):
+        sub_class = sub.get("class_name")
+        sub_name = f"{name}__{role}"
+        if sub_class not in RECURRENT:
+            raise UnsupportedFeatureError(name, "layer", f"Bidirectional over {sub_class!r}; supported: "
+                                          f"SimpleRNN, LSTM, GRU")
+        dirs.append(_recurrent(str(sub_class), dict(sub.get("config", {})), sub_name))
+    if dirs[0].return_sequences != dirs[1].return_sequences:
+        raise UnsupportedFeatureError(name, "return_sequences",
+                                      "the two directions disagree on return_sequences")
+    return Mapped(name, "Bidirectional", None,
+                  [(dirs[0], "forward_layer/cell/vars"), (dirs[1], "backward_layer/cell/vars")],
+                  return_sequences=dirs[0].return_sequences)
+
+
+def weight_names(layer: Layer) -> list[str]:
+    """The Keras order of ``layer``'s weights (the h5 ``vars/0, 1, ...``)."""
+    if isinstance(layer, RecurrentLayer):
+        return ["kernel", "recurrent_kernel", "bias"]
+    if isinstance(layer, Dense):
+        return ["kernel", "bias"] if layer.use_bias else ["kernel"]
+    if isinstance(layer, Embedding):
+        return ["embeddings"]
+    return []
+
+
+def to_rnnkit_weights(layer: Layer, arrays: list[np.ndarray]) -> dict[str, np.ndarray] | str:
+    """Keras arrays of ``layer`` -> ``{rnnkit weight name: array}``, or a problem description.
+
+    Recurrent bias ``(G*H,)`` becomes ``(1, G*H)``; a ``(2, 3H)`` GRU ``reset_after`` bias stays;
+    a recurrent layer saved with ``use_bias=False`` (two arrays) gets an exact zero bias.
+    """
+    names = weight_names(layer)
+    if isinstance(layer, RecurrentLayer) and len(arrays) == 2:
+        rows = layer.cell.bias_rows
+        arrays = [*arrays, np.zeros((rows, layer.gate_width), layer.dtype)]
+    if len(arrays) != len(names):
+        return f"expected {len(names)} arrays ({', '.join(names)}), found {len(arrays)}"
+    out = dict(zip(names, arrays, strict=True))
+    if isinstance(layer, RecurrentLayer):
+        b = out["bias"]
+        if layer.cell.bias_rows == 1 and b.ndim == 1:
+            out["bias"] = b.reshape(1, -1)
+    return out
