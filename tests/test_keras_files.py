@@ -105,6 +105,22 @@ def test_bidirectional_gru_then_repeatvector(tmp_path: Path) -> None:
     assert diff <= ATOL
 
 
+def test_trained_model_without_input_layer_and_time_distributed(tmp_path: Path) -> None:
+    """Built with build() (no InputLayer), compiled and fitted (the file then also holds the
+    optimizer's variables, which are not weights of the model)."""
+    m = keras.Sequential([L.LSTM(4, return_sequences=True), L.TimeDistributed(L.Dense(2, activation="relu")),
+                          L.GRU(3), L.Dense(1)])
+    m.build((None, 5, 3))
+    _randomize(m, 9)
+    x = _x(6, 5, 3)
+    m.compile("adam", "mse")
+    m.fit(x, np.ones((6, 1), "float32"), epochs=1, verbose=0)
+    m.save(tmp_path / "m.keras")
+    ours = rk.load_keras(tmp_path / "m.keras")
+    assert [type(x).__name__ for x in ours.layers] == ["LSTM", "Dense", "GRU", "Dense"]
+    assert np.abs(m.predict(x, verbose=0) - ours.predict(x)).max() <= ATOL
+
+
 def test_functional_shared_layer_concatenate_two_outputs(tmp_path: Path) -> None:
     inp = keras.Input((6, 3))
     a = L.GRU(3, return_sequences=True)(inp)

@@ -29,6 +29,8 @@ Layers and options (Keras 3.15.1 configs; anything else raises
     RepeatVector(n)               RepeatVector(n)
     Activation                    ActivationLayer
     Concatenate(axis)             Concatenate(axis) (functional models)
+    TimeDistributed(Dense | Dropout | Activation)   the inner layer (rnnkit's act on the last
+                                  axis, i.e. per timestep, already)
 
 Activations: tanh, sigmoid, relu, linear, softmax (others refused). Dtype policies float32 and
 float64; mixed / half precision refused. Regularizers and constraints are accepted with a
@@ -316,7 +318,8 @@ def load_keras_weights(model: Any, path: str | os.PathLike[str]) -> None:
 
     Sequential: the k-th rnnkit layer of a class (Dense, Embedding, SimpleRNN, LSTM, GRU) takes
     the weights of the k-th Keras layer of that class (Keras' groups ``lstm``, ``lstm_1``, ...;
-    weightless layers do not matter). GraphModel: a node named ``N`` takes the Keras layer named
+    weightless layers do not matter; a Keras TimeDistributed or Bidirectional needs the model
+    :func:`load_keras` builds). GraphModel: a node named ``N`` takes the Keras layer named
     ``N``; nodes ``B__forward`` / ``B__backward`` the two directions of Keras Bidirectional ``B``
     (the names :func:`load_keras` gives). Every array of the file must be used and every weight
     of the model found with its exact shape; WeightShapeError lists each problem otherwise."""
@@ -341,7 +344,10 @@ def load_keras_weights(model: Any, path: str | os.PathLike[str]) -> None:
             for role in ("forward", "backward"):
                 if n.name.endswith(f"__{role}"):
                     base, rel = n.name[: -len(role) - 2], f"{role}_layer/cell/vars"
-            entries.append((n.layer, f"{groups.get(base, 'layers/' + base)}/{rel}"))
+            group = groups.get(base, "layers/" + base)
+            if store.vars_at(f"{group}/{rel}") is None and store.vars_at(f"{group}/layer/{rel}") is not None:
+                rel = f"layer/{rel}"  # a Keras TimeDistributed
+            entries.append((n.layer, f"{group}/{rel}"))
     else:
         raise TypeError(f"load_keras_weights: expected a Sequential or GraphModel, got "
                         f"{type(model).__name__}")

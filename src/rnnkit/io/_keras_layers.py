@@ -24,7 +24,7 @@ from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
 
 RECURRENT = {"SimpleRNN": SimpleRNN, "LSTM": LSTM, "GRU": GRU}
 SUPPORTED = ("InputLayer", "SimpleRNN", "LSTM", "GRU", "Bidirectional", "Dense", "Embedding",
-             "Dropout", "RepeatVector", "Activation", "Concatenate")
+             "Dropout", "RepeatVector", "Activation", "Concatenate", "TimeDistributed")
 ACTIVATIONS = ("tanh", "sigmoid", "relu", "linear", "softmax")
 _TRAIN_ONLY = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
                "activity_regularizer", "embeddings_regularizer", "kernel_constraint",
@@ -133,6 +133,16 @@ def map_layer(layer_cfg: dict[str, Any]) -> Mapped:
         return Mapped(name, class_name, rec, [(rec, "cell/vars")])
     if class_name == "Bidirectional":
         return _bidirectional(cfg, name)
+    if class_name == "TimeDistributed":  # rnnkit's Dense, Dropout, Activation already act per step
+        inner_cfg = cfg.get("layer")
+        inner_class = inner_cfg.get("class_name") if isinstance(inner_cfg, dict) else None
+        if inner_class not in ("Dense", "Dropout", "Activation"):
+            raise UnsupportedFeatureError(name, "layer", f"TimeDistributed over {inner_class!r}; "
+                                          f"supported: Dense, Dropout, Activation")
+        assert isinstance(inner_cfg, dict)
+        inner_cfg = {"class_name": inner_class, "config": {**inner_cfg.get("config", {}), "name": name}}
+        inner = map_layer(inner_cfg)
+        return Mapped(name, class_name, inner.layer, [(lay, "layer/" + rel) for lay, rel in inner.parts])
     dtype = dtype_of(cfg, name)
     out: Layer
     if class_name == "Dense":
