@@ -213,6 +213,43 @@ def test_train_gru_two_layers_two_features_on_generated_csv_beats_persistence(tm
     assert_bad_input(bad, "--steps needs a model whose only feature is its target")
 
 
+def test_difference_forecasts_changes_of_a_trending_series(tmp_path: Path) -> None:
+    t = np.arange(200)
+    level = 10 + 0.05 * t + np.sin(t / 3)               # trend: later values leave the training range
+    p = write_csv(tmp_path / "trend.csv", ["row_id", "y"],
+                  [[k, f"{v:.6f}"] for k, v in zip(t, level, strict=True)])
+    res = run("train", str(p), "--target", "y", "--difference", "--window", "8", "--units", "8",
+              "--epochs", "30", "--lr", "0.02", "--out", str(tmp_path / "d"), "--quiet")
+    assert res.returncode == 0, res.stderr
+    table = parse_table(res.stdout)
+    assert next(v for k, v in table.items() if k.startswith("LSTM"))[0] < 0.5 * table["persistence"][0]
+    from rnnkit.cli._model import load_forecaster
+
+    model_path = tmp_path / "d" / "model.safetensors"
+    net, spec = load_forecaster(model_path)
+    assert spec is not None and spec.difference and spec.rows_needed == 9
+    y = np.round(level, 6)
+    d = np.diff(y)
+    # 199 changes -> 191 windows: 38 validate (the last), 153 train; the training windows read and
+    # predict changes 0 .. 152 + 8 = 160, so the scaler saw exactly those
+    assert spec.x_scaler.mean[0] == pytest.approx(d[:161].mean(), rel=1e-9)
+    assert spec.x_scaler.mean[0] != pytest.approx(d.mean(), rel=1e-3)
+    one = run("predict", str(model_path), str(p))
+    _, rows = read_out_csv(one.stdout)
+    assert len(rows) == 200 - 9 + 1 and rows[0][0] == "9" and rows[-1][0] == "200"
+    # the first forecast by hand: scaled changes of rows 0..8 -> network -> change + y[8]
+    x = (d[:8, None] - spec.x_scaler.mean) / spec.x_scaler.std
+    z = float(np.asarray(net.predict(x[None].astype(np.float32)))[0, 0])
+    change = z * spec.y_scaler.std[0] + spec.y_scaler.mean[0]
+    assert float(rows[0][1]) == pytest.approx(y[8] + change, rel=1e-6)
+    rec = run("predict", str(model_path), str(p), "--steps", "2")
+    _, rows2 = read_out_csv(rec.stdout)
+    assert [r[0] for r in rows2] == ["200", "201"]
+    assert float(rows2[0][1]) == pytest.approx(float(rows[-1][1]), rel=1e-6)
+    assert_bad_input(run("train", str(p), "--target", "y", "--difference", "--transform", "sqrt"),
+                     "--difference", "cannot be combined with --transform sqrt")
+
+
 def test_missing_values_policies_on_co2(tmp_path: Path) -> None:
     assert_bad_input(run("train", CO2, "--target", "co2"),
                      "column 'co2' has 59 missing value(s) at lines 8 (19580510)", "--missing")

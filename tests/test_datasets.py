@@ -187,6 +187,24 @@ def test_scaler_fits_given_rows_and_inverts() -> None:
         ForecastSpec.from_json('{"format": "other"}')
 
 
+def test_difference_spec_reads_changes_and_adds_them_back() -> None:
+    ident = Scaler(("v",), np.array([0.0]), np.array([1.0]))
+    twice = Scaler(("v",), np.array([1.0]), np.array([2.0]))          # z = (change - 1) / 2
+    spec = ForecastSpec("v", ("v",), 2, 1, ident, twice, difference=True)
+    assert ForecastSpec.from_json(spec.to_json()).difference is True
+    v = np.array([[1.0], [4.0], [6.0], [7.0]])
+    np.testing.assert_array_equal(spec.prepare(v), [[3.0], [2.0], [1.0]])
+    w = spec.input_windows(v)                         # windows of 2 changes = 3 data rows each
+    np.testing.assert_array_equal(w.x[:, :, 0], [[3, 2], [2, 1]])
+    assert w.pos.tolist() == [3, 4]                   # the row after each window's last data row
+    got = spec.to_levels(np.array([[0.5], [-1.0]]), v[:, 0], w.pos)
+    np.testing.assert_allclose(got, [6.0 + (0.5 * 2 + 1), 7.0 + (-1.0 * 2 + 1)])
+    with pytest.raises(DataError, match="must hold the 'v' column"):
+        spec.to_levels(np.array([0.0]), None, np.array([3]))
+    with pytest.raises(DataError, match="2 row\\(s\\), but window 2 needs at least 3"):
+        spec.input_windows(v[:2])
+
+
 # -- baselines -----------------------------------------------------------------------------------
 def test_persistence_and_metrics_by_hand() -> None:
     t = np.array([1.0, 2.0, 4.0, 8.0])

@@ -76,7 +76,7 @@ def run_demo(out: str | Path = "rnnkit_out", *, verbose: bool = True, plots: boo
     t0 = time.perf_counter()
     history = train_network(model, cfg, prep.train, prep.val)
     secs = time.perf_counter() - t0
-    pred = predict_values(model, prep.spec, prep.test.x)
+    pred = predict_values(model, prep.spec, prep.test, prep.target)
     fit_pos = np.concatenate([prep.train.pos, prep.val.pos])
     cmp = compare(f"LSTM({cfg.units}) rnnkit", pred, prep.target, prep.test.pos, fit_pos, WINDOW, 1)
     epochs_run = len(history.get("loss", []))
@@ -92,7 +92,7 @@ def run_demo(out: str | Path = "rnnkit_out", *, verbose: bool = True, plots: boo
                               title=f"rnnkit demo: LSTM({cfg.units}) on sunspots, loss per epoch")
         ty = years[prep.test.pos]
         vy = years[prep.val.pos]
-        val_pred = predict_values(model, prep.spec, prep.val.x)
+        val_pred = predict_values(model, prep.spec, prep.val, prep.target)
         forecast_png = forecast_plot(
             years[prep.train.pos[0]:], values[prep.train.pos[0]:],
             {f"LSTM (test RMSE {cmp.rows[0][1]:.1f})": (np.concatenate([vy, ty]),

@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--lr", type=_rate, default=0.005, help="Adam learning rate (default 0.005)")
     t.add_argument("--transform", choices=("none", "sqrt", "log1p"), default="none",
                    help="variance-stabilising transform before standardising (default none)")
+    t.add_argument("--difference", action="store_true",
+                   help="read first differences and forecast the change (for trending series)")
     t.add_argument("--missing", choices=("error", "drop", "interpolate"), default="error",
                    help="what to do with empty fields (default error, naming the rows)")
     t.add_argument("--seed", type=_nonneg, default=0)

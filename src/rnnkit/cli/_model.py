@@ -85,10 +85,12 @@ def train_network(model: Any, cfg: TrainConfig, train: Windows, val: Windows | N
     return {k: [float(v) for v in vals] for k, vals in hist.history.items()}
 
 
-def predict_values(model: Any, spec: ForecastSpec, x_scaled: np.ndarray) -> np.ndarray:
-    """Forecasts in data units for scaled windows (S, window, F) -> (S,)."""
-    z = np.asarray(model.predict(x_scaled.astype(np.float32)), dtype=np.float64).reshape(-1, 1)
-    return spec.y_scaler.invert(z)[:, 0]
+def predict_values(model: Any, spec: ForecastSpec, windows: Windows,
+                   target: np.ndarray | None = None) -> np.ndarray:
+    """Forecasts in data units for scaled ``windows`` (S,), at data rows ``windows.pos``;
+    ``target`` (raw, data rows) anchors the changes a ``difference`` model predicts."""
+    z = np.asarray(model.predict(windows.x.astype(np.float32)), dtype=np.float64)
+    return spec.to_levels(z, target, windows.pos)
 
 
 def save_forecaster(model: Any, spec: ForecastSpec, path: str | os.PathLike[str]) -> Path:
@@ -150,7 +152,8 @@ def describe_spec(spec: ForecastSpec) -> str:
     xs = spec.x_scaler
     lines = [
         f"forecast: {spec.target!r}, {spec.horizon} row(s) after a window of {spec.window} rows",
-        f"features: {', '.join(spec.features)}",
+        f"features: {', '.join(spec.features)}"
+        + (" (first differences; it forecasts the change)" if spec.difference else ""),
         f"index column of the training data: {spec.index_name}",
         f"scaling (fitted on training rows): transform {xs.transform}; "
         + "; ".join(f"{n}: mean {m:.6g}, std {s:.6g}" for n, m, s in zip(xs.names, xs.mean, xs.std,

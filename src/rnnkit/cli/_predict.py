@@ -24,7 +24,7 @@ import numpy as np
 
 from rnnkit.cli._common import CliError, write_text_atomic
 from rnnkit.cli._model import describe_spec, load_forecaster, predict_values
-from rnnkit.timeseries import ForecastSpec, Table, make_windows, read_csv
+from rnnkit.timeseries import ForecastSpec, Table, Windows, read_csv
 
 
 def _index_labels(table: Table, positions: np.ndarray) -> list[str]:
@@ -71,15 +71,14 @@ def predict_command(args: argparse.Namespace) -> int:
     date_col = spec.index_name if spec.index_name in header else None
     table = read_csv(args.data, feats + ([spec.target] if want_target else []), date_col=date_col,
                      missing=args.missing)
-    x = spec.prepare(table.matrix(feats))
+    target = table.columns.get(spec.target)
     buf = io.StringIO()
     if args.steps is None:
-        w = make_windows(x, None, spec.window, spec.horizon, what=str(args.data))
-        pred = predict_values(model, spec, w.x)
-        actual_col = table.columns.get(spec.target)
+        w = spec.input_windows(table.matrix(feats), what=str(args.data))
+        pred = predict_values(model, spec, w, target)
         buf.write(f"{table.index_name},prediction,actual\n")
         for label, p, pos in zip(_index_labels(table, w.pos), pred, w.pos, strict=True):
-            a = actual_col[pos] if actual_col is not None and pos < len(table) else np.nan
+            a = target[pos] if target is not None and pos < len(table) else np.nan
             buf.write(f"{label},{_fmt(p)},{_fmt(a)}\n")
     else:
         if feats != [spec.target] or spec.horizon != 1:
@@ -87,16 +86,19 @@ def predict_command(args: argparse.Namespace) -> int:
                 f"--steps needs a model whose only feature is its target and whose horizon is 1; "
                 f"this one reads {', '.join(feats)} and forecasts {spec.target!r} {spec.horizon} ahead"
             )
-        if len(table) < spec.window:
+        assert target is not None
+        need = spec.rows_needed
+        if len(table) < need:
             raise CliError(f"too few rows in {args.data}: {len(table)} row(s), but window "
-                           f"{spec.window} needs at least {spec.window}")
-        hist = list(x[-spec.window:, 0])
+                           f"{spec.window} needs at least {need}")
+        hist = list(target[-need:])                 # raw levels; each forecast is appended
         preds = []
         for _ in range(args.steps):
-            win = np.asarray(hist[-spec.window:], dtype=np.float64)[None, :, None]
-            v = predict_values(model, spec, win)[0]
+            levels = np.asarray(hist[-need:], dtype=np.float64)
+            win = Windows(spec.prepare(levels[:, None])[None], np.zeros((1, 0)), np.array([need]))
+            v = float(predict_values(model, spec, win, levels)[0])   # row `need` follows the window
             preds.append(v)
-            hist.append(float(spec.x_scaler.apply(np.array([[v]]))[0, 0]))
+            hist.append(v)
         positions = np.arange(len(table), len(table) + args.steps)
         buf.write(f"{table.index_name},prediction\n")
         for label, p in zip(_index_labels(table, positions), preds, strict=True):

@@ -59,19 +59,35 @@ def split_counts(n_windows: int, val_split: float, n_test: int = 0) -> tuple[int
 
 def prepare(features: np.ndarray, target: np.ndarray, feature_names: list[str], target_name: str, *,
             window: int, horizon: int, val_split: float, n_test: int = 0, transform: str = "none",
-            index_name: str = "row", what: str = "the data") -> Prepared:
-    """Window, split and scale (see the module docstring)."""
+            index_name: str = "row", what: str = "the data", difference: bool = False) -> Prepared:
+    """Window, split and scale (see the module docstring). With ``difference`` the windows read
+    first differences and the targets are changes ``target[pos] - target[pos - horizon]`` (see
+    :class:`~rnnkit.timeseries.ForecastSpec`); every ``pos`` is a data row either way."""
     rows = int(features.shape[0])
-    n = count_windows(rows, window, horizon)
+    if difference and transform != "none":
+        raise DataError(f"--difference works on the values themselves; it cannot be combined with "
+                        f"--transform {transform}")
+    if difference:
+        xin = np.diff(np.asarray(features, dtype=np.float64), axis=0)
+        tin = np.full(rows - 1, np.nan)
+        tin[horizon - 1:] = target[horizon:] - target[:rows - horizon]   # tin[j] = t[j+1] - t[j+1-h]
+    else:
+        xin, tin = features, target
+    n = count_windows(xin.shape[0], window, horizon)
     if n < 1:
+        need = window + horizon + (1 if difference else 0)
         raise DataError(f"too few rows in {what}: {rows} row(s), but window {window} and horizon "
-                        f"{horizon} need at least {window + horizon}")
+                        f"{horizon}{' with --difference' if difference else ''} need at least {need}")
     n_train, n_val, n_test = split_counts(n, val_split, n_test)
     fit_rows = n_train - 1 + window - 1 + horizon + 1
-    xs = Scaler.fit(features[:fit_rows], feature_names, transform)
-    ys = Scaler.fit(target[:fit_rows, None], [target_name], transform)
-    spec = ForecastSpec(target_name, tuple(feature_names), window, horizon, xs, ys, index_name)
-    w = make_windows(xs.apply(features), ys.apply(target[:, None])[:, 0], window, horizon, what=what)
+    xs = Scaler.fit(xin[:fit_rows], feature_names, transform)
+    tfit = tin[:fit_rows]
+    ys = Scaler.fit(tfit[~np.isnan(tfit), None], [target_name], transform)
+    spec = ForecastSpec(target_name, tuple(feature_names), window, horizon, xs, ys, index_name,
+                        difference=difference)
+    w = make_windows(xs.apply(xin), ys.apply(tin[:, None])[:, 0], window, horizon, what=what)
+    if difference:
+        w = Windows(w.x, w.y, w.pos + 1)
     return Prepared(spec, np.asarray(target, dtype=np.float64), w.take(slice(0, n_train)),
                     w.take(slice(n_train, n_train + n_val)), w.take(slice(n_train + n_val, n)))
 

@@ -51,7 +51,7 @@ def train_command(args: argparse.Namespace) -> int:
     y_raw = table.columns[args.target]
     prep = prepare(x_raw, y_raw, features, args.target, window=args.window, horizon=args.horizon,
                    val_split=args.val_split, transform=args.transform, index_name=table.index_name,
-                   what=str(args.data))
+                   what=str(args.data), difference=args.difference)
     out = ensure_dir(args.out)
     cfg = TrainConfig(cell=args.cell, units=args.units, layers=args.layers, epochs=args.epochs,
                       batch_size=args.batch_size, lr=args.lr, patience=args.patience, seed=args.seed,
@@ -66,14 +66,15 @@ def train_command(args: argparse.Namespace) -> int:
     secs = time.perf_counter() - t0
     part = prep.val if len(prep.val) else prep.train
     label = "validation" if len(prep.val) else "training (no validation part: --val-split 0)"
-    pred = predict_values(model, prep.spec, part.x)
+    pred = predict_values(model, prep.spec, part, prep.target)
     # the baselines are fitted on the training positions only, like the network
     cmp = compare(f"{args.cell.upper()} ({args.units} units x {args.layers})", pred, prep.target,
                   part.pos, prep.train.pos, args.window, args.horizon)
     epochs_run = len(history.get("loss", []))
     spec = dataclasses.replace(prep.spec, extra={
         "cell": args.cell, "units": args.units, "layers": args.layers, "epochs_run": epochs_run,
-        "seed": args.seed, "data": str(args.data), "rows": len(table), "missing": args.missing})
+        "seed": args.seed, "data": str(args.data), "rows": len(table), "missing": args.missing,
+        "transform": args.transform})
     model_path = save_forecaster(model, spec, out / "model.safetensors")
     write_text_atomic(out / "history.csv", history_csv(history))
     write_text_atomic(out / "metrics.json", json.dumps(

@@ -147,6 +147,14 @@ class ForecastSpec:
     Stored as JSON with the model (key :data:`SPEC_KEY`). ``features`` are the input columns
     in order; ``target`` the predicted column; ``index_name`` the date column the training
     file had (``"row"`` for none); ``x_scaler`` / ``y_scaler`` were fitted on training rows.
+
+    With ``difference`` the network reads first differences and predicts a change::
+
+        input row j  = x_scaler(v[j + 1] - v[j])              (one row fewer than the data)
+        forecast     = target[pos - horizon] + y_scaler^-1(network output)
+
+    i.e. it forecasts ``target[pos] - target[pos - horizon]``, the change since the window's last
+    row — the usual cure for a trending series, whose later values leave the training range.
     """
 
     target: str
@@ -157,13 +165,14 @@ class ForecastSpec:
     y_scaler: Scaler
     index_name: str = "row"
     extra: dict[str, Any] = field(default_factory=dict)
+    difference: bool = False
 
     def to_json(self) -> str:
         return json.dumps({
             "format": "rnnkit.forecast/1", "target": self.target, "features": list(self.features),
             "window": self.window, "horizon": self.horizon, "index_name": self.index_name,
             "x_scaler": self.x_scaler.to_dict(), "y_scaler": self.y_scaler.to_dict(),
-            "extra": self.extra,
+            "extra": self.extra, "difference": self.difference,
         }, sort_keys=True)
 
     @classmethod
@@ -174,10 +183,39 @@ class ForecastSpec:
                 raise ValueError(f"unknown format {d.get('format')!r}")
             return cls(str(d["target"]), tuple(d["features"]), int(d["window"]), int(d["horizon"]),
                        Scaler.from_dict(d["x_scaler"]), Scaler.from_dict(d["y_scaler"]),
-                       str(d.get("index_name", "row")), dict(d.get("extra", {})))
+                       str(d.get("index_name", "row")), dict(d.get("extra", {})),
+                       bool(d.get("difference", False)))
         except (ValueError, KeyError, TypeError) as e:
             raise DataError(f"the forecast settings stored with the model are damaged ({e})") from None
 
+    @property
+    def rows_needed(self) -> int:
+        """Data rows one input window reads (``window``, plus 1 with ``difference``)."""
+        return self.window + (1 if self.difference else 0)
+
     def prepare(self, features: np.ndarray) -> np.ndarray:
-        """Scale raw feature rows (rows, F) for the network (float64)."""
-        return self.x_scaler.apply(features)
+        """Network input rows from raw feature rows (rows, F): scaled, or with ``difference``
+        the scaled first differences (row j of the result is data row j + 1). float64."""
+        v = np.asarray(features, dtype=np.float64)
+        return self.x_scaler.apply(np.diff(v, axis=0) if self.difference else v)
+
+    def input_windows(self, features: np.ndarray, *, what: str = "the data") -> Windows:
+        """Every complete input window of ``features`` (raw rows); ``pos`` = the DATA row each
+        forecast is for (``horizon`` rows after the window's last data row; it may lie past
+        the end). ``y`` is empty."""
+        if features.shape[0] < self.rows_needed:
+            raise DataError(f"too few rows in {what}: {features.shape[0]} row(s), but window "
+                            f"{self.window} needs at least {self.rows_needed}")
+        w = make_windows(self.prepare(features), None, self.window, self.horizon, what=what)
+        return Windows(w.x, w.y, w.pos + 1) if self.difference else w
+
+    def to_levels(self, z: np.ndarray, target: np.ndarray | None, pos: np.ndarray) -> np.ndarray:
+        """Network outputs (S, 1) or (S,) -> forecasts of the target at data rows ``pos`` in data
+        units; with ``difference`` the change is added to ``target[pos - horizon]``."""
+        out = self.y_scaler.invert(np.asarray(z, dtype=np.float64).reshape(-1, 1))[:, 0]
+        if self.difference:
+            if target is None:
+                raise DataError(f"this model forecasts changes of {self.target!r}; the data must "
+                                f"hold the {self.target!r} column")
+            out = out + np.asarray(target, dtype=np.float64)[np.asarray(pos) - self.horizon]
+        return out
