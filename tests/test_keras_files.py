@@ -136,6 +136,18 @@ def test_functional_shared_layer_concatenate_two_outputs(tmp_path: Path) -> None
     assert diff <= ATOL
 
 
+def test_functional_two_inputs_with_bidirectional(tmp_path: Path) -> None:
+    a, b = keras.Input((5, 3), name="a"), keras.Input((5, 2), name="b")
+    h = L.Bidirectional(L.GRU(3, return_sequences=True, reset_after=False), name="bi")(a)
+    c = L.Concatenate(name="cat")([h, L.SimpleRNN(2, return_sequences=True)(b)])
+    m = keras.Model([a, b], L.Dense(1)(c))
+    xs = [_x(2, 5, 3), _x(2, 5, 2, seed=3)]
+    ours, diff = _roundtrip(m, xs, tmp_path / "m.keras")
+    assert [n.name for n in ours.inputs] == ["a", "b"]
+    assert {"bi__forward", "bi__backward", "bi__reverse", "bi", "cat"} <= {n.name for n in ours.nodes}
+    assert diff <= ATOL
+
+
 def test_load_keras_weights_into_same_architecture(tmp_path: Path) -> None:
     m = keras.Sequential([keras.Input((5, 3)), L.LSTM(4, return_sequences=True), L.Dropout(0.1),
                           L.LSTM(3), L.Dense(2)])
