@@ -26,7 +26,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save as st_save
 
 import rnnkit as rk
-from rnnkit._errors import Error, FileFormatError
+from rnnkit._errors import FileFormatError
 from rnnkit.cli._common import CliError, write_bytes_atomic
 from rnnkit.layers import Dense
 from rnnkit.models import EarlyStopping, ModelCheckpoint, SequentialBuilder
@@ -165,4 +165,4 @@ def describe_spec(spec: ForecastSpec) -> str:
 
 
 __all__ = ["CELLS", "SPEC_KEY", "TrainConfig", "build_network", "describe_spec", "load_forecaster",
-           "predict_values", "save_forecaster", "train_network", "Error"]
+           "predict_values", "read_metadata", "save_forecaster", "train_network"]

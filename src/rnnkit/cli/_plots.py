@@ -36,7 +36,7 @@ def _save(fig: Any, path: Path) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        fig.savefig(tmp, format="png")
+        fig.savefig(tmp, format="png", dpi=100)  # pixel size = figsize * 100, whatever the rc says
         os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
     except BaseException:
