@@ -309,7 +309,8 @@ def test_usage_errors_exit_2() -> None:
 
 
 def test_console_script_and_python_m_both_work() -> None:
-    exe = shutil.which("rnnkit")
+    beside = Path(sys.executable).parent / "rnnkit"           # the script pip installed with this python
+    exe = str(beside) if beside.is_file() else shutil.which("rnnkit")
     assert exe is not None, "the rnnkit console script is not installed (pip install -e .)"
     res = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and "demo" in res.stdout and "bench" in res.stdout
