@@ -265,6 +265,15 @@ def test_foreign_files(tmp_path: Path) -> None:
         z.writestr("model.weights.h5", b"")
     with pytest.raises(UnsupportedFeatureError, match="MyModel"):
         rk.load_keras(tmp_path / "sub.keras")
+    # a layer entry without its units is a malformed file, named as such
+    bad = {"class_name": "Sequential", "config": {"name": "s", "layers": [
+        {"class_name": "InputLayer", "config": {"batch_shape": [None, 5, 3]}},
+        {"class_name": "LSTM", "config": {"name": "l"}}]}}
+    with zipfile.ZipFile(tmp_path / "bad.keras", "w") as z:
+        z.writestr("config.json", json.dumps(bad))
+        z.writestr("model.weights.h5", b"")
+    with pytest.raises(rk.FileFormatError, match="malformed Keras LSTM.*units"):
+        rk.load_keras(tmp_path / "bad.keras")
 
 
 def test_missing_h5py_gives_a_clear_error(tmp_path: Path) -> None:

@@ -165,11 +165,12 @@ def _sequential(cfg: dict[str, Any], top: dict[str, Any]) -> tuple[Any, list[Map
 
 def _history(t: Any, where: str) -> tuple[str, int]:
     """``(layer name, node index)`` of a serialised Keras tensor."""
+    hist: Any = None
     if isinstance(t, dict) and t.get("class_name") == "__keras_tensor__":
-        hist = t["config"]["keras_history"]
-    elif isinstance(t, list) and len(t) >= 3 and isinstance(t[0], str):  # Keras 2 style
+        hist = (t.get("config") or {}).get("keras_history")
+    elif isinstance(t, list):  # Keras 2 style
         hist = t
-    else:
+    if not (isinstance(hist, list) and len(hist) >= 3 and isinstance(hist[0], str)):
         raise FileFormatError(f"{where}: unreadable inbound tensor {t!r}")
     if int(hist[2]) != 0:
         raise FileFormatError(f"{where}: uses output {hist[2]} of layer {hist[0]!r}; only single-output "

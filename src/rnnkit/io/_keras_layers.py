@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit._errors import FileFormatError
+from rnnkit._errors import Error, FileFormatError
 from rnnkit._layer import Layer
 from rnnkit.io._interop_errors import UnsupportedFeatureError
 from rnnkit.layers import ActivationLayer, Concatenate, Dense, Dropout, Embedding, RepeatVector
@@ -117,7 +117,19 @@ def _recurrent(class_name: str, cfg: dict[str, Any], name: str) -> RecurrentLaye
 
 
 def map_layer(layer_cfg: dict[str, Any]) -> Mapped:
-    """The rnnkit counterpart of one entry of a Keras ``config.json`` ``layers`` list."""
+    """The rnnkit counterpart of one entry of a Keras ``config.json`` ``layers`` list.
+
+    A malformed entry (a missing key, a value of the wrong type) raises FileFormatError."""
+    try:
+        return _map_layer(layer_cfg)
+    except Error:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        what = layer_cfg.get("class_name") if isinstance(layer_cfg, dict) else None
+        raise FileFormatError(f"a malformed Keras {what} layer config ({e!r})") from None
+
+
+def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
     class_name = layer_cfg.get("class_name")
     cfg = layer_cfg.get("config")
     if not isinstance(class_name, str) or not isinstance(cfg, dict):
