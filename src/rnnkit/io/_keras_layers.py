@@ -64,8 +64,8 @@ def dtype_of(cfg: dict[str, Any], name: str) -> str:
     return str(d)
 
 
-def _activation(cfg: dict[str, Any], key: str, name: str) -> str:
-    a = cfg.get(key, "linear")
+def _activation(cfg: dict[str, Any], key: str, name: str, default: str = "linear") -> str:
+    a = cfg.get(key, default)
     if a is None:
         a = "linear"
     if isinstance(a, dict):  # a serialised function: {"class_name": "function", "config": "relu"}
@@ -95,10 +95,10 @@ def _recurrent(class_name: str, cfg: dict[str, Any], name: str) -> RecurrentLaye
     _refuse_if(bool(cfg.get("return_state", False)), name, "return_state",
                "return_state=True returns extra tensors; rnnkit layers return the output only")
     if class_name != "SimpleRNN":
-        rec = _activation(cfg, "recurrent_activation", name)
+        rec = _activation(cfg, "recurrent_activation", name, "sigmoid")
         _refuse_if(rec != "sigmoid", name, "recurrent_activation",
                    f"recurrent_activation {rec!r}: rnnkit's gates are always sigmoid")
-    act = _activation(cfg, "activation", name)
+    act = _activation(cfg, "activation", name, "tanh")
     drops = {k: float(cfg.get(k) or 0.0) for k in ("dropout", "recurrent_dropout")}
     if any(v > 0 for v in drops.values()):
         _warn(name, f"{', '.join(f'{k}={v}' for k, v in drops.items() if v > 0)} ignored: rnnkit has "
