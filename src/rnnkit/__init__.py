@@ -4,6 +4,7 @@ The public surface; every name here is re-exported from a private module.
 """
 
 from rnnkit import (
+    datasets,  # bundled public-domain series: rnnkit.datasets.sunspots() / co2()
     io,
     layers,
     losses,
@@ -11,6 +12,7 @@ from rnnkit import (
     models,
     optimizers,
     rnn,  # the tch-rs nn::rnn face: rnnkit.rnn.lstm / gru
+    timeseries,  # CSV reading, windows, scaler, baselines for forecasting
 )
 from rnnkit._activations import Activation, Linear, ReLU, Sigmoid, Softmax, Tanh
 from rnnkit._ctx import Ctx
@@ -97,4 +99,5 @@ __all__ = [
     "layers", "ActivationLayer", "Concatenate", "Dense", "Dropout", "Embedding", "RepeatVector", "Reverse",
     "models", "EarlyStopping", "GraphBuilder", "GraphModel", "History", "LearningRateScheduler",
     "ModelCheckpoint", "Sequential", "SequentialBuilder", "model_from_config",
+    "datasets", "timeseries",
 ]
