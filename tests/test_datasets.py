@@ -242,3 +242,14 @@ def test_sunspot_baselines_against_a_loop_written_here() -> None:
     assert rmse(m.predict(y, test), y[test]) == pytest.approx(16.95, abs=0.01)
     assert rmse(persistence_forecast(y, test), y[test]) == pytest.approx(30.35, abs=0.01)
     assert mae(persistence_forecast(y, test), y[test]) == pytest.approx(23.602, abs=1e-9)
+
+
+def test_plain_import_rnnkit_reaches_the_datasets() -> None:
+    import subprocess
+    import sys
+
+    code = ("import rnnkit; s = rnnkit.datasets.sunspots(); "
+            "print(len(s), rnnkit.timeseries.rmse([3.0], [0.0]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["309", "3.0"]
