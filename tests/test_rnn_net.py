@@ -119,3 +119,18 @@ def test_bad_input_and_config_errors() -> None:
     with pytest.raises(rk.WeightShapeError) as e:
         net.load_state_dict({**net.state_dict(), "weight_hh_l0": np.zeros((12, 5))})
     assert e.value.name == "weight_hh_l0" and e.value.expected == (12, 4)
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_float32_stack_matches_float64_stack(mode: str) -> None:
+    """The per-direction layers get their weights as transposed views of PyTorch's layout; the
+    stored weights must be C-ordered copies, whatever path (reference or compiled) runs them."""
+    cfg = rnn.RNNConfig(num_layers=2, bidirectional=True)
+    n64 = getattr(rnn, mode)(3, 5, cfg, seed=4, dtype="float64")
+    n32 = getattr(rnn, mode)(3, 5, cfg, seed=4, dtype="float32")
+    for k in (0, 1):
+        for d in (0, 1):
+            for entry in n32._layer(k, d).weights():
+                assert entry.value.flags["C_CONTIGUOUS"], (k, d, entry.name)
+    x = _x((2, 6, 3))
+    np.testing.assert_allclose(n32.seq(x.astype(np.float32))[0], n64.seq(x)[0], atol=2e-6)

@@ -163,7 +163,7 @@ class Layer:
 
     # -- weights -----------------------------------------------------------------------------
     def _add_weight(self, name: str, value: np.ndarray) -> None:
-        arr = np.array(value, dtype=self.dtype, copy=True)
+        arr = np.array(value, dtype=self.dtype, copy=True, order="C")
         arr.flags.writeable = False
         self._weights[name] = arr
 
