@@ -113,6 +113,28 @@ def test_fast_equals_reference(cell: str, rs: bool, gb: bool, act: str, dtype: s
                      {"dx": dx, "d_kernel": ctx.grad(layer, "kernel")}, dtype, f"{fwd}->{bwd}")
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("rs", [False, True], ids=["last", "seq"])
+@pytest.mark.parametrize("cell", CELLS)
+def test_batch_split_equals_reference(monkeypatch: pytest.MonkeyPatch, cell: str, rs: bool,
+                                      dtype: str) -> None:
+    """A batch big enough to be split into row blocks run on two threads (strided views)."""
+    from rnnkit.kernels import _threads
+
+    monkeypatch.setattr(_threads, "CORES", 3)
+    monkeypatch.setattr(_threads, "MIN_ROWS", 4)
+    assert _threads.blocks(20) == [(0, 6), (6, 13), (13, 20)]
+    layer = make(cell, "tanh", dtype, rs, True)
+    x = np.random.default_rng(4).standard_normal((20, 5, F)).astype(dtype)
+    init = init_state(cell, dtype)
+    init = (rk.LSTMState(np.tile(init.h(), (7, 1))[:20], np.tile(init.c(), (7, 1))[:20])
+            if cell == "lstm" else rk.GRUState(np.tile(init.value(), (7, 1))[:20]))
+    with kernels.use("reference"):
+        ref = run(layer, x, init)
+    fast = run(layer, x, init)
+    assert_close(ref, fast, dtype, f"split {cell}/{dtype}")
+
+
 def test_fast_path_differs_from_reference_in_float32_only_by_the_approximation() -> None:
     """The float32 fast path is not the reference bit for bit (it really runs), but close."""
     layer = make("lstm", "tanh", "float32", True, False)

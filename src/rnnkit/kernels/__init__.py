@@ -90,7 +90,9 @@ def _load() -> ModuleType | None:
         return _drv
     try:
         import rnnkit.kernels._driver as drv
-    except ImportError as e:  # numba (or scipy, which numba's np.dot needs) is missing
+    except ImportError as e:  # numba, or scipy (whose BLAS the kernels call), is missing
+        if not isinstance(e, ModuleNotFoundError) and "scipy" not in str(e):
+            raise
         _unavailable = str(e)
         warnings.warn(
             f"rnnkit: the fast kernels need numba and scipy (pip install 'rnnkit[fast]'); "

@@ -13,6 +13,7 @@ import numpy as np
 
 from rnnkit.kernels import _gru, _lstm, _simple
 from rnnkit.kernels._jit import ACT_CODES
+from rnnkit.kernels._threads import run_blocks
 from rnnkit.recurrent._gru import GRUCell, GRUResetAfterCell
 from rnnkit.recurrent._lstm import LSTMCell
 from rnnkit.recurrent._simple_rnn import SimpleRNNCell
@@ -49,22 +50,20 @@ def walk(layer: Any, x_tm: np.ndarray, init: tuple[np.ndarray, ...] | None, reco
         hist = [np.empty((T + 1, B, H), dt) for _ in range(n_states)]
         for k in range(n_states):
             hist[k][0] = 0.0 if init is None else init[k]
-        if kind is LSTMCell:
-            act_c = np.empty((T, B, H), dt)
-            _lstm.lstm_train(xw, U, hist[0], hist[1], act_c, code)
-            parks = {"gates": xw, "act_c": act_c}
-        elif kind is SimpleRNNCell:
-            _simple.simple_train(xw, U, hist[0], code)
-            parks = {}
-        elif kind is GRUCell:
-            rh = np.empty((T, B, H), dt)
-            _gru.gru_train(xw, np.ascontiguousarray(U[:, :2 * H]), np.ascontiguousarray(U[:, 2 * H:]),
-                           hist[0], rh, code)
-            parks = {"gates": xw, "rh": rh}
-        else:
-            hun = np.empty((T, B, H), dt)
-            _gru.gru_ra_train(xw, U, bias[1], hist[0], hun, code)
-            parks = {"gates": xw, "hu_n": hun}
+        parks = {n: (xw if n == "gates" else np.empty((T, B, w * H), dt)) for n, w in cell.parks.items()}
+
+        def train(lo: int, hi: int) -> None:
+            xb, hh = xw[:, lo:hi], hist[0][:, lo:hi]
+            if kind is LSTMCell:
+                _lstm.lstm_train(xb, U, hh, hist[1][:, lo:hi], parks["act_c"][:, lo:hi], code)
+            elif kind is SimpleRNNCell:
+                _simple.simple_train(xb, U, hh, code)
+            elif kind is GRUCell:
+                _gru.gru_train(xb, U[:, :2 * H], U[:, 2 * H:], hh, parks["rh"][:, lo:hi], code)
+            else:
+                _gru.gru_ra_train(xb, U, bias[1], hh, parks["hu_n"][:, lo:hi], code)
+
+        run_blocks(B, train)
         cache = {"x_tm": x_tm, "states": hist, "parks": parks}
         return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), cache
     # inference: the state and one chunk of projections; the output written in (B, T, H) order
@@ -72,18 +71,22 @@ def walk(layer: Any, x_tm: np.ndarray, init: tuple[np.ndarray, ...] | None, reco
           for k in range(n_states)]
     out = np.empty((B, T if keep_seq else 1, H), dt)
     seq_view = out.transpose(1, 0, 2)
-    buf = np.empty((_chunk(T, B) * B, layer.gate_width), dt)   # one chunk of projections
     b0 = bias[0]
-    if kind is LSTMCell:
-        _lstm.lstm_infer(x_tm, W, b0, U, st[0], st[1], seq_view, keep_seq, buf, code)
-    elif kind is SimpleRNNCell:
-        _simple.simple_infer(x_tm, W, b0, U, st[0], seq_view, keep_seq, buf, code)
-    elif kind is GRUCell:
-        Uzr = np.ascontiguousarray(U[:, :2 * H])
-        Un = np.ascontiguousarray(U[:, 2 * H:])
-        _gru.gru_infer(x_tm, W, b0, Uzr, Un, b0, False, st[0], seq_view, keep_seq, buf, code)
-    else:
-        _gru.gru_infer(x_tm, W, b0, U, U, bias[1], True, st[0], seq_view, keep_seq, buf, code)
+
+    def infer(lo: int, hi: int) -> None:
+        xb = x_tm if hi - lo == B else np.ascontiguousarray(x_tm[:, lo:hi])
+        buf = np.empty((_chunk(T, hi - lo) * (hi - lo), layer.gate_width), dt)  # one chunk
+        h, sq = st[0][lo:hi], seq_view[:, lo:hi]
+        if kind is LSTMCell:
+            _lstm.lstm_infer(xb, W, b0, U, h, st[1][lo:hi], sq, keep_seq, buf, code)
+        elif kind is SimpleRNNCell:
+            _simple.simple_infer(xb, W, b0, U, h, sq, keep_seq, buf, code)
+        elif kind is GRUCell:
+            _gru.gru_infer(xb, W, b0, U[:, :2 * H], U[:, 2 * H:], b0, False, h, sq, keep_seq, buf, code)
+        else:
+            _gru.gru_infer(xb, W, b0, U, U, bias[1], True, h, sq, keep_seq, buf, code)
+
+    run_blocks(B, infer)
     return (seq_view if keep_seq else None), tuple(st), None
 
 
@@ -99,15 +102,19 @@ def back(layer: Any, cache: dict[str, Any], g: np.ndarray, full: bool, dxw: np.n
     g3 = np.ascontiguousarray(g).reshape(B, T if full else 1, H)
     U = layer._weights["recurrent_kernel"]
     code = ACT_CODES[layer.activation.name]
-    if kind is LSTMCell:
-        _lstm.lstm_back(g3, full, hist[1], parks["gates"], parks["act_c"], np.ascontiguousarray(U.T),
-                        code, dxw)
-    elif kind is SimpleRNNCell:
-        _simple.simple_back(g3, full, hist[0], np.ascontiguousarray(U.T), code, dxw)
-    elif kind is GRUCell:
-        _gru.gru_back(g3, full, hist[0], parks["gates"], parks["rh"],
-                      np.ascontiguousarray(U[:, 2 * H:].T), np.ascontiguousarray(U[:, :2 * H].T),
-                      code, dxw)
-    else:
-        _gru.gru_ra_back(g3, full, hist[0], parks["gates"], parks["hu_n"], np.ascontiguousarray(U.T),
-                         code, dxw, drec)
+
+    def job(lo: int, hi: int) -> None:
+        gb, hh, dx = g3[lo:hi], hist[0][:, lo:hi], dxw[:, lo:hi]
+        if kind is LSTMCell:
+            _lstm.lstm_back(gb, full, hist[1][:, lo:hi], parks["gates"][:, lo:hi],
+                            parks["act_c"][:, lo:hi], U, code, dx)
+        elif kind is SimpleRNNCell:
+            _simple.simple_back(gb, full, hh, U, code, dx)
+        elif kind is GRUCell:
+            _gru.gru_back(gb, full, hh, parks["gates"][:, lo:hi], parks["rh"][:, lo:hi], U[:, 2 * H:],
+                          U[:, :2 * H], code, dx)
+        else:
+            _gru.gru_ra_back(gb, full, hh, parks["gates"][:, lo:hi], parks["hu_n"][:, lo:hi], U, code,
+                             dx, drec[:, lo:hi])
+
+    run_blocks(B, job)

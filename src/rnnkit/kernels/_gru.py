@@ -1,8 +1,8 @@
 """Compiled GRU time loops, equal to :mod:`rnnkit.recurrent._gru` (both forms) step by step.
 
 Fused layout ``[z | r | n]``; ``h = (h_prev - n) * z + n``. ``reset_after=False`` takes the
-contiguous column blocks ``Uzr`` (H, 2H) and ``Un`` (H, H) (and their transposes in backward);
-``reset_after=True`` takes ``U`` (H, 3H), ``UT`` and the recurrent bias ``b1`` (3H,).
+column blocks ``Uzr`` (H, 2H) and ``Un`` (H, H) (views of U: rows need only be contiguous);
+``reset_after=True`` takes ``U`` (H, 3H) and the recurrent bias ``b1`` (3H,).
 """
 
 from __future__ import annotations
@@ -11,42 +11,65 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels._jit import OPTS, act, cst, dact, mm, mm_add, njit, sig
+from rnnkit.kernels._jit import OPTS, act_ip, cst, dact_cols, gemm, njit, sig
 
 
 @njit(**OPTS)
 def _gru_step(xg: Any, h_prev: Any, h: Any, rh: Any, Uzr: Any, Un: Any, azr: Any, an: Any,
               code: int) -> None:
-    """reset_after=False, one step: ``xg`` (B, 3H) = xw on entry, gates [z|r|n] on exit."""
+    """reset_after=False, one step: ``xg`` (B, 3H) = xw on entry, gates [z|r|n] on exit.
+    ``h`` may be ``h_prev`` (updated in place)."""
     B, H = h.shape
-    mm(h_prev, Uzr, azr)
+    gemm(h_prev, Uzr, azr, 0.0, False)
     for b in range(B):
+        x = xg[b]
+        a = azr[b]
         for j in range(2 * H):
-            xg[b, j] = sig(azr[b, j] + xg[b, j])
+            x[j] = sig(a[j] + x[j])
+        hp = h_prev[b]
+        rr = rh[b]
         for j in range(H):
-            rh[b, j] = xg[b, H + j] * h_prev[b, j]
-    mm(rh, Un, an)
+            rr[j] = x[H + j] * hp[j]
+    gemm(rh, Un, an, 0.0, False)
     for b in range(B):
+        x = xg[b]
+        a = an[b]
         for j in range(H):
-            n = act(an[b, j] + xg[b, 2 * H + j], code)
-            xg[b, 2 * H + j] = n
-            h[b, j] = (h_prev[b, j] - n) * xg[b, j] + n
+            x[2 * H + j] = a[j] + x[2 * H + j]
+    act_ip(xg, 2 * H, H, code)
+    for b in range(B):
+        x = xg[b]
+        hp = h_prev[b]
+        hr = h[b]
+        for j in range(H):
+            n = x[2 * H + j]
+            hr[j] = (hp[j] - n) * x[j] + n
 
 
 @njit(**OPTS)
 def _gru_ra_step(xg: Any, h_prev: Any, h: Any, hun: Any, U: Any, b1: Any, hu: Any, code: int) -> None:
-    """reset_after=True, one step: ``xg`` (B, 3H) = xw on entry, gates [z|r|n] on exit."""
+    """reset_after=True, one step: ``xg`` (B, 3H) = xw on entry, gates [z|r|n] on exit.
+    ``h`` may be ``h_prev`` (updated in place)."""
     B, H = h.shape
-    mm(h_prev, U, hu)
+    gemm(h_prev, U, hu, 0.0, False)
     for b in range(B):
+        x = xg[b]
+        a = hu[b]
         for j in range(2 * H):
-            xg[b, j] = sig(xg[b, j] + (hu[b, j] + b1[j]))
+            x[j] = sig(x[j] + (a[j] + b1[j]))
+        hn = hun[b]
         for j in range(H):
-            hn = hu[b, 2 * H + j] + b1[2 * H + j]
-            hun[b, j] = hn
-            n = act(xg[b, H + j] * hn + xg[b, 2 * H + j], code)
-            xg[b, 2 * H + j] = n
-            h[b, j] = (h_prev[b, j] - n) * xg[b, j] + n
+            hn[j] = a[2 * H + j] + b1[2 * H + j]
+        for j in range(H):
+            x[2 * H + j] = x[H + j] * hn[j] + x[2 * H + j]
+    act_ip(xg, 2 * H, H, code)
+    for b in range(B):
+        x = xg[b]
+        hp = h_prev[b]
+        hr = h[b]
+        for j in range(H):
+            n = x[2 * H + j]
+            hr[j] = (hp[j] - n) * x[j] + n
 
 
 @njit(**OPTS)
@@ -80,7 +103,6 @@ def gru_infer(x_tm: Any, W: Any, b0: Any, Ua: Any, Ub: Any, b1: Any, ra: bool, h
     H = G // 3
     dt = x_tm.dtype
     chunk = buf.shape[0] // B
-    h2 = np.empty((B, H), dt)
     t1 = np.empty((B, H), dt)
     azr = np.empty((B, 2 * H), dt)
     an = np.empty((B, H), dt)
@@ -88,23 +110,32 @@ def gru_infer(x_tm: Any, W: Any, b0: Any, Ua: Any, Ub: Any, b1: Any, ra: bool, h
     for t0 in range(0, T, chunk):
         n = min(chunk, T - t0)
         xp = buf[:n * B]
-        mm(x_tm[t0:t0 + n].reshape((n * B, F)), W, xp)
+        gemm(x_tm[t0:t0 + n].reshape((n * B, F)), W, xp, 0.0, False)
         for r in range(n * B):
             for j in range(G):
                 xp[r, j] += b0[j]
         for s in range(n):
             xg = xp[s * B:(s + 1) * B]
             if ra:
-                _gru_ra_step(xg, h, h2, t1, Ua, b1, hu, code)
+                _gru_ra_step(xg, h, h, t1, Ua, b1, hu, code)
             else:
-                _gru_step(xg, h, h2, t1, Ua, Ub, azr, an, code)
-            h[:] = h2
+                _gru_step(xg, h, h, t1, Ua, Ub, azr, an, code)
             if keep:
                 seq[t0 + s] = h
 
 
 @njit(**OPTS)
-def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, UzrT: Any, code: int,
+def _add_g(dh: Any, g3: Any, gs: int) -> None:
+    B, H = dh.shape
+    for b in range(B):
+        dhr = dh[b]
+        gr = g3[b, gs]
+        for j in range(H):
+            dhr[j] += gr[j]
+
+
+@njit(**OPTS)
+def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, Un: Any, Uzr: Any, code: int,
              dxw: Any) -> None:
     """reset_after=False backward walk: fills ``dxw`` (T, B, 3H)."""
     T, B, G = gates.shape
@@ -112,48 +143,52 @@ def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, Uz
     dt = gates.dtype
     one = cst(gates, 1.0)
     dh = np.zeros((B, H), dt)
-    dz = np.empty((B, H), dt)
     dan = np.empty((B, H), dt)
     drh = np.empty((B, H), dt)
     dzr = np.empty((B, 2 * H), dt)
-    tmp = np.empty((B, H), dt)
     for s in range(T - 1, -1, -1):
         if full or s == T - 1:
-            gs = s if full else 0
-            for b in range(B):
-                for j in range(H):
-                    dh[b, j] += g3[b, gs, j]
-        gt = gates[s]
-        hp = hist_h[s]
-        d = dxw[s]
+            _add_g(dh, g3, s if full else 0)
         for b in range(B):
+            gt = gates[s, b]
+            hp = hist_h[s, b]
+            d = dxw[s, b]
+            dhr = dh[b]
+            dn = dan[b]
+            for j in range(H):                   # 5b.
+                dn[j] = dhr[j] * (one - gt[j])
+            for j in range(H):                   # 2b. for z
+                z = gt[j]
+                d[j] = (dhr[j] * (hp[j] - gt[2 * H + j])) * (z * (one - z))
             for j in range(H):
-                z = gt[b, j]
-                n = gt[b, 2 * H + j]
-                dhv = dh[b, j]
-                dz[b, j] = dhv * (hp[b, j] - n)
-                v = dact(n, dhv * (one - z), code)
-                dan[b, j] = v
-                d[b, 2 * H + j] = v
-                dh[b, j] = dhv * z
-        mm(dan, UnT, drh)
+                dhr[j] = dhr[j] * gt[j]
+        dact_cols(gates[s], 2 * H, dan, 0, H, code)   # 4b.
+        d2 = dxw[s]
         for b in range(B):
+            d = d2[b]
+            dn = dan[b]
             for j in range(H):
-                z = gt[b, j]
-                r = gt[b, H + j]
-                dr = drh[b, j] * hp[b, j]
-                dh[b, j] += drh[b, j] * r
-                vz = dz[b, j] * (z * (one - z))
-                vr = dr * (r * (one - r))
-                d[b, j] = vz
-                d[b, H + j] = vr
-                dzr[b, j] = vz
-                dzr[b, H + j] = vr
-        mm_add(dzr, UzrT, dh, tmp)
+                d[2 * H + j] = dn[j]
+        gemm(dan, Un, drh, 0.0, True)
+        for b in range(B):
+            gt = gates[s, b]
+            hp = hist_h[s, b]
+            d = dxw[s, b]
+            dr = drh[b]
+            for j in range(H):                   # 3b. + 2b. for r
+                r = gt[H + j]
+                d[H + j] = (dr[j] * hp[j]) * (r * (one - r))
+            dhr = dh[b]
+            for j in range(H):
+                dhr[j] += dr[j] * gt[H + j]
+            zr = dzr[b]
+            for j in range(2 * H):
+                zr[j] = d[j]
+        gemm(dzr, Uzr, dh, 1.0, True)              # 1b.
 
 
 @njit(**OPTS)
-def gru_ra_back(g3: Any, full: bool, hist_h: Any, gates: Any, hun: Any, UT: Any, code: int,
+def gru_ra_back(g3: Any, full: bool, hist_h: Any, gates: Any, hun: Any, U: Any, code: int,
                 dxw: Any, drec: Any) -> None:
     """reset_after=True backward walk: fills ``dxw`` and ``drec`` (T, B, 3H)."""
     T, B, G = gates.shape
@@ -161,33 +196,36 @@ def gru_ra_back(g3: Any, full: bool, hist_h: Any, gates: Any, hun: Any, UT: Any,
     dt = gates.dtype
     one = cst(gates, 1.0)
     dh = np.zeros((B, H), dt)
-    tmp = np.empty((B, H), dt)
     for s in range(T - 1, -1, -1):
         if full or s == T - 1:
-            gs = s if full else 0
-            for b in range(B):
-                for j in range(H):
-                    dh[b, j] += g3[b, gs, j]
-        gt = gates[s]
-        hp = hist_h[s]
-        d = dxw[s]
-        dr_ = drec[s]
+            _add_g(dh, g3, s if full else 0)
         for b in range(B):
+            gt = gates[s, b]
+            hp = hist_h[s, b]
+            hn = hun[s, b]
+            d = dxw[s, b]
+            dr_ = drec[s, b]
+            dhr = dh[b]
+            for j in range(H):                   # 5b.
+                d[2 * H + j] = dhr[j] * (one - gt[j])
+        dact_cols(gates[s], 2 * H, dxw[s], 2 * H, H, code)   # 4b.
+        for b in range(B):
+            gt = gates[s, b]
+            hp = hist_h[s, b]
+            hn = hun[s, b]
+            d = dxw[s, b]
+            dr_ = drec[s, b]
+            dhr = dh[b]
             for j in range(H):
-                z = gt[b, j]
-                r = gt[b, H + j]
-                n = gt[b, 2 * H + j]
-                dhv = dh[b, j]
-                dz = dhv * (hp[b, j] - n)
-                dan = dact(n, dhv * (one - z), code)
-                d[b, 2 * H + j] = dan
-                dr_[b, 2 * H + j] = dan * r
-                dr = dan * hun[s, b, j]
-                vz = dz * (z * (one - z))
-                vr = dr * (r * (one - r))
-                d[b, j] = vz
-                d[b, H + j] = vr
-                dr_[b, j] = vz
-                dr_[b, H + j] = vr
-                dh[b, j] = dhv * z
-        mm_add(dr_, UT, dh, tmp)
+                dr_[2 * H + j] = d[2 * H + j] * gt[H + j]
+            for j in range(H):                   # 2b.
+                z = gt[j]
+                d[j] = (dhr[j] * (hp[j] - gt[2 * H + j])) * (z * (one - z))
+            for j in range(H):
+                r = gt[H + j]
+                d[H + j] = (d[2 * H + j] * hn[j]) * (r * (one - r))
+            for j in range(2 * H):
+                dr_[j] = d[j]
+            for j in range(H):
+                dhr[j] = dhr[j] * gt[j]
+        gemm(drec[s], U, dh, 1.0, True)            # 1b.

@@ -1,8 +1,8 @@
 """Compiled LSTM time loops, equal to :class:`rnnkit.recurrent._lstm.LSTMCell` step by step.
 
 Same equations and the same fused layout ``[i | f | g | o]``; see that module's docstring.
-``xw`` rows are the input projections ``x_s @ W + b``; ``U`` is (H, 4H), ``UT`` its contiguous
-transpose (4H, H). Every array is C-contiguous unless said otherwise.
+``xw`` rows are the input projections ``x_s @ W + b``; ``U`` is (H, 4H). 2D arrays need
+contiguous rows only (batch slices of bigger arrays are fine); ``x_tm`` is C-contiguous.
 """
 
 from __future__ import annotations
@@ -11,26 +11,35 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels._jit import OPTS, act, cst, dact, mm, njit, sig
+from rnnkit.kernels._jit import OPTS, act_cols, act_ip, cst, dact_cols, gemm, njit, sig
 
 
-@njit(inline="always", **OPTS)
-def _cell(a: Any, c_prev: Any, c: Any, h: Any, gates: Any, act_c: Any, H: int, code: int) -> None:
-    """One batch row: ``a`` (4H,) pre-activations -> gates, c, act(c), h."""
-    for j in range(H):
-        i = sig(a[j])
-        f = sig(a[H + j])
-        g = act(a[2 * H + j], code)
-        o = sig(a[3 * H + j])
-        cv = f * c_prev[j] + i * g
-        ac = act(cv, code)
-        gates[j] = i
-        gates[H + j] = f
-        gates[2 * H + j] = g
-        gates[3 * H + j] = o
-        c[j] = cv
-        act_c[j] = ac
-        h[j] = o * ac
+@njit(**OPTS)
+def _step(a: Any, c_prev: Any, c: Any, act_c: Any, h: Any, code: int) -> None:
+    """Steps 2-4 on (B, 4H) pre-activations ``a`` (in place -> gates [i|f|g|o]); ``c`` may be
+    ``c_prev``; ``act_c`` receives act(c), ``h`` = o * act(c)."""
+    B, G = a.shape
+    H = G // 4
+    for b in range(B):
+        ar = a[b]
+        for j in range(2 * H):
+            ar[j] = sig(ar[j])
+        for j in range(3 * H, 4 * H):
+            ar[j] = sig(ar[j])
+    act_ip(a, 2 * H, H, code)
+    for b in range(B):
+        ar = a[b]
+        cp = c_prev[b]
+        cn = c[b]
+        for j in range(H):
+            cn[j] = ar[H + j] * cp[j] + ar[j] * ar[2 * H + j]
+    act_cols(c, 0, act_c, 0, H, code)
+    for b in range(B):
+        ar = a[b]
+        ac = act_c[b]
+        hr = h[b]
+        for j in range(H):
+            hr[j] = ar[3 * H + j] * ac[j]
 
 
 @njit(**OPTS)
@@ -39,17 +48,16 @@ def lstm_train(xw: Any, U: Any, hist_h: Any, hist_c: Any, act_c: Any, code: int)
     ``[i|f|g|o]`` on exit; ``hist_h``/``hist_c`` (T+1, B, H) have row 0 set to the initial
     state and receive every later one; ``act_c`` (T, B, H) receives act(c)."""
     T, B, G = xw.shape
-    H = G // 4
     a = np.empty((B, G), xw.dtype)
     for s in range(T):
-        mm(hist_h[s], U, a)
-        x_s = xw[s]
+        gemm(hist_h[s], U, a, 0.0, False)
+        gt = xw[s]
         for b in range(B):
-            row = a[b]
-            xr = x_s[b]
+            gr = gt[b]
+            ar = a[b]
             for j in range(G):
-                row[j] += xr[j]
-            _cell(row, hist_c[s, b], hist_c[s + 1, b], hist_h[s + 1, b], xr, act_c[s, b], H, code)
+                gr[j] = ar[j] + gr[j]
+        _step(gt, hist_c[s], hist_c[s + 1], act_c[s], hist_h[s + 1], code)
 
 
 @njit(**OPTS)
@@ -61,34 +69,31 @@ def lstm_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, c: Any, seq: Any, kee
     T, B, F = x_tm.shape
     G = W.shape[1]
     H = G // 4
-    dt = x_tm.dtype
     chunk = buf.shape[0] // B
-    a = np.empty((B, G), dt)
-    h2 = np.empty((B, H), dt)
-    c2 = np.empty((B, H), dt)
-    junk = np.empty(G, dt)
-    junk_c = np.empty(H, dt)
+    a = np.empty((B, G), x_tm.dtype)
+    ac = np.empty((B, H), x_tm.dtype)
     for t0 in range(0, T, chunk):
         n = min(chunk, T - t0)
-        xs = x_tm[t0:t0 + n].reshape((n * B, F))
         xp = buf[:n * B]
-        mm(xs, W, xp)
+        gemm(x_tm[t0:t0 + n].reshape((n * B, F)), W, xp, 0.0, False)
+        for r in range(n * B):
+            xr = xp[r]
+            for j in range(G):
+                xr[j] += b0[j]
         for s in range(n):
-            mm(h, U, a)
+            gemm(h, U, a, 0.0, False)
             for bi in range(B):
-                row = a[bi]
+                ar = a[bi]
                 xr = xp[s * B + bi]
                 for j in range(G):
-                    row[j] += xr[j] + b0[j]
-                _cell(row, c[bi], c2[bi], h2[bi], junk, junk_c, H, code)
-            h[:] = h2
-            c[:] = c2
+                    ar[j] += xr[j]
+            _step(a, c, c, ac, h, code)
             if keep:
                 seq[t0 + s] = h
 
 
 @njit(**OPTS)
-def lstm_back(g3: Any, full: bool, hist_c: Any, gates: Any, act_c: Any, UT: Any, code: int,
+def lstm_back(g3: Any, full: bool, hist_c: Any, gates: Any, act_c: Any, U: Any, code: int,
               dxw: Any) -> None:
     """The backward walk: fills ``dxw`` (T, B, 4H) with dL/dxw_s. ``g3`` is the upstream
     gradient (B, T, H) when ``full`` (return_sequences), else (B, 1, H) for the last step."""
@@ -97,31 +102,46 @@ def lstm_back(g3: Any, full: bool, hist_c: Any, gates: Any, act_c: Any, UT: Any,
     dt = gates.dtype
     dh = np.zeros((B, H), dt)
     dc = np.zeros((B, H), dt)
+    tmp = np.empty((B, H), dt)
     one = cst(gates, 1.0)
     for s in range(T - 1, -1, -1):
         if full or s == T - 1:
             gs = s if full else 0
             for b in range(B):
+                dhr = dh[b]
+                gr = g3[b, gs]
                 for j in range(H):
-                    dh[b, j] += g3[b, gs, j]
-        for b in range(B):
-            gt = gates[s, b]
+                    dhr[j] += gr[j]
+        gt2 = gates[s]
+        d2 = dxw[s]
+        for b in range(B):                       # 4b. do, and dc += act'(act_c) * (dh * o)
+            gt = gt2[b]
             ac = act_c[s, b]
-            cp = hist_c[s, b]
-            d = dxw[s, b]
-            dcr = dc[b]
+            d = d2[b]
             dhr = dh[b]
+            tr = tmp[b]
+            for j in range(H):
+                o = gt[3 * H + j]
+                d[3 * H + j] = (dhr[j] * ac[j]) * (o * (one - o))
+            for j in range(H):
+                tr[j] = dhr[j] * gt[3 * H + j]
+        dact_cols(act_c[s], 0, tmp, 0, H, code)
+        for b in range(B):                       # 3b. + 2b.
+            gt = gt2[b]
+            cp = hist_c[s, b]
+            d = d2[b]
+            dcr = dc[b]
+            tr = tmp[b]
+            for j in range(H):
+                dcr[j] = dcr[j] + tr[j]
             for j in range(H):
                 i = gt[j]
                 f = gt[H + j]
-                g = gt[2 * H + j]
-                o = gt[3 * H + j]
-                dhv = dhr[j]
-                do = dhv * ac[j]
-                dcv = dcr[j] + dact(ac[j], dhv * o, code)
-                d[j] = (dcv * g) * (i * (one - i))
+                dcv = dcr[j]
+                d[j] = (dcv * gt[2 * H + j]) * (i * (one - i))
                 d[H + j] = (dcv * cp[j]) * (f * (one - f))
-                d[2 * H + j] = dact(g, dcv * i, code)
-                d[3 * H + j] = do * (o * (one - o))
-                dcr[j] = dcv * f
-        mm(dxw[s], UT, dh)
+                d[2 * H + j] = dcv * i
+            for j in range(H):
+                dcr[j] = dcr[j] * gt[H + j]
+        dact_cols(gt2, 2 * H, d2, 2 * H, H, code)
+        gemm(d2, U, dh, 0.0, True)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels._jit import OPTS, act, dact, mm, njit
+from rnnkit.kernels._jit import OPTS, act_cols, act_ip, dact_cols, gemm, njit
 
 
 @njit(**OPTS)
@@ -15,12 +15,14 @@ def simple_train(xw: Any, U: Any, hist_h: Any, code: int) -> None:
     """Training forward: ``hist_h`` (T+1, B, H) row 0 = initial state; fills rows 1..T."""
     T, B, H = xw.shape
     for s in range(T):
-        hn = hist_h[s + 1]
-        mm(hist_h[s], U, hn)
-        x_s = xw[s]
+        hn2 = hist_h[s + 1]
+        gemm(hist_h[s], U, hn2, 0.0, False)
         for b in range(B):
+            hn = hn2[b]
+            xr = xw[s, b]
             for j in range(H):
-                hn[b, j] = act(hn[b, j] + x_s[b, j], code)
+                hn[j] = hn[j] + xr[j]
+        act_ip(hn2, 0, H, code)
 
 
 @njit(**OPTS)
@@ -30,25 +32,30 @@ def simple_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, seq: Any, keep: boo
     at a time into ``buf`` (chunk*B, H)."""
     T, B, F = x_tm.shape
     H = W.shape[1]
-    dt = x_tm.dtype
     chunk = buf.shape[0] // B
-    a = np.empty((B, H), dt)
+    a = np.empty((B, H), x_tm.dtype)
     for t0 in range(0, T, chunk):
         n = min(chunk, T - t0)
         xp = buf[:n * B]
-        mm(x_tm[t0:t0 + n].reshape((n * B, F)), W, xp)
+        gemm(x_tm[t0:t0 + n].reshape((n * B, F)), W, xp, 0.0, False)
+        for r in range(n * B):
+            xr = xp[r]
+            for j in range(H):
+                xr[j] += b0[j]
         for s in range(n):
-            mm(h, U, a)
+            gemm(h, U, a, 0.0, False)
             for b in range(B):
                 xr = xp[s * B + b]
+                ar = a[b]
                 for j in range(H):
-                    h[b, j] = act(a[b, j] + (xr[j] + b0[j]), code)
+                    ar[j] = ar[j] + xr[j]
+            act_cols(a, 0, h, 0, H, code)
             if keep:
                 seq[t0 + s] = h
 
 
 @njit(**OPTS)
-def simple_back(g3: Any, full: bool, hist_h: Any, UT: Any, code: int, dxw: Any) -> None:
+def simple_back(g3: Any, full: bool, hist_h: Any, U: Any, code: int, dxw: Any) -> None:
     """Fills ``dxw`` (T, B, H); ``g3`` as in :func:`rnnkit.kernels._lstm.lstm_back`."""
     T, B, H = dxw.shape
     dh = np.zeros((B, H), dxw.dtype)
@@ -56,11 +63,12 @@ def simple_back(g3: Any, full: bool, hist_h: Any, UT: Any, code: int, dxw: Any) 
         if full or s == T - 1:
             gs = s if full else 0
             for b in range(B):
+                dhr = dh[b]
+                gr = g3[b, gs]
                 for j in range(H):
-                    dh[b, j] += g3[b, gs, j]
-        hn = hist_h[s + 1]
-        d = dxw[s]
+                    dhr[j] += gr[j]
+        d2 = dxw[s]
         for b in range(B):
-            for j in range(H):
-                d[b, j] = dact(hn[b, j], dh[b, j], code)
-        mm(d, UT, dh)
+            d2[b] = dh[b]
+        dact_cols(hist_h[s + 1], 0, d2, 0, H, code)
+        gemm(d2, U, dh, 0.0, True)
