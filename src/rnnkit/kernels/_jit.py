@@ -219,7 +219,7 @@ ensure_blas()   # imports scipy.linalg.cython_blas (ImportError without scipy: t
 
 #: numba's own helper around scipy's BLAS ?gemm (column-major, Fortran conventions); declared
 #: with void pointers so one declaration serves float32 ('s') and float64 ('d')
-_xxgemm = types.ExternalFunction("numba_xxgemm", types.intc(
+_xxgemm: Any = types.ExternalFunction("numba_xxgemm", types.intc(
     types.char, types.char, types.char, types.intp, types.intp, types.intp, types.voidptr,
     types.voidptr, types.intp, types.voidptr, types.intp, types.voidptr, types.voidptr, types.intp))
 _N, _T = ord("N"), ord("T")
