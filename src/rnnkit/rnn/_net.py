@@ -22,6 +22,7 @@ Dropout (``config.dropout``) acts on the outputs of every layer but the last, on
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,7 @@ class RNNNet(Layer):
 
     def _build(self, shape: Shape, rng: np.random.Generator) -> None:
         c, H, G = self.config, self.hidden_dim, self.gates
+        self._layers = {}  # a (re)build draws new weights: the derived layers are made below
         for k in range(c.num_layers):
             in_k = self.in_dim if k == 0 else H * self.directions
             for d in range(self.directions):
@@ -68,10 +70,16 @@ class RNNNet(Layer):
                         val = (np.zeros(G * H, self.dtype) if init is None
                                else init.draw(rng, (G * H,), self.dtype))
                         self._add_weight(nm + sfx, val)
+        for k in range(c.num_layers):  # eagerly, so no pass ever changes the net
+            for d in range(self.directions):
+                self._layers[(k, d)] = self._make_layer(k, d)
 
     def set_weight(self, name: str, value: Any) -> None:
         super().set_weight(name, value)
-        self._layers = {}  # the per-direction layers are rebuilt from the new weights
+        m = re.fullmatch(r"\w+_l(\d+)(_reverse)?", name)
+        assert m is not None
+        k, d = int(m.group(1)), int(m.group(2) is not None)
+        self._layers[(k, d)] = self._make_layer(k, d)  # rebuilt from the new weights
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Install PyTorch-named tensors (numpy arrays, or anything ``np.asarray`` reads, such as
@@ -97,10 +105,11 @@ class RNNNet(Layer):
         return np.concatenate([blocks[1], blocks[0], blocks[2]], axis=axis)
 
     def _layer(self, k: int, d: int) -> RecurrentLayer:
-        """The rnnkit layer that runs (layer k, direction d), weights converted from PyTorch's."""
-        got = self._layers.get((k, d))
-        if got is not None:
-            return got
+        """The rnnkit layer that runs (layer k, direction d), made when the weights change."""
+        return self._layers[(k, d)]
+
+    def _make_layer(self, k: int, d: int) -> RecurrentLayer:
+        """A new rnnkit layer for (layer k, direction d), weights converted from PyTorch's."""
         sfx, H, G = self._suffix(k, d), self.hidden_dim, self.gates
         layer: RecurrentLayer = (LSTM(H, return_sequences=True, go_backwards=bool(d), dtype=self.dtype)
                                  if self.mode == "lstm" else
@@ -115,7 +124,6 @@ class RNNNet(Layer):
             b_ih = b_hh = np.zeros(G * H, self.dtype)
         bias = (b_ih + b_hh)[None, :] if self.mode == "lstm" else np.stack([b_ih, b_hh])
         layer.set_weights(kernel, rec, bias)
-        self._layers[(k, d)] = layer
         return layer
 
     # -- shapes ------------------------------------------------------------------------------
