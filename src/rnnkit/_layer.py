@@ -165,7 +165,9 @@ class Layer:
     def _add_weight(self, name: str, value: np.ndarray) -> None:
         arr = np.array(value, dtype=self.dtype, copy=True, order="C")
         arr.flags.writeable = False
-        self._weights[name] = arr
+        # a view of a read-only array cannot be made writeable again (flags.writeable = True
+        # raises), so weights()/weight() hand out arrays that nobody can change in place
+        self._weights[name] = arr.view()
 
     def weights(self) -> list[WeightEntry]:
         """Every weight, in a fixed order, as (name, read-only view)."""
