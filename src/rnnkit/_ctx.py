@@ -27,14 +27,21 @@ class Ctx:
     (records nothing). ``grads`` maps ``(layer, weight_name)`` to the summed gradient.
     """
 
-    __slots__ = ("training_mode", "grads", "_caches", "rng")
+    __slots__ = ("training_mode", "grads", "_caches", "_seed", "_rng")
 
     def __init__(self, training: bool, seed: int | None = None) -> None:
         self.training_mode: bool = bool(training)
         self.grads: dict[tuple[Layer, str], np.ndarray] = {}
         self._caches: dict[int, list[tuple[Layer, Any]]] = {}
-        #: generator for pass randomness (dropout masks); seeded for reproducible passes
-        self.rng: np.random.Generator = np.random.default_rng(seed)
+        self._seed = seed
+        self._rng: np.random.Generator | None = None   # made on first use (costs ~13 us)
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """Generator for pass randomness (dropout masks); seeded for reproducible passes."""
+        if self._rng is None:
+            self._rng = np.random.default_rng(self._seed)
+        return self._rng
 
     @classmethod
     def training(cls, seed: int | None = None) -> Ctx:

@@ -32,6 +32,9 @@ from numba import types
 from numba.extending import overload
 from numba.np.linalg import ensure_blas
 
+# NOTE numba's on-disk cache is invalidated by the timestamp of a function's OWN file only: after
+# editing this module, touch _lstm.py, _gru.py and _simple.py (or their caches go stale).
+
 #: compile options of every kernel: on-disk cache, numpy error model (lets loops vectorise),
 #: FMA contraction allowed (no reassociation: results stay within a few ulp of the reference)
 OPTS: dict[str, Any] = {"cache": True, "error_model": "numpy", "fastmath": {"contract"}, "nogil": True}
@@ -141,6 +144,48 @@ def dact(y: Any, g: Any, code: int) -> Any:
 
 
 @njit(**OPTS)
+def gemm_at(A: Any, Bm: Any, C: Any) -> None:
+    """``C = A.T @ Bm`` (A (K, M), Bm (K, N), C (M, N); rows contiguous), one BLAS call."""
+    K, M = A.shape
+    N = C.shape[1]
+    if M == 0 or N == 0:
+        return
+    isz = A.itemsize
+    sc = np.empty(2, A.dtype)
+    sc[0] = 1.0
+    sc[1] = 0.0
+    kind = ord("s") if isz == 4 else ord("d")
+    _xxgemm(kind, _N, _T, N, M, K, sc[0:].ctypes, Bm.ctypes, Bm.strides[0] // isz,
+            A.ctypes, A.strides[0] // isz, sc[1:].ctypes, C.ctypes, C.strides[0] // isz)
+
+
+@njit(**OPTS)
+def reductions(x2: Any, dxw2: Any, drec2: Any, P1: Any, P2: Any, split: int, W: Any, dW: Any,
+               db: Any, dU: Any, dx2: Any) -> None:
+    """The walker's batched weight-gradient reductions, in one call (see its docstring):
+    ``dW = x^T dxw``, ``db[0] = sum(dxw)`` (``db[1] = sum(drec)`` when 2 rows), ``dU[:, :split]
+    = P1^T drec[:, :split]``, ``dU[:, split:] = P2^T drec[:, split:]``, ``dx = dxw W^T``."""
+    GH = dxw2.shape[1]
+    gemm_at(x2, dxw2, dW)
+    db[:] = 0
+    for r in range(dxw2.shape[0]):
+        row = dxw2[r]
+        d0 = db[0]
+        for j in range(GH):
+            d0[j] += row[j]
+    if db.shape[0] == 2:
+        for r in range(drec2.shape[0]):
+            row = drec2[r]
+            d1 = db[1]
+            for j in range(GH):
+                d1[j] += row[j]
+    gemm_at(P1, drec2[:, :split], dU[:, :split])
+    if split < GH:
+        gemm_at(P2, drec2[:, split:], dU[:, split:])
+    gemm(dxw2, W, dx2, 0.0, True)
+
+
+@njit(**OPTS)
 def act_cols(src: Any, slo: int, dst: Any, dlo: int, n: int, code: int) -> None:
     """``dst[:, dlo:dlo+n] = act(src[:, slo:slo+n])`` over two different 2D arrays.
 
@@ -229,12 +274,13 @@ _N, _T = ord("N"), ord("T")
 def gemm(A: Any, Bm: Any, C: Any, beta: float, tb: bool) -> None:
     """``C = A @ op(Bm) + beta * C`` with ``op(Bm) = Bm.T`` when ``tb``; 2D arrays whose rows
     are contiguous (any row stride: batch slices of bigger arrays work without copies). A plain
-    loop when tiny, else one BLAS call (beta and the transpose go to BLAS, no temporaries)."""
+    loop when tiny (and not transposed), else one BLAS call (beta and the transpose go to BLAS,
+    no temporaries)."""
     M, K = A.shape
     N = C.shape[1]
     if M == 0 or N == 0:
         return
-    if M * K * N <= SMALL_GEMM:
+    if not tb and M * K * N <= SMALL_GEMM:
         for m in range(M):
             cr = C[m]
             if beta == 0:
@@ -242,13 +288,9 @@ def gemm(A: Any, Bm: Any, C: Any, beta: float, tb: bool) -> None:
                     cr[n] = 0
             for k in range(K):
                 a = A[m, k]
-                if tb:
-                    for n in range(N):
-                        cr[n] += a * Bm[n, k]
-                else:
-                    br = Bm[k]
-                    for n in range(N):
-                        cr[n] += a * br[n]
+                br = Bm[k]
+                for n in range(N):
+                    cr[n] += a * br[n]
         return
     isz = A.itemsize
     sc = np.empty(2, A.dtype)

@@ -261,6 +261,9 @@ class RecurrentLayer(Layer):
         self._require_built("backward")
         cache = ctx.load(self)
         g = self._as_grad(grad, cache["out_shape"])
+        fast = fast_walker(self)   # compiled walk + reductions (rnnkit.kernels), proven equal in tests
+        if fast is not None:
+            return fast.backward(self, cache, g, ctx)  # type: ignore[no-any-return]
         cell = self.cell
         x_tm, hist, parks = cache["x_tm"], cache["states"], cache["parks"]
         T, B, F = x_tm.shape
@@ -270,8 +273,7 @@ class RecurrentLayer(Layer):
         drec = np.empty((T, B, GH), dt) if cell.separate_rec_grad else dxw
         d = tuple(np.zeros((B, H), dt) for _ in cell.states)
         g_tm = g.transpose(1, 0, 2) if self.return_sequences else None
-        fast = fast_walker(self)
-        for s in range(T - 1, -1, -1) if fast is None else ():
+        for s in range(T - 1, -1, -1):
             dh = d[0]
             if g_tm is not None:
                 dh = dh + g_tm[s]
@@ -279,8 +281,6 @@ class RecurrentLayer(Layer):
                 dh = dh + g
             d = cell.step_back((dh, *d[1:]), tuple(a[s] for a in hist), tuple(a[s + 1] for a in hist),
                                {n: p[s] for n, p in parks.items()}, U, dxw[s], drec[s])
-        if fast is not None:
-            fast.back(self, cache, g, self.return_sequences, dxw, drec)
         # the batched reductions
         dxw2 = dxw.reshape(T * B, GH)
         drec2 = drec.reshape(T * B, GH)
