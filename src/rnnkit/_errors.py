@@ -23,12 +23,12 @@ class InvalidInputError(Error, ValueError):
 class NotBuiltError(Error, RuntimeError):
     """A layer was used before :meth:`build` settled its weights."""
 
-    def __init__(self, layer: str, action: str = "forward") -> None:
+    def __init__(self, layer: str, action: str = "forward", message: str | None = None) -> None:
         self.layer = layer
-        super().__init__(
+        super().__init__(message if message is not None else (
             f"{layer}: {action} needs a built layer; call build(shape) first, "
             f"or forward_mut(x, ctx), which builds from the input"
-        )
+        ))
 
 
 class ForwardPassNotRunError(Error, RuntimeError):

@@ -160,7 +160,8 @@ class Model:
 
     def _require_compiled(self, action: str) -> None:
         if self.optimizer is None or self.loss is None:
-            raise NotBuiltError(self.name, f"{action} (call compile(optimizer, loss) first)")
+            raise NotBuiltError(self.name, action, f"{self.name}: {action} needs a compiled model; "
+                                f"call compile(optimizer, loss) first")
 
     def fit(self, x: Data, y: Data, epochs: int = 1, *, batch_size: int | None = None,
             validation_data: tuple[Data, Data] | None = None, validation_split: float = 0.0,
