@@ -173,6 +173,12 @@ class Layer:
         """Every weight, in a fixed order, as (name, read-only view)."""
         return [WeightEntry(n, v) for n, v in self._weights.items()]
 
+    def get_weights(self) -> list[np.ndarray]:
+        """Writable COPIES of every weight, in :meth:`weights` order (Keras' ``get_weights``;
+        the earlier edition's ``get_weights()``). ``set_weights(*layer.get_weights())`` copies
+        one layer's weights into another of the same configuration."""
+        return [np.array(v) for v in self._weights.values()]
+
     @property
     def weight_names(self) -> list[str]:
         return list(self._weights)

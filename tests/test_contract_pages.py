@@ -1,0 +1,85 @@
+"""Contract audit: behaviours the seed pages state that no other test pinned by value.
+
+- 000 (earlier edition): ``get_weights()`` returns the kernel, recurrent kernel and bias
+  (``[4, 32], [8, 32], [1, 32]`` for ``LSTM(8)`` on 4 features); Embedding maps ``[N]`` ->
+  ``[N, D]`` and ``[N, T, K]`` -> ``[N, T, K, D]``.
+- 001 §3.7.6: "RustyML does not clip a gradient inside the layer" — backward is linear in the
+  upstream gradient, however large.
+- DESIGN.md §6: training that produces NaN/Inf in a GRAPH model names the epoch and the node.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rnnkit as rk
+
+
+def test_earlier_edition_get_weights_listing_and_copy_between_layers() -> None:
+    lstm = rk.LSTM(8, rk.Tanh(), input_dim=4).with_random_state(42)
+    ws = lstm.get_weights()
+    assert [w.shape for w in ws] == [(4, 32), (8, 32), (1, 32)]
+    for w, e in zip(ws, lstm.weights(), strict=True):
+        np.testing.assert_array_equal(w, e.value)
+    np.testing.assert_array_equal(ws[2][0, 8:16], 1.0)  # the forget block, as 3.7.3 says
+    ws[0][...] = 0.0  # a copy: the layer keeps its weights
+    assert np.abs(lstm.weight("kernel")).max() > 0.1
+    other = rk.LSTM(8, input_dim=4, seed=1)
+    x = np.random.default_rng(0).standard_normal((2, 5, 4))
+    assert np.abs(other.predict(x) - lstm.predict(x)).max() > 1e-3
+    other.set_weights(*lstm.get_weights())
+    np.testing.assert_array_equal(other.predict(x), lstm.predict(x))
+    d = rk.Dense(2, seed=3)
+    d.build((None, 3))
+    d2 = rk.Dense(2, seed=4)
+    d2.set_weights(*d.get_weights())
+    np.testing.assert_array_equal(d2.predict(np.eye(3)), d.predict(np.eye(3)))
+    assert rk.Reverse(1).get_weights() == []
+
+
+def test_embedding_rank_one_and_rank_three_inputs_select_rows() -> None:
+    emb = rk.Embedding(10, 3, seed=5)
+    emb.build((None,))
+    table = emb.weight("embeddings")
+    x1 = np.array([7.0, 0.0, 9.9, 2.5])
+    np.testing.assert_array_equal(emb.predict(x1), table[[7, 0, 9, 2]])
+    x3 = np.random.default_rng(1).integers(0, 10, (2, 3, 4)).astype(float) + 0.75
+    y3 = emb.predict(x3)
+    assert y3.shape == (2, 3, 4, 3)
+    for idx in np.ndindex(x3.shape):
+        np.testing.assert_array_equal(y3[idx], table[int(x3[idx])])
+    assert emb.compute_output_shape((None, 3, 4)) == rk.Shape((None, 3, 4, 3))
+
+
+@pytest.mark.parametrize("make", [lambda: rk.SimpleRNN(3, seed=1, dtype="float64"),
+                                  lambda: rk.LSTM(3, seed=1, dtype="float64", return_sequences=True),
+                                  lambda: rk.GRU(3, seed=1, dtype="float64", go_backwards=True),
+                                  lambda: rk.GRU(3, seed=1, dtype="float64", reset_after=True)])
+def test_no_gradient_clipping_inside_a_layer(make: object) -> None:
+    layer = make()  # type: ignore[operator]
+    x = np.random.default_rng(2).standard_normal((2, 4, 2))
+    results = []
+    for scale in (1.0, 1e8):
+        ctx = rk.Ctx.training()
+        y = layer.forward_mut(x, ctx)
+        g = np.random.default_rng(3).standard_normal(y.shape) * scale
+        dx = layer.backward(g, ctx)
+        results.append((dx, {n: ctx.grad(layer, n) for n in layer.weight_names}))
+    (dx1, g1), (dx2, g2) = results
+    np.testing.assert_allclose(dx2, 1e8 * dx1, rtol=1e-12)
+    for n in g1:
+        np.testing.assert_allclose(g2[n], 1e8 * g1[n], rtol=1e-12, atol=1e-300)
+    assert max(np.abs(g2[n]).max() for n in g2) > 1e6
+
+
+def test_non_finite_training_in_a_graph_model_names_the_epoch_and_the_node() -> None:
+    b = rk.GraphBuilder()
+    i = b.input((None, 2))
+    h = b.add(rk.Dense(3, seed=1), [i], name="hidden")
+    o = b.add(rk.Dense(1, seed=2), [h], name="head")
+    m = b.build(o)
+    m.compile(rk.SGD(0.01), "mse")
+    h.layer.set_weight("kernel", np.full((2, 3), 3e38, np.float32))  # 1 * 3e38 * 2 overflows
+    with pytest.raises(rk.NonFiniteError, match=r"epoch 1/2 .*node hidden \(Dense\)"):
+        m.fit(np.ones((4, 2)), np.zeros((4, 1)), 2)
