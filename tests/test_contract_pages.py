@@ -83,3 +83,45 @@ def test_non_finite_training_in_a_graph_model_names_the_epoch_and_the_node() -> 
     h.layer.set_weight("kernel", np.full((2, 3), 3e38, np.float32))  # 1 * 3e38 * 2 overflows
     with pytest.raises(rk.NonFiniteError, match=r"epoch 1/2 .*node hidden \(Dense\)"):
         m.fit(np.ones((4, 2)), np.zeros((4, 1)), 2)
+
+
+def _gram_schmidt(a: np.ndarray) -> np.ndarray:
+    """Classical Gram-Schmidt on the columns of ``a`` (the pages' orthogonal initialiser)."""
+    q = np.zeros_like(a)
+    for j in range(a.shape[1]):
+        v = a[:, j].copy()
+        for i in range(j):
+            v -= (q[:, i] @ a[:, j]) * q[:, i]
+        q[:, j] = v / np.linalg.norm(v)
+    return q
+
+
+@pytest.mark.parametrize(("cls", "gates"), [(rk.SimpleRNN, 1), (rk.LSTM, 4), (rk.GRU, 3)])
+def test_seed_is_spent_on_the_kernel_then_the_recurrent_blocks_in_that_order(cls: type, gates: int) -> None:
+    """3.7.5: the seed feeds the kernel draw (Glorot, per-gate fan F + H), then one
+    Gram-Schmidt orthogonal block per gate; biases are zeros except LSTM's forget block."""
+    F, H, seed = 3, 4, 1234
+    layer = cls(H, dtype="float64").with_random_state(seed)
+    layer.build((None, None, F))
+    rng = np.random.default_rng(seed)
+    lim = np.sqrt(6.0 / (F + H))
+    np.testing.assert_allclose(layer.weight("kernel"), rng.uniform(-lim, lim, (F, gates * H)), rtol=1e-15)
+    blocks = [_gram_schmidt(rng.standard_normal((H, H))) for _ in range(gates)]
+    np.testing.assert_allclose(layer.weight("recurrent_kernel"), np.concatenate(blocks, axis=1), atol=1e-12)
+    want_bias = np.zeros((1, gates * H))
+    if cls is rk.LSTM:
+        want_bias[0, H:2 * H] = 1.0
+    np.testing.assert_array_equal(layer.weight("bias"), want_bias)
+
+
+def test_dense_and_embedding_initialisers_by_value() -> None:
+    d = rk.Dense(5, seed=7, dtype="float64")
+    d.build((None, 3))
+    lim = np.sqrt(6.0 / (3 + 5))
+    np.testing.assert_allclose(d.weight("kernel"), np.random.default_rng(7).uniform(-lim, lim, (3, 5)),
+                               rtol=1e-15)
+    np.testing.assert_array_equal(d.weight("bias"), np.zeros(5))
+    e = rk.Embedding(6, 2, dtype="float64").with_random_state(8)
+    e.build((None, 4))
+    np.testing.assert_allclose(e.weight("embeddings"), np.random.default_rng(8).uniform(-0.05, 0.05, (6, 2)),
+                               rtol=1e-15)
