@@ -301,3 +301,38 @@ def test_earlier_edition_constructor_refuses_zero_input_dim_and_units() -> None:
             cls(3, input_dim=0)
         with pytest.raises(rk.InvalidParameterError, match="units.*got 0"):
             cls(0, input_dim=3)
+
+
+def _deep_state(obj: Any, depth: int = 0) -> Any:
+    """Everything an object holds: arrays by bytes, objects by their own attributes."""
+    if isinstance(obj, np.ndarray):
+        return ("array", obj.dtype.str, obj.shape, obj.tobytes())
+    if isinstance(obj, dict):
+        return {repr(k): _deep_state(v, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_deep_state(v, depth + 1) for v in obj]
+    if depth < 3 and hasattr(obj, "__dict__") and not isinstance(obj, type):
+        return (type(obj).__name__, id(obj), {k: _deep_state(v, depth + 1) for k, v in vars(obj).items()})
+    if depth < 3 and hasattr(obj, "__slots__"):
+        return (type(obj).__name__, id(obj),
+                {k: _deep_state(getattr(obj, k), depth + 1) for k in obj.__slots__ if hasattr(obj, k)})
+    return repr(obj)
+
+
+@pytest.mark.parametrize("name", list(ALL_LAYERS))
+def test_passes_leave_every_layer_unchanged(name: str) -> None:
+    """"Layers hold parameters, contexts hold passes": no attribute of a built layer (or of
+    its cell) changes in predict, forward, backward, step or seq."""
+    make, data = ALL_LAYERS[name]
+    x = data(np.random.default_rng(7))
+    layer = make(dtype="float64")
+    layer.forward_mut(x, rk.Ctx.inference())
+    before = _deep_state(layer)
+    layer.predict(x)
+    ctx = rk.Ctx.training(3)
+    y = layer.forward(x, ctx)
+    layer.backward(np.ones_like(y), ctx)
+    if hasattr(layer, "zero_state"):
+        layer.seq(x)
+        layer.step(x[:, 0], layer.zero_state(x.shape[0]))
+    assert _deep_state(layer) == before

@@ -125,3 +125,22 @@ def test_dense_and_embedding_initialisers_by_value() -> None:
     e.build((None, 4))
     np.testing.assert_allclose(e.weight("embeddings"), np.random.default_rng(8).uniform(-0.05, 0.05, (6, 2)),
                                rtol=1e-15)
+
+
+@pytest.mark.parametrize("cls", [rk.SimpleRNN, rk.LSTM, rk.GRU])
+def test_constructor_defaults_and_keyword_only_flags(cls: type) -> None:
+    """DESIGN §1: ``(units, activation="tanh", *, return_sequences=False, go_backwards=False,
+    seed=None, dtype="float32", input_dim=None)``; GRU adds ``reset_after=False``."""
+    layer = cls(3)
+    assert (layer.units, layer.activation.name, layer.return_sequences, layer.go_backwards,
+            layer.seed, layer.dtype, layer.built) == (3, "tanh", False, False, None, np.float32, False)
+    assert getattr(layer, "reset_after", False) is False
+    with pytest.raises(TypeError):
+        cls(3, "tanh", True)  # the flags are keyword-only
+    full = cls(3, "relu", return_sequences=True, go_backwards=True, seed=4, dtype="float64", input_dim=2)
+    assert (full.activation.name, full.return_sequences, full.go_backwards, full.seed, full.dtype,
+            full.built, full.input_dim) == ("relu", True, True, 4, np.float64, True, 2)
+    x = np.random.default_rng(0).standard_normal((2, 5, 2))
+    chained = cls(3, "relu", dtype="float64").with_random_state(4).with_return_sequences(True) \
+        .with_go_backwards(True)
+    np.testing.assert_array_equal(chained.forward_mut(x, rk.Ctx.inference()), full.predict(x))
