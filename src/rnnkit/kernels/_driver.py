@@ -20,16 +20,17 @@ from rnnkit.recurrent._simple_rnn import SimpleRNNCell
 
 _CELLS = (SimpleRNNCell, LSTMCell, GRUCell, GRUResetAfterCell)
 
-#: inference projects about this many (timestep x batch) rows at a time
-CHUNK_ROWS = 512
+#: inference projects a chunk of timesteps at a time into a buffer of about this many bytes
+#: (L2-sized: the rows are read back step by step)
+CHUNK_BYTES = 1 << 19
 
 
 def supports(layer: Any) -> bool:
     return type(layer.cell) in _CELLS and layer.activation.name in ACT_CODES
 
 
-def _chunk(T: int, B: int) -> int:
-    return max(1, min(T, CHUNK_ROWS // max(B, 1)))
+def _chunk(T: int, B: int, row_bytes: int) -> int:
+    return max(1, min(T, CHUNK_BYTES // max(B * row_bytes, 1)))
 
 
 def walk(layer: Any, x_tm: np.ndarray, init: tuple[np.ndarray, ...] | None, record: bool,
@@ -64,7 +65,7 @@ def walk(layer: Any, x_tm: np.ndarray, init: tuple[np.ndarray, ...] | None, reco
             else:
                 _gru.gru_ra_train(xb, U, bias[1], hh, parks["hu_n"][:, lo:hi], code)
 
-        run_blocks(B, train)
+        run_blocks(B, B * H * layer.gate_width, train)
         cache = {"x_tm": x_tm, "states": hist, "parks": parks}
         return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), cache
     # inference: the state and one chunk of projections; the output written in (B, T, H) order
@@ -76,7 +77,8 @@ def walk(layer: Any, x_tm: np.ndarray, init: tuple[np.ndarray, ...] | None, reco
 
     def infer(lo: int, hi: int) -> None:
         xb = x_tm if hi - lo == B else np.ascontiguousarray(x_tm[:, lo:hi])
-        buf = np.empty((_chunk(T, hi - lo) * (hi - lo), layer.gate_width), dt)  # one chunk
+        rows = _chunk(T, hi - lo, layer.gate_width * dt.itemsize) * (hi - lo)
+        buf = np.empty((rows, layer.gate_width), dt)   # one chunk of projections
         h, sq = st[0][lo:hi], seq_view[:, lo:hi]
         if kind is LSTMCell:
             _lstm.lstm_infer(xb, W, b0, U, h, st[1][lo:hi], sq, keep_seq, buf, code)
@@ -87,7 +89,7 @@ def walk(layer: Any, x_tm: np.ndarray, init: tuple[np.ndarray, ...] | None, reco
         else:
             _gru.gru_infer(xb, W, b0, U, U, bias[1], True, h, sq, keep_seq, buf, code)
 
-    run_blocks(B, infer)
+    run_blocks(B, B * H * layer.gate_width, infer)
     return (seq_view if keep_seq else None), tuple(st), None
 
 
@@ -118,7 +120,7 @@ def back(layer: Any, cache: dict[str, Any], g: np.ndarray, full: bool, dxw: np.n
             _gru.gru_ra_back(gb, full, hh, parks["gates"][:, lo:hi], parks["hu_n"][:, lo:hi], U, code,
                              dx, drec[:, lo:hi])
 
-    run_blocks(B, job)
+    run_blocks(B, B * H * layer.gate_width, job)
 
 
 def backward(layer: Any, cache: dict[str, Any], g: np.ndarray, ctx: Any) -> np.ndarray:

@@ -15,27 +15,20 @@ from rnnkit.kernels._jit import OPTS, act_ip, cst, dact_cols, gemm, njit, sig
 
 
 @njit(**OPTS)
-def _gru_step(xg: Any, h_prev: Any, h: Any, rh: Any, Uzr: Any, Un: Any, azr: Any, an: Any,
-              code: int) -> None:
+def _gru_step(xg: Any, h_prev: Any, h: Any, rh: Any, Uzr: Any, Un: Any, code: int) -> None:
     """reset_after=False, one step: ``xg`` (B, 3H) = xw on entry, gates [z|r|n] on exit.
     ``h`` may be ``h_prev`` (updated in place)."""
     B, H = h.shape
-    gemm(h_prev, Uzr, azr, 0.0, False)
+    gemm(h_prev, Uzr, xg[:, :2 * H], 1.0, False)     # xw_zr + h_prev @ U_zr, in place
     for b in range(B):
         x = xg[b]
-        a = azr[b]
         for j in range(2 * H):
-            x[j] = sig(a[j] + x[j])
+            x[j] = sig(x[j])
         hp = h_prev[b]
         rr = rh[b]
         for j in range(H):
             rr[j] = x[H + j] * hp[j]
-    gemm(rh, Un, an, 0.0, False)
-    for b in range(B):
-        x = xg[b]
-        a = an[b]
-        for j in range(H):
-            x[2 * H + j] = a[j] + x[2 * H + j]
+    gemm(rh, Un, xg[:, 2 * H:], 1.0, False)          # xw_n + rh @ U_n, in place
     act_ip(xg, 2 * H, H, code)
     for b in range(B):
         x = xg[b]
@@ -75,12 +68,9 @@ def _gru_ra_step(xg: Any, h_prev: Any, h: Any, hun: Any, U: Any, b1: Any, hu: An
 @njit(**OPTS)
 def gru_train(xw: Any, Uzr: Any, Un: Any, hist_h: Any, rh: Any, code: int) -> None:
     """Training forward, reset_after=False: xw -> gates in place; fills hist_h and ``rh``."""
-    T, B, G = xw.shape
-    H = G // 3
-    azr = np.empty((B, 2 * H), xw.dtype)
-    an = np.empty((B, H), xw.dtype)
+    T = xw.shape[0]
     for s in range(T):
-        _gru_step(xw[s], hist_h[s], hist_h[s + 1], rh[s], Uzr, Un, azr, an, code)
+        _gru_step(xw[s], hist_h[s], hist_h[s + 1], rh[s], Uzr, Un, code)
 
 
 @njit(**OPTS)
@@ -104,8 +94,6 @@ def gru_infer(x_tm: Any, W: Any, b0: Any, Ua: Any, Ub: Any, b1: Any, ra: bool, h
     dt = x_tm.dtype
     chunk = buf.shape[0] // B
     t1 = np.empty((B, H), dt)
-    azr = np.empty((B, 2 * H), dt)
-    an = np.empty((B, H), dt)
     hu = np.empty((B, G), dt)
     for t0 in range(0, T, chunk):
         n = min(chunk, T - t0)
@@ -119,7 +107,7 @@ def gru_infer(x_tm: Any, W: Any, b0: Any, Ua: Any, Ub: Any, b1: Any, ra: bool, h
             if ra:
                 _gru_ra_step(xg, h, h, t1, Ua, b1, hu, code)
             else:
-                _gru_step(xg, h, h, t1, Ua, Ub, azr, an, code)
+                _gru_step(xg, h, h, t1, Ua, Ub, code)
             if keep:
                 seq[t0 + s] = h
 

@@ -47,16 +47,10 @@ def lstm_train(xw: Any, U: Any, hist_h: Any, hist_c: Any, act_c: Any, code: int)
     """Training forward. ``xw`` (T, B, 4H) holds the projections on entry and the parked gates
     ``[i|f|g|o]`` on exit; ``hist_h``/``hist_c`` (T+1, B, H) have row 0 set to the initial
     state and receive every later one; ``act_c`` (T, B, H) receives act(c)."""
-    T, B, G = xw.shape
-    a = np.empty((B, G), xw.dtype)
+    T = xw.shape[0]
     for s in range(T):
-        gemm(hist_h[s], U, a, 0.0, False)
         gt = xw[s]
-        for b in range(B):
-            gr = gt[b]
-            ar = a[b]
-            for j in range(G):
-                gr[j] = ar[j] + gr[j]
+        gemm(hist_h[s], U, gt, 1.0, False)      # a = xw + h_prev @ U, in place (BLAS beta=1)
         _step(gt, hist_c[s], hist_c[s + 1], act_c[s], hist_h[s + 1], code)
 
 
@@ -70,7 +64,6 @@ def lstm_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, c: Any, seq: Any, kee
     G = W.shape[1]
     H = G // 4
     chunk = buf.shape[0] // B
-    a = np.empty((B, G), x_tm.dtype)
     ac = np.empty((B, H), x_tm.dtype)
     for t0 in range(0, T, chunk):
         n = min(chunk, T - t0)
@@ -81,12 +74,8 @@ def lstm_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, c: Any, seq: Any, kee
             for j in range(G):
                 xr[j] += b0[j]
         for s in range(n):
-            gemm(h, U, a, 0.0, False)
-            for bi in range(B):
-                ar = a[bi]
-                xr = xp[s * B + bi]
-                for j in range(G):
-                    ar[j] += xr[j]
+            a = xp[s * B:(s + 1) * B]
+            gemm(h, U, a, 1.0, False)             # a = xw + h_prev @ U, in place
             _step(a, c, c, ac, h, code)
             if keep:
                 seq[t0 + s] = h

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels._jit import OPTS, act_cols, act_ip, dact_cols, gemm, njit
+from rnnkit.kernels._jit import OPTS, act_cols, dact_cols, gemm, njit
 
 
 @njit(**OPTS)
@@ -15,14 +15,8 @@ def simple_train(xw: Any, U: Any, hist_h: Any, code: int) -> None:
     """Training forward: ``hist_h`` (T+1, B, H) row 0 = initial state; fills rows 1..T."""
     T, B, H = xw.shape
     for s in range(T):
-        hn2 = hist_h[s + 1]
-        gemm(hist_h[s], U, hn2, 0.0, False)
-        for b in range(B):
-            hn = hn2[b]
-            xr = xw[s, b]
-            for j in range(H):
-                hn[j] = hn[j] + xr[j]
-        act_ip(hn2, 0, H, code)
+        gemm(hist_h[s], U, xw[s], 1.0, False)   # xw + h_prev @ U, in place (xw is scratch)
+        act_cols(xw[s], 0, hist_h[s + 1], 0, H, code)
 
 
 @njit(**OPTS)
@@ -33,7 +27,6 @@ def simple_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, seq: Any, keep: boo
     T, B, F = x_tm.shape
     H = W.shape[1]
     chunk = buf.shape[0] // B
-    a = np.empty((B, H), x_tm.dtype)
     for t0 in range(0, T, chunk):
         n = min(chunk, T - t0)
         xp = buf[:n * B]
@@ -43,12 +36,8 @@ def simple_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, seq: Any, keep: boo
             for j in range(H):
                 xr[j] += b0[j]
         for s in range(n):
-            gemm(h, U, a, 0.0, False)
-            for b in range(B):
-                xr = xp[s * B + b]
-                ar = a[b]
-                for j in range(H):
-                    ar[j] = ar[j] + xr[j]
+            a = xp[s * B:(s + 1) * B]
+            gemm(h, U, a, 1.0, False)
             act_cols(a, 0, h, 0, H, code)
             if keep:
                 seq[t0 + s] = h

@@ -18,6 +18,10 @@ from typing import Any
 
 #: a block has at least this many batch rows (smaller blocks lose more than they gain)
 MIN_ROWS = 8
+#: from this many multiply-adds per step (B*H*G*H) on, one block and multi-threaded BLAS per step
+#: win instead: OpenBLAS splits U's columns between its threads, so each packs half of U, while
+#: a batch block still packs all of U for half the rows (measured at S3: 50 vs 81 GFLOP/s/core)
+BIG_STEP = 1 << 22
 
 
 def _usable_cores() -> int:
@@ -63,17 +67,18 @@ def _init_worker() -> None:
         _set_local(1)
 
 
-def blocks(B: int) -> list[tuple[int, int]]:
-    """Contiguous row blocks ``[lo, hi)`` covering ``range(B)``."""
-    p = max(1, min(CORES, B // MIN_ROWS))
+def blocks(B: int, step_macs: int = 0) -> list[tuple[int, int]]:
+    """Contiguous row blocks ``[lo, hi)`` covering ``range(B)`` (one when ``step_macs``, the
+    multiply-adds of one step's recurrent GEMM, reach :data:`BIG_STEP`)."""
+    p = 1 if step_macs >= BIG_STEP else max(1, min(CORES, B // MIN_ROWS))
     edges = [B * k // p for k in range(p + 1)]
     return [(edges[k], edges[k + 1]) for k in range(p)]
 
 
-def run_blocks(B: int, job: Callable[[int, int], None]) -> None:
+def run_blocks(B: int, step_macs: int, job: Callable[[int, int], None]) -> None:
     """Run ``job(lo, hi)`` for every block: the first on this thread, the rest on the pool."""
     global _pool
-    parts = blocks(B)
+    parts = blocks(B, step_macs)
     if len(parts) == 1:
         job(0, B)
         return
