@@ -103,21 +103,24 @@ def back(layer: Any, cache: dict[str, Any], g: np.ndarray, full: bool, dxw: np.n
     T, B, _ = dxw.shape
     H = layer.units
     g3 = np.ascontiguousarray(g).reshape(B, T if full else 1, H)
-    U = np.array(layer._weights["recurrent_kernel"])   # writable copy, see walk()
+    U = layer._weights["recurrent_kernel"]
+    UT = np.ascontiguousarray(U.T)           # writable, and BLAS is faster untransposed
+    UnT = np.ascontiguousarray(U[:, 2 * H:].T) if kind is GRUCell else UT
+    UzrT = np.ascontiguousarray(U[:, :2 * H].T) if kind is GRUCell else UT
     code = ACT_CODES[layer.activation.name]
 
     def job(lo: int, hi: int) -> None:
         gb, hh, dx = g3[lo:hi], hist[0][:, lo:hi], dxw[:, lo:hi]
         if kind is LSTMCell:
             _lstm.lstm_back(gb, full, hist[1][:, lo:hi], parks["gates"][:, lo:hi],
-                            parks["act_c"][:, lo:hi], U, code, dx)
+                            parks["act_c"][:, lo:hi], UT, code, dx)
         elif kind is SimpleRNNCell:
-            _simple.simple_back(gb, full, hh, U, code, dx)
+            _simple.simple_back(gb, full, hh, UT, code, dx)
         elif kind is GRUCell:
-            _gru.gru_back(gb, full, hh, parks["gates"][:, lo:hi], parks["rh"][:, lo:hi], U[:, 2 * H:],
-                          U[:, :2 * H], code, dx)
+            _gru.gru_back(gb, full, hh, parks["gates"][:, lo:hi], parks["rh"][:, lo:hi], UnT, UzrT,
+                          code, dx)
         else:
-            _gru.gru_ra_back(gb, full, hh, parks["gates"][:, lo:hi], parks["hu_n"][:, lo:hi], U, code,
+            _gru.gru_ra_back(gb, full, hh, parks["gates"][:, lo:hi], parks["hu_n"][:, lo:hi], UT, code,
                              dx, drec[:, lo:hi])
 
     run_blocks(B, B * H * layer.gate_width, job)

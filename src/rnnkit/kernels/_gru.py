@@ -123,9 +123,10 @@ def _add_g(dh: Any, g3: Any, gs: int) -> None:
 
 
 @njit(**OPTS)
-def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, Un: Any, Uzr: Any, code: int,
+def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, UzrT: Any, code: int,
              dxw: Any) -> None:
-    """reset_after=False backward walk: fills ``dxw`` (T, B, 3H)."""
+    """reset_after=False backward walk: fills ``dxw`` (T, B, 3H). ``UnT``/``UzrT``: the
+    transposed blocks, (H, H) and (2H, H)."""
     T, B, G = gates.shape
     H = G // 3
     dt = gates.dtype
@@ -157,7 +158,7 @@ def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, Un: Any, Uzr
             dn = dan[b]
             for j in range(H):
                 d[2 * H + j] = dn[j]
-        gemm(dan, Un, drh, 0.0, True)
+        gemm(dan, UnT, drh, 0.0, False)
         for b in range(B):
             gt = gates[s, b]
             hp = hist_h[s, b]
@@ -172,13 +173,13 @@ def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, Un: Any, Uzr
             zr = dzr[b]
             for j in range(2 * H):
                 zr[j] = d[j]
-        gemm(dzr, Uzr, dh, 1.0, True)              # 1b.
+        gemm(dzr, UzrT, dh, 1.0, False)            # 1b.
 
 
 @njit(**OPTS)
-def gru_ra_back(g3: Any, full: bool, hist_h: Any, gates: Any, hun: Any, U: Any, code: int,
+def gru_ra_back(g3: Any, full: bool, hist_h: Any, gates: Any, hun: Any, UT: Any, code: int,
                 dxw: Any, drec: Any) -> None:
-    """reset_after=True backward walk: fills ``dxw`` and ``drec`` (T, B, 3H)."""
+    """reset_after=True backward walk: fills ``dxw`` and ``drec`` (T, B, 3H); ``UT`` (3H, H)."""
     T, B, G = gates.shape
     H = G // 3
     dt = gates.dtype
@@ -216,4 +217,4 @@ def gru_ra_back(g3: Any, full: bool, hist_h: Any, gates: Any, hun: Any, U: Any, 
                 dr_[j] = d[j]
             for j in range(H):
                 dhr[j] = dhr[j] * gt[j]
-        gemm(drec[s], U, dh, 1.0, True)            # 1b.
+        gemm(drec[s], UT, dh, 1.0, False)          # 1b.

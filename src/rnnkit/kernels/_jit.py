@@ -47,7 +47,7 @@ ACT_CODES = {"tanh": 0, "sigmoid": 1, "relu": 2, "linear": 3}
 
 #: at most this many multiply-adds (M*K*N) a GEMM runs in a plain compiled loop; above, BLAS
 #: (measured: BLAS called from a kernel costs ~0.2 us, so only the tiniest products stay here)
-SMALL_GEMM = 1 << 12
+SMALL_GEMM = 1 << 10
 
 _C = 7.90531110763549805
 _A = (4.89352455891786e-03, 6.37261928875436e-04, 1.48572235717979e-05, 5.12229709037114e-08,

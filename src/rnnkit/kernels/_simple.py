@@ -44,7 +44,7 @@ def simple_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, seq: Any, keep: boo
 
 
 @njit(**OPTS)
-def simple_back(g3: Any, full: bool, hist_h: Any, U: Any, code: int, dxw: Any) -> None:
+def simple_back(g3: Any, full: bool, hist_h: Any, UT: Any, code: int, dxw: Any) -> None:
     """Fills ``dxw`` (T, B, H); ``g3`` as in :func:`rnnkit.kernels._lstm.lstm_back`."""
     T, B, H = dxw.shape
     dh = np.zeros((B, H), dxw.dtype)
@@ -60,4 +60,4 @@ def simple_back(g3: Any, full: bool, hist_h: Any, U: Any, code: int, dxw: Any) -
         for b in range(B):
             d2[b] = dh[b]
         dact_cols(hist_h[s + 1], 0, d2, 0, H, code)
-        gemm(d2, U, dh, 0.0, True)
+        gemm(d2, UT, dh, 0.0, False)
