@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels._jit import OPTS, act_ip, cst, dact_cols, gemm, njit, sig
+from rnnkit.kernels._jit import OPTS, act_ip, copy_rows, cst, dact_cols, gemm, njit, sig
 
 
 @njit(**OPTS)
@@ -109,7 +109,7 @@ def gru_infer(x_tm: Any, W: Any, b0: Any, Ua: Any, Ub: Any, b1: Any, ra: bool, h
             else:
                 _gru_step(xg, h, h, t1, Ua, Ub, code)
             if keep:
-                seq[t0 + s] = h
+                copy_rows(h, seq[t0 + s])
 
 
 @njit(**OPTS)

@@ -215,6 +215,15 @@ def act_cols(src: Any, slo: int, dst: Any, dlo: int, n: int, code: int) -> None:
 
 
 @njit(**OPTS)
+def copy_rows(src: Any, dst: Any) -> None:
+    """``dst[:] = src`` for 2D arrays with contiguous rows (numba's generic strided copy is slow)."""
+    for b in range(src.shape[0]):
+        s, d = src[b], dst[b]
+        for j in range(s.shape[0]):
+            d[j] = s[j]
+
+
+@njit(**OPTS)
 def act_ip(a: Any, lo: int, n: int, code: int) -> None:
     """``a[:, lo:lo+n] = act(a[:, lo:lo+n])`` in place. (A separate function: with two array
     arguments that are the same array, LLVM's overlap check would pick the scalar loop.)"""
@@ -222,19 +231,19 @@ def act_ip(a: Any, lo: int, n: int, code: int) -> None:
     if code == 0:
         for r in range(R):
             x = a[r]
-            for j in range(lo, lo + n):
-                x[j] = fast_tanh(x[j])
+            for j in range(n):
+                x[lo + j] = fast_tanh(x[lo + j])
     elif code == 1:
         for r in range(R):
             x = a[r]
-            for j in range(lo, lo + n):
-                x[j] = sig(x[j])
+            for j in range(n):
+                x[lo + j] = sig(x[lo + j])
     elif code == 2:
         for r in range(R):
             x = a[r]
-            for j in range(lo, lo + n):
-                v = x[j]
-                x[j] = v if v > cst(v, 0.0) else cst(v, 0.0)
+            for j in range(n):
+                v = x[lo + j]
+                x[lo + j] = v if v > cst(v, 0.0) else cst(v, 0.0)
 
 
 @njit(**OPTS)

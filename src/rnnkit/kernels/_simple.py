@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels._jit import OPTS, act_cols, dact_cols, gemm, njit
+from rnnkit.kernels._jit import OPTS, act_cols, copy_rows, dact_cols, gemm, njit
 
 
 @njit(**OPTS)
@@ -40,7 +40,7 @@ def simple_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, seq: Any, keep: boo
             gemm(h, U, a, 1.0, False)
             act_cols(a, 0, h, 0, H, code)
             if keep:
-                seq[t0 + s] = h
+                copy_rows(h, seq[t0 + s])
 
 
 @njit(**OPTS)
