@@ -336,3 +336,19 @@ def test_passes_leave_every_layer_unchanged(name: str) -> None:
         layer.seq(x)
         layer.step(x[:, 0], layer.zero_state(x.shape[0]))
     assert _deep_state(layer) == before
+
+
+def test_lookups_of_unknown_weights_raise_an_rnnkit_error_that_is_also_a_key_error() -> None:
+    """Every error rnnkit raises on purpose derives from rnnkit.Error (DESIGN §1 errors row)."""
+    layer = rk.LSTM(2, input_dim=3)
+    with pytest.raises(rk.UnknownWeightError) as info:
+        layer.weight("embeddings")
+    assert isinstance(info.value, KeyError) and isinstance(info.value, rk.Error)
+    assert str(info.value) == "LSTM has no weight 'embeddings'; it has ['kernel', 'recurrent_kernel', 'bias']"
+    ctx = rk.Ctx.training()
+    y = layer.forward(np.ones((1, 2, 3)), ctx)
+    layer.backward(np.ones_like(y), ctx)
+    with pytest.raises(KeyError, match=r"no gradient for LSTM\.embeddings.*LSTM\.bias") as info2:
+        ctx.grad(layer, "embeddings")
+    assert isinstance(info2.value, rk.UnknownWeightError)
+    np.testing.assert_array_equal(ctx.grad(layer, "bias"), ctx.grads[(layer, "bias")])

@@ -24,6 +24,7 @@ from rnnkit._errors import (
     InvalidParameterError,
     NonFiniteError,
     NotBuiltError,
+    UnknownWeightError,
     WeightShapeError,
 )
 from rnnkit._layer import Layer, WeightEntry
@@ -81,7 +82,7 @@ __all__ = [
     "Activation", "Linear", "ReLU", "Sigmoid", "Softmax", "Tanh",
     "Ctx",
     "Error", "ForwardPassNotRunError", "InvalidInputError", "InvalidParameterError",
-    "NonFiniteError", "NotBuiltError", "WeightShapeError",
+    "NonFiniteError", "NotBuiltError", "UnknownWeightError", "WeightShapeError",
     "Layer", "WeightEntry",
     "set_global_seed",
     "Shape",

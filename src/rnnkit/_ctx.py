@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rnnkit._errors import ForwardPassNotRunError
+from rnnkit._errors import ForwardPassNotRunError, UnknownWeightError
 
 if TYPE_CHECKING:
     from rnnkit._layer import Layer
@@ -94,12 +94,13 @@ class Ctx:
             have += value
 
     def grad(self, layer: Layer, name: str) -> np.ndarray:
-        """The summed gradient of ``layer``'s weight ``name``; KeyError names what is stored."""
+        """The summed gradient of ``layer``'s weight ``name``; UnknownWeightError (a KeyError)
+        names what is stored."""
         try:
             return self.grads[(layer, name)]
         except KeyError:
             have = sorted(f"{lay.name}.{n}" for lay, n in self.grads)
-            raise KeyError(
+            raise UnknownWeightError(
                 f"no gradient for {layer.name}.{name} in this Ctx; it holds {have or 'none'}"
             ) from None
 

@@ -20,6 +20,13 @@ class InvalidInputError(Error, ValueError):
     """An input tensor or shape does not fit the layer (wrong rank, width, index, ...)."""
 
 
+class UnknownWeightError(InvalidInputError, KeyError):
+    """A weight or gradient looked up by a name that is not there (``layer.weight("nope")``,
+    ``ctx.grad(layer, "nope")``). Also a ``KeyError``, as a failed lookup is in Python."""
+
+    __str__ = Exception.__str__  # the message as written, not KeyError's quoted repr
+
+
 class NotBuiltError(Error, RuntimeError):
     """A layer was used before :meth:`build` settled its weights."""
 

@@ -13,7 +13,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rnnkit._ctx import Ctx
-from rnnkit._errors import InvalidInputError, InvalidParameterError, NotBuiltError, WeightShapeError
+from rnnkit._errors import (
+    InvalidInputError,
+    InvalidParameterError,
+    NotBuiltError,
+    UnknownWeightError,
+    WeightShapeError,
+)
 from rnnkit._random import check_seed, make_rng
 from rnnkit._shape import Shape
 
@@ -189,7 +195,8 @@ class Layer:
         try:
             return self._weights[name]
         except KeyError:
-            raise KeyError(f"{self.name} has no weight {name!r}; it has {list(self._weights)}") from None
+            raise UnknownWeightError(
+                f"{self.name} has no weight {name!r}; it has {list(self._weights)}") from None
 
     def set_weight(self, name: str, value: Any) -> None:
         """Replace one weight; the shape must match exactly (WeightShapeError otherwise)."""
