@@ -228,6 +228,31 @@ def startup_times(repeats: int = 5) -> dict[str, float]:
             "first_calls_all_cells_first_run_s": first[0]}
 
 
+def markdown(result: dict[str, Any]) -> str:
+    """The README table of one results JSON."""
+    m, st, sg = result["meta"], result.get("startup") or {}, result["sgemm"]
+    lines = [f"Run {m['date_utc']} on {m['cpu']} ({m['cores']} cores), Python {m['python']}, numpy "
+             f"{m['numpy']}, torch {m['torch']} ({m['torch_threads']} threads), rnnkit kernels "
+             f"`{m['kernels']}`, {m['repeats']} interleaved samples per side; load average at start "
+             f"{m.get('loadavg_start')}, at end {m.get('loadavg_end')}. sgemm 2048³: numpy "
+             f"{sg['numpy_gflops']:.0f} GFLOP/s, torch {sg['torch_gflops']:.0f} GFLOP/s.", ""]
+    if st:
+        lines += [f"`import rnnkit`: {st['import_s']:.3f} s. First forward+backward of all three cells "
+                  f"in a fresh process, warm Numba cache: {st['first_calls_all_cells_warm_cache_s']:.3f} s "
+                  f"(cold cache: {st['first_calls_all_cells_first_run_s']:.3f} s).", ""]
+    lines += ["| cell | shape | mode | rnnkit | PyTorch | ratio | rnnkit GFLOP/s | PyTorch GFLOP/s "
+              "| rnnkit % of sgemm |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+
+    def t(v: float) -> str:
+        return f"{v * 1e3:.3f} ms" if v < 1 else f"{v:.3f} s"
+
+    for r in result["rows"]:
+        lines.append(f"| {r['cell']} | {r['shape']} | {r['mode']} | {t(r['rnnkit_s'])} | {t(r['torch_s'])} "
+                     f"| {r['ratio']:.2f} | {r['rnnkit_gflops']:.1f} | {r['torch_gflops']:.1f} "
+                     f"| {100 * r['rnnkit_roof_frac']:.0f} % |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cells", default="rnn,lstm,gru")
@@ -240,7 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--torch-threads", type=int, default=None, help="default: torch's own default")
     p.add_argument("--no-startup", action="store_true", help="skip the import/compile timings")
     p.add_argument("--no-save", action="store_true")
+    p.add_argument("--markdown", metavar="JSON", help="print the README table of a results file and exit")
     args = p.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())))
+        return 0
     if args.kernels:
         os.environ["RNNKIT_KERNELS"] = args.kernels
 
@@ -262,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu": _cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
         "numpy": np.__version__, "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
         "rnnkit": rk.__version__, "kernels": kmode, "repeats": args.repeats,
+        "loadavg_start": [round(v, 2) for v in os.getloadavg()] if hasattr(os, "getloadavg") else None,
     }
     print(json.dumps(meta))
     if startup:
@@ -289,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{cell:5} {sname:5} {mode:5} {m_rk * 1e3:9.3f}ms {m_t * 1e3:9.3f}ms "
                       f"{row['ratio']:6.3f} {row['rnnkit_gflops']:8.1f} {row['torch_gflops']:8.1f} "
                       f"{100 * row['rnnkit_roof_frac']:7.1f}%", flush=True)
+    meta["loadavg_end"] = [round(v, 2) for v in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    print(f"load average at the end: {meta['loadavg_end']}")
     result = {"meta": meta, "startup": startup, "sgemm": roof, "rows": rows}
     if not args.no_save:
         RESULTS.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ _CELLS = (SimpleRNNCell, LSTMCell, GRUCell, GRUResetAfterCell)
 
 #: inference projects a chunk of timesteps at a time into a buffer of about this many bytes
 #: (L2-sized: the rows are read back step by step)
-CHUNK_BYTES = 1 << 19
+CHUNK_BYTES = 1 << 22
 
 
 def supports(layer: Any) -> bool:
