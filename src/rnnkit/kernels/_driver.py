@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit.kernels import _gru, _lstm, _simple
-from rnnkit.kernels._jit import ACT_CODES, reductions
+from rnnkit.kernels._jit import ACT_CODES, project, reductions
 from rnnkit.kernels._threads import run_blocks
 from rnnkit.recurrent._gru import GRUCell, GRUResetAfterCell
 from rnnkit.recurrent._lstm import LSTMCell
@@ -46,9 +46,8 @@ def walk(layer: Any, x_tm: np.ndarray, init: tuple[np.ndarray, ...] | None, reco
     code = ACT_CODES[layer.activation.name]
     n_states = len(cell.states)
     if record:
-        xw = np.matmul(x_tm.reshape(T * B, F), W)
-        xw += bias[0]
-        xw = xw.reshape(T, B, layer.gate_width)
+        xw = np.empty((T, B, layer.gate_width), dt)
+        project(x_tm.reshape(T * B, F), W, bias[0], xw.reshape(T * B, layer.gate_width))
         hist = [np.empty((T + 1, B, H), dt) for _ in range(n_states)]
         for k in range(n_states):
             hist[k][0] = 0.0 if init is None else init[k]

@@ -160,6 +160,16 @@ def gemm_at(A: Any, Bm: Any, C: Any) -> None:
 
 
 @njit(**OPTS)
+def project(x2: Any, W: Any, b0: Any, out: Any) -> None:
+    """``out = x2 @ W + b0`` (the input projection of every step, one GEMM)."""
+    for r in range(out.shape[0]):
+        o = out[r]
+        for j in range(o.shape[0]):
+            o[j] = b0[j]
+    gemm(x2, W, out, 1.0, False)
+
+
+@njit(**OPTS)
 def reductions(x2: Any, dxw2: Any, drec2: Any, P1: Any, P2: Any, split: int, W: Any, dW: Any,
                db: Any, dU: Any, dx2: Any) -> None:
     """The walker's batched weight-gradient reductions, in one call (see its docstring):
