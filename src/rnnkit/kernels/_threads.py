@@ -18,10 +18,12 @@ from typing import Any
 
 #: a block has at least this many batch rows (smaller blocks lose more than they gain)
 MIN_ROWS = 8
-#: from this many multiply-adds per step (B*H*G*H) on, one block and multi-threaded BLAS per step
-#: win instead: OpenBLAS splits U's columns between its threads, so each packs half of U, while
-#: a batch block still packs all of U for half the rows (measured at S3: 50 vs 81 GFLOP/s/core)
-BIG_STEP = 1 << 22
+#: from this many multiply-adds per step (B*H*G*H) on, use one block and OpenBLAS's own threads
+#: instead (disabled: on a quiet machine that was ~1.3x faster at S3/S4, since OpenBLAS splits U's
+#: columns and each thread packs half of U, but its per-step barrier collapses as soon as another
+#: process or library (PyTorch's OpenMP threads in the benchmark) holds a core: measured 2x slower
+#: at S4 LSTM inference in the interleaved benchmark; the blocks never wait for each other)
+BIG_STEP = 1 << 62
 
 
 def _usable_cores() -> int:
