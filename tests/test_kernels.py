@@ -268,3 +268,30 @@ def test_inference_keeps_no_per_step_arrays(monkeypatch: pytest.MonkeyPatch, cel
         finally:
             tracemalloc.stop()
     assert peak_ref > T_long * per_step
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_empty_batch(cell: str) -> None:
+    layer = make(cell, "tanh", "float64", True, False)
+    x = np.zeros((0, T, F))
+    ctx = rk.Ctx.training()
+    y = layer.forward(x, ctx)
+    dx = layer.backward(np.ones_like(y), ctx)
+    assert y.shape == (0, T, H) and dx.shape == (0, T, F)
+    for n in ("kernel", "recurrent_kernel", "bias"):
+        np.testing.assert_array_equal(ctx.grad(layer, n), 0.0)
+    assert layer.predict(x).shape == (0, T, H)
+
+
+def test_threads_share_one_layer() -> None:
+    """Four threads run the fast path on one layer at once (batch split inside each call)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    layer = make("lstm", "tanh", "float64", True, True)
+    xs = [np.random.default_rng(k).standard_normal((24, 6, F)) for k in range(4)]
+    with kernels.use("reference"):
+        ref = [layer.predict(x) for x in xs]
+    with ThreadPoolExecutor(4) as ex:
+        got = list(ex.map(layer.predict, xs * 3))
+    for k, y in enumerate(got):
+        np.testing.assert_allclose(y, ref[k % 4], rtol=1e-12, atol=1e-13)

@@ -92,7 +92,7 @@ def gru_infer(x_tm: Any, W: Any, b0: Any, Ua: Any, Ub: Any, b1: Any, ra: bool, h
     G = W.shape[1]
     H = G // 3
     dt = x_tm.dtype
-    chunk = buf.shape[0] // B
+    chunk = max(1, buf.shape[0] // max(B, 1))   # (an empty batch: any chunk)
     t1 = np.empty((B, H), dt)
     hu = np.empty((B, G), dt)
     for t0 in range(0, T, chunk):

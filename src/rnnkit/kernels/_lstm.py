@@ -63,7 +63,7 @@ def lstm_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, c: Any, seq: Any, kee
     T, B, F = x_tm.shape
     G = W.shape[1]
     H = G // 4
-    chunk = buf.shape[0] // B
+    chunk = max(1, buf.shape[0] // max(B, 1))   # (an empty batch: any chunk)
     ac = np.empty((B, H), x_tm.dtype)
     for t0 in range(0, T, chunk):
         n = min(chunk, T - t0)

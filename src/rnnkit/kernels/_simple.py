@@ -26,7 +26,7 @@ def simple_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, seq: Any, keep: boo
     at a time into ``buf`` (chunk*B, H)."""
     T, B, F = x_tm.shape
     H = W.shape[1]
-    chunk = buf.shape[0] // B
+    chunk = max(1, buf.shape[0] // max(B, 1))   # (an empty batch: any chunk)
     for t0 in range(0, T, chunk):
         n = min(chunk, T - t0)
         xp = buf[:n * B]
