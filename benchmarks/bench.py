@@ -239,7 +239,8 @@ def markdown(result: dict[str, Any]) -> str:
     if st:
         lines += [f"`import rnnkit`: {st['import_s']:.3f} s. First forward+backward of all three cells "
                   f"in a fresh process, warm Numba cache: {st['first_calls_all_cells_warm_cache_s']:.3f} s "
-                  f"(cold cache: {st['first_calls_all_cells_first_run_s']:.3f} s).", ""]
+                  f"(the first process of the series, which may have compiled: "
+                  f"{st['first_calls_all_cells_first_run_s']:.3f} s).", ""]
     lines += ["| cell | shape | mode | rnnkit | PyTorch | ratio | rnnkit GFLOP/s | PyTorch GFLOP/s "
               "| rnnkit % of sgemm |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
 
