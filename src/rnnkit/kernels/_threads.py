@@ -80,6 +80,9 @@ def blocks(B: int, step_macs: int = 0) -> list[tuple[int, int]]:
 def run_blocks(B: int, step_macs: int, job: Callable[[int, int], None]) -> None:
     """Run ``job(lo, hi)`` for every block: the first on this thread, the rest on the pool."""
     global _pool
+    if B < 2 * MIN_ROWS or CORES == 1:          # the common small case, without the list
+        job(0, B)
+        return
     parts = blocks(B, step_macs)
     if len(parts) == 1:
         job(0, B)
