@@ -1,8 +1,10 @@
 """Python glue between the walker and the compiled loops: buffers in, caches out.
 
 ``walk`` returns exactly what :meth:`RecurrentLayer._walk` returns (the same cache layout:
-``x_tm``, ``states`` (T+1, B, H) per state, ``parks`` per the cell's ``parks``), and ``back``
-fills the ``dxw`` / ``drec`` arrays the walker's batched reductions read.
+``x_tm``, ``states`` (T+1, B, H) per state, ``parks`` per the cell's ``parks``), so either
+backward can follow either forward; ``backward`` does all of :meth:`RecurrentLayer.backward` after
+the upstream gradient is checked (``back``: the walk filling ``dxw`` / ``drec``; then the
+batched reductions). Each entry point splits the batch into row blocks (:mod:`._threads`).
 """
 
 from __future__ import annotations
@@ -20,21 +22,25 @@ from rnnkit.recurrent._simple_rnn import SimpleRNNCell
 
 _CELLS = (SimpleRNNCell, LSTMCell, GRUCell, GRUResetAfterCell)
 
-#: inference projects a chunk of timesteps at a time into a buffer of about this many bytes
-#: (L2-sized: the rows are read back step by step)
+#: inference projects a chunk of timesteps at a time into a buffer of at most about this many
+#: bytes (a bound independent of T: inference keeps no per-step arrays)
 CHUNK_BYTES = 1 << 22
 
 
 def supports(layer: Any) -> bool:
+    """True for the four cells of rnnkit.recurrent (exactly) with tanh/sigmoid/relu/linear."""
     return type(layer.cell) in _CELLS and layer.activation.name in ACT_CODES
 
 
 def _chunk(T: int, B: int, row_bytes: int) -> int:
+    """Timesteps per projection chunk (at least 1, at most T)."""
     return max(1, min(T, CHUNK_BYTES // max(B * row_bytes, 1)))
 
 
 def walk(layer: Any, x_tm: np.ndarray, init: tuple[np.ndarray, ...] | None, record: bool,
          keep_seq: bool) -> tuple[np.ndarray | None, tuple[np.ndarray, ...], dict[str, Any] | None]:
+    """The time loop of ``layer`` on ``x_tm`` (T, B, F): (sequence (T, B, H) or None, final
+    states, cache or None), as :meth:`RecurrentLayer._walk`."""
     cell = layer.cell
     kind = type(cell)
     T, B, F = x_tm.shape

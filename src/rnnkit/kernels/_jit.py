@@ -3,8 +3,8 @@
 Importing this module imports numba (and needs scipy for ``np.dot``); :mod:`rnnkit.kernels`
 does so lazily, on the first call that needs a kernel.
 
-Activations are passed to the kernels as an int code (:data:`ACT_CODES`); ``act`` maps a
-pre-activation, ``dact`` maps (output ``y``, upstream ``g``) to dL/da, as in
+Activations are passed to the kernels as an int code (:data:`ACT_CODES`); ``act_cols`` /
+``act_ip`` map pre-activations, ``dact_cols`` maps (output ``y``, upstream ``g``) to dL/da, as in
 :mod:`rnnkit._activations`:
 
 ====  =======  ===========================  ==================
@@ -130,17 +130,6 @@ def act(x: Any, code: int) -> Any:
     if code == 2:
         return x if x > cst(x, 0.0) else cst(x, 0.0)
     return x
-
-
-@njit(inline="always", **OPTS)
-def dact(y: Any, g: Any, code: int) -> Any:
-    if code == 0:
-        return g * (cst(y, 1.0) - y * y)
-    if code == 1:
-        return g * y * (cst(y, 1.0) - y)
-    if code == 2:
-        return g if y > cst(y, 0.0) else cst(y, 0.0)
-    return g
 
 
 @njit(**OPTS)
