@@ -6,6 +6,7 @@ The public surface; every name here is re-exported from a private module.
 from rnnkit import (
     datasets,  # bundled public-domain series: rnnkit.datasets.sunspots() / co2()
     io,
+    kernels,  # fast paths: rnnkit.kernels.use("reference") / RNNKIT_KERNELS=reference
     layers,
     losses,
     metrics,
@@ -87,7 +88,7 @@ __all__ = [
     "set_global_seed",
     "Shape",
     "GRU", "LSTM", "GRUState", "LSTMState", "RecurrentLayer", "SimpleRNN",
-    "rnn",
+    "rnn", "kernels",
     "FileFormatError",
     "optimizers", "SGD", "Adam", "AdamW", "Optimizer", "RMSprop",
     "metrics",
