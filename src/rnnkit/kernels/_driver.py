@@ -15,7 +15,7 @@ import numpy as np
 
 from rnnkit.kernels import _gru, _lstm, _simple
 from rnnkit.kernels._jit import ACT_CODES, project, reductions
-from rnnkit.kernels._threads import run_blocks
+from rnnkit.kernels._threads import blocks, run_blocks, run_parts
 from rnnkit.recurrent._gru import GRUCell, GRUResetAfterCell
 from rnnkit.recurrent._lstm import LSTMCell
 from rnnkit.recurrent._simple_rnn import SimpleRNNCell
@@ -25,6 +25,11 @@ _CELLS = (SimpleRNNCell, LSTMCell, GRUCell, GRUResetAfterCell)
 #: inference projects a chunk of timesteps at a time into a buffer of at most about this many
 #: bytes (a bound independent of T: inference keeps no per-step arrays)
 CHUNK_BYTES = 1 << 22
+
+
+#: from this many multiply-adds ((T*B) * G*H * (F+H)) on, the reductions run in parts on the
+#: cores (gate columns of dW/dU/db, rows of dx; single-threaded BLAS each) instead of one call
+PARALLEL_REDUCTIONS = 1 << 24
 
 
 def supports(layer: Any) -> bool:
@@ -148,8 +153,19 @@ def backward(layer: Any, cache: dict[str, Any], g: np.ndarray, ctx: Any) -> np.n
     db = np.empty((cell.bias_rows, GH), dt)
     dU = np.empty((H, GH), dt)
     dx_tm = np.empty((T, B, F), dt)
-    reductions(x_tm.reshape(T * B, F), dxw.reshape(T * B, GH), drec.reshape(T * B, GH), P[0], P[-1],
-               groups[0][2] * H, np.array(layer._weights["kernel"]), dW, db, dU, dx_tm.reshape(T * B, F))
+    args = (x_tm.reshape(T * B, F), dxw.reshape(T * B, GH), drec.reshape(T * B, GH), P[0], P[-1],
+            groups[0][2] * H, np.array(layer._weights["kernel"]), dW, db, dU, dx_tm.reshape(T * B, F))
+    starts = [lo for lo, _ in blocks(T * B)] if T * B * GH * (F + H) >= PARALLEL_REDUCTIONS else [0]
+    n_parts = len(starts)
+
+    def part(lo: int, hi: int) -> None:   # rows [lo, hi) of dx; the matching share of columns
+        k = starts.index(lo)
+        reductions(*args, GH * k // n_parts, GH * (k + 1) // n_parts, lo, hi)
+
+    if n_parts == 1:
+        reductions(*args, 0, GH, 0, T * B)
+    else:
+        run_parts(T * B, part)
     ctx.add_grad(layer, "kernel", dW)
     ctx.add_grad(layer, "bias", db)
     ctx.add_grad(layer, "recurrent_kernel", dU)

@@ -160,28 +160,33 @@ def project(x2: Any, W: Any, b0: Any, out: Any) -> None:
 
 @njit(**OPTS)
 def reductions(x2: Any, dxw2: Any, drec2: Any, P1: Any, P2: Any, split: int, W: Any, dW: Any,
-               db: Any, dU: Any, dx2: Any) -> None:
-    """The walker's batched weight-gradient reductions, in one call (see its docstring):
+               db: Any, dU: Any, dx2: Any, c0: int, c1: int, r0: int, r1: int) -> None:
+    """The walker's batched weight-gradient reductions (see its docstring) for the gate columns
+    ``[c0, c1)`` and the input-gradient rows ``[r0, r1)`` (so parts can run on several threads):
     ``dW = x^T dxw``, ``db[0] = sum(dxw)`` (``db[1] = sum(drec)`` when 2 rows), ``dU[:, :split]
     = P1^T drec[:, :split]``, ``dU[:, split:] = P2^T drec[:, split:]``, ``dx = dxw W^T``."""
-    GH = dxw2.shape[1]
-    gemm_at(x2, dxw2, dW)
-    db[:] = 0
-    for r in range(dxw2.shape[0]):
-        row = dxw2[r]
+    if c1 > c0:
+        gemm_at(x2, dxw2[:, c0:c1], dW[:, c0:c1])
+        db[:, c0:c1] = 0
         d0 = db[0]
-        for j in range(GH):
-            d0[j] += row[j]
-    if db.shape[0] == 2:
-        for r in range(drec2.shape[0]):
-            row = drec2[r]
+        for r in range(dxw2.shape[0]):
+            row = dxw2[r]
+            for j in range(c0, c1):
+                d0[j] += row[j]
+        if db.shape[0] == 2:
             d1 = db[1]
-            for j in range(GH):
-                d1[j] += row[j]
-    gemm_at(P1, drec2[:, :split], dU[:, :split])
-    if split < GH:
-        gemm_at(P2, drec2[:, split:], dU[:, split:])
-    gemm(dxw2, W, dx2, 0.0, True)
+            for r in range(drec2.shape[0]):
+                row = drec2[r]
+                for j in range(c0, c1):
+                    d1[j] += row[j]
+        a, b = c0, min(c1, split)
+        if b > a:
+            gemm_at(P1, drec2[:, a:b], dU[:, a:b])
+        a, b = max(c0, split), c1
+        if b > a:
+            gemm_at(P2, drec2[:, a:b], dU[:, a:b])
+    if r1 > r0:
+        gemm(dxw2[r0:r1], W, dx2[r0:r1], 0.0, True)
 
 
 @njit(**OPTS)

@@ -77,6 +77,12 @@ def blocks(B: int, step_macs: int = 0) -> list[tuple[int, int]]:
     return [(edges[k], edges[k + 1]) for k in range(p)]
 
 
+def run_parts(n: int, job: Callable[[int, int], None]) -> None:
+    """Split ``range(n)`` into one part per core (at least ``MIN_ROWS`` each) and run
+    ``job(lo, hi)`` for each, like :func:`run_blocks` (for the batched reductions)."""
+    run_blocks(n, 0, job)
+
+
 def run_blocks(B: int, step_macs: int, job: Callable[[int, int], None]) -> None:
     """Run ``job(lo, hi)`` for every block: the first on this thread, the rest on the pool."""
     global _pool
