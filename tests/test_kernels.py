@@ -125,7 +125,7 @@ def test_batch_split_equals_reference(monkeypatch: pytest.MonkeyPatch, cell: str
 
     monkeypatch.setattr(_threads, "CORES", 3)
     monkeypatch.setattr(_threads, "MIN_ROWS", 4)
-    monkeypatch.setattr(_driver, "PARALLEL_REDUCTIONS", 0)   # reductions in 3 parts too
+    monkeypatch.setattr(_driver, "PARALLEL_REDUCTIONS", 0)   # reductions, projection in parts too
     assert _threads.blocks(20) == [(0, 6), (6, 13), (13, 20)]
     layer = make(cell, "tanh", dtype, rs, True)
     x = np.random.default_rng(4).standard_normal((20, 5, F)).astype(dtype)

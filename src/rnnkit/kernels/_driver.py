@@ -28,7 +28,8 @@ CHUNK_BYTES = 1 << 22
 
 
 #: from this many multiply-adds ((T*B) * G*H * (F+H)) on, the reductions run in parts on the
-#: cores (gate columns of dW/dU/db, rows of dx; single-threaded BLAS each) instead of one call
+#: cores (gate columns of dW/dU/db, rows of dx; single-threaded BLAS each) instead of one call;
+#: likewise the training projection (rows), from (T*B) * F * G*H
 PARALLEL_REDUCTIONS = 1 << 24
 
 
@@ -58,7 +59,11 @@ def walk(layer: Any, x_tm: np.ndarray, init: tuple[np.ndarray, ...] | None, reco
     n_states = len(cell.states)
     if record:
         xw = np.empty((T, B, layer.gate_width), dt)
-        project(x_tm.reshape(T * B, F), W, bias[0], xw.reshape(T * B, layer.gate_width))
+        x2, xw2, b0 = x_tm.reshape(T * B, F), xw.reshape(T * B, layer.gate_width), bias[0]
+        if T * B * F * layer.gate_width >= PARALLEL_REDUCTIONS:   # rows in parts on the cores
+            run_parts(T * B, lambda lo, hi: project(x2[lo:hi], W, b0, xw2[lo:hi]))
+        else:
+            project(x2, W, b0, xw2)
         hist = [np.empty((T + 1, B, H), dt) for _ in range(n_states)]
         for k in range(n_states):
             hist[k][0] = 0.0 if init is None else init[k]
