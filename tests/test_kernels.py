@@ -119,9 +119,7 @@ def test_fast_equals_reference(cell: str, rs: bool, gb: bool, act: str, dtype: s
 def test_batch_split_equals_reference(monkeypatch: pytest.MonkeyPatch, cell: str, rs: bool,
                                       dtype: str) -> None:
     """A batch big enough to be split into row blocks run on two threads (strided views)."""
-    from rnnkit.kernels import _threads
-
-    from rnnkit.kernels import _driver
+    from rnnkit.kernels import _driver, _threads
 
     monkeypatch.setattr(_threads, "CORES", 3)
     monkeypatch.setattr(_threads, "MIN_ROWS", 4)
