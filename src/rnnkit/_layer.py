@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from rnnkit._arrays import as_real_array
 from rnnkit._ctx import Ctx
 from rnnkit._errors import (
     InvalidInputError,
@@ -148,14 +149,7 @@ class Layer:
 
     def _as_input(self, x: Any, what: str = "input") -> np.ndarray:
         """``x`` as an array of this layer's dtype (values converted, never reshaped)."""
-        try:
-            arr = np.asarray(x)
-        except (TypeError, ValueError) as e:
-            raise InvalidInputError(f"{self.name}: {what} is not an array ({e})") from None
-        if arr.dtype.kind not in "biuf":
-            raise InvalidInputError(
-                f"{self.name}: {what} must hold real numbers, got dtype {arr.dtype}"
-            )
+        arr = as_real_array(x, what, self.name)
         return arr if arr.dtype == self.dtype else arr.astype(self.dtype)
 
     def _as_grad(self, grad: Any, expected: tuple[int, ...]) -> np.ndarray:

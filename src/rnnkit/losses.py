@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from rnnkit._arrays import as_real_array
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 
 #: the probability clip of the probability forms (Keras' backend epsilon)
@@ -41,15 +42,7 @@ EPSILON = 1e-7
 
 
 def _array(x: Any, what: str, where: str) -> np.ndarray:
-    try:
-        arr = np.asarray(x)
-    except (TypeError, ValueError) as e:
-        raise InvalidInputError(f"{where}: {what} is not an array ({e})") from None
-    if arr.dtype.kind not in "biuf":
-        raise InvalidInputError(f"{where}: {what} must hold real numbers, got dtype {arr.dtype}")
-    if arr.size == 0:
-        raise InvalidInputError(f"{where}: {what} is empty (shape {arr.shape})")
-    return arr
+    return as_real_array(x, what, where, allow_empty=False)
 
 
 def _grad_dtype(y_pred: np.ndarray) -> np.dtype:

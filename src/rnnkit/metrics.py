@@ -24,20 +24,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from rnnkit._arrays import as_real_array
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit.optimizers._base import check_float
 
 
 def _arr(x: Any, what: str, where: str) -> np.ndarray:
-    try:
-        a = np.asarray(x)
-    except (TypeError, ValueError) as e:
-        raise InvalidInputError(f"{where}: {what} is not an array ({e})") from None
-    if a.dtype.kind not in "biuf":
-        raise InvalidInputError(f"{where}: {what} must hold real numbers, got dtype {a.dtype}")
-    if a.size == 0:
-        raise InvalidInputError(f"{where}: {what} is empty (shape {a.shape})")
-    return a
+    return as_real_array(x, what, where, allow_empty=False)
 
 
 class Metric:

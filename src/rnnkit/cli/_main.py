@@ -14,6 +14,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import Any
 
 from rnnkit._errors import Error
 from rnnkit.cli._common import CliError
@@ -28,34 +29,24 @@ _EPILOG = """commands:
 Bad input exits with status 2 and one line on stderr."""
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
-    return v
+def _number(cast: type, lo: float, hi: float | None, what: str) -> Any:
+    """An argparse type: ``cast(text)`` within [lo, hi) (no upper bound when ``hi`` is None)."""
+
+    def parse(text: str) -> Any:
+        try:
+            v = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if v < lo or (hi is not None and v >= hi):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {v}")
+        return v
+
+    return parse
 
 
-def _nonneg(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
-    return v
-
-
-def _fraction(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
-    if not 0.0 <= v < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {v}")
-    return v
+_positive = _number(int, 1, None, "an integer >= 1")
+_nonneg = _number(int, 0, None, "an integer >= 0")
+_fraction = _number(float, 0.0, 1.0, "a number in [0, 1)")
 
 
 def _rate(text: str) -> float:
