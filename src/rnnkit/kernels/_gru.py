@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels._jit import OPTS, act_ip, copy_rows, cst, dact_cols, gemm, njit, sig
+from rnnkit.kernels._jit import OPTS, act_ip, copy_rows, cst, dact_cols, gemm, njit, project, sig
 
 
 @njit(**OPTS)
@@ -98,10 +98,7 @@ def gru_infer(x_tm: Any, W: Any, b0: Any, Ua: Any, Ub: Any, b1: Any, ra: bool, h
     for t0 in range(0, T, chunk):
         n = min(chunk, T - t0)
         xp = buf[:n * B]
-        gemm(x_tm[t0:t0 + n].reshape((n * B, F)), W, xp, 0.0, False)
-        for r in range(n * B):
-            for j in range(G):
-                xp[r, j] += b0[j]
+        project(x_tm[t0:t0 + n].reshape((n * B, F)), W, b0, xp)
         for s in range(n):
             xg = xp[s * B:(s + 1) * B]
             if ra:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels._jit import OPTS, act_cols, act_ip, copy_rows, cst, dact_cols, gemm, njit, sig
+from rnnkit.kernels._jit import OPTS, act_cols, act_ip, copy_rows, cst, dact_cols, gemm, njit, project, sig
 
 
 @njit(**OPTS)
@@ -68,11 +68,7 @@ def lstm_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, c: Any, seq: Any, kee
     for t0 in range(0, T, chunk):
         n = min(chunk, T - t0)
         xp = buf[:n * B]
-        gemm(x_tm[t0:t0 + n].reshape((n * B, F)), W, xp, 0.0, False)
-        for r in range(n * B):
-            xr = xp[r]
-            for j in range(G):
-                xr[j] += b0[j]
+        project(x_tm[t0:t0 + n].reshape((n * B, F)), W, b0, xp)
         for s in range(n):
             a = xp[s * B:(s + 1) * B]
             gemm(h, U, a, 1.0, False)             # a = xw + h_prev @ U, in place

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels._jit import OPTS, act_cols, copy_rows, dact_cols, gemm, njit
+from rnnkit.kernels._jit import OPTS, act_cols, copy_rows, dact_cols, gemm, njit, project
 
 
 @njit(**OPTS)
@@ -30,11 +30,7 @@ def simple_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, seq: Any, keep: boo
     for t0 in range(0, T, chunk):
         n = min(chunk, T - t0)
         xp = buf[:n * B]
-        gemm(x_tm[t0:t0 + n].reshape((n * B, F)), W, xp, 0.0, False)
-        for r in range(n * B):
-            xr = xp[r]
-            for j in range(H):
-                xr[j] += b0[j]
+        project(x_tm[t0:t0 + n].reshape((n * B, F)), W, b0, xp)
         for s in range(n):
             a = xp[s * B:(s + 1) * B]
             gemm(h, U, a, 1.0, False)

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit._arrays import as_real_array
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, WeightShapeError
 from rnnkit._initializers import uniform
@@ -69,12 +70,7 @@ class Embedding(Layer):
 
     def indices(self, x: Any) -> np.ndarray:
         """The row indices ``x`` selects (int64, same shape), after truncation and checks."""
-        try:
-            arr = np.asarray(x)
-        except (TypeError, ValueError) as e:
-            raise InvalidInputError(f"{self.name}: input is not an array ({e})") from None
-        if arr.dtype.kind not in "biuf":
-            raise InvalidInputError(f"{self.name}: indices must be numbers, got dtype {arr.dtype}")
+        arr = as_real_array(x, "indices", self.name)
         if arr.ndim < 1:
             raise InvalidInputError(f"{self.name}: expected an index array of rank >= 1, got a scalar")
         if arr.dtype.kind == "f":
