@@ -1,4 +1,5 @@
-"""Every ```python block of README.md runs (each in a fresh namespace, in a temporary folder)."""
+"""Every ~~~python block of README.md runs, each in a fresh namespace, in a temporary folder.
+(README fences its code with tildes so that its ``` fences hold only the two set-up commands.)"""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-BLOCKS = re.findall(r"^```python\n(.*?)^```", README.read_text(encoding="utf-8"), re.S | re.M)
+BLOCKS = re.findall(r"^~~~python\n(.*?)^~~~", README.read_text(encoding="utf-8"), re.S | re.M)
 
 
 def test_readme_has_the_sequential_and_graph_examples() -> None:
