@@ -63,6 +63,15 @@ class Ctx:
         if self.training_mode:
             self._caches.setdefault(id(layer), []).append((layer, cache))
 
+    def peek(self, layer: Layer) -> Any:
+        """The most recent cache of ``layer``, left in place (so a backward can check its
+        upstream gradient before consuming the cache); ForwardPassNotRunError if none."""
+        stack = self._caches.get(id(layer))
+        if not stack:
+            self.load(layer)  # raises with the right message
+        assert stack
+        return stack[-1][1]
+
     def load(self, layer: Layer) -> Any:
         """Pop the most recent cache of ``layer``; raise ForwardPassNotRunError if none."""
         stack = self._caches.get(id(layer))

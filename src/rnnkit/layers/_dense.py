@@ -116,8 +116,9 @@ class Dense(Layer):
     def backward(self, grad: Any, ctx: Ctx) -> np.ndarray:
         """Adds ``kernel`` / ``bias`` gradients into ``ctx``; returns dL/dx (..., F)."""
         self._require_built("backward")
-        x, y = ctx.load(self)
+        x, y = ctx.peek(self)
         g = self._as_grad(grad, y.shape)
+        ctx.load(self)  # consumed only once the gradient fits
         da = self.activation.vjp(y, g)
         F = x.shape[-1]
         da2 = da.reshape(-1, self.units)
@@ -164,8 +165,10 @@ class ActivationLayer(Layer):
         return y
 
     def backward(self, grad: Any, ctx: Ctx) -> np.ndarray:
-        y = ctx.load(self)
-        return self.activation.vjp(y, self._as_grad(grad, y.shape))
+        y = ctx.peek(self)
+        g = self._as_grad(grad, y.shape)
+        ctx.load(self)  # consumed only once the gradient fits
+        return self.activation.vjp(y, g)
 
     def get_config(self) -> dict[str, Any]:
         return {"activation": activation_config(self.activation), "dtype": self.dtype.name,

@@ -46,8 +46,9 @@ class Dropout(Layer):
         return arr * mask
 
     def backward(self, grad: Any, ctx: Ctx) -> np.ndarray:
-        shape, mask = ctx.load(self)
+        shape, mask = ctx.peek(self)
         g = self._as_grad(grad, shape)
+        ctx.load(self)  # consumed only once the gradient fits
         return g.copy() if mask is None else g * mask
 
     def get_config(self) -> dict[str, Any]:

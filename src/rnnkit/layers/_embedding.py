@@ -104,8 +104,9 @@ class Embedding(Layer):
     def backward(self, grad: Any, ctx: Ctx) -> np.ndarray:
         """Scatter-add ``grad`` into ``embeddings``' gradient; returns zeros of the input shape."""
         self._require_built("backward")
-        idx = ctx.load(self)
+        idx = ctx.peek(self)
         g = self._as_grad(grad, (*idx.shape, self.output_dim))
+        ctx.load(self)  # consumed only once the gradient fits
         table = np.zeros((self.input_dim, self.output_dim), self.dtype)
         np.add.at(table, idx.reshape(-1), g.reshape(-1, self.output_dim))
         ctx.add_grad(self, "embeddings", table)

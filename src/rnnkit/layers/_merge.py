@@ -87,13 +87,14 @@ class Concatenate(MergeLayer):
         return np.concatenate(arrs, axis=ax)
 
     def backward(self, grad: Any, ctx: Ctx) -> list[np.ndarray]:  # type: ignore[override]
-        widths, ax = ctx.load(self)
+        widths, ax = ctx.peek(self)
         g = self._as_input(grad, "upstream gradient")
         if g.ndim <= ax or g.shape[ax] != sum(widths):
             raise InvalidInputError(
                 f"{self.name}: backward expected an upstream gradient of width {sum(widths)} on axis "
                 f"{ax}, got shape {g.shape}"
             )
+        ctx.load(self)  # consumed only once the gradient fits
         cuts = np.cumsum(widths)[:-1]
         return [np.ascontiguousarray(p) for p in np.split(g, cuts, axis=ax)]
 

@@ -43,8 +43,9 @@ class RepeatVector(Layer):
         return np.repeat(arr[:, None, :], self.n, axis=1)
 
     def backward(self, grad: Any, ctx: Ctx) -> np.ndarray:
-        shp = ctx.load(self)
+        shp = ctx.peek(self)
         g = self._as_grad(grad, (shp[0], self.n, shp[1]))
+        ctx.load(self)  # consumed only once the gradient fits
         return g.sum(axis=1)
 
     def get_config(self) -> dict[str, Any]:
@@ -93,8 +94,9 @@ class Reverse(Layer):
         return np.flip(arr, axis=ax).copy()
 
     def backward(self, grad: Any, ctx: Ctx) -> np.ndarray:
-        shp = ctx.load(self)
+        shp = ctx.peek(self)
         g = self._as_grad(grad, shp)
+        ctx.load(self)  # consumed only once the gradient fits
         return np.flip(g, axis=self._axis_for(shp)).copy()
 
     def get_config(self) -> dict[str, Any]:

@@ -259,8 +259,9 @@ class RecurrentLayer(Layer):
         """BPTT over the whole sequence. Adds kernel / recurrent_kernel / bias gradients into
         ``ctx`` and returns dL/dx, shape (B, T, F) in input order."""
         self._require_built("backward")
-        cache = ctx.load(self)
+        cache = ctx.peek(self)
         g = self._as_grad(grad, cache["out_shape"])
+        ctx.load(self)  # consumed only once the gradient fits
         fast = fast_walker(self)   # compiled walk + reductions (rnnkit.kernels), proven equal in tests
         if fast is not None:
             return fast.backward(self, cache, g, ctx)  # type: ignore[no-any-return]

@@ -218,13 +218,16 @@ class RNNNet(Layer):
 
     def backward(self, grad: Any, ctx: Ctx) -> np.ndarray:
         """dL/dx; gradients land in ``ctx`` under PyTorch's names: ``ctx.grad(net, "weight_ih_l0")``."""
-        cache = ctx.load(self)
+        cache = ctx.peek(self)
         g = self._as_input(grad, "upstream gradient")
-        g = g if self.config.batch_first else g.transpose(1, 0, 2)
+        if g.ndim == 3 and not self.config.batch_first:
+            g = g.transpose(1, 0, 2)
         if g.shape != cache["out_shape"]:
             raise InvalidInputError(
-                f"{self.name}: expected a gradient of shape {cache['out_shape']}, got {g.shape}"
+                f"{self.name}: expected a gradient of shape {cache['out_shape']} (batch first), "
+                f"got {g.shape}"
             )
+        ctx.load(self)  # consumed only once the gradient fits
         H, D = self.hidden_dim, self.directions
         for k in range(self.config.num_layers - 1, -1, -1):
             if cache["masks"][k] is not None:
