@@ -11,7 +11,32 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels._jit import OPTS, act_ip, copy_rows, cst, dact_cols, gemm, njit, project, sig
+from rnnkit.kernels._jit import (
+    OPTS,
+    act_ip,
+    add_upstream,
+    copy_rows,
+    cst,
+    dact_cols,
+    gemm,
+    njit,
+    project,
+    sig,
+)
+
+
+@njit(**OPTS)
+def _blend(xg: Any, h_prev: Any, h: Any) -> None:
+    """Step 5 of both forms: ``h = z * h_prev + (1 - z) * n``, written ``(h_prev - n) * z + n``
+    (``xg`` holds [z|r|n]; ``h`` may be ``h_prev``)."""
+    B, H = h.shape
+    for b in range(B):
+        x = xg[b]
+        hp = h_prev[b]
+        hr = h[b]
+        for j in range(H):
+            n = x[2 * H + j]
+            hr[j] = (hp[j] - n) * x[j] + n
 
 
 @njit(**OPTS)
@@ -30,13 +55,7 @@ def _gru_step(xg: Any, h_prev: Any, h: Any, rh: Any, Uzr: Any, Un: Any, code: in
             rr[j] = x[H + j] * hp[j]
     gemm(rh, Un, xg[:, 2 * H:], 1.0, False)          # xw_n + rh @ U_n, in place
     act_ip(xg, 2 * H, H, code)
-    for b in range(B):
-        x = xg[b]
-        hp = h_prev[b]
-        hr = h[b]
-        for j in range(H):
-            n = x[2 * H + j]
-            hr[j] = (hp[j] - n) * x[j] + n
+    _blend(xg, h_prev, h)
 
 
 @njit(**OPTS)
@@ -56,13 +75,7 @@ def _gru_ra_step(xg: Any, h_prev: Any, h: Any, hun: Any, U: Any, b1: Any, hu: An
         for j in range(H):
             x[2 * H + j] = x[H + j] * hn[j] + x[2 * H + j]
     act_ip(xg, 2 * H, H, code)
-    for b in range(B):
-        x = xg[b]
-        hp = h_prev[b]
-        hr = h[b]
-        for j in range(H):
-            n = x[2 * H + j]
-            hr[j] = (hp[j] - n) * x[j] + n
+    _blend(xg, h_prev, h)
 
 
 @njit(**OPTS)
@@ -110,16 +123,6 @@ def gru_infer(x_tm: Any, W: Any, b0: Any, Ua: Any, Ub: Any, b1: Any, ra: bool, h
 
 
 @njit(**OPTS)
-def _add_g(dh: Any, g3: Any, gs: int) -> None:
-    B, H = dh.shape
-    for b in range(B):
-        dhr = dh[b]
-        gr = g3[b, gs]
-        for j in range(H):
-            dhr[j] += gr[j]
-
-
-@njit(**OPTS)
 def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, UzrT: Any, code: int,
              dxw: Any) -> None:
     """reset_after=False backward walk: fills ``dxw`` (T, B, 3H). ``UnT``/``UzrT``: the
@@ -134,7 +137,7 @@ def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, Uz
     dzr = np.empty((B, 2 * H), dt)
     for s in range(T - 1, -1, -1):
         if full or s == T - 1:
-            _add_g(dh, g3, s if full else 0)
+            add_upstream(dh, g3, s if full else 0)
         for b in range(B):
             gt = gates[s, b]
             hp = hist_h[s, b]
@@ -184,7 +187,7 @@ def gru_ra_back(g3: Any, full: bool, hist_h: Any, gates: Any, hun: Any, UT: Any,
     dh = np.zeros((B, H), dt)
     for s in range(T - 1, -1, -1):
         if full or s == T - 1:
-            _add_g(dh, g3, s if full else 0)
+            add_upstream(dh, g3, s if full else 0)
         for b in range(B):
             gt = gates[s, b]
             hp = hist_h[s, b]

@@ -219,6 +219,17 @@ def act_cols(src: Any, slo: int, dst: Any, dlo: int, n: int, code: int) -> None:
 
 
 @njit(**OPTS)
+def add_upstream(dh: Any, g3: Any, gs: int) -> None:
+    """``dh += g3[:, gs]``: the upstream gradient of one output slot into the backward state."""
+    B, H = dh.shape
+    for b in range(B):
+        dhr = dh[b]
+        gr = g3[b, gs]
+        for j in range(H):
+            dhr[j] += gr[j]
+
+
+@njit(**OPTS)
 def copy_rows(src: Any, dst: Any) -> None:
     """``dst[:] = src`` for 2D arrays with contiguous rows (numba's generic strided copy is slow)."""
     for b in range(src.shape[0]):

@@ -11,7 +11,19 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels._jit import OPTS, act_cols, act_ip, copy_rows, cst, dact_cols, gemm, njit, project, sig
+from rnnkit.kernels._jit import (
+    OPTS,
+    act_cols,
+    act_ip,
+    add_upstream,
+    copy_rows,
+    cst,
+    dact_cols,
+    gemm,
+    njit,
+    project,
+    sig,
+)
 
 
 @njit(**OPTS)
@@ -92,12 +104,7 @@ def lstm_back(g3: Any, full: bool, hist_c: Any, gates: Any, act_c: Any, UT: Any,
     one = cst(gates, 1.0)
     for s in range(T - 1, -1, -1):
         if full or s == T - 1:
-            gs = s if full else 0
-            for b in range(B):
-                dhr = dh[b]
-                gr = g3[b, gs]
-                for j in range(H):
-                    dhr[j] += gr[j]
+            add_upstream(dh, g3, s if full else 0)
         gt2 = gates[s]
         d2 = dxw[s]
         for b in range(B):                       # 4b. do, and dc += act'(act_c) * (dh * o)

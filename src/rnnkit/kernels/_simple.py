@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels._jit import OPTS, act_cols, copy_rows, dact_cols, gemm, njit, project
+from rnnkit.kernels._jit import OPTS, act_cols, add_upstream, copy_rows, dact_cols, gemm, njit, project
 
 
 @njit(**OPTS)
@@ -46,12 +46,7 @@ def simple_back(g3: Any, full: bool, hist_h: Any, UT: Any, code: int, dxw: Any) 
     dh = np.zeros((B, H), dxw.dtype)
     for s in range(T - 1, -1, -1):
         if full or s == T - 1:
-            gs = s if full else 0
-            for b in range(B):
-                dhr = dh[b]
-                gr = g3[b, gs]
-                for j in range(H):
-                    dhr[j] += gr[j]
+            add_upstream(dh, g3, s if full else 0)
         d2 = dxw[s]
         for b in range(B):
             d2[b] = dh[b]
