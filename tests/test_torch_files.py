@@ -43,7 +43,7 @@ def _compare(m: Any, net: rk.rnn.RNNNet, mode: str, batch_first: bool) -> float:
         y, st = m(torch.from_numpy(x))
     out, state = net.seq(x)
     ts = (st[0], st[1]) if mode == "lstm" else (st,)
-    ours = (state.h(), state.c()) if mode == "lstm" else (state.value(),)
+    ours = (state.h, state.c) if mode == "lstm" else (state.h,)
     diffs = [float(np.abs(y.numpy() - out).max())]
     diffs += [float(np.abs(t.numpy() - o).max()) for t, o in zip(ts, ours, strict=True)]
     assert out.shape == tuple(y.shape)
