@@ -55,6 +55,8 @@ def _sniff(p: str) -> None:
     size = os.path.getsize(p)
     with open(p, "rb") as fh:
         head = fh.read(16)
+    if size >= 10 and 2 <= struct.unpack("<Q", head[:8])[0] <= size - 8 and head[8:9] == b"{":
+        return  # a safetensors header (its length's low bytes can look like a pickle's "\x80\x04")
     advice = ("rnnkit never unpickles files (unpickling can run arbitrary code); in PyTorch, write "
               "the state dict with safetensors.torch.save_file(model.state_dict(), 'model.safetensors')")
     if head.startswith(b"PK\x03\x04"):
