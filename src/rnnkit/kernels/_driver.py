@@ -56,7 +56,7 @@ class _Kernel:
         rec = getattr(cell, "recurrent_activation", None)
         return cell.activation.name in ACT_CODES and (rec is None or rec.name in ACT_CODES)
 
-    def _weights(self, cell: Any, w: Any, dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _arrays(self, cell: Any, w: Any, dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         # writable copies: numba's code for read-only arrays (the layer's weights) measured 4x slower
         W = np.array(w[cell.input_kernel])
         U = np.array(w[cell.recurrent_kernel])
@@ -67,7 +67,7 @@ class _Kernel:
              keep_seq: bool) -> tuple[np.ndarray | None, Arrays, dict[str, Any] | None]:
         T, B, F = x_tm.shape
         dt = x_tm.dtype
-        W, U, bias = self._weights(cell, w, dt)
+        W, U, bias = self._arrays(cell, w, dt)
         GH, H = W.shape[1], cell.units
         sizes = cell.state_sizes()
         ex = self._extra(cell, w)
@@ -110,7 +110,7 @@ class _Kernel:
         x_tm, hist, parks = cache["x_tm"], cache["states"], cache["parks"]
         T, B, F = x_tm.shape
         dt = x_tm.dtype
-        W, U, _ = self._weights(cell, w, dt)
+        W, U, _ = self._arrays(cell, w, dt)
         GH = W.shape[1]
         dxw = np.empty((T, B, GH), dt)
         drec = np.empty((T, B, GH), dt) if self.separate_rec else dxw
