@@ -94,8 +94,10 @@ OPTIONS: list[tuple[str, Any]] = [
     ("LSTM-proj-nobias", lambda **kw: rk.LSTM(H, proj_size=3, use_bias=False, **kw)),
     *[(f"LSTM-{a}", lambda a=a, **kw: rk.LSTM(H, recurrent_activation=a, **kw))
       for a in ("hard_sigmoid", "tanh", "relu", "linear")],
-    *[(f"GRU-{a}", lambda a=a, **kw: rk.GRU(H, recurrent_activation=a, **kw)) for a in ("hard_sigmoid", "tanh")],
-    ("GRU_ra-hard_sigmoid", lambda **kw: rk.GRU(H, reset_after=True, recurrent_activation="hard_sigmoid", **kw)),
+    *[(f"GRU-{a}", lambda a=a, **kw: rk.GRU(H, recurrent_activation=a, **kw))
+      for a in ("hard_sigmoid", "tanh")],
+    ("GRU_ra-hard_sigmoid",
+     lambda **kw: rk.GRU(H, reset_after=True, recurrent_activation="hard_sigmoid", **kw)),
     ("SimpleRNN-hard_sigmoid", lambda **kw: rk.SimpleRNN(H, "hard_sigmoid", **kw)),
 ]
 
@@ -176,7 +178,8 @@ def test_rnnnet_saves_and_loads_inside_models(tmp_path: Path, mode: str, cfg: di
     assert again.layers[0].config == net.config
     b = rk.GraphBuilder()
     inp = b.input(rk.Shape.with_free_batch((B, T, F)))
-    g = b.build(b.add(rk.Dense(2, seed=3), [b.add(getattr(rnn, mode)(F, 4, rnn.RNNConfig(**cfg), seed=1), [inp])]))
+    node = b.add(getattr(rnn, mode)(F, 4, rnn.RNNConfig(**cfg), seed=1), [inp])
+    g = b.build(b.add(rk.Dense(2, seed=3), [node]))
     g.save(tmp_path / "g.rnnkit")
     np.testing.assert_array_equal(rk.load_model(tmp_path / "g.rnnkit").predict(x), g.predict(x))
 
@@ -263,3 +266,23 @@ def test_kernels_package_never_imports_the_cells() -> None:
             for n in names:
                 assert not n.startswith("rnnkit.recurrent"), f"{path.name} imports {n}"
         assert "._weights" not in path.read_text(), f"{path.name} reads a layer's private weights"
+
+
+def test_custom_cells_page_indrnn_gradcheck() -> None:
+    """The IndRNN of docs/custom-cells.md, run from the page itself, through the shared harness."""
+    import re
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "custom-cells.md").read_text()
+    ns: dict[str, Any] = {"__name__": "docs_custom_cells"}
+    exec(re.findall(r"^```python\n(.*?)^```$", page, re.S | re.M)[0], ns)
+    cell_cls = ns["IndRNNCell"]
+
+    def make(dtype: str) -> Any:
+        layer = rk.RecurrentLayer(cell_cls(4), return_sequences=True, seed=3, dtype=dtype)
+        layer.build(rk.Shape.with_free_batch((B, T, F)))
+        layer.set_weight("bias", np.random.default_rng(1).uniform(-0.5, 0.5, (1, 4)))
+        return layer
+
+    report = check_layer(make, lambda rng: rng.standard_normal((B, T, F)), rtol=1e-6)
+    assert set(report.grad_errors) == {"input", "kernel", "recurrent_kernel", "bias"}
+    assert max(report.grad_errors.values()) < 1e-7

@@ -31,8 +31,10 @@ TOL = {"float64": 1e-12, "float32": 2e-5}
 B, T, F, H = 3, 7, 4, 5
 
 
-def make(cell: str, act: Any, dtype: str, rs: bool, gb: bool, seed: int = 1, **opts: Any) -> rk.RecurrentLayer:
-    kw: dict[str, Any] = dict(return_sequences=rs, go_backwards=gb, seed=seed, dtype=dtype, input_dim=F, **opts)
+def make(cell: str, act: Any, dtype: str, rs: bool, gb: bool, seed: int = 1,
+         **opts: Any) -> rk.RecurrentLayer:
+    kw: dict[str, Any] = dict(return_sequences=rs, go_backwards=gb, seed=seed, dtype=dtype, input_dim=F,
+                              **opts)
     layer: rk.RecurrentLayer
     if cell == "rnn":
         layer = rk.SimpleRNN(H, act, **kw)

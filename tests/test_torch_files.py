@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 import rnnkit as rk
-from rnnkit.io import UnsupportedFeatureError
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -156,13 +155,13 @@ def test_projected_lstm_and_rnn_files(tmp_path: Path, kind: str) -> None:
     torch.manual_seed(0)
     if kind == "proj":
         mod = torch.nn.LSTM(IN, H, num_layers=2, proj_size=2, bidirectional=True, batch_first=True)
-        net = None
     else:
         mod = torch.nn.RNN(IN, H, num_layers=2, nonlinearity="relu", bidirectional=True, batch_first=True)
     st_torch.save_file(mod.state_dict(), tmp_path / "m.safetensors")
     net = rk.load_torch_rnn(tmp_path / "m.safetensors", batch_first=True,
                             nonlinearity="tanh" if kind == "proj" else "relu")
-    assert net.mode == ("lstm" if kind == "proj" else "rnn") and net.config.proj_size == (2 if kind == "proj" else 0)
+    assert net.mode == ("lstm" if kind == "proj" else "rnn")
+    assert net.config.proj_size == (2 if kind == "proj" else 0)
     x = np.random.default_rng(0).standard_normal((3, 4, IN)).astype(np.float32)
     out, state = net.seq(x)
     t_out, t_state = mod(torch.from_numpy(x))

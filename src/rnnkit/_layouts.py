@@ -79,7 +79,8 @@ def from_torch(cell: Any, t: Mapping[str, np.ndarray], dtype: np.dtype) -> dict[
     shapes are checked by the caller)."""
     kind = cell_kind(cell, "from_torch")
     H = cell.units
-    out = {"kernel": reorder(t["weight_ih"], kind, H).T, "recurrent_kernel": reorder(t["weight_hh"], kind, H).T}
+    out = {"kernel": reorder(t["weight_ih"], kind, H).T,
+           "recurrent_kernel": reorder(t["weight_hh"], kind, H).T}
     if cell.use_bias:
         GH = len(ORDER[kind]) * H
         b_ih = reorder(t["bias_ih"], kind, H) if "bias_ih" in t else np.zeros(GH, dtype)
@@ -98,7 +99,8 @@ def to_torch(cell: Any, w: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     arrays) from the rnnkit weights ``w`` of ``cell``."""
     kind = cell_kind(cell, "to_torch")
     H = cell.units
-    out = {"weight_ih": reorder(w["kernel"].T, kind, H), "weight_hh": reorder(w["recurrent_kernel"].T, kind, H)}
+    out = {"weight_ih": reorder(w["kernel"].T, kind, H),
+           "weight_hh": reorder(w["recurrent_kernel"].T, kind, H)}
     if cell.use_bias:
         bias = w["bias"]
         if kind == "GRU":
@@ -115,7 +117,8 @@ def grads_to_torch(cell: Any, g: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
     passes its gradient to both PyTorch biases)."""
     kind = cell_kind(cell, "grads_to_torch")
     H = cell.units
-    out = {"weight_ih": reorder(g["kernel"].T, kind, H), "weight_hh": reorder(g["recurrent_kernel"].T, kind, H)}
+    out = {"weight_ih": reorder(g["kernel"].T, kind, H),
+           "weight_hh": reorder(g["recurrent_kernel"].T, kind, H)}
     if cell.use_bias:
         db = g["bias"]
         out["bias_ih"] = reorder(db[0], kind, H)

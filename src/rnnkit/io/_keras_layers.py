@@ -225,7 +225,7 @@ def _bidirectional(cfg: dict[str, Any], name: str) -> Mapped:
 def weight_names(layer: Layer) -> list[str]:
     """The Keras order of ``layer``'s weights (the h5 ``vars/0, 1, ...``)."""
     if isinstance(layer, RecurrentLayer):
-        return ["kernel", "recurrent_kernel", "bias"] if layer.cell.bias is not None else ["kernel", "recurrent_kernel"]
+        return ["kernel", "recurrent_kernel"] + (["bias"] if layer.cell.bias is not None else [])
     if isinstance(layer, Dense):
         return ["kernel", "bias"] if layer.use_bias else ["kernel"]
     if isinstance(layer, Embedding):

@@ -130,7 +130,8 @@ class _Kernel:
         dx_tm = np.empty((T, B, F), dt)
         args = (x_tm.reshape(T * B, F), dxw.reshape(T * B, GH), drec.reshape(T * B, GH), P[0], P[-1],
                 cell.rec_groups(GH)[0][2], W, dW, db, dU, dx_tm.reshape(T * B, F))
-        starts = [lo for lo, _ in blocks(T * B)] if T * B * GH * (F + U.shape[0]) >= PARALLEL_REDUCTIONS else [0]
+        big = T * B * GH * (F + U.shape[0]) >= PARALLEL_REDUCTIONS
+        starts = [lo for lo, _ in blocks(T * B)] if big else [0]
         n_parts = len(starts)
 
         def part(lo: int, hi: int) -> None:   # rows [lo, hi) of dx; the matching share of columns
@@ -199,7 +200,8 @@ class _LSTMKernel(_Kernel):
         return ("act_c", "m") if cell.proj_size else ("act_c",)
 
     def _extra(self, cell: Any, w: Any) -> Any:
-        return np.array(w[cell.projection]) if cell.proj_size else np.empty((1, 1), w[cell.input_kernel].dtype)
+        dt = w[cell.input_kernel].dtype
+        return np.array(w[cell.projection]) if cell.proj_size else np.empty((1, 1), dt)
 
     def _extra_back(self, cell: Any, w: Any, T: int, B: int, dt: np.dtype) -> Any:
         if not cell.proj_size:

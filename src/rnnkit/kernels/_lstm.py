@@ -20,7 +20,6 @@ from rnnkit.kernels._jit import (
     act_ip,
     add_upstream,
     copy_rows,
-    cst,
     dact_cols,
     dgate,
     gemm,

@@ -30,7 +30,8 @@ class RecurrentLayer(Layer):
     cell's :meth:`~rnnkit.Cell.params`, drawn from ``seed`` in their order.
     """
 
-    def __init__(self, cell: Cell | dict[str, Any], *, return_sequences: bool = False, go_backwards: bool = False,
+    def __init__(self, cell: Cell | dict[str, Any], *, return_sequences: bool = False,
+                 go_backwards: bool = False,
                  seed: int | None = None, dtype: Any = "float32", input_dim: int | None = None,
                  name: str | None = None) -> None:
         if isinstance(cell, dict):  # from a model file: {"class_name": ..., "config": ...}
@@ -129,7 +130,8 @@ class RecurrentLayer(Layer):
         names = list(expected)
         if len(arrays) > len(names):
             raise InvalidInputError(
-                f"{self.name}.set_weights: expected {len(names)} arrays ({', '.join(names)}), got {len(arrays)}")
+                f"{self.name}.set_weights: expected {len(names)} arrays ({', '.join(names)}), "
+                f"got {len(arrays)}")
         given = dict(zip(names, arrays, strict=False))
         for k, v in named.items():
             if k not in expected or k in given:
@@ -251,7 +253,7 @@ class RecurrentLayer(Layer):
     def unpack_state(self, state: Any, batch: int) -> Arrays:
         """The parts of ``state`` (the cell's state type, or a plain tuple of its parts) as
         arrays of this layer's dtype, each checked against (batch, width)."""
-        cls = type(self.cell.make_state(tuple(None for _ in self.cell.state_names)))
+        cls = type(self.cell.make_state(tuple(np.empty(0) for _ in self.cell.state_names)))
         names = self.cell.state_names
         if not isinstance(state, tuple) or not (type(state) is tuple or isinstance(state, cls)) \
                 or len(state) != len(names):

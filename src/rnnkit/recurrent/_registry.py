@@ -31,7 +31,8 @@ def cell_to_config(cell: Cell) -> dict[str, Any]:
 def cell_from_config(cfg: Any) -> Cell:
     if not isinstance(cfg, dict) or not isinstance(cfg.get("class_name"), str) \
             or not isinstance(cfg.get("config", {}), dict):
-        raise InvalidInputError(f"cell_from_config: expected {{'class_name': str, 'config': dict}}, got {cfg!r}")
+        raise InvalidInputError(
+            f"cell_from_config: expected {{'class_name': str, 'config': dict}}, got {cfg!r}")
     cls = _CELLS.get(cfg["class_name"])
     if cls is None:
         raise InvalidInputError(

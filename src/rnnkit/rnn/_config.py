@@ -98,13 +98,14 @@ class Init:
         raise InvalidParameterError(f"Init: unknown kind {self.kind!r}")
 
 
+_REAL = (int, float, np.integer, np.floating)
 _KINDS = ("const", "uniform", "kaiming_uniform", "orthogonal", "randn")
 #: the most layers an RNNConfig accepts
 MAX_LAYERS = 1024
 
 
 def _num(v: Any, where: str, what: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v):
+    if isinstance(v, bool) or not isinstance(v, _REAL) or not math.isfinite(v):
         raise InvalidParameterError(f"{where}: {what} must be a finite number, got {v!r}")
     return float(v)
 
@@ -130,9 +131,10 @@ class RNNConfig:
     def __post_init__(self) -> None:
         n = self.num_layers
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_LAYERS:
-            raise InvalidParameterError(f"RNNConfig: num_layers must be an int in [1, {MAX_LAYERS}], got {n!r}")
+            raise InvalidParameterError(
+                f"RNNConfig: num_layers must be an int in [1, {MAX_LAYERS}], got {n!r}")
         d = self.dropout
-        if isinstance(d, bool) or not isinstance(d, (int, float, np.integer, np.floating)) or not 0.0 <= d < 1.0:
+        if isinstance(d, bool) or not isinstance(d, _REAL) or not 0.0 <= d < 1.0:
             raise InvalidParameterError(f"RNNConfig: dropout must be a number in [0, 1), got {d!r}")
         for nm in ("has_biases", "train", "bidirectional", "batch_first"):
             if not isinstance(getattr(self, nm), (bool, np.bool_)):
@@ -166,5 +168,6 @@ class RNNConfig:
         unknown = sorted(set(cfg) - known)
         if unknown:
             raise InvalidParameterError(f"RNNConfig: unknown fields {unknown}; known: {sorted(known)}")
-        kw = {k: (Init.from_config(v) if k.endswith("_init") and v is not None else v) for k, v in cfg.items()}
+        kw: dict[str, Any] = {k: (Init.from_config(v) if k.endswith("_init") and v is not None else v)
+                              for k, v in cfg.items()}
         return cls(**kw)

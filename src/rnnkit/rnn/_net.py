@@ -48,8 +48,9 @@ class RNNNet(Layer):
     :func:`rnn`. ``config`` is an :class:`RNNConfig` (or its ``to_config()`` dict, as a model
     file stores it)."""
 
-    def __init__(self, mode: str, in_dim: int, hidden_dim: int, config: RNNConfig | dict[str, Any] | None = None,
-                 *, seed: int | None = None, dtype: Any = "float32", name: str | None = None) -> None:
+    def __init__(self, mode: str, in_dim: int, hidden_dim: int,
+                 config: RNNConfig | dict[str, Any] | None = None, *, seed: int | None = None,
+                 dtype: Any = "float32", name: str | None = None) -> None:
         if mode not in _GATES:
             raise InvalidParameterError(f"RNNNet: mode must be 'rnn', 'lstm' or 'gru', got {mode!r}")
         super().__init__(seed=seed, dtype=dtype, name=name or mode.upper())
@@ -77,21 +78,22 @@ class RNNNet(Layer):
         return f"_l{k}" + ("_reverse" if d else "")
 
     def _build(self, shape: Shape, rng: np.random.Generator) -> None:
-        c, H, G, O = self.config, self.hidden_dim, self.gates, self.out_dim
+        c, H, G, out = self.config, self.hidden_dim, self.gates, self.out_dim
         self._layers = {}  # a (re)build draws new weights: the derived layers are made below
         for k in range(c.num_layers):
-            in_k = self.in_dim if k == 0 else O * self.directions
+            in_k = self.in_dim if k == 0 else out * self.directions
             for d in range(self.directions):
                 sfx = self._suffix(k, d)
                 self._add_weight("weight_ih" + sfx, c.w_ih_init.draw(rng, (G * H, in_k), self.dtype, G))
-                self._add_weight("weight_hh" + sfx, c.w_hh_init.draw(rng, (G * H, O), self.dtype, G))
+                self._add_weight("weight_hh" + sfx, c.w_hh_init.draw(rng, (G * H, out), self.dtype, G))
                 if c.has_biases:
                     for nm, init in (("bias_ih", c.b_ih_init), ("bias_hh", c.b_hh_init)):
                         val = (np.zeros(G * H, self.dtype) if init is None
                                else init.draw(rng, (G * H,), self.dtype))
                         self._add_weight(nm + sfx, val)
                 if c.proj_size:
-                    self._add_weight("weight_hr" + sfx, c.w_hh_init.draw(rng, (c.proj_size, H), self.dtype, 1))
+                    hr = c.w_hh_init.draw(rng, (c.proj_size, H), self.dtype, 1)
+                    self._add_weight("weight_hr" + sfx, hr)
         for k in range(c.num_layers):  # eagerly, so no pass ever changes the net
             for d in range(self.directions):
                 self._layers[(k, d)] = self._make_layer(k, d)
@@ -185,7 +187,7 @@ class RNNNet(Layer):
     def _run(self, x: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
         L, D, B = self.config.num_layers, self.directions, x.shape[0]
         cell = self._layers[(0, 0)].cell
-        cls = type(cell.make_state(tuple(None for _ in cell.state_names)))
+        cls = type(cell.make_state(tuple(np.empty(0) for _ in cell.state_names)))
         if not isinstance(state, cls):
             raise InvalidInputError(f"{self.name}: expected a {cls.__name__}, got {type(state).__name__}")
         parts = tuple(self._as_input(p, "state") for p in state)
