@@ -131,6 +131,7 @@ class KernelCell(Protocol):
 
 
 _REGISTRY: dict[type, Any] = {}
+_resolved: dict[str, Any] = {}   # "module:attribute" -> the kernel it names, once imported
 
 
 def register(cell_type: type, kernel: Any) -> None:
@@ -149,8 +150,11 @@ def _resolve(cell_type: type) -> Any:
             return None
         import importlib
 
-        mod, _, attr = impl.partition(":")
-        return getattr(importlib.import_module(mod), attr)
+        got = _resolved.get(impl)
+        if got is None:
+            mod, _, attr = impl.partition(":")
+            got = _resolved[impl] = getattr(importlib.import_module(mod), attr)
+        return got
     return impl
 
 

@@ -110,7 +110,7 @@ class _Kernel:
         x_tm, hist, parks = cache["x_tm"], cache["states"], cache["parks"]
         T, B, F = x_tm.shape
         dt = x_tm.dtype
-        W, U, _ = self._arrays(cell, w, dt)
+        W, U = np.array(w[cell.input_kernel]), w[cell.recurrent_kernel]
         GH = W.shape[1]
         dxw = np.empty((T, B, GH), dt)
         drec = np.empty((T, B, GH), dt) if self.separate_rec else dxw
@@ -121,15 +121,15 @@ class _Kernel:
         run_blocks(B, B * cell.units * GH, lambda lo, hi: self._back(
             cell, g3[lo:hi], full, [a[:, lo:hi] for a in hist], {n: p[:, lo:hi] for n, p in parks.items()},
             U, ex, codes, [d[lo:hi] for d in d_init], dxw[:, lo:hi], drec[:, lo:hi], slice(lo, hi)))
-        names = cell.state_names
-        P = [hist[names.index(src)][:T] if src in names else parks[src] for src, _, _ in cell.rec_groups(GH)]
+        names, groups = cell.state_names, cell.rec_groups(GH)
+        P = [hist[names.index(src)][:T] if src in names else parks[src] for src, _, _ in groups]
         P = [p.reshape(T * B, p.shape[-1]) for p in P]
         dW = np.empty((F, GH), dt)
         db = np.empty((w[cell.bias].shape[0] if cell.bias is not None else 1, GH), dt)
         dU = np.empty(U.shape, dt)
         dx_tm = np.empty((T, B, F), dt)
         args = (x_tm.reshape(T * B, F), dxw.reshape(T * B, GH), drec.reshape(T * B, GH), P[0], P[-1],
-                cell.rec_groups(GH)[0][2], W, dW, db, dU, dx_tm.reshape(T * B, F))
+                groups[0][2], W, dW, db, dU, dx_tm.reshape(T * B, F))
         big = T * B * GH * (F + U.shape[0]) >= PARALLEL_REDUCTIONS
         starts = [lo for lo, _ in blocks(T * B)] if big else [0]
         n_parts = len(starts)

@@ -86,7 +86,9 @@ class RecurrentLayer(Layer):
             )
 
     def _build(self, shape: Shape, rng: np.random.Generator) -> None:
-        for p in self.cell.params(int(shape[2])):  # type: ignore[arg-type]
+        params = self.cell.params(int(shape[2]))  # type: ignore[arg-type]
+        self._trainable = [p.name for p in params if p.trainable]
+        for p in params:
             value = np.asarray(p.init(rng, p.shape, self.dtype))
             if value.shape != p.shape:
                 raise InvalidParameterError(
@@ -108,7 +110,8 @@ class RecurrentLayer(Layer):
     @property
     def trainable_names(self) -> list[str]:
         """The weights that receive gradients (the cell's ``Param.trainable``)."""
-        return [p.name for p in self.cell.params(self.input_dim) if p.trainable]
+        self._require_built("trainable_names")
+        return list(self._trainable)
 
     # -- weights -----------------------------------------------------------------------------
     def _weight_shapes(self, input_dim: int) -> dict[str, tuple[int, ...]]:
@@ -203,7 +206,7 @@ class RecurrentLayer(Layer):
         g = self._as_grad(grad, cache["out_shape"])
         ctx.load(self)  # consumed only once the gradient fits
         dx_tm, grads, _ = walk_back(self.cell, self._weights, cache, g, self.return_sequences)
-        for name in self.trainable_names:
+        for name in self._trainable:
             ctx.add_grad(self, name, grads[name])
         if self.go_backwards:
             dx_tm = dx_tm[::-1]
