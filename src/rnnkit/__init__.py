@@ -29,6 +29,7 @@ from rnnkit._errors import (
     WeightShapeError,
 )
 from rnnkit._layer import Layer, WeightEntry
+from rnnkit._mask import Mask
 from rnnkit._random import set_global_seed
 from rnnkit._shape import Shape
 from rnnkit.io import (
@@ -100,7 +101,7 @@ __all__ = [
     "Ctx",
     "Error", "ForwardPassNotRunError", "InvalidInputError", "InvalidParameterError",
     "NonFiniteError", "NotBuiltError", "UnknownWeightError", "WeightShapeError",
-    "Layer", "WeightEntry",
+    "Layer", "WeightEntry", "Mask",
     "set_global_seed",
     "Shape",
     "GRU", "LSTM", "GRUState", "LSTMState", "RecurrentLayer", "SimpleRNN", "SimpleRNNState",
