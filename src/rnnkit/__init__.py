@@ -49,10 +49,14 @@ from rnnkit.io import (
 )
 from rnnkit.layers import (  # the non-recurrent layers; ActivationLayer: Activation is the enum
     ActivationLayer,
+    Add,
+    Average,
     Concatenate,
     Dense,
     Dropout,
     Embedding,
+    Masking,
+    Multiply,
     RepeatVector,
     Reverse,
 )
@@ -118,6 +122,7 @@ __all__ = [
     "losses", "Loss", "MeanSquaredError", "MeanAbsoluteError", "BinaryCrossEntropy",
     "CategoricalCrossEntropy", "SparseCategoricalCrossEntropy",
     "layers", "ActivationLayer", "Concatenate", "Dense", "Dropout", "Embedding", "RepeatVector", "Reverse",
+    "Add", "Average", "Masking", "Multiply",
     "models", "EarlyStopping", "GraphBuilder", "GraphModel", "History", "LearningRateScheduler",
     "ModelCheckpoint", "Sequential", "SequentialBuilder", "model_from_config",
     "datasets", "timeseries",

@@ -89,6 +89,15 @@ class Model:
     def _backward(self, grads: list[np.ndarray], ctx: Ctx, check: bool) -> list[np.ndarray]:
         raise NotImplementedError
 
+    def _forward_masks(self, xs: list[np.ndarray], ctx: Ctx, check: bool,
+                       masks: list[Any] | None = None) -> tuple[list[np.ndarray], list[Any]]:
+        """``_forward`` with the input masks (default ``ctx.mask`` for the first input) and
+        the output masks returned; a model without mask support refuses a mask."""
+        if (masks is not None and any(m is not None for m in masks)) or ctx.mask is not None:
+            raise InvalidInputError(f"{self.name}: this model does not propagate masks")
+        outs = self._forward(xs, ctx, check)
+        return outs, [None] * len(outs)
+
     def named_weights(self) -> dict[str, tuple[Layer, str]]:
         raise NotImplementedError
 
@@ -130,15 +139,25 @@ class Model:
     def __call__(self, x: Data, ctx: Ctx | None = None) -> Data:
         return self.forward(x, ctx if ctx is not None else Ctx.inference())
 
-    def predict(self, x: Data, batch_size: int | None = None) -> Data:
+    def predict(self, x: Data, batch_size: int | None = None, *, mask: Any = None,
+                lengths: Any = None) -> Data:
         """Outputs for ``x`` in an inference pass; with ``batch_size``, ``batch_size`` samples
-        at a time, concatenated. Thread-safe."""
+        at a time, concatenated. Thread-safe. A padded batch: ``lengths=`` ((B,) ints,
+        PyTorch's packed semantics) or ``mask=`` (boolean (B, T), Keras' semantics) — a list
+        with one per input for several inputs — or a ``Masking`` / ``Embedding(mask_zero=True)``
+        layer in the model."""
+        from rnnkit.models._training import input_masks, take_mask
+
         xs = self._inputs(x)
         n = xs[0].shape[0]
+        masks = input_masks(self, xs, mask, lengths)
         bs = n if batch_size is None else _check_batch_size(batch_size)
         parts: list[list[np.ndarray]] = []
         for a in range(0, n, bs):
-            parts.append(self._forward([v[a:a + bs] for v in xs], Ctx.inference(), False))
+            mb = None if masks is None else [take_mask(m, slice(a, a + bs), v.shape[1])
+                                             for m, v in zip(masks, xs, strict=True)]
+            parts.append(self._forward_masks([v[a:a + bs] for v in xs], Ctx.inference(), False,
+                                             mb)[0])
         if len(parts) == 1:
             return unlist(parts[0])
         return unlist([np.concatenate([p[k] for p in parts]) for k in range(self.n_outputs)])
@@ -166,32 +185,41 @@ class Model:
     def fit(self, x: Data, y: Data, epochs: int = 1, *, batch_size: int | None = None,
             validation_data: tuple[Data, Data] | None = None, validation_split: float = 0.0,
             callbacks: list[Callback] | None = None, verbose: int = 0, shuffle: bool = True,
-            seed: int | None = None, initial_epoch: int = 0) -> History:
+            seed: int | None = None, initial_epoch: int = 0, sample_weight: Any = None,
+            class_weight: dict[int, float] | None = None, mask: Any = None,
+            lengths: Any = None) -> History:
         """Train. ``fit(x, y, epochs)`` takes ONE full-batch step per epoch (the pages' rule);
         ``batch_size=`` takes mini-batch steps, reshuffled each epoch (``shuffle``) by a
         generator seeded with ``seed`` (else the global seed, else entropy). See
         :func:`rnnkit.models._training.run_fit` for the epoch loss, validation and callbacks.
         Raises :class:`~rnnkit.NonFiniteError` naming the epoch and the layer when a pass
-        produces NaN or Inf. Returns the :class:`History`."""
+        produces NaN or Inf. ``sample_weight`` (per sample, or per timestep for sequence
+        outputs) or ``class_weight`` (``{class: weight}``) weight the loss as Keras does;
+        ``mask=`` / ``lengths=`` mark the padding of the inputs (as in :meth:`predict`), and the
+        mask of a sequence output leaves its padded steps out of the loss and metrics.
+        Returns the :class:`History`."""
         from rnnkit.models._training import run_fit
 
         return run_fit(self, x, y, epochs, batch_size=batch_size, validation_data=validation_data,
                        validation_split=validation_split, callbacks=callbacks, verbose=verbose,
-                       shuffle=shuffle, seed=seed, initial_epoch=initial_epoch)
+                       shuffle=shuffle, seed=seed, initial_epoch=initial_epoch,
+                       sample_weight=sample_weight, class_weight=class_weight, mask=mask, lengths=lengths)
 
     def fit_with_batches(self, x: Data, y: Data, epochs: int, batch_size: int, **kwargs: Any) -> History:
         """:meth:`fit` with mini-batches (the Rust library's argument order)."""
         return self.fit(x, y, epochs, batch_size=_check_batch_size(batch_size), **kwargs)
 
     def evaluate(self, x: Data, y: Data, batch_size: int | None = None,
-                 return_dict: bool = False) -> float | list[float] | dict[str, float]:
+                 return_dict: bool = False, *, sample_weight: Any = None, mask: Any = None,
+                 lengths: Any = None) -> float | list[float] | dict[str, float]:
         """Loss (and metrics) over ``x``/``y`` in inference passes; batches are combined as the
-        sample-weighted mean. Returns the loss alone when there are no metrics, else
-        ``[loss, *metrics]``, or a dict with ``return_dict=True``."""
+        sample-weighted mean. ``sample_weight``, ``mask``, ``lengths`` as in :meth:`fit`.
+        Returns the loss alone when there are no metrics, else ``[loss, *metrics]``, or a dict
+        with ``return_dict=True``."""
         from rnnkit.models._training import evaluate_logs
 
         self._require_compiled("evaluate")
-        logs = evaluate_logs(self, x, y, batch_size)
+        logs = evaluate_logs(self, x, y, batch_size, sample_weight=sample_weight, mask=mask, lengths=lengths)
         if return_dict:
             return logs
         vals = list(logs.values())
