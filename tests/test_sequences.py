@@ -323,3 +323,20 @@ def test_pack_padded_sequence_parity(kind: str, layers: int, bidi: bool) -> None
                                                            for n, p in ref.named_parameters()]:
         err = np.abs(ours - theirs.numpy()).max() / max(np.abs(theirs.numpy()).max(), 1e-30)
         assert err <= 1e-4, f"{name}: {err:.2e}"
+
+
+def test_model_reset_states_and_stateful_fit_on_chunks() -> None:
+    """A stateful model trained on consecutive chunks of a long series: the state is carried
+    between ``fit`` calls and ``reset_states`` clears it."""
+    series = np.sin(np.arange(0, 2 * 3 * 20) * 0.3).reshape(2, 60, 1).astype(np.float32)
+    model = (rk.SequentialBuilder().add(rk.LSTM(6, return_sequences=True, stateful=True, seed=1))
+             .add(rk.Dense(1, seed=2)).build(rk.Shape((2, None, 1))))
+    model.compile(rk.Adam(0.02), "mse")
+    for _ in range(30):
+        for k in range(3):
+            chunk = series[:, 20 * k:20 * (k + 1)]
+            model.fit(chunk[:, :-1], chunk[:, 1:], 1, verbose=0)
+        model.reset_states()
+    assert model.layers[0].states is None
+    pred = model.predict(series[:, :-1])
+    assert float(np.mean((pred - series[:, 1:]) ** 2)) < 0.02

@@ -202,6 +202,12 @@ class Model:
         """Every (layer, weight name) once, in :meth:`named_weights` order."""
         return list(self.named_weights().values())
 
+    def reset_states(self) -> None:
+        """Clear the carried state of every stateful layer (Keras' ``reset_states``)."""
+        for layer in getattr(self, "layers", []):
+            if getattr(layer, "stateful", False):
+                layer.reset_state()
+
     def get_weights(self) -> list[np.ndarray]:
         """Copies of every weight, in :meth:`named_weights` order."""
         return [np.array(layer.weight(n)) for layer, n in self.trainable_weights()]
