@@ -98,7 +98,7 @@ class FlatLayout:
         surely)."""
         crc = 0
         for layer, n in self.pairs:
-            crc = zlib.crc32(np.ascontiguousarray(layer.weight(n)).view(np.uint8), crc)
+            crc = zlib.crc32(_bytes(layer.weight(n)), crc)
         return crc
 
 
@@ -122,10 +122,15 @@ def set_optimizer_state(opt: Any, layout: FlatLayout, state: dict[str, Any]) -> 
     opt.learning_rate = float(state["learning_rate"])
 
 
+def _bytes(a: np.ndarray) -> memoryview:
+    """The bytes of ``a`` (C order) without a copy when it is already contiguous."""
+    return memoryview(np.ascontiguousarray(a).reshape(-1)).cast("B")  # type: ignore[arg-type]
+
+
 def data_crc(arrays: list[np.ndarray]) -> int:
     """CRC-32 of the arrays' shapes, dtypes and bytes (to check replicated data is the same)."""
     crc = 0
     for a in arrays:
         crc = zlib.crc32(repr((a.shape, a.dtype.str)).encode(), crc)
-        crc = zlib.crc32(np.ascontiguousarray(a).view(np.uint8), crc)
+        crc = zlib.crc32(_bytes(a), crc)
     return crc

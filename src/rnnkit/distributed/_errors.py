@@ -20,9 +20,14 @@ class DistributedError(Error, RuntimeError):
         self.rank = rank
         self.size = size
         ranks = sorted(self.failures)
+        notes = [self.failures[r] for r in ranks]
         head = (f"rank {ranks[0]} failed" if len(ranks) == 1
                 else f"ranks {', '.join(map(str, ranks))} failed")
-        body = "; ".join(f"rank {r}: {self.failures[r]}" for r in ranks) if len(ranks) > 1 \
-            else self.failures[ranks[0]] if ranks else "(no detail)"
+        if not notes:
+            body = "(no detail)"
+        elif len(set(notes)) == 1:
+            body = notes[0]
+        else:
+            body = "; ".join(f"rank {r}: {n}" for r, n in zip(ranks, notes, strict=True))
         super().__init__(f"rnnkit.distributed: {head} in {what}: {body} "
                          f"(raised on rank {rank} of {size})")

@@ -112,11 +112,11 @@ def agree(dist: MPI, guard: Guard, what: str, info: dict[str, Any]) -> list[dict
     """Collective start: every rank's ``info`` (or its error) on every rank; raises the same
     DistributedError everywhere when a rank failed, a model differs from rank 0's, or (in
     ``"replicated"`` mode) a rank's data differs from rank 0's."""
-    infos = dist.allgather(None if guard.failed else info)
-    notes = dist.allgather(guard.describe() if guard.failed else None)
-    failed = {r: n for r, n in enumerate(notes) if n is not None}
+    got = dist.allgather((guard.describe() if guard.failed else None, info))
+    failed = {r: note for r, (note, _) in enumerate(got) if note is not None}
     if failed:
         raise DistributedError(what, failed, dist.rank, dist.size) from guard.error
+    infos = [inf for _, inf in got]
     ref = infos[0]
     for r, inf in enumerate(infos):
         if inf.get("signature") != ref.get("signature"):
@@ -226,7 +226,7 @@ def start(model: Model, dist: MPI, x: Data, y: Data, validation_data: tuple[Data
     layout = FlatLayout(model)
     layout.bcast_weights(dist)
     state = dist.bcast(optimizer_state(model.optimizer, layout) if dist.is_root else None)
-    if not dist.is_root:
+    if not dist.is_root and state is not None:
         set_optimizer_state(model.optimizer, layout, state)
     return xs, ys, val, layout, rng, n_total, n_max, guard
 

@@ -14,7 +14,7 @@ from rnnkit._errors import NonFiniteError
 from rnnkit.distributed._buffers import FlatLayout
 from rnnkit.distributed._errors import DistributedError
 from rnnkit.distributed._fit import local_step, log_keys, reduce_sums, start, sums_of
-from rnnkit.distributed._mpi import MPI, Guard, all_ranks
+from rnnkit.distributed._mpi import MPI, Guard
 from rnnkit.models._base import Data, Model
 from rnnkit.models._callbacks import CallbackList, History
 
@@ -53,23 +53,22 @@ class FitLoop:
                 getattr(self.cbs, hook)(*args)
 
     def sync_control(self, final: bool = False) -> None:
-        """Collective: rank 0's error (raised on every rank), stop flag and learning rate (and
-        at the end its History) on every rank."""
-        d, m = self.dist, self.model
-        ctl = None
+        """Collective: every rank's held error (raised on every rank), then rank 0's stop flag
+        and learning rate (and at the end its History) on every rank."""
+        d, m, g = self.dist, self.model, self.guard
+        mine: dict[str, Any] = {"error": g.describe() if g.failed else None}
         if d.is_root:
-            ctl = {"error": self.guard.describe() if self.guard.failed else None,
-                   "stop": bool(m.stop_training), "lr": float(m.optimizer.learning_rate),
-                   "history": (self.history.history, self.history.epoch) if final else None}
-        ctl = d.bcast(ctl)
-        assert ctl is not None
-        if ctl["error"] is not None:
-            raise DistributedError("fit", {0: ctl["error"]}, d.rank, d.size) from self.guard.error
+            mine.update(stop=bool(m.stop_training), lr=float(m.optimizer.learning_rate),
+                        history=(self.history.history, self.history.epoch) if final else None)
+        ctls = d.allgather(mine)
+        failed = {r: c["error"] for r, c in enumerate(ctls) if c["error"] is not None}
+        if failed:
+            raise DistributedError("fit", failed, d.rank, d.size) from g.error
         if not d.is_root:
-            m.stop_training = bool(ctl["stop"])
-            m.optimizer.learning_rate = ctl["lr"]
+            m.stop_training = bool(ctls[0]["stop"])
+            m.optimizer.learning_rate = ctls[0]["lr"]
             if final:
-                self.history.history, self.history.epoch = ctl["history"]
+                self.history.history, self.history.epoch = ctls[0]["history"]
 
     # -- batches and steps -------------------------------------------------------------------
     def batches(self, rng: np.random.Generator, local_rng: np.random.Generator | None) -> list[Any]:
@@ -117,7 +116,7 @@ class FitLoop:
         nb = int(stats[1])
         layout.load_grads(ctx, n_local / nb)
         layout.allreduce(d)
-        with all_ranks():  # the same numbers on every rank: an error here is raised by all
+        with g.region(f"{where}, optimizer step"):  # a failure is announced at the next collective
             model.optimizer.apply_gradients(layout.grad_pairs(stats[2 + k:]))
             for key, (layer, n) in model.named_weights().items():
                 if not np.isfinite(layer.weight(n)).all():
@@ -140,12 +139,18 @@ class FitLoop:
         return {f"val_{key}": v / n for key, v in total.items()}
 
     def check_identical(self) -> None:
-        """Collective: every rank's weights have rank 0's CRC-32, else DistributedError."""
+        """Collective: held errors are raised on every rank; then every rank's weights must
+        have rank 0's CRC-32, else DistributedError."""
         assert self.layout is not None
-        crcs = self.dist.allgather(self.layout.weights_crc())
-        bad = {r: f"its weights differ from rank 0's after training (CRC-32 {c:08x} vs {crcs[0]:08x}); "
+        g = self.guard
+        got = self.dist.allgather((self.layout.weights_crc(), g.describe() if g.failed else None))
+        failed = {r: note for r, (_, note) in enumerate(got) if note is not None}
+        if failed:
+            raise DistributedError("fit", failed, self.dist.rank, self.dist.size) from g.error
+        crc0 = got[0][0]
+        bad = {r: f"its weights differ from rank 0's after training (CRC-32 {c:08x} vs {crc0:08x}); "
                   f"the MPI library's Allreduce did not give every rank the same sum"
-               for r, c in enumerate(crcs) if c != crcs[0]}
+               for r, (c, _) in enumerate(got) if c != crc0}
         if bad:
             raise DistributedError("fit", bad, self.dist.rank, self.dist.size)
 

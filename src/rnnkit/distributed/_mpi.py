@@ -16,11 +16,11 @@ prints ``rnnkit.distributed: rank K failed: ...`` on its stderr and calls ``MPI_
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 
@@ -43,21 +43,6 @@ def import_mpi4py() -> Any:
             "(mpi4py and the MPICH wheel), or mpi4py built against your cluster's MPI"
         ) from None
     return mpi
-
-
-_ALL_RANKS = "_rnnkit_raised_on_all_ranks"
-
-
-@contextmanager
-def all_ranks() -> Iterator[None]:
-    """Marks a region whose inputs are the same on every rank (after an allreduce), so an
-    exception there is raised by every rank at the same point: :meth:`MPI.run` lets it through
-    as it is instead of aborting the job."""
-    try:
-        yield
-    except BaseException as e:
-        setattr(e, _ALL_RANKS, True)
-        raise
 
 
 class Guard:
@@ -170,12 +155,23 @@ class MPI:
         failed = {r: n for r, n in enumerate(notes) if n is not None}
         raise DistributedError(what, failed, self.rank, self.size) from guard.error
 
-    def check(self, guard: Guard, what: str) -> None:
-        """Collective: raise on every rank if any rank's guard holds an error."""
-        flag = np.array([1.0 if guard.failed else 0.0])
-        self.allreduce_sum(flag)
-        if flag[0] > 0:
-            self.raise_failures(guard, what)
+    def collective(self, fn: Callable[[], T], what: str) -> T:
+        """Run ``fn()`` on every rank and agree on the outcome (collective). When it raised on
+        some rank, every rank raises: the exception itself when every rank failed the same way
+        (the same type and message), else a DistributedError naming the failed ranks. Use it
+        for rank-local work before a collective call, e.g. reading each rank's data, so that
+        one rank's error does not leave the others waiting."""
+        guard = Guard()
+        result: T | None = None
+        with guard.region(what):
+            result = fn()
+        notes = self.allgather(guard.describe() if guard.failed else None)
+        failed = {r: n for r, n in enumerate(notes) if n is not None}
+        if failed:
+            if guard.error is not None and len(failed) == self.size and len(set(failed.values())) == 1:
+                raise guard.error
+            raise DistributedError(what, failed, self.rank, self.size) from guard.error
+        return result  # type: ignore[return-value]
 
     def run(self, fn: Callable[[], T]) -> T:
         """``fn()``; an exception that is not already collective ends the whole job when there
@@ -187,18 +183,21 @@ class MPI:
         except DistributedError:
             raise
         except BaseException as e:
-            if self.size > 1 and not getattr(e, _ALL_RANKS, False):
+            if self.size > 1:
                 self.abort(e)
             raise
 
-    def abort(self, exc: BaseException) -> None:
-        """Report ``exc`` on this rank's stderr and abort every rank of the communicator."""
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    def abort(self, exc: BaseException, code: int = 1, *, prefix: str = "rnnkit.distributed: ",
+              traceback_: bool = True) -> NoReturn:
+        """Report ``exc`` (traceback, then one line naming this rank) on this rank's stderr and
+        end every rank of the communicator with exit status ``code``; never returns."""
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)) if traceback_ else ""
         text = " ".join(str(exc).split()) or "(no message)"
-        sys.stderr.write(f"{tb}rnnkit.distributed: rank {self.rank} failed: {type(exc).__name__}: "
+        sys.stderr.write(f"{tb}{prefix}rank {self.rank} failed: {type(exc).__name__}: "
                          f"{text}; aborting all {self.size} ranks\n")
         sys.stderr.flush()
-        self.comm.Abort(1)
+        self.comm.Abort(code)
+        os._exit(code)  # MPI_Abort may return before the process manager ends this process
 
 
 def check_distributed(obj: Any, where: str) -> MPI:

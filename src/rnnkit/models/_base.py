@@ -192,8 +192,8 @@ class Model:
         """:meth:`fit` with mini-batches (the Rust library's argument order)."""
         return self.fit(x, y, epochs, batch_size=_check_batch_size(batch_size), **kwargs)
 
-    def evaluate(self, x: Data, y: Data, batch_size: int | None = None,
-                 return_dict: bool = False, distributed: Any = None) -> float | list[float] | dict[str, float]:
+    def evaluate(self, x: Data, y: Data, batch_size: int | None = None, return_dict: bool = False,
+                 distributed: Any = None) -> float | list[float] | dict[str, float]:
         """Loss (and metrics) over ``x``/``y`` in inference passes; batches are combined as the
         sample-weighted mean. Returns the loss alone when there are no metrics, else
         ``[loss, *metrics]``, or a dict with ``return_dict=True``. With
