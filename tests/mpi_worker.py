@@ -7,7 +7,8 @@ training modes, ``OUT/rank<rank>.npz`` (the weights of every case) and ``OUT/ran
 
 - ``equal``: LSTM + Dense, float32 and float64, Adam and SGD, mini-batches whose last one is
   uneven (17 samples in batches of 8: a last batch of ONE sample, so a rank gets nothing; in
-  batches of 7: parts of 4/3 and 2/1), with a LearningRateScheduler on rank 0; plus
+  batches of 7: parts of 4/3 and 2/1), with a LearningRateScheduler on rank 0 and rank 1's
+  weights zeroed before ``fit`` (which starts from rank 0's); plus
   ``evaluate``, EarlyStopping, a callback that records which rank ran it, and a ``"local"``
   shard case.
 - ``raise``: rank 1's loss raises at its 3rd call (step 3); ``abort``: rank 1's gradient
@@ -91,7 +92,9 @@ def run_equal(dist: Any, out: Path) -> None:
     weights: dict[str, np.ndarray] = {}
     report: dict[str, Any] = {"size": dist.size}
     for name, dt, opt, bs in CASES:
-        model = build(dt, opt)
+        model = build(dt, opt).build((None, 6, 3))
+        if dist.rank == 1:  # fit starts from rank 0's weights, whatever the others hold
+            model.set_weights([np.zeros_like(w) for w in model.get_weights()])
         hist = fit_case(model, dt, bs, distributed=dist)
         for k, w in enumerate(model.get_weights()):
             weights[f"{name}/{k}"] = w
