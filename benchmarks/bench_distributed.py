@@ -5,7 +5,8 @@
 
 Model: ``LSTM(256)`` on (B, T, F) = S3 (64, 100, 128) float32, then ``Dense(1)``, MSE, Adam;
 ``fit(batch_size=64)`` over ``steps`` global batches per epoch (one warm-up epoch, then
-``epochs`` timed epochs, each one ``fit`` call; one process runs the plain ``fit``). Every process gets ONE kernel thread and one BLAS thread
+``epochs`` timed epochs, each one ``fit`` call; one process runs the plain ``fit``). Every
+process gets ONE kernel thread and one BLAS thread
 (``RNNKIT_KERNEL_THREADS=1``, ``OMP_NUM_THREADS=1``, ``OPENBLAS_NUM_THREADS=1``), so N
 processes use N cores. The 1- and 2-process runs alternate (``repeats`` pairs, the order flipped
 every pair) and each side's number is the median. The 2-process run also times the gradient
@@ -127,7 +128,8 @@ def main() -> None:
            "load_average_start": load0, "load_average_end": load1, "runs": runs,
            "samples_per_s": {"1": one, "2": two}, "ratio": two / one, "step_seconds_1_process": step1,
            "allreduce_bytes_per_rank": nbytes, "allreduce_seconds_2_ranks": ar}
-    print(f"S3 LSTM training (B={B}, T={T}, F={F}, H={H}), one kernel thread per process, on {res['machine']}")
+    print(f"S3 LSTM training (B={B}, T={T}, F={F}, H={H}), one kernel thread per process, "
+          f"on {res['machine']}")
     print(f"load average at start {[round(v, 2) for v in load0]}, at end {[round(v, 2) for v in load1]}")
     print(f"  1 process : {one:8.1f} samples/s  ({step1 * 1e3:.0f} ms per step of {B})")
     print(f"  2 processes: {two:8.1f} samples/s  ratio {two / one:.2f}x")

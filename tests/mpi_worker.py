@@ -41,7 +41,8 @@ def data(dtype: str, n: int = 17) -> tuple[np.ndarray, np.ndarray]:
 
 
 def build(dtype: str, opt: str, loss: Any = "mse") -> rk.Sequential:
-    model = rk.Sequential([rk.LSTM(5, "tanh", seed=11, dtype=dtype), rk.Dense(2, "linear", seed=12, dtype=dtype)])
+    model = rk.Sequential([rk.LSTM(5, "tanh", seed=11, dtype=dtype),
+                           rk.Dense(2, "linear", seed=12, dtype=dtype)])
     model.compile(rk.Adam(0.02) if opt == "adam" else rk.SGD(0.1), loss, metrics=["mae"])
     return model
 
@@ -98,8 +99,8 @@ def run_equal(dist: Any, out: Path) -> None:
         hist = fit_case(model, dt, bs, distributed=dist)
         for k, w in enumerate(model.get_weights()):
             weights[f"{name}/{k}"] = w
-        report[name] = {"history": hist.history, "lr": model.optimizer.learning_rate,
-                        "evaluate": model.evaluate(*data(dt), batch_size=4, return_dict=True, distributed=dist)}
+        ev = model.evaluate(*data(dt), batch_size=4, return_dict=True, distributed=dist)
+        report[name] = {"history": hist.history, "lr": model.optimizer.learning_rate, "evaluate": ev}
     model, hist = stop_case([RankLog(out / "callback_ranks.txt", dist.rank)], distributed=dist)
     report["stop"] = {"epochs": hist.epoch, "history": hist.history}
     for k, w in enumerate(model.get_weights()):

@@ -46,7 +46,8 @@ def env() -> dict[str, str]:
     e = dict(os.environ)
     e["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [e.get("PYTHONPATH")])])
     e.update(RNNKIT_KERNEL_THREADS="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-             OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+             OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+             OMPI_MCA_rmaps_base_oversubscribe="1")
     return e
 
 
@@ -232,7 +233,8 @@ except rk.MissingDependencyError as e:
     assert isinstance(e, rk.Error)
     print("MissingDependencyError:", e)
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(),
+                          timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "MissingDependencyError:" in proc.stdout and "pip install rnnkit[mpi]" in proc.stdout
 
@@ -241,7 +243,7 @@ def test_bad_arguments_are_typed_errors() -> None:
     m = rk.Sequential([rk.Dense(1, "linear", seed=1)])
     m.compile("sgd", "mse")
     x, y = np.ones((4, 2)), np.ones((4, 1))
-    with pytest.raises(TypeError, match=r"distributed= must be an rnnkit\.distributed\.MPI object .* got str"):
+    with pytest.raises(TypeError, match=r"distributed= must be an rnnkit\.distributed\.MPI .* got str"):
         m.fit(x, y, 1, distributed="mpi")
     with pytest.raises(TypeError, match=r"distributed= must be .* got int"):
         m.evaluate(x, y, distributed=1)
