@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -90,6 +91,22 @@ def run(n: int, steps: int, epochs: int) -> dict[str, Any]:
         return json.loads(out.read_text())  # type: ignore[no-any-return]
 
 
+def busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot (``/proc/stat``; 0 elsewhere)."""
+    try:
+        with open("/proc/stat") as fh:
+            f = [int(v) for v in fh.readline().split()[1:]]
+    except OSError:
+        return 0.0
+    return (sum(f) - f[3] - f[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
+
+
+def own_seconds() -> float:
+    """CPU seconds of this process and its finished children (the benchmark's own runs)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def machine() -> str:
     try:
         lines = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
@@ -112,12 +129,14 @@ def main() -> None:
         worker(a.steps, a.epochs, a.out)
         return
     load0 = os.getloadavg()
+    busy0, own0, wall0 = busy_seconds(), own_seconds(), time.perf_counter()
     runs: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
     for r in range(a.repeats):
         for n in ((1, 2) if r % 2 == 0 else (2, 1)):
             runs[n].append(run(n, a.steps, a.epochs))
             print(f"  {n} process(es): {runs[n][-1]['samples_per_s']:.1f} samples/s", flush=True)
     load1 = os.getloadavg()
+    others = max(0.0, (busy_seconds() - busy0) - (own_seconds() - own0)) / (time.perf_counter() - wall0)
     one = statistics.median(x["samples_per_s"] for x in runs[1])
     two = statistics.median(x["samples_per_s"] for x in runs[2])
     step1 = statistics.median(x["step_seconds"] for x in runs[1])
@@ -125,12 +144,14 @@ def main() -> None:
     nbytes = runs[2][0]["allreduce_bytes_per_rank"]
     res = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(),
            "python": platform.python_version(), "shape": {"B": B, "T": T, "F": F, "H": H},
-           "load_average_start": load0, "load_average_end": load1, "runs": runs,
+           "load_average_start": load0, "load_average_end": load1, "other_processes_cores": others,
+           "runs": runs,
            "samples_per_s": {"1": one, "2": two}, "ratio": two / one, "step_seconds_1_process": step1,
            "allreduce_bytes_per_rank": nbytes, "allreduce_seconds_2_ranks": ar}
     print(f"S3 LSTM training (B={B}, T={T}, F={F}, H={H}), one kernel thread per process, "
           f"on {res['machine']}")
-    print(f"load average at start {[round(v, 2) for v in load0]}, at end {[round(v, 2) for v in load1]}")
+    print(f"load average at start {[round(v, 2) for v in load0]}, at end {[round(v, 2) for v in load1]}; "
+          f"other processes used {others:.2f} cores on average meanwhile")
     print(f"  1 process : {one:8.1f} samples/s  ({step1 * 1e3:.0f} ms per step of {B})")
     print(f"  2 processes: {two:8.1f} samples/s  ratio {two / one:.2f}x")
     print(f"  allreduce per step: {nbytes / 1e6:.2f} MB per rank, {ar * 1e3:.2f} ms on 2 local ranks "
