@@ -9,8 +9,8 @@ training modes, ``OUT/rank<rank>.npz`` (the weights of every case) and ``OUT/ran
   uneven (17 samples in batches of 8: a last batch of ONE sample, so a rank gets nothing; in
   batches of 7: parts of 4/3 and 2/1), with a LearningRateScheduler on rank 0 and rank 1's
   weights zeroed before ``fit`` (which starts from rank 0's); plus
-  ``evaluate``, EarlyStopping, a callback that records which rank ran it, and a ``"local"``
-  shard case.
+  ``evaluate``, EarlyStopping, a callback that records which rank ran it, a ``"local"``
+  shard case and a two-input, two-output graph model with a shared LSTM.
 - ``raise``: rank 1's loss raises at its 3rd call (step 3); ``abort``: rank 1's gradient
   allreduce raises at step 3 (outside any guarded region); ``die``: rank 1 exits at step 3.
 """
@@ -75,7 +75,26 @@ def local_case(dist: Any = None) -> rk.Sequential:
         lo, hi = dist.bounds(len(x))
         x, y = x[lo:hi], y[lo:hi]
     model.fit(x, y, 3, shuffle=False, distributed=dist)
+    model.evaluation = model.evaluate(x, y, batch_size=3, return_dict=True, distributed=dist)  # type: ignore[attr-defined]
     return model
+
+
+def graph_case(dist: Any = None) -> tuple[rk.GraphModel, rk.History]:
+    """Two inputs, a SHARED LSTM (its gradients summed over both uses), two outputs, float64,
+    Adam, mini-batches of 7 with the evaluate result."""
+    b = rk.GraphBuilder()
+    i1 = b.input(rk.Shape.with_free_batch((1, 6, 3)))
+    i2 = b.input(rk.Shape.with_free_batch((1, 6, 3)))
+    lstm = rk.LSTM(4, "tanh", seed=21, dtype="float64")
+    h1, h2 = b.add(lstm, [i1]), b.add(lstm, [i2])
+    joined = b.add(rk.Concatenate(-1, dtype="float64"), [h1, h2])  # merge layers default to float32
+    out1 = b.add(rk.Dense(2, "linear", seed=22, dtype="float64"), [joined])
+    out2 = b.add(rk.Dense(1, "linear", seed=23, dtype="float64"), [h2])
+    model = b.build([out1, out2])
+    model.compile(rk.Adam(0.02), "mse", metrics=["mae"])
+    x, y = data("float64")
+    hist = model.fit([x, x[::-1].copy()], [y, y[:, :1] * 2], 2, batch_size=7, seed=8, distributed=dist)
+    return model, hist
 
 
 class RankLog(rk.models._callbacks.Callback):
@@ -105,8 +124,14 @@ def run_equal(dist: Any, out: Path) -> None:
     report["stop"] = {"epochs": hist.epoch, "history": hist.history}
     for k, w in enumerate(model.get_weights()):
         weights[f"stop/{k}"] = w
-    for k, w in enumerate(local_case(rk.distributed.MPI(shard="local")).get_weights()):
+    local = local_case(rk.distributed.MPI(shard="local"))
+    for k, w in enumerate(local.get_weights()):
         weights[f"local/{k}"] = w
+    report["local"] = {"evaluate": local.evaluation}  # type: ignore[attr-defined]
+    model, hist = graph_case(dist)
+    report["graph"] = {"history": hist.history}
+    for k, w in enumerate(model.get_weights()):
+        weights[f"graph/{k}"] = w
     np.savez(out / f"rank{dist.rank}.npz", **weights)
     (out / f"rank{dist.rank}.json").write_text(json.dumps(report))
 

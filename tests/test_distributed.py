@@ -139,6 +139,30 @@ def test_local_shards_full_batch_equal_one_process(two_ranks: dict[str, Any]) ->
     assert max_diff(rank_weights(two_ranks, 1, "local"), ref.get_weights()) <= 1e-12
 
 
+@needs_mpi
+def test_local_shards_evaluate_over_all_samples(two_ranks: dict[str, Any]) -> None:
+    import mpi_worker as w
+
+    ref = w.local_case()
+    want = ref.evaluate(*w.data("float64"), return_dict=True)
+    assert isinstance(want, dict) and set(want) == {"loss", "mae"}
+    for rank in range(2):
+        got = two_ranks["json"][rank]["local"]["evaluate"]
+        assert got == pytest.approx(want, rel=1e-12, abs=0)
+
+
+@needs_mpi
+def test_graph_model_with_a_shared_layer_and_two_outputs(two_ranks: dict[str, Any]) -> None:
+    import mpi_worker as w
+
+    ref, hist = w.graph_case()
+    assert max_diff(rank_weights(two_ranks, 1, "graph"), ref.get_weights()) <= 1e-12
+    got = two_ranks["json"][1]["graph"]["history"]
+    assert set(got) == {"loss", "output_0_mae", "output_1_mae"} == set(hist.history)
+    for key, v in hist.history.items():
+        np.testing.assert_allclose(got[key], v, rtol=1e-12, atol=0)
+
+
 # -- failures ---------------------------------------------------------------------------------
 @needs_mpi
 def test_a_rank_that_raises_at_step_3_ends_the_job_naming_it_on_every_rank(tmp_path: Path) -> None:
