@@ -10,7 +10,8 @@ training modes, ``OUT/rank<rank>.npz`` (the weights of every case) and ``OUT/ran
   batches of 7: parts of 4/3 and 2/1), with a LearningRateScheduler on rank 0 and rank 1's
   weights zeroed before ``fit`` (which starts from rank 0's); plus
   ``evaluate``, EarlyStopping, a callback that records which rank ran it, a ``"local"``
-  shard case and a two-input, two-output graph model with a shared LSTM.
+  shard case, ``seed=None`` under a global seed, and a two-input, two-output graph model with a
+  shared LSTM.
 - ``raise``: rank 1's loss raises at its 3rd call (step 3); ``abort``: rank 1's gradient
   allreduce raises at step 3 (outside any guarded region); ``die``: rank 1 exits at step 3.
 """
@@ -79,6 +80,16 @@ def local_case(dist: Any = None) -> rk.Sequential:
     return model
 
 
+def global_seed_case(dist: Any = None) -> rk.Sequential:
+    """``seed=None`` with a global seed: the batches come from the global stream."""
+    rk.set_global_seed(5)
+    model = build("float64", "sgd")
+    x, y = data("float64")
+    model.fit(x, y, 2, batch_size=5, distributed=dist)
+    rk.set_global_seed(None)
+    return model
+
+
 def graph_case(dist: Any = None) -> tuple[rk.GraphModel, rk.History]:
     """Two inputs, a SHARED LSTM (its gradients summed over both uses), two outputs, float64,
     Adam, mini-batches of 7 with the evaluate result."""
@@ -128,6 +139,8 @@ def run_equal(dist: Any, out: Path) -> None:
     for k, w in enumerate(local.get_weights()):
         weights[f"local/{k}"] = w
     report["local"] = {"evaluate": local.evaluation}  # type: ignore[attr-defined]
+    for k, w in enumerate(global_seed_case(dist).get_weights()):
+        weights[f"global_seed/{k}"] = w
     model, hist = graph_case(dist)
     report["graph"] = {"history": hist.history}
     for k, w in enumerate(model.get_weights()):

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -52,9 +53,21 @@ def env() -> dict[str, str]:
 
 
 def mpirun(n: int, args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``mpiexec -n N args`` in its own process group; past ``timeout`` the whole group (the
+    ranks too) is killed and the test fails with what the ranks had written."""
     assert MPIEXEC is not None
-    return subprocess.run([MPIEXEC, "-n", str(n), *args], capture_output=True, text=True, cwd=cwd,
-                          env=env(), timeout=timeout, stdin=subprocess.DEVNULL)
+    cmd = [MPIEXEC, "-n", str(n), *args]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env(),
+                         stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        ranks = "".join(f"\n--- {f.name}:\n{f.read_text()}" for f in sorted(cwd.glob("stderr.*")))
+        pytest.fail(f"{' '.join(cmd)} still ran after {timeout} s\n--- stdout:\n{out}\n"
+                    f"--- stderr:\n{err}{ranks}")
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
 def worker(n: int, mode: str, out: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -149,6 +162,14 @@ def test_local_shards_evaluate_over_all_samples(two_ranks: dict[str, Any]) -> No
     for rank in range(2):
         got = two_ranks["json"][rank]["local"]["evaluate"]
         assert got == pytest.approx(want, rel=1e-12, abs=0)
+
+
+@needs_mpi
+def test_seed_none_draws_the_batches_from_the_global_seed_as_one_process(two_ranks: dict[str, Any]) -> None:
+    import mpi_worker as w
+
+    ref = w.global_seed_case()
+    assert max_diff(rank_weights(two_ranks, 1, "global_seed"), ref.get_weights()) <= 1e-12
 
 
 @needs_mpi

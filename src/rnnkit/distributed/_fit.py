@@ -21,7 +21,8 @@ rounding. Every rank sums the same numbers in the same order, so weights stay bi
 CRC-32 of the weights is compared across ranks at the end of ``fit``).
 
 Epochs: ``"replicated"`` draws the batches exactly as a single-process ``fit`` does (same
-``seed``, same permutations; with ``seed=None`` rank 0's draw is broadcast). ``"local"``: the
+``seed``, same permutations; with ``seed=None`` every rank uses rank 0's generator, made as a
+single process makes it: from the global seed, else from entropy). ``"local"``: the
 epoch has ``ceil(N / batch_size)`` steps (``N`` the sum of the shards; at most the largest
 shard's size; one step with ``batch_size=None``), and each rank splits its shard (shuffled by its
 own generator) into that many near-equal parts. Dropout masks come from a per-rank seed (rank
@@ -208,6 +209,7 @@ def start(model: Model, dist: MPI, x: Data, y: Data, validation_data: tuple[Data
     xs: Arrays = []
     ys: Arrays = []
     val: tuple[Arrays, Arrays] | None = None
+    rng = np.random.default_rng(0)
     with guard.region("checking the data"):
         xs, ys = _checked(model, x, y, "fit")
         if validation_data is not None:
@@ -215,12 +217,14 @@ def start(model: Model, dist: MPI, x: Data, y: Data, validation_data: tuple[Data
         elif validation_split:
             xs, ys, vx, vy = _split(model, xs, ys, validation_split)
             val = (vx, vy)
-        seed0 = int(make_rng(None).integers(0, 2**63 - 1)) if seed is None and dist.is_root else 0
-        info = {"signature": FlatLayout(model).signature(), "n": xs[0].shape[0], "seed": seed0,
+        rng = make_rng(seed)  # as a single process makes it (seed=None: the global stream, else entropy)
+        state = rng.bit_generator.state if seed is None and dist.is_root else None
+        info = {"signature": FlatLayout(model).signature(), "n": xs[0].shape[0], "rng": state,
                 "crc": data_crc(xs + ys + (val[0] + val[1] if val else [])) if dist.shard == "replicated"
                 else 0}
     infos = agree(dist, guard, "fit", info)
-    rng = make_rng(seed) if seed is not None else np.random.default_rng(infos[0]["seed"])
+    if seed is None:  # every rank draws the batches from rank 0's generator
+        rng.bit_generator.state = infos[0]["rng"]
     n_total = int(sum(inf["n"] for inf in infos)) if dist.shard == "local" else int(infos[0]["n"])
     n_max = int(max(inf["n"] for inf in infos))
     layout = FlatLayout(model)
