@@ -10,7 +10,8 @@ training modes, ``OUT/rank<rank>.npz`` (the weights of every case) and ``OUT/ran
   batches of 7: parts of 4/3 and 2/1), with a LearningRateScheduler on rank 0 and rank 1's
   weights zeroed before ``fit`` (which starts from rank 0's); plus
   ``evaluate``, EarlyStopping, a callback that records which rank ran it, a ``"local"``
-  shard case, ``seed=None`` under a global seed, and a two-input, two-output graph model with a
+  shard case, ``seed=None`` under a global seed, a resume from rank 0's model and optimizer
+  state, and a two-input, two-output graph model with a
   shared LSTM.
 - ``raise``: rank 1's loss raises at its 3rd call (step 3); ``abort``: rank 1's gradient
   allreduce raises at step 3 (outside any guarded region); ``die``: rank 1 exits at step 3.
@@ -90,6 +91,17 @@ def global_seed_case(dist: Any = None) -> rk.Sequential:
     return model
 
 
+def resume_case(dist: Any = None) -> rk.Sequential:
+    """Adam, one epoch trained on rank 0 alone (as if rank 0 had loaded a checkpoint with the
+    optimizer's moments), then a second epoch on every rank with ``initial_epoch=1``."""
+    model = build("float64", "adam")
+    x, y = data("float64")
+    if dist is None or dist.is_root:
+        model.fit(x, y, 1, batch_size=5, seed=1)
+    model.fit(x, y, 2, batch_size=5, seed=2, initial_epoch=1, distributed=dist)
+    return model
+
+
 def graph_case(dist: Any = None) -> tuple[rk.GraphModel, rk.History]:
     """Two inputs, a SHARED LSTM (its gradients summed over both uses), two outputs, float64,
     Adam, mini-batches of 7 with the evaluate result."""
@@ -141,6 +153,8 @@ def run_equal(dist: Any, out: Path) -> None:
     report["local"] = {"evaluate": local.evaluation}  # type: ignore[attr-defined]
     for k, w in enumerate(global_seed_case(dist).get_weights()):
         weights[f"global_seed/{k}"] = w
+    for k, w in enumerate(resume_case(dist).get_weights()):
+        weights[f"resume/{k}"] = w
     model, hist = graph_case(dist)
     report["graph"] = {"history": hist.history}
     for k, w in enumerate(model.get_weights()):

@@ -173,6 +173,14 @@ def test_seed_none_draws_the_batches_from_the_global_seed_as_one_process(two_ran
 
 
 @needs_mpi
+def test_fit_starts_from_rank_0s_weights_and_optimizer_state(two_ranks: dict[str, Any]) -> None:
+    import mpi_worker as w
+
+    ref = w.resume_case()
+    assert max_diff(rank_weights(two_ranks, 1, "resume"), ref.get_weights()) <= 1e-12
+
+
+@needs_mpi
 def test_graph_model_with_a_shared_layer_and_two_outputs(two_ranks: dict[str, Any]) -> None:
     import mpi_worker as w
 

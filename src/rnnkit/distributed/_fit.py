@@ -229,9 +229,9 @@ def start(model: Model, dist: MPI, x: Data, y: Data, validation_data: tuple[Data
     n_max = int(max(inf["n"] for inf in infos))
     layout = FlatLayout(model)
     layout.bcast_weights(dist)
-    state = dist.bcast(optimizer_state(model.optimizer, layout) if dist.is_root else None)
-    if not dist.is_root and state is not None:
-        set_optimizer_state(model.optimizer, layout, state)
+    opt_state = dist.bcast(optimizer_state(model.optimizer, layout) if dist.is_root else None)
+    if not dist.is_root and opt_state is not None:
+        set_optimizer_state(model.optimizer, layout, opt_state)
     return xs, ys, val, layout, rng, n_total, n_max, guard
 
 

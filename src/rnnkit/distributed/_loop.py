@@ -148,8 +148,9 @@ class FitLoop:
         if failed:
             raise DistributedError("fit", failed, self.dist.rank, self.dist.size) from g.error
         crc0 = got[0][0]
-        bad = {r: f"its weights differ from rank 0's after training (CRC-32 {c:08x} vs {crc0:08x}); "
-                  f"the MPI library's Allreduce did not give every rank the same sum"
+        bad = {r: f"its weights differ from rank 0's after training (CRC-32 {c:08x} vs {crc0:08x}): the "
+                  f"ranks did not take the same steps (an optimizer or callback state that differs "
+                  f"between ranks, or an Allreduce that does not give every rank the same sum)"
                for r, (c, _) in enumerate(got) if c != crc0}
         if bad:
             raise DistributedError("fit", bad, self.dist.rank, self.dist.size)
