@@ -14,7 +14,8 @@ training modes, ``OUT/rank<rank>.npz`` (the weights of every case) and ``OUT/ran
   state, and a two-input, two-output graph model with a
   shared LSTM.
 - ``raise``: rank 1's loss raises at its 3rd call (step 3); ``abort``: rank 1's gradient
-  allreduce raises at step 3 (outside any guarded region); ``die``: rank 1 exits at step 3.
+  allreduce raises at step 3 (outside any guarded region); ``die``: rank 1 exits at step 3;
+  ``callback``: a callback (on rank 0) raises after the 2nd step.
 """
 
 from __future__ import annotations
@@ -179,6 +180,14 @@ class FailingLoss(rk.MeanSquaredError):
         return super().value_and_grad(y_true, y_pred)
 
 
+class FailingCallback(rk.models._callbacks.Callback):
+    """Raises at the end of the 2nd batch (callbacks run on rank 0 only)."""
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, float] | None = None) -> None:
+        if batch == 1:
+            raise RuntimeError("injected callback failure")
+
+
 def run_failure(dist: Any, mode: str) -> None:
     if mode == "abort" and dist.rank == 1:
         from rnnkit.distributed._buffers import FlatLayout
@@ -196,7 +205,8 @@ def run_failure(dist: Any, mode: str) -> None:
     loss = FailingLoss(dist.rank, 3, mode) if mode in ("raise", "die") else "mse"
     model = build("float32", "sgd", loss)
     x, y = data("float32", 40)
-    model.fit(x, y, 5, batch_size=8, seed=0, distributed=dist)
+    model.fit(x, y, 5, batch_size=8, seed=0, distributed=dist,
+              callbacks=[FailingCallback()] if mode == "callback" else None)
     print(f"rank {dist.rank} finished", flush=True)
 
 

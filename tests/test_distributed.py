@@ -205,6 +205,17 @@ def test_a_rank_that_raises_at_step_3_ends_the_job_naming_it_on_every_rank(tmp_p
 
 
 @needs_mpi
+def test_a_callback_that_raises_on_rank_0_ends_the_job_on_every_rank(tmp_path: Path) -> None:
+    proc = worker(2, "callback", tmp_path, timeout=NO_HANG_S)
+    assert proc.returncode != 0
+    for r in range(2):
+        err = (tmp_path / f"stderr.{r}").read_text()
+        assert ("rnnkit.distributed: rank 0 failed in fit: callback on_train_batch_end: RuntimeError: "
+                "injected callback failure") in err, (r, err)
+    assert "finished" not in proc.stdout
+
+
+@needs_mpi
 def test_an_unguarded_error_aborts_the_job_naming_the_rank(tmp_path: Path) -> None:
     proc = worker(2, "abort", tmp_path, timeout=NO_HANG_S)
     assert proc.returncode != 0
@@ -325,10 +336,15 @@ a, b = w.build("float32", "adam"), w.build("float32", "adam")
 w.fit_case(a, "float32", 7)
 w.fit_case(b, "float32", 7, distributed=rk.distributed.MPI())
 print(all(u.tobytes() == v.tobytes() for u, v in zip(a.get_weights(), b.get_weights())))
+try:
+    rk.distributed.MPI(comm=42)
+except TypeError as e:
+    print(e)
 """
     e = env()
     e["PYTHONPATH"] = os.pathsep.join([str(TESTS), e["PYTHONPATH"]])
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=120,
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["True"]
+    assert proc.stdout.splitlines() == ["True", "rnnkit.distributed.MPI: comm must be an mpi4py "
+                                        "intra-communicator (e.g. MPI.COMM_WORLD), got int"]
