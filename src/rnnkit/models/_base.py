@@ -166,13 +166,22 @@ class Model:
     def fit(self, x: Data, y: Data, epochs: int = 1, *, batch_size: int | None = None,
             validation_data: tuple[Data, Data] | None = None, validation_split: float = 0.0,
             callbacks: list[Callback] | None = None, verbose: int = 0, shuffle: bool = True,
-            seed: int | None = None, initial_epoch: int = 0) -> History:
+            seed: int | None = None, initial_epoch: int = 0, distributed: Any = None) -> History:
         """Train. ``fit(x, y, epochs)`` takes ONE full-batch step per epoch (the pages' rule);
         ``batch_size=`` takes mini-batch steps, reshuffled each epoch (``shuffle``) by a
         generator seeded with ``seed`` (else the global seed, else entropy). See
         :func:`rnnkit.models._training.run_fit` for the epoch loss, validation and callbacks.
         Raises :class:`~rnnkit.NonFiniteError` naming the epoch and the layer when a pass
-        produces NaN or Inf. Returns the :class:`History`."""
+        produces NaN or Inf. Returns the :class:`History`. ``distributed=rk.distributed.MPI()``
+        trains data-parallel on every rank of an MPI job (``batch_size`` is then the global
+        batch; see :mod:`rnnkit.distributed._fit`)."""
+        if distributed is not None:
+            from rnnkit.distributed._fit import run_fit_distributed
+
+            return run_fit_distributed(
+                self, x, y, epochs, batch_size=batch_size, validation_data=validation_data,
+                validation_split=validation_split, callbacks=callbacks, verbose=verbose,
+                shuffle=shuffle, seed=seed, initial_epoch=initial_epoch, distributed=distributed)
         from rnnkit.models._training import run_fit
 
         return run_fit(self, x, y, epochs, batch_size=batch_size, validation_data=validation_data,
@@ -183,15 +192,22 @@ class Model:
         """:meth:`fit` with mini-batches (the Rust library's argument order)."""
         return self.fit(x, y, epochs, batch_size=_check_batch_size(batch_size), **kwargs)
 
-    def evaluate(self, x: Data, y: Data, batch_size: int | None = None,
-                 return_dict: bool = False) -> float | list[float] | dict[str, float]:
+    def evaluate(self, x: Data, y: Data, batch_size: int | None = None, return_dict: bool = False,
+                 distributed: Any = None) -> float | list[float] | dict[str, float]:
         """Loss (and metrics) over ``x``/``y`` in inference passes; batches are combined as the
         sample-weighted mean. Returns the loss alone when there are no metrics, else
-        ``[loss, *metrics]``, or a dict with ``return_dict=True``."""
+        ``[loss, *metrics]``, or a dict with ``return_dict=True``. With
+        ``distributed=rk.distributed.MPI()`` the ranks share the samples and every rank
+        returns the result over all of them."""
         from rnnkit.models._training import evaluate_logs
 
         self._require_compiled("evaluate")
-        logs = evaluate_logs(self, x, y, batch_size)
+        if distributed is not None:
+            from rnnkit.distributed._fit import run_evaluate_distributed
+
+            logs = run_evaluate_distributed(self, x, y, batch_size, distributed)
+        else:
+            logs = evaluate_logs(self, x, y, batch_size)
         if return_dict:
             return logs
         vals = list(logs.values())
