@@ -5,6 +5,7 @@ The public surface; every name here is re-exported from a private module.
 
 from rnnkit import (
     datasets,  # bundled public-domain series: rnnkit.datasets.sunspots() / co2()
+    distributed,  # data-parallel fit over MPI: distributed=rnnkit.distributed.MPI() (rnnkit[mpi])
     io,
     kernels,  # fast paths: rnnkit.kernels.use("reference") / RNNKIT_KERNELS=reference
     layers,
@@ -125,5 +126,5 @@ __all__ = [
     "Add", "Average", "Masking", "Multiply",
     "models", "EarlyStopping", "GraphBuilder", "GraphModel", "History", "LearningRateScheduler",
     "ModelCheckpoint", "Sequential", "SequentialBuilder", "model_from_config",
-    "datasets", "timeseries",
+    "datasets", "timeseries", "distributed",
 ]

@@ -102,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=_nonneg, default=0)
     t.add_argument("--out", default="rnnkit_out", metavar="DIR")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.add_argument("--distributed", choices=("none", "mpi"), default="none",
+                   help="mpi: data-parallel on every rank of `mpiexec -n N rnnkit train ...` "
+                        "(needs rnnkit[mpi]; rank 0 writes the outputs)")
 
     pr = sub.add_parser("predict", help="forecast with a saved model")
     pr.add_argument("model", metavar="MODEL")

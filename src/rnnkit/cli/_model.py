@@ -68,8 +68,9 @@ def build_network(cfg: TrainConfig, window: int, n_features: int) -> Any:
 
 
 def train_network(model: Any, cfg: TrainConfig, train: Windows, val: Windows | None,
-                  checkpoint: Path | None = None) -> dict[str, list[float]]:
-    """Fit on ``train`` (scaled), early-stopping on ``val``; returns the History's dict."""
+                  checkpoint: Path | None = None, distributed: Any = None) -> dict[str, list[float]]:
+    """Fit on ``train`` (scaled), early-stopping on ``val``; returns the History's dict.
+    ``distributed``: an ``rnnkit.distributed.MPI`` (fit on every rank; rank 0 checkpoints)."""
     monitor = "val_loss" if val is not None and len(val) else "loss"
     callbacks: list[Any] = []
     if cfg.patience > 0:
@@ -81,6 +82,7 @@ def train_network(model: Any, cfg: TrainConfig, train: Windows, val: Windows | N
         train.x, train.y, epochs=cfg.epochs, batch_size=cfg.batch_size,
         validation_data=(val.x, val.y) if val is not None and len(val) else None,
         callbacks=callbacks, verbose=1 if cfg.verbose else 0, shuffle=True, seed=cfg.seed,
+        distributed=distributed,
     )
     return {k: [float(v) for v in vals] for k, vals in hist.history.items()}
 

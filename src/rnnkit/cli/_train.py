@@ -13,6 +13,8 @@ import argparse
 import dataclasses
 import json
 import time
+from pathlib import Path
+from typing import Any
 
 from rnnkit.cli._common import CliError, ensure_dir, metrics_table, write_text_atomic
 from rnnkit.cli._model import TrainConfig, build_network, predict_values, save_forecaster, train_network
@@ -44,6 +46,27 @@ def history_csv(history: dict[str, list[float]]) -> str:
 
 
 def train_command(args: argparse.Namespace) -> int:
+    """``rnnkit train``; with ``--distributed mpi`` on every rank of an MPI job: every rank reads
+    the data and trains its part of each batch, rank 0 alone prints and writes. An error on one
+    rank that the others cannot see (e.g. a file missing on one host) prints
+    ``rnnkit: error: rank K failed: ...`` and aborts the whole job, so no rank waits forever."""
+    if getattr(args, "distributed", "none") != "mpi":
+        return _train(args, None)
+    from rnnkit.distributed import MPI, DistributedError
+
+    dist = MPI()
+    try:
+        return _train(args, dist)
+    except DistributedError:
+        raise  # raised on every rank at once: main() reports it, no rank is left waiting
+    except Exception as e:
+        if dist.size > 1:
+            dist.abort(e, 2, prefix="rnnkit: error: ", traceback_=False)
+        raise
+
+
+def _train(args: argparse.Namespace, dist: Any) -> int:
+    root = dist is None or dist.is_root
     features = parse_columns(args.features, args.target)
     cols = features + ([args.target] if args.target not in features else [])
     table = read_csv(args.data, cols, date_col=args.date_col, missing=args.missing)
@@ -52,18 +75,21 @@ def train_command(args: argparse.Namespace) -> int:
     prep = prepare(x_raw, y_raw, features, args.target, window=args.window, horizon=args.horizon,
                    val_split=args.val_split, transform=args.transform, index_name=table.index_name,
                    what=str(args.data), difference=args.difference)
-    out = ensure_dir(args.out)
+    out = ensure_dir(args.out) if root else Path(args.out)
     cfg = TrainConfig(cell=args.cell, units=args.units, layers=args.layers, epochs=args.epochs,
                       batch_size=args.batch_size, lr=args.lr, patience=args.patience, seed=args.seed,
                       verbose=not args.quiet)
-    print(f"{args.data}: {len(table)} rows, {len(prep.train) + len(prep.val)} windows of "
-          f"{args.window} -> {args.target!r} {args.horizon} ahead: {len(prep.train)} train, "
-          f"{len(prep.val)} validation" + (" (the last ones)" if len(prep.val) else ""), flush=True)
+    if root:
+        print(f"{args.data}: {len(table)} rows, {len(prep.train) + len(prep.val)} windows of "
+              f"{args.window} -> {args.target!r} {args.horizon} ahead: {len(prep.train)} train, "
+              f"{len(prep.val)} validation" + (" (the last ones)" if len(prep.val) else ""), flush=True)
     model = build_network(cfg, args.window, len(features))
     t0 = time.perf_counter()
     history = train_network(model, cfg, prep.train, prep.val if len(prep.val) else None,
-                            checkpoint=out / "checkpoint.safetensors")
+                            checkpoint=out / "checkpoint.safetensors", distributed=dist)
     secs = time.perf_counter() - t0
+    if not root:
+        return 0
     part = prep.val if len(prep.val) else prep.train
     label = "validation" if len(prep.val) else "training (no validation part: --val-split 0)"
     pred = predict_values(model, prep.spec, part, prep.target)

@@ -39,6 +39,13 @@ def _chunk(T: int, B: int, row_bytes: int) -> int:
     return max(1, min(T, CHUNK_BYTES // max(B * row_bytes, 1)))
 
 
+def _mask_arg(mask: np.ndarray | None, T: int, B: int) -> np.ndarray:
+    """The (T, B) uint8 mask the compiled loops read (all ones, never read, without a mask)."""
+    if mask is None:
+        return np.ones((T, B), np.uint8)
+    return np.ascontiguousarray(mask, dtype=np.uint8)
+
+
 def _codes(cell: Any) -> tuple[int, int]:
     rec = getattr(cell, "recurrent_activation", None)
     return ACT_CODES[cell.activation.name], ACT_CODES[rec.name if rec is not None else "sigmoid"]
@@ -64,9 +71,11 @@ class _Kernel:
         return W, U, b
 
     def walk(self, cell: Any, w: Any, x_tm: np.ndarray, init: Arrays | None, record: bool,
-             keep_seq: bool) -> tuple[np.ndarray | None, Arrays, dict[str, Any] | None]:
+             keep_seq: bool, mask: np.ndarray | None = None
+             ) -> tuple[np.ndarray | None, Arrays, dict[str, Any] | None]:
         T, B, F = x_tm.shape
         dt = x_tm.dtype
+        mk = _mask_arg(mask, T, B)
         W, U, bias = self._arrays(cell, w, dt)
         GH, H = W.shape[1], cell.units
         sizes = cell.state_sizes()
@@ -87,8 +96,8 @@ class _Kernel:
                 parks = {"gates": xw, **parks}
             run_blocks(B, B * H * GH, lambda lo, hi: self._train(
                 cell, xw[:, lo:hi], U, bias, [a[:, lo:hi] for a in hist],
-                {n: p[:, lo:hi] for n, p in parks.items()}, ex, codes))
-            cache = {"x_tm": x_tm, "states": hist, "parks": parks}
+                {n: p[:, lo:hi] for n, p in parks.items()}, ex, codes, (mk[:, lo:hi], mask is not None)))
+            cache = {"x_tm": x_tm, "states": hist, "parks": parks, "mask": mask}
             return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), cache
         # inference: the state and one chunk of projections; the output written in (B, T, out) order
         st = [np.zeros((B, n), dt) if init is None else np.array(init[k], dt, order="C")
@@ -100,13 +109,13 @@ class _Kernel:
             xb = x_tm if hi - lo == B else np.ascontiguousarray(x_tm[:, lo:hi])
             buf = np.empty((_chunk(T, hi - lo, GH * dt.itemsize) * (hi - lo), GH), dt)
             self._infer(cell, xb, W, bias, U, [a[lo:hi] for a in st], seq_view[:, lo:hi], keep_seq,
-                        buf, ex, codes)
+                        buf, ex, codes, (np.ascontiguousarray(mk[:, lo:hi]), mask is not None))
 
         run_blocks(B, B * H * GH, infer)
         return (seq_view if keep_seq else None), tuple(st), None
 
-    def walk_back(self, cell: Any, w: Any, cache: dict[str, Any], g: np.ndarray,
-                  full: bool) -> tuple[np.ndarray, dict[str, np.ndarray], Arrays]:
+    def walk_back(self, cell: Any, w: Any, cache: dict[str, Any], g: np.ndarray, full: bool,
+                  d_final: Arrays | None = None) -> tuple[np.ndarray, dict[str, np.ndarray], Arrays]:
         x_tm, hist, parks = cache["x_tm"], cache["states"], cache["parks"]
         T, B, F = x_tm.shape
         dt = x_tm.dtype
@@ -114,13 +123,17 @@ class _Kernel:
         GH = W.shape[1]
         dxw = np.empty((T, B, GH), dt)
         drec = np.empty((T, B, GH), dt) if self.separate_rec else dxw
-        d_init = [np.zeros((B, n), dt) for n in cell.state_sizes()]
+        d_init = [np.zeros((B, n), dt) if d_final is None else np.array(d_final[k], dt, order="C")
+                  for k, n in enumerate(cell.state_sizes())]
+        mask = cache.get("mask")
+        mk = _mask_arg(mask, T, B)
         g3 = np.ascontiguousarray(g).reshape(B, T if full else 1, cell.output_size)
         ex = self._extra_back(cell, w, T, B, dt)
         codes = _codes(cell)
         run_blocks(B, B * cell.units * GH, lambda lo, hi: self._back(
             cell, g3[lo:hi], full, [a[:, lo:hi] for a in hist], {n: p[:, lo:hi] for n, p in parks.items()},
-            U, ex, codes, [d[lo:hi] for d in d_init], dxw[:, lo:hi], drec[:, lo:hi], slice(lo, hi)))
+            U, ex, codes, [d[lo:hi] for d in d_init], dxw[:, lo:hi], drec[:, lo:hi], slice(lo, hi),
+            (mk[:, lo:hi], mask is not None)))
         names, groups = cell.state_names, cell.rec_groups(GH)
         P = [hist[names.index(src)][:T] if src in names else parks[src] for src, _, _ in groups]
         P = [p.reshape(T * B, p.shape[-1]) for p in P]
@@ -164,15 +177,16 @@ class _Kernel:
         return {}
 
     def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
-               ex: Any, codes: tuple[int, int]) -> None:
+               ex: Any, codes: tuple[int, int], mm: tuple[Any, bool]) -> None:
         raise NotImplementedError
 
     def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
-               buf: Any, ex: Any, codes: tuple[int, int]) -> None:
+               buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, bool]) -> None:
         raise NotImplementedError
 
     def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
-              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice) -> None:
+              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice,
+              mm: tuple[Any, bool]) -> None:
         raise NotImplementedError
 
 
@@ -180,16 +194,17 @@ class _SimpleKernel(_Kernel):
     park_gates = False
 
     def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
-               ex: Any, codes: tuple[int, int]) -> None:
-        _simple.simple_train(xw, U, hist[0], codes[0])
+               ex: Any, codes: tuple[int, int], mm: tuple[Any, bool]) -> None:
+        _simple.simple_train(xw, U, hist[0], codes[0], *mm)
 
     def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
-               buf: Any, ex: Any, codes: tuple[int, int]) -> None:
-        _simple.simple_infer(xb, W, bias[0], U, st[0], seq, keep, buf, codes[0])
+               buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, bool]) -> None:
+        _simple.simple_infer(xb, W, bias[0], U, st[0], seq, keep, buf, codes[0], *mm)
 
     def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
-              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice) -> None:
-        _simple.simple_back(g3, full, hist[0], np.ascontiguousarray(U.T), codes[0], d_init[0], dxw)
+              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice,
+              mm: tuple[Any, bool]) -> None:
+        _simple.simple_back(g3, full, hist[0], np.ascontiguousarray(U.T), codes[0], d_init[0], dxw, *mm)
 
 
 class _LSTMKernel(_Kernel):
@@ -216,40 +231,43 @@ class _LSTMKernel(_Kernel):
         return {cell.projection: m.reshape(T * B, H).T @ dh_seq.reshape(T * B, cell.proj_size)}
 
     def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
-               ex: Any, codes: tuple[int, int]) -> None:
+               ex: Any, codes: tuple[int, int], mm: tuple[Any, bool]) -> None:
         m = parks["m"] if cell.proj_size else parks["act_c"]   # (unused without a projection)
-        _lstm.lstm_train(xw, U, hist[0], hist[1], parks["act_c"], bool(cell.proj_size), ex, m, *codes)
+        _lstm.lstm_train(xw, U, hist[0], hist[1], parks["act_c"], bool(cell.proj_size), ex, m, *codes, *mm)
 
     def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
-               buf: Any, ex: Any, codes: tuple[int, int]) -> None:
-        _lstm.lstm_infer(xb, W, bias[0], U, st[0], st[1], seq, keep, buf, bool(cell.proj_size), ex, *codes)
+               buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, bool]) -> None:
+        _lstm.lstm_infer(xb, W, bias[0], U, st[0], st[1], seq, keep, buf, bool(cell.proj_size), ex, *codes,
+                         *mm)
 
     def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
-              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice) -> None:
+              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice,
+              mm: tuple[Any, bool]) -> None:
         WpT, dh_seq = ex
         _lstm.lstm_back(g3, full, hist[1], parks["gates"], parks["act_c"], np.ascontiguousarray(U.T),
-                        bool(cell.proj_size), WpT, dh_seq[:, rows], d_init[0], d_init[1], *codes, dxw)
+                        bool(cell.proj_size), WpT, dh_seq[:, rows], d_init[0], d_init[1], *codes, dxw, *mm)
 
 
 class _GRUKernel(_Kernel):
     parks = ("rh",)
 
     def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
-               ex: Any, codes: tuple[int, int]) -> None:
+               ex: Any, codes: tuple[int, int], mm: tuple[Any, bool]) -> None:
         H = cell.units
-        _gru.gru_train(xw, U[:, :2 * H], U[:, 2 * H:], hist[0], parks["rh"], *codes)
+        _gru.gru_train(xw, U[:, :2 * H], U[:, 2 * H:], hist[0], parks["rh"], *codes, *mm)
 
     def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
-               buf: Any, ex: Any, codes: tuple[int, int]) -> None:
+               buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, bool]) -> None:
         H = cell.units
         _gru.gru_infer(xb, W, bias[0], U[:, :2 * H], U[:, 2 * H:], bias[0], False, st[0], seq, keep, buf,
-                       *codes)
+                       *codes, *mm)
 
     def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
-              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice) -> None:
+              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice,
+              mm: tuple[Any, bool]) -> None:
         H = cell.units
         _gru.gru_back(g3, full, hist[0], parks["gates"], parks["rh"], np.ascontiguousarray(U[:, 2 * H:].T),
-                      np.ascontiguousarray(U[:, :2 * H].T), *codes, d_init[0], dxw)
+                      np.ascontiguousarray(U[:, :2 * H].T), *codes, d_init[0], dxw, *mm)
 
 
 class _GRUResetAfterKernel(_Kernel):
@@ -257,17 +275,18 @@ class _GRUResetAfterKernel(_Kernel):
     separate_rec = True
 
     def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
-               ex: Any, codes: tuple[int, int]) -> None:
-        _gru.gru_ra_train(xw, U, bias[1], hist[0], parks["hu_n"], *codes)
+               ex: Any, codes: tuple[int, int], mm: tuple[Any, bool]) -> None:
+        _gru.gru_ra_train(xw, U, bias[1], hist[0], parks["hu_n"], *codes, *mm)
 
     def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
-               buf: Any, ex: Any, codes: tuple[int, int]) -> None:
-        _gru.gru_infer(xb, W, bias[0], U, U, bias[1], True, st[0], seq, keep, buf, *codes)
+               buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, bool]) -> None:
+        _gru.gru_infer(xb, W, bias[0], U, U, bias[1], True, st[0], seq, keep, buf, *codes, *mm)
 
     def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
-              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice) -> None:
+              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice,
+              mm: tuple[Any, bool]) -> None:
         _gru.gru_ra_back(g3, full, hist[0], parks["gates"], parks["hu_n"], np.ascontiguousarray(U.T), *codes,
-                         d_init[0], dxw, drec)
+                         d_init[0], dxw, drec, *mm)
 
 
 SIMPLE = _SimpleKernel()

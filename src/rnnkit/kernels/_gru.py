@@ -16,13 +16,16 @@ from rnnkit.kernels._jit import (
     act,
     act_ip,
     add_upstream,
+    carry,
     copy_rows,
     cst,
     dact_cols,
     dgate,
     gemm,
+    hold,
     njit,
     project,
+    release,
     sig,
 )
 
@@ -89,25 +92,32 @@ def _gru_ra_step(xg: Any, h_prev: Any, h: Any, hun: Any, U: Any, b1: Any, hu: An
 
 
 @njit(**OPTS)
-def gru_train(xw: Any, Uzr: Any, Un: Any, hist_h: Any, rh: Any, code: int, rcode: int) -> None:
-    """Training forward, reset_after=False: xw -> gates in place; fills hist_h and ``rh``."""
+def gru_train(xw: Any, Uzr: Any, Un: Any, hist_h: Any, rh: Any, code: int, rcode: int, mask: Any,
+              masked: bool) -> None:
+    """Training forward, reset_after=False: xw -> gates in place; fills hist_h and ``rh``; with
+    ``masked``, rows with ``mask[s, b] == 0`` carry the state through step ``s``."""
     T = xw.shape[0]
     for s in range(T):
         _gru_step(xw[s], hist_h[s], hist_h[s + 1], rh[s], Uzr, Un, code, rcode)
+        if masked:
+            carry(hist_h[s], hist_h[s + 1], mask[s])
 
 
 @njit(**OPTS)
-def gru_ra_train(xw: Any, U: Any, b1: Any, hist_h: Any, hun: Any, code: int, rcode: int) -> None:
+def gru_ra_train(xw: Any, U: Any, b1: Any, hist_h: Any, hun: Any, code: int, rcode: int, mask: Any,
+                 masked: bool) -> None:
     """Training forward, reset_after=True: xw -> gates in place; fills hist_h and ``hu_n``."""
     T, B, G = xw.shape
     hu = np.empty((B, G), xw.dtype)
     for s in range(T):
         _gru_ra_step(xw[s], hist_h[s], hist_h[s + 1], hun[s], U, b1, hu, code, rcode)
+        if masked:
+            carry(hist_h[s], hist_h[s + 1], mask[s])
 
 
 @njit(**OPTS)
 def gru_infer(x_tm: Any, W: Any, b0: Any, Ua: Any, Ub: Any, b1: Any, ra: bool, h: Any, seq: Any,
-              keep: bool, buf: Any, code: int, rcode: int) -> None:
+              keep: bool, buf: Any, code: int, rcode: int, mask: Any, masked: bool) -> None:
     """Inference for either form (``ra`` = reset_after: ``Ua`` = U, ``b1`` the recurrent bias;
     else ``Ua`` = Uzr, ``Ub`` = Un); ``h`` (B, H) initial state in, final out; ``buf``
     (chunk*B, 3H) receives a chunk of projections at a time."""
@@ -118,23 +128,28 @@ def gru_infer(x_tm: Any, W: Any, b0: Any, Ua: Any, Ub: Any, b1: Any, ra: bool, h
     chunk = max(1, buf.shape[0] // max(B, 1))   # (an empty batch: any chunk)
     t1 = np.empty((B, H), dt)
     hu = np.empty((B, G), dt)
+    hp = np.empty((B, H), dt)
     for t0 in range(0, T, chunk):
         n = min(chunk, T - t0)
         xp = buf[:n * B]
         project(x_tm[t0:t0 + n].reshape((n * B, F)), W, b0, xp)
         for s in range(n):
             xg = xp[s * B:(s + 1) * B]
+            if masked:
+                copy_rows(h, hp)
             if ra:
                 _gru_ra_step(xg, h, h, t1, Ua, b1, hu, code, rcode)
             else:
                 _gru_step(xg, h, h, t1, Ua, Ub, code, rcode)
+            if masked:
+                carry(hp, h, mask[t0 + s])
             if keep:
                 copy_rows(h, seq[t0 + s])
 
 
 @njit(**OPTS)
 def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, UzrT: Any, code: int,
-             rcode: int, dh: Any, dxw: Any) -> None:
+             rcode: int, dh: Any, dxw: Any, mask: Any, masked: bool) -> None:
     """reset_after=False backward walk: fills ``dxw`` (T, B, 3H). ``UnT``/``UzrT``: the
     transposed blocks, (H, H) and (2H, H). ``dh`` (B, H) starts at zero and ends as
     dL/d(initial state)."""
@@ -145,9 +160,12 @@ def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, Uz
     dan = np.empty((B, H), dt)
     drh = np.empty((B, H), dt)
     dzr = np.empty((B, 2 * H), dt)
+    sv = np.empty((B, H), dt)
     for s in range(T - 1, -1, -1):
         if full or s == T - 1:
             add_upstream(dh, g3, s if full else 0)
+        if masked:
+            hold(dh, sv, mask[s])
         for b in range(B):
             gt = gates[s, b]
             hp = hist_h[s, b]
@@ -184,19 +202,24 @@ def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, Uz
             for j in range(2 * H):
                 zr[j] = d[j]
         gemm(dzr, UzrT, dh, 1.0, False)            # 1b.
+        if masked:
+            release(dh, sv, mask[s])
 
 
 @njit(**OPTS)
 def gru_ra_back(g3: Any, full: bool, hist_h: Any, gates: Any, hun: Any, UT: Any, code: int, rcode: int,
-                dh: Any, dxw: Any, drec: Any) -> None:
+                dh: Any, dxw: Any, drec: Any, mask: Any, masked: bool) -> None:
     """reset_after=True backward walk: fills ``dxw`` and ``drec`` (T, B, 3H); ``UT`` (3H, H);
     ``dh`` as in :func:`gru_back`."""
     T, B, G = gates.shape
     H = G // 3
     one = cst(gates, 1.0)
+    sv = np.empty((B, H), gates.dtype)
     for s in range(T - 1, -1, -1):
         if full or s == T - 1:
             add_upstream(dh, g3, s if full else 0)
+        if masked:
+            hold(dh, sv, mask[s])
         for b in range(B):
             gt = gates[s, b]
             hp = hist_h[s, b]
@@ -227,3 +250,5 @@ def gru_ra_back(g3: Any, full: bool, hist_h: Any, gates: Any, hun: Any, UT: Any,
             for j in range(H):
                 dhr[j] = dhr[j] * gt[j]
         gemm(drec[s], UT, dh, 1.0, False)          # 1b.
+        if masked:
+            release(dh, sv, mask[s])

@@ -274,6 +274,39 @@ def copy_rows(src: Any, dst: Any) -> None:
 
 
 @njit(**OPTS)
+def carry(prev: Any, new: Any, m: Any) -> None:
+    """``new[b] = prev[b]`` for every row with ``m[b] == 0``: a masked step carries the state."""
+    for b in range(m.shape[0]):
+        if m[b] == 0:
+            s, d = prev[b], new[b]
+            for j in range(s.shape[0]):
+                d[j] = s[j]
+
+
+@njit(**OPTS)
+def hold(d: Any, save: Any, m: Any) -> None:
+    """Backward of a masked step, before it: rows with ``m[b] == 0`` of ``d`` move into ``save``
+    (``d`` there becomes 0, so the step's backward contributes nothing for them)."""
+    for b in range(m.shape[0]):
+        if m[b] == 0:
+            r, v = d[b], save[b]
+            for j in range(r.shape[0]):
+                v[j] = r[j]
+                r[j] = 0
+
+
+@njit(**OPTS)
+def release(d: Any, save: Any, m: Any) -> None:
+    """Backward of a masked step, after it: ``d[b] += save[b]`` for the held rows (the carried
+    state passes its gradient straight through)."""
+    for b in range(m.shape[0]):
+        if m[b] == 0:
+            r, v = d[b], save[b]
+            for j in range(r.shape[0]):
+                r[j] += v[j]
+
+
+@njit(**OPTS)
 def act_ip(a: Any, lo: int, n: int, code: int) -> None:
     """``a[:, lo:lo+n] = act(a[:, lo:lo+n])`` in place. (A separate function: with two array
     arguments that are the same array, LLVM's overlap check would pick the scalar loop.)"""

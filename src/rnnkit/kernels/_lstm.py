@@ -19,12 +19,15 @@ from rnnkit.kernels._jit import (
     act_cols,
     act_ip,
     add_upstream,
+    carry,
     copy_rows,
     dact_cols,
     dgate,
     gemm,
+    hold,
     njit,
     project,
+    release,
     sig,
 )
 
@@ -63,7 +66,7 @@ def _step(a: Any, c_prev: Any, c: Any, act_c: Any, h: Any, code: int, rcode: int
 
 @njit(**OPTS)
 def lstm_train(xw: Any, U: Any, hist_h: Any, hist_c: Any, act_c: Any, proj: bool, Wp: Any, m: Any,
-               code: int, rcode: int) -> None:
+               code: int, rcode: int, mask: Any, masked: bool) -> None:
     """Training forward. ``xw`` (T, B, 4H) holds the projections on entry and the parked gates
     ``[i|f|g|o]`` on exit; ``hist_h`` (T+1, B, S) / ``hist_c`` (T+1, B, H) have row 0 set to
     the initial state and receive every later one; ``act_c`` (T, B, H) receives act(c), and
@@ -77,11 +80,14 @@ def lstm_train(xw: Any, U: Any, hist_h: Any, hist_c: Any, act_c: Any, proj: bool
             gemm(m[s], Wp, hist_h[s + 1], 0.0, False)     # 5. h = m @ Wp
         else:
             _step(gt, hist_c[s], hist_c[s + 1], act_c[s], hist_h[s + 1], code, rcode)
+        if masked:                              # a masked step carries (h, c) over
+            carry(hist_h[s], hist_h[s + 1], mask[s])
+            carry(hist_c[s], hist_c[s + 1], mask[s])
 
 
 @njit(**OPTS)
 def lstm_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, c: Any, seq: Any, keep: bool,
-               buf: Any, proj: bool, Wp: Any, code: int, rcode: int) -> None:
+               buf: Any, proj: bool, Wp: Any, code: int, rcode: int, mask: Any, masked: bool) -> None:
     """Inference: ``h``/``c`` (B, H) hold the initial state on entry, the final one on exit.
     The projection runs ``chunk`` steps at a time into ``buf`` (chunk*B, 4H) (nothing per step
     is kept); with ``keep`` step ``s`` writes ``seq[s]`` (any layout, e.g. a view of (B, T, H))."""
@@ -91,6 +97,8 @@ def lstm_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, c: Any, seq: Any, kee
     chunk = max(1, buf.shape[0] // max(B, 1))   # (an empty batch: any chunk)
     ac = np.empty((B, H), x_tm.dtype)
     m = np.empty((B, H), x_tm.dtype)
+    hp = np.empty(h.shape, x_tm.dtype)
+    cp = np.empty((B, H), x_tm.dtype)
     for t0 in range(0, T, chunk):
         n = min(chunk, T - t0)
         xp = buf[:n * B]
@@ -98,18 +106,25 @@ def lstm_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, c: Any, seq: Any, kee
         for s in range(n):
             a = xp[s * B:(s + 1) * B]
             gemm(h, U, a, 1.0, False)             # a = xw + h_prev @ U, in place
+            if masked:
+                copy_rows(h, hp)
+                copy_rows(c, cp)
             if proj:
                 _step(a, c, c, ac, m, code, rcode)
                 gemm(m, Wp, h, 0.0, False)
             else:
                 _step(a, c, c, ac, h, code, rcode)
+            if masked:
+                carry(hp, h, mask[t0 + s])
+                carry(cp, c, mask[t0 + s])
             if keep:
                 copy_rows(h, seq[t0 + s])
 
 
 @njit(**OPTS)
 def lstm_back(g3: Any, full: bool, hist_c: Any, gates: Any, act_c: Any, UT: Any, proj: bool, WpT: Any,
-              dh_seq: Any, dh: Any, dc: Any, code: int, rcode: int, dxw: Any) -> None:
+              dh_seq: Any, dh: Any, dc: Any, code: int, rcode: int, dxw: Any, mask: Any,
+              masked: bool) -> None:
     """The backward walk: fills ``dxw`` (T, B, 4H) with dL/dxw_s. ``g3`` is the upstream
     gradient (B, T, S) when ``full`` (return_sequences), else (B, 1, S) for the last step;
     ``UT`` is U transposed, (4H, S) (BLAS measured faster on it than with a transpose flag).
@@ -121,9 +136,14 @@ def lstm_back(g3: Any, full: bool, hist_c: Any, gates: Any, act_c: Any, UT: Any,
     dt = gates.dtype
     dm = np.empty((B, H), dt)
     tmp = np.empty((B, H), dt)
+    sh = np.empty(dh.shape, dt)
+    sc = np.empty((B, H), dt)
     for s in range(T - 1, -1, -1):
         if full or s == T - 1:
             add_upstream(dh, g3, s if full else 0)
+        if masked:                               # masked rows: the gradient passes straight through
+            hold(dh, sh, mask[s])
+            hold(dc, sc, mask[s])
         src = dh
         if proj:                                 # 5b.
             copy_rows(dh, dh_seq[s])
@@ -162,3 +182,6 @@ def lstm_back(g3: Any, full: bool, hist_c: Any, gates: Any, act_c: Any, UT: Any,
                 dcr[j] = dcr[j] * gt[H + j]
         dact_cols(gt2, 2 * H, d2, 2 * H, H, code)
         gemm(d2, UT, dh, 0.0, False)
+        if masked:
+            release(dh, sh, mask[s])
+            release(dc, sc, mask[s])

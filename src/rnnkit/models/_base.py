@@ -185,8 +185,8 @@ class Model:
     def fit(self, x: Data, y: Data, epochs: int = 1, *, batch_size: int | None = None,
             validation_data: tuple[Data, Data] | None = None, validation_split: float = 0.0,
             callbacks: list[Callback] | None = None, verbose: int = 0, shuffle: bool = True,
-            seed: int | None = None, initial_epoch: int = 0, sample_weight: Any = None,
-            class_weight: dict[int, float] | None = None, mask: Any = None,
+            seed: int | None = None, initial_epoch: int = 0, distributed: Any = None,
+            sample_weight: Any = None, class_weight: dict[int, float] | None = None, mask: Any = None,
             lengths: Any = None) -> History:
         """Train. ``fit(x, y, epochs)`` takes ONE full-batch step per epoch (the pages' rule);
         ``batch_size=`` takes mini-batch steps, reshuffled each epoch (``shuffle``) by a
@@ -197,7 +197,19 @@ class Model:
         outputs) or ``class_weight`` (``{class: weight}``) weight the loss as Keras does;
         ``mask=`` / ``lengths=`` mark the padding of the inputs (as in :meth:`predict`), and the
         mask of a sequence output leaves its padded steps out of the loss and metrics.
-        Returns the :class:`History`."""
+        Returns the :class:`History`. ``distributed=rk.distributed.MPI()``
+        trains data-parallel on every rank of an MPI job (``batch_size`` is then the global
+        batch; see :mod:`rnnkit.distributed._fit`); it takes no weights or masks yet."""
+        if distributed is not None:
+            from rnnkit.distributed._fit import run_fit_distributed
+
+            if any(v is not None for v in (sample_weight, class_weight, mask, lengths)):
+                raise InvalidParameterError("fit: distributed= takes no sample_weight, class_weight, "
+                                            "mask or lengths yet")
+            return run_fit_distributed(
+                self, x, y, epochs, batch_size=batch_size, validation_data=validation_data,
+                validation_split=validation_split, callbacks=callbacks, verbose=verbose,
+                shuffle=shuffle, seed=seed, initial_epoch=initial_epoch, distributed=distributed)
         from rnnkit.models._training import run_fit
 
         return run_fit(self, x, y, epochs, batch_size=batch_size, validation_data=validation_data,
@@ -209,17 +221,27 @@ class Model:
         """:meth:`fit` with mini-batches (the Rust library's argument order)."""
         return self.fit(x, y, epochs, batch_size=_check_batch_size(batch_size), **kwargs)
 
-    def evaluate(self, x: Data, y: Data, batch_size: int | None = None,
-                 return_dict: bool = False, *, sample_weight: Any = None, mask: Any = None,
+    def evaluate(self, x: Data, y: Data, batch_size: int | None = None, return_dict: bool = False,
+                 distributed: Any = None, *, sample_weight: Any = None, mask: Any = None,
                  lengths: Any = None) -> float | list[float] | dict[str, float]:
         """Loss (and metrics) over ``x``/``y`` in inference passes; batches are combined as the
         sample-weighted mean. ``sample_weight``, ``mask``, ``lengths`` as in :meth:`fit`.
         Returns the loss alone when there are no metrics, else ``[loss, *metrics]``, or a dict
-        with ``return_dict=True``."""
+        with ``return_dict=True``. With ``distributed=rk.distributed.MPI()`` the ranks share
+        the samples and every rank returns the result over all of them (no weights or masks)."""
         from rnnkit.models._training import evaluate_logs
 
         self._require_compiled("evaluate")
-        logs = evaluate_logs(self, x, y, batch_size, sample_weight=sample_weight, mask=mask, lengths=lengths)
+        if distributed is not None:
+            from rnnkit.distributed._fit import run_evaluate_distributed
+
+            if any(v is not None for v in (sample_weight, mask, lengths)):
+                raise InvalidParameterError("evaluate: distributed= takes no sample_weight, mask or "
+                                            "lengths yet")
+            logs = run_evaluate_distributed(self, x, y, batch_size, distributed)
+        else:
+            logs = evaluate_logs(self, x, y, batch_size, sample_weight=sample_weight, mask=mask,
+                                 lengths=lengths)
         if return_dict:
             return logs
         vals = list(logs.values())
@@ -229,6 +251,12 @@ class Model:
     def trainable_weights(self) -> list[tuple[Layer, str]]:
         """Every (layer, weight name) once, in :meth:`named_weights` order."""
         return list(self.named_weights().values())
+
+    def reset_states(self) -> None:
+        """Clear the carried state of every stateful layer (Keras' ``reset_states``)."""
+        for layer in getattr(self, "layers", []):
+            if getattr(layer, "stateful", False):
+                layer.reset_state()
 
     def get_weights(self) -> list[np.ndarray]:
         """Copies of every weight, in :meth:`named_weights` order."""

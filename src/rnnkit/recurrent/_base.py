@@ -18,20 +18,36 @@ from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShape
 from rnnkit._layer import Layer, check_positive_int
 from rnnkit._shape import Shape
 from rnnkit.recurrent._cell import Arrays, Cell
+from rnnkit.recurrent._streaming import Streaming
 from rnnkit.recurrent._walker import walk, walk_back
 
 
-class RecurrentLayer(Layer):
-    """``RecurrentLayer(cell, *, return_sequences=False, go_backwards=False, seed=None,
-    dtype="float32", input_dim=None, name=None)``: any cell walked over time.
+class RecurrentLayer(Streaming, Layer):
+    """``RecurrentLayer(cell, *, return_sequences=False, go_backwards=False, return_state=False,
+    stateful=False, dropout=0.0, seed=None, dtype="float32", input_dim=None, name=None)``: any
+    cell walked over time.
 
     Input (B, T, F); output (B, out) = the last step's output (state part 0), or (B, T, out)
     with ``return_sequences`` (slot k holds the output of processing step k). Weights: the
     cell's :meth:`~rnnkit.Cell.params`, drawn from ``seed`` in their order.
+
+    - Padded batches: the ``Ctx``'s mask (:meth:`rnnkit.Ctx.set_mask`) marks the real steps; a
+      masked step carries the state over and repeats the previous output (a boolean mask,
+      Keras') or outputs zeros (``lengths``, PyTorch's packed sequences); ``go_backwards``
+      reverses each sequence within its own length.
+    - ``return_state``: ``forward`` returns ``[output, *final_state_parts]``; an input list
+      ``[x, *initial_state_parts]`` starts from that state; gradients flow to both.
+    - ``stateful``: each call starts where the previous one left off (per sample; the batch
+      size must stay the same) until :meth:`reset_state`; gradients stop at the call's start
+      (truncated BPTT). The carried state is the one thing such a layer keeps between passes:
+      a stateful layer is not for sharing between threads or between two places of a model.
+    - ``dropout``: inverted dropout of the inputs in a training ``Ctx``, one mask per sequence
+      reused at every step (drawn from ``ctx.rng``, kept in the ``Ctx``).
     """
 
     def __init__(self, cell: Cell | dict[str, Any], *, return_sequences: bool = False,
-                 go_backwards: bool = False,
+                 go_backwards: bool = False, return_state: bool = False, stateful: bool = False,
+                 dropout: float = 0.0,
                  seed: int | None = None, dtype: Any = "float32", input_dim: int | None = None,
                  name: str | None = None) -> None:
         if isinstance(cell, dict):  # from a model file: {"class_name": ..., "config": ...}
@@ -45,6 +61,12 @@ class RecurrentLayer(Layer):
         self.cell = cell
         self.return_sequences = bool(return_sequences)
         self.go_backwards = bool(go_backwards)
+        self.return_state = bool(return_state)
+        self.stateful = bool(stateful)
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+            raise InvalidParameterError(f"{self.name}: dropout must be a number in [0, 1), got {dropout!r}")
+        self.dropout = float(dropout)
+        self._state: Arrays | None = None
         if input_dim is not None:
             self.build(Shape((None, None, check_positive_int(input_dim, "input_dim", self.name))))
 
@@ -102,6 +124,22 @@ class RecurrentLayer(Layer):
         if self.return_sequences:
             return Shape((shp[0], shp[1], self.output_size))
         return Shape((shp[0], self.output_size))
+
+    supports_masking = True
+
+    def compute_mask(self, x: Any, mask: Any) -> Any:
+        """The output keeps the mask under ``return_sequences`` (in processing order: reversed
+        within each length under ``go_backwards``, which leaves a prefix mask as it is), none
+        otherwise; with ``return_state`` a list ``[that, None, ...]``."""
+        out = None
+        if mask is not None and self.return_sequences:
+            out = mask
+            if self.go_backwards and mask.kind == "mask":
+                from rnnkit._mask import Mask
+
+                T = int(np.shape(x[0] if isinstance(x, (list, tuple)) else x)[1])
+                out = Mask(np.take_along_axis(mask.valid(T), mask.reverse_index(T), axis=1))
+        return [out] + [None] * len(self.cell.state_names) if self.return_state else out
 
     @property
     def input_dim(self) -> int:
@@ -179,38 +217,127 @@ class RecurrentLayer(Layer):
             )
         return arr
 
-    def _time_major(self, x: np.ndarray) -> np.ndarray:
-        """(B, T, F) -> contiguous (T, B, F) in processing order."""
-        xt = x.transpose(1, 0, 2)
-        return np.ascontiguousarray(xt[::-1] if self.go_backwards else xt)
+    def forward(self, x: Any, ctx: Ctx) -> Any:
+        """Run the layer: (B, T, F) -> (B, out), or (B, T, out) under ``return_sequences``.
 
-    def forward(self, x: Any, ctx: Ctx) -> np.ndarray:
-        """Run the layer: (B, T, F) -> (B, out), or (B, T, out) under ``return_sequences``."""
-        arr = self._check_input(x)
-        seq, final, cache = walk(self.cell, self._weights, self._time_major(arr), None,
-                                 ctx.training_mode, self.return_sequences)
-        if cache is not None:
-            B, T = arr.shape[:2]
-            cache["out_shape"] = (B, T, self.output_size) if self.return_sequences else (B, self.output_size)
-            ctx.save(self, cache)
-        if self.return_sequences:
-            assert seq is not None
-            return seq.transpose(1, 0, 2).copy()  # never a view of the cache (B == 1, T == 1)
-        return np.array(final[0])
+        ``x`` may be a list ``[x, *initial_state_parts]`` (Keras' ``initial_state``; each part
+        (B, width), in :attr:`Cell.state_names` order); otherwise the state starts at zero (or,
+        for a ``stateful`` layer, where the previous call left it). ``ctx.mask`` (a
+        :class:`~rnnkit.Mask`) marks the real steps of a padded batch. With ``return_state`` the
+        result is ``[output, *final_state_parts]``."""
+        arr, init = self._split_inputs(x)
+        out, final = self._pass(arr, init, ctx, self.return_sequences, "layer")
+        return [out, *final] if self.return_state else out
 
-    def backward(self, grad: Any, ctx: Ctx) -> np.ndarray:
+    def backward(self, grad: Any, ctx: Ctx) -> Any:
         """BPTT over the whole sequence. Adds the gradient of every trainable weight into
-        ``ctx`` (``ctx.grad(layer, name)``) and returns dL/dx, shape (B, T, F) in input order."""
+        ``ctx`` (``ctx.grad(layer, name)``) and returns dL/dx, shape (B, T, F) in input order
+        (``[dx, *d_initial_state_parts]`` when the forward had an initial state). With
+        ``return_state``, ``grad`` is a list ``[d_output, *d_final_state_parts]`` (None: zero)."""
         self._require_built("backward")
         cache = ctx.peek(self)
+        if cache["api"] == "seq":     # recorded by seq_init: (d_seq, d_final_state)
+            if not isinstance(grad, tuple) or len(grad) != 2:
+                raise InvalidInputError(f"{self.name}: a pass recorded by seq_init takes backward((d_seq, "
+                                        f"d_final_state), ctx); got {type(grad).__name__}")
+            out = self._back(cache, grad[0], None if grad[1] is None else tuple(grad[1]), ctx)
+            dx, d_init = (out[0], self.cell.make_state(tuple(out[1:]))) if cache["given"] else (out, None)
+            return dx, d_init
+        g_state = None
+        if self.return_state:
+            if not isinstance(grad, (list, tuple)) or len(grad) != 1 + len(self.cell.state_names):
+                raise InvalidInputError(
+                    f"{self.name}: with return_state, backward expects a list [d_output, "
+                    f"{', '.join('d_' + n for n in self.cell.state_names)}], got {type(grad).__name__}")
+            grad, g_state = grad[0], grad[1:]
+        return self._back(cache, grad, g_state, ctx)
+
+    def _split_inputs(self, x: Any) -> tuple[Any, Arrays | None]:
+        if isinstance(x, (list, tuple)):
+            n = len(self.cell.state_names)
+            if len(x) != 1 + n:
+                raise InvalidInputError(
+                    f"{self.name}: expected an input or a list [x, {', '.join(self.cell.state_names)}] "
+                    f"(the initial state), got a list of {len(x)}")
+            return x[0], tuple(x[1:])
+        return x, None
+
+    def _pass(self, x: Any, init: Any, ctx: Ctx, keep_seq: bool, api: str,
+              check_steps: bool = True) -> tuple[np.ndarray, Arrays]:
+        """One forward pass (recorded in a training ``ctx``): (output, final state parts)."""
+        arr = self._check_input(x, check_steps)
+        B, T = arr.shape[:2]
+        mask = ctx.mask
+        if mask is not None:
+            mask.check(B, T, self.name)
+        given = init is not None
+        parts = self.unpack_state(init, B) if given else (self._carried_state(B) if api == "layer" else None)
+        idx, m_tm = self._order(mask, B, T)
+        drop = None
+        if ctx.training_mode and self.dropout > 0.0:   # one input mask per sequence, every step
+            drop = (ctx.rng.random((B, 1, arr.shape[2])) >= self.dropout).astype(self.dtype)
+            drop /= self.dtype.type(1.0 - self.dropout)
+            arr = arr * drop
+        if idx is None:
+            xt = arr.transpose(1, 0, 2)
+            x_tm = np.ascontiguousarray(xt[::-1] if self.go_backwards else xt)
+        else:
+            x_tm = arr[np.arange(B)[None, :], idx]
+        seq, final, cache = walk(self.cell, self._weights, x_tm, parts, ctx.training_mode, keep_seq, m_tm)
+        if self.stateful and api == "layer":
+            self._state = tuple(np.array(f) for f in final)
+        lengths = mask is not None and mask.kind == "lengths"
+        if cache is not None:
+            cache.update(out_shape=(B, T, self.output_size) if keep_seq else (B, self.output_size), idx=idx,
+                         zero_pad=lengths and keep_seq, drop=drop, given=given, api=api,
+                         in_shape=arr.shape)
+            ctx.save(self, cache)
+        if keep_seq:
+            assert seq is not None
+            out = seq.transpose(1, 0, 2).copy()  # never a view of the cache (B == 1, T == 1)
+            if lengths:                           # PyTorch's packed semantics: zero past the end
+                assert m_tm is not None
+                out *= m_tm.T[:, :, None]
+        else:
+            out = np.array(final[0])
+        return out, tuple(np.array(f) for f in final)
+
+    def _order(self, mask: Any, B: int, T: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(time index (T, B) of the input each processing step reads, or None for the plain
+        order; the (T, B) real-step mask in processing order, or None)."""
+        if mask is None:
+            return None, None
+        valid = mask.valid(T)
+        if not self.go_backwards:
+            return None, np.ascontiguousarray(valid.T)
+        idx = np.ascontiguousarray(mask.reverse_index(T).T)   # reversed within each length
+        return idx, np.ascontiguousarray(np.take_along_axis(valid, idx.T, axis=1).T)
+
+    def _back(self, cache: dict[str, Any], grad: Any, g_state: Any, ctx: Ctx) -> Any:
         g = self._as_grad(grad, cache["out_shape"])
+        d_final = None
+        if g_state is not None:
+            B = cache["in_shape"][0]
+            d_final = tuple(np.zeros((B, n), self.dtype) if d is None else self._as_grad(d, (B, n))
+                            for d, n in zip(g_state, self.cell.state_sizes(), strict=True))
         ctx.load(self)  # consumed only once the gradient fits
-        dx_tm, grads, _ = walk_back(self.cell, self._weights, cache, g, self.return_sequences)
+        full = len(cache["out_shape"]) == 3
+        if cache["zero_pad"]:   # outputs past each sequence's end are constant zeros
+            g = g * cache["mask"].T[:, :, None]
+        dx_tm, grads, d_init = walk_back(self.cell, self._weights, cache, g, full, d_final)
         for name in self._trainable:
             ctx.add_grad(self, name, grads[name])
-        if self.go_backwards:
-            dx_tm = dx_tm[::-1]
-        return np.ascontiguousarray(dx_tm.transpose(1, 0, 2))
+        idx = cache["idx"]
+        if idx is None:
+            if self.go_backwards:
+                dx_tm = dx_tm[::-1]
+            dx = np.ascontiguousarray(dx_tm.transpose(1, 0, 2))
+        else:
+            dx = np.empty(cache["in_shape"], self.dtype)
+            dx[np.arange(dx.shape[0])[None, :], idx] = dx_tm
+        if cache["drop"] is not None:
+            dx *= cache["drop"]
+        return [dx, *d_init] if cache["given"] else dx
 
     # -- configuration -----------------------------------------------------------------------
     def get_config(self) -> dict[str, Any]:
@@ -221,51 +348,9 @@ class RecurrentLayer(Layer):
         return cfg
 
     def _walk_config(self) -> dict[str, Any]:
-        cfg = {"return_sequences": self.return_sequences, "go_backwards": self.go_backwards}
+        cfg: dict[str, Any] = {"return_sequences": self.return_sequences, "go_backwards": self.go_backwards}
+        for k, default in (("return_state", False), ("stateful", False), ("dropout", 0.0)):
+            if getattr(self, k) != default:   # (files of layers without them stay as they were)
+                cfg[k] = getattr(self, k)
         cfg.update(super().get_config())
         return cfg
-
-    # -- the tch-rs RNN trait: explicit states, for streaming inference -----------------------
-    def zero_state(self, batch: int) -> Any:
-        """The all-zero state for ``batch`` sequences (the cell's state type)."""
-        b = check_positive_int(batch, "batch", self.name)
-        return self.cell.make_state(tuple(np.zeros((b, n), self.dtype) for n in self.cell.state_sizes()))
-
-    def step(self, x: Any, state: Any) -> Any:
-        """Advance ``state`` by one timestep of input ``x`` (B, F); inference, records nothing."""
-        arr = self._as_input(x)
-        if arr.ndim != 2:
-            raise InvalidInputError(
-                f"{self.name}.step: expected one timestep (batch, features), got shape {arr.shape}"
-            )
-        _, final = self.seq_init(arr[:, None, :], state)
-        return final
-
-    def seq(self, x: Any) -> tuple[np.ndarray, Any]:
-        """Run from the zero state: (every output in processing order (B, T, out), final state)."""
-        return self.seq_init(x, None)
-
-    def seq_init(self, x: Any, state: Any) -> tuple[np.ndarray, Any]:
-        """Run from ``state`` (``None`` = zeros): (sequence (B, T, out), final state)."""
-        arr = self._check_input(x, check_steps=False)
-        init = None if state is None else self.unpack_state(state, arr.shape[0])
-        seq, final, _ = walk(self.cell, self._weights, self._time_major(arr), init, False, True)
-        assert seq is not None
-        return np.ascontiguousarray(seq.transpose(1, 0, 2)), self.cell.make_state(final)
-
-    def unpack_state(self, state: Any, batch: int) -> Arrays:
-        """The parts of ``state`` (the cell's state type, or a plain tuple of its parts) as
-        arrays of this layer's dtype, each checked against (batch, width)."""
-        cls = type(self.cell.make_state(tuple(np.empty(0) for _ in self.cell.state_names)))
-        names = self.cell.state_names
-        if not isinstance(state, tuple) or not (type(state) is tuple or isinstance(state, cls)) \
-                or len(state) != len(names):
-            raise InvalidInputError(
-                f"{self.name}: expected a {cls.__name__} ({', '.join(names)}) as state, got "
-                f"{type(state).__name__}")
-        parts = tuple(self._as_input(p, "state") for p in state)
-        for name, a, n in zip(names, parts, self.cell.state_sizes(), strict=True):
-            if a.shape != (batch, n):
-                raise InvalidInputError(
-                    f"{self.name}: state {name!r} must have shape {(batch, n)}, got {a.shape}")
-        return parts

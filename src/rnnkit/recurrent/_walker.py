@@ -13,6 +13,9 @@ input step ``s`` consumes. The cache of a training pass::
     x_tm     (T, B, F)             the input
     states   [(T+1, B, size_k)]    per state part: row s enters step s, row s+1 leaves it
     parks    {name: (T, B, w)}     what the cell parked at every step
+    mask     (T, B) bool or None   which steps are real; a masked step carries every state
+                                   part over unchanged (its backward passes the gradient
+                                   straight through and contributes nothing else)
 
 Backward, after the walk has filled ``dinp`` (T, B, N) and ``drec``::
 
@@ -37,24 +40,25 @@ Walk = tuple[np.ndarray | None, Arrays, dict[str, Any] | None]
 
 
 def walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, init: Arrays | None, record: bool,
-         keep_seq: bool) -> Walk:
-    """Run the recurrence on ``x_tm`` (T, B, F) from ``init`` (None: zeros). Returns (the
-    output of every step (T, B, out) when ``keep_seq``, the final state parts, the cache when
-    ``record``)."""
+         keep_seq: bool, mask: np.ndarray | None = None) -> Walk:
+    """Run the recurrence on ``x_tm`` (T, B, F) from ``init`` (None: zeros), ``mask`` (T, B)
+    marking the real steps (None: all). Returns (the output of every step (T, B, out) when
+    ``keep_seq``, the final state parts, the cache when ``record``)."""
     impl = kernels.find(cell)
     if impl is not None:
-        return impl.walk(cell, w, x_tm, init, record, keep_seq)  # type: ignore[no-any-return]
-    return reference_walk(cell, w, x_tm, init, record, keep_seq)
+        return impl.walk(cell, w, x_tm, init, record, keep_seq, mask)  # type: ignore[no-any-return]
+    return reference_walk(cell, w, x_tm, init, record, keep_seq, mask)
 
 
 def walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: dict[str, Any], g: np.ndarray,
-              full: bool) -> tuple[np.ndarray, dict[str, np.ndarray], Arrays]:
+              full: bool, d_final: Arrays | None = None) -> tuple[np.ndarray, dict[str, np.ndarray], Arrays]:
     """BPTT from the upstream gradient ``g`` ((B, T, out) when ``full``, else (B, out) of the
-    last step). Returns (dL/dx_tm (T, B, F), {parameter name: gradient}, dL/d(initial state))."""
+    last step) and ``d_final``, the gradient of the final state parts (None: zero). Returns
+    (dL/dx_tm (T, B, F), {parameter name: gradient}, dL/d(initial state))."""
     impl = kernels.find(cell)
     if impl is not None:
-        return impl.walk_back(cell, w, cache, g, full)  # type: ignore[no-any-return]
-    return reference_walk_back(cell, w, cache, g, full)
+        return impl.walk_back(cell, w, cache, g, full, d_final)  # type: ignore[no-any-return]
+    return reference_walk_back(cell, w, cache, g, full, d_final)
 
 
 def project(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray) -> np.ndarray:
@@ -77,8 +81,15 @@ def _check_new(cell: Cell, new: Arrays, B: int) -> None:
             f"{type(cell).__name__}.step must return a tuple of state parts of shapes {want}, got {got}")
 
 
+def _carry(new: Arrays, prev: Arrays, m: np.ndarray | None) -> Arrays:
+    """The state leaving a step: ``new`` where the step is real, ``prev`` where it is masked."""
+    if m is None:
+        return new
+    return tuple(np.where(m[:, None], a, p) for a, p in zip(new, prev, strict=True))
+
+
 def reference_walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, init: Arrays | None,
-                   record: bool, keep_seq: bool) -> Walk:
+                   record: bool, keep_seq: bool, mask: np.ndarray | None = None) -> Walk:
     """The plain NumPy time loop (see :func:`walk`)."""
     T, B, _ = x_tm.shape
     dt = x_tm.dtype
@@ -93,44 +104,53 @@ def reference_walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, in
         parks: dict[str, np.ndarray] = {}
         for s in range(T):
             park: dict[str, np.ndarray] = {}
-            new = cell.step(w, inp[s], tuple(a[s] for a in hist), park)
+            prev = tuple(a[s] for a in hist)
+            new = cell.step(w, inp[s], prev, park)
             if s == 0:
                 _check_new(cell, new, B)
-            for k, a in enumerate(new):
+            for k, a in enumerate(_carry(new, prev, None if mask is None else mask[s])):
                 hist[k][s + 1] = a
             for name, v in park.items():
                 if name not in parks:
                     parks[name] = np.empty((T, *v.shape), dt)
                 parks[name][s] = v
-        cache = {"x_tm": x_tm, "states": hist, "parks": parks}
+        cache = {"x_tm": x_tm, "states": hist, "parks": parks, "mask": mask}
         return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), cache
     # inference: O(B * width) state; the sequence only when it is the output
     seq = np.empty((T, B, sizes[0]), dt) if keep_seq else None
     state = start
     for s in range(T):
-        state = cell.step(w, inp[s], state, None)
+        new = cell.step(w, inp[s], state, None)
         if s == 0:
-            _check_new(cell, state, B)
+            _check_new(cell, new, B)
+        state = _carry(new, state, None if mask is None else mask[s])
         if seq is not None:
             seq[s] = state[0]
     return seq, tuple(np.array(a, dt) for a in state), None
 
 
 def reference_walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: dict[str, Any], g: np.ndarray,
-                        full: bool) -> tuple[np.ndarray, dict[str, np.ndarray], Arrays]:
-    """The plain NumPy backward walk (see :func:`walk_back`)."""
-    x_tm, hist, parks = cache["x_tm"], cache["states"], cache["parks"]
+                        full: bool, d_final: Arrays | None = None
+                        ) -> tuple[np.ndarray, dict[str, np.ndarray], Arrays]:
+    """The plain NumPy backward walk (see :func:`walk_back`). A masked row of a step goes into
+    the cell's ``step_back`` with a zero gradient (so it contributes nothing, to any parameter)
+    and its gradient passes straight to the step before."""
+    x_tm, hist, parks, mask = cache["x_tm"], cache["states"], cache["parks"], cache.get("mask")
     T, B, _ = x_tm.shape
     dt = x_tm.dtype
     raw_inp = cell.input_kernel is None
-    d: Arrays = tuple(np.zeros((B, n), dt) for n in cell.state_sizes())
+    d: Arrays = tuple(np.zeros((B, n), dt) if d_final is None else np.array(d_final[k], dt)
+                      for k, n in enumerate(cell.state_sizes()))
     g_tm = g.transpose(1, 0, 2) if full else None
     dinp: np.ndarray | None = None
     drec: np.ndarray | None = None
     own: dict[str, np.ndarray] = {}
     for s in range(T - 1, -1, -1):
         dh = d[0] + g_tm[s] if g_tm is not None else (d[0] + g if s == T - 1 else d[0])
-        r = cell.step_back(w, (dh, *d[1:]), x_tm[s] if raw_inp else None, tuple(a[s] for a in hist),
+        d_raw: Arrays = (dh, *d[1:])
+        m = None if mask is None else mask[s][:, None]
+        d_in = d_raw if m is None else tuple(np.where(m, a, 0.0) for a in d_raw)
+        r = cell.step_back(w, d_in, x_tm[s] if raw_inp else None, tuple(a[s] for a in hist),
                            tuple(a[s + 1] for a in hist), {n: p[s] for n, p in parks.items()})
         if dinp is None:
             dinp = np.empty((T, *r.d_inp.shape), dt)
@@ -145,6 +165,8 @@ def reference_walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: dict[str
             else:
                 own[name] = np.array(v, dt)
         d = tuple(r.d_prev)
+        if m is not None:   # a masked row: the carried state's gradient passes straight through
+            d = tuple(a + np.where(m, 0.0, b) for a, b in zip(d, d_raw, strict=True))
     assert dinp is not None
     grads, dx_tm = batched_grads(cell, w, cache, dinp, dinp if drec is None else drec)
     grads.update(own)

@@ -50,7 +50,7 @@ class RNNNet(Layer):
 
     def __init__(self, mode: str, in_dim: int, hidden_dim: int,
                  config: RNNConfig | dict[str, Any] | None = None, *, seed: int | None = None,
-                 dtype: Any = "float32", name: str | None = None) -> None:
+                 dtype: Any = "float32", name: str | None = None, return_state: bool = False) -> None:
         if mode not in _GATES:
             raise InvalidParameterError(f"RNNNet: mode must be 'rnn', 'lstm' or 'gru', got {mode!r}")
         super().__init__(seed=seed, dtype=dtype, name=name or mode.upper())
@@ -68,6 +68,7 @@ class RNNNet(Layer):
             raise InvalidParameterError(
                 f"{self.name}: nonlinearity={self.config.nonlinearity!r} applies to rnnkit.rnn.rnn only")
         self.directions = 2 if self.config.bidirectional else 1
+        self.return_state = bool(return_state)
         #: the width of each direction's output and hidden state: proj_size, or hidden_dim
         self.out_dim = P or self.hidden_dim
         self._layers: dict[tuple[int, int], RecurrentLayer] = {}
@@ -127,7 +128,7 @@ class RNNNet(Layer):
         """A new rnnkit layer for (layer k, direction d), weights converted from PyTorch's."""
         sfx, H, c = self._suffix(k, d), self.hidden_dim, self.config
         kw: dict[str, Any] = {"use_bias": c.has_biases, "return_sequences": True, "go_backwards": bool(d),
-                              "dtype": self.dtype}
+                              "return_state": True, "dtype": self.dtype}
         layer: RecurrentLayer
         if self.mode == "lstm":
             layer = LSTM(H, proj_size=c.proj_size, **kw)
@@ -180,9 +181,27 @@ class RNNNet(Layer):
         arr = self._check(x)
         return self._run(arr, self.zero_state(arr.shape[0]))
 
-    def seq_init(self, x: Any, state: Any) -> tuple[np.ndarray, Any]:
-        """The whole sequence from ``state``: (output, final state). Inference: records nothing."""
-        return self._run(self._check(x), state)
+    def seq_init(self, x: Any, state: Any, ctx: Ctx | None = None) -> tuple[np.ndarray, Any]:
+        """The whole sequence from ``state``: (output, final state). Records nothing, unless
+        ``ctx`` is a training context: then ``net.backward((d_output, d_final_state), ctx)``
+        returns ``(dx, d_state)`` and puts the weight gradients in ``ctx``."""
+        if ctx is None or not ctx.training_mode:
+            return self._run(self._check(x), state)
+        out, final = self._forward(self._check(x), state, ctx, "seq")
+        return out, self._layers[(0, 0)].cell.make_state(final)
+
+    def _state_parts(self, state: Any, B: int) -> tuple[np.ndarray, ...]:
+        L, D = self.config.num_layers, self.directions
+        names = self._layers[(0, 0)].cell.state_names
+        if not isinstance(state, (tuple, list)) or len(state) != len(names):
+            raise InvalidInputError(f"{self.name}: expected the state parts ({', '.join(names)}), got "
+                                    f"{type(state).__name__}")
+        parts = tuple(self._as_input(q, "state") for q in state)
+        for name, q, n in zip(names, parts, self._state_sizes(), strict=True):
+            if q.shape != (L * D, B, n):
+                raise InvalidInputError(f"{self.name}: state {name!r} must have shape {(L * D, B, n)}, "
+                                        f"got {q.shape}")
+        return parts
 
     def _run(self, x: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
         L, D, B = self.config.num_layers, self.directions, x.shape[0]
@@ -210,27 +229,69 @@ class RNNNet(Layer):
         return self._out(np.ascontiguousarray(inp)), new
 
     # -- training ----------------------------------------------------------------------------
-    def forward(self, x: Any, ctx: Ctx) -> np.ndarray:
-        """The output sequence from the zero state; a training ``ctx`` records for backward."""
-        arr = self._check(x)
+    supports_masking = True
+
+    def forward(self, x: Any, ctx: Ctx) -> Any:
+        """The output sequence; a training ``ctx`` records for backward. ``x`` may be a list
+        ``[x, *initial_state_parts]`` (each ``(num_layers * D, B, width)``, PyTorch's ``h_0`` /
+        ``c_0``); ``ctx.mask`` (always (B, T)) marks the real steps of a padded batch
+        (``lengths``: PyTorch's packed sequences). With ``return_state`` the result is
+        ``[output, *final_state_parts]`` (PyTorch's ``h_n`` / ``c_n``)."""
+        init = None
+        if isinstance(x, (list, tuple)):
+            x, init = x[0], tuple(x[1:])
+        out, final = self._forward(self._check(x), init, ctx, "layer")
+        return [out, *final] if self.return_state else out
+
+    def compute_mask(self, x: Any, mask: Any) -> Any:
+        return [mask] + [None] * len(self._layers[(0, 0)].cell.state_names) if self.return_state else mask
+
+    def _align(self, y: np.ndarray, mask: Any) -> np.ndarray:
+        """A reverse direction's outputs (processing order) in input order (an involution)."""
+        return y[:, ::-1] if mask is None else mask.reverse_time(y)
+
+    def _forward(self, arr: np.ndarray, init: Any, ctx: Ctx, api: str) -> tuple[np.ndarray, tuple[Any, ...]]:
         L, D, p = self.config.num_layers, self.directions, float(self.config.dropout)
+        B = arr.shape[0]
+        mask = ctx.mask
+        parts = None if init is None else self._state_parts(init, B)
         layers = {(k, d): self._layer(k, d) for k in range(L) for d in range(D)}
-        masks: list[np.ndarray | None] = []
+        drops: list[np.ndarray | None] = []
+        finals: list[list[np.ndarray]] = [[] for _ in self._state_sizes()]
         inp = arr
         for k in range(L):
-            outs = [layers[(k, d)].forward(inp, ctx) for d in range(D)]
-            inp = np.concatenate([outs[0]] + [o[:, ::-1] for o in outs[1:]], axis=-1)
-            mask = None
+            outs = []
+            for d in range(D):
+                x_in: Any = inp if parts is None else [inp, *(q[k * D + d] for q in parts)]
+                y, *fin = layers[(k, d)].forward(x_in, ctx)
+                outs.append(self._align(y, mask) if d else y)
+                for lst, f in zip(finals, fin, strict=True):
+                    lst.append(f)
+            inp = np.concatenate(outs, axis=-1) if D == 2 else outs[0]
+            drop = None
             if ctx.training_mode and self.config.train and p > 0.0 and k < L - 1:
-                mask = (ctx.rng.random(inp.shape) >= p).astype(self.dtype) / (1.0 - p)
-                inp = inp * mask
-            masks.append(mask)
-        ctx.save(self, {"layers": layers, "masks": masks, "out_shape": inp.shape})
-        return self._out(np.ascontiguousarray(inp))
+                drop = (ctx.rng.random(inp.shape) >= p).astype(self.dtype) / (1.0 - p)
+                inp = inp * drop
+            drops.append(drop)
+        ctx.save(self, {"layers": layers, "drops": drops, "out_shape": inp.shape, "mask": mask,
+                        "given": parts is not None, "api": api})
+        return self._out(np.ascontiguousarray(inp)), tuple(np.stack(f) for f in finals)
 
-    def backward(self, grad: Any, ctx: Ctx) -> np.ndarray:
-        """dL/dx; gradients land in ``ctx`` under PyTorch's names: ``ctx.grad(net, "weight_ih_l0")``."""
+    def backward(self, grad: Any, ctx: Ctx) -> Any:
+        """dL/dx (``[dx, *d_initial_state_parts]`` when the forward had an initial state);
+        gradients land in ``ctx`` under PyTorch's names: ``ctx.grad(net, "weight_ih_l0")``.
+        With ``return_state``, ``grad`` is ``[d_output, *d_final_state_parts]`` (None: zero);
+        after :meth:`seq_init` in a training ``ctx`` it is ``(d_output, d_final_state)`` and
+        the result ``(dx, d_state)``."""
         cache = ctx.peek(self)
+        g_state = None
+        if cache["api"] == "seq" or self.return_state:
+            n = 2 if cache["api"] == "seq" else 1 + len(self._state_sizes())
+            if not isinstance(grad, (list, tuple)) or len(grad) != n:
+                names = ", ".join("d_" + s for s in self._layers[(0, 0)].cell.state_names)
+                want = "(d_output, d_final_state)" if n == 2 else f"a list [d_output, {names}]"
+                raise InvalidInputError(f"{self.name}: backward expects {want}, got {type(grad).__name__}")
+            grad, g_state = grad[0], (grad[1] if cache["api"] == "seq" else grad[1:])
         g = self._as_input(grad, "upstream gradient")
         if g.ndim == 3 and not self.config.batch_first:
             g = g.transpose(1, 0, 2)
@@ -239,21 +300,35 @@ class RNNNet(Layer):
                 f"{self.name}: expected a gradient of shape {cache['out_shape']} (batch first), "
                 f"got {g.shape}"
             )
+        B = g.shape[0]
+        sizes = self._state_sizes()
+        L, D, H = self.config.num_layers, self.directions, self.out_dim
+        gs = None if g_state is None or all(q is None for q in g_state) else tuple(
+            np.zeros((L * D, B, n), self.dtype) if q is None else self._as_input(q, "state gradient")
+            for q, n in zip(g_state, sizes, strict=True))
         ctx.load(self)  # consumed only once the gradient fits
-        H, D = self.out_dim, self.directions
-        for k in range(self.config.num_layers - 1, -1, -1):
-            if cache["masks"][k] is not None:
-                g = g * cache["masks"][k]
+        d_init = [np.zeros((L * D, B, n), self.dtype) for n in sizes]
+        for k in range(L - 1, -1, -1):
+            if cache["drops"][k] is not None:
+                g = g * cache["drops"][k]
             dx = None
             for d in range(D):
                 gd = g[:, :, d * H:(d + 1) * H]
                 layer = cache["layers"][(k, d)]
-                dxd = layer.backward(gd[:, ::-1] if d else gd, ctx)
+                g_fin = [None] * len(sizes) if gs is None else [q[k * D + d] for q in gs]
+                res = layer.backward([self._align(gd, cache["mask"]) if d else gd, *g_fin], ctx)
+                dxd = res[0] if cache["given"] else res
+                if cache["given"]:
+                    for q, r in zip(d_init, res[1:], strict=True):
+                        q[k * D + d] = r
                 dx = dxd if dx is None else dx + dxd
                 self._move_grads(layer, self._suffix(k, d), ctx)
             assert dx is not None
             g = dx
-        return self._out(g)
+        dx_out = self._out(g)
+        if cache["api"] == "seq":
+            return dx_out, (self._layers[(0, 0)].cell.make_state(tuple(d_init)) if cache["given"] else None)
+        return [dx_out, *d_init] if cache["given"] else dx_out
 
     def _move_grads(self, layer: RecurrentLayer, sfx: str, ctx: Ctx) -> None:
         mine = {n: ctx.grads.pop((layer, n)) for n in layer.weight_names}
@@ -263,28 +338,30 @@ class RNNNet(Layer):
     def get_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {"mode": self.mode, "in_dim": self.in_dim, "hidden_dim": self.hidden_dim,
                                "config": self.config.to_config()}
+        if self.return_state:
+            cfg["return_state"] = True
         cfg.update(super().get_config())
         return cfg
 
 
 def lstm(in_dim: int, hidden_dim: int, config: RNNConfig | None = None, *, seed: int | None = None,
-         dtype: Any = "float32") -> RNNNet:
+         dtype: Any = "float32", return_state: bool = False) -> RNNNet:
     """tch-rs ``nn::lstm``: a (multi-layer, optionally bidirectional) LSTM in PyTorch layout."""
-    return RNNNet("lstm", in_dim, hidden_dim, config, seed=seed, dtype=dtype)
+    return RNNNet("lstm", in_dim, hidden_dim, config, seed=seed, dtype=dtype, return_state=return_state)
 
 
 def gru(in_dim: int, hidden_dim: int, config: RNNConfig | None = None, *, seed: int | None = None,
-        dtype: Any = "float32") -> RNNNet:
+        dtype: Any = "float32", return_state: bool = False) -> RNNNet:
     """tch-rs ``nn::gru``: a (multi-layer, optionally bidirectional) GRU in PyTorch layout."""
-    return RNNNet("gru", in_dim, hidden_dim, config, seed=seed, dtype=dtype)
+    return RNNNet("gru", in_dim, hidden_dim, config, seed=seed, dtype=dtype, return_state=return_state)
 
 
 def rnn(in_dim: int, hidden_dim: int, config: RNNConfig | None = None, *, seed: int | None = None,
-        dtype: Any = "float32") -> RNNNet:
+        dtype: Any = "float32", return_state: bool = False) -> RNNNet:
     """PyTorch's ``nn.RNN``: a (multi-layer, optionally bidirectional) Elman network in PyTorch
     layout, ``h_t = act(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)`` with ``act`` =
     ``config.nonlinearity`` (``"tanh"`` or ``"relu"``)."""
-    return RNNNet("rnn", in_dim, hidden_dim, config, seed=seed, dtype=dtype)
+    return RNNNet("rnn", in_dim, hidden_dim, config, seed=seed, dtype=dtype, return_state=return_state)
 
 
 register_layer(RNNNet)  # saves and loads inside Sequential / graph models
