@@ -2,6 +2,7 @@
 Multiply, Average, Dropout, ActivationLayer) and the layer registry that covers every layer,
 recurrent ones included."""
 
+from rnnkit.layers._bidirectional import Bidirectional
 from rnnkit.layers._dense import ActivationLayer, Dense
 from rnnkit.layers._dropout import Dropout
 from rnnkit.layers._embedding import Embedding
@@ -12,8 +13,8 @@ from rnnkit.layers._reshape import RepeatVector, Reverse
 from rnnkit.recurrent import GRU, LSTM, SimpleRNN
 
 __all__ = [
-    "ActivationLayer", "Add", "Average", "Concatenate", "Masking", "Multiply", "Dense", "Dropout",
-    "Embedding", "MergeLayer",
+    "ActivationLayer", "Add", "Average", "Bidirectional", "Concatenate", "Dense", "Dropout",
+    "Embedding", "Masking", "MergeLayer", "Multiply",
     "RepeatVector", "Reverse", "GRU", "LSTM", "SimpleRNN",
     "layer_from_config", "layer_to_config", "register_layer",
 ]

@@ -6,6 +6,7 @@ from typing import Any
 
 from rnnkit._errors import InvalidInputError
 from rnnkit._layer import Layer
+from rnnkit.layers._bidirectional import Bidirectional
 from rnnkit.layers._dense import ActivationLayer, Dense
 from rnnkit.layers._dropout import Dropout
 from rnnkit.layers._embedding import Embedding
@@ -17,7 +18,7 @@ from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
 _REGISTRY: dict[str, type[Layer]] = {
     cls.__name__: cls
     for cls in (Dense, ActivationLayer, Embedding, RepeatVector, Reverse, Concatenate, Dropout,
-                Masking, Add, Multiply, Average,
+                Masking, Add, Multiply, Average, Bidirectional,
                 SimpleRNN, LSTM, GRU, RecurrentLayer)
 }
 

@@ -75,6 +75,18 @@ class Node:
         return f"Node({self.name!r}, {what}, shape={self.shape})"
 
 
+def _check_state_shapes(layer: Any, shapes: list[Shape], where: str) -> None:
+    """The initial-state nodes of a recurrent layer: one (batch, width) per state part."""
+    names, sizes = layer.cell.state_names, layer.cell.state_sizes()
+    if len(shapes) != len(names):
+        raise InvalidInputError(f"{layer.name} takes [x, {', '.join(names)}] (its initial state), got "
+                                f"{1 + len(shapes)} inputs")
+    for nm, s, n in zip(names, shapes, sizes, strict=True):
+        if s.rank != 2 or s[1] not in (None, n):
+            raise InvalidInputError(f"{layer.name}: initial state {nm!r} must have shape (batch, {n}), "
+                                    f"got {s}")
+
+
 def _takes_states(layer: Layer) -> bool:
     """A recurrent layer (or a wrapper of one) takes ``[x, *initial_state]`` as its input."""
     from rnnkit.recurrent import RecurrentLayer
@@ -156,8 +168,13 @@ class GraphBuilder:
         try:
             layer.build(shapes)
             out = layer.compute_output_shape(shapes)
+            if states:
+                _check_state_shapes(layer, [n.shape for n in ins[1:]], node_name)
         except InvalidInputError as e:
             raise InvalidInputError(f"GraphBuilder.add: node {node_name!r}: {e}") from None
+        if getattr(layer, "return_state", False) and not isinstance(out, list):
+            sizes = layer.cell.state_sizes()  # type: ignore[attr-defined]
+            out = [out, *(Shape((None, n)) for n in sizes)]  # type: ignore[assignment]
         node = Node(node_name, layer, tuple(ins), out, self)
         self._nodes.append(node)
         return node
@@ -292,6 +309,10 @@ class GraphModel(Model):
                 g = [None] * n.n_outputs if n.n_outputs > 1 else None
             if g is None:  # no gradient reaches this node: nothing to do  # pragma: no cover
                 continue
+            if isinstance(g, list) and g[0] is None:  # an unused output: a zero gradient
+                cache = ctx.peek(n.layer)
+                if isinstance(cache, dict) and "out_shape" in cache:
+                    g[0] = np.zeros(cache["out_shape"], n.layer.dtype)
             gin = n.layer.backward(g, ctx)
             listed = isinstance(n.layer, MergeLayer) or len(n.inbound) > 1
             gins = gin if listed else [gin]

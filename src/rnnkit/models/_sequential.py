@@ -97,7 +97,7 @@ class Sequential(Model):
                 cur = layer.compute_output_shape(cur)
             except InvalidInputError as e:
                 raise InvalidInputError(f"{self.name}: layer {i} ({type(layer).__name__}): {e}") from None
-            if isinstance(cur, list):
+            if isinstance(cur, list) or getattr(layer, "return_state", False):
                 raise InvalidInputError(
                     f"{self.name}: layer {i} ({type(layer).__name__}) has several outputs "
                     f"(return_state, merge_mode=None); use a GraphBuilder and index its node")
