@@ -154,6 +154,7 @@ class Bidirectional(Layer):
         if isinstance(x, (list, tuple)):
             raise InvalidInputError(f"{self.name}: expected one (batch, timesteps, features) input; "
                                     f"initial states are not supported inside Bidirectional")
+        self._require_built()
         mask = ctx.mask
         yf = self.forward_layer.forward(x, ctx)
         yb = self.backward_layer.forward(x, ctx.set_mask(mask))
