@@ -130,6 +130,10 @@ class KernelCell(Protocol):
     def state_sizes(self) -> tuple[int, ...]: ...
 
 
+#: the key under which the weights mapping a walk receives carries the pass's recurrent dropout
+#: mask (B, S) (the state is multiplied by it where it enters the recurrent products)
+RECURRENT_DROPOUT = "__recurrent_dropout__"
+
 _REGISTRY: dict[type, Any] = {}
 _resolved: dict[str, Any] = {}   # "module:attribute" -> the kernel it names, once imported
 
@@ -173,4 +177,5 @@ def registered() -> dict[type, Any]:
     return dict(_REGISTRY)
 
 
-__all__ = ["MODES", "KernelCell", "available", "find", "mode", "register", "registered", "set_mode", "use"]
+__all__ = ["MODES", "RECURRENT_DROPOUT", "KernelCell", "available", "find", "mode", "register", "registered",
+           "set_mode", "use"]

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels import _gru, _lstm, _simple
+from rnnkit.kernels import RECURRENT_DROPOUT, _gru, _lstm, _simple
 from rnnkit.kernels._jit import ACT_CODES, project, reductions
 from rnnkit.kernels._threads import blocks, run_blocks, run_parts
 
@@ -44,6 +44,14 @@ def _mask_arg(mask: np.ndarray | None, T: int, B: int) -> np.ndarray:
     if mask is None:
         return np.ones((T, B), np.uint8)
     return np.ascontiguousarray(mask, dtype=np.uint8)
+
+
+def _rdrop_arg(w: Any, B: int, dt: np.dtype) -> tuple[np.ndarray, bool]:
+    """The recurrent dropout mask (B, S) of the pass and whether there is one."""
+    rm = w.get(RECURRENT_DROPOUT) if hasattr(w, "get") else None
+    if rm is None:
+        return np.empty((B, 0), dt), False
+    return np.ascontiguousarray(rm, dtype=dt), True
 
 
 def _codes(cell: Any) -> tuple[int, int]:
@@ -76,6 +84,7 @@ class _Kernel:
         T, B, F = x_tm.shape
         dt = x_tm.dtype
         mk = _mask_arg(mask, T, B)
+        rm, rdrop = _rdrop_arg(w, B, dt)
         W, U, bias = self._arrays(cell, w, dt)
         GH, H = W.shape[1], cell.units
         sizes = cell.state_sizes()
@@ -96,7 +105,8 @@ class _Kernel:
                 parks = {"gates": xw, **parks}
             run_blocks(B, B * H * GH, lambda lo, hi: self._train(
                 cell, xw[:, lo:hi], U, bias, [a[:, lo:hi] for a in hist],
-                {n: p[:, lo:hi] for n, p in parks.items()}, ex, codes, (mk[:, lo:hi], mask is not None)))
+                {n: p[:, lo:hi] for n, p in parks.items()}, ex, codes,
+                (mk[:, lo:hi], mask is not None, rm[lo:hi], rdrop)))
             cache = {"x_tm": x_tm, "states": hist, "parks": parks, "mask": mask}
             return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), cache
         # inference: the state and one chunk of projections; the output written in (B, T, out) order
@@ -109,7 +119,7 @@ class _Kernel:
             xb = x_tm if hi - lo == B else np.ascontiguousarray(x_tm[:, lo:hi])
             buf = np.empty((_chunk(T, hi - lo, GH * dt.itemsize) * (hi - lo), GH), dt)
             self._infer(cell, xb, W, bias, U, [a[lo:hi] for a in st], seq_view[:, lo:hi], keep_seq,
-                        buf, ex, codes, (np.ascontiguousarray(mk[:, lo:hi]), mask is not None))
+                        buf, ex, codes, (np.ascontiguousarray(mk[:, lo:hi]), mask is not None))  # no dropout
 
         run_blocks(B, B * H * GH, infer)
         return (seq_view if keep_seq else None), tuple(st), None
@@ -127,15 +137,17 @@ class _Kernel:
                   for k, n in enumerate(cell.state_sizes())]
         mask = cache.get("mask")
         mk = _mask_arg(mask, T, B)
+        rm, rdrop = _rdrop_arg(w, B, dt)
         g3 = np.ascontiguousarray(g).reshape(B, T if full else 1, cell.output_size)
         ex = self._extra_back(cell, w, T, B, dt)
         codes = _codes(cell)
         run_blocks(B, B * cell.units * GH, lambda lo, hi: self._back(
             cell, g3[lo:hi], full, [a[:, lo:hi] for a in hist], {n: p[:, lo:hi] for n, p in parks.items()},
             U, ex, codes, [d[lo:hi] for d in d_init], dxw[:, lo:hi], drec[:, lo:hi], slice(lo, hi),
-            (mk[:, lo:hi], mask is not None)))
+            (mk[:, lo:hi], mask is not None, rm[lo:hi], rdrop)))
         names, groups = cell.state_names, cell.rec_groups(GH)
-        P = [hist[names.index(src)][:T] if src in names else parks[src] for src, _, _ in groups]
+        P = [(hist[names.index(src)][:T] * (rm if rdrop else 1)) if src in names else parks[src]
+             for src, _, _ in groups]
         P = [p.reshape(T * B, p.shape[-1]) for p in P]
         dW = np.empty((F, GH), dt)
         db = np.empty((w[cell.bias].shape[0] if cell.bias is not None else 1, GH), dt)
@@ -177,16 +189,16 @@ class _Kernel:
         return {}
 
     def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
-               ex: Any, codes: tuple[int, int], mm: tuple[Any, bool]) -> None:
+               ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
         raise NotImplementedError
 
     def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
-               buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, bool]) -> None:
+               buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
         raise NotImplementedError
 
     def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
               codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice,
-              mm: tuple[Any, bool]) -> None:
+              mm: tuple[Any, ...]) -> None:
         raise NotImplementedError
 
 
@@ -194,16 +206,16 @@ class _SimpleKernel(_Kernel):
     park_gates = False
 
     def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
-               ex: Any, codes: tuple[int, int], mm: tuple[Any, bool]) -> None:
+               ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
         _simple.simple_train(xw, U, hist[0], codes[0], *mm)
 
     def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
-               buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, bool]) -> None:
+               buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
         _simple.simple_infer(xb, W, bias[0], U, st[0], seq, keep, buf, codes[0], *mm)
 
     def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
               codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice,
-              mm: tuple[Any, bool]) -> None:
+              mm: tuple[Any, ...]) -> None:
         _simple.simple_back(g3, full, hist[0], np.ascontiguousarray(U.T), codes[0], d_init[0], dxw, *mm)
 
 
@@ -231,18 +243,18 @@ class _LSTMKernel(_Kernel):
         return {cell.projection: m.reshape(T * B, H).T @ dh_seq.reshape(T * B, cell.proj_size)}
 
     def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
-               ex: Any, codes: tuple[int, int], mm: tuple[Any, bool]) -> None:
+               ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
         m = parks["m"] if cell.proj_size else parks["act_c"]   # (unused without a projection)
         _lstm.lstm_train(xw, U, hist[0], hist[1], parks["act_c"], bool(cell.proj_size), ex, m, *codes, *mm)
 
     def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
-               buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, bool]) -> None:
+               buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
         _lstm.lstm_infer(xb, W, bias[0], U, st[0], st[1], seq, keep, buf, bool(cell.proj_size), ex, *codes,
                          *mm)
 
     def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
               codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice,
-              mm: tuple[Any, bool]) -> None:
+              mm: tuple[Any, ...]) -> None:
         WpT, dh_seq = ex
         _lstm.lstm_back(g3, full, hist[1], parks["gates"], parks["act_c"], np.ascontiguousarray(U.T),
                         bool(cell.proj_size), WpT, dh_seq[:, rows], d_init[0], d_init[1], *codes, dxw, *mm)
@@ -252,19 +264,19 @@ class _GRUKernel(_Kernel):
     parks = ("rh",)
 
     def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
-               ex: Any, codes: tuple[int, int], mm: tuple[Any, bool]) -> None:
+               ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
         H = cell.units
         _gru.gru_train(xw, U[:, :2 * H], U[:, 2 * H:], hist[0], parks["rh"], *codes, *mm)
 
     def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
-               buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, bool]) -> None:
+               buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
         H = cell.units
         _gru.gru_infer(xb, W, bias[0], U[:, :2 * H], U[:, 2 * H:], bias[0], False, st[0], seq, keep, buf,
                        *codes, *mm)
 
     def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
               codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice,
-              mm: tuple[Any, bool]) -> None:
+              mm: tuple[Any, ...]) -> None:
         H = cell.units
         _gru.gru_back(g3, full, hist[0], parks["gates"], parks["rh"], np.ascontiguousarray(U[:, 2 * H:].T),
                       np.ascontiguousarray(U[:, :2 * H].T), *codes, d_init[0], dxw, *mm)
@@ -275,16 +287,16 @@ class _GRUResetAfterKernel(_Kernel):
     separate_rec = True
 
     def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
-               ex: Any, codes: tuple[int, int], mm: tuple[Any, bool]) -> None:
+               ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
         _gru.gru_ra_train(xw, U, bias[1], hist[0], parks["hu_n"], *codes, *mm)
 
     def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
-               buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, bool]) -> None:
+               buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
         _gru.gru_infer(xb, W, bias[0], U, U, bias[1], True, st[0], seq, keep, buf, *codes, *mm)
 
     def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
               codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice,
-              mm: tuple[Any, bool]) -> None:
+              mm: tuple[Any, ...]) -> None:
         _gru.gru_ra_back(g3, full, hist[0], parks["gates"], parks["hu_n"], np.ascontiguousarray(U.T), *codes,
                          d_init[0], dxw, drec, *mm)
 

@@ -15,6 +15,7 @@ from rnnkit.kernels._jit import (
     OPTS,
     act,
     act_ip,
+    add_mul_rows,
     add_upstream,
     carry,
     copy_rows,
@@ -23,6 +24,7 @@ from rnnkit.kernels._jit import (
     dgate,
     gemm,
     hold,
+    mul_rows,
     njit,
     project,
     release,
@@ -45,11 +47,13 @@ def _blend(xg: Any, h_prev: Any, h: Any) -> None:
 
 
 @njit(**OPTS)
-def _gru_step(xg: Any, h_prev: Any, h: Any, rh: Any, Uzr: Any, Un: Any, code: int, rcode: int) -> None:
+def _gru_step(xg: Any, h_prev: Any, hm: Any, h: Any, rh: Any, Uzr: Any, Un: Any, code: int,
+              rcode: int) -> None:
     """reset_after=False, one step: ``xg`` (B, 3H) = xw on entry, gates [z|r|n] on exit.
-    ``h`` may be ``h_prev`` (updated in place)."""
+    ``hm`` is the state as the recurrent products see it (``h_prev``, or it times the
+    recurrent dropout mask); ``h`` may be ``h_prev`` (updated in place)."""
     B, H = h.shape
-    gemm(h_prev, Uzr, xg[:, :2 * H], 1.0, False)     # xw_zr + h_prev @ U_zr, in place
+    gemm(hm, Uzr, xg[:, :2 * H], 1.0, False)          # xw_zr + h_prev @ U_zr, in place
     if rcode != 1:
         act_ip(xg, 0, 2 * H, rcode)
     for b in range(B):
@@ -57,7 +61,7 @@ def _gru_step(xg: Any, h_prev: Any, h: Any, rh: Any, Uzr: Any, Un: Any, code: in
         if rcode == 1:
             for j in range(2 * H):
                 x[j] = sig(x[j])
-        hp = h_prev[b]
+        hp = hm[b]
         rr = rh[b]
         for j in range(H):
             rr[j] = x[H + j] * hp[j]
@@ -67,12 +71,12 @@ def _gru_step(xg: Any, h_prev: Any, h: Any, rh: Any, Uzr: Any, Un: Any, code: in
 
 
 @njit(**OPTS)
-def _gru_ra_step(xg: Any, h_prev: Any, h: Any, hun: Any, U: Any, b1: Any, hu: Any, code: int,
+def _gru_ra_step(xg: Any, h_prev: Any, hm: Any, h: Any, hun: Any, U: Any, b1: Any, hu: Any, code: int,
                  rcode: int) -> None:
     """reset_after=True, one step: ``xg`` (B, 3H) = xw on entry, gates [z|r|n] on exit.
-    ``h`` may be ``h_prev`` (updated in place)."""
+    ``hm`` as in :func:`_gru_step`; ``h`` may be ``h_prev`` (updated in place)."""
     B, H = h.shape
-    gemm(h_prev, U, hu, 0.0, False)
+    gemm(hm, U, hu, 0.0, False)
     for b in range(B):
         x = xg[b]
         a = hu[b]
@@ -93,24 +97,35 @@ def _gru_ra_step(xg: Any, h_prev: Any, h: Any, hun: Any, U: Any, b1: Any, hu: An
 
 @njit(**OPTS)
 def gru_train(xw: Any, Uzr: Any, Un: Any, hist_h: Any, rh: Any, code: int, rcode: int, mask: Any,
-              masked: bool) -> None:
+              masked: bool, rm: Any, rdrop: bool) -> None:
     """Training forward, reset_after=False: xw -> gates in place; fills hist_h and ``rh``; with
-    ``masked``, rows with ``mask[s, b] == 0`` carry the state through step ``s``."""
-    T = xw.shape[0]
+    ``masked``, rows with ``mask[s, b] == 0`` carry the state through step ``s``; with
+    ``rdrop`` the recurrent products see the state times ``rm`` (the blend does not)."""
+    T, B = xw.shape[0], xw.shape[1]
+    hm = np.empty((B, hist_h.shape[2]), xw.dtype)
     for s in range(T):
-        _gru_step(xw[s], hist_h[s], hist_h[s + 1], rh[s], Uzr, Un, code, rcode)
+        if rdrop:
+            mul_rows(hist_h[s], rm, hm)
+            _gru_step(xw[s], hist_h[s], hm, hist_h[s + 1], rh[s], Uzr, Un, code, rcode)
+        else:
+            _gru_step(xw[s], hist_h[s], hist_h[s], hist_h[s + 1], rh[s], Uzr, Un, code, rcode)
         if masked:
             carry(hist_h[s], hist_h[s + 1], mask[s])
 
 
 @njit(**OPTS)
 def gru_ra_train(xw: Any, U: Any, b1: Any, hist_h: Any, hun: Any, code: int, rcode: int, mask: Any,
-                 masked: bool) -> None:
+                 masked: bool, rm: Any, rdrop: bool) -> None:
     """Training forward, reset_after=True: xw -> gates in place; fills hist_h and ``hu_n``."""
     T, B, G = xw.shape
     hu = np.empty((B, G), xw.dtype)
+    hm = np.empty((B, hist_h.shape[2]), xw.dtype)
     for s in range(T):
-        _gru_ra_step(xw[s], hist_h[s], hist_h[s + 1], hun[s], U, b1, hu, code, rcode)
+        if rdrop:
+            mul_rows(hist_h[s], rm, hm)
+            _gru_ra_step(xw[s], hist_h[s], hm, hist_h[s + 1], hun[s], U, b1, hu, code, rcode)
+        else:
+            _gru_ra_step(xw[s], hist_h[s], hist_h[s], hist_h[s + 1], hun[s], U, b1, hu, code, rcode)
         if masked:
             carry(hist_h[s], hist_h[s + 1], mask[s])
 
@@ -138,9 +153,9 @@ def gru_infer(x_tm: Any, W: Any, b0: Any, Ua: Any, Ub: Any, b1: Any, ra: bool, h
             if masked:
                 copy_rows(h, hp)
             if ra:
-                _gru_ra_step(xg, h, h, t1, Ua, b1, hu, code, rcode)
+                _gru_ra_step(xg, h, h, h, t1, Ua, b1, hu, code, rcode)
             else:
-                _gru_step(xg, h, h, t1, Ua, Ub, code, rcode)
+                _gru_step(xg, h, h, h, t1, Ua, Ub, code, rcode)
             if masked:
                 carry(hp, h, mask[t0 + s])
             if keep:
@@ -149,7 +164,7 @@ def gru_infer(x_tm: Any, W: Any, b0: Any, Ua: Any, Ub: Any, b1: Any, ra: bool, h
 
 @njit(**OPTS)
 def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, UzrT: Any, code: int,
-             rcode: int, dh: Any, dxw: Any, mask: Any, masked: bool) -> None:
+             rcode: int, dh: Any, dxw: Any, mask: Any, masked: bool, rm: Any, rdrop: bool) -> None:
     """reset_after=False backward walk: fills ``dxw`` (T, B, 3H). ``UnT``/``UzrT``: the
     transposed blocks, (H, H) and (2H, H). ``dh`` (B, H) starts at zero and ends as
     dL/d(initial state)."""
@@ -161,6 +176,7 @@ def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, Uz
     drh = np.empty((B, H), dt)
     dzr = np.empty((B, 2 * H), dt)
     sv = np.empty((B, H), dt)
+    tmp = np.empty((B, H), dt)
     for s in range(T - 1, -1, -1):
         if full or s == T - 1:
             add_upstream(dh, g3, s if full else 0)
@@ -187,6 +203,8 @@ def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, Uz
             for j in range(H):
                 d[2 * H + j] = dn[j]
         gemm(dan, UnT, drh, 0.0, False)
+        if rdrop:                                # the products saw h_prev * rm
+            mul_rows(drh, rm, tmp)
         for b in range(B):
             gt = gates[s, b]
             hp = hist_h[s, b]
@@ -194,27 +212,33 @@ def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, Uz
             dr = drh[b]
             for j in range(H):                   # 3b. + 2b. for r
                 r = gt[H + j]
-                d[H + j] = (dr[j] * hp[j]) * dgate(r, rcode)
+                d[H + j] = (dr[j] * (hp[j] * rm[b, j] if rdrop else hp[j])) * dgate(r, rcode)
             dhr = dh[b]
+            dm = tmp[b] if rdrop else dr
             for j in range(H):
-                dhr[j] += dr[j] * gt[H + j]
+                dhr[j] += dm[j] * gt[H + j]
             zr = dzr[b]
             for j in range(2 * H):
                 zr[j] = d[j]
-        gemm(dzr, UzrT, dh, 1.0, False)            # 1b.
+        if rdrop:
+            gemm(dzr, UzrT, tmp, 0.0, False)       # 1b.
+            add_mul_rows(dh, tmp, rm)
+        else:
+            gemm(dzr, UzrT, dh, 1.0, False)        # 1b.
         if masked:
             release(dh, sv, mask[s])
 
 
 @njit(**OPTS)
 def gru_ra_back(g3: Any, full: bool, hist_h: Any, gates: Any, hun: Any, UT: Any, code: int, rcode: int,
-                dh: Any, dxw: Any, drec: Any, mask: Any, masked: bool) -> None:
+                dh: Any, dxw: Any, drec: Any, mask: Any, masked: bool, rm: Any, rdrop: bool) -> None:
     """reset_after=True backward walk: fills ``dxw`` and ``drec`` (T, B, 3H); ``UT`` (3H, H);
     ``dh`` as in :func:`gru_back`."""
     T, B, G = gates.shape
     H = G // 3
     one = cst(gates, 1.0)
     sv = np.empty((B, H), gates.dtype)
+    tmp = np.empty((B, H), gates.dtype)
     for s in range(T - 1, -1, -1):
         if full or s == T - 1:
             add_upstream(dh, g3, s if full else 0)
@@ -249,6 +273,10 @@ def gru_ra_back(g3: Any, full: bool, hist_h: Any, gates: Any, hun: Any, UT: Any,
                 dr_[j] = d[j]
             for j in range(H):
                 dhr[j] = dhr[j] * gt[j]
-        gemm(drec[s], UT, dh, 1.0, False)          # 1b.
+        if rdrop:
+            gemm(drec[s], UT, tmp, 0.0, False)     # 1b.
+            add_mul_rows(dh, tmp, rm)
+        else:
+            gemm(drec[s], UT, dh, 1.0, False)      # 1b.
         if masked:
             release(dh, sv, mask[s])

@@ -274,6 +274,24 @@ def copy_rows(src: Any, dst: Any) -> None:
 
 
 @njit(**OPTS)
+def mul_rows(a: Any, m: Any, out: Any) -> None:
+    """``out = a * m`` elementwise over 2D arrays (the recurrent dropout of the state fed back)."""
+    for b in range(a.shape[0]):
+        ar, mr, o = a[b], m[b], out[b]
+        for j in range(ar.shape[0]):
+            o[j] = ar[j] * mr[j]
+
+
+@njit(**OPTS)
+def add_mul_rows(acc: Any, a: Any, m: Any) -> None:
+    """``acc += a * m`` elementwise over 2D arrays."""
+    for b in range(a.shape[0]):
+        r, ar, mr = acc[b], a[b], m[b]
+        for j in range(ar.shape[0]):
+            r[j] += ar[j] * mr[j]
+
+
+@njit(**OPTS)
 def carry(prev: Any, new: Any, m: Any) -> None:
     """``new[b] = prev[b]`` for every row with ``m[b] == 0``: a masked step carries the state."""
     for b in range(m.shape[0]):

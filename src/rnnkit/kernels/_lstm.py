@@ -25,6 +25,7 @@ from rnnkit.kernels._jit import (
     dgate,
     gemm,
     hold,
+    mul_rows,
     njit,
     project,
     release,
@@ -66,15 +67,21 @@ def _step(a: Any, c_prev: Any, c: Any, act_c: Any, h: Any, code: int, rcode: int
 
 @njit(**OPTS)
 def lstm_train(xw: Any, U: Any, hist_h: Any, hist_c: Any, act_c: Any, proj: bool, Wp: Any, m: Any,
-               code: int, rcode: int, mask: Any, masked: bool) -> None:
+               code: int, rcode: int, mask: Any, masked: bool, rm: Any, rdrop: bool) -> None:
     """Training forward. ``xw`` (T, B, 4H) holds the projections on entry and the parked gates
     ``[i|f|g|o]`` on exit; ``hist_h`` (T+1, B, S) / ``hist_c`` (T+1, B, H) have row 0 set to
     the initial state and receive every later one; ``act_c`` (T, B, H) receives act(c), and
-    with ``proj`` ``m`` (T, B, H) receives o * act(c)."""
-    T = xw.shape[0]
+    with ``proj`` ``m`` (T, B, H) receives o * act(c). ``masked``/``rdrop`` as in the SimpleRNN
+    kernel."""
+    T, B = xw.shape[0], xw.shape[1]
+    hm = np.empty((B, hist_h.shape[2]), xw.dtype)
     for s in range(T):
         gt = xw[s]
-        gemm(hist_h[s], U, gt, 1.0, False)      # a = xw + h_prev @ U, in place (BLAS beta=1)
+        if rdrop:
+            mul_rows(hist_h[s], rm, hm)
+            gemm(hm, U, gt, 1.0, False)
+        else:
+            gemm(hist_h[s], U, gt, 1.0, False)  # a = xw + h_prev @ U, in place (BLAS beta=1)
         if proj:
             _step(gt, hist_c[s], hist_c[s + 1], act_c[s], m[s], code, rcode)
             gemm(m[s], Wp, hist_h[s + 1], 0.0, False)     # 5. h = m @ Wp
@@ -124,7 +131,7 @@ def lstm_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, c: Any, seq: Any, kee
 @njit(**OPTS)
 def lstm_back(g3: Any, full: bool, hist_c: Any, gates: Any, act_c: Any, UT: Any, proj: bool, WpT: Any,
               dh_seq: Any, dh: Any, dc: Any, code: int, rcode: int, dxw: Any, mask: Any,
-              masked: bool) -> None:
+              masked: bool, rm: Any, rdrop: bool) -> None:
     """The backward walk: fills ``dxw`` (T, B, 4H) with dL/dxw_s. ``g3`` is the upstream
     gradient (B, T, S) when ``full`` (return_sequences), else (B, 1, S) for the last step;
     ``UT`` is U transposed, (4H, S) (BLAS measured faster on it than with a transpose flag).
@@ -182,6 +189,8 @@ def lstm_back(g3: Any, full: bool, hist_c: Any, gates: Any, act_c: Any, UT: Any,
                 dcr[j] = dcr[j] * gt[H + j]
         dact_cols(gt2, 2 * H, d2, 2 * H, H, code)
         gemm(d2, UT, dh, 0.0, False)
+        if rdrop:
+            mul_rows(dh, rm, dh)
         if masked:
             release(dh, sh, mask[s])
             release(dc, sc, mask[s])

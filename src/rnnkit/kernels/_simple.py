@@ -16,6 +16,7 @@ from rnnkit.kernels._jit import (
     dact_cols,
     gemm,
     hold,
+    mul_rows,
     njit,
     project,
     release,
@@ -23,12 +24,19 @@ from rnnkit.kernels._jit import (
 
 
 @njit(**OPTS)
-def simple_train(xw: Any, U: Any, hist_h: Any, code: int, mask: Any, masked: bool) -> None:
+def simple_train(xw: Any, U: Any, hist_h: Any, code: int, mask: Any, masked: bool, rm: Any,
+                 rdrop: bool) -> None:
     """Training forward: ``hist_h`` (T+1, B, H) row 0 = initial state; fills rows 1..T. With
-    ``masked``, rows with ``mask[s, b] == 0`` carry the state through step ``s``."""
+    ``masked``, rows with ``mask[s, b] == 0`` carry the state through step ``s``; with
+    ``rdrop`` the state is multiplied by ``rm`` (B, H) where it enters the recurrent product."""
     T, B, H = xw.shape
+    hm = np.empty((B, H), xw.dtype)
     for s in range(T):
-        gemm(hist_h[s], U, xw[s], 1.0, False)   # xw + h_prev @ U, in place (xw is scratch)
+        if rdrop:
+            mul_rows(hist_h[s], rm, hm)
+            gemm(hm, U, xw[s], 1.0, False)
+        else:
+            gemm(hist_h[s], U, xw[s], 1.0, False)   # xw + h_prev @ U, in place (xw is scratch)
         act_cols(xw[s], 0, hist_h[s + 1], 0, H, code)
         if masked:
             carry(hist_h[s], hist_h[s + 1], mask[s])
@@ -61,7 +69,7 @@ def simple_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, seq: Any, keep: boo
 
 @njit(**OPTS)
 def simple_back(g3: Any, full: bool, hist_h: Any, UT: Any, code: int, dh: Any, dxw: Any, mask: Any,
-                masked: bool) -> None:
+                masked: bool, rm: Any, rdrop: bool) -> None:
     """Fills ``dxw`` (T, B, H); ``g3`` as in :func:`rnnkit.kernels._lstm.lstm_back`; ``dh``
     (B, H) holds dL/d(final state) on entry and dL/d(initial state) on exit."""
     T, B, H = dxw.shape
@@ -76,5 +84,7 @@ def simple_back(g3: Any, full: bool, hist_h: Any, UT: Any, code: int, dh: Any, d
             d2[b] = dh[b]
         dact_cols(hist_h[s + 1], 0, d2, 0, H, code)
         gemm(d2, UT, dh, 0.0, False)
+        if rdrop:
+            mul_rows(dh, rm, dh)
         if masked:
             release(dh, sv, mask[s])

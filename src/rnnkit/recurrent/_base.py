@@ -42,12 +42,14 @@ class RecurrentLayer(Streaming, Layer):
       (truncated BPTT). The carried state is the one thing such a layer keeps between passes:
       a stateful layer is not for sharing between threads or between two places of a model.
     - ``dropout``: inverted dropout of the inputs in a training ``Ctx``, one mask per sequence
-      reused at every step (drawn from ``ctx.rng``, kept in the ``Ctx``).
+      reused at every step (drawn from ``ctx.rng``, kept in the ``Ctx``); ``recurrent_dropout``
+      the same for the state where it feeds back into the recurrent products (one mask per
+      sequence, shared by the gates; the carried state itself is not dropped), as Keras does.
     """
 
     def __init__(self, cell: Cell | dict[str, Any], *, return_sequences: bool = False,
                  go_backwards: bool = False, return_state: bool = False, stateful: bool = False,
-                 dropout: float = 0.0,
+                 dropout: float = 0.0, recurrent_dropout: float = 0.0,
                  seed: int | None = None, dtype: Any = "float32", input_dim: int | None = None,
                  name: str | None = None) -> None:
         if isinstance(cell, dict):  # from a model file: {"class_name": ..., "config": ...}
@@ -66,6 +68,15 @@ class RecurrentLayer(Streaming, Layer):
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
             raise InvalidParameterError(f"{self.name}: dropout must be a number in [0, 1), got {dropout!r}")
         self.dropout = float(dropout)
+        rd = recurrent_dropout
+        if isinstance(rd, bool) or not isinstance(rd, (int, float)) or not 0.0 <= rd < 1.0:
+            raise InvalidParameterError(
+                f"{self.name}: recurrent_dropout must be a number in [0, 1), got {recurrent_dropout!r}")
+        if rd > 0 and not cell.supports_recurrent_dropout:
+            raise InvalidParameterError(
+                f"{self.name}: {type(cell).__name__} does not apply recurrent dropout "
+                f"(Cell.supports_recurrent_dropout is False); recurrent_dropout must be 0")
+        self.recurrent_dropout = float(rd)
         self._state: Arrays | None = None
         if input_dim is not None:
             self.build(Shape((None, None, check_positive_int(input_dim, "input_dim", self.name))))
@@ -283,13 +294,20 @@ class RecurrentLayer(Streaming, Layer):
             x_tm = np.ascontiguousarray(xt[::-1] if self.go_backwards else xt)
         else:
             x_tm = arr[np.arange(B)[None, :], idx]
-        seq, final, cache = walk(self.cell, self._weights, x_tm, parts, ctx.training_mode, keep_seq, m_tm)
+        w: Any = self._weights
+        rdrop = None
+        if ctx.training_mode and self.recurrent_dropout > 0.0:
+            S = self.cell.state_sizes()[0]
+            rdrop = (ctx.rng.random((B, S)) >= self.recurrent_dropout).astype(self.dtype)
+            rdrop /= self.dtype.type(1.0 - self.recurrent_dropout)
+            w = {**self._weights, self.cell.RECURRENT_DROPOUT: rdrop}
+        seq, final, cache = walk(self.cell, w, x_tm, parts, ctx.training_mode, keep_seq, m_tm)
         if self.stateful and api == "layer":
             self._state = tuple(np.array(f) for f in final)
         lengths = mask is not None and mask.kind == "lengths"
         if cache is not None:
             cache.update(out_shape=(B, T, self.output_size) if keep_seq else (B, self.output_size), idx=idx,
-                         zero_pad=lengths and keep_seq, drop=drop, given=given, api=api,
+                         zero_pad=lengths and keep_seq, drop=drop, given=given, api=api, rdrop=rdrop,
                          in_shape=arr.shape)
             ctx.save(self, cache)
         if keep_seq:
@@ -324,7 +342,10 @@ class RecurrentLayer(Streaming, Layer):
         full = len(cache["out_shape"]) == 3
         if cache["zero_pad"]:   # outputs past each sequence's end are constant zeros
             g = g * cache["mask"].T[:, :, None]
-        dx_tm, grads, d_init = walk_back(self.cell, self._weights, cache, g, full, d_final)
+        w: Any = self._weights
+        if cache["rdrop"] is not None:
+            w = {**self._weights, self.cell.RECURRENT_DROPOUT: cache["rdrop"]}
+        dx_tm, grads, d_init = walk_back(self.cell, w, cache, g, full, d_final)
         for name in self._trainable:
             ctx.add_grad(self, name, grads[name])
         idx = cache["idx"]
@@ -349,7 +370,8 @@ class RecurrentLayer(Streaming, Layer):
 
     def _walk_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {"return_sequences": self.return_sequences, "go_backwards": self.go_backwards}
-        for k, default in (("return_state", False), ("stateful", False), ("dropout", 0.0)):
+        for k, default in (("return_state", False), ("stateful", False), ("dropout", 0.0),
+                           ("recurrent_dropout", 0.0)):
             if getattr(self, k) != default:   # (files of layers without them stay as they were)
                 cfg[k] = getattr(self, k)
         cfg.update(super().get_config())

@@ -48,6 +48,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from rnnkit import kernels
 from rnnkit._activations import ActivationFn, ActivationLike, resolve_activation
 from rnnkit._errors import InvalidParameterError
 from rnnkit._layer import check_positive_int
@@ -112,6 +113,11 @@ class Cell:
     input_kernel: str | None = None
     recurrent_kernel: str | None = None
     bias: str | None = None
+    #: whether the cell applies a recurrent dropout mask: in a training pass of a layer with
+    #: ``recurrent_dropout``, ``w[RECURRENT_DROPOUT]`` (B, S) multiplies the state where it
+    #: enters the recurrent products (not where it is carried), forward and backward
+    supports_recurrent_dropout: ClassVar[bool] = False
+    RECURRENT_DROPOUT: ClassVar[str] = kernels.RECURRENT_DROPOUT
 
     def __init__(self, units: int, activation: ActivationLike = "tanh") -> None:
         self.units = check_positive_int(units, "units", self.name)

@@ -56,6 +56,7 @@ class GatedCell(Cell):
     bias_rows: ClassVar[int] = 1
     input_kernel = "kernel"
     recurrent_kernel = "recurrent_kernel"
+    supports_recurrent_dropout: ClassVar[bool] = True
 
     def __init__(self, units: int, activation: ActivationLike = "tanh", *, use_bias: bool = True) -> None:
         super().__init__(units, activation)
@@ -88,3 +89,16 @@ class GatedCell(Cell):
         cfg = super().get_config()
         cfg["use_bias"] = self.use_bias
         return cfg
+
+
+def fed_back(w: Any, h_prev: np.ndarray) -> np.ndarray:
+    """The state as the recurrent products see it: ``h_prev``, or ``h_prev`` times the pass's
+    recurrent dropout mask."""
+    rm = w.get(Cell.RECURRENT_DROPOUT)
+    return h_prev if rm is None else h_prev * rm
+
+
+def fed_back_grad(w: Any, d: np.ndarray) -> np.ndarray:
+    """dL/dh_prev from dL/d(the state as the recurrent products saw it)."""
+    rm = w.get(Cell.RECURRENT_DROPOUT)
+    return d if rm is None else d * rm

@@ -44,7 +44,7 @@ import numpy as np
 from rnnkit import kernels
 from rnnkit._activations import ActivationLike
 from rnnkit.recurrent._cell import Arrays, StepBack
-from rnnkit.recurrent._gated import GatedCell, resolve_gate_activation
+from rnnkit.recurrent._gated import GatedCell, fed_back, fed_back_grad, resolve_gate_activation
 from rnnkit.recurrent._states import GRUState
 
 
@@ -75,11 +75,12 @@ class GRUCell(GatedCell):
              park: dict[str, np.ndarray] | None) -> Arrays:
         H, U = self.units, w["recurrent_kernel"]
         (h_prev,) = prev
-        gates = h_prev @ U[:, :2 * H]                      # 1.
+        hm = fed_back(w, h_prev)                           # (h_prev under recurrent dropout)
+        gates = hm @ U[:, :2 * H]                          # 1.
         gates += inp[:, :2 * H]
         self.recurrent_activation(gates, out=gates)        # 2.
         z, r = gates[:, :H], gates[:, H:]
-        rh = r * h_prev                                    # 3.
+        rh = r * hm                                        # 3.
         n = rh @ U[:, 2 * H:]                              # 4.
         n += inp[:, 2 * H:]
         self.activation(n, out=n)
@@ -103,11 +104,10 @@ class GRUCell(GatedCell):
         dxw = np.empty_like(gates)
         dxw[:, 2 * H:] = da_n = self.activation.vjp(n, dn)  # 4b.
         drh = da_n @ U[:, 2 * H:].T
-        dr = drh * h_prev                                  # 3b.
-        dh_prev += drh * r
+        dr = drh * fed_back(w, h_prev)                     # 3b.
         dxw[:, :H] = sg.vjp(z, dz)                         # 2b.
         dxw[:, H:2 * H] = sg.vjp(r, dr)
-        dh_prev += dxw[:, :2 * H] @ U[:, :2 * H].T         # 1b.
+        dh_prev += fed_back_grad(w, drh * r + dxw[:, :2 * H] @ U[:, :2 * H].T)   # 1b.
         return StepBack((dh_prev,), dxw)
 
 
@@ -124,7 +124,7 @@ class GRUResetAfterCell(GRUCell):
              park: dict[str, np.ndarray] | None) -> Arrays:
         H = self.units
         (h_prev,) = prev
-        hu = h_prev @ w["recurrent_kernel"]                # 1.
+        hu = fed_back(w, h_prev) @ w["recurrent_kernel"]   # 1.
         if self.use_bias:
             hu += w["bias"][1]
         gates = inp + hu                                   # (the n block is replaced below)
@@ -160,7 +160,7 @@ class GRUResetAfterCell(GRUCell):
         dxw[:, :H] = sg.vjp(z, dz)                         # 2b.
         dxw[:, H:2 * H] = sg.vjp(r, dr)
         drec[:, :2 * H] = dxw[:, :2 * H]
-        dh_prev += drec @ w["recurrent_kernel"].T          # 1b.
+        dh_prev += fed_back_grad(w, drec @ w["recurrent_kernel"].T)   # 1b.
         return StepBack((dh_prev,), dxw, drec)
 
 

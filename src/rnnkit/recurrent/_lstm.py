@@ -32,7 +32,7 @@ from rnnkit import kernels
 from rnnkit._activations import ActivationLike
 from rnnkit._errors import InvalidParameterError
 from rnnkit.recurrent._cell import Arrays, Param, StepBack
-from rnnkit.recurrent._gated import GatedCell, glorot_gates, resolve_gate_activation
+from rnnkit.recurrent._gated import GatedCell, fed_back, fed_back_grad, glorot_gates, resolve_gate_activation
 from rnnkit.recurrent._states import LSTMState
 
 
@@ -88,7 +88,7 @@ class LSTMCell(GatedCell):
              park: dict[str, np.ndarray] | None) -> Arrays:
         H, ra = self.units, self.recurrent_activation
         h_prev, c_prev = prev
-        a = h_prev @ w["recurrent_kernel"]                # 1.
+        a = fed_back(w, h_prev) @ w["recurrent_kernel"]   # 1.
         a += inp
         ra(a[:, :2 * H], out=a[:, :2 * H])                # 2. i, f
         self.activation(a[:, 2 * H:3 * H], out=a[:, 2 * H:3 * H])  # g
@@ -123,7 +123,7 @@ class LSTMCell(GatedCell):
         da[:, H:2 * H] = ra.vjp(f, dc * c_prev)
         da[:, 2 * H:3 * H] = self.activation.vjp(g, dc * i)
         da[:, 3 * H:] = ra.vjp(o, do)
-        return StepBack((da @ w["recurrent_kernel"].T, dc * f), da, None, grads)   # 1b.
+        return StepBack((fed_back_grad(w, da @ w["recurrent_kernel"].T), dc * f), da, None, grads)   # 1b.
 
 
 kernels.register(LSTMCell, "rnnkit.kernels._driver:LSTM")

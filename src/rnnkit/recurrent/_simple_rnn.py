@@ -22,7 +22,7 @@ import numpy as np
 
 from rnnkit import kernels
 from rnnkit.recurrent._cell import Arrays, StepBack
-from rnnkit.recurrent._gated import GatedCell
+from rnnkit.recurrent._gated import GatedCell, fed_back, fed_back_grad
 from rnnkit.recurrent._states import SimpleRNNState
 
 
@@ -34,7 +34,7 @@ class SimpleRNNCell(GatedCell):
     def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
              park: dict[str, np.ndarray] | None) -> Arrays:
         (h_prev,) = prev
-        a = h_prev @ w["recurrent_kernel"]   # 1.
+        a = fed_back(w, h_prev) @ w["recurrent_kernel"]   # 1.
         a += inp
         return (self.activation(a, out=a),)  # 2.
 
@@ -43,7 +43,7 @@ class SimpleRNNCell(GatedCell):
         (dh,) = d
         (h,) = new
         da = self.activation.vjp(h, dh)                             # 2b.
-        return StepBack((da @ w["recurrent_kernel"].T,), da)        # 1b.
+        return StepBack((fed_back_grad(w, da @ w["recurrent_kernel"].T),), da)   # 1b.
 
 
 kernels.register(SimpleRNNCell, "rnnkit.kernels._driver:SIMPLE")

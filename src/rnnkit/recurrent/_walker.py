@@ -196,8 +196,13 @@ def batched_grads(cell: Cell, w: Mapping[str, np.ndarray], cache: dict[str, Any]
     if cell.recurrent_kernel is not None:
         U = w[cell.recurrent_kernel]
         dU = np.empty(U.shape, dinp.dtype)
+        rm = w.get(kernels.RECURRENT_DROPOUT)   # the products saw the state times this mask
         for src, c0, c1 in cell.rec_groups(U.shape[1]):
-            P = hist[cell.state_names.index(src)][:T] if src in cell.state_names else parks[src]
+            if src in cell.state_names:
+                P = hist[cell.state_names.index(src)][:T]
+                P = P if rm is None else P * rm
+            else:
+                P = parks[src]
             dU[:, c0:c1] = P.reshape(T * B, P.shape[-1]).T @ r2[:, c0:c1]
         grads[cell.recurrent_kernel] = dU
     return grads, dx_tm
