@@ -208,3 +208,17 @@ def test_state_nodes_index_save_and_refuse(tmp_path: Path) -> None:
     again = rk.load_model(str(tmp_path / "ed.rnnkit"))
     np.testing.assert_array_equal(again.predict(xs), model.predict(xs))
     assert "encoder[1]" in model.summary(print_fn=None)
+
+
+def test_rnnnet_states_in_a_graph_model() -> None:
+    """PyTorch-layout states (num_layers * D, batch, width) pass between RNNNet nodes."""
+    b = rk.GraphBuilder()
+    src, tgt = b.input((None, 4, 3)), b.input((None, 5, 3))
+    enc = b.add(rk.rnn.gru(3, 4, rk.rnn.RNNConfig(batch_first=True, num_layers=2), seed=1,
+                           dtype="float64", return_state=True), src)
+    dec = b.add(rk.rnn.gru(3, 4, rk.rnn.RNNConfig(batch_first=True, num_layers=2), seed=2,
+                           dtype="float64"), [tgt, enc[1]])
+    model = b.build(dec)
+    assert enc.shape[1].dims == (2, None, 4)
+    errs = model_gradcheck(model, [RNG.standard_normal((2, 4, 3)), RNG.standard_normal((2, 5, 3))])
+    assert max(errs.values()) < 1e-6, errs

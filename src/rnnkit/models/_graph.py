@@ -75,23 +75,36 @@ class Node:
         return f"Node({self.name!r}, {what}, shape={self.shape})"
 
 
+def _state_shapes(layer: Any) -> tuple[list[str], list[Shape]]:
+    """The names and shapes of a recurrent layer's state parts: (batch, width) for a
+    RecurrentLayer, PyTorch's (num_layers * directions, batch, width) for an ``RNNNet``."""
+    from rnnkit.rnn import RNNNet
+
+    if isinstance(layer, RNNNet):
+        cell = layer._layers[(0, 0)].cell
+        LD = layer.config.num_layers * layer.directions
+        return list(cell.state_names), [Shape((LD, None, n)) for n in cell.state_sizes()]
+    return list(layer.cell.state_names), [Shape((None, n)) for n in layer.cell.state_sizes()]
+
+
 def _check_state_shapes(layer: Any, shapes: list[Shape], where: str) -> None:
-    """The initial-state nodes of a recurrent layer: one (batch, width) per state part."""
-    names, sizes = layer.cell.state_names, layer.cell.state_sizes()
+    """The initial-state nodes of a recurrent layer: one per state part, of its shape."""
+    names, want = _state_shapes(layer)
     if len(shapes) != len(names):
         raise InvalidInputError(f"{layer.name} takes [x, {', '.join(names)}] (its initial state), got "
                                 f"{1 + len(shapes)} inputs")
-    for nm, s, n in zip(names, shapes, sizes, strict=True):
-        if s.rank != 2 or s[1] not in (None, n):
-            raise InvalidInputError(f"{layer.name}: initial state {nm!r} must have shape (batch, {n}), "
-                                    f"got {s}")
+    for nm, s, w in zip(names, shapes, want, strict=True):
+        if s.rank != w.rank or any(a is not None and b is not None and a != b
+                                   for a, b in zip(s.dims, w.dims, strict=True)):
+            raise InvalidInputError(f"{layer.name}: initial state {nm!r} must have shape {w}, got {s}")
 
 
 def _takes_states(layer: Layer) -> bool:
-    """A recurrent layer (or a wrapper of one) takes ``[x, *initial_state]`` as its input."""
+    """A recurrent layer (``RecurrentLayer``, ``RNNNet``) takes ``[x, *initial_state]``."""
     from rnnkit.recurrent import RecurrentLayer
+    from rnnkit.rnn import RNNNet
 
-    return isinstance(layer, RecurrentLayer) or bool(getattr(layer, "takes_initial_state", False))
+    return isinstance(layer, (RecurrentLayer, RNNNet))
 
 
 class GraphBuilder:
@@ -172,9 +185,8 @@ class GraphBuilder:
                 _check_state_shapes(layer, [n.shape for n in ins[1:]], node_name)
         except InvalidInputError as e:
             raise InvalidInputError(f"GraphBuilder.add: node {node_name!r}: {e}") from None
-        if getattr(layer, "return_state", False) and not isinstance(out, list):
-            sizes = layer.cell.state_sizes()  # type: ignore[attr-defined]
-            out = [out, *(Shape((None, n)) for n in sizes)]  # type: ignore[assignment]
+        if getattr(layer, "return_state", False) and not isinstance(out, list) and _takes_states(layer):
+            out = [out, *_state_shapes(layer)[1]]  # type: ignore[assignment]
         node = Node(node_name, layer, tuple(ins), out, self)
         self._nodes.append(node)
         return node

@@ -117,7 +117,7 @@ def sample_weights(model: Model, ys: list[np.ndarray], sample_weight: Any,
         outs = getattr(model, "outputs", None)
         out_shape = outs[0].shape if outs else getattr(model, "output_shape", None)
         if out_shape is not None and len(out_shape) >= 3:
-            y = y[:, :, None]  # a sequence output: one target per timestep
+            y = y[:, :, None]  # a sequence output has a target per timestep: refused below
         elif y.ndim > 1:
             y = np.argmax(y, axis=-1) if y.shape[-1] != 1 else y[..., 0]
         if y.ndim != 1:
