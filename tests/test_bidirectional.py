@@ -222,3 +222,26 @@ def test_rnnnet_states_in_a_graph_model() -> None:
     assert enc.shape[1].dims == (2, None, 4)
     errs = model_gradcheck(model, [RNG.standard_normal((2, 4, 3)), RNG.standard_normal((2, 5, 3))])
     assert max(errs.values()) < 1e-6, errs
+
+
+@pytest.mark.parametrize("mode", ["concat", None])
+def test_bidirectional_states_out_and_in_with_float64_gradients(mode: Any) -> None:
+    """A bidirectional encoder's four LSTM states start a bidirectional decoder."""
+    b = rk.GraphBuilder()
+    src, tgt = b.input((None, 4, 3)), b.input((None, 5, 2))
+    enc = b.add(rk.Bidirectional(rk.LSTM(3, return_state=True, seed=1, dtype="float64"), mode), src)
+    n_main = 2 if mode is None else 1
+    assert len(enc) == n_main + 4
+    states = list(enc)[n_main:]
+    dec = b.add(rk.Bidirectional(rk.LSTM(3, return_sequences=True, seed=4, dtype="float64"), "sum"),
+                [tgt, *states])
+    model = b.build([dec, enc[0]])
+    xs = [RNG.standard_normal((2, 4, 3)), RNG.standard_normal((2, 5, 2))]
+    errs = model_gradcheck(model, xs)
+    assert max(errs.values()) < 1e-6, errs
+    bi = model.layers[0]
+    ctx = rk.Ctx.inference()
+    out = bi.forward(xs[0], ctx)
+    fwd_h = rk.LSTM(3, dtype="float64")
+    fwd_h.set_weights(*[bi.weight(f"forward.{n}") for n in ("kernel", "recurrent_kernel", "bias")])
+    np.testing.assert_allclose(out[n_main], fwd_h.predict(xs[0]), rtol=1e-12)   # forward h

@@ -135,3 +135,18 @@ def test_merge_mode_none_and_merge_layers(tmp_path: Path) -> None:
     ours = _load(km, tmp_path / "m.keras")
     ids = _ids()
     assert _diff(km.predict(ids, verbose=0), ours.predict(ids)) <= ATOL
+
+
+def test_bidirectional_return_state_and_initial_state(tmp_path: Path) -> None:
+    src, tgt = keras.Input((5, 3)), keras.Input((6, 2))
+    out, fh, fc, bh, bc = L.Bidirectional(L.LSTM(4, return_state=True), name="enc")(L.Masking()(src))
+    dec = L.Bidirectional(L.LSTM(4, return_sequences=True), merge_mode="ave", name="dec")(
+        tgt, initial_state=[fh, fc, bh, bc])
+    km = keras.Model([src, tgt], [L.Dense(2, name="head")(dec), out])
+    ours = _load(km, tmp_path / "m.keras")
+    xs = [_padded(3, 5), RNG.normal(size=(4, 6, 2)).astype("float32")]
+    assert _diff(km.predict(xs, verbose=0), ours.predict(xs)) <= ATOL
+    one = keras.Model([src, tgt], L.Dense(2, name="head")(dec))
+    ours1 = _load(one, tmp_path / "one.keras", seed=3)
+    y = RNG.normal(size=(4, 6, 2)).astype("float32")
+    assert _train_both(one, ours1, xs, y, "mse", tmp_path) <= ATOL

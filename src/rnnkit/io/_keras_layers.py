@@ -227,8 +227,7 @@ def _bidirectional(cfg: dict[str, Any], name: str) -> Mapped:
             raise UnsupportedFeatureError(name, "layer", f"Bidirectional over {sub_class!r}; supported: "
                                           f"SimpleRNN, LSTM, GRU")
         sub_cfg = dict(sub.get("config", {}))
-        _refuse_if(bool(sub_cfg.get("return_state", False)), name, "return_state",
-                   "return_state inside Bidirectional is not supported")
+        sub_cfg["return_state"] = bool(cfg.get("return_state", sub_cfg.get("return_state", False)))
         dirs.append(_recurrent(str(sub_class), sub_cfg, f"{role}_{name}"))
     try:
         bi = Bidirectional(dirs[0], mode, dirs[1], name=name)

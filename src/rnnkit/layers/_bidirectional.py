@@ -31,6 +31,11 @@ class Bidirectional(Layer):
     ``"mul"``, ``"ave"``, or ``None`` (``forward`` returns the list ``[forward, backward]``;
     in a graph model the node has two outputs, ``node[0]`` / ``node[1]``).
 
+    States (Keras' order): with ``return_state`` (set on ``layer``) the result is
+    ``[output(s), *forward_final_state, *backward_final_state]``; an input list
+    ``[x, *forward_initial_state, *backward_initial_state]`` starts both directions from given
+    states. Gradients flow through both.
+
     Weights: ``forward.<name>`` and ``backward.<name>`` (e.g. ``forward.kernel``), the two
     layers' weights. The output mask is the input's under ``return_sequences``, else none.
     """
@@ -69,15 +74,16 @@ class Bidirectional(Layer):
         if layer.go_backwards == backward_layer.go_backwards:
             raise InvalidParameterError(f"{self.name}: backward_layer must read the other way "
                                         f"(go_backwards={not layer.go_backwards})")
-        if layer.return_state:
-            raise InvalidParameterError(f"{self.name}: return_state inside Bidirectional is not "
-                                        f"supported; use two recurrent layers in a graph model")
         if backward_layer.dtype != layer.dtype:
             raise InvalidParameterError(f"{self.name}: both layers must have one dtype")
         self.forward_layer = layer
         self.backward_layer = backward_layer
         self.return_sequences = bool(layer.return_sequences)
+        self.return_state = bool(layer.return_state)
         self.stateful = bool(layer.stateful)
+
+    def _n_states(self) -> tuple[int, int]:
+        return len(self.forward_layer.cell.state_names), len(self.backward_layer.cell.state_names)
 
     @property
     def _parts(self) -> tuple[tuple[str, Any], tuple[str, Any]]:
@@ -93,16 +99,25 @@ class Bidirectional(Layer):
 
     def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Any:
         one = self.forward_layer.compute_output_shape(shape)
+        main: list[Shape]
         if self.merge_mode is None:
-            return [one, self.backward_layer.compute_output_shape(shape)]
-        if self.merge_mode == "concat":
+            main = [one, self.backward_layer.compute_output_shape(shape)]
+        elif self.merge_mode == "concat":
             width: Any = one[-1]
-            return Shape((*one[:-1], int(width) + self.backward_layer.output_size))
-        return one
+            main = [Shape((*one[:-1], int(width) + self.backward_layer.output_size))]
+        else:
+            main = [one]
+        if self.return_state:
+            return main + [Shape((None, n)) for sub in (self.forward_layer, self.backward_layer)
+                           for n in sub.cell.state_sizes()]
+        return main if len(main) > 1 else main[0]
 
     def compute_mask(self, x: Any, mask: Any) -> Any:
         out = mask if self.return_sequences else None
-        return [out, out] if self.merge_mode is None else out
+        main = [out, out] if self.merge_mode is None else [out]
+        if self.return_state:
+            return main + [None] * sum(self._n_states())
+        return main if len(main) > 1 else main[0]
 
     # -- weights (the two layers', under "forward." / "backward.") ------------------------------
     def _split(self, name: str) -> tuple[Any, str]:
@@ -150,14 +165,32 @@ class Bidirectional(Layer):
         return np.ascontiguousarray(y[:, ::-1]) if mask is None else mask.reverse_time(y)
 
     def forward(self, x: Any, ctx: Ctx) -> Any:
-        """Both directions on ``x`` (B, T, F) under ``ctx.mask``; the merged output."""
-        if isinstance(x, (list, tuple)):
-            raise InvalidInputError(f"{self.name}: expected one (batch, timesteps, features) input; "
-                                    f"initial states are not supported inside Bidirectional")
+        """Both directions on ``x`` (B, T, F) under ``ctx.mask``; the merged output. ``x`` may be
+        a list ``[x, *forward_state, *backward_state]`` (Keras' ``initial_state``). With
+        ``return_state`` the result is ``[output(s), *forward_final, *backward_final]``."""
         self._require_built()
+        nf, nb = self._n_states()
+        init_f: list[Any] = []
+        init_b: list[Any] = []
+        if isinstance(x, (list, tuple)):
+            if len(x) != 1 + nf + nb:
+                raise InvalidInputError(f"{self.name}: expected an input or [x, *forward_state, "
+                                        f"*backward_state] ({1 + nf + nb} arrays), got a list of {len(x)}")
+            x, init_f, init_b = x[0], list(x[1:1 + nf]), list(x[1 + nf:])
         mask = ctx.mask
-        yf = self.forward_layer.forward(x, ctx)
-        yb = self.backward_layer.forward(x, ctx.set_mask(mask))
+        yf = self.forward_layer.forward([x, *init_f] if init_f else x, ctx)
+        yb = self.backward_layer.forward([x, *init_b] if init_b else x, ctx.set_mask(mask))
+        sf: list[np.ndarray] = []
+        sb: list[np.ndarray] = []
+        if self.return_state:
+            yf, *sf = yf
+            yb, *sb = yb
+        out = self._merge(yf, yb, mask, ctx, bool(init_f))
+        if self.return_state:
+            return [*(out if isinstance(out, list) else [out]), *sf, *sb]
+        return out
+
+    def _merge(self, yf: np.ndarray, yb: np.ndarray, mask: Mask | None, ctx: Ctx, given: bool) -> Any:
         valid = None
         if self.return_sequences:
             yb = self._align(yb, mask)
@@ -165,7 +198,7 @@ class Bidirectional(Layer):
                 valid = mask.valid(yf.shape[1])[:, :, None].astype(yf.dtype)
                 yf, yb = yf * valid, yb * valid
         ctx.save(self, (mask, valid, yf if self.merge_mode == "mul" else None,
-                        yb if self.merge_mode == "mul" else None, yf.shape, yb.shape))
+                        yb if self.merge_mode == "mul" else None, yf.shape, yb.shape, given))
         if self.merge_mode is None:
             return [yf, yb]
         if self.merge_mode == "concat":
@@ -176,9 +209,25 @@ class Bidirectional(Layer):
             return (yf + yb) / self.dtype.type(2.0)
         return yf * yb
 
-    def backward(self, grad: Any, ctx: Ctx) -> np.ndarray:
-        """Gradients of both layers (stored as ``forward.*`` / ``backward.*``); returns dL/dx."""
-        mask, valid, yf, yb, fshape, bshape = ctx.peek(self)
+    def backward(self, grad: Any, ctx: Ctx) -> Any:
+        """Gradients of both layers (stored as ``forward.*`` / ``backward.*``); returns dL/dx,
+        or ``[dx, *d_forward_state, *d_backward_state]`` after an initial state. With
+        ``return_state`` ``grad`` is a list like the output (None entries: zero)."""
+        mask, valid, yf, yb, fshape, bshape, given = ctx.peek(self)
+        nf, nb = self._n_states()
+        g_sf: list[Any] = []
+        g_sb: list[Any] = []
+        if self.return_state:
+            n_main = 2 if self.merge_mode is None else 1
+            if not isinstance(grad, (list, tuple)) or len(grad) != n_main + nf + nb:
+                raise InvalidInputError(f"{self.name}: with return_state, backward expects a list of "
+                                        f"{n_main + nf + nb} gradients like the output, got "
+                                        f"{type(grad).__name__}")
+            g_sf, g_sb = list(grad[n_main:n_main + nf]), list(grad[n_main + nf:])
+            grad = list(grad[:n_main]) if n_main == 2 else grad[0]
+            if grad is None:
+                w = fshape[-1] + bshape[-1] if self.merge_mode == "concat" else fshape[-1]
+                grad = np.zeros((*fshape[:-1], w), self.dtype)
         if self.merge_mode is None:
             if not isinstance(grad, (list, tuple)) or len(grad) != 2:
                 raise InvalidInputError(f"{self.name}: merge_mode=None takes backward([d_forward, "
@@ -201,14 +250,17 @@ class Bidirectional(Layer):
             gf, gb = gf * valid, gb * valid
         if self.return_sequences:
             gb = self._align(gb, mask)
-        dx = self.backward_layer.backward(np.ascontiguousarray(gb), ctx)
-        dx = dx + self.forward_layer.backward(np.ascontiguousarray(gf), ctx)
+        gb, gf = np.ascontiguousarray(gb), np.ascontiguousarray(gf)
+        out_b = self.backward_layer.backward([gb, *g_sb] if self.return_state else gb, ctx)
+        out_f = self.forward_layer.backward([gf, *g_sf] if self.return_state else gf, ctx)
         for role, sub in self._parts:   # the layers' gradients, under this layer's names
             for n in sub.trainable_names:
                 g_sub = ctx.grads.pop((sub, n), None)
                 if g_sub is not None:
                     ctx.add_grad(self, f"{role}.{n}", g_sub)
-        return dx  # type: ignore[no-any-return]
+        if given:
+            return [out_f[0] + out_b[0], *out_f[1:], *out_b[1:]]
+        return out_f + out_b
 
     # -- configuration --------------------------------------------------------------------------
     def get_config(self) -> dict[str, Any]:

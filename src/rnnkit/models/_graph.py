@@ -78,8 +78,15 @@ class Node:
 def _state_shapes(layer: Any) -> tuple[list[str], list[Shape]]:
     """The names and shapes of a recurrent layer's state parts: (batch, width) for a
     RecurrentLayer, PyTorch's (num_layers * directions, batch, width) for an ``RNNNet``."""
+    from rnnkit.layers import Bidirectional
     from rnnkit.rnn import RNNNet
 
+    if isinstance(layer, Bidirectional):
+        names, shapes = [], []
+        for role, sub in (("forward", layer.forward_layer), ("backward", layer.backward_layer)):
+            names += [f"{role}_{n}" for n in sub.cell.state_names]
+            shapes += [Shape((None, n)) for n in sub.cell.state_sizes()]
+        return names, shapes
     if isinstance(layer, RNNNet):
         cell = layer._layers[(0, 0)].cell
         LD = layer.config.num_layers * layer.directions
@@ -100,11 +107,13 @@ def _check_state_shapes(layer: Any, shapes: list[Shape], where: str) -> None:
 
 
 def _takes_states(layer: Layer) -> bool:
-    """A recurrent layer (``RecurrentLayer``, ``RNNNet``) takes ``[x, *initial_state]``."""
+    """A recurrent layer (``RecurrentLayer``, ``RNNNet``, ``Bidirectional``) takes
+    ``[x, *initial_state]``."""
+    from rnnkit.layers import Bidirectional
     from rnnkit.recurrent import RecurrentLayer
     from rnnkit.rnn import RNNNet
 
-    return isinstance(layer, (RecurrentLayer, RNNNet))
+    return isinstance(layer, (RecurrentLayer, RNNNet, Bidirectional))
 
 
 class GraphBuilder:
