@@ -180,3 +180,35 @@ def test_saved_models_keep_masking_and_merge_layers(tmp_path: Any) -> None:
     model.save(str(tmp_path / "m.rnnkit"))
     again = rk.load_model(str(tmp_path / "m.rnnkit"))
     np.testing.assert_array_equal(again.predict(x), model.predict(x))
+
+
+def test_fit_with_lengths_never_reads_the_padding_and_masks_each_input() -> None:
+    """Mini-batches, shuffled: the padding's values change nothing, the lengths do."""
+    x = RNG.standard_normal((6, 5, 2))
+    n = np.array([5, 2, 3, 1, 4, 5])
+    pad = np.arange(5)[None, :] >= n[:, None]
+    y = RNG.standard_normal((6, 1))
+
+    def trained(xs: np.ndarray, lengths: Any) -> list[np.ndarray]:
+        m = rk.Sequential([rk.LSTM(3, seed=1, dtype="float64"), rk.Dense(1, seed=2, dtype="float64")],
+                          input_shape=(None, 5, 2))
+        m.compile(rk.SGD(0.1), "mse")
+        m.fit(xs, y, 3, batch_size=4, seed=7, lengths=lengths)
+        return m.get_weights()
+
+    a, b = x.copy(), x.copy()
+    a[pad], b[pad] = 0.0, 99.0
+    wa, wb, wn = trained(a, n), trained(b, n), trained(a, None)
+    for u, v in zip(wa, wb, strict=True):
+        np.testing.assert_array_equal(u, v)
+    assert any(not np.allclose(u, v) for u, v in zip(wa, wn, strict=True))
+    # several inputs: one mask (or None) per input
+    g = rk.GraphBuilder()
+    i1, i2 = g.input((None, 5, 2)), g.input((None, 5, 2))
+    p1, p2 = Probe(), Probe()
+    model = g.build(g.add(rk.Add(dtype="float64"), [g.add(p1, i1), g.add(p2, i2)]))
+    out = model.predict([a, b], lengths=[n, None])
+    assert p1.seen[-1].ends(5).tolist() == n.tolist() and p2.seen[-1] is None
+    np.testing.assert_array_equal(out, a + b)
+    with pytest.raises(rk.InvalidInputError, match="one lengths per input"):
+        model.predict([a, b], lengths=[n])

@@ -128,7 +128,9 @@ class Model:
         return xs
 
     def forward(self, x: Data, ctx: Ctx) -> Data:
-        """Run the model in ``ctx`` (one input: an array; several: a list, same for outputs)."""
+        """Run the model in ``ctx`` (one input: an array; several: a list, same for outputs).
+        ``ctx.mask`` (``ctx.set_mask(lengths=n)``) is the mask of the (first) input; the model
+        hands masks from layer to layer and clears ``ctx.mask`` afterwards."""
         return unlist(self._forward(self._inputs(x), ctx, False))
 
     def backward(self, grad: Data, ctx: Ctx) -> Data:
