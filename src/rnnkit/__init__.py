@@ -23,6 +23,7 @@ from rnnkit._errors import (
     ForwardPassNotRunError,
     InvalidInputError,
     InvalidParameterError,
+    ModelBusyError,
     NonFiniteError,
     NotBuiltError,
     UnknownWeightError,
@@ -82,7 +83,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Activation", "Linear", "ReLU", "Sigmoid", "Softmax", "Tanh",
     "Ctx",
-    "Error", "ForwardPassNotRunError", "InvalidInputError", "InvalidParameterError",
+    "Error", "ForwardPassNotRunError", "InvalidInputError", "InvalidParameterError", "ModelBusyError",
     "NonFiniteError", "NotBuiltError", "UnknownWeightError", "WeightShapeError",
     "Layer", "WeightEntry",
     "set_global_seed",

@@ -17,15 +17,19 @@ import math
 import numpy as np
 from numpy.typing import DTypeLike
 
+from rnnkit._budget import reserve
+
 
 def glorot_uniform(
     rng: np.random.Generator, shape: tuple[int, ...], fan_in: int, fan_out: int, dtype: DTypeLike
 ) -> np.ndarray:
+    reserve(shape)
     limit = math.sqrt(6.0 / (fan_in + fan_out))
     return rng.uniform(-limit, limit, size=shape).astype(dtype)
 
 
 def orthogonal(rng: np.random.Generator, n: int, dtype: DTypeLike, gain: float = 1.0) -> np.ndarray:
+    reserve((n, n))
     a = rng.standard_normal((n, n))
     q, r = np.linalg.qr(a)
     d = np.sign(np.diag(r))
@@ -37,6 +41,7 @@ def kaiming_uniform(
     rng: np.random.Generator, shape: tuple[int, ...], fan_in: int, dtype: DTypeLike,
     gain: float = math.sqrt(2.0),
 ) -> np.ndarray:
+    reserve(shape)
     limit = gain * math.sqrt(3.0 / max(fan_in, 1))
     return rng.uniform(-limit, limit, size=shape).astype(dtype)
 
@@ -44,8 +49,10 @@ def kaiming_uniform(
 def uniform(
     rng: np.random.Generator, shape: tuple[int, ...], low: float, high: float, dtype: DTypeLike
 ) -> np.ndarray:
+    reserve(shape)
     return rng.uniform(low, high, size=shape).astype(dtype)
 
 
 def zeros(shape: tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
+    reserve(shape)
     return np.zeros(shape, dtype=dtype)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
+
+from rnnkit.io._atomic import atomic_write_bytes
 
 
 class CliError(Exception):
@@ -33,20 +34,9 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to a temporary file next to ``path``, then rename it over ``path``."""
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~umask())  # mkstemp makes 0600; give the usual permissions
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write ``data`` atomically (``rnnkit.io._atomic``: temporary file, fsync, rename; a link is
+    followed; stale temporaries of killed writers are removed)."""
+    atomic_write_bytes(path, data)
 
 
 def metrics_table(rows: list[tuple[str, float, float]], title: str) -> str:

@@ -5,13 +5,12 @@ optional ``plot`` extra (``pip install "rnnkit[plot]"``)."""
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rnnkit.cli._common import umask
+from rnnkit.io._atomic import atomic_write_with
 
 
 def have_matplotlib() -> bool:
@@ -33,16 +32,8 @@ def _figure(width: float, height: float) -> Any:
 
 def _save(fig: Any, path: Path) -> Path:
     """PNG to a temporary file next to ``path``, then rename (atomic)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", dpi=100)  # pixel size = figsize * 100, whatever the rc says
-        os.chmod(tmp, 0o666 & ~umask())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    # pixel size = figsize * 100, whatever the rc says
+    atomic_write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
     return path
 
 

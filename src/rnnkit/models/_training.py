@@ -112,7 +112,7 @@ def evaluate_logs(model: Model, x: Data, y: Data, batch_size: int | None) -> dic
 
 
 def _split(model: Model, xs: list[np.ndarray], ys: list[np.ndarray], split: float) -> tuple[Any, ...]:
-    if isinstance(split, bool) or not isinstance(split, (int, float)) or not 0.0 <= split < 1.0:
+    if isinstance(split, bool) or not isinstance(split, (int, float, np.floating)) or not 0.0 <= split < 1.0:
         raise InvalidParameterError(f"fit: validation_split must be a number in [0, 1), got {split!r}")
     n = xs[0].shape[0]
     n_val = math.ceil(split * n)
