@@ -180,13 +180,17 @@ class Model:
     def fit(self, x: Data, y: Data, epochs: int = 1, *, batch_size: int | None = None,
             validation_data: tuple[Data, Data] | None = None, validation_split: float = 0.0,
             callbacks: list[Callback] | None = None, verbose: int = 0, shuffle: bool = True,
-            seed: int | None = None, initial_epoch: int = 0) -> History:
+            seed: int | None = None, initial_epoch: int = 0, checkpoint: Any = None) -> History:
         """Train. ``fit(x, y, epochs)`` takes ONE full-batch step per epoch (the pages' rule);
         ``batch_size=`` takes mini-batch steps, reshuffled each epoch (``shuffle``) by a
         generator seeded with ``seed`` (else the global seed, else entropy). See
         :func:`rnnkit.models._training.run_fit` for the epoch loss, validation and callbacks.
         Raises :class:`~rnnkit.NonFiniteError` naming the epoch and the layer when a pass
-        produces NaN or Inf. Returns the :class:`History`."""
+        produces NaN or Inf. ``checkpoint=DIR``: after each epoch the whole training state
+        (weights, optimizer slots, generator, history) is written to ``DIR`` atomically, and a
+        later ``fit`` with the same arguments resumes after the last completed epoch, ending
+        bit-identical to an uninterrupted run (:mod:`rnnkit.models._resume`). Returns the
+        :class:`History`."""
         from rnnkit.models._training import run_fit
 
         check_seed(seed, f"{self.name}.fit")
@@ -203,7 +207,7 @@ class Model:
         try:
             return run_fit(self, x, y, epochs, batch_size=batch_size, validation_data=validation_data,
                            validation_split=validation_split, callbacks=callbacks, verbose=verbose,
-                           shuffle=shuffle, seed=seed, initial_epoch=initial_epoch)
+                           shuffle=shuffle, seed=seed, initial_epoch=initial_epoch, checkpoint=checkpoint)
         finally:
             self._fit_lock.release()
 

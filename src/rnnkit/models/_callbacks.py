@@ -156,6 +156,17 @@ class EarlyStopping(Callback):
         if self.restore_best_weights and self.best_weights is not None:
             self._require_model().set_weights(self.best_weights)
 
+    def get_fit_state(self) -> dict[str, Any]:
+        """What a resumed ``fit(checkpoint=...)`` needs (JSON, plus ``arrays``)."""
+        return {"best": self.best, "best_epoch": self.best_epoch, "stopped_epoch": self.stopped_epoch,
+                "wait": self.wait, "arrays": list(self.best_weights or []),
+                "has_best_weights": self.best_weights is not None}
+
+    def set_fit_state(self, state: dict[str, Any]) -> None:
+        self.best, self.best_epoch = float(state["best"]), int(state["best_epoch"])
+        self.stopped_epoch, self.wait = int(state["stopped_epoch"]), int(state["wait"])
+        self.best_weights = list(state["arrays"]) if state["has_best_weights"] else None
+
 
 class ModelCheckpoint(Callback):
     """Save the model after every epoch (``save_best_only=False``) or when ``monitor`` improves.
@@ -181,6 +192,13 @@ class ModelCheckpoint(Callback):
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
         self.best = None
+
+    def get_fit_state(self) -> dict[str, Any]:
+        return {"best": self.best, "last_saved": self.last_saved}
+
+    def set_fit_state(self, state: dict[str, Any]) -> None:
+        self.best = None if state["best"] is None else float(state["best"])
+        self.last_saved = state["last_saved"]
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
         if self.save_best_only:
