@@ -28,6 +28,36 @@ def ensure_dir(path: str | os.PathLike[str]) -> Path:
     return p
 
 
+def data_path(text: str) -> Path:
+    """The CSV file ``text`` names: a file path, or the name of a bundled data set (``sunspots``,
+    ``co2``) when no such file exists, so the documented commands run from any folder."""
+    from rnnkit import datasets
+
+    p = Path(text)
+    if p.exists():
+        if p.is_dir():
+            raise CliError(f"{p}: is a directory, expected a CSV file")
+        return p
+    if text in datasets._FILES:
+        return datasets.path(text)
+    raise CliError(f"{text}: no such file (bundled data sets, usable by name: "
+                   f"{', '.join(sorted(datasets._FILES))})")
+
+
+def check_output_file(path: str | os.PathLike[str], flag: str) -> Path:
+    """Refuse an output path that cannot be written BEFORE any work is done: its folder must
+    exist and be writable, and the path itself must not be a folder."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise CliError(f"{flag} {p}: is a directory; give a file name")
+    if not parent.is_dir():
+        raise CliError(f"{flag} {p}: the folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CliError(f"{flag} {p}: the folder {parent} is not writable")
+    return p
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` (UTF-8) to a temporary file next to ``path``, then rename it over ``path``."""
     write_bytes_atomic(path, text.encode("utf-8"))
