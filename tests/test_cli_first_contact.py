@@ -14,6 +14,7 @@ import pytest
 
 import rnnkit as rk
 from rnnkit.cli import build_parser, main
+from rnnkit.cli._plots import have_matplotlib
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,7 +55,7 @@ def test_bad_output_is_refused_before_any_work(tmp_path: Path, capsys: pytest.Ca
     assert "is a directory" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="needs matplotlib")
+@pytest.mark.skipif(not have_matplotlib(), reason="needs matplotlib")
 def test_train_draws_its_own_pictures_over_an_earlier_runs(tmp_path: Path) -> None:
     out = tmp_path / "rnnkit_out"
     out.mkdir()
@@ -117,7 +118,7 @@ def test_bench_does_not_overwrite_the_tracked_latest_results(tmp_path: Path) -> 
     assert json.loads((tmp_path / "latest.json").read_text()) == {"rows": [1]}
 
 
-@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="needs matplotlib")
+@pytest.mark.skipif(not have_matplotlib(), reason="needs matplotlib")
 def test_forecast_picture_labels_validation_and_test_parts_apart() -> None:
     from rnnkit.cli._plots import forecast_figure
 

@@ -6,7 +6,7 @@ parser, and the ones that need no network, no PyTorch and little time run as wri
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
 import re
 import shlex
@@ -27,14 +27,12 @@ def _missing_optional(code: str) -> str | None:
     """The first optional package the block imports that cannot be imported here."""
     for mod in OPTIONAL:
         if re.search(rf"^\s*(import|from) {mod}\b", code, re.M):
-            if importlib.util.find_spec(mod) is None:
-                return mod
             if mod == "keras":
                 os.environ.setdefault("KERAS_BACKEND", "torch")
-                try:
-                    import keras  # noqa: F401
-                except Exception as e:  # noqa: BLE001 - keras without a usable backend
-                    return f"keras ({type(e).__name__}: {e})"
+            try:
+                importlib.import_module(mod)
+            except Exception as e:  # noqa: BLE001 - not installed, or installed without a backend
+                return f"{mod} ({type(e).__name__}: {e})"
     return None
 
 
