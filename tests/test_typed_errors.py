@@ -217,3 +217,19 @@ def test_two_threads_fitting_one_model() -> None:
     ref.fit(X, Y, epochs=60, seed=0)
     for a, b in zip(m.get_weights(), ref.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("cls", [rk.SimpleRNN, rk.LSTM, rk.GRU])
+@pytest.mark.parametrize("units", [10**12, 10**30])
+def test_weights_numpy_cannot_allocate_are_typed(cls: type, units: int) -> None:
+    with pytest.raises(rk.InvalidParameterError, match=r"a weight of shape \(3, \d+\) .*cannot be allocated"):
+        cls(units).build((None, 2, 3))
+    with pytest.raises(rk.InvalidParameterError, match="cannot be allocated"):
+        rk.Embedding(units, 10).build((None, 3))
+
+
+def test_sequential_layers_must_be_a_list() -> None:
+    with pytest.raises(TypeError, match="layers must be a list of Layers"):
+        rk.Sequential(np.array([1.0, 2.0]))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="name must be a str"):
+        rk.Sequential([], name=3)  # type: ignore[arg-type]

@@ -73,6 +73,8 @@ class Model:
     """Base class of :class:`Sequential` and :class:`GraphModel` (see the module docstring)."""
 
     def __init__(self, name: str) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"{type(self).__name__}: name must be a str, got {name!r}")
         self.name = name
         self.optimizer: Any = None
         self.loss: Any = None
