@@ -233,3 +233,27 @@ def test_sequential_layers_must_be_a_list() -> None:
         rk.Sequential(np.array([1.0, 2.0]))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="name must be a str"):
         rk.Sequential([], name=3)  # type: ignore[arg-type]
+
+
+def test_ctx_training_flag_must_be_a_bool() -> None:
+    with pytest.raises(TypeError, match="Ctx: training must be a bool"):
+        rk.Ctx("no")  # type: ignore[arg-type]
+    assert rk.Ctx(np.bool_(False)).training_mode is False
+
+
+@pytest.mark.parametrize("option,value,what", [("return_sequences", "false", "true or false"),
+                                               ("go_backwards", 1, "true or false"),
+                                               ("units", 2.7, "an integer"), ("units", "3", "an integer")])
+def test_keras_config_options_are_not_coerced(tmp_path, option: str, value: object, what: str) -> None:  # type: ignore[no-untyped-def]
+    import json
+    import zipfile
+
+    lstm = {"name": "l", "units": 3, option: value}
+    cfg = {"class_name": "Sequential", "config": {"name": "s", "layers": [
+        {"class_name": "InputLayer", "config": {"batch_shape": [None, 5, 3]}},
+        {"class_name": "LSTM", "config": lstm}]}}
+    with zipfile.ZipFile(tmp_path / "m.keras", "w") as z:
+        z.writestr("config.json", json.dumps(cfg))
+        z.writestr("model.weights.h5", b"")
+    with pytest.raises(rk.FileFormatError, match=f"option '{option}' must be {what}"):
+        rk.load_keras(tmp_path / "m.keras")
