@@ -257,3 +257,22 @@ def test_keras_config_options_are_not_coerced(tmp_path, option: str, value: obje
         z.writestr("model.weights.h5", b"")
     with pytest.raises(rk.FileFormatError, match=f"option '{option}' must be {what}"):
         rk.load_keras(tmp_path / "m.keras")
+
+
+def test_weight_importers_refuse_nan() -> None:
+    layer = rk.LSTM(2, seed=0)
+    layer.build((None, 3, 4))
+    k, r, b = rk.io.to_keras_weights(layer)
+    r[1, 3] = np.inf
+    fresh = rk.LSTM(2, seed=1)
+    fresh.build((None, 3, 4))
+    before = fresh.get_weights()
+    with pytest.raises(rk.InvalidInputError, match=r"recurrent_kernel holds inf at \(1, 3\)"):
+        rk.io.from_keras_weights(fresh, [k, r, b])
+    for a, c in zip(before, fresh.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, c)
+    state = rk.io.to_torch_state(layer)
+    state["bias_hh_l0"] = state["bias_hh_l0"].copy()
+    state["bias_hh_l0"][0] = np.nan
+    with pytest.raises(rk.InvalidInputError, match="from_torch_state: bias holds nan"):
+        rk.io.from_torch_state(rk.LSTM(2), state)

@@ -33,6 +33,16 @@ from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShape
 from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
 
 
+def _check_finite(arrays: Mapping[str, Any], where: str) -> None:
+    """InvalidInputError naming the first weight holding NaN or Inf (nothing is installed)."""
+    for name, a in arrays.items():
+        arr = np.asarray(a)
+        if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+            pos = tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])
+            raise InvalidInputError(f"{where}: {name} holds {arr[pos]} at {pos}; expected finite numbers "
+                                    f"(nothing was loaded)")
+
+
 def _kind(layer: Any, where: str) -> str:
     for cls, name in ((LSTM, "LSTM"), (GRU, "GRU"), (SimpleRNN, "SimpleRNN")):
         if isinstance(layer, cls):
@@ -107,6 +117,7 @@ def from_torch_state(layer: RecurrentLayer, state_dict: Mapping[str, Any], suffi
         bias = np.stack([b_ih, b_hh])
     else:
         bias = (b_ih.astype(np.float64) + b_hh.astype(np.float64))[None, :]
+    _check_finite({"kernel": kernel, "recurrent_kernel": rec, "bias": bias}, "from_torch_state")
     layer.set_weights(kernel, rec, bias)
 
 
@@ -153,6 +164,7 @@ def from_keras_weights(layer: RecurrentLayer, weights: Sequence[Any]) -> None:
             )
         if rows == 1 and bias.shape == (GH,):
             bias = bias.reshape(1, GH)
+    _check_finite({"kernel": kernel, "recurrent_kernel": rec, "bias": bias}, "from_keras_weights")
     layer.set_weights(kernel, rec, bias)
 
 
