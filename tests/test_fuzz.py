@@ -75,7 +75,10 @@ def _layers() -> list[tuple[Callable[[], rk.Layer], int]]:
     return [(lambda: rk.Dense(3, seed=0), 2), (lambda: rk.Dense(2, "softmax", seed=0), 3),
             (lambda: rk.Dropout(0.3), 2), (lambda: rk.ActivationLayer("softmax"), 2),
             (lambda: rk.ActivationLayer("relu"), 3), (lambda: rk.RepeatVector(2), 2),
-            (lambda: rk.Reverse(1), 3), (lambda: rk.Embedding(5, 2, seed=0), 2)]
+            (lambda: rk.Reverse(1), 3), (lambda: rk.Embedding(5, 2, seed=0), 2),
+            (lambda: rk.LSTM(2, seed=0, return_sequences=True), 3),
+            (lambda: rk.GRU(2, seed=0, reset_after=True), 3), (lambda: rk.SimpleRNN(2, go_backwards=True), 3),
+            (lambda: rk.rnn.lstm(3, 2), 3)]
 
 
 DTYPES = st.sampled_from([np.float32, np.float64, np.int64, np.bool_, np.float16, np.complex64, object,
@@ -97,7 +100,7 @@ def arrays(draw: Any, rank: int | None = None) -> Any:
 
 
 @settings(suppress_health_check=SUPPRESS)
-@given(k=st.integers(0, 7), x=arrays(), build_rank_ok=st.booleans(), training=st.booleans(),
+@given(k=st.integers(0, 11), x=arrays(), build_rank_ok=st.booleans(), training=st.booleans(),
        grad=arrays())
 def test_forward_backward_raise_only_typed_errors(k: int, x: Any, build_rank_ok: bool, training: bool,
                                                   grad: Any) -> None:
