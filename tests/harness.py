@@ -80,11 +80,13 @@ Grads = tuple[np.ndarray, "np.ndarray | None", dict[str, np.ndarray]]
 
 
 def analytic_grads(layer: Any, x: np.ndarray, G: np.ndarray) -> Grads:
-    """One training pass: (output, dL/dx or None, {weight name: dL/dw}) for ``L = sum(y * G)``."""
+    """One training pass: (output, dL/dx or None, {weight name: dL/dw}) for ``L = sum(y * G)``
+    (every trainable weight; a recurrent layer's cell may declare weights that do not train)."""
     ctx = rk.Ctx.training()
     y = layer.forward(x, ctx)
     dx = layer.backward(G, ctx)
-    grads = {e.name: np.array(ctx.grad(layer, e.name)) for e in layer.weights()}
+    names = getattr(layer, "trainable_names", layer.weight_names)
+    grads = {n: np.array(ctx.grad(layer, n)) for n in names}
     return np.array(y), (None if dx is None else np.array(dx)), grads
 
 
@@ -261,7 +263,8 @@ def check_layer(
     if input_grad:
         assert dx is not None and dx.shape == x.shape, f"input grad {getattr(dx, 'shape', None)} vs {x.shape}"
     for e in layer.weights():
-        assert grads[e.name].shape == e.value.shape, f"grad {e.name}: {grads[e.name].shape}"
+        if e.name in grads:
+            assert grads[e.name].shape == e.value.shape, f"grad {e.name}: {grads[e.name].shape}"
     # 3. gradcheck
     errs = assert_gradcheck(layer, x, rtol=rtol, G=G, eps=eps, input_grad=input_grad)
     assert_unchanged(layer, before, "the gradcheck")

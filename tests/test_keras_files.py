@@ -83,8 +83,22 @@ def test_gru_reset_before_and_go_backwards(tmp_path: Path) -> None:
                           L.Activation("tanh")])
     ours, diff = _roundtrip(m, _x(3, 5, 3), tmp_path / "m.keras")
     assert not ours.layers[0].reset_after
-    assert np.all(ours.layers[1].weight("bias") == 0.0)  # use_bias=False -> exact zero bias
+    assert ours.layers[1].weight_names == ["kernel", "recurrent_kernel"]  # use_bias=False: no bias at all
     assert diff <= ATOL
+
+
+@pytest.mark.parametrize("gate", ["hard_sigmoid", "sigmoid", "tanh", "relu", "linear"])
+def test_recurrent_activation_and_no_bias(tmp_path: Path, gate: str) -> None:
+    """Keras' recurrent_activation (hard_sigmoid is Keras 3's relu6(x + 3) / 6) and use_bias=False
+    import exactly, for LSTM and both GRU forms."""
+    m = keras.Sequential([keras.Input((6, 3)),
+                          L.LSTM(4, recurrent_activation=gate, return_sequences=True, use_bias=False),
+                          L.GRU(3, recurrent_activation=gate, return_sequences=True),
+                          L.GRU(3, recurrent_activation=gate, reset_after=False, use_bias=False)])
+    ours, diff = _roundtrip(m, 0.5 * _x(4, 6, 3), tmp_path / "m.keras")
+    assert [lay.recurrent_activation.name for lay in ours.layers] == [gate] * 3
+    assert [lay.use_bias for lay in ours.layers] == [False, True, False]
+    assert diff <= ATOL, diff
 
 
 @pytest.mark.parametrize("return_sequences", [True, False])
@@ -208,7 +222,7 @@ def _refused(tmp_path: Path, layers: list[Any], option: str, layer_name: str) ->
 
 
 @pytest.mark.parametrize("layer, option", [
-    (lambda: L.LSTM(3, recurrent_activation="hard_sigmoid", name="x"), "recurrent_activation"),
+    (lambda: L.LSTM(3, recurrent_activation="softmax", name="x"), "recurrent_activation"),
     (lambda: L.GRU(3, stateful=True, name="x"), "stateful"),
     (lambda: L.LSTM(3, activation="elu", name="x"), "activation"),
     (lambda: L.Dense(3, activation="gelu", name="x"), "activation"),

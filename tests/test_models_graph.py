@@ -64,12 +64,12 @@ def test_reverse_aligns_timesteps_and_its_absence_mismatches_them() -> None:
     a, p = merged(aligned_model), merged(plain_model)
     for k in range(T):
         # the state of the backward branch that consumed input timesteps T-1 .. k, ending at k
-        back_k = bwd.seq(x[:, k:])[1].h()
-        fwd_k = fwd.seq(x[:, :k + 1])[1].h()
+        back_k = bwd.seq(x[:, k:])[1].h
+        fwd_k = fwd.seq(x[:, :k + 1])[1].h
         np.testing.assert_allclose(a[:, k, :H], fwd_k, atol=1e-12)
         np.testing.assert_allclose(a[:, k, H:], back_k, atol=1e-12)  # aligned: timestep k at slot k
         # without Reverse, slot k holds the backward state that ENDED at timestep T-1-k
-        np.testing.assert_allclose(p[:, k, H:], bwd2.seq(x[:, T - 1 - k:])[1].h(), atol=1e-12)
+        np.testing.assert_allclose(p[:, k, H:], bwd2.seq(x[:, T - 1 - k:])[1].h, atol=1e-12)
         if k != T // 2:
             assert np.abs(p[:, k, H:] - back_k).max() > 1e-3, f"slot {k} should be mismatched"
     np.testing.assert_array_equal(p[:, :, :H], a[:, :, :H])  # the forward half is the same

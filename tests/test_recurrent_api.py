@@ -129,15 +129,21 @@ def test_step_loop_equals_seq_equals_forward(name: str, kw: dict[str, Any]) -> N
     hs = []
     for t in range(5):
         state = layer.step(x[:, t], state)
-        hs.append(state.h() if name == "LSTM" else state.value())
+        hs.append(state.h)
     np.testing.assert_allclose(np.stack(hs, 1), full, rtol=0, atol=1e-15)
-    last = final.h() if name == "LSTM" else final.value()
+    last = final.h
     np.testing.assert_array_equal(last, full[:, -1])
     if name == "LSTM":
-        assert isinstance(final, rk.LSTMState) and final.c().shape == (2, 3)
-        assert np.max(np.abs(final.c() - final.h())) > 1e-3  # the cell state is its own array
+        assert isinstance(final, rk.LSTMState) and final.c.shape == (2, 3)
+        assert np.max(np.abs(final.c - final.h)) > 1e-3  # the cell state is its own array
+        h, c = final                                      # a named tuple: unpackable
+        assert h is final.h and c is final.c
+    elif name == "GRU":
+        assert type(final) is rk.GRUState and final.value is final.h  # .value: the tch-rs name
     else:
-        assert isinstance(final, rk.GRUState)
+        assert type(final) is rk.SimpleRNNState  # no cell returns another cell's state type
+        (h,) = final
+        assert h is final.h
 
 
 @pytest.mark.parametrize("name,kw", KINDS, ids=IDS)
@@ -148,7 +154,7 @@ def test_seq_init_continues_a_split_sequence(name: str, kw: dict[str, Any]) -> N
     first, mid = layer.seq(x[:, :3])
     second, fin2 = layer.seq_init(x[:, 3:], mid)
     np.testing.assert_allclose(np.concatenate([first, second], 1), whole, atol=1e-15)
-    get = (lambda s: (s.h(), s.c())) if name == "LSTM" else (lambda s: (s.value(),))
+    get = (lambda s: (s.h, s.c)) if name == "LSTM" else (lambda s: (s.h,))
     for a, b in zip(get(fin2), get(fin), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-15)
     zero = layer.zero_state(3)
@@ -195,7 +201,7 @@ def test_gru_reset_after_gate_weights_and_config() -> None:
     z = sig(x[0] @ t[3] + t[5][0] + h0 @ t[4] + t[5][1])
     n = np.tanh(x[0] @ t[6] + t[8][0] + r * (h0 @ t[7] + t[8][1]))
     _, st = layer.seq_init(x, rk.GRUState(h0))
-    np.testing.assert_allclose(st.value(), z * h0 + (1 - z) * n, rtol=1e-14)
+    np.testing.assert_allclose(st.h, z * h0 + (1 - z) * n, rtol=1e-14)
     with pytest.raises(rk.WeightShapeError) as e:
         rk.GRU(H, reset_after=True).set_gate_weights(*t[:8], np.zeros((1, H)))
     assert e.value.name == "candidate.bias" and tuple(e.value.expected) == (2, H)

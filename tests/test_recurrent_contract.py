@@ -73,7 +73,7 @@ def test_gru_update_gate_one_keeps_previous_hidden() -> None:
     seq, state = layer.seq_init(x, rk.GRUState(h0))
     for s in range(5):
         np.testing.assert_allclose(seq[:, s], h0, atol=1e-15)
-    np.testing.assert_allclose(state.value(), h0, atol=1e-15)
+    np.testing.assert_allclose(state.h, h0, atol=1e-15)
     # from the zero state the output stays exactly 0 whatever the input
     np.testing.assert_allclose(layer.predict(x), 0.0, atol=1e-15)
 
@@ -115,7 +115,7 @@ def test_gru_fused_kernel_first_block_is_the_update_gate() -> None:
         probe = rk.GRU(H, dtype="float64")
         probe.set_weights(k, u, b)
         _, st = probe.seq_init(x, h0)
-        assert np.allclose(st.value(), h0.value(), atol=1e-14) is frozen
+        assert np.allclose(st.h, h0.h, atol=1e-14) is frozen
 
 
 # -- one test per trap of DESIGN.md section 3 -------------------------------------------------
@@ -145,7 +145,7 @@ def test_trap_gru_z_near_one_keeps_state_keras_convention() -> None:
     b[0, 2 * H:] = [0.3, -0.2]             # n = tanh(b_h) (U_h acts on r * h_prev)
     layer.set_weights(k, np.zeros((H, 3 * H)), b)
     h_prev = np.array([[0.5, -0.7]])
-    h = layer.step(np.zeros((1, 1)), rk.GRUState(h_prev)).value()
+    h = layer.step(np.zeros((1, 1)), rk.GRUState(h_prev)).h
     np.testing.assert_allclose(h, 0.9 * h_prev + 0.1 * np.tanh([[0.3, -0.2]]), rtol=1e-14)
 
 

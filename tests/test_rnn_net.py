@@ -33,10 +33,10 @@ def test_matches_torch_outputs_states_and_gradients(
     t_out, t_state = ref(tx)
     np.testing.assert_allclose(out, t_out.detach().numpy(), atol=1e-12)
     if mode == "lstm":
-        np.testing.assert_allclose(state.h(), t_state[0].detach().numpy(), atol=1e-12)
-        np.testing.assert_allclose(state.c(), t_state[1].detach().numpy(), atol=1e-12)
+        np.testing.assert_allclose(state.h, t_state[0].detach().numpy(), atol=1e-12)
+        np.testing.assert_allclose(state.c, t_state[1].detach().numpy(), atol=1e-12)
     else:
-        np.testing.assert_allclose(state.value(), t_state.detach().numpy(), atol=1e-12)
+        np.testing.assert_allclose(state.h, t_state.detach().numpy(), atol=1e-12)
     g = _x(out.shape, 1)
     (t_out * torch.tensor(g)).sum().backward()
     ctx = rk.Ctx.training()
@@ -55,7 +55,7 @@ def test_step_loop_equals_seq_and_seq_init_continues(mode: str) -> None:
     state = net.zero_state(2)
     for t in range(8):
         state = net.step(x[:, t], state)
-    h = (lambda s: s.h()) if mode == "lstm" else (lambda s: s.value())
+    h = (lambda s: s.h) if mode == "lstm" else (lambda s: s.h)
     np.testing.assert_allclose(h(state), h(final), atol=1e-13)
     np.testing.assert_allclose(h(final)[-1], out[:, -1], atol=1e-13)  # top layer's last output
     first, mid = net.seq(x[:, :5])
@@ -76,7 +76,7 @@ def test_defaults_follow_the_tch_page() -> None:
     assert np.abs(w).max() > 0.9 * limit
     assert np.all(net.weight("bias_ih_l0") == 0) and np.all(net.weight("bias_hh_l0") == 0)
     out, st = net.seq(np.zeros((4, 3, 16), np.float32))
-    assert out.shape == (4, 3, 8) and st.h().shape == (1, 4, 8)
+    assert out.shape == (4, 3, 8) and st.h.shape == (1, 4, 8)
 
 
 def test_bidirectional_output_width_and_orthogonal_init() -> None:
@@ -86,7 +86,7 @@ def test_bidirectional_output_width_and_orthogonal_init() -> None:
     blk = net.weight("weight_hh_l0").astype(np.float64)[:256]
     np.testing.assert_allclose(blk @ blk.T, np.eye(256), atol=1e-5)
     out, st = net.seq(np.zeros((4, 20, 128), np.float32))
-    assert out.shape == (4, 20, 512) and st.value().shape == (4, 4, 256)
+    assert out.shape == (4, 20, 512) and st.h.shape == (4, 4, 256)
 
 
 def test_no_biases_and_dropout_only_in_training() -> None:

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 import rnnkit as rk
-from rnnkit.io import UnsupportedFeatureError
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -43,7 +42,7 @@ def _compare(m: Any, net: rk.rnn.RNNNet, mode: str, batch_first: bool) -> float:
         y, st = m(torch.from_numpy(x))
     out, state = net.seq(x)
     ts = (st[0], st[1]) if mode == "lstm" else (st,)
-    ours = (state.h(), state.c()) if mode == "lstm" else (state.value(),)
+    ours = (state.h, state.c) if mode == "lstm" else (state.h,)
     diffs = [float(np.abs(y.numpy() - out).max())]
     diffs += [float(np.abs(t.numpy() - o).max()) for t, o in zip(ts, ours, strict=True)]
     assert out.shape == tuple(y.shape)
@@ -149,14 +148,51 @@ def test_torch_save_files_are_refused_unread(tmp_path: Path, legacy: bool) -> No
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("kind", ["proj", "rnn_relu"])
+def test_projected_lstm_and_rnn_files(tmp_path: Path, kind: str) -> None:
+    """``torch.nn.LSTM(proj_size=2)`` and ``torch.nn.RNN(nonlinearity="relu")`` stacks load and
+    compute what torch computes (outputs and every final state part)."""
+    torch.manual_seed(0)
+    if kind == "proj":
+        mod = torch.nn.LSTM(IN, H, num_layers=2, proj_size=2, bidirectional=True, batch_first=True)
+    else:
+        mod = torch.nn.RNN(IN, H, num_layers=2, nonlinearity="relu", bidirectional=True, batch_first=True)
+    st_torch.save_file(mod.state_dict(), tmp_path / "m.safetensors")
+    net = rk.load_torch_rnn(tmp_path / "m.safetensors", batch_first=True,
+                            nonlinearity="tanh" if kind == "proj" else "relu")
+    assert net.mode == ("lstm" if kind == "proj" else "rnn")
+    assert net.config.proj_size == (2 if kind == "proj" else 0)
+    x = np.random.default_rng(0).standard_normal((3, 4, IN)).astype(np.float32)
+    out, state = net.seq(x)
+    t_out, t_state = mod(torch.from_numpy(x))
+    t_parts = t_state if isinstance(t_state, tuple) else (t_state,)
+    np.testing.assert_allclose(out, t_out.detach().numpy(), atol=1e-5)
+    for ours, theirs in zip(state, t_parts, strict=True):
+        np.testing.assert_allclose(ours, theirs.detach().numpy(), atol=1e-5)
+    save = tmp_path / "back.safetensors"
+    rk.save_torch_safetensors(net, save)
+    again = type(mod)(IN, H, num_layers=2, bidirectional=True, batch_first=True,
+                      **({"proj_size": 2} if kind == "proj" else {"nonlinearity": "relu"}))
+    again.load_state_dict(st_torch.load_file(save))   # accepted as it is
+    np.testing.assert_allclose(again(torch.from_numpy(x))[0].detach().numpy(), out, atol=1e-5)
+
+
+def test_header_length_that_looks_like_a_pickle(tmp_path: Path) -> None:
+    """A safetensors header of 1152 bytes starts the file with b"\\x80\\x04", a pickle's
+    protocol-4 mark; it is read as the safetensors file it is."""
+    import json
+    import struct
+
+    header = json.dumps({"weight_hh_l0": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    header = header.ljust(0x480, b" ")
+    p = tmp_path / "odd.safetensors"
+    p.write_bytes(struct.pack("<Q", len(header)) + header + np.float32(2.5).tobytes())
+    assert p.read_bytes()[:2] == b"\x80\x04"
+    assert rk.load_torch_safetensors(p)["weight_hh_l0"].tolist() == [2.5]
+
+
 def test_other_refusals(tmp_path: Path) -> None:
     torch.manual_seed(0)
-    st_torch.save_file(torch.nn.LSTM(IN, H, proj_size=2).state_dict(), tmp_path / "p.safetensors")
-    with pytest.raises(UnsupportedFeatureError, match="proj_size"):
-        rk.load_torch_rnn(tmp_path / "p.safetensors")
-    st_torch.save_file(torch.nn.RNN(IN, H).state_dict(), tmp_path / "r.safetensors")
-    with pytest.raises(UnsupportedFeatureError, match="SimpleRNN.*from_torch_state"):
-        rk.load_torch_rnn(tmp_path / "r.safetensors")
     state = _module("gru", 2, False).state_dict()
     del state["weight_hh_l1"]
     st_torch.save_file(state, tmp_path / "broken.safetensors")

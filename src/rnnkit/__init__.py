@@ -15,7 +15,7 @@ from rnnkit import (
     rnn,  # the tch-rs nn::rnn face: rnnkit.rnn.lstm / gru
     timeseries,  # CSV reading, windows, scaler, baselines for forecasting
 )
-from rnnkit._activations import Activation, Linear, ReLU, Sigmoid, Softmax, Tanh
+from rnnkit._activations import Activation, HardSigmoid, Linear, ReLU, Sigmoid, Softmax, Tanh
 from rnnkit._ctx import Ctx
 from rnnkit._errors import (
     Error,
@@ -30,6 +30,7 @@ from rnnkit._errors import (
     WeightShapeError,
 )
 from rnnkit._layer import Layer, WeightEntry
+from rnnkit._mask import Mask
 from rnnkit._random import set_global_seed
 from rnnkit._shape import Shape
 from rnnkit.io import (
@@ -76,19 +77,37 @@ from rnnkit.models import (
     model_from_config,
 )
 from rnnkit.optimizers import SGD, Adam, AdamW, Optimizer, RMSprop
-from rnnkit.recurrent import GRU, LSTM, GRUState, LSTMState, RecurrentLayer, SimpleRNN
+from rnnkit.recurrent import (
+    GRU,
+    LSTM,
+    Cell,
+    GRUCell,
+    GRUResetAfterCell,
+    GRUState,
+    LSTMCell,
+    LSTMState,
+    Param,
+    RecurrentLayer,
+    SimpleRNN,
+    SimpleRNNCell,
+    SimpleRNNState,
+    StepBack,
+    register_cell,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Activation", "Linear", "ReLU", "Sigmoid", "Softmax", "Tanh",
+    "Activation", "HardSigmoid", "Linear", "ReLU", "Sigmoid", "Softmax", "Tanh",
     "Ctx",
     "Error", "ForwardPassNotRunError", "InvalidInputError", "InvalidParameterError", "ModelBusyError",
     "NonFiniteError", "NotBuiltError", "UnknownWeightError", "WeightShapeError",
-    "Layer", "WeightEntry",
+    "Layer", "WeightEntry", "Mask",
     "set_global_seed",
     "Shape",
-    "GRU", "LSTM", "GRUState", "LSTMState", "RecurrentLayer", "SimpleRNN",
+    "GRU", "LSTM", "GRUState", "LSTMState", "RecurrentLayer", "SimpleRNN", "SimpleRNNState",
+    "Cell", "Param", "StepBack", "GRUCell", "GRUResetAfterCell", "LSTMCell", "SimpleRNNCell",
+    "register_cell",
     "rnn", "kernels",
     "FileFormatError",
     "optimizers", "SGD", "Adam", "AdamW", "Optimizer", "RMSprop",

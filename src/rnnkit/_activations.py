@@ -11,7 +11,11 @@ sigmoid    1 / (1 + exp(-a))              g * y * (1 - y)
 relu       max(a, 0)                      g * (y > 0)
 linear     a                              g
 softmax    exp(a) / sum(exp(a), axis)     y * (g - sum(g * y, axis))
+hard_sig.  relu6(a + 3) / 6               g / 6 where 0 < y < 1, else 0
 =========  =============================  ==========================================
+
+``hard_sigmoid`` is Keras 3's (``min(max(a + 3, 0), 6) / 6``, saturating at a = -3 and 3;
+its derivative at the two kinks is taken as 0, as ``relu6``'s is in Keras and PyTorch).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class Activation(enum.Enum):
     RELU = "relu"
     LINEAR = "linear"
     SOFTMAX = "softmax"
+    HARD_SIGMOID = "hard_sigmoid"
 
 
 def sigmoid(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -68,6 +73,11 @@ class ActivationFn:
                 return a.copy()
             out[...] = a
             return out
+        if k is Activation.HARD_SIGMOID:
+            r = np.add(a, 3.0, out=out)
+            np.clip(r, 0.0, 6.0, out=r)
+            r /= 6.0
+            return r
         if not -a.ndim <= self.axis < a.ndim:
             raise InvalidInputError(f"softmax: axis {self.axis} is out of range for an array of shape "
                                     f"{a.shape} (expected -{a.ndim}..{a.ndim - 1})")
@@ -92,6 +102,8 @@ class ActivationFn:
             return g * (y > 0)
         if k is Activation.LINEAR:
             return g.copy()
+        if k is Activation.HARD_SIGMOID:
+            return g * ((y > 0) & (y < 1)) / 6.0
         return y * (g - np.sum(g * y, axis=self.axis, keepdims=True))
 
     def __eq__(self, other: object) -> bool:
@@ -135,6 +147,12 @@ class Linear(_Wrapper):
     kind = Activation.LINEAR
 
 
+class HardSigmoid(_Wrapper):
+    """Keras 3's ``hard_sigmoid``: ``relu6(a + 3) / 6``."""
+
+    kind = Activation.HARD_SIGMOID
+
+
 class Softmax(_Wrapper):
     """Softmax over ``axis`` (default -1). Recurrent layers accept only ``axis=-1``."""
 
@@ -156,7 +174,8 @@ class Softmax(_Wrapper):
 ActivationLike = str | Activation | _Wrapper | ActivationFn
 
 _ALIASES = {"tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "linear": "linear",
-            "identity": "linear", "softmax": "softmax", "none": "linear"}
+            "identity": "linear", "softmax": "softmax", "none": "linear",
+            "hard_sigmoid": "hard_sigmoid"}
 
 
 def resolve_activation(act: ActivationLike | None, where: str = "layer") -> ActivationFn:

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rnnkit._errors import ForwardPassNotRunError, UnknownWeightError
+from rnnkit._errors import ForwardPassNotRunError, InvalidInputError, UnknownWeightError
 
 if TYPE_CHECKING:
     from rnnkit._layer import Layer
+    from rnnkit._mask import Mask
 
 
 class Ctx:
@@ -27,12 +28,13 @@ class Ctx:
     (records nothing). ``grads`` maps ``(layer, weight_name)`` to the summed gradient.
     """
 
-    __slots__ = ("training_mode", "grads", "_caches", "_seed", "_rng")
+    __slots__ = ("training_mode", "grads", "_caches", "_seed", "_rng", "_mask")
 
     def __init__(self, training: bool, seed: int | None = None) -> None:
         if not isinstance(training, (bool, np.bool_)):
             raise TypeError(f"Ctx: training must be a bool (or use Ctx.training(seed) / Ctx.inference()), "
                             f"got {training!r}")
+        self._mask: Mask | None = None
         self.training_mode: bool = bool(training)
         self.grads: dict[tuple[Layer, str], np.ndarray] = {}
         self._caches: dict[int, list[tuple[Layer, Any]]] = {}
@@ -59,6 +61,24 @@ class Ctx:
     @property
     def is_training(self) -> bool:
         return self.training_mode
+
+    # -- the mask of the sequence being passed ------------------------------------------------
+    @property
+    def mask(self) -> Mask | None:
+        """The :class:`~rnnkit.Mask` that the next ``forward`` of a layer reads (None: every step
+        is real). A layer that consumes it keeps it in its cache for ``backward``."""
+        return self._mask
+
+    def set_mask(self, mask: Any = None, *, lengths: Any = None) -> Ctx:
+        """Set :attr:`mask` for the passes that follow: a ``Mask``, a boolean (B, T) array
+        (Keras' masking), ``lengths=`` (PyTorch's packed semantics), or None to clear it.
+        Returns the context (chainable): ``layer.forward(x, ctx.set_mask(lengths=n))``."""
+        from rnnkit._mask import Mask
+
+        self._mask = Mask(lengths=lengths) if lengths is not None else Mask.of(mask)
+        if lengths is not None and mask is not None:
+            raise InvalidInputError("Ctx.set_mask: give a mask or lengths, not both")
+        return self
 
     # -- caches ------------------------------------------------------------------------------
     def save(self, layer: Layer, cache: Any) -> None:

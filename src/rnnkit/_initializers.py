@@ -5,6 +5,8 @@ and casts to ``dtype`` at the end, so float32 and float64 layers built from one 
 - ``orthogonal``: a square orthogonal matrix; Gram-Schmidt on a Gaussian draw, computed as a
   QR decomposition with the signs of R's diagonal folded into Q (so the draw is uniform over
   the orthogonal group and deterministic for a seed).
+- ``semi_orthogonal``: the same for a non-square (rows, cols) matrix (orthonormal columns when
+  rows > cols, rows otherwise), as Keras' ``Orthogonal``.
 - ``kaiming_uniform``: U(-l, l), ``l = gain * sqrt(3 / fan_in)``, ``gain = sqrt(2)`` (ReLU),
   the tch-rs / PyTorch ``DEFAULT_KAIMING_UNIFORM``.
 - ``uniform``: U(low, high). ``zeros``: all 0.
@@ -56,6 +58,19 @@ def orthogonal(rng: np.random.Generator, n: int, dtype: DTypeLike, gain: float =
     d = np.sign(np.diag(r))
     d[d == 0] = 1.0
     return (gain * q * d).astype(dtype)
+
+
+def semi_orthogonal(rng: np.random.Generator, rows: int, cols: int, dtype: DTypeLike) -> np.ndarray:
+    """A (rows, cols) matrix with orthonormal rows or columns (whichever are fewer); the square
+    case draws exactly what :func:`orthogonal` draws."""
+    if rows == cols:
+        return orthogonal(rng, rows, dtype)
+    a = rng.standard_normal((max(rows, cols), min(rows, cols)))
+    q, r = np.linalg.qr(a)
+    d = np.sign(np.diag(r))
+    d[d == 0] = 1.0
+    q = q * d
+    return (q if rows > cols else q.T).astype(dtype)
 
 
 def kaiming_uniform(

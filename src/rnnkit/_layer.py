@@ -92,6 +92,10 @@ class Layer:
 
     Subclasses define ``_build(shape, rng)`` (create weights with :meth:`_add_weight`),
     ``compute_output_shape(shape)``, ``forward(x, ctx)`` and ``backward(grad, ctx)``.
+
+    Masks (Keras' rules): a layer with ``supports_masking = True`` accepts the mask of its
+    input (``ctx.mask`` during its ``forward``) and :meth:`compute_mask` says what mask its output
+    carries; a layer without it that receives a mask raises, never ignores it.
     """
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -100,6 +104,21 @@ class Layer:
             fn = cls.__dict__.get(verb)
             if callable(fn) and not getattr(fn, "_checks_ctx", False):
                 setattr(cls, verb, _checks_ctx(fn, verb))
+
+    #: whether the layer accepts a masked input (see :meth:`compute_mask`)
+    supports_masking: bool = False
+
+    def compute_mask(self, x: Any, mask: Any) -> Any:
+        """The mask of this layer's output given its input ``x`` and the input's ``mask`` (a
+        :class:`~rnnkit.Mask` or None). Default: None stays None; a layer that supports masking
+        passes the mask on unchanged; any other layer raises InvalidInputError."""
+        if mask is None:
+            return None
+        if not self.supports_masking:
+            raise InvalidInputError(
+                f"{self.name} ({type(self).__name__}) cannot take a masked input, and it received one; "
+                f"remove the mask before it (Keras' rule: a mask is never silently dropped)")
+        return mask
 
     def __init__(self, *, seed: int | None = None, dtype: Any = "float32", name: str | None = None) -> None:
         if name is not None and not isinstance(name, str):

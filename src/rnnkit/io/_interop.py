@@ -1,24 +1,16 @@
-"""Weights of ONE recurrent layer to and from PyTorch and Keras (DESIGN.md §4).
+"""Weights of ONE recurrent layer to and from PyTorch and Keras.
 
-PyTorch (``torch.nn.RNN`` / ``LSTM`` / ``GRU``, layer ``k`` -> ``suffix="_l{k}"``)::
-
-    weight_ih (G*H, F)   weight_hh (G*H, H)   bias_ih (G*H,)   bias_hh (G*H,)
-    rnnkit kernel = reorder(weight_ih).T          (F, G*H)
-           recurrent_kernel = reorder(weight_hh).T (H, G*H)
-           bias = (bias_ih + bias_hh)[None, :]     SimpleRNN / LSTM: one row, the sum
-           bias = [reorder(bias_ih); reorder(bias_hh)]   GRU: two rows (reset_after=True)
-
-``reorder``: LSTM blocks ``i, f, g, o`` are the same in both; GRU blocks are ``r, z, n`` in
-PyTorch and ``z, r, n`` here (swap the first two H-blocks). PyTorch's GRU applies the reset gate
-after the recurrent matmul, which is ``GRU(reset_after=True)`` here: importing into or exporting
-from a ``reset_after=False`` GRU raises InvalidParameterError. PyTorch's LSTM and GRU use tanh,
-its RNN tanh or relu; another activation raises too. Export writes ``bias_ih = bias`` and
-``bias_hh = 0`` for SimpleRNN / LSTM (torch adds the two). A state dict without biases
-(``bias=False``) imports as a zero bias.
+PyTorch (``torch.nn.RNN`` / ``LSTM`` / ``GRU``, layer ``k`` -> ``suffix="_l{k}"``): the
+transposes, the GRU gate reorder (``r, z, n`` there, ``z, r, n`` here) and the bias fold are
+those of :mod:`rnnkit._layouts` (the one module that does them). PyTorch's GRU is
+``GRU(reset_after=True)`` here; importing into or exporting from a ``reset_after=False`` GRU
+raises InvalidParameterError, as does an activation or gate activation PyTorch does not have.
+A state dict without biases (``bias=False``) imports into a layer with a bias as a zero bias,
+and into a ``use_bias=False`` layer as it is. An LSTM with ``proj_size`` has ``weight_hr``.
 
 Keras (``layer.get_weights()`` = ``[kernel, recurrent_kernel, bias]``): kernel and recurrent
 kernel as they are (same gate orders); bias ``(G*H,)`` reshaped to ``(1, G*H)``, a GRU
-``reset_after=True`` bias ``(2, 3H)`` kept; two arrays (``use_bias=False``) give a zero bias.
+``reset_after=True`` bias ``(2, 3H)`` kept; two arrays come from ``use_bias=False``.
 """
 
 from __future__ import annotations
@@ -28,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit._activations import Activation
 from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
+from rnnkit._layouts import check_torch_compatible, from_torch, to_torch, torch_shapes
 from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
 
 
@@ -50,28 +42,6 @@ def _kind(layer: Any, where: str) -> str:
     raise InvalidInputError(f"{where}: expected a SimpleRNN, LSTM or GRU layer, got {type(layer).__name__}")
 
 
-def _check_torch_compatible(layer: RecurrentLayer, kind: str, where: str) -> None:
-    if kind == "GRU" and not getattr(layer, "reset_after", False):
-        raise InvalidParameterError(
-            f"{where}: PyTorch's GRU applies the reset gate after the recurrent matmul; its weights "
-            f"need GRU(..., reset_after=True), this layer has reset_after=False"
-        )
-    allowed = (Activation.TANH, Activation.RELU) if kind == "SimpleRNN" else (Activation.TANH,)
-    if layer.activation.kind not in allowed:
-        torch_name = {"SimpleRNN": "RNN", "LSTM": "LSTM", "GRU": "GRU"}[kind]
-        raise InvalidParameterError(
-            f"{where}: torch.nn.{torch_name} uses {' or '.join(a.value for a in allowed)}; this "
-            f"{kind} has activation {layer.activation.name!r}, so the outputs would differ"
-        )
-
-
-def _reorder(a: np.ndarray, kind: str, H: int) -> np.ndarray:
-    """PyTorch GRU ``[r|z|n]`` <-> rnnkit ``[z|r|n]`` along axis 0 (an involution)."""
-    if kind != "GRU":
-        return a
-    return np.concatenate([a[H:2 * H], a[:H], a[2 * H:]], axis=0)
-
-
 def _to_numpy(v: Any) -> np.ndarray:
     if hasattr(v, "detach"):  # a torch tensor (torch itself is never imported here)
         v = v.detach().cpu().numpy()
@@ -85,77 +55,72 @@ def from_torch_state(layer: RecurrentLayer, state_dict: Mapping[str, Any], suffi
     WeightShapeError lists each missing or mis-shaped name. See the module doc for the layout."""
     where = "from_torch_state"
     kind = _kind(layer, where)
-    _check_torch_compatible(layer, kind, where)
-    H, G = layer.units, layer.cell.gates
-    names = {k: f"{prefix}{k}{suffix}" for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
+    cell = layer.cell
+    check_torch_compatible(cell, where)
+    keys = ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr")
+    names = {k: f"{prefix}{k}{suffix}" for k in keys}
     arrs = {k: _to_numpy(state_dict[n]) for k, n in names.items() if n in state_dict}
     F = layer.input_dim if layer.built else None
     if F is None and "weight_ih" in arrs and arrs["weight_ih"].ndim == 2 and arrs["weight_ih"].shape[1] >= 1:
         F = int(arrs["weight_ih"].shape[1])
-    want = {"weight_ih": (G * H, F if F is not None else "input_dim"), "weight_hh": (G * H, H),
-            "bias_ih": (G * H,), "bias_hh": (G * H,)}
+    want = torch_shapes(cell, F if F is not None else "input_dim")
     has_bias = "bias_ih" in arrs or "bias_hh" in arrs
+    need = [k for k in want if k not in ("bias_ih", "bias_hh")] + (["bias_ih", "bias_hh"] if has_bias else [])
     problems: list[tuple[str, Any, Any]] = []
-    for k in ("weight_ih", "weight_hh") + (("bias_ih", "bias_hh") if has_bias else ()):
+    if has_bias and not layer.use_bias:  # type: ignore[attr-defined]
+        problems.append((names["bias_ih"], "absent (the layer has use_bias=False)", arrs.get("bias_ih", "-")))
+    for k in need:
+        if k not in want:
+            continue
         if k not in arrs:
             problems.append((names[k], want[k], "missing"))
         elif arrs[k].shape != want[k]:
             problems.append((names[k], want[k], arrs[k].shape))
     if problems:
-        listing = "; ".join(f"{n!r}: expected {e}, got {g}" for n, e, g in problems)
+        listing = "; ".join(f"{n!r}: expected {e}, got {getattr(g, 'shape', g)}" for n, e, g in problems)
         near = sorted(k for k in state_dict if k.endswith(suffix))
         raise WeightShapeError(problems[0][0], problems[0][1], problems[0][2],
-                               f"{where} into {kind}(units={H}): {listing}; names ending {suffix!r} "
-                               f"in the state dict: {near}")
-    kernel = _reorder(arrs["weight_ih"], kind, H).T
-    rec = _reorder(arrs["weight_hh"], kind, H).T
-    if has_bias:
-        b_ih, b_hh = _reorder(arrs["bias_ih"], kind, H), _reorder(arrs["bias_hh"], kind, H)
-    else:
-        b_ih = b_hh = np.zeros(G * H, layer.dtype)
-    if kind == "GRU":
-        bias = np.stack([b_ih, b_hh])
-    else:
-        bias = (b_ih.astype(np.float64) + b_hh.astype(np.float64))[None, :]
-    _check_finite({"kernel": kernel, "recurrent_kernel": rec, "bias": bias}, "from_torch_state")
-    layer.set_weights(kernel, rec, bias)
+                               f"{where} into {kind}(units={layer.units}): {listing}; names ending "
+                               f"{suffix!r} in the state dict: {near}")
+    weights = from_torch(cell, arrs, layer.dtype)
+    _check_finite(weights, "from_torch_state")
+    layer.set_weights(**weights)
 
 
 def to_torch_state(layer: RecurrentLayer, suffix: str = "_l0") -> dict[str, np.ndarray]:
     """``{"weight_ih_l0": ..., "weight_hh_l0": ..., "bias_ih_l0": ..., "bias_hh_l0": ...}`` (new
-    arrays in the layer's dtype) that ``torch.nn.RNN/LSTM/GRU.load_state_dict`` accepts (convert
-    with ``torch.from_numpy``); the torch module then computes this layer's outputs."""
+    arrays in the layer's dtype; ``weight_hr_l0`` for a projected LSTM, no biases for
+    ``use_bias=False``) that ``torch.nn.RNN/LSTM/GRU.load_state_dict`` accepts (convert with
+    ``torch.from_numpy``); the torch module then computes this layer's outputs."""
     where = "to_torch_state"
-    kind = _kind(layer, where)
-    _check_torch_compatible(layer, kind, where)
+    _kind(layer, where)
+    check_torch_compatible(layer.cell, where)
     layer._require_built(where)
-    H = layer.units
-    kernel, rec, bias = (layer.weight(n) for n in ("kernel", "recurrent_kernel", "bias"))
-    out = {"weight_ih": _reorder(kernel.T, kind, H), "weight_hh": _reorder(rec.T, kind, H)}
-    if kind == "GRU":
-        out["bias_ih"], out["bias_hh"] = _reorder(bias[0], kind, H), _reorder(bias[1], kind, H)
-    else:
-        out["bias_ih"], out["bias_hh"] = bias[0], np.zeros_like(bias[0])
-    return {k + suffix: np.ascontiguousarray(v).copy() for k, v in out.items()}
+    w = {e.name: e.value for e in layer.weights()}
+    return {k + suffix: v for k, v in to_torch(layer.cell, w).items()}
 
 
 def from_keras_weights(layer: RecurrentLayer, weights: Sequence[Any]) -> None:
     """Install a Keras ``SimpleRNN/LSTM/GRU.get_weights()`` list ``[kernel, recurrent_kernel,
-    bias]`` (or ``[kernel, recurrent_kernel]`` for ``use_bias=False``). The bias ``(G*H,)`` is
-    reshaped to ``(1, G*H)``; a ``(2, 3H)`` bias (Keras GRU ``reset_after=True``, its default)
-    needs ``GRU(reset_after=True)`` here, a ``(3H,)`` one ``reset_after=False``."""
+    bias]`` (``[kernel, recurrent_kernel]`` for a Keras layer with ``use_bias=False``: into a
+    layer with a bias that is an exact zero bias; a ``use_bias=False`` layer takes exactly two
+    arrays). The bias ``(G*H,)`` is reshaped to ``(1, G*H)``; a
+    ``(2, 3H)`` bias (Keras GRU ``reset_after=True``, its default) needs
+    ``GRU(reset_after=True)`` here, a ``(3H,)`` one ``reset_after=False``."""
     where = "from_keras_weights"
     kind = _kind(layer, where)
-    if len(weights) not in (2, 3):
-        raise InvalidInputError(f"{where}: expected [kernel, recurrent_kernel, bias] (or 2 arrays "
-                                f"without bias), got {len(weights)} arrays")
-    kernel, rec = _to_numpy(weights[0]), _to_numpy(weights[1])
-    GH = layer.gate_width
-    rows = layer.cell.bias_rows
-    if len(weights) == 2:
-        bias = np.zeros((rows, GH), layer.dtype)
-    else:
-        bias = _to_numpy(weights[2])
+    want = 3 if layer.use_bias else 2  # type: ignore[attr-defined]
+    if want == 3 and len(weights) == 2:
+        rows = layer.cell.bias_rows  # type: ignore[attr-defined]
+        weights = [*weights, np.zeros((rows, layer.gate_width) if rows == 2 else (layer.gate_width,))]  # type: ignore[attr-defined]
+    if len(weights) != want:
+        raise InvalidInputError(
+            f"{where}: expected {want} arrays ([kernel, recurrent_kernel{', bias' if want == 3 else ''}]"
+            f"{'' if want == 3 else ': this layer has use_bias=False'}), got {len(weights)} arrays")
+    arrays = [_to_numpy(a) for a in weights]
+    if want == 3:
+        GH, rows = layer.gate_width, layer.cell.bias_rows  # type: ignore[attr-defined]
+        bias = arrays[2]
         if kind == "GRU" and bias.shape in ((2, GH), (GH,)) and (bias.ndim == 2) != (rows == 2):
             need = "reset_after=True" if bias.ndim == 2 else "reset_after=False"
             raise InvalidParameterError(
@@ -163,17 +128,22 @@ def from_keras_weights(layer: RecurrentLayer, weights: Sequence[Any]) -> None:
                 f"this GRU has reset_after={rows == 2}; build GRU(..., {need})"
             )
         if rows == 1 and bias.shape == (GH,):
-            bias = bias.reshape(1, GH)
-    _check_finite({"kernel": kernel, "recurrent_kernel": rec, "bias": bias}, "from_keras_weights")
-    layer.set_weights(kernel, rec, bias)
+            arrays[2] = bias.reshape(1, GH)
+    names = ("kernel", "recurrent_kernel", "bias")
+    _check_finite(dict(zip(names, arrays, strict=False)), "from_keras_weights")
+    layer.set_weights(*arrays)
 
 
 def to_keras_weights(layer: RecurrentLayer) -> list[np.ndarray]:
-    """``[kernel, recurrent_kernel, bias]`` (copies) for a Keras layer's ``set_weights``: bias
-    ``(G*H,)``, or ``(2, 3H)`` for ``GRU(reset_after=True)`` (build the Keras GRU alike)."""
+    """``[kernel, recurrent_kernel, bias]`` (copies; no bias for ``use_bias=False``) for a Keras
+    layer's ``set_weights``: bias ``(G*H,)``, or ``(2, 3H)`` for ``GRU(reset_after=True)``
+    (build the Keras GRU alike)."""
     _kind(layer, "to_keras_weights")
     layer._require_built("to_keras_weights")
-    bias = np.array(layer.weight("bias"))
-    if layer.cell.bias_rows == 1:
-        bias = bias.reshape(-1)
-    return [np.array(layer.weight("kernel")), np.array(layer.weight("recurrent_kernel")), bias]
+    if getattr(layer.cell, "proj_size", 0):
+        raise InvalidParameterError("to_keras_weights: Keras' LSTM has no projection (proj_size)")
+    out = [np.array(layer.weight("kernel")), np.array(layer.weight("recurrent_kernel"))]
+    if layer.use_bias:  # type: ignore[attr-defined]
+        bias = np.array(layer.weight("bias"))
+        out.append(bias.reshape(-1) if layer.cell.bias_rows == 1 else bias)  # type: ignore[attr-defined]
+    return out

@@ -25,7 +25,7 @@ from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
 RECURRENT = {"SimpleRNN": SimpleRNN, "LSTM": LSTM, "GRU": GRU}
 SUPPORTED = ("InputLayer", "SimpleRNN", "LSTM", "GRU", "Bidirectional", "Dense", "Embedding",
              "Dropout", "RepeatVector", "Activation", "Concatenate", "TimeDistributed")
-ACTIVATIONS = ("tanh", "sigmoid", "relu", "linear", "softmax")
+ACTIVATIONS = ("tanh", "sigmoid", "relu", "linear", "softmax", "hard_sigmoid")
 _TRAIN_ONLY = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
                "activity_regularizer", "embeddings_regularizer", "kernel_constraint",
                "recurrent_constraint", "bias_constraint", "embeddings_constraint")
@@ -112,10 +112,13 @@ def _recurrent(class_name: str, cfg: dict[str, Any], name: str) -> RecurrentLaye
                "from the zero state (use the tch-style seq_init/step API instead)")
     _refuse_if(_flag(cfg, "return_state", False, name), name, "return_state",
                "return_state=True returns extra tensors; rnnkit layers return the output only")
+    extra: dict[str, Any] = {}
     if class_name != "SimpleRNN":
         rec = _activation(cfg, "recurrent_activation", name, "sigmoid")
-        _refuse_if(rec != "sigmoid", name, "recurrent_activation",
-                   f"recurrent_activation {rec!r}: rnnkit's gates are always sigmoid")
+        _refuse_if(rec == "softmax", name, "recurrent_activation",
+                   "recurrent_activation 'softmax' is not supported; rnnkit's gates take sigmoid, "
+                   "hard_sigmoid, tanh, relu or linear")
+        extra["recurrent_activation"] = rec
     act = _activation(cfg, "activation", name, "tanh")
     drops = {k: float(cfg.get(k) or 0.0) for k in ("dropout", "recurrent_dropout")}
     if any(v > 0 for v in drops.values()):
@@ -123,6 +126,7 @@ def _recurrent(class_name: str, cfg: dict[str, Any], name: str) -> RecurrentLaye
                     f"no in-cell dropout (inference is unaffected; training in rnnkit runs without it)")
     _train_only_options(cfg, name)
     kwargs: dict[str, Any] = {
+        **extra, "use_bias": _flag(cfg, "use_bias", True, name),
         "return_sequences": _flag(cfg, "return_sequences", False, name),
         "go_backwards": _flag(cfg, "go_backwards", False, name),
         "dtype": dtype_of(cfg, name), "name": name,
@@ -239,7 +243,7 @@ def _bidirectional(cfg: dict[str, Any], name: str) -> Mapped:
 def weight_names(layer: Layer) -> list[str]:
     """The Keras order of ``layer``'s weights (the h5 ``vars/0, 1, ...``)."""
     if isinstance(layer, RecurrentLayer):
-        return ["kernel", "recurrent_kernel", "bias"]
+        return ["kernel", "recurrent_kernel"] + (["bias"] if layer.cell.bias is not None else [])
     if isinstance(layer, Dense):
         return ["kernel", "bias"] if layer.use_bias else ["kernel"]
     if isinstance(layer, Embedding):
@@ -251,17 +255,14 @@ def to_rnnkit_weights(layer: Layer, arrays: list[np.ndarray]) -> dict[str, np.nd
     """Keras arrays of ``layer`` -> ``{rnnkit weight name: array}``, or a problem description.
 
     Recurrent bias ``(G*H,)`` becomes ``(1, G*H)``; a ``(2, 3H)`` GRU ``reset_after`` bias stays;
-    a recurrent layer saved with ``use_bias=False`` (two arrays) gets an exact zero bias.
+    a recurrent layer saved with ``use_bias=False`` has two arrays (and no bias here either).
     """
     names = weight_names(layer)
-    if isinstance(layer, RecurrentLayer) and len(arrays) == 2:
-        rows = layer.cell.bias_rows
-        arrays = [*arrays, np.zeros((rows, layer.gate_width), layer.dtype)]
     if len(arrays) != len(names):
         return f"expected {len(names)} arrays ({', '.join(names)}), found {len(arrays)}"
     out = dict(zip(names, arrays, strict=True))
     if isinstance(layer, RecurrentLayer):
-        b = out["bias"]
-        if layer.cell.bias_rows == 1 and b.ndim == 1:
+        b = out.get("bias")
+        if b is not None and layer.cell.bias_rows == 1 and b.ndim == 1:  # type: ignore[attr-defined]
             out["bias"] = b.reshape(1, -1)
     return out

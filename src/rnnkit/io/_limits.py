@@ -20,9 +20,9 @@ max_archive_entry_bytes    1 GiB      an uncompressed entry of a ``.keras`` arch
 max_compression_ratio      100        uncompressed / compressed size of an entry > 1 MiB
 =========================  =========  =====================================================
 
-A model file's architecture may only declare as many weight numbers as the file holds: a
-config that asks for more (``Embedding(200_000_000, 1)`` in a 340-byte file) is refused before
-any weight is drawn (:func:`rnnkit._budget.allocation_budget`).
+A model file's architecture may not declare far more weight numbers than the file holds: a
+config that does (``Embedding(200_000_000, 1)`` in a 340-byte file) is refused before the weight
+is drawn (:func:`rnnkit._budget.allocation_budget`).
 """
 
 from __future__ import annotations

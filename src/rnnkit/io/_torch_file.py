@@ -56,6 +56,8 @@ def _sniff(p: str) -> None:
     size = os.path.getsize(p)
     with open(p, "rb") as fh:
         head = fh.read(16)
+    if size >= 10 and 2 <= struct.unpack("<Q", head[:8])[0] <= size - 8 and head[8:9] == b"{":
+        return  # a safetensors header (its length's low bytes can look like a pickle's "\x80\x04")
     advice = ("rnnkit never unpickles files (unpickling can run arbitrary code); in PyTorch, write "
               "the state dict with safetensors.torch.save_file(model.state_dict(), 'model.safetensors')")
     if head.startswith(b"PK\x03\x04"):
@@ -116,17 +118,19 @@ def _parse(tensors: dict[str, np.ndarray], prefix: str, where: str) -> _Found:
 
 
 def load_torch_rnn(path: str | os.PathLike[str], *, prefix: str = "", batch_first: bool = False,
-                   dropout: float = 0.0, dtype: Any = None) -> RNNNet:
+                   dropout: float = 0.0, dtype: Any = None, nonlinearity: str = "tanh") -> RNNNet:
     """An :class:`~rnnkit.rnn.RNNNet` holding the ``torch.nn.LSTM`` / ``GRU`` weights of a
     safetensors file (see the module doc for what is inferred and what must be passed).
 
     ``prefix``: the module's name in a larger model's state dict, with its dot (``"lstm."``);
     other names of the file are then ignored. ``dropout``: PyTorch's inter-layer dropout (not
-    stored in the weights; used only in training). ``dtype``: the network's dtype; default the
+    stored in the weights; used only in training). ``nonlinearity``: a ``torch.nn.RNN``'s
+    (``"tanh"`` or ``"relu"``; not stored in the weights). An LSTM with ``proj_size`` is
+    recognised by its ``weight_hr`` tensors. ``dtype``: the network's dtype; default the
     file's (float64 stays float64, anything else becomes float32).
 
     ``net.seq(x)`` then returns PyTorch's ``(output, (h_n, c_n))`` values (as an LSTMState /
-    GRUState) for the same input layout."""
+    GRUState / SimpleRNNState) for the same input layout."""
     p = os.fspath(path)
     where = f"load_torch_rnn({p})"
     if not isinstance(prefix, str):
@@ -140,23 +144,22 @@ def load_torch_rnn(path: str | os.PathLike[str], *, prefix: str = "", batch_firs
     tensors = load_torch_safetensors(p)
     check_finite_weights(tensors, where)
     found = _parse(tensors, prefix, where)
-    if any(kind == "weight_hr" for kind, _, _ in found):
-        raise UnsupportedFeatureError(prefix + "weight_hr_l0", "proj_size",
-                                      "an LSTM with proj_size > 0 is not supported by rnnkit")
     if ("weight_hh", 0, False) not in found or ("weight_ih", 0, False) not in found:
         raise InvalidInputError(f"{where}: '{prefix}weight_ih_l0' and '{prefix}weight_hh_l0' are required")
     whh, wih = found[("weight_hh", 0, False)], found[("weight_ih", 0, False)]
     if whh.ndim != 2 or wih.ndim != 2 or whh.shape[1] < 1 or whh.shape[0] % whh.shape[1]:
         raise InvalidInputError(f"{where}: weight_hh_l0 {whh.shape} / weight_ih_l0 {wih.shape} are not "
                                 f"(G*H, H) / (G*H, in_dim)")
-    H = int(whh.shape[1])
+    whr = found.get(("weight_hr", 0, False))
+    if whr is not None and (whr.ndim != 2 or whr.shape[0] != whh.shape[1] or whr.shape[1] < 1):
+        raise InvalidInputError(f"{where}: weight_hr_l0 {whr.shape} is not (proj_size, H) with proj_size = "
+                                f"weight_hh_l0's width {whh.shape[1]}")
+    H = int(whh.shape[1]) if whr is None else int(whr.shape[1])
     G = whh.shape[0] // H
-    mode = {4: "lstm", 3: "gru"}.get(G)
-    if mode is None:
+    mode = {4: "lstm", 3: "gru", 1: "rnn"}.get(G) if whh.shape[0] % H == 0 else None
+    if mode is None or (whr is not None and mode != "lstm"):
         raise UnsupportedFeatureError(prefix + "weight_hh_l0", "mode",
-                                      f"{G} gate block(s) of {H}: " + (
-                                          "a torch.nn.RNN; load it into rnnkit.SimpleRNN with "
-                                          "rnnkit.io.from_torch_state" if G == 1 else "not an LSTM or GRU"))
+                                      f"{whh.shape[0]} rows of {H}: not an RNN, LSTM or GRU")
     layers = sorted({k for _, k, _ in found})
     if layers != list(range(len(layers))):
         raise InvalidInputError(f"{where}: layer indices {layers} are not 0..{len(layers) - 1}")
@@ -164,7 +167,8 @@ def load_torch_rnn(path: str | os.PathLike[str], *, prefix: str = "", batch_firs
         dtype = "float64" if whh.dtype == np.float64 else "float32"
     config = RNNConfig(num_layers=len(layers), bidirectional=any(r for _, _, r in found),
                        has_biases=("bias_ih", 0, False) in found, batch_first=batch_first,
-                       dropout=rate)
+                       dropout=rate, proj_size=0 if whr is None else int(whr.shape[0]),
+                       nonlinearity=nonlinearity)
     net = RNNNet(mode, int(wih.shape[1]), H, config, dtype=dtype)  # sizes read off the file's tensors
     state = {f"{kind}_l{k}{'_reverse' if r else ''}": v for (kind, k, r), v in found.items()}
     want = net.state_dict()

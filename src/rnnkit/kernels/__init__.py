@@ -1,10 +1,22 @@
 """Fast paths of the recurrent layers: compiled time loops beside the NumPy reference.
 
-The cells in :mod:`rnnkit.recurrent` stay the readable reference. When the mode is ``"fast"``
-(the default) and Numba is installed (extra ``rnnkit[fast]``), the walker hands the whole time
-loop of a SimpleRNN, LSTM or GRU (either ``reset_after``) with activation tanh, sigmoid, relu or
-linear to one compiled function; anything else (softmax, a custom cell) runs the reference.
-The fast path produces the same caches, so either backward can follow either forward.
+The cells stay the readable reference. Compiled loops are REGISTERED for a cell type
+(:func:`register`: ``{cell type -> kernel}``); this package never imports the cells. When the
+mode is ``"fast"`` (the default) and the kernel's :meth:`supports` accepts the cell, the walker
+hands it the whole time loop (:func:`find`); a cell without a kernel (a user's own, or a
+built-in one with a softmax activation) runs the reference, with no warning. The built-in
+kernels cover SimpleRNN, LSTM (with or without projection) and GRU (either ``reset_after``)
+with activations tanh, sigmoid, hard_sigmoid, relu or linear, with or without bias. A kernel
+produces the reference's caches, so either backward can follow either forward.
+
+A kernel is any object with::
+
+    supports(cell) -> bool
+    walk(cell, weights, x_tm, init, record, keep_seq) -> (seq | None, final states, cache | None)
+    walk_back(cell, weights, cache, grad, full) -> (dx_tm, {weight name: gradient}, d_init)
+
+with the meaning of :func:`rnnkit.recurrent._walker.walk` / ``walk_back``; the cell's options
+are read from its public attributes (:class:`KernelCell`) and the weights arrive as a mapping.
 
 Select the path::
 
@@ -32,7 +44,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from rnnkit._errors import InvalidParameterError
 
@@ -106,14 +118,59 @@ def _load() -> ModuleType | None:
     return drv
 
 
-def fast_walker(layer: Any) -> ModuleType | None:
-    """The driver module to run ``layer``'s time loop, or None for the reference."""
-    if mode() != "fast" or layer.activation.name not in ("tanh", "sigmoid", "relu", "linear"):
-        return None
-    drv = _load()
-    if drv is None or not drv.supports(layer):
-        return None
-    return drv
+class KernelCell(Protocol):
+    """What a kernel may read of a cell: its public configuration."""
+
+    units: int
+    state_names: tuple[str, ...]
+    input_kernel: str | None
+    recurrent_kernel: str | None
+    bias: str | None
+
+    def state_sizes(self) -> tuple[int, ...]: ...
 
 
-__all__ = ["MODES", "available", "fast_walker", "mode", "set_mode", "use"]
+_REGISTRY: dict[type, Any] = {}
+_resolved: dict[str, Any] = {}   # "module:attribute" -> the kernel it names, once imported
+
+
+def register(cell_type: type, kernel: Any) -> None:
+    """Run ``cell_type``'s time loops with ``kernel`` (an object, or ``"module:attribute"``,
+    imported on first use). Exactly this type: a subclass of a registered cell runs the
+    reference until it registers a kernel of its own."""
+    if not isinstance(cell_type, type):
+        raise InvalidParameterError(f"rnnkit.kernels.register: expected a cell class, got {cell_type!r}")
+    _REGISTRY[cell_type] = kernel
+
+
+def _resolve(cell_type: type) -> Any:
+    impl = _REGISTRY.get(cell_type)
+    if isinstance(impl, str):      # a built-in kernel: compiled with numba, imported lazily
+        if _load() is None:        # numba / scipy missing: warned once
+            return None
+        import importlib
+
+        got = _resolved.get(impl)
+        if got is None:
+            mod, _, attr = impl.partition(":")
+            got = _resolved[impl] = getattr(importlib.import_module(mod), attr)
+        return got
+    return impl
+
+
+def find(cell: Any) -> Any:
+    """The registered kernel that runs ``cell`` here, or None (the reference)."""
+    if mode() != "fast" or type(cell) not in _REGISTRY:
+        return None
+    impl = _resolve(type(cell))
+    if impl is None or not impl.supports(cell):
+        return None
+    return impl
+
+
+def registered() -> dict[type, Any]:
+    """A copy of the registry ``{cell type: kernel or "module:attribute"}``."""
+    return dict(_REGISTRY)
+
+
+__all__ = ["MODES", "KernelCell", "available", "find", "mode", "register", "registered", "set_mode", "use"]

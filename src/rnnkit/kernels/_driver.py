@@ -1,10 +1,15 @@
-"""Python glue between the walker and the compiled loops: buffers in, caches out.
+"""The built-in kernels: Python glue between the walker and the compiled loops.
 
-``walk`` returns exactly what :meth:`RecurrentLayer._walk` returns (the same cache layout:
-``x_tm``, ``states`` (T+1, B, H) per state, ``parks`` per the cell's ``parks``), so either
-backward can follow either forward; ``backward`` does all of :meth:`RecurrentLayer.backward` after
-the upstream gradient is checked (``back``: the walk filling ``dxw`` / ``drec``; then the
-batched reductions). Each entry point splits the batch into row blocks (:mod:`._threads`).
+One object per cell type (:data:`SIMPLE`, :data:`LSTM`, :data:`GRU`, :data:`GRU_RESET_AFTER`),
+registered by the cells themselves (``rnnkit.kernels.register``); this module never imports
+them. The cell is read through its public attributes (the names of its input kernel, recurrent
+kernel and bias; units; activations; options) and the weights arrive as a mapping.
+
+``walk`` returns exactly what the reference walker returns (the same cache: ``x_tm``,
+``states`` (T+1, B, size) per state part, ``parks`` by the cell's names), so either backward
+can follow either forward; ``walk_back`` runs the backward walk (``_back``, filling ``dxw`` /
+``drec``), then the batched reductions in one compiled call. Each entry point splits the batch
+into row blocks (:mod:`._threads`).
 """
 
 from __future__ import annotations
@@ -16,16 +21,12 @@ import numpy as np
 from rnnkit.kernels import _gru, _lstm, _simple
 from rnnkit.kernels._jit import ACT_CODES, project, reductions
 from rnnkit.kernels._threads import blocks, run_blocks, run_parts
-from rnnkit.recurrent._gru import GRUCell, GRUResetAfterCell
-from rnnkit.recurrent._lstm import LSTMCell
-from rnnkit.recurrent._simple_rnn import SimpleRNNCell
 
-_CELLS = (SimpleRNNCell, LSTMCell, GRUCell, GRUResetAfterCell)
+Arrays = tuple[np.ndarray, ...]
 
 #: inference projects a chunk of timesteps at a time into a buffer of at most about this many
 #: bytes (a bound independent of T: inference keeps no per-step arrays)
 CHUNK_BYTES = 1 << 22
-
 
 #: from this many multiply-adds ((T*B) * G*H * (F+H)) on, the reductions run in parts on the
 #: cores (gate columns of dW/dU/db, rows of dx; single-threaded BLAS each) instead of one call;
@@ -33,147 +34,243 @@ CHUNK_BYTES = 1 << 22
 PARALLEL_REDUCTIONS = 1 << 24
 
 
-def supports(layer: Any) -> bool:
-    """True for the four cells of rnnkit.recurrent (exactly) with tanh/sigmoid/relu/linear."""
-    return type(layer.cell) in _CELLS and layer.activation.name in ACT_CODES
-
-
 def _chunk(T: int, B: int, row_bytes: int) -> int:
     """Timesteps per projection chunk (at least 1, at most T)."""
     return max(1, min(T, CHUNK_BYTES // max(B * row_bytes, 1)))
 
 
-def walk(layer: Any, x_tm: np.ndarray, init: tuple[np.ndarray, ...] | None, record: bool,
-         keep_seq: bool) -> tuple[np.ndarray | None, tuple[np.ndarray, ...], dict[str, Any] | None]:
-    """The time loop of ``layer`` on ``x_tm`` (T, B, F): (sequence (T, B, H) or None, final
-    states, cache or None), as :meth:`RecurrentLayer._walk`."""
-    cell = layer.cell
-    kind = type(cell)
-    T, B, F = x_tm.shape
-    H, dt = layer.units, layer.dtype
-    # writable copies: numba's code for read-only arrays (the layer's weights) measured 4x slower
-    W = np.array(layer._weights["kernel"])
-    U = np.array(layer._weights["recurrent_kernel"])
-    bias = np.array(layer._weights["bias"])
-    code = ACT_CODES[layer.activation.name]
-    n_states = len(cell.states)
-    if record:
-        xw = np.empty((T, B, layer.gate_width), dt)
-        x2, xw2, b0 = x_tm.reshape(T * B, F), xw.reshape(T * B, layer.gate_width), bias[0]
-        if T * B * F * layer.gate_width >= PARALLEL_REDUCTIONS:   # rows in parts on the cores
-            run_parts(T * B, lambda lo, hi: project(x2[lo:hi], W, b0, xw2[lo:hi]))
-        else:
-            project(x2, W, b0, xw2)
-        hist = [np.empty((T + 1, B, H), dt) for _ in range(n_states)]
-        for k in range(n_states):
-            hist[k][0] = 0.0 if init is None else init[k]
-        parks = {n: (xw if n == "gates" else np.empty((T, B, w * H), dt)) for n, w in cell.parks.items()}
+def _codes(cell: Any) -> tuple[int, int]:
+    rec = getattr(cell, "recurrent_activation", None)
+    return ACT_CODES[cell.activation.name], ACT_CODES[rec.name if rec is not None else "sigmoid"]
 
-        def train(lo: int, hi: int) -> None:
-            xb, hh = xw[:, lo:hi], hist[0][:, lo:hi]
-            if kind is LSTMCell:
-                _lstm.lstm_train(xb, U, hh, hist[1][:, lo:hi], parks["act_c"][:, lo:hi], code)
-            elif kind is SimpleRNNCell:
-                _simple.simple_train(xb, U, hh, code)
-            elif kind is GRUCell:
-                _gru.gru_train(xb, U[:, :2 * H], U[:, 2 * H:], hh, parks["rh"][:, lo:hi], code)
+
+class _Kernel:
+    """Shared glue; subclasses run one cell type's compiled loops on a block of batch rows."""
+
+    #: parked arrays besides ``gates`` (which is the projection buffer itself), each H wide
+    parks: tuple[str, ...] = ()
+    #: whether the gates (the projection buffer, overwritten in place) are parked
+    park_gates = True
+
+    def supports(self, cell: Any) -> bool:
+        rec = getattr(cell, "recurrent_activation", None)
+        return cell.activation.name in ACT_CODES and (rec is None or rec.name in ACT_CODES)
+
+    def _arrays(self, cell: Any, w: Any, dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # writable copies: numba's code for read-only arrays (the layer's weights) measured 4x slower
+        W = np.array(w[cell.input_kernel])
+        U = np.array(w[cell.recurrent_kernel])
+        b = np.array(w[cell.bias]) if cell.bias is not None else np.zeros((cell.bias_rows, W.shape[1]), dt)
+        return W, U, b
+
+    def walk(self, cell: Any, w: Any, x_tm: np.ndarray, init: Arrays | None, record: bool,
+             keep_seq: bool) -> tuple[np.ndarray | None, Arrays, dict[str, Any] | None]:
+        T, B, F = x_tm.shape
+        dt = x_tm.dtype
+        W, U, bias = self._arrays(cell, w, dt)
+        GH, H = W.shape[1], cell.units
+        sizes = cell.state_sizes()
+        ex = self._extra(cell, w)
+        codes = _codes(cell)
+        if record:
+            xw = np.empty((T, B, GH), dt)
+            x2, xw2, b0 = x_tm.reshape(T * B, F), xw.reshape(T * B, GH), bias[0]
+            if T * B * F * GH >= PARALLEL_REDUCTIONS:   # rows in parts on the cores
+                run_parts(T * B, lambda lo, hi: project(x2[lo:hi], W, b0, xw2[lo:hi]))
             else:
-                _gru.gru_ra_train(xb, U, bias[1], hh, parks["hu_n"][:, lo:hi], code)
+                project(x2, W, b0, xw2)
+            hist = [np.empty((T + 1, B, n), dt) for n in sizes]
+            for k, a in enumerate(hist):
+                a[0] = 0.0 if init is None else init[k]
+            parks = {n: np.empty((T, B, H), dt) for n in self._park_names(cell)}
+            if self.park_gates:
+                parks = {"gates": xw, **parks}
+            run_blocks(B, B * H * GH, lambda lo, hi: self._train(
+                cell, xw[:, lo:hi], U, bias, [a[:, lo:hi] for a in hist],
+                {n: p[:, lo:hi] for n, p in parks.items()}, ex, codes))
+            cache = {"x_tm": x_tm, "states": hist, "parks": parks}
+            return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), cache
+        # inference: the state and one chunk of projections; the output written in (B, T, out) order
+        st = [np.zeros((B, n), dt) if init is None else np.array(init[k], dt, order="C")
+              for k, n in enumerate(sizes)]
+        out = np.empty((B, T if keep_seq else 1, sizes[0]), dt)
+        seq_view = out.transpose(1, 0, 2)
 
-        run_blocks(B, B * H * layer.gate_width, train)
-        cache = {"x_tm": x_tm, "states": hist, "parks": parks}
-        return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), cache
-    # inference: the state and one chunk of projections; the output written in (B, T, H) order
-    st = [np.zeros((B, H), dt) if init is None else np.array(init[k], dt, order="C")
-          for k in range(n_states)]
-    out = np.empty((B, T if keep_seq else 1, H), dt)
-    seq_view = out.transpose(1, 0, 2)
-    b0 = bias[0]
+        def infer(lo: int, hi: int) -> None:
+            xb = x_tm if hi - lo == B else np.ascontiguousarray(x_tm[:, lo:hi])
+            buf = np.empty((_chunk(T, hi - lo, GH * dt.itemsize) * (hi - lo), GH), dt)
+            self._infer(cell, xb, W, bias, U, [a[lo:hi] for a in st], seq_view[:, lo:hi], keep_seq,
+                        buf, ex, codes)
 
-    def infer(lo: int, hi: int) -> None:
-        xb = x_tm if hi - lo == B else np.ascontiguousarray(x_tm[:, lo:hi])
-        rows = _chunk(T, hi - lo, layer.gate_width * dt.itemsize) * (hi - lo)
-        buf = np.empty((rows, layer.gate_width), dt)   # one chunk of projections
-        h, sq = st[0][lo:hi], seq_view[:, lo:hi]
-        if kind is LSTMCell:
-            _lstm.lstm_infer(xb, W, b0, U, h, st[1][lo:hi], sq, keep_seq, buf, code)
-        elif kind is SimpleRNNCell:
-            _simple.simple_infer(xb, W, b0, U, h, sq, keep_seq, buf, code)
-        elif kind is GRUCell:
-            _gru.gru_infer(xb, W, b0, U[:, :2 * H], U[:, 2 * H:], b0, False, h, sq, keep_seq, buf, code)
+        run_blocks(B, B * H * GH, infer)
+        return (seq_view if keep_seq else None), tuple(st), None
+
+    def walk_back(self, cell: Any, w: Any, cache: dict[str, Any], g: np.ndarray,
+                  full: bool) -> tuple[np.ndarray, dict[str, np.ndarray], Arrays]:
+        x_tm, hist, parks = cache["x_tm"], cache["states"], cache["parks"]
+        T, B, F = x_tm.shape
+        dt = x_tm.dtype
+        W, U = np.array(w[cell.input_kernel]), w[cell.recurrent_kernel]
+        GH = W.shape[1]
+        dxw = np.empty((T, B, GH), dt)
+        drec = np.empty((T, B, GH), dt) if self.separate_rec else dxw
+        d_init = [np.zeros((B, n), dt) for n in cell.state_sizes()]
+        g3 = np.ascontiguousarray(g).reshape(B, T if full else 1, cell.output_size)
+        ex = self._extra_back(cell, w, T, B, dt)
+        codes = _codes(cell)
+        run_blocks(B, B * cell.units * GH, lambda lo, hi: self._back(
+            cell, g3[lo:hi], full, [a[:, lo:hi] for a in hist], {n: p[:, lo:hi] for n, p in parks.items()},
+            U, ex, codes, [d[lo:hi] for d in d_init], dxw[:, lo:hi], drec[:, lo:hi], slice(lo, hi)))
+        names, groups = cell.state_names, cell.rec_groups(GH)
+        P = [hist[names.index(src)][:T] if src in names else parks[src] for src, _, _ in groups]
+        P = [p.reshape(T * B, p.shape[-1]) for p in P]
+        dW = np.empty((F, GH), dt)
+        db = np.empty((w[cell.bias].shape[0] if cell.bias is not None else 1, GH), dt)
+        dU = np.empty(U.shape, dt)
+        dx_tm = np.empty((T, B, F), dt)
+        args = (x_tm.reshape(T * B, F), dxw.reshape(T * B, GH), drec.reshape(T * B, GH), P[0], P[-1],
+                groups[0][2], W, dW, db, dU, dx_tm.reshape(T * B, F))
+        big = T * B * GH * (F + U.shape[0]) >= PARALLEL_REDUCTIONS
+        starts = [lo for lo, _ in blocks(T * B)] if big else [0]
+        n_parts = len(starts)
+
+        def part(lo: int, hi: int) -> None:   # rows [lo, hi) of dx; the matching share of columns
+            k = starts.index(lo)
+            reductions(*args, GH * k // n_parts, GH * (k + 1) // n_parts, lo, hi)
+
+        if n_parts == 1:
+            reductions(*args, 0, GH, 0, T * B)
         else:
-            _gru.gru_infer(xb, W, b0, U, U, bias[1], True, h, sq, keep_seq, buf, code)
+            run_parts(T * B, part)
+        grads = {cell.input_kernel: dW, cell.recurrent_kernel: dU}
+        if cell.bias is not None:
+            grads[cell.bias] = db
+        grads.update(self._extra_grads(cell, cache, ex))
+        return dx_tm, grads, tuple(d_init)
 
-    run_blocks(B, B * H * layer.gate_width, infer)
-    return (seq_view if keep_seq else None), tuple(st), None
+    # -- per cell type ------------------------------------------------------------------------
+    separate_rec = False
 
+    def _park_names(self, cell: Any) -> tuple[str, ...]:
+        return self.parks
 
-def back(layer: Any, cache: dict[str, Any], g: np.ndarray, full: bool, dxw: np.ndarray,
-         drec: np.ndarray) -> None:
-    """Fill ``dxw`` (and ``drec`` for GRU reset_after=True) from the upstream gradient ``g``
-    ((B, T, H) when ``full``, else (B, H))."""
-    cell = layer.cell
-    kind = type(cell)
-    hist, parks = cache["states"], cache["parks"]
-    T, B, _ = dxw.shape
-    H = layer.units
-    g3 = np.ascontiguousarray(g).reshape(B, T if full else 1, H)
-    U = layer._weights["recurrent_kernel"]
-    UT = np.ascontiguousarray(U.T)           # writable, and BLAS is faster untransposed
-    UnT = np.ascontiguousarray(U[:, 2 * H:].T) if kind is GRUCell else UT
-    UzrT = np.ascontiguousarray(U[:, :2 * H].T) if kind is GRUCell else UT
-    code = ACT_CODES[layer.activation.name]
+    def _extra(self, cell: Any, w: Any) -> Any:
+        return None
 
-    def job(lo: int, hi: int) -> None:
-        gb, hh, dx = g3[lo:hi], hist[0][:, lo:hi], dxw[:, lo:hi]
-        if kind is LSTMCell:
-            _lstm.lstm_back(gb, full, hist[1][:, lo:hi], parks["gates"][:, lo:hi],
-                            parks["act_c"][:, lo:hi], UT, code, dx)
-        elif kind is SimpleRNNCell:
-            _simple.simple_back(gb, full, hh, UT, code, dx)
-        elif kind is GRUCell:
-            _gru.gru_back(gb, full, hh, parks["gates"][:, lo:hi], parks["rh"][:, lo:hi], UnT, UzrT,
-                          code, dx)
-        else:
-            _gru.gru_ra_back(gb, full, hh, parks["gates"][:, lo:hi], parks["hu_n"][:, lo:hi], UT, code,
-                             dx, drec[:, lo:hi])
+    def _extra_back(self, cell: Any, w: Any, T: int, B: int, dt: np.dtype) -> Any:
+        return None
 
-    run_blocks(B, B * H * layer.gate_width, job)
+    def _extra_grads(self, cell: Any, cache: dict[str, Any], ex: Any) -> dict[str, np.ndarray]:
+        return {}
+
+    def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
+               ex: Any, codes: tuple[int, int]) -> None:
+        raise NotImplementedError
+
+    def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
+               buf: Any, ex: Any, codes: tuple[int, int]) -> None:
+        raise NotImplementedError
+
+    def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
+              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice) -> None:
+        raise NotImplementedError
 
 
-def backward(layer: Any, cache: dict[str, Any], g: np.ndarray, ctx: Any) -> np.ndarray:
-    """The whole of :meth:`RecurrentLayer.backward` after the upstream gradient is checked:
-    the backward walk (:func:`back`), then the batched reductions in one compiled call."""
-    cell = layer.cell
-    x_tm, hist, parks = cache["x_tm"], cache["states"], cache["parks"]
-    T, B, F = x_tm.shape
-    H, GH, dt = layer.units, layer.gate_width, layer.dtype
-    dxw = np.empty((T, B, GH), dt)
-    drec = np.empty((T, B, GH), dt) if cell.separate_rec_grad else dxw
-    back(layer, cache, g, layer.return_sequences, dxw, drec)
-    groups = cell.rec_groups
-    P = [(hist[cell.states.index(src)][:T] if src in cell.states else parks[src]).reshape(T * B, H)
-         for src, _, _ in groups]
-    dW = np.empty((F, GH), dt)
-    db = np.empty((cell.bias_rows, GH), dt)
-    dU = np.empty((H, GH), dt)
-    dx_tm = np.empty((T, B, F), dt)
-    args = (x_tm.reshape(T * B, F), dxw.reshape(T * B, GH), drec.reshape(T * B, GH), P[0], P[-1],
-            groups[0][2] * H, np.array(layer._weights["kernel"]), dW, db, dU, dx_tm.reshape(T * B, F))
-    starts = [lo for lo, _ in blocks(T * B)] if T * B * GH * (F + H) >= PARALLEL_REDUCTIONS else [0]
-    n_parts = len(starts)
+class _SimpleKernel(_Kernel):
+    park_gates = False
 
-    def part(lo: int, hi: int) -> None:   # rows [lo, hi) of dx; the matching share of columns
-        k = starts.index(lo)
-        reductions(*args, GH * k // n_parts, GH * (k + 1) // n_parts, lo, hi)
+    def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
+               ex: Any, codes: tuple[int, int]) -> None:
+        _simple.simple_train(xw, U, hist[0], codes[0])
 
-    if n_parts == 1:
-        reductions(*args, 0, GH, 0, T * B)
-    else:
-        run_parts(T * B, part)
-    ctx.add_grad(layer, "kernel", dW)
-    ctx.add_grad(layer, "bias", db)
-    ctx.add_grad(layer, "recurrent_kernel", dU)
-    if layer.go_backwards:
-        dx_tm = dx_tm[::-1]
-    return np.ascontiguousarray(dx_tm.transpose(1, 0, 2))
+    def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
+               buf: Any, ex: Any, codes: tuple[int, int]) -> None:
+        _simple.simple_infer(xb, W, bias[0], U, st[0], seq, keep, buf, codes[0])
+
+    def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
+              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice) -> None:
+        _simple.simple_back(g3, full, hist[0], np.ascontiguousarray(U.T), codes[0], d_init[0], dxw)
+
+
+class _LSTMKernel(_Kernel):
+    """With ``proj_size``: parks ``m`` too, and ``projection_kernel``'s gradient is one GEMM
+    ``m^T @ dh`` over every step after the walk."""
+
+    def _park_names(self, cell: Any) -> tuple[str, ...]:
+        return ("act_c", "m") if cell.proj_size else ("act_c",)
+
+    def _extra(self, cell: Any, w: Any) -> Any:
+        dt = w[cell.input_kernel].dtype
+        return np.array(w[cell.projection]) if cell.proj_size else np.empty((1, 1), dt)
+
+    def _extra_back(self, cell: Any, w: Any, T: int, B: int, dt: np.dtype) -> Any:
+        if not cell.proj_size:
+            return np.empty((1, 1), dt), np.empty((T, B, 0), dt)
+        return np.ascontiguousarray(np.asarray(w[cell.projection]).T), np.empty((T, B, cell.proj_size), dt)
+
+    def _extra_grads(self, cell: Any, cache: dict[str, Any], ex: Any) -> dict[str, np.ndarray]:
+        if not cell.proj_size:
+            return {}
+        m, dh_seq = cache["parks"]["m"], ex[1]
+        T, B, H = m.shape
+        return {cell.projection: m.reshape(T * B, H).T @ dh_seq.reshape(T * B, cell.proj_size)}
+
+    def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
+               ex: Any, codes: tuple[int, int]) -> None:
+        m = parks["m"] if cell.proj_size else parks["act_c"]   # (unused without a projection)
+        _lstm.lstm_train(xw, U, hist[0], hist[1], parks["act_c"], bool(cell.proj_size), ex, m, *codes)
+
+    def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
+               buf: Any, ex: Any, codes: tuple[int, int]) -> None:
+        _lstm.lstm_infer(xb, W, bias[0], U, st[0], st[1], seq, keep, buf, bool(cell.proj_size), ex, *codes)
+
+    def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
+              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice) -> None:
+        WpT, dh_seq = ex
+        _lstm.lstm_back(g3, full, hist[1], parks["gates"], parks["act_c"], np.ascontiguousarray(U.T),
+                        bool(cell.proj_size), WpT, dh_seq[:, rows], d_init[0], d_init[1], *codes, dxw)
+
+
+class _GRUKernel(_Kernel):
+    parks = ("rh",)
+
+    def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
+               ex: Any, codes: tuple[int, int]) -> None:
+        H = cell.units
+        _gru.gru_train(xw, U[:, :2 * H], U[:, 2 * H:], hist[0], parks["rh"], *codes)
+
+    def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
+               buf: Any, ex: Any, codes: tuple[int, int]) -> None:
+        H = cell.units
+        _gru.gru_infer(xb, W, bias[0], U[:, :2 * H], U[:, 2 * H:], bias[0], False, st[0], seq, keep, buf,
+                       *codes)
+
+    def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
+              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice) -> None:
+        H = cell.units
+        _gru.gru_back(g3, full, hist[0], parks["gates"], parks["rh"], np.ascontiguousarray(U[:, 2 * H:].T),
+                      np.ascontiguousarray(U[:, :2 * H].T), *codes, d_init[0], dxw)
+
+
+class _GRUResetAfterKernel(_Kernel):
+    parks = ("hu_n",)
+    separate_rec = True
+
+    def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
+               ex: Any, codes: tuple[int, int]) -> None:
+        _gru.gru_ra_train(xw, U, bias[1], hist[0], parks["hu_n"], *codes)
+
+    def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
+               buf: Any, ex: Any, codes: tuple[int, int]) -> None:
+        _gru.gru_infer(xb, W, bias[0], U, U, bias[1], True, st[0], seq, keep, buf, *codes)
+
+    def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
+              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice) -> None:
+        _gru.gru_ra_back(g3, full, hist[0], parks["gates"], parks["hu_n"], np.ascontiguousarray(U.T), *codes,
+                         d_init[0], dxw, drec)
+
+
+SIMPLE = _SimpleKernel()
+LSTM = _LSTMKernel()
+GRU = _GRUKernel()
+GRU_RESET_AFTER = _GRUResetAfterKernel()

@@ -13,11 +13,13 @@ import numpy as np
 
 from rnnkit.kernels._jit import (
     OPTS,
+    act,
     act_ip,
     add_upstream,
     copy_rows,
     cst,
     dact_cols,
+    dgate,
     gemm,
     njit,
     project,
@@ -40,15 +42,18 @@ def _blend(xg: Any, h_prev: Any, h: Any) -> None:
 
 
 @njit(**OPTS)
-def _gru_step(xg: Any, h_prev: Any, h: Any, rh: Any, Uzr: Any, Un: Any, code: int) -> None:
+def _gru_step(xg: Any, h_prev: Any, h: Any, rh: Any, Uzr: Any, Un: Any, code: int, rcode: int) -> None:
     """reset_after=False, one step: ``xg`` (B, 3H) = xw on entry, gates [z|r|n] on exit.
     ``h`` may be ``h_prev`` (updated in place)."""
     B, H = h.shape
     gemm(h_prev, Uzr, xg[:, :2 * H], 1.0, False)     # xw_zr + h_prev @ U_zr, in place
+    if rcode != 1:
+        act_ip(xg, 0, 2 * H, rcode)
     for b in range(B):
         x = xg[b]
-        for j in range(2 * H):
-            x[j] = sig(x[j])
+        if rcode == 1:
+            for j in range(2 * H):
+                x[j] = sig(x[j])
         hp = h_prev[b]
         rr = rh[b]
         for j in range(H):
@@ -59,7 +64,8 @@ def _gru_step(xg: Any, h_prev: Any, h: Any, rh: Any, Uzr: Any, Un: Any, code: in
 
 
 @njit(**OPTS)
-def _gru_ra_step(xg: Any, h_prev: Any, h: Any, hun: Any, U: Any, b1: Any, hu: Any, code: int) -> None:
+def _gru_ra_step(xg: Any, h_prev: Any, h: Any, hun: Any, U: Any, b1: Any, hu: Any, code: int,
+                 rcode: int) -> None:
     """reset_after=True, one step: ``xg`` (B, 3H) = xw on entry, gates [z|r|n] on exit.
     ``h`` may be ``h_prev`` (updated in place)."""
     B, H = h.shape
@@ -67,8 +73,12 @@ def _gru_ra_step(xg: Any, h_prev: Any, h: Any, hun: Any, U: Any, b1: Any, hu: An
     for b in range(B):
         x = xg[b]
         a = hu[b]
-        for j in range(2 * H):
-            x[j] = sig(x[j] + (a[j] + b1[j]))
+        if rcode == 1:
+            for j in range(2 * H):
+                x[j] = sig(x[j] + (a[j] + b1[j]))
+        else:
+            for j in range(2 * H):
+                x[j] = act(x[j] + (a[j] + b1[j]), rcode)
         hn = hun[b]
         for j in range(H):
             hn[j] = a[2 * H + j] + b1[2 * H + j]
@@ -79,25 +89,25 @@ def _gru_ra_step(xg: Any, h_prev: Any, h: Any, hun: Any, U: Any, b1: Any, hu: An
 
 
 @njit(**OPTS)
-def gru_train(xw: Any, Uzr: Any, Un: Any, hist_h: Any, rh: Any, code: int) -> None:
+def gru_train(xw: Any, Uzr: Any, Un: Any, hist_h: Any, rh: Any, code: int, rcode: int) -> None:
     """Training forward, reset_after=False: xw -> gates in place; fills hist_h and ``rh``."""
     T = xw.shape[0]
     for s in range(T):
-        _gru_step(xw[s], hist_h[s], hist_h[s + 1], rh[s], Uzr, Un, code)
+        _gru_step(xw[s], hist_h[s], hist_h[s + 1], rh[s], Uzr, Un, code, rcode)
 
 
 @njit(**OPTS)
-def gru_ra_train(xw: Any, U: Any, b1: Any, hist_h: Any, hun: Any, code: int) -> None:
+def gru_ra_train(xw: Any, U: Any, b1: Any, hist_h: Any, hun: Any, code: int, rcode: int) -> None:
     """Training forward, reset_after=True: xw -> gates in place; fills hist_h and ``hu_n``."""
     T, B, G = xw.shape
     hu = np.empty((B, G), xw.dtype)
     for s in range(T):
-        _gru_ra_step(xw[s], hist_h[s], hist_h[s + 1], hun[s], U, b1, hu, code)
+        _gru_ra_step(xw[s], hist_h[s], hist_h[s + 1], hun[s], U, b1, hu, code, rcode)
 
 
 @njit(**OPTS)
 def gru_infer(x_tm: Any, W: Any, b0: Any, Ua: Any, Ub: Any, b1: Any, ra: bool, h: Any, seq: Any,
-              keep: bool, buf: Any, code: int) -> None:
+              keep: bool, buf: Any, code: int, rcode: int) -> None:
     """Inference for either form (``ra`` = reset_after: ``Ua`` = U, ``b1`` the recurrent bias;
     else ``Ua`` = Uzr, ``Ub`` = Un); ``h`` (B, H) initial state in, final out; ``buf``
     (chunk*B, 3H) receives a chunk of projections at a time."""
@@ -115,23 +125,23 @@ def gru_infer(x_tm: Any, W: Any, b0: Any, Ua: Any, Ub: Any, b1: Any, ra: bool, h
         for s in range(n):
             xg = xp[s * B:(s + 1) * B]
             if ra:
-                _gru_ra_step(xg, h, h, t1, Ua, b1, hu, code)
+                _gru_ra_step(xg, h, h, t1, Ua, b1, hu, code, rcode)
             else:
-                _gru_step(xg, h, h, t1, Ua, Ub, code)
+                _gru_step(xg, h, h, t1, Ua, Ub, code, rcode)
             if keep:
                 copy_rows(h, seq[t0 + s])
 
 
 @njit(**OPTS)
 def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, UzrT: Any, code: int,
-             dxw: Any) -> None:
+             rcode: int, dh: Any, dxw: Any) -> None:
     """reset_after=False backward walk: fills ``dxw`` (T, B, 3H). ``UnT``/``UzrT``: the
-    transposed blocks, (H, H) and (2H, H)."""
+    transposed blocks, (H, H) and (2H, H). ``dh`` (B, H) starts at zero and ends as
+    dL/d(initial state)."""
     T, B, G = gates.shape
     H = G // 3
     dt = gates.dtype
     one = cst(gates, 1.0)
-    dh = np.zeros((B, H), dt)
     dan = np.empty((B, H), dt)
     drh = np.empty((B, H), dt)
     dzr = np.empty((B, 2 * H), dt)
@@ -148,7 +158,7 @@ def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, Uz
                 dn[j] = dhr[j] * (one - gt[j])
             for j in range(H):                   # 2b. for z
                 z = gt[j]
-                d[j] = (dhr[j] * (hp[j] - gt[2 * H + j])) * (z * (one - z))
+                d[j] = (dhr[j] * (hp[j] - gt[2 * H + j])) * dgate(z, rcode)
             for j in range(H):
                 dhr[j] = dhr[j] * gt[j]
         dact_cols(gates[s], 2 * H, dan, 0, H, code)   # 4b.
@@ -166,7 +176,7 @@ def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, Uz
             dr = drh[b]
             for j in range(H):                   # 3b. + 2b. for r
                 r = gt[H + j]
-                d[H + j] = (dr[j] * hp[j]) * (r * (one - r))
+                d[H + j] = (dr[j] * hp[j]) * dgate(r, rcode)
             dhr = dh[b]
             for j in range(H):
                 dhr[j] += dr[j] * gt[H + j]
@@ -177,14 +187,13 @@ def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, Uz
 
 
 @njit(**OPTS)
-def gru_ra_back(g3: Any, full: bool, hist_h: Any, gates: Any, hun: Any, UT: Any, code: int,
-                dxw: Any, drec: Any) -> None:
-    """reset_after=True backward walk: fills ``dxw`` and ``drec`` (T, B, 3H); ``UT`` (3H, H)."""
+def gru_ra_back(g3: Any, full: bool, hist_h: Any, gates: Any, hun: Any, UT: Any, code: int, rcode: int,
+                dh: Any, dxw: Any, drec: Any) -> None:
+    """reset_after=True backward walk: fills ``dxw`` and ``drec`` (T, B, 3H); ``UT`` (3H, H);
+    ``dh`` as in :func:`gru_back`."""
     T, B, G = gates.shape
     H = G // 3
-    dt = gates.dtype
     one = cst(gates, 1.0)
-    dh = np.zeros((B, H), dt)
     for s in range(T - 1, -1, -1):
         if full or s == T - 1:
             add_upstream(dh, g3, s if full else 0)
@@ -209,10 +218,10 @@ def gru_ra_back(g3: Any, full: bool, hist_h: Any, gates: Any, hun: Any, UT: Any,
                 dr_[2 * H + j] = d[2 * H + j] * gt[H + j]
             for j in range(H):                   # 2b.
                 z = gt[j]
-                d[j] = (dhr[j] * (hp[j] - gt[2 * H + j])) * (z * (one - z))
+                d[j] = (dhr[j] * (hp[j] - gt[2 * H + j])) * dgate(z, rcode)
             for j in range(H):
                 r = gt[H + j]
-                d[H + j] = (d[2 * H + j] * hn[j]) * (r * (one - r))
+                d[H + j] = (d[2 * H + j] * hn[j]) * dgate(r, rcode)
             for j in range(2 * H):
                 dr_[j] = d[j]
             for j in range(H):

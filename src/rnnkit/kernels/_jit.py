@@ -14,7 +14,11 @@ code  name     y = f(a)                     dL/da
 1     sigmoid  0.5 + 0.5 * tanh(a / 2)      g * y * (1 - y)
 2     relu     max(a, 0)                    g * (y > 0)
 3     linear   a                            g
+4     hard_sig min(max(a + 3, 0), 6) / 6     g / 6 where 0 < y < 1, else 0
 ====  =======  ===========================  ==================
+
+The gate (recurrent) activations of LSTM and GRU use the same codes (:func:`dgate` is their
+derivative in terms of the output).
 
 In float64 ``tanh`` is libm's. In float32 it is the rational approximation :func:`tanh32`
 (a 13/6 odd/even rational on [-7.9053, 7.9053], clamped outside; max abs error 2.6e-7 against
@@ -43,7 +47,7 @@ OPTS: dict[str, Any] = {"cache": True, "error_model": "numpy", "fastmath": {"con
 # few such passes over rows that sit in L1, not one loop over many arrays (measured 7x slower).
 njit = numba.njit
 
-ACT_CODES = {"tanh": 0, "sigmoid": 1, "relu": 2, "linear": 3}
+ACT_CODES = {"tanh": 0, "sigmoid": 1, "relu": 2, "linear": 3, "hard_sigmoid": 4}
 
 #: at most this many multiply-adds (M*K*N) a GEMM runs in a plain compiled loop; above, BLAS
 #: (measured: BLAS called from a kernel costs ~0.2 us, so only the tiniest products stay here)
@@ -122,6 +126,15 @@ def sig(x: Any) -> Any:
 
 
 @njit(inline="always", **OPTS)
+def hsig(x: Any) -> Any:
+    """Keras 3's hard sigmoid ``relu6(x + 3) / 6``."""
+    v = x + cst(x, 3.0)
+    v = v if v > cst(x, 0.0) else cst(x, 0.0)
+    v = v if v < cst(x, 6.0) else cst(x, 6.0)
+    return v / cst(x, 6.0)
+
+
+@njit(inline="always", **OPTS)
 def act(x: Any, code: int) -> Any:
     if code == 0:
         return fast_tanh(x)
@@ -129,7 +142,24 @@ def act(x: Any, code: int) -> Any:
         return sig(x)
     if code == 2:
         return x if x > cst(x, 0.0) else cst(x, 0.0)
+    if code == 4:
+        return hsig(x)
     return x
+
+
+@njit(inline="always", **OPTS)
+def dgate(y: Any, code: int) -> Any:
+    """The derivative of activation ``code`` written in terms of its output ``y``."""
+    one = cst(y, 1.0)
+    if code == 1:
+        return y * (one - y)
+    if code == 0:
+        return one - y * y
+    if code == 2:
+        return one if y > cst(y, 0.0) else cst(y, 0.0)
+    if code == 4:
+        return cst(y, 1.0 / 6.0) if (y > cst(y, 0.0) and y < one) else cst(y, 0.0)
+    return one
 
 
 @njit(**OPTS)
@@ -211,6 +241,11 @@ def act_cols(src: Any, slo: int, dst: Any, dlo: int, n: int, code: int) -> None:
             for j in range(n):
                 v = s[slo + j]
                 d[dlo + j] = v if v > cst(v, 0.0) else cst(v, 0.0)
+    elif code == 4:
+        for r in range(R):
+            s, d = src[r], dst[r]
+            for j in range(n):
+                d[dlo + j] = hsig(s[slo + j])
     else:
         for r in range(R):
             s, d = src[r], dst[r]
@@ -259,6 +294,11 @@ def act_ip(a: Any, lo: int, n: int, code: int) -> None:
             for j in range(n):
                 v = x[lo + j]
                 x[lo + j] = v if v > cst(v, 0.0) else cst(v, 0.0)
+    elif code == 4:
+        for r in range(R):
+            x = a[r]
+            for j in range(n):
+                x[lo + j] = hsig(x[lo + j])
 
 
 @njit(**OPTS)
@@ -282,6 +322,11 @@ def dact_cols(y: Any, ylo: int, g: Any, glo: int, n: int, code: int) -> None:
             yr, gr = y[r], g[r]
             for j in range(n):
                 gr[glo + j] = gr[glo + j] if yr[ylo + j] > cst(yr[ylo + j], 0.0) else cst(yr[ylo + j], 0.0)
+    elif code == 4:
+        for r in range(R):
+            yr, gr = y[r], g[r]
+            for j in range(n):
+                gr[glo + j] = gr[glo + j] * dgate(yr[ylo + j], 4)
 
 
 ensure_blas()   # imports scipy.linalg.cython_blas (ImportError without scipy: the fallback)

@@ -1,8 +1,11 @@
-"""Compiled LSTM time loops, equal to :class:`rnnkit.recurrent._lstm.LSTMCell` step by step.
+"""Compiled LSTM time loops, equal to the reference LSTM cell step by step.
 
-Same equations and the same fused layout ``[i | f | g | o]``; see that module's docstring.
-``xw`` rows are the input projections ``x_s @ W + b``; ``U`` is (H, 4H). 2D arrays need
-contiguous rows only (batch slices of bigger arrays are fine); ``x_tm`` is C-contiguous.
+Same equations and the same fused layout ``[i | f | g | o]`` (steps 1-5 of the cell's
+docstring); ``code`` is the activation, ``rcode`` the gate activation (:data:`ACT_CODES`).
+``xw`` rows are the input projections ``x_s @ W + b``; ``U`` is (S, 4H) with S = H, or P with a
+projection (``proj``: ``Wp`` (H, P), ``h = m @ Wp`` with ``m = o * act(c)``; without one, ``Wp``
+and ``m`` are unused placeholders). 2D arrays need contiguous rows only (batch slices of bigger
+arrays are fine); ``x_tm`` is C-contiguous.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ from rnnkit.kernels._jit import (
     act_ip,
     add_upstream,
     copy_rows,
-    cst,
     dact_cols,
+    dgate,
     gemm,
     njit,
     project,
@@ -27,17 +30,21 @@ from rnnkit.kernels._jit import (
 
 
 @njit(**OPTS)
-def _step(a: Any, c_prev: Any, c: Any, act_c: Any, h: Any, code: int) -> None:
+def _step(a: Any, c_prev: Any, c: Any, act_c: Any, h: Any, code: int, rcode: int) -> None:
     """Steps 2-4 on (B, 4H) pre-activations ``a`` (in place -> gates [i|f|g|o]); ``c`` may be
-    ``c_prev``; ``act_c`` receives act(c), ``h`` = o * act(c)."""
+    ``c_prev``; ``act_c`` receives act(c), ``h`` = o * act(c) (``m`` with a projection)."""
     B, G = a.shape
     H = G // 4
-    for b in range(B):
-        ar = a[b]
-        for j in range(2 * H):
-            ar[j] = sig(ar[j])
-        for j in range(H):                      # (a loop from 0: measured 3x faster)
-            ar[3 * H + j] = sig(ar[3 * H + j])
+    if rcode == 1:
+        for b in range(B):
+            ar = a[b]
+            for j in range(2 * H):
+                ar[j] = sig(ar[j])
+            for j in range(H):                  # (a loop from 0: measured 3x faster)
+                ar[3 * H + j] = sig(ar[3 * H + j])
+    else:
+        act_ip(a, 0, 2 * H, rcode)
+        act_ip(a, 3 * H, H, rcode)
     act_ip(a, 2 * H, H, code)
     for b in range(B):
         ar = a[b]
@@ -55,20 +62,26 @@ def _step(a: Any, c_prev: Any, c: Any, act_c: Any, h: Any, code: int) -> None:
 
 
 @njit(**OPTS)
-def lstm_train(xw: Any, U: Any, hist_h: Any, hist_c: Any, act_c: Any, code: int) -> None:
+def lstm_train(xw: Any, U: Any, hist_h: Any, hist_c: Any, act_c: Any, proj: bool, Wp: Any, m: Any,
+               code: int, rcode: int) -> None:
     """Training forward. ``xw`` (T, B, 4H) holds the projections on entry and the parked gates
-    ``[i|f|g|o]`` on exit; ``hist_h``/``hist_c`` (T+1, B, H) have row 0 set to the initial
-    state and receive every later one; ``act_c`` (T, B, H) receives act(c)."""
+    ``[i|f|g|o]`` on exit; ``hist_h`` (T+1, B, S) / ``hist_c`` (T+1, B, H) have row 0 set to
+    the initial state and receive every later one; ``act_c`` (T, B, H) receives act(c), and
+    with ``proj`` ``m`` (T, B, H) receives o * act(c)."""
     T = xw.shape[0]
     for s in range(T):
         gt = xw[s]
         gemm(hist_h[s], U, gt, 1.0, False)      # a = xw + h_prev @ U, in place (BLAS beta=1)
-        _step(gt, hist_c[s], hist_c[s + 1], act_c[s], hist_h[s + 1], code)
+        if proj:
+            _step(gt, hist_c[s], hist_c[s + 1], act_c[s], m[s], code, rcode)
+            gemm(m[s], Wp, hist_h[s + 1], 0.0, False)     # 5. h = m @ Wp
+        else:
+            _step(gt, hist_c[s], hist_c[s + 1], act_c[s], hist_h[s + 1], code, rcode)
 
 
 @njit(**OPTS)
 def lstm_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, c: Any, seq: Any, keep: bool,
-               buf: Any, code: int) -> None:
+               buf: Any, proj: bool, Wp: Any, code: int, rcode: int) -> None:
     """Inference: ``h``/``c`` (B, H) hold the initial state on entry, the final one on exit.
     The projection runs ``chunk`` steps at a time into ``buf`` (chunk*B, 4H) (nothing per step
     is kept); with ``keep`` step ``s`` writes ``seq[s]`` (any layout, e.g. a view of (B, T, H))."""
@@ -77,6 +90,7 @@ def lstm_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, c: Any, seq: Any, kee
     H = G // 4
     chunk = max(1, buf.shape[0] // max(B, 1))   # (an empty batch: any chunk)
     ac = np.empty((B, H), x_tm.dtype)
+    m = np.empty((B, H), x_tm.dtype)
     for t0 in range(0, T, chunk):
         n = min(chunk, T - t0)
         xp = buf[:n * B]
@@ -84,38 +98,48 @@ def lstm_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, c: Any, seq: Any, kee
         for s in range(n):
             a = xp[s * B:(s + 1) * B]
             gemm(h, U, a, 1.0, False)             # a = xw + h_prev @ U, in place
-            _step(a, c, c, ac, h, code)
+            if proj:
+                _step(a, c, c, ac, m, code, rcode)
+                gemm(m, Wp, h, 0.0, False)
+            else:
+                _step(a, c, c, ac, h, code, rcode)
             if keep:
                 copy_rows(h, seq[t0 + s])
 
 
 @njit(**OPTS)
-def lstm_back(g3: Any, full: bool, hist_c: Any, gates: Any, act_c: Any, UT: Any, code: int,
-              dxw: Any) -> None:
+def lstm_back(g3: Any, full: bool, hist_c: Any, gates: Any, act_c: Any, UT: Any, proj: bool, WpT: Any,
+              dh_seq: Any, dh: Any, dc: Any, code: int, rcode: int, dxw: Any) -> None:
     """The backward walk: fills ``dxw`` (T, B, 4H) with dL/dxw_s. ``g3`` is the upstream
-    gradient (B, T, H) when ``full`` (return_sequences), else (B, 1, H) for the last step;
-    ``UT`` is U transposed, (4H, H) (BLAS measured faster on it than with a transpose flag)."""
+    gradient (B, T, S) when ``full`` (return_sequences), else (B, 1, S) for the last step;
+    ``UT`` is U transposed, (4H, S) (BLAS measured faster on it than with a transpose flag).
+    With ``proj``: ``WpT`` (P, H), and ``dh_seq`` (T, B, P) receives dL/dh of every step (for
+    the projection's gradient). ``dh`` (B, S) and ``dc`` (B, H) start at zero and end as
+    dL/d(initial state)."""
     T, B, G = gates.shape
     H = G // 4
     dt = gates.dtype
-    dh = np.zeros((B, H), dt)
-    dc = np.zeros((B, H), dt)
+    dm = np.empty((B, H), dt)
     tmp = np.empty((B, H), dt)
-    one = cst(gates, 1.0)
     for s in range(T - 1, -1, -1):
         if full or s == T - 1:
             add_upstream(dh, g3, s if full else 0)
+        src = dh
+        if proj:                                 # 5b.
+            copy_rows(dh, dh_seq[s])
+            gemm(dh, WpT, dm, 0.0, False)
+            src = dm
         gt2 = gates[s]
         d2 = dxw[s]
         for b in range(B):                       # 4b. do, and dc += act'(act_c) * (dh * o)
             gt = gt2[b]
             ac = act_c[s, b]
             d = d2[b]
-            dhr = dh[b]
+            dhr = src[b]
             tr = tmp[b]
             for j in range(H):
                 o = gt[3 * H + j]
-                d[3 * H + j] = (dhr[j] * ac[j]) * (o * (one - o))
+                d[3 * H + j] = (dhr[j] * ac[j]) * dgate(o, rcode)
             for j in range(H):
                 tr[j] = dhr[j] * gt[3 * H + j]
         dact_cols(act_c[s], 0, tmp, 0, H, code)
@@ -131,8 +155,8 @@ def lstm_back(g3: Any, full: bool, hist_c: Any, gates: Any, act_c: Any, UT: Any,
                 i = gt[j]
                 f = gt[H + j]
                 dcv = dcr[j]
-                d[j] = (dcv * gt[2 * H + j]) * (i * (one - i))
-                d[H + j] = (dcv * cp[j]) * (f * (one - f))
+                d[j] = (dcv * gt[2 * H + j]) * dgate(i, rcode)
+                d[H + j] = (dcv * cp[j]) * dgate(f, rcode)
                 d[2 * H + j] = dcv * i
             for j in range(H):
                 dcr[j] = dcr[j] * gt[H + j]

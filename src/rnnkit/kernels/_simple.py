@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from rnnkit.kernels._jit import OPTS, act_cols, add_upstream, copy_rows, dact_cols, gemm, njit, project
 
 
@@ -40,10 +38,10 @@ def simple_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, seq: Any, keep: boo
 
 
 @njit(**OPTS)
-def simple_back(g3: Any, full: bool, hist_h: Any, UT: Any, code: int, dxw: Any) -> None:
-    """Fills ``dxw`` (T, B, H); ``g3`` as in :func:`rnnkit.kernels._lstm.lstm_back`."""
+def simple_back(g3: Any, full: bool, hist_h: Any, UT: Any, code: int, dh: Any, dxw: Any) -> None:
+    """Fills ``dxw`` (T, B, H); ``g3`` as in :func:`rnnkit.kernels._lstm.lstm_back`; ``dh``
+    (B, H) starts at zero and ends as dL/d(initial state)."""
     T, B, H = dxw.shape
-    dh = np.zeros((B, H), dxw.dtype)
     for s in range(T - 1, -1, -1):
         if full or s == T - 1:
             add_upstream(dh, g3, s if full else 0)

@@ -11,12 +11,12 @@ from rnnkit.layers._dropout import Dropout
 from rnnkit.layers._embedding import Embedding
 from rnnkit.layers._merge import Concatenate
 from rnnkit.layers._reshape import RepeatVector, Reverse
-from rnnkit.recurrent import GRU, LSTM, SimpleRNN
+from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
 
 _REGISTRY: dict[str, type[Layer]] = {
     cls.__name__: cls
     for cls in (Dense, ActivationLayer, Embedding, RepeatVector, Reverse, Concatenate, Dropout,
-                SimpleRNN, LSTM, GRU)
+                SimpleRNN, LSTM, GRU, RecurrentLayer)
 }
 
 

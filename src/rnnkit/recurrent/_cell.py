@@ -1,75 +1,171 @@
-"""The cell contract: the arithmetic of ONE timestep, forward and backward side by side.
+"""The cell contract: what ONE timestep of a recurrent layer computes, forward and backward.
+
+A :class:`Cell` is the only thing that differs between SimpleRNN, LSTM, GRU and a user's own
+recurrence. :class:`~rnnkit.RecurrentLayer` (the walker) does everything else — weights, the walk
+along time in either direction, ``return_sequences``, the per-step caches in the ``Ctx``,
+backpropagation through time — for any cell, and knows no parameter name.
 
 Notation, used by every cell and by the walker:
 
-- ``B`` batch, ``T`` timesteps, ``F`` input features, ``H`` units, ``G`` gate blocks.
+- ``B`` batch, ``T`` timesteps, ``F`` input features, ``H`` units, ``N`` the width of the
+  step input (``G*H`` for a cell with ``G`` fused gate blocks).
 - ``s`` is the processing step (0..T-1). Under ``go_backwards`` step ``s`` reads input
   timestep ``T-1-s``; otherwise timestep ``s``.
-- ``W`` kernel ``(F, G*H)``, ``U`` recurrent kernel ``(H, G*H)``, ``b`` bias ``(1, G*H)``
-  (``(2, G*H)`` for GRU ``reset_after=True``: row 0 input bias, row 1 recurrent bias).
-- ``xw_s = x_s @ W + b[0]``: the input projection of step ``s``, computed by the walker for
-  all steps in one GEMM before the walk.
-- ``h_prev`` / ``c_prev``: the state entering step ``s``; ``h`` / ``c``: the state it leaves.
+- ``inp_s``: what step ``s`` receives. A cell that names an :attr:`Cell.input_kernel` ``W``
+  (F, N) gets the projection ``inp_s = x_s @ W + b[0]`` (``b`` the :attr:`Cell.bias`, if any),
+  computed by the walker for every step in one GEMM; any other cell gets ``x_s`` (B, F).
+- ``prev``: the state parts entering step ``s`` (a tuple, in :attr:`Cell.state_names` order);
+  the step returns the parts leaving it. Part 0 is the layer's output at that step.
 - Backward names a gradient ``d<name>`` (``dh`` = dL/dh) and numbers its steps after the
-  forward steps it undoes (forward step ``3`` is undone by backward step ``3b``).
+  forward steps they undo (forward step ``3`` is undone by backward step ``3b``).
 
-A cell never allocates the per-step caches: the walker owns (T, B, width) arrays for every
-name in ``parks`` and hands the cell the slice of step ``s`` to write (training) or ``None``
-(inference). Likewise the walker owns the state arrays and hands the cell where to write the
-new state, and it owns ``dxw_s`` (dL/dxw_s) and ``drec_s`` (dL/d(h_prev@U + b[1])), from
-which it makes the batched weight-gradient GEMMs after the walk.
+What a cell declares:
+
+- :meth:`Cell.params` — its parameters (:class:`Param`: name, shape from the input width and
+  the units, initialiser, trained or not), in the order they are drawn from the seed.
+- :attr:`Cell.state_names` / :meth:`Cell.state_sizes` / :attr:`Cell.state_type` — its state.
+- :meth:`Cell.step` and :meth:`Cell.step_back`, side by side in the cell's file.
+- Optionally, the batched reductions (today's fast default): a cell that names an
+  ``input_kernel`` lets the walker compute ``dW = X^T dinp`` and ``dx = dinp W^T`` as two GEMMs
+  over all steps; one that names a ``recurrent_kernel`` ``U`` (S, N) lets it compute ``dU`` from
+  the per-step ``d_rec`` (dL/d of the step's recurrent product) with one GEMM per group of
+  :meth:`Cell.rec_groups`; one that names a ``bias`` gets ``db[0] = sum(dinp)`` (and, for a bias
+  of two rows whose row 1 the cell adds to its recurrent product, ``db[1] = sum(d_rec)``). Every
+  other parameter's gradient is the sum of what :meth:`Cell.step_back` returns in
+  :attr:`StepBack.params`.
+
+A cell holds configuration only (units, activations, options): no weights and nothing of a
+pass. Compiled kernels can be registered for a cell type (:func:`rnnkit.kernels.register`);
+a cell without one runs this reference arithmetic.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+import collections
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from rnnkit._activations import ActivationFn
+from rnnkit._activations import ActivationFn, ActivationLike, resolve_activation
+from rnnkit._errors import InvalidParameterError
+from rnnkit._layer import check_positive_int
 
 Arrays = tuple[np.ndarray, ...]
+#: an initialiser: ``init(rng, shape, dtype) -> array`` (drawn in float64, cast to ``dtype``)
+Initializer = Callable[[np.random.Generator, tuple[int, ...], np.dtype], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a cell: its name (the layer's weight name, the gradient key in the
+    ``Ctx`` and the key in weight files), its shape, its initialiser, and whether it trains
+    (a parameter with ``trainable=False`` never receives a gradient)."""
+
+    name: str
+    shape: tuple[int, ...]
+    init: Initializer
+    trainable: bool = True
+
+
+class StepBack(NamedTuple):
+    """What :meth:`Cell.step_back` returns for one step.
+
+    ``d_prev``: dL/d(state entering the step), one array per state part. ``d_inp``: dL/d(the
+    step's input ``inp_s``). ``d_rec``: dL/d(the step's recurrent product), only when it differs
+    from ``d_inp`` (None otherwise). ``params``: this step's contribution to the gradient of
+    any parameter the walker does not reduce itself (summed over the steps by the walker).
+    """
+
+    d_prev: Arrays
+    d_inp: np.ndarray
+    d_rec: np.ndarray | None = None
+    params: Mapping[str, np.ndarray] | None = None
+
+
+_STATE_TYPES: dict[tuple[str, tuple[str, ...]], type] = {}
+
+
+def state_type_for(name: str, parts: tuple[str, ...]) -> type:
+    """A named tuple type ``{name}State`` with one field per state part (made once per name)."""
+    key = (name, parts)
+    if key not in _STATE_TYPES:
+        _STATE_TYPES[key] = collections.namedtuple(f"{name}State", parts)  # type: ignore[misc]
+    return _STATE_TYPES[key]
 
 
 class Cell:
-    """Base of the three cells. Subclasses set the class attributes and the two steps."""
+    """Base of every cell; subclass it to write a new recurrence (see the module docstring).
 
-    #: the layer name used in messages ("LSTM")
+    ``Cell(units, activation="tanh")``: ``units`` H >= 1; ``activation`` any spelling rnnkit
+    accepts (``"tanh"``, ``Activation.TANH``, ``Tanh()`` ...).
+    """
+
+    #: the layer name used in messages and as a layer's default name
     name: ClassVar[str] = "Cell"
-    #: number of fused gate blocks G
-    gates: ClassVar[int] = 1
-    #: recurrent states, each (B, H); the walker parks the state entering every step
-    states: ClassVar[tuple[str, ...]] = ("h",)
-    #: what the cell parks per step beyond the entering state: name -> width in units of H
-    parks: ClassVar[dict[str, int]] = {}
-    #: recurrent-kernel gradient groups: (array projected, first gate, end gate). The array
-    #: is a parked state ("h") or a parked cell value; one GEMM per group.
-    rec_groups: ClassVar[tuple[tuple[str, int, int], ...]] = (("h", 0, 1),)
-    #: True when dL/d(recurrent projection) differs from dL/dxw (GRU reset_after=True)
-    separate_rec_grad: ClassVar[bool] = False
-    #: rows of the bias: 1, or 2 when the recurrent projection has its own bias
-    bias_rows: ClassVar[int] = 1
+    #: the state parts, each (B, size); part 0 is the output
+    state_names: ClassVar[tuple[str, ...]] = ("h",)
+    #: the state named tuple (made from ``name`` and ``state_names`` when left None)
+    state_type: ClassVar[type | None] = None
+    #: names of the parameters the walker reduces in batched GEMMs (None: the cell does not opt in)
+    input_kernel: str | None = None
+    recurrent_kernel: str | None = None
+    bias: str | None = None
 
-    def __init__(self, units: int, activation: ActivationFn) -> None:
-        self.units = units
-        self.act = activation
+    def __init__(self, units: int, activation: ActivationLike = "tanh") -> None:
+        self.units = check_positive_int(units, "units", self.name)
+        self.activation: ActivationFn = resolve_activation(activation, self.name)
 
-    def initial_bias(self, dtype: np.dtype) -> np.ndarray:
-        """The bias at initialisation: zeros (LSTM overrides: forget block = 1.0)."""
-        return np.zeros((self.bias_rows, self.gates * self.units), dtype=dtype)
+    # -- declarations ------------------------------------------------------------------------
+    def params(self, input_dim: int) -> list[Param]:
+        """The parameters for inputs of ``input_dim`` features, in draw order."""
+        raise NotImplementedError(f"{type(self).__name__}.params")
 
-    def step(
-        self, xw: np.ndarray, prev: Arrays, out: Arrays, U: np.ndarray, b_rec: np.ndarray | None,
-        park: dict[str, np.ndarray] | None,
-    ) -> None:
-        """Forward one step: write the new state into ``out`` (and the caches into ``park``)."""
-        raise NotImplementedError
+    def state_sizes(self) -> tuple[int, ...]:
+        """The width of each state part (default: ``units`` for every part)."""
+        return tuple(self.units for _ in self.state_names)
 
-    def step_back(
-        self, d: Arrays, prev: Arrays, new: Arrays, park: dict[str, np.ndarray], U: np.ndarray,
-        dxw: np.ndarray, drec: np.ndarray,
-    ) -> Arrays:
-        """Backward one step. ``d`` is dL/d(new state); write dL/dxw_s into ``dxw`` (and
-        dL/d(recurrent projection) into ``drec`` when ``separate_rec_grad``); return dL/d(prev).
-        """
-        raise NotImplementedError
+    @property
+    def output_size(self) -> int:
+        """Width of the layer's output at each step: state part 0."""
+        return self.state_sizes()[0]
+
+    def rec_groups(self, width: int) -> list[tuple[str, int, int]]:
+        """For the batched ``dU``: ``(source, c0, c1)`` = which array was multiplied by the
+        columns ``[c0, c1)`` of the recurrent kernel (a state part entering the step, or a name
+        the cell parks). Default: state part 0 times every column (``width`` of them)."""
+        return [(self.state_names[0], 0, width)]
+
+    def make_state(self, parts: Arrays) -> Any:
+        """The state object for ``parts`` (this cell's named tuple)."""
+        cls = self.state_type or state_type_for(self.name, self.state_names)
+        return cls(*parts)
+
+    def get_config(self) -> dict[str, Any]:
+        """The constructor arguments that rebuild this cell (JSON-serialisable)."""
+        return {"units": self.units, "activation": self.activation.name}
+
+    def check(self, where: str) -> None:
+        """Raise InvalidParameterError when the cell cannot run inside a layer (optional)."""
+
+    # -- arithmetic --------------------------------------------------------------------------
+    def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
+             park: dict[str, np.ndarray] | None) -> Arrays:
+        """Forward one step: return the new state parts. ``w`` maps parameter names to arrays;
+        ``park`` is a dict to fill with whatever :meth:`step_back` needs later (training), or
+        None (inference: park nothing)."""
+        raise NotImplementedError(f"{type(self).__name__}.step")
+
+    def step_back(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None, prev: Arrays,
+                  new: Arrays, park: Mapping[str, np.ndarray]) -> StepBack:
+        """Backward one step. ``d`` is dL/d(new state), one array per part. ``inp`` is the
+        step's input ``x_s`` for a cell without an input kernel, else None (park what you need).
+        ``park`` holds what :meth:`step` parked at this step."""
+        raise NotImplementedError(f"{type(self).__name__}.step_back")
+
+
+def check_softmax_axis(act: ActivationFn, where: str) -> None:
+    """A softmax inside a cell acts over the units: only ``axis=-1``."""
+    if act.name == "softmax" and act.axis != -1:
+        raise InvalidParameterError(f"{where}: an embedded softmax accepts only axis=-1, got axis={act.axis}")

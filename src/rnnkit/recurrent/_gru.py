@@ -1,5 +1,6 @@
 """The GRU cell, in both of Keras' forms. Fused gate order ``[z | r | h]`` (Keras' order);
-the candidate block is called ``n`` below. ``z`` near 1 keeps the previous state.
+the candidate block is called ``n`` below. ``z`` near 1 keeps the previous state. ``xw`` is the
+step input ``x_s @ W + b[0]``; ``sg`` the recurrent (gate) activation, sigmoid by default.
 
 ``reset_after=False`` (default; Cho et al., one bias row), step s::
 
@@ -14,10 +15,11 @@ Parks ``gates`` = [z|r|n] (B, 3H) and ``rh`` (B, H). Backward::
     5b. dz = dh * (h_prev - n) ;  dn = dh * (1 - z) ;  dh_prev = dh * z
     4b. da_n = act'(n) * dn ;  drh = da_n @ U_n^T
     3b. dr = drh * h_prev ;  dh_prev += drh * r
-    2b. da_z = dz*z*(1-z) ;  da_r = dr*r*(1-r)
+    2b. da_z = sg'(z) * dz ;  da_r = sg'(r) * dr
     1b. dxw = [da_z | da_r | da_n] ;  dh_prev += da_zr @ U_zr^T
 
-``reset_after=True`` (cuDNN / PyTorch / Keras default; bias rows ``b_in``, ``b_rec``)::
+``reset_after=True`` (cuDNN / PyTorch / Keras default; bias rows ``b_in``, ``b_rec``; without a
+bias ``b_rec`` is 0)::
 
     1.  hu = h_prev @ U + b_rec                    (B, 3H)
     2.  z = sg(xw_z + hu_z) ;  r = sg(xw_r + hu_r)
@@ -34,43 +36,63 @@ Parks ``gates`` = [z|r|n] and ``hu_n`` (B, H). Backward::
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
-from rnnkit._activations import sigmoid
-from rnnkit.recurrent._cell import Arrays, Cell
+from rnnkit import kernels
+from rnnkit._activations import ActivationLike
+from rnnkit.recurrent._cell import Arrays, StepBack
+from rnnkit.recurrent._gated import GatedCell, resolve_gate_activation
+from rnnkit.recurrent._states import GRUState
 
 
-class GRUCell(Cell):
-    """``reset_after=False``: the reset gate acts before the candidate's recurrent matmul."""
+class GRUCell(GatedCell):
+    """``reset_after=False``: the reset gate acts before the candidate's recurrent matmul.
+    ``GRUCell(units, activation="tanh", *, recurrent_activation="sigmoid", use_bias=True)``."""
 
     name: ClassVar[str] = "GRU"
     gates: ClassVar[int] = 3
-    parks: ClassVar[dict[str, int]] = {"gates": 3, "rh": 1}
-    rec_groups: ClassVar[tuple[tuple[str, int, int], ...]] = (("h", 0, 2), ("rh", 2, 3))
+    state_type: ClassVar[type | None] = GRUState
+    reset_after: ClassVar[bool] = False
 
-    def step(self, xw: np.ndarray, prev: Arrays, out: Arrays, U: np.ndarray,
-             b_rec: np.ndarray | None, park: dict[str, np.ndarray] | None) -> None:
+    def __init__(self, units: int, activation: ActivationLike = "tanh", *,
+                 recurrent_activation: ActivationLike = "sigmoid", use_bias: bool = True) -> None:
+        super().__init__(units, activation, use_bias=use_bias)
+        self.recurrent_activation = resolve_gate_activation(recurrent_activation, self.name)
+
+    def rec_groups(self, width: int) -> list[tuple[str, int, int]]:
         H = self.units
+        return [("h", 0, 2 * H), ("rh", 2 * H, 3 * H)]
+
+    def get_config(self) -> dict[str, Any]:
+        cfg = super().get_config()
+        cfg["recurrent_activation"] = self.recurrent_activation.name
+        return cfg
+
+    def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
+             park: dict[str, np.ndarray] | None) -> Arrays:
+        H, U = self.units, w["recurrent_kernel"]
         (h_prev,) = prev
-        (h,) = out
-        a_zr = h_prev @ U[:, :2 * H]                       # 1.
-        a_zr += xw[:, :2 * H]
-        gates = np.empty_like(xw) if park is None else park["gates"]
-        sigmoid(a_zr, out=gates[:, :2 * H])                # 2.
-        z, r, n = gates[:, :H], gates[:, H:2 * H], gates[:, 2 * H:]
-        rh = np.multiply(r, h_prev, out=None if park is None else park["rh"])  # 3.
-        a_n = rh @ U[:, 2 * H:]                            # 4.
-        a_n += xw[:, 2 * H:]
-        self.act(a_n, out=n)
-        np.subtract(h_prev, n, out=h)                      # 5. h = n + z * (h_prev - n)
+        gates = h_prev @ U[:, :2 * H]                      # 1.
+        gates += inp[:, :2 * H]
+        self.recurrent_activation(gates, out=gates)        # 2.
+        z, r = gates[:, :H], gates[:, H:]
+        rh = r * h_prev                                    # 3.
+        n = rh @ U[:, 2 * H:]                              # 4.
+        n += inp[:, 2 * H:]
+        self.activation(n, out=n)
+        h = h_prev - n                                     # 5. h = n + z * (h_prev - n)
         h *= z
         h += n
+        if park is not None:
+            park["gates"], park["rh"] = np.concatenate([gates, n], axis=1), rh
+        return (h,)
 
-    def step_back(self, d: Arrays, prev: Arrays, new: Arrays, park: dict[str, np.ndarray],
-                  U: np.ndarray, dxw: np.ndarray, drec: np.ndarray) -> Arrays:
-        H = self.units
+    def step_back(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None, prev: Arrays,
+                  new: Arrays, park: Mapping[str, np.ndarray]) -> StepBack:
+        H, U, sg = self.units, w["recurrent_kernel"], self.recurrent_activation
         (dh,) = d
         (h_prev,) = prev
         gates = park["gates"]
@@ -78,51 +100,51 @@ class GRUCell(Cell):
         dz = dh * (h_prev - n)                             # 5b.
         dn = dh * (1.0 - z)
         dh_prev = dh * z
-        da_n = dxw[:, 2 * H:]                              # 4b.
-        da_n[...] = self.act.vjp(n, dn)
+        dxw = np.empty_like(gates)
+        dxw[:, 2 * H:] = da_n = self.activation.vjp(n, dn)  # 4b.
         drh = da_n @ U[:, 2 * H:].T
         dr = drh * h_prev                                  # 3b.
         dh_prev += drh * r
-        np.multiply(dz, z * (1.0 - z), out=dxw[:, :H])     # 2b.
-        np.multiply(dr, r * (1.0 - r), out=dxw[:, H:2 * H])
+        dxw[:, :H] = sg.vjp(z, dz)                         # 2b.
+        dxw[:, H:2 * H] = sg.vjp(r, dr)
         dh_prev += dxw[:, :2 * H] @ U[:, :2 * H].T         # 1b.
-        return (dh_prev,)
+        return StepBack((dh_prev,), dxw)
 
 
-class GRUResetAfterCell(Cell):
+class GRUResetAfterCell(GRUCell):
     """``reset_after=True``: the reset gate scales the candidate's recurrent projection."""
 
-    name: ClassVar[str] = "GRU"
-    gates: ClassVar[int] = 3
-    parks: ClassVar[dict[str, int]] = {"gates": 3, "hu_n": 1}
-    rec_groups: ClassVar[tuple[tuple[str, int, int], ...]] = (("h", 0, 3),)
-    separate_rec_grad: ClassVar[bool] = True
+    reset_after: ClassVar[bool] = True
     bias_rows: ClassVar[int] = 2
 
-    def step(self, xw: np.ndarray, prev: Arrays, out: Arrays, U: np.ndarray,
-             b_rec: np.ndarray | None, park: dict[str, np.ndarray] | None) -> None:
+    def rec_groups(self, width: int) -> list[tuple[str, int, int]]:
+        return [("h", 0, width)]
+
+    def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
+             park: dict[str, np.ndarray] | None) -> Arrays:
         H = self.units
         (h_prev,) = prev
-        (h,) = out
-        hu = h_prev @ U                                    # 1.
-        hu += b_rec
-        gates = np.empty_like(xw) if park is None else park["gates"]
-        np.add(xw[:, :2 * H], hu[:, :2 * H], out=gates[:, :2 * H])
-        sigmoid(gates[:, :2 * H], out=gates[:, :2 * H])    # 2.
-        z, r, n = gates[:, :H], gates[:, H:2 * H], gates[:, 2 * H:]
+        hu = h_prev @ w["recurrent_kernel"]                # 1.
+        if self.use_bias:
+            hu += w["bias"][1]
+        gates = inp + hu                                   # (the n block is replaced below)
+        self.recurrent_activation(gates[:, :2 * H], out=gates[:, :2 * H])   # 2.
+        z, r = gates[:, :H], gates[:, H:2 * H]
         hu_n = hu[:, 2 * H:]
-        if park is not None:
-            park["hu_n"][...] = hu_n
+        n = gates[:, 2 * H:]
         np.multiply(r, hu_n, out=n)                        # 4.
-        n += xw[:, 2 * H:]
-        self.act(n, out=n)
-        np.subtract(h_prev, n, out=h)                      # 5.
+        n += inp[:, 2 * H:]
+        self.activation(n, out=n)
+        h = h_prev - n                                     # 5.
         h *= z
         h += n
+        if park is not None:
+            park["gates"], park["hu_n"] = gates, hu_n
+        return (h,)
 
-    def step_back(self, d: Arrays, prev: Arrays, new: Arrays, park: dict[str, np.ndarray],
-                  U: np.ndarray, dxw: np.ndarray, drec: np.ndarray) -> Arrays:
-        H = self.units
+    def step_back(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None, prev: Arrays,
+                  new: Arrays, park: Mapping[str, np.ndarray]) -> StepBack:
+        H, sg = self.units, self.recurrent_activation
         (dh,) = d
         (h_prev,) = prev
         gates, hu_n = park["gates"], park["hu_n"]
@@ -130,12 +152,17 @@ class GRUResetAfterCell(Cell):
         dz = dh * (h_prev - n)                             # 5b.
         dn = dh * (1.0 - z)
         dh_prev = dh * z
-        da_n = dxw[:, 2 * H:]                              # 4b.
-        da_n[...] = self.act.vjp(n, dn)
+        dxw = np.empty_like(gates)
+        drec = np.empty_like(gates)
+        dxw[:, 2 * H:] = da_n = self.activation.vjp(n, dn)  # 4b.
         np.multiply(da_n, r, out=drec[:, 2 * H:])
         dr = da_n * hu_n
-        np.multiply(dz, z * (1.0 - z), out=dxw[:, :H])     # 2b.
-        np.multiply(dr, r * (1.0 - r), out=dxw[:, H:2 * H])
+        dxw[:, :H] = sg.vjp(z, dz)                         # 2b.
+        dxw[:, H:2 * H] = sg.vjp(r, dr)
         drec[:, :2 * H] = dxw[:, :2 * H]
-        dh_prev += drec @ U.T                              # 1b.
-        return (dh_prev,)
+        dh_prev += drec @ w["recurrent_kernel"].T          # 1b.
+        return StepBack((dh_prev,), dxw, drec)
+
+
+kernels.register(GRUCell, "rnnkit.kernels._driver:GRU")
+kernels.register(GRUResetAfterCell, "rnnkit.kernels._driver:GRU_RESET_AFTER")

@@ -1,4 +1,4 @@
-"""SimpleRNN, LSTM and GRU: the walker over one cell each. The docstrings are the spec."""
+"""SimpleRNN, LSTM and GRU: ``RecurrentLayer`` over the built-in cells. The docstrings are the spec."""
 
 from __future__ import annotations
 
@@ -7,76 +7,143 @@ from typing import Any
 import numpy as np
 
 from rnnkit._activations import ActivationLike
-from rnnkit._errors import InvalidInputError
-from rnnkit.recurrent._cell import Cell
+from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
+from rnnkit.recurrent._base import RecurrentLayer
+from rnnkit.recurrent._gated import GatedCell
 from rnnkit.recurrent._gru import GRUCell, GRUResetAfterCell
 from rnnkit.recurrent._lstm import LSTMCell
+from rnnkit.recurrent._registry import register_cell
 from rnnkit.recurrent._simple_rnn import SimpleRNNCell
-from rnnkit.recurrent._walker import LSTMState, RecurrentLayer
+
+for _c in (SimpleRNNCell, LSTMCell, GRUCell, GRUResetAfterCell):
+    register_cell(_c)
 
 
-class SimpleRNN(RecurrentLayer):
+class _Gated(RecurrentLayer):
+    """The constructor arguments every built-in recurrent layer shares."""
+
+    cell: GatedCell
+
+    @property
+    def use_bias(self) -> bool:
+        return self.cell.use_bias
+
+    @property
+    def gate_width(self) -> int:
+        return self.cell.gate_width
+
+    def get_config(self) -> dict[str, Any]:
+        cfg = self.cell.get_config()
+        cfg.update(self._walk_config())
+        return cfg
+
+    def _set_gate_blocks(self, blocks: list[tuple[Any, ...]], names: list[str]) -> None:
+        """Per-gate ``(kernel, recurrent_kernel[, bias])`` in fused order -> :meth:`set_weights`."""
+        H, S = self.units, self.cell.rec_width
+        parts: list[list[np.ndarray]] = [[], [], []]
+        for gate, arrs in zip(names, blocks, strict=True):
+            arrs = tuple(np.asarray(a) for a in arrs)
+            F = self.input_dim if self.built else (arrs[0].shape[0] if arrs[0].ndim == 2 else -1)
+            want = [(f"{gate}.kernel", (F, H)), (f"{gate}.recurrent_kernel", (S, H)),
+                    (f"{gate}.bias", (self.cell.bias_rows, H))][:len(arrs)]
+            for (nm, exp), arr in zip(want, arrs, strict=True):
+                if arr.shape != exp or F < 1:
+                    raise WeightShapeError(nm, exp, arr.shape, f"layer {self.name}")
+            for k, arr in enumerate(arrs):
+                parts[k].append(arr)
+        self.set_weights(*(np.concatenate(p, axis=1) for p in parts if p))
+
+    def _gate_arrays(self, arrays: tuple[Any, ...], gates: int) -> list[tuple[Any, ...]]:
+        per = 3 if self.use_bias else 2
+        if getattr(self.cell, "proj_size", 0):
+            raise InvalidParameterError(
+                f"{self.name}.set_gate_weights: a projected LSTM has a projection_kernel too; "
+                f"use set_weights(kernel, recurrent_kernel, bias, projection_kernel)")
+        if len(arrays) != gates * per:
+            what = "(kernel, recurrent_kernel, bias)" if per == 3 else "(kernel, recurrent_kernel), no bias"
+            raise InvalidInputError(
+                f"{self.name}.set_gate_weights: expected {gates * per} arrays ({gates} gates x {what}), "
+                f"got {len(arrays)}")
+        return [tuple(arrays[k:k + per]) for k in range(0, gates * per, per)]
+
+
+class SimpleRNN(_Gated):
     """Elman recurrence, from a zero state::
 
         h_0 = 0
         h_t = act(x_t @ W + h_{t-1} @ U + b)        t = 1..T
+
+    ``SimpleRNN(units, activation="tanh", *, use_bias=True, return_sequences=False,
+    go_backwards=False, seed=None, dtype="float32", input_dim=None, name=None)``.
 
     Input (B, T, F), output (B, H) = h_T, or (B, T, H) with ``return_sequences`` (slot k holds
     the state after processing step k; under ``go_backwards`` processing step 0 reads input
     timestep T-1 and the output stays in processing order).
 
     Weights: ``kernel`` W (F, H) Glorot-uniform (fan F + H); ``recurrent_kernel`` U (H, H)
-    orthogonal; ``bias`` b (1, H) zeros. ``param_count = F*H + H*H + H``.
-    ``activation`` defaults to tanh; it may be relu, sigmoid, linear or softmax (axis -1).
+    orthogonal; ``bias`` b (1, H) zeros (none with ``use_bias=False``).
+    ``param_count = F*H + H*H + H``. ``activation`` defaults to tanh; it may be relu, sigmoid,
+    hard_sigmoid, linear or softmax (axis -1). State: ``SimpleRNNState(h)``.
     """
 
-    cell_class = SimpleRNNCell
+    def __init__(self, units: int, activation: ActivationLike = "tanh", *, use_bias: bool = True,
+                 **kwargs: Any) -> None:
+        super().__init__(SimpleRNNCell(units, activation, use_bias=use_bias), **kwargs)
 
 
-class LSTM(RecurrentLayer):
+class LSTM(_Gated):
     """Long short-term memory, fused gate order ``[i | f | g | o]`` (Keras')::
 
-        i_t = sigmoid(x_t @ W_i + h_{t-1} @ U_i + b_i)
-        f_t = sigmoid(x_t @ W_f + h_{t-1} @ U_f + b_f)
-        g_t = act(    x_t @ W_g + h_{t-1} @ U_g + b_g)
-        o_t = sigmoid(x_t @ W_o + h_{t-1} @ U_o + b_o)
+        i_t = ra(x_t @ W_i + h_{t-1} @ U_i + b_i)
+        f_t = ra(x_t @ W_f + h_{t-1} @ U_f + b_f)
+        g_t = act(x_t @ W_g + h_{t-1} @ U_g + b_g)
+        o_t = ra(x_t @ W_o + h_{t-1} @ U_o + b_o)
         c_t = f_t * c_{t-1} + i_t * g_t
-        h_t = o_t * act(c_t)
+        h_t = o_t * act(c_t)                        (with proj_size P: h_t = (o_t * act(c_t)) @ W_p)
 
-    ``act`` (default tanh) is the candidate and cell-output activation; the gates are always
-    sigmoid. Weights: ``kernel`` (F, 4H) Glorot-uniform with the per-gate fan F + H;
-    ``recurrent_kernel`` (H, 4H), four independent orthogonal (H, H) blocks; ``bias`` (1, 4H),
-    zeros except the forget block = 1.0. ``param_count = 4 * (F*H + H*H + H)``. The cell state
-    stays internal; output as for SimpleRNN.
+    ``LSTM(units, activation="tanh", *, recurrent_activation="sigmoid", use_bias=True,
+    proj_size=0, return_sequences=False, go_backwards=False, seed=None, dtype="float32",
+    input_dim=None, name=None)``.
+
+    ``act`` (default tanh) is the candidate and cell-output activation; ``ra`` the gate
+    activation: sigmoid (default), hard_sigmoid (Keras 3's ``relu6(x + 3) / 6``), tanh, relu or
+    linear. Weights: ``kernel`` (F, 4H) Glorot-uniform with the per-gate fan F + H;
+    ``recurrent_kernel`` (S, 4H), four independent (semi-)orthogonal blocks (S = H, or P with a
+    projection); ``bias`` (1, 4H), zeros except the forget block = 1.0 (none with
+    ``use_bias=False``); with ``proj_size`` P (0 < P < H, PyTorch's LSTMP) also
+    ``projection_kernel`` W_p (H, P), Glorot-uniform, and the output and ``h`` are P wide.
+    ``param_count = 4 * (F*H + S*H + H) (+ H*P)``. State: ``LSTMState(h, c)``, ``c`` H wide.
     """
 
-    cell_class = LSTMCell
+    def __init__(self, units: int, activation: ActivationLike = "tanh", *,
+                 recurrent_activation: ActivationLike = "sigmoid", use_bias: bool = True,
+                 proj_size: int = 0, **kwargs: Any) -> None:
+        cell = LSTMCell(units, activation, recurrent_activation=recurrent_activation, use_bias=use_bias,
+                        proj_size=proj_size)
+        super().__init__(cell, **kwargs)
+
+    @property
+    def recurrent_activation(self) -> Any:
+        return self.cell.recurrent_activation  # type: ignore[attr-defined]
+
+    @property
+    def proj_size(self) -> int:
+        return int(self.cell.proj_size)  # type: ignore[attr-defined]
 
     def set_gate_weights(self, *arrays: Any) -> None:
         """12 arrays: (kernel, recurrent_kernel, bias) for the input, forget, cell and output
-        gates, in that order; kernel (F, H), recurrent_kernel (H, H), bias (1, H)."""
-        if len(arrays) != 12:
-            raise InvalidInputError(
-                f"LSTM.set_gate_weights: expected 12 arrays (4 gates x 3), got {len(arrays)}"
-            )
-        t = [tuple(arrays[k:k + 3]) for k in range(0, 12, 3)]
-        self._set_gate_triples(t, ["input", "forget", "cell", "output"])  # type: ignore[arg-type]
-
-    def _pack_state(self, arrays: tuple[np.ndarray, ...]) -> Any:
-        return LSTMState(arrays[0], arrays[1])
-
-    def _unpack_state(self, state: Any) -> tuple[np.ndarray, ...]:
-        if isinstance(state, LSTMState):
-            return (self._as_input(state.h(), "state"), self._as_input(state.c(), "state"))
-        raise InvalidInputError(f"LSTM: expected an LSTMState as state, got {type(state).__name__}")
+        gates, in that order; kernel (F, H), recurrent_kernel (H, H), bias (1, H). Without a
+        bias: 8 arrays, (kernel, recurrent_kernel) per gate."""
+        blocks = self._gate_arrays(arrays, 4)
+        self._set_gate_blocks(blocks, ["input", "forget", "cell", "output"])
 
 
-class GRU(RecurrentLayer):
+class GRU(_Gated):
     """Gated recurrent unit, fused gate order ``[z | r | h]`` (Keras'); ``z`` near 1 KEEPS the
     previous state. ``reset_after=False`` (default, Cho et al., one bias row)::
 
-        z_t = sigmoid(x_t @ W_z + h_{t-1} @ U_z + b_z)
-        r_t = sigmoid(x_t @ W_r + h_{t-1} @ U_r + b_r)
+        z_t = ra(x_t @ W_z + h_{t-1} @ U_z + b_z)
+        r_t = ra(x_t @ W_r + h_{t-1} @ U_r + b_r)
         n_t = act(x_t @ W_h + (r_t * h_{t-1}) @ U_h + b_h)
         h_t = z_t * h_{t-1} + (1 - z_t) * n_t
 
@@ -86,33 +153,39 @@ class GRU(RecurrentLayer):
         n_t = act(x_t @ W_h + b_in_h + r_t * (h_{t-1} @ U_h + b_rec_h))
         (z and r add both bias rows)
 
+    ``GRU(units, activation="tanh", *, recurrent_activation="sigmoid", use_bias=True,
+    reset_after=False, return_sequences=False, go_backwards=False, seed=None, dtype="float32",
+    input_dim=None, name=None)``; ``ra`` as for LSTM.
+
     Weights: ``kernel`` (F, 3H) Glorot-uniform (per-gate fan F + H); ``recurrent_kernel``
-    (H, 3H), three orthogonal blocks; ``bias`` (1, 3H) or (2, 3H), zeros.
-    ``param_count = 3 * (F*H + H*H + H)`` (+ 3H with ``reset_after``).
+    (H, 3H), three orthogonal blocks; ``bias`` (1, 3H) or (2, 3H), zeros (none with
+    ``use_bias=False``). ``param_count = 3 * (F*H + H*H + H)`` (+ 3H with ``reset_after``).
+    State: ``GRUState(h)``.
     """
 
-    cell_class = GRUCell
+    def __init__(self, units: int, activation: ActivationLike = "tanh", *,
+                 recurrent_activation: ActivationLike = "sigmoid", use_bias: bool = True,
+                 reset_after: bool = False, **kwargs: Any) -> None:
+        cls = GRUResetAfterCell if reset_after else GRUCell
+        super().__init__(cls(units, activation, recurrent_activation=recurrent_activation,
+                             use_bias=use_bias), **kwargs)
 
-    def __init__(self, units: int, activation: ActivationLike = "tanh", *, reset_after: bool = False,
-                 **kwargs: Any) -> None:
-        self.reset_after = bool(reset_after)
-        super().__init__(units, activation, **kwargs)
-
-    def _make_cell(self) -> Cell:
-        cls = GRUResetAfterCell if self.reset_after else GRUCell
-        return cls(self.units, self.activation)
-
-    def set_gate_weights(self, *arrays: Any) -> None:
-        """9 arrays: (kernel, recurrent_kernel, bias) for the RESET, UPDATE and candidate gates,
-        in that order (the fused layout stores update first: ``[z | r | h]``)."""
-        if len(arrays) != 9:
-            raise InvalidInputError(
-                f"GRU.set_gate_weights: expected 9 arrays (3 gates x 3), got {len(arrays)}"
-            )
-        reset, update, cand = (tuple(arrays[k:k + 3]) for k in range(0, 9, 3))
-        self._set_gate_triples([update, reset, cand], ["update", "reset", "candidate"])  # type: ignore[list-item]
+    @property
+    def reset_after(self) -> bool:
+        return bool(self.cell.reset_after)  # type: ignore[attr-defined]
 
     def get_config(self) -> dict[str, Any]:
         cfg = super().get_config()
         cfg["reset_after"] = self.reset_after
         return cfg
+
+    @property
+    def recurrent_activation(self) -> Any:
+        return self.cell.recurrent_activation  # type: ignore[attr-defined]
+
+    def set_gate_weights(self, *arrays: Any) -> None:
+        """9 arrays: (kernel, recurrent_kernel, bias) for the RESET, UPDATE and candidate gates,
+        in that order (the fused layout stores update first: ``[z | r | h]``). Without a bias:
+        6 arrays, (kernel, recurrent_kernel) per gate."""
+        reset, update, cand = self._gate_arrays(arrays, 3)
+        self._set_gate_blocks([update, reset, cand], ["update", "reset", "candidate"])

@@ -1,74 +1,129 @@
-"""The LSTM cell. Fused gate order ``[i | f | g | o]`` (Keras' order).
+"""The LSTM cell. Fused gate order ``[i | f | g | o]`` (Keras' order); ``xw`` is the step input
+``x_s @ W + b``; ``ra`` the recurrent (gate) activation, sigmoid by default; ``act`` the layer's
+activation, tanh by default.
 
-Forward, step s (``sg`` = sigmoid, ``act`` = the layer's activation, tanh by default)::
+Forward, step s::
 
     1.  a = xw + h_prev @ U                        (B, 4H)
-    2.  i = sg(a_i)   f = sg(a_f)   g = act(a_g)   o = sg(a_o)
+    2.  i = ra(a_i)   f = ra(a_f)   g = act(a_g)   o = ra(a_o)
     3.  c = f * c_prev + i * g
-    4.  h = o * act(c)
+    4.  m = o * act(c)                             (h = m without a projection)
+    5.  h = m @ P                                  (only with proj_size: P (H, proj_size))
 
-Parks ``gates`` = [i|f|g|o] (B, 4H) and ``act_c`` = act(c) (B, H).
+Parks ``gates`` = [i|f|g|o] (B, 4H), ``act_c`` = act(c) (B, H), and ``m`` with a projection.
 
 Backward (``dh``, ``dc`` flow in from the step after)::
 
-    4b. do = dh * act_c ;   dc += act'(act_c) * (dh * o)
+    5b. dm = dh @ P^T ;  dP += m^T @ dh             (without a projection: dm = dh)
+    4b. do = dm * act_c ;   dc += act'(act_c) * (dm * o)
     3b. di = dc * g ;  df = dc * c_prev ;  dg = dc * i ;  dc_prev = dc * f
-    2b. da_i = di*i*(1-i) ; da_f = df*f*(1-f) ; da_g = act'(g) * dg ; da_o = do*o*(1-o)
+    2b. da_i = ra'(i) * di ; da_f = ra'(f) * df ; da_g = act'(g) * dg ; da_o = ra'(o) * do
     1b. dxw = da ;  dh_prev = da @ U^T
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
-from rnnkit._activations import sigmoid
-from rnnkit.recurrent._cell import Arrays, Cell
+from rnnkit import kernels
+from rnnkit._activations import ActivationLike
+from rnnkit._errors import InvalidParameterError
+from rnnkit.recurrent._cell import Arrays, Param, StepBack
+from rnnkit.recurrent._gated import GatedCell, glorot_gates, resolve_gate_activation
+from rnnkit.recurrent._states import LSTMState
 
 
-class LSTMCell(Cell):
+class LSTMCell(GatedCell):
+    """``LSTMCell(units, activation="tanh", *, recurrent_activation="sigmoid", use_bias=True,
+    proj_size=0)``; ``proj_size`` P in (0, units) adds the parameter ``projection_kernel``
+    (units, P), Glorot-uniform, drawn after the others (PyTorch's LSTM with ``proj_size``)."""
+
     name: ClassVar[str] = "LSTM"
     gates: ClassVar[int] = 4
-    states: ClassVar[tuple[str, ...]] = ("h", "c")
-    parks: ClassVar[dict[str, int]] = {"gates": 4, "act_c": 1}
-    rec_groups: ClassVar[tuple[tuple[str, int, int], ...]] = (("h", 0, 4),)
+    state_names: ClassVar[tuple[str, ...]] = ("h", "c")
+    state_type: ClassVar[type | None] = LSTMState
 
-    def initial_bias(self, dtype: np.dtype) -> np.ndarray:
-        b = super().initial_bias(dtype)
+    def __init__(self, units: int, activation: ActivationLike = "tanh", *,
+                 recurrent_activation: ActivationLike = "sigmoid", use_bias: bool = True,
+                 proj_size: int | None = 0) -> None:
+        super().__init__(units, activation, use_bias=use_bias)
+        self.recurrent_activation = resolve_gate_activation(recurrent_activation, self.name)
+        p = 0 if proj_size is None else proj_size
+        if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < self.units:
+            raise InvalidParameterError(
+                f"{self.name}: proj_size must be an int in [0, units={self.units}) (0: no projection), "
+                f"got {proj_size!r}")
+        self.proj_size = p
+        self.projection = "projection_kernel" if p else None
+
+    @property
+    def rec_width(self) -> int:
+        return self.proj_size or self.units
+
+    def state_sizes(self) -> tuple[int, ...]:
+        return (self.rec_width, self.units)
+
+    def initial_bias(self, rng: np.random.Generator, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
+        b = np.zeros(shape, dtype=dt)
         b[:, self.units:2 * self.units] = 1.0   # forget gate starts open
         return b
 
-    def step(self, xw: np.ndarray, prev: Arrays, out: Arrays, U: np.ndarray,
-             b_rec: np.ndarray | None, park: dict[str, np.ndarray] | None) -> None:
-        H = self.units
-        h_prev, c_prev = prev
-        h, c = out
-        a = h_prev @ U                                    # 1.
-        a += xw
-        gates = a if park is None else park["gates"]
-        sigmoid(a[:, :2 * H], out=gates[:, :2 * H])       # 2. i, f
-        self.act(a[:, 2 * H:3 * H], out=gates[:, 2 * H:3 * H])  # g
-        sigmoid(a[:, 3 * H:], out=gates[:, 3 * H:])       # o
-        i, f, g, o = gates[:, :H], gates[:, H:2 * H], gates[:, 2 * H:3 * H], gates[:, 3 * H:]
-        np.multiply(f, c_prev, out=c)                     # 3.
-        c += i * g
-        act_c = self.act(c, out=None if park is None else park["act_c"])
-        np.multiply(o, act_c, out=h)                      # 4.
+    def params(self, input_dim: int) -> list[Param]:
+        out = super().params(input_dim)
+        if self.proj_size:
+            out.append(Param("projection_kernel", (self.units, self.proj_size),
+                             glorot_gates(self.units, self.proj_size)))
+        return out
 
-    def step_back(self, d: Arrays, prev: Arrays, new: Arrays, park: dict[str, np.ndarray],
-                  U: np.ndarray, dxw: np.ndarray, drec: np.ndarray) -> Arrays:
-        H = self.units
+    def get_config(self) -> dict[str, Any]:
+        cfg = super().get_config()
+        cfg["recurrent_activation"] = self.recurrent_activation.name
+        cfg["proj_size"] = self.proj_size
+        return cfg
+
+    def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
+             park: dict[str, np.ndarray] | None) -> Arrays:
+        H, ra = self.units, self.recurrent_activation
+        h_prev, c_prev = prev
+        a = h_prev @ w["recurrent_kernel"]                # 1.
+        a += inp
+        ra(a[:, :2 * H], out=a[:, :2 * H])                # 2. i, f
+        self.activation(a[:, 2 * H:3 * H], out=a[:, 2 * H:3 * H])  # g
+        ra(a[:, 3 * H:], out=a[:, 3 * H:])                # o
+        i, f, g, o = a[:, :H], a[:, H:2 * H], a[:, 2 * H:3 * H], a[:, 3 * H:]
+        c = f * c_prev                                    # 3.
+        c += i * g
+        act_c = self.activation(c)
+        m = o * act_c                                     # 4.
+        h = m @ w["projection_kernel"] if self.proj_size else m   # 5.
+        if park is not None:
+            park["gates"], park["act_c"] = a, act_c
+            if self.proj_size:
+                park["m"] = m
+        return (h, c)
+
+    def step_back(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None, prev: Arrays,
+                  new: Arrays, park: Mapping[str, np.ndarray]) -> StepBack:
+        H, ra = self.units, self.recurrent_activation
         dh, dc = d
         _, c_prev = prev
         gates, act_c = park["gates"], park["act_c"]
         i, f, g, o = gates[:, :H], gates[:, H:2 * H], gates[:, 2 * H:3 * H], gates[:, 3 * H:]
+        grads = None
+        if self.proj_size:                                # 5b.
+            grads = {"projection_kernel": park["m"].T @ dh}
+            dh = dh @ w["projection_kernel"].T
         do = dh * act_c                                   # 4b.
-        dc = dc + self.act.vjp(act_c, dh * o)
-        ifo_d = dxw                                       # 3b. + 2b. written into dxw blocks
-        np.multiply(dc * g, i * (1.0 - i), out=ifo_d[:, :H])
-        np.multiply(dc * c_prev, f * (1.0 - f), out=ifo_d[:, H:2 * H])
-        dxw[:, 2 * H:3 * H] = self.act.vjp(g, dc * i)
-        np.multiply(do, o * (1.0 - o), out=dxw[:, 3 * H:])
-        dc_prev = dc * f
-        return (dxw @ U.T, dc_prev)                       # 1b.
+        dc = dc + self.activation.vjp(act_c, dh * o)
+        da = np.empty_like(gates)                         # 3b. + 2b.
+        da[:, :H] = ra.vjp(i, dc * g)
+        da[:, H:2 * H] = ra.vjp(f, dc * c_prev)
+        da[:, 2 * H:3 * H] = self.activation.vjp(g, dc * i)
+        da[:, 3 * H:] = ra.vjp(o, do)
+        return StepBack((da @ w["recurrent_kernel"].T, dc * f), da, None, grads)   # 1b.
+
+
+kernels.register(LSTMCell, "rnnkit.kernels._driver:LSTM")

@@ -1,4 +1,4 @@
-"""The Elman cell (SimpleRNN).
+"""The Elman cell (SimpleRNN). ``xw`` is the step input ``x_s @ W + b``.
 
 Forward, step s::
 
@@ -10,33 +10,40 @@ Backward::
     2b. da = act'(h) * dh            (act' written in terms of the output h)
     1b. dxw = da ;  dh_prev = da @ U^T
 
-Parks nothing beyond the state entering each step (the walker also keeps the state leaving it).
+Parks nothing: the walker keeps the states entering and leaving every step.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
 
-from rnnkit.recurrent._cell import Arrays, Cell
+from rnnkit import kernels
+from rnnkit.recurrent._cell import Arrays, StepBack
+from rnnkit.recurrent._gated import GatedCell
+from rnnkit.recurrent._states import SimpleRNNState
 
 
-class SimpleRNNCell(Cell):
+class SimpleRNNCell(GatedCell):
     name: ClassVar[str] = "SimpleRNN"
     gates: ClassVar[int] = 1
+    state_type: ClassVar[type | None] = SimpleRNNState
 
-    def step(self, xw: np.ndarray, prev: Arrays, out: Arrays, U: np.ndarray,
-             b_rec: np.ndarray | None, park: dict[str, np.ndarray] | None) -> None:
+    def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
+             park: dict[str, np.ndarray] | None) -> Arrays:
         (h_prev,) = prev
-        (h,) = out
-        np.matmul(h_prev, U, out=h)      # 1.
-        h += xw
-        self.act(h, out=h)               # 2.
+        a = h_prev @ w["recurrent_kernel"]   # 1.
+        a += inp
+        return (self.activation(a, out=a),)  # 2.
 
-    def step_back(self, d: Arrays, prev: Arrays, new: Arrays, park: dict[str, np.ndarray],
-                  U: np.ndarray, dxw: np.ndarray, drec: np.ndarray) -> Arrays:
+    def step_back(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None, prev: Arrays,
+                  new: Arrays, park: Mapping[str, np.ndarray]) -> StepBack:
         (dh,) = d
         (h,) = new
-        dxw[...] = self.act.vjp(h, dh)   # 2b.
-        return (dxw @ U.T,)              # 1b.
+        da = self.activation.vjp(h, dh)                             # 2b.
+        return StepBack((da @ w["recurrent_kernel"].T,), da)        # 1b.
+
+
+kernels.register(SimpleRNNCell, "rnnkit.kernels._driver:SIMPLE")

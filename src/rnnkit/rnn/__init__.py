@@ -1,8 +1,9 @@
-"""The tch-rs ``nn::rnn`` face: ``lstm``/``gru`` networks in PyTorch layout with the RNN trait
-(``zero_state``, ``step``, ``seq``, ``seq_init``)."""
+"""The tch-rs ``nn::rnn`` face: ``lstm``/``gru`` (and PyTorch's ``nn.RNN`` as ``rnn``) networks
+in PyTorch layout with the RNN trait (``zero_state``, ``step``, ``seq``, ``seq_init``)."""
 
-from rnnkit.recurrent import GRUState, LSTMState
-from rnnkit.rnn._config import Init, RNNConfig
-from rnnkit.rnn._net import RNNNet, gru, lstm
+from rnnkit.recurrent import GRUState, LSTMState, SimpleRNNState
+from rnnkit.rnn._config import MAX_LAYERS, Init, RNNConfig
+from rnnkit.rnn._net import RNNNet, gru, lstm, rnn
 
-__all__ = ["GRUState", "Init", "LSTMState", "RNNConfig", "RNNNet", "gru", "lstm"]
+__all__ = ["GRUState", "Init", "LSTMState", "MAX_LAYERS", "RNNConfig", "RNNNet", "SimpleRNNState", "gru",
+           "lstm", "rnn"]

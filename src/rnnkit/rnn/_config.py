@@ -3,12 +3,19 @@
 Defaults follow the tch-rs page: ``has_biases=True``, ``num_layers=1``, ``dropout=0.0``,
 ``train=True``, ``bidirectional=False``, ``batch_first=True`` (tch's default, unlike
 PyTorch's ``nn.LSTM``), weights Kaiming-uniform (``U(-l, l)``, ``l = sqrt(2) * sqrt(3 / fan_in)``,
-``fan_in`` = the weight's second axis), biases ``Const(0.0)``.
+``fan_in`` = the weight's second axis), biases ``Const(0.0)``. PyTorch's options beyond tch's:
+``proj_size`` (LSTM only: ``weight_hr_l{k}`` (P, H), drawn with ``w_hh_init``) and
+``nonlinearity`` (``"tanh"`` or ``"relu"``, :func:`rnnkit.rnn.rnn` only).
+
+Every field is checked when the config is made (InvalidParameterError naming it); at most
+:data:`MAX_LAYERS` layers.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -25,15 +32,24 @@ class Init:
     a: float = 0.0
     b: float = 0.0
 
+    def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise InvalidParameterError(f"Init: kind must be one of {_KINDS}, got {self.kind!r}")
+        for nm in ("a", "b"):
+            v = getattr(self, nm)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise InvalidParameterError(f"Init.{self.kind}: expected finite numbers, got {nm}={v!r}")
+
     @classmethod
     def const(cls, value: float) -> Init:
-        return cls("const", float(value))
+        return cls("const", _num(value, "Init.const", "value"))
 
     @classmethod
     def uniform(cls, lo: float, hi: float) -> Init:
+        lo, hi = _num(lo, "Init.uniform", "lo"), _num(hi, "Init.uniform", "hi")
         if not lo <= hi:
             raise InvalidParameterError(f"Init.uniform: expected lo <= hi, got lo={lo}, hi={hi}")
-        return cls("uniform", float(lo), float(hi))
+        return cls("uniform", lo, hi)
 
     @classmethod
     def kaiming_uniform(cls) -> Init:
@@ -45,9 +61,21 @@ class Init:
 
     @classmethod
     def randn(cls, mean: float = 0.0, std: float = 1.0) -> Init:
+        mean, std = _num(mean, "Init.randn", "mean"), _num(std, "Init.randn", "std")
         if std < 0:
             raise InvalidParameterError(f"Init.randn: std must be >= 0, got {std}")
-        return cls("randn", float(mean), float(std))
+        return cls("randn", mean, std)
+
+    def to_config(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Init:
+        if isinstance(cfg, Init):
+            return cfg
+        if not isinstance(cfg, dict) or set(cfg) - {"kind", "a", "b"} or "kind" not in cfg:
+            raise InvalidParameterError(f"Init: expected {{'kind', 'a', 'b'}}, got {cfg!r}")
+        return cls(**cfg)
 
     def draw(self, rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype,
              blocks: int = 1) -> np.ndarray:
@@ -70,9 +98,22 @@ class Init:
         raise InvalidParameterError(f"Init: unknown kind {self.kind!r}")
 
 
+_REAL = (int, float, np.integer, np.floating)
+_KINDS = ("const", "uniform", "kaiming_uniform", "orthogonal", "randn")
+#: the most layers an RNNConfig accepts
+MAX_LAYERS = 1024
+
+
+def _num(v: Any, where: str, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, _REAL) or not math.isfinite(v):
+        raise InvalidParameterError(f"{where}: {what} must be a finite number, got {v!r}")
+    return float(v)
+
+
 @dataclass(frozen=True)
 class RNNConfig:
-    """Configuration shared by :func:`rnnkit.rnn.lstm` and :func:`rnnkit.rnn.gru`."""
+    """Configuration shared by :func:`rnnkit.rnn.lstm`, :func:`rnnkit.rnn.gru` and
+    :func:`rnnkit.rnn.rnn`."""
 
     has_biases: bool = True
     num_layers: int = 1
@@ -84,9 +125,49 @@ class RNNConfig:
     w_hh_init: Init = field(default_factory=Init.kaiming_uniform)
     b_ih_init: Init | None = field(default_factory=lambda: Init.const(0.0))
     b_hh_init: Init | None = field(default_factory=lambda: Init.const(0.0))
+    proj_size: int = 0
+    nonlinearity: str = "tanh"
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_layers, bool) or not isinstance(self.num_layers, int) or self.num_layers < 1:
-            raise InvalidParameterError(f"RNNConfig: num_layers must be an int >= 1, got {self.num_layers!r}")
-        if not 0.0 <= float(self.dropout) < 1.0:
-            raise InvalidParameterError(f"RNNConfig: dropout must be in [0, 1), got {self.dropout!r}")
+        n = self.num_layers
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_LAYERS:
+            raise InvalidParameterError(
+                f"RNNConfig: num_layers must be an int in [1, {MAX_LAYERS}], got {n!r}")
+        d = self.dropout
+        if isinstance(d, bool) or not isinstance(d, _REAL) or not 0.0 <= d < 1.0:
+            raise InvalidParameterError(f"RNNConfig: dropout must be a number in [0, 1), got {d!r}")
+        for nm in ("has_biases", "train", "bidirectional", "batch_first"):
+            if not isinstance(getattr(self, nm), (bool, np.bool_)):
+                raise InvalidParameterError(f"RNNConfig: {nm} must be a bool, got {getattr(self, nm)!r}")
+        for nm in ("w_ih_init", "w_hh_init", "b_ih_init", "b_hh_init"):
+            v = getattr(self, nm)
+            if not isinstance(v, Init) and not (v is None and nm.startswith("b_")):
+                raise InvalidParameterError(
+                    f"RNNConfig: {nm} must be an rnnkit.rnn.Init (e.g. Init.const(0.0)), got {v!r}")
+        p = self.proj_size
+        if isinstance(p, bool) or not isinstance(p, int) or p < 0:
+            raise InvalidParameterError(f"RNNConfig: proj_size must be an int >= 0, got {p!r}")
+        if self.nonlinearity not in ("tanh", "relu"):
+            raise InvalidParameterError(
+                f"RNNConfig: nonlinearity must be 'tanh' or 'relu', got {self.nonlinearity!r}")
+
+    def to_config(self) -> dict[str, Any]:
+        """A JSON-serialisable dict that :meth:`from_config` turns back into this config."""
+        out: dict[str, Any] = {}
+        for k, v in self.__dict__.items():
+            out[k] = v.to_config() if isinstance(v, Init) else v
+        return out
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> RNNConfig:
+        if isinstance(cfg, RNNConfig):
+            return cfg
+        if not isinstance(cfg, dict):
+            raise InvalidParameterError(f"RNNConfig: expected a dict of fields, got {type(cfg).__name__}")
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(cfg) - known)
+        if unknown:
+            raise InvalidParameterError(f"RNNConfig: unknown fields {unknown}; known: {sorted(known)}")
+        kw: dict[str, Any] = {k: (Init.from_config(v) if k.endswith("_init") and v is not None else v)
+                              for k, v in cfg.items()}
+        return cls(**kw)

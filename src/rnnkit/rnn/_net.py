@@ -1,21 +1,25 @@
-"""Multi-layer, optionally bidirectional LSTM / GRU networks with PyTorch's parameter names and
-layouts — the tch-rs ``nn::lstm`` / ``nn::gru`` and their ``RNN`` trait.
+"""Multi-layer, optionally bidirectional RNN / LSTM / GRU networks with PyTorch's parameter names
+and layouts — the tch-rs ``nn::lstm`` / ``nn::gru`` (and PyTorch's ``nn.RNN``) with the ``RNN``
+trait.
 
 Parameters (``k`` = layer, ``_reverse`` for the second direction), exactly PyTorch's::
 
-    weight_ih_l{k}[_reverse]   (G*H, in_k)    in_0 = in_dim, in_k = H * num_directions
-    weight_hh_l{k}[_reverse]   (G*H, H)
+    weight_ih_l{k}[_reverse]   (G*H, in_k)    in_0 = in_dim, in_k = O * num_directions
+    weight_hh_l{k}[_reverse]   (G*H, O)       O = H, or proj_size P for a projected LSTM
     bias_ih_l{k}[_reverse]     (G*H,)          only with has_biases
     bias_hh_l{k}[_reverse]     (G*H,)
+    weight_hr_l{k}[_reverse]   (P, H)          only for an LSTM with proj_size P
 
-with gate blocks ``i, f, g, o`` (LSTM) and ``r, z, n`` (GRU, reset applied after the recurrent
-matmul: PyTorch's only form). Every (layer, direction) runs through rnnkit's own walker: an
-``LSTM`` layer with bias ``b_ih + b_hh``, or a ``GRU(reset_after=True)`` layer whose fused
-blocks are reordered to ``[z | r | n]``. So a state dict copied from ``torch.nn.LSTM/GRU``
-gives PyTorch's outputs, and the gradients come back under PyTorch's names.
+with gate blocks ``i, f, g, o`` (LSTM), ``r, z, n`` (GRU, reset applied after the recurrent
+matmul: PyTorch's only form) and one block for RNN (tanh or relu). Every (layer, direction)
+runs through rnnkit's own walker over the matching cell; :mod:`rnnkit._layouts` converts the
+weights (and the gradients back). So a state dict copied from ``torch.nn.RNN/LSTM/GRU`` gives
+PyTorch's outputs, and the gradients come back under PyTorch's names.
 
-Outputs follow PyTorch: ``(B, T, D*H)`` (``(T, B, D*H)`` when ``batch_first=False``), each
-timestep ``[forward | reverse]`` in INPUT order; final states ``(num_layers * D, B, H)``.
+Outputs follow PyTorch: ``(B, T, D*O)`` (``(T, B, D*O)`` when ``batch_first=False``), each
+timestep ``[forward | reverse]`` in INPUT order; final states ``(num_layers * D, B, O)``
+(an LSTM's ``c``: ``(num_layers * D, B, H)``), as the cell's state type (``LSTMState``,
+``GRUState``, ``SimpleRNNState``).
 Dropout (``config.dropout``) acts on the outputs of every layer but the last, only in a training
 ``Ctx`` and only when ``config.train`` is True.
 """
@@ -30,25 +34,42 @@ import numpy as np
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import Layer, check_positive_int
+from rnnkit._layouts import from_torch, grads_to_torch
 from rnnkit._shape import Shape
-from rnnkit.recurrent import GRU, LSTM, GRUState, LSTMState, RecurrentLayer
+from rnnkit.layers import register_layer
+from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
 from rnnkit.rnn._config import RNNConfig
+
+_GATES = {"rnn": 1, "lstm": 4, "gru": 3}
 
 
 class RNNNet(Layer):
-    """A stack of recurrent layers in PyTorch layout. Build with :func:`lstm` or :func:`gru`."""
+    """A stack of recurrent layers in PyTorch layout. Build with :func:`lstm`, :func:`gru` or
+    :func:`rnn`. ``config`` is an :class:`RNNConfig` (or its ``to_config()`` dict, as a model
+    file stores it)."""
 
-    def __init__(self, mode: str, in_dim: int, hidden_dim: int, config: RNNConfig | None = None, *,
-                 seed: int | None = None, dtype: Any = "float32") -> None:
-        if mode not in ("lstm", "gru"):
-            raise InvalidParameterError(f"RNNNet: mode must be 'lstm' or 'gru', got {mode!r}")
-        super().__init__(seed=seed, dtype=dtype, name=mode.upper())
+    def __init__(self, mode: str, in_dim: int, hidden_dim: int,
+                 config: RNNConfig | dict[str, Any] | None = None, *, seed: int | None = None,
+                 dtype: Any = "float32", name: str | None = None) -> None:
+        if mode not in _GATES:
+            raise InvalidParameterError(f"RNNNet: mode must be 'rnn', 'lstm' or 'gru', got {mode!r}")
+        super().__init__(seed=seed, dtype=dtype, name=name or mode.upper())
         self.mode = mode
-        self.gates = 4 if mode == "lstm" else 3
+        self.gates = _GATES[mode]
         self.in_dim = check_positive_int(in_dim, "in_dim", self.name)
         self.hidden_dim = check_positive_int(hidden_dim, "hidden_dim", self.name)
-        self.config = config if config is not None else RNNConfig()
+        self.config = RNNConfig() if config is None else RNNConfig.from_config(config)
+        P = self.config.proj_size
+        if P and (mode != "lstm" or P >= self.hidden_dim):
+            raise InvalidParameterError(
+                f"{self.name}: proj_size applies to an LSTM only and must be < hidden_dim "
+                f"({self.hidden_dim}), got proj_size={P} for mode {mode!r}")
+        if mode != "rnn" and self.config.nonlinearity != "tanh":
+            raise InvalidParameterError(
+                f"{self.name}: nonlinearity={self.config.nonlinearity!r} applies to rnnkit.rnn.rnn only")
         self.directions = 2 if self.config.bidirectional else 1
+        #: the width of each direction's output and hidden state: proj_size, or hidden_dim
+        self.out_dim = P or self.hidden_dim
         self._layers: dict[tuple[int, int], RecurrentLayer] = {}
         self.build(Shape((None, None, self.in_dim)))
 
@@ -57,19 +78,22 @@ class RNNNet(Layer):
         return f"_l{k}" + ("_reverse" if d else "")
 
     def _build(self, shape: Shape, rng: np.random.Generator) -> None:
-        c, H, G = self.config, self.hidden_dim, self.gates
+        c, H, G, out = self.config, self.hidden_dim, self.gates, self.out_dim
         self._layers = {}  # a (re)build draws new weights: the derived layers are made below
         for k in range(c.num_layers):
-            in_k = self.in_dim if k == 0 else H * self.directions
+            in_k = self.in_dim if k == 0 else out * self.directions
             for d in range(self.directions):
                 sfx = self._suffix(k, d)
                 self._add_weight("weight_ih" + sfx, c.w_ih_init.draw(rng, (G * H, in_k), self.dtype, G))
-                self._add_weight("weight_hh" + sfx, c.w_hh_init.draw(rng, (G * H, H), self.dtype, G))
+                self._add_weight("weight_hh" + sfx, c.w_hh_init.draw(rng, (G * H, out), self.dtype, G))
                 if c.has_biases:
                     for nm, init in (("bias_ih", c.b_ih_init), ("bias_hh", c.b_hh_init)):
                         val = (np.zeros(G * H, self.dtype) if init is None
                                else init.draw(rng, (G * H,), self.dtype))
                         self._add_weight(nm + sfx, val)
+                if c.proj_size:
+                    hr = c.w_hh_init.draw(rng, (c.proj_size, H), self.dtype, 1)
+                    self._add_weight("weight_hr" + sfx, hr)
         for k in range(c.num_layers):  # eagerly, so no pass ever changes the net
             for d in range(self.directions):
                 self._layers[(k, d)] = self._make_layer(k, d)
@@ -95,41 +119,31 @@ class RNNNet(Layer):
         """Copies of every parameter under its PyTorch name."""
         return {n: np.array(v) for n, v in self._weights.items()}
 
-    def _reorder(self, a: np.ndarray, axis: int) -> np.ndarray:
-        """PyTorch GRU blocks [r|z|n] <-> rnnkit [z|r|n] (an involution); LSTM unchanged."""
-        if self.mode == "lstm":
-            return a
-        H = self.hidden_dim
-        blocks = np.split(a, 3, axis=axis) if a.shape[axis] == 3 * H else None
-        assert blocks is not None
-        return np.concatenate([blocks[1], blocks[0], blocks[2]], axis=axis)
-
     def _layer(self, k: int, d: int) -> RecurrentLayer:
         """The rnnkit layer that runs (layer k, direction d), made when the weights change."""
         return self._layers[(k, d)]
 
     def _make_layer(self, k: int, d: int) -> RecurrentLayer:
         """A new rnnkit layer for (layer k, direction d), weights converted from PyTorch's."""
-        sfx, H, G = self._suffix(k, d), self.hidden_dim, self.gates
-        layer: RecurrentLayer = (LSTM(H, return_sequences=True, go_backwards=bool(d), dtype=self.dtype)
-                                 if self.mode == "lstm" else
-                                 GRU(H, reset_after=True, return_sequences=True, go_backwards=bool(d),
-                                     dtype=self.dtype))
-        w = self._weights
-        kernel = self._reorder(w["weight_ih" + sfx], 0).T
-        rec = self._reorder(w["weight_hh" + sfx], 0).T
-        if self.config.has_biases:
-            b_ih, b_hh = self._reorder(w["bias_ih" + sfx], 0), self._reorder(w["bias_hh" + sfx], 0)
+        sfx, H, c = self._suffix(k, d), self.hidden_dim, self.config
+        kw: dict[str, Any] = {"use_bias": c.has_biases, "return_sequences": True, "go_backwards": bool(d),
+                              "dtype": self.dtype}
+        layer: RecurrentLayer
+        if self.mode == "lstm":
+            layer = LSTM(H, proj_size=c.proj_size, **kw)
+        elif self.mode == "gru":
+            layer = GRU(H, reset_after=True, **kw)
         else:
-            b_ih = b_hh = np.zeros(G * H, self.dtype)
-        bias = (b_ih + b_hh)[None, :] if self.mode == "lstm" else np.stack([b_ih, b_hh])
-        layer.set_weights(kernel, rec, bias)
+            layer = SimpleRNN(H, c.nonlinearity, **kw)
+        torch = {n[:n.index("_l")]: v for n, v in self._weights.items() if n.endswith(sfx)
+                 and n[n.index("_l"):] == sfx}
+        layer.set_weights(**from_torch(layer.cell, torch, self.dtype))
         return layer
 
     # -- shapes ------------------------------------------------------------------------------
     def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
         s = Shape.of(shape)
-        return Shape((s[0], s[1], self.hidden_dim * self.directions))
+        return Shape((s[0], s[1], self.out_dim * self.directions))
 
     def _check(self, x: Any) -> np.ndarray:
         arr = self._as_input(x)
@@ -144,10 +158,14 @@ class RNNNet(Layer):
         return y if self.config.batch_first else np.ascontiguousarray(y.transpose(1, 0, 2))
 
     # -- the RNN trait -----------------------------------------------------------------------
+    def _state_sizes(self) -> tuple[int, ...]:
+        return self._layers[(0, 0)].cell.state_sizes()
+
     def zero_state(self, batch: int) -> Any:
         b = check_positive_int(batch, "batch", self.name)
-        z = np.zeros((self.config.num_layers * self.directions, b, self.hidden_dim), self.dtype)
-        return LSTMState(z, z.copy()) if self.mode == "lstm" else GRUState(z)
+        L = self.config.num_layers * self.directions
+        cell = self._layers[(0, 0)].cell
+        return cell.make_state(tuple(np.zeros((L, b, n), self.dtype) for n in self._state_sizes()))
 
     def step(self, x: Any, state: Any) -> Any:
         """One timestep ``x`` (B, in_dim) through every layer; returns the new state."""
@@ -168,33 +186,27 @@ class RNNNet(Layer):
 
     def _run(self, x: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
         L, D, B = self.config.num_layers, self.directions, x.shape[0]
-        want = (L * D, B, self.hidden_dim)
-        raw: tuple[Any, ...] | None = (
-            (state.h(), state.c()) if isinstance(state, LSTMState) and self.mode == "lstm" else
-            (state.value(),) if isinstance(state, GRUState) and self.mode == "gru" else None)
-        if raw is None:
-            kind = "LSTMState" if self.mode == "lstm" else "GRUState"
-            raise InvalidInputError(f"{self.name}: expected a {kind}, got {type(state).__name__}")
-        parts = tuple(self._as_input(p, "state") for p in raw)
-        for p in parts:
-            if p.shape != want:
-                raise InvalidInputError(f"{self.name}: state must have shape {want}, got {p.shape}")
+        cell = self._layers[(0, 0)].cell
+        cls = type(cell.make_state(tuple(np.empty(0) for _ in cell.state_names)))
+        if not isinstance(state, cls):
+            raise InvalidInputError(f"{self.name}: expected a {cls.__name__}, got {type(state).__name__}")
+        parts = tuple(self._as_input(p, "state") for p in state)
+        for name, p, n in zip(cell.state_names, parts, self._state_sizes(), strict=True):
+            if p.shape != (L * D, B, n):
+                raise InvalidInputError(
+                    f"{self.name}: state {name!r} must have shape {(L * D, B, n)}, got {p.shape}")
         finals: list[list[np.ndarray]] = [[] for _ in parts]
         inp = x
         for k in range(L):
             outs = []
             for d in range(D):
                 layer = self._layer(k, d)
-                sub = [p[k * D + d] for p in parts]
-                init = LSTMState(sub[0], sub[1]) if self.mode == "lstm" else GRUState(sub[0])
-                y, fin = layer.seq_init(inp, init)
+                y, fin = layer.seq_init(inp, tuple(p[k * D + d] for p in parts))
                 outs.append(y[:, ::-1] if d else y)
-                fin_parts = (fin.h(), fin.c()) if self.mode == "lstm" else (fin.value(),)
-                for lst, f in zip(finals, fin_parts, strict=True):
+                for lst, f in zip(finals, fin, strict=True):
                     lst.append(f)
             inp = np.concatenate(outs, axis=-1) if D == 2 else outs[0]
-        stacked = [np.stack(f) for f in finals]
-        new = LSTMState(stacked[0], stacked[1]) if self.mode == "lstm" else GRUState(stacked[0])
+        new = cell.make_state(tuple(np.stack(f) for f in finals))
         return self._out(np.ascontiguousarray(inp)), new
 
     # -- training ----------------------------------------------------------------------------
@@ -228,7 +240,7 @@ class RNNNet(Layer):
                 f"got {g.shape}"
             )
         ctx.load(self)  # consumed only once the gradient fits
-        H, D = self.hidden_dim, self.directions
+        H, D = self.out_dim, self.directions
         for k in range(self.config.num_layers - 1, -1, -1):
             if cache["masks"][k] is not None:
                 g = g * cache["masks"][k]
@@ -244,21 +256,13 @@ class RNNNet(Layer):
         return self._out(g)
 
     def _move_grads(self, layer: RecurrentLayer, sfx: str, ctx: Ctx) -> None:
-        dk = ctx.grads.pop((layer, "kernel"))
-        du = ctx.grads.pop((layer, "recurrent_kernel"))
-        db = ctx.grads.pop((layer, "bias"))
-        ctx.add_grad(self, "weight_ih" + sfx, self._reorder(dk.T, 0))
-        ctx.add_grad(self, "weight_hh" + sfx, self._reorder(du.T, 0))
-        if self.config.has_biases:
-            ctx.add_grad(self, "bias_ih" + sfx, self._reorder(db[0], 0))
-            ctx.add_grad(self, "bias_hh" + sfx, self._reorder(db[-1], 0))
+        mine = {n: ctx.grads.pop((layer, n)) for n in layer.weight_names}
+        for n, g in grads_to_torch(layer.cell, mine).items():
+            ctx.add_grad(self, n + sfx, g)
 
     def get_config(self) -> dict[str, Any]:
-        c = self.config
         cfg: dict[str, Any] = {"mode": self.mode, "in_dim": self.in_dim, "hidden_dim": self.hidden_dim,
-                               "num_layers": c.num_layers, "dropout": c.dropout, "train": c.train,
-                               "bidirectional": c.bidirectional, "batch_first": c.batch_first,
-                               "has_biases": c.has_biases}
+                               "config": self.config.to_config()}
         cfg.update(super().get_config())
         return cfg
 
@@ -273,3 +277,14 @@ def gru(in_dim: int, hidden_dim: int, config: RNNConfig | None = None, *, seed: 
         dtype: Any = "float32") -> RNNNet:
     """tch-rs ``nn::gru``: a (multi-layer, optionally bidirectional) GRU in PyTorch layout."""
     return RNNNet("gru", in_dim, hidden_dim, config, seed=seed, dtype=dtype)
+
+
+def rnn(in_dim: int, hidden_dim: int, config: RNNConfig | None = None, *, seed: int | None = None,
+        dtype: Any = "float32") -> RNNNet:
+    """PyTorch's ``nn.RNN``: a (multi-layer, optionally bidirectional) Elman network in PyTorch
+    layout, ``h_t = act(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)`` with ``act`` =
+    ``config.nonlinearity`` (``"tanh"`` or ``"relu"``)."""
+    return RNNNet("rnn", in_dim, hidden_dim, config, seed=seed, dtype=dtype)
+
+
+register_layer(RNNNet)  # saves and loads inside Sequential / graph models

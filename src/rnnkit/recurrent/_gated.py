@@ -1,0 +1,90 @@
+"""``GatedCell``: what SimpleRNN, LSTM and GRU cells share — fused gate blocks, the three
+standard parameters and their initialisation, the walker's batched reductions.
+
+Parameters (``G`` gate blocks of ``H`` units, ``S`` the width of the recurrent state, H unless
+an LSTM projects it), in draw order::
+
+    kernel            W (F, G*H)   Glorot-uniform with the per-gate fan F + H
+    recurrent_kernel  U (S, G*H)   one independent (semi-)orthogonal (S, H) block per gate
+    bias              b (R, G*H)   zeros (LSTM: the forget block 1.0); R = 1, or 2 for a GRU
+                                   with reset_after (row 1 acts on the recurrent product);
+                                   absent with ``use_bias=False`` (no parameter at all)
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from rnnkit._activations import ActivationFn, ActivationLike, resolve_activation
+from rnnkit._errors import InvalidParameterError
+from rnnkit._initializers import glorot_uniform, semi_orthogonal
+from rnnkit.recurrent._cell import Cell, Param, check_softmax_axis
+
+#: recurrent (gate) activations a gated cell accepts
+GATE_ACTIVATIONS = ("sigmoid", "hard_sigmoid", "tanh", "relu", "linear")
+
+
+def glorot_gates(fan_in: int, fan_out: int) -> Any:
+    """Glorot-uniform with the fan of ONE gate (``fan_in + fan_out``), not the fused width."""
+    return lambda rng, shape, dt: glorot_uniform(rng, shape, fan_in, fan_out, dt)
+
+
+def orthogonal_blocks(gates: int) -> Any:
+    """``gates`` independent (semi-)orthogonal blocks side by side along the columns."""
+    def init(rng: np.random.Generator, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
+        rows, cols = shape
+        return np.concatenate([semi_orthogonal(rng, rows, cols // gates, dt) for _ in range(gates)],
+                              axis=1)
+    return init
+
+
+def resolve_gate_activation(act: ActivationLike, where: str) -> ActivationFn:
+    fn = resolve_activation(act, where)
+    if fn.name not in GATE_ACTIVATIONS:
+        raise InvalidParameterError(
+            f"{where}: recurrent_activation must be one of {', '.join(GATE_ACTIVATIONS)}, got {fn.name!r}")
+    return fn
+
+
+class GatedCell(Cell):
+    """Base of the built-in cells: ``gates`` fused blocks, optional bias, batched reductions."""
+
+    gates: ClassVar[int] = 1
+    #: bias rows: 1, or 2 when row 1 adds to the recurrent product (GRU reset_after)
+    bias_rows: ClassVar[int] = 1
+    input_kernel = "kernel"
+    recurrent_kernel = "recurrent_kernel"
+
+    def __init__(self, units: int, activation: ActivationLike = "tanh", *, use_bias: bool = True) -> None:
+        super().__init__(units, activation)
+        check_softmax_axis(self.activation, self.name)
+        self.use_bias = bool(use_bias)
+        self.bias = "bias" if self.use_bias else None  # type: ignore[misc]
+
+    @property
+    def gate_width(self) -> int:
+        return self.gates * self.units
+
+    @property
+    def rec_width(self) -> int:
+        """S: the width of the state the recurrent kernel multiplies."""
+        return self.units
+
+    def initial_bias(self, rng: np.random.Generator, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
+        """The bias at initialisation: zeros (LSTM overrides: forget block = 1.0)."""
+        return np.zeros(shape, dtype=dt)
+
+    def params(self, input_dim: int) -> list[Param]:
+        GH, H = self.gate_width, self.units
+        out = [Param("kernel", (input_dim, GH), glorot_gates(input_dim, H)),
+               Param("recurrent_kernel", (self.rec_width, GH), orthogonal_blocks(self.gates))]
+        if self.use_bias:
+            out.append(Param("bias", (self.bias_rows, GH), self.initial_bias))
+        return out
+
+    def get_config(self) -> dict[str, Any]:
+        cfg = super().get_config()
+        cfg["use_bias"] = self.use_bias
+        return cfg
