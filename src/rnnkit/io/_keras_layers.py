@@ -88,11 +88,29 @@ def _train_only_options(cfg: dict[str, Any], name: str) -> None:
                     f"predictions are unaffected)")
 
 
+def _flag(cfg: dict[str, Any], key: str, default: bool, name: str) -> bool:
+    """A boolean option of a Keras layer config; anything but true/false is a malformed file."""
+    v = cfg.get(key, default)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise FileFormatError(f"Keras layer {name!r}: option {key!r} must be true or false, got {v!r}")
+    return v
+
+
+def _int(cfg: dict[str, Any], key: str, name: str, default: int | None = None) -> int:
+    """An integer option of a Keras layer config (a float or string is a malformed file)."""
+    v = cfg[key] if default is None else cfg.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise FileFormatError(f"Keras layer {name!r}: option {key!r} must be an integer, got {v!r}")
+    return v
+
+
 def _recurrent(class_name: str, cfg: dict[str, Any], name: str) -> RecurrentLayer:
-    _refuse_if(bool(cfg.get("stateful", False)), name, "stateful",
+    _refuse_if(_flag(cfg, "stateful", False, name), name, "stateful",
                "stateful=True carries state across batches; rnnkit layers start every sequence "
                "from the zero state (use the tch-style seq_init/step API instead)")
-    _refuse_if(bool(cfg.get("return_state", False)), name, "return_state",
+    _refuse_if(_flag(cfg, "return_state", False, name), name, "return_state",
                "return_state=True returns extra tensors; rnnkit layers return the output only")
     extra: dict[str, Any] = {}
     if class_name != "SimpleRNN":
@@ -108,14 +126,14 @@ def _recurrent(class_name: str, cfg: dict[str, Any], name: str) -> RecurrentLaye
                     f"no in-cell dropout (inference is unaffected; training in rnnkit runs without it)")
     _train_only_options(cfg, name)
     kwargs: dict[str, Any] = {
-        **extra, "use_bias": bool(cfg.get("use_bias", True)),
-        "return_sequences": bool(cfg.get("return_sequences", False)),
-        "go_backwards": bool(cfg.get("go_backwards", False)),
+        **extra, "use_bias": _flag(cfg, "use_bias", True, name),
+        "return_sequences": _flag(cfg, "return_sequences", False, name),
+        "go_backwards": _flag(cfg, "go_backwards", False, name),
         "dtype": dtype_of(cfg, name), "name": name,
     }
-    units = int(cfg["units"])
+    units = _int(cfg, "units", name)
     if class_name == "GRU":
-        return GRU(units, act, reset_after=bool(cfg.get("reset_after", True)), **kwargs)
+        return GRU(units, act, reset_after=_flag(cfg, "reset_after", True, name), **kwargs)
     cls = RECURRENT[class_name]
     return cls(units, act, **kwargs)
 
@@ -166,18 +184,18 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
         _refuse_if(cfg.get("quantization_config") is not None, name, "quantization_config",
                    "quantized weights are not supported")
         _train_only_options(cfg, name)
-        out = Dense(int(cfg["units"]), _activation(cfg, "activation", name),
-                    use_bias=bool(cfg.get("use_bias", True)), dtype=dtype, name=name)
+        out = Dense(_int(cfg, "units", name), _activation(cfg, "activation", name),
+                    use_bias=_flag(cfg, "use_bias", True, name), dtype=dtype, name=name)
         return Mapped(name, class_name, out, [(out, "vars")])
     if class_name == "Embedding":
-        _refuse_if(bool(cfg.get("mask_zero", False)), name, "mask_zero",
+        _refuse_if(_flag(cfg, "mask_zero", False, name), name, "mask_zero",
                    "mask_zero=True makes downstream layers skip padded steps; rnnkit has no masking")
         _refuse_if(cfg.get("lora_rank") is not None, name, "lora_rank",
                    "LoRA-adapted Embedding is not supported")
         _refuse_if(cfg.get("quantization_config") is not None, name, "quantization_config",
                    "quantized weights are not supported")
         _train_only_options(cfg, name)
-        out = Embedding(int(cfg["input_dim"]), int(cfg["output_dim"]), dtype=dtype, name=name)
+        out = Embedding(_int(cfg, "input_dim", name), _int(cfg, "output_dim", name), dtype=dtype, name=name)
         return Mapped(name, class_name, out, [(out, "vars")])
     if class_name == "Dropout":
         if cfg.get("noise_shape") is not None:
@@ -185,12 +203,12 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
                         f"inference is unaffected)")
         return Mapped(name, class_name, Dropout(float(cfg["rate"]), dtype=dtype, name=name))
     if class_name == "RepeatVector":
-        return Mapped(name, class_name, RepeatVector(int(cfg["n"]), dtype=dtype, name=name))
+        return Mapped(name, class_name, RepeatVector(_int(cfg, "n", name), dtype=dtype, name=name))
     if class_name == "Activation":
         return Mapped(name, class_name,
                       ActivationLayer(_activation(cfg, "activation", name), dtype=dtype, name=name))
     # Concatenate
-    return Mapped(name, class_name, Concatenate(int(cfg.get("axis", -1)), dtype=dtype, name=name))
+    return Mapped(name, class_name, Concatenate(_int(cfg, "axis", name, -1), dtype=dtype, name=name))
 
 
 def _bidirectional(cfg: dict[str, Any], name: str) -> Mapped:
@@ -203,7 +221,7 @@ def _bidirectional(cfg: dict[str, Any], name: str) -> Mapped:
     bwd_cfg = cfg.get("backward_layer")
     if not isinstance(bwd_cfg, dict):  # Keras derives it: the same layer, go_backwards flipped
         inner = dict(fwd_cfg.get("config", {}))
-        inner["go_backwards"] = not bool(inner.get("go_backwards", False))
+        inner["go_backwards"] = not _flag(inner, "go_backwards", False, name)
         inner["name"] = "backward_" + str(inner.get("name", "layer"))
         bwd_cfg = {"class_name": fwd_cfg.get("class_name"), "config": inner}
     dirs = []
