@@ -20,7 +20,9 @@ Usage::
     python benchmarks/bench.py --cells lstm --shapes S1,S2 --repeats 5 --modes infer
     python benchmarks/bench.py --kernels reference   # rnnkit's plain NumPy path
 
-Writes ``benchmarks/results/<utc-timestamp>.json`` (and ``latest.json``) unless ``--no-save``.
+Writes ``benchmarks/results/<utc-timestamp>.json`` unless ``--no-save`` (``--results DIR`` for
+another folder). ``benchmarks/results/latest.json`` is the tracked reference the README's table
+comes from: only ``--update-latest`` replaces it.
 """
 
 from __future__ import annotations
@@ -265,7 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kernels", default=None, help="set RNNKIT_KERNELS (fast|reference)")
     p.add_argument("--torch-threads", type=int, default=None, help="default: torch's own default")
     p.add_argument("--no-startup", action="store_true", help="skip the import/compile timings")
-    p.add_argument("--no-save", action="store_true")
+    p.add_argument("--no-save", action="store_true", help="write no results file")
+    p.add_argument("--results", default=str(RESULTS), metavar="DIR",
+                   help="folder for the results file (default benchmarks/results)")
+    p.add_argument("--update-latest", action="store_true",
+                   help="also replace the tracked reference results/latest.json (the README's table)")
     p.add_argument("--markdown", metavar="JSON", help="print the README table of a results file and exit")
     args = p.parse_args(argv)
     if args.markdown:
@@ -324,14 +330,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at the end: {meta['loadavg_end']}")
     result = {"meta": meta, "startup": startup, "sgemm": roof, "rows": rows}
     if not args.no_save:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        for name in (f"{stamp}.json", "latest.json"):
-            tmp = RESULTS / (name + ".tmp")
-            tmp.write_text(json.dumps(result, indent=1))
-            os.replace(tmp, RESULTS / name)
-        print(f"wrote {RESULTS / (stamp + '.json')}")
+        for path in save_results(result, Path(args.results), update_latest=args.update_latest):
+            print(f"wrote {path}")
     return 0
+
+
+def save_results(result: dict[str, Any], folder: Path, *, update_latest: bool) -> list[Path]:
+    """Write ``<utc-timestamp>.json`` into ``folder`` (and ``latest.json`` only when asked)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    written = []
+    for name in [f"{stamp}.json"] + (["latest.json"] if update_latest else []):
+        tmp = folder / (name + ".tmp")
+        tmp.write_text(json.dumps(result, indent=1))
+        os.replace(tmp, folder / name)
+        written.append(folder / name)
+    return written
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,16 @@ if str(TESTS) not in sys.path:  # so `import harness` works whatever the import 
 
 #: the test data folder (fixtures written by the scripts in tools/)
 DATA = TESTS / "data"
+
+try:  # property tests (tests/test_fuzz.py): a small profile by default, a long one on request
+    from hypothesis import settings as _hyp_settings
+
+    _hyp_settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True,
+                                   print_blob=True)
+    _hyp_settings.register_profile("long", max_examples=10000, deadline=None, print_blob=True)
+    _hyp_settings.load_profile(os.environ.get("RNNKIT_FUZZ", "ci"))
+except ImportError:  # hypothesis is in the test extra; without it test_fuzz.py skips
+    pass
 
 
 @pytest.fixture

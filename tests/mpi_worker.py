@@ -11,7 +11,7 @@ training modes, ``OUT/rank<rank>.npz`` (the weights of every case) and ``OUT/ran
   weights zeroed before ``fit`` (which starts from rank 0's); plus
   ``evaluate``, EarlyStopping, a callback that records which rank ran it, a ``"local"``
   shard case, ``seed=None`` under a global seed, a resume from rank 0's model and optimizer
-  state, and a two-input, two-output graph model with a
+  state, a stateful LSTM, and a two-input, two-output graph model with a
   shared LSTM.
 - ``raise``: rank 1's loss raises at its 3rd call (step 3); ``abort``: rank 1's gradient
   allreduce raises at step 3 (outside any guarded region); ``die``: rank 1 exits at step 3;
@@ -103,6 +103,16 @@ def resume_case(dist: Any = None) -> rk.Sequential:
     return model
 
 
+def stateful_case(dist: Any = None) -> rk.Sequential:
+    """A stateful LSTM on consecutive chunks (no shuffling, batches of 8 of 16 samples)."""
+    model = rk.Sequential([rk.LSTM(4, "tanh", seed=31, dtype="float64", stateful=True),
+                           rk.Dense(1, "linear", seed=32, dtype="float64")])
+    model.compile(rk.SGD(0.1), "mse")
+    x, y = data("float64", 16)
+    model.fit(x, y[:, :1], 3, batch_size=8, shuffle=False, distributed=dist)
+    return model
+
+
 def graph_case(dist: Any = None) -> tuple[rk.GraphModel, rk.History]:
     """Two inputs, a SHARED LSTM (its gradients summed over both uses), two outputs, float64,
     Adam, mini-batches of 7 with the evaluate result."""
@@ -156,6 +166,8 @@ def run_equal(dist: Any, out: Path) -> None:
         weights[f"global_seed/{k}"] = w
     for k, w in enumerate(resume_case(dist).get_weights()):
         weights[f"resume/{k}"] = w
+    for k, w in enumerate(stateful_case(dist).get_weights()):
+        weights[f"stateful/{k}"] = w
     model, hist = graph_case(dist)
     report["graph"] = {"history": hist.history}
     for k, w in enumerate(model.get_weights()):

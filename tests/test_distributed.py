@@ -181,6 +181,14 @@ def test_fit_starts_from_rank_0s_weights_and_optimizer_state(two_ranks: dict[str
 
 
 @needs_mpi
+def test_stateful_layers_carry_each_ranks_rows_as_one_process(two_ranks: dict[str, Any]) -> None:
+    import mpi_worker as w
+
+    ref = w.stateful_case()
+    assert max_diff(rank_weights(two_ranks, 1, "stateful"), ref.get_weights()) <= 1e-12
+
+
+@needs_mpi
 def test_graph_model_with_a_shared_layer_and_two_outputs(two_ranks: dict[str, Any]) -> None:
     import mpi_worker as w
 

@@ -1,10 +1,17 @@
 """Every ```python block of the user guide (docs/*.md) runs; the blocks of one page run in order
-in one namespace. Every ``rnnkit ...`` line of a ```bash block parses with the real parser."""
+in one namespace, and a page whose blocks do not each run alone says so once, at its top. A
+block that needs an optional package (torch, keras, h5py, matplotlib) that is not installed
+skips the rest of its page. Every ``rnnkit ...`` line of a ```bash block parses with the real
+parser, and the ones that need no network, no PyTorch and little time run as written."""
 
 from __future__ import annotations
 
+import importlib
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +19,21 @@ import pytest
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```$", re.S | re.M)
+IN_ORDER = "The code blocks on this page run in order"
+OPTIONAL = ("torch", "keras", "h5py", "matplotlib")
+
+
+def _missing_optional(code: str) -> str | None:
+    """The first optional package the block imports that cannot be imported here."""
+    for mod in OPTIONAL:
+        if re.search(rf"^\s*(import|from) {mod}\b", code, re.M):
+            if mod == "keras":
+                os.environ.setdefault("KERAS_BACKEND", "torch")
+            try:
+                importlib.import_module(mod)
+            except Exception as e:  # noqa: BLE001 - not installed, or installed without a backend
+                return f"{mod} ({type(e).__name__}: {e})"
+    return None
 
 
 def blocks(page: Path, lang: str) -> list[str]:
@@ -31,6 +53,10 @@ def test_python_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("MPLBACKEND", "Agg")
     namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
     for k, code in enumerate(blocks(page, "python")):
+        missing = _missing_optional(code)
+        if missing is not None:
+            capsys.readouterr()
+            pytest.skip(f"{page.name}: python block {k} and later need {missing}, not installed")
         try:
             exec(compile(code, f"{page.name}[python block {k}]", "exec"), namespace)
         except Exception as e:  # pragma: no cover - the message says which block failed
@@ -57,3 +83,58 @@ def test_cli_lines_in_bash_blocks_parse() -> None:
                     raise AssertionError(f"{page.name}: {line!r} does not parse (exit {e.code})") from None
                 seen += 1
     assert seen >= 5
+
+
+def _intro(page: Path) -> str:
+    """The page's text before its first code block."""
+    text = page.read_text()
+    return text[: text.find("```")]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_blocks_run_alone_or_the_page_says_they_run_in_order(page: Path, tmp_path: Path) -> None:
+    code = blocks(page, "python")
+    says = IN_ORDER in _intro(page)
+    assert page.read_text().count(IN_ORDER) <= 1, f"{page.name}: says it more than once"
+    if says or len(code) < 2:
+        assert not says or len(code) >= 2, f"{page.name}: the note is there but the page has < 2 blocks"
+        return
+    for k, block in enumerate(code):  # no note: each block must run alone, in a fresh process
+        if _missing_optional(block):
+            continue
+        r = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=300, env={**os.environ, "MPLBACKEND": "Agg"})
+        assert r.returncode == 0, f"{page.name}: python block {k} fails alone:\n{r.stderr[-800:]}"
+
+
+def _cli_lines(page: Path) -> list[str]:
+    out = []
+    for code in blocks(page, "bash"):
+        for line in code.splitlines():
+            if line.strip().startswith("rnnkit "):
+                out.append(line.strip())
+    return out
+
+
+def test_cli_page_commands_run_as_written_from_an_empty_folder(tmp_path: Path) -> None:
+    """The quick commands of docs/cli.md, in page order, from an empty folder (bundled data sets
+    by name); the expected exit status is the one the page's comment states (default 0)."""
+    from rnnkit.cli import main
+
+    ran = 0
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for line in _cli_lines(DOCS / "cli.md"):
+            cmd, _, comment = line.partition("#")
+            if cmd.startswith(("rnnkit bench", "rnnkit demo")) or "--epochs 15" in cmd:
+                continue  # needs torch / the demo runs in test_cli / ~20 s
+            argv = shlex.split(cmd)[1:]
+            if argv[:1] == ["train"] and "--epochs" not in argv:
+                argv += ["--epochs", "3"]  # the command as written, only shorter
+            want = 2 if "exit 2" in comment else 0
+            assert main(argv) == want, line
+            ran += 1
+    finally:
+        os.chdir(cwd)
+    assert ran >= 5

@@ -60,7 +60,7 @@ def test_torch_state_dict_imports_to_the_same_outputs(kind: str, tkw: dict[str, 
 @pytest.mark.parametrize(("kind", "tkw", "okw"), CASES, ids=["rnn_tanh", "rnn_relu", "lstm", "gru"])
 def test_export_loads_into_torch_and_gives_our_outputs(kind: str, tkw: dict[str, Any],
                                                        okw: dict[str, Any]) -> None:
-    import torch as _t  # noqa: F401  (skipped above when absent)
+    pytest.importorskip("torch")
 
     ours = _ours(kind, seed=4, **okw)
     ours.build((None, T, F))

@@ -133,9 +133,6 @@ def test_cell_options_fast_equals_reference(cell: str, opts: dict[str, Any], rs:
     """use_bias=False, the gate activations and proj_size run compiled, equal to the reference
     (outputs, caches, final states, dL/dx and every weight gradient)."""
     opts = dict(opts)
-    if dtype == "float32" and opts.get("recurrent_activation") == "linear":
-        pytest.skip("linear gates let |c| pass the float32 rational tanh's clamp (7.9), where its "
-                    "derivative is not yet 0 as float32 tanh's is; float64 proves the equality")
     act = opts.pop("act", "tanh")
     layer = make(cell, act, dtype, rs, gb, **opts)
     assert kernels.find(layer.cell) is not None
@@ -187,6 +184,32 @@ def test_hard_sigmoid_kernel_equals_keras_definition() -> None:
         out = np.empty(a.size, dt)
         apply_act(a, out, 4)
         np.testing.assert_array_equal(out, np.clip(a + dt(3), 0, 6) / dt(6))
+
+
+def test_float32_tanh_saturates_exactly() -> None:
+    """Where the correctly rounded float32 tanh is +-1 (|x| >= 9.010914) the kernels' tanh is
+    exactly +-1, so a saturated LSTM passes no gradient: fed 1e8, its kernel gradients are 0 on
+    the compiled path as on the reference (they were ~24 before)."""
+    from rnnkit.kernels._jit import apply_act
+
+    a = np.array([9.010913, 9.010914, 12.0, 1e8, np.inf], np.float32)
+    out = np.empty_like(a)
+    apply_act(np.concatenate([a, -a]), out := np.empty(10, np.float32), 0)
+    np.testing.assert_array_equal(out[[1, 2, 3, 4, 6, 7, 8, 9]], [1, 1, 1, 1, -1, -1, -1, -1])
+    assert 0.9999997 < out[0] < 1.0
+    exact = np.tanh(a.astype(np.float64)).astype(np.float32)
+    assert np.array_equal(out[:5] == 1.0, exact == 1.0)      # saturates exactly where float32 tanh does
+    layer = rk.LSTM(4, seed=1, input_dim=3)
+    x = np.full((2, 5, 3), 1e8, np.float32)
+    grads = []
+    for m in ("fast", "reference"):
+        with kernels.use(m):
+            ctx = rk.Ctx.training()
+            y = layer.forward(x, ctx)
+            layer.backward(np.ones_like(y), ctx)
+            grads.append(ctx.grad(layer, "kernel"))
+    np.testing.assert_array_equal(grads[0], 0.0)
+    np.testing.assert_array_equal(grads[1], 0.0)
 
 
 @pytest.mark.parametrize("code,name", [(0, "tanh"), (1, "sigmoid")])

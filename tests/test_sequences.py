@@ -40,6 +40,12 @@ def make(cell: str, dtype: str = "float64", **kw: Any) -> rk.RecurrentLayer:
     return layer
 
 
+def states(layer: rk.RecurrentLayer, seed: int) -> list[np.ndarray]:
+    """Random (B, width) arrays, one per state part of ``layer``'s cell."""
+    sizes = layer.cell.state_sizes()
+    return [np.random.default_rng(seed + k).standard_normal((B, n)) for k, n in enumerate(sizes)]
+
+
 def x_in(seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((B, T, F))
 
@@ -170,10 +176,13 @@ def _fd_check(layer: rk.RecurrentLayer, x: np.ndarray, make_ctx: Callable[[bool]
 def test_gradcheck_through_masks_and_states(mode: str, cell: str, kind: str) -> None:
     layer = make(cell, return_sequences=True, go_backwards=True, return_state=True)
     x = x_in(4)
-    arg = {"lengths": LENGTHS} if kind == "lengths" else {"mask": np.random.default_rng(5).random((B, T)) > 0.3}
-    init = [np.random.default_rng(6 + k).standard_normal((B, n)) for k, n in enumerate(layer.cell.state_sizes())]
-    errs = _fd_check(layer, x, lambda train: (rk.Ctx.training() if train else rk.Ctx.inference()).set_mask(**arg),
-                     init)
+    valid = np.random.default_rng(5).random((B, T)) > 0.3
+    arg = {"lengths": LENGTHS} if kind == "lengths" else {"mask": valid}
+    init = states(layer, 6)
+    def ctx(train: bool) -> rk.Ctx:
+        return (rk.Ctx.training() if train else rk.Ctx.inference()).set_mask(**arg)
+
+    errs = _fd_check(layer, x, ctx, init)
     assert max(errs.values()) < 1e-6, errs
 
 
@@ -196,7 +205,7 @@ def test_mask_errors_are_typed() -> None:
 @pytest.mark.parametrize("cell", list(CELLS))
 def test_initial_and_returned_states_gradcheck(mode: str, cell: str) -> None:
     layer = make(cell, return_state=True)
-    init = [np.random.default_rng(6 + k).standard_normal((B, n)) for k, n in enumerate(layer.cell.state_sizes())]
+    init = states(layer, 6)
     errs = _fd_check(layer, x_in(7), lambda train: rk.Ctx.training() if train else rk.Ctx.inference(), init)
     assert set(errs) >= {"input", "init0"} and max(errs.values()) < 1e-6, errs
 
@@ -214,9 +223,9 @@ def test_initial_state_is_where_seq_init_starts() -> None:
 def test_seq_init_records_in_a_training_ctx(cell: str) -> None:
     """The tch-rs seq_init takes a training Ctx; its backward equals the layer's."""
     layer = make(cell, return_sequences=True, return_state=True)
-    init = [np.random.default_rng(6 + k).standard_normal((B, n)) for k, n in enumerate(layer.cell.state_sizes())]
+    init = states(layer, 6)
     g = np.random.default_rng(1).standard_normal((B, T, H))
-    gs = [np.random.default_rng(2 + k).standard_normal((B, n)) for k, n in enumerate(layer.cell.state_sizes())]
+    gs = states(layer, 2)
     c1 = rk.Ctx.training()
     seq, final = layer.seq_init(x_in(), layer.cell.make_state(tuple(init)), c1)
     dx, d_state = layer.backward((g, layer.cell.make_state(tuple(gs))), c1)
@@ -316,8 +325,12 @@ def test_pack_padded_sequence_parity(kind: str, layers: int, bidi: bool) -> None
     for a, b in zip(final, t_parts, strict=True):
         np.testing.assert_allclose(a, b.detach().numpy(), atol=1e-5)
     g = np.random.default_rng(1).standard_normal(out.shape).astype(np.float32)
-    gs = [np.random.default_rng(2 + k).standard_normal(f.shape).astype(np.float32) for k, f in enumerate(final)]
-    ((t_out * torch.tensor(g)).sum() + sum((p * torch.tensor(q)).sum() for p, q in zip(t_parts, gs))).backward()
+    gs = [np.random.default_rng(2 + k).standard_normal(f.shape).astype(np.float32)
+          for k, f in enumerate(final)]
+    loss = (t_out * torch.tensor(g)).sum()
+    for p, q in zip(t_parts, gs, strict=True):
+        loss = loss + (p * torch.tensor(q)).sum()
+    loss.backward()
     dx = net.backward([g, *gs], ctx)
     for ours, theirs, name in [(dx, tx.grad, "input")] + [(ctx.grad(net, n), p.grad, n)
                                                            for n, p in ref.named_parameters()]:

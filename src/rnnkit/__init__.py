@@ -24,6 +24,7 @@ from rnnkit._errors import (
     ForwardPassNotRunError,
     InvalidInputError,
     InvalidParameterError,
+    ModelBusyError,
     NonFiniteError,
     NotBuiltError,
     UnknownWeightError,
@@ -105,7 +106,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Activation", "HardSigmoid", "Linear", "ReLU", "Sigmoid", "Softmax", "Tanh",
     "Ctx",
-    "Error", "ForwardPassNotRunError", "InvalidInputError", "InvalidParameterError",
+    "Error", "ForwardPassNotRunError", "InvalidInputError", "InvalidParameterError", "ModelBusyError",
     "NonFiniteError", "NotBuiltError", "UnknownWeightError", "WeightShapeError",
     "Layer", "WeightEntry", "Mask",
     "set_global_seed",

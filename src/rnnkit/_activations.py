@@ -24,7 +24,7 @@ import enum
 
 import numpy as np
 
-from rnnkit._errors import InvalidParameterError
+from rnnkit._errors import InvalidInputError, InvalidParameterError
 
 
 class Activation(enum.Enum):
@@ -78,6 +78,14 @@ class ActivationFn:
             np.clip(r, 0.0, 6.0, out=r)
             r /= 6.0
             return r
+        if not -a.ndim <= self.axis < a.ndim:
+            raise InvalidInputError(f"softmax: axis {self.axis} is out of range for an array of shape "
+                                    f"{a.shape} (expected -{a.ndim}..{a.ndim - 1})")
+        if a.shape[self.axis] == 0:
+            if a.size == 0 and any(d == 0 for i, d in enumerate(a.shape) if i != self.axis % a.ndim):
+                return np.empty_like(a) if out is None else out  # nothing to normalise
+            raise InvalidInputError(f"softmax: axis {self.axis} of shape {a.shape} has length 0; a "
+                                    f"softmax needs at least one entry to normalise over")
         z = a - np.max(a, axis=self.axis, keepdims=True)
         e = np.exp(z, out=out)
         e /= np.sum(e, axis=self.axis, keepdims=True)

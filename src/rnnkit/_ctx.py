@@ -31,6 +31,9 @@ class Ctx:
     __slots__ = ("training_mode", "grads", "_caches", "_seed", "_rng", "_mask")
 
     def __init__(self, training: bool, seed: int | None = None) -> None:
+        if not isinstance(training, (bool, np.bool_)):
+            raise TypeError(f"Ctx: training must be a bool (or use Ctx.training(seed) / Ctx.inference()), "
+                            f"got {training!r}")
         self._mask: Mask | None = None
         self.training_mode: bool = bool(training)
         self.grads: dict[tuple[Layer, str], np.ndarray] = {}

@@ -69,3 +69,9 @@ class FileFormatError(Error, ValueError):
     """A file is not what rnnkit expected: not safetensors, or without rnnkit metadata.
 
     The message names the path and what was found there."""
+
+
+class ModelBusyError(Error, RuntimeError):
+    """``fit`` was called on a model that is already training in another thread. Two trainings
+    of one model would interleave their optimizer steps in whatever order the threads run, so
+    neither result would be reproducible; train copies instead (``model_from_config``)."""

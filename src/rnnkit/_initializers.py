@@ -19,16 +19,41 @@ import math
 import numpy as np
 from numpy.typing import DTypeLike
 
+from rnnkit._budget import reserve as _reserve
+from rnnkit._errors import InvalidParameterError
+
+
+def reserve(shape: tuple[int, ...]) -> None:
+    """Before a weight is drawn: count it against a loader's budget (``rnnkit._budget``), and
+    refuse a shape numpy cannot allocate with a typed error naming it (numpy would raise
+    MemoryError or "Maximum allowed dimension exceeded")."""
+    _reserve(shape)
+    n = math.prod(int(d) for d in shape)
+    if any(int(d) < 0 for d in shape) or n * 8 >= 2**63:
+        raise InvalidParameterError(f"a weight of shape {tuple(shape)} ({n} numbers) cannot be allocated")
+
+
+def _alloc(shape: tuple[int, ...], draw: object) -> np.ndarray:
+    """Run ``draw()``; numpy's allocation failures become InvalidParameterError naming the shape."""
+    try:
+        return draw()  # type: ignore[operator,no-any-return]
+    except (MemoryError, ValueError) as e:
+        n = math.prod(int(d) for d in shape)
+        raise InvalidParameterError(f"a weight of shape {tuple(shape)} ({n} numbers, {8 * n / 2**30:.3g} GiB "
+                                    f"while drawn) cannot be allocated: {type(e).__name__}: {e}") from None
+
 
 def glorot_uniform(
     rng: np.random.Generator, shape: tuple[int, ...], fan_in: int, fan_out: int, dtype: DTypeLike
 ) -> np.ndarray:
+    reserve(shape)
     limit = math.sqrt(6.0 / (fan_in + fan_out))
-    return rng.uniform(-limit, limit, size=shape).astype(dtype)
+    return _alloc(shape, lambda: rng.uniform(-limit, limit, size=shape).astype(dtype))
 
 
 def orthogonal(rng: np.random.Generator, n: int, dtype: DTypeLike, gain: float = 1.0) -> np.ndarray:
-    a = rng.standard_normal((n, n))
+    reserve((n, n))
+    a = _alloc((n, n), lambda: rng.standard_normal((n, n)))
     q, r = np.linalg.qr(a)
     d = np.sign(np.diag(r))
     d[d == 0] = 1.0
@@ -52,15 +77,18 @@ def kaiming_uniform(
     rng: np.random.Generator, shape: tuple[int, ...], fan_in: int, dtype: DTypeLike,
     gain: float = math.sqrt(2.0),
 ) -> np.ndarray:
+    reserve(shape)
     limit = gain * math.sqrt(3.0 / max(fan_in, 1))
-    return rng.uniform(-limit, limit, size=shape).astype(dtype)
+    return _alloc(shape, lambda: rng.uniform(-limit, limit, size=shape).astype(dtype))
 
 
 def uniform(
     rng: np.random.Generator, shape: tuple[int, ...], low: float, high: float, dtype: DTypeLike
 ) -> np.ndarray:
-    return rng.uniform(low, high, size=shape).astype(dtype)
+    reserve(shape)
+    return _alloc(shape, lambda: rng.uniform(low, high, size=shape).astype(dtype))
 
 
 def zeros(shape: tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
-    return np.zeros(shape, dtype=dtype)
+    reserve(shape)
+    return _alloc(shape, lambda: np.zeros(shape, dtype=dtype))

@@ -8,6 +8,9 @@ loaders) replaces them, after checking the shape. Everything a pass produces liv
 
 from __future__ import annotations
 
+import functools
+import numbers
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -28,10 +31,11 @@ _DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
 
 
 def resolve_dtype(dtype: Any, where: str) -> np.dtype:
-    """``"float32"`` / ``"float64"`` (or the numpy types) to a numpy dtype."""
+    """``"float32"`` / ``"float64"`` (or the numpy types) to a numpy dtype. ``None`` is refused
+    (numpy would read it as float64)."""
     try:
-        dt = np.dtype(dtype)
-    except TypeError:
+        dt = None if dtype is None else np.dtype(dtype)
+    except (TypeError, ValueError):
         dt = None
     if dt is None or dt.name not in _DTYPES:
         raise InvalidParameterError(f"{where}: dtype must be 'float32' or 'float64', got {dtype!r}")
@@ -43,6 +47,37 @@ def check_positive_int(value: object, what: str, where: str) -> int:
     if isinstance(value, bool) or not hasattr(value, "__index__") or int(value) < 1:  # type: ignore[call-overload]
         raise InvalidParameterError(f"{where}: {what} must be an int >= 1, got {value!r}")
     return int(value)  # type: ignore[call-overload]
+
+
+def check_bool(value: object, what: str, where: str) -> bool:
+    """A bool (Python or numpy) or TypeError naming the argument: no truthy strings."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{where}: {what} must be a bool (True or False), got {value!r}")
+    return bool(value)
+
+
+def check_real(value: object, what: str, where: str) -> float:
+    """A finite real number (Python or numpy, not a bool) as a float, or InvalidParameterError."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise InvalidParameterError(f"{where}: {what} must be a real number, got {value!r}")
+    out = float(value)
+    if out != out or out in (float("inf"), float("-inf")):
+        raise InvalidParameterError(f"{where}: {what} must be finite, got {value!r}")
+    return out
+
+
+def _checks_ctx(method: Callable[..., Any], verb: str) -> Callable[..., Any]:
+    """Wrap a layer's forward/backward so a missing or wrong ``ctx`` is a TypeError naming it."""
+
+    @functools.wraps(method)
+    def wrapper(self: Layer, x: Any, ctx: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(ctx, Ctx):
+            raise TypeError(f"{self.name}.{verb}: ctx must be an rnnkit.Ctx (Ctx.inference() or "
+                            f"Ctx.training(seed)), got {type(ctx).__name__}; layer(x) runs inference")
+        return method(self, x, ctx, *args, **kwargs)
+
+    wrapper._checks_ctx = True  # type: ignore[attr-defined]
+    return wrapper
 
 
 class WeightEntry(NamedTuple):
@@ -63,6 +98,13 @@ class Layer:
     carries; a layer without it that receives a mask raises, never ignores it.
     """
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for verb in ("forward", "backward"):
+            fn = cls.__dict__.get(verb)
+            if callable(fn) and not getattr(fn, "_checks_ctx", False):
+                setattr(cls, verb, _checks_ctx(fn, verb))
+
     #: whether the layer accepts a masked input (see :meth:`compute_mask`)
     supports_masking: bool = False
 
@@ -79,6 +121,8 @@ class Layer:
         return mask
 
     def __init__(self, *, seed: int | None = None, dtype: Any = "float32", name: str | None = None) -> None:
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"{type(self).__name__}: name must be a str or None, got {name!r}")
         self.name: str = name if name is not None else type(self).__name__
         self._seed = check_seed(seed, self.name)
         self.dtype: np.dtype = resolve_dtype(dtype, self.name)
@@ -169,7 +213,20 @@ class Layer:
     def _as_input(self, x: Any, what: str = "input") -> np.ndarray:
         """``x`` as an array of this layer's dtype (values converted, never reshaped)."""
         arr = as_real_array(x, what, self.name)
-        return arr if arr.dtype == self.dtype else arr.astype(self.dtype)
+        if arr.dtype == self.dtype:
+            return arr
+        if arr.dtype.kind == "f" and arr.dtype.itemsize > self.dtype.itemsize and arr.size:
+            big = np.finfo(self.dtype).max
+            with np.errstate(invalid="ignore"):
+                over = np.abs(arr) > big  # NaN compares False; Inf is Inf in both dtypes
+            over &= np.isfinite(arr)
+            if over.any():
+                pos = tuple(int(i) for i in np.argwhere(over)[0])
+                raise InvalidInputError(
+                    f"{self.name}: {what} holds {arr[pos]!r} at {pos}, beyond the largest "
+                    f"{self.dtype.name} ({big:.4g}); casting would make it inf. Scale the data or "
+                    f"use dtype='float64'")
+        return arr.astype(self.dtype)
 
     def _as_grad(self, grad: Any, expected: tuple[int, ...]) -> np.ndarray:
         g = self._as_input(grad, "upstream gradient")

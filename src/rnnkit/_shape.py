@@ -21,6 +21,9 @@ class Shape:
 
     def __init__(self, dims: Iterable[Dim]) -> None:
         out: list[Dim] = []
+        if isinstance(dims, (str, bytes)) or not hasattr(dims, "__iter__"):
+            raise TypeError(f"Shape: dims must be a sequence of axes (ints >= 0 or None), e.g. "
+                            f"Shape((None, 3)), got {dims!r}")
         for d in dims:
             if d is None:
                 out.append(None)

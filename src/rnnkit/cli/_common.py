@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
+
+from rnnkit.io._atomic import atomic_write_bytes
 
 
 class CliError(Exception):
@@ -27,26 +28,45 @@ def ensure_dir(path: str | os.PathLike[str]) -> Path:
     return p
 
 
+def data_path(text: str) -> Path:
+    """The CSV file ``text`` names: a file path, or the name of a bundled data set (``sunspots``,
+    ``co2``) when no such file exists, so the documented commands run from any folder."""
+    from rnnkit import datasets
+
+    p = Path(text)
+    if p.exists():
+        if p.is_dir():
+            raise CliError(f"{p}: is a directory, expected a CSV file")
+        return p
+    if text in datasets._FILES:
+        return datasets.path(text)
+    raise CliError(f"{text}: no such file (bundled data sets, usable by name: "
+                   f"{', '.join(sorted(datasets._FILES))})")
+
+
+def check_output_file(path: str | os.PathLike[str], flag: str) -> Path:
+    """Refuse an output path that cannot be written BEFORE any work is done: its folder must
+    exist and be writable, and the path itself must not be a folder."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise CliError(f"{flag} {p}: is a directory; give a file name")
+    if not parent.is_dir():
+        raise CliError(f"{flag} {p}: the folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CliError(f"{flag} {p}: the folder {parent} is not writable")
+    return p
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` (UTF-8) to a temporary file next to ``path``, then rename it over ``path``."""
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to a temporary file next to ``path``, then rename it over ``path``."""
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~umask())  # mkstemp makes 0600; give the usual permissions
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write ``data`` atomically (``rnnkit.io._atomic``: temporary file, fsync, rename; a link is
+    followed; stale temporaries of killed writers are removed)."""
+    atomic_write_bytes(path, data)
 
 
 def metrics_table(rows: list[tuple[str, float, float]], title: str) -> str:

@@ -24,7 +24,7 @@ import numpy as np
 from rnnkit import datasets
 from rnnkit.cli._common import ensure_dir, metrics_table
 from rnnkit.cli._model import TrainConfig, build_network, predict_values, save_forecaster, train_network
-from rnnkit.cli._plots import forecast_plot, have_matplotlib, loss_curve
+from rnnkit.cli._plots import forecast_plot, have_matplotlib, loss_curve, remove_pictures
 from rnnkit.cli._prepare import Comparison, compare, prepare
 
 WINDOW = 9
@@ -87,7 +87,10 @@ def run_demo(out: str | Path = "rnnkit_out", *, verbose: bool = True, plots: boo
                                 f"sunspot number, one year ahead:"))
     model_path = save_forecaster(model, prep.spec, out_dir / "model.safetensors")
     loss_png = forecast_png = None
-    if plots and have_matplotlib():
+    if not (plots and have_matplotlib()):
+        for gone in remove_pictures(out_dir):
+            say(f"removed {gone} (a picture of an earlier run)")
+    else:
         loss_png = loss_curve(history, out_dir / "loss.png", best_epoch=best,
                               title=f"rnnkit demo: LSTM({cfg.units}) on sunspots, loss per epoch")
         ty = years[prep.test.pos]
@@ -95,12 +98,12 @@ def run_demo(out: str | Path = "rnnkit_out", *, verbose: bool = True, plots: boo
         val_pred = predict_values(model, prep.spec, prep.val, prep.target)
         forecast_png = forecast_plot(
             years[prep.train.pos[0]:], values[prep.train.pos[0]:],
-            {f"LSTM (test RMSE {cmp.rows[0][1]:.1f})": (np.concatenate([vy, ty]),
-                                                         np.concatenate([val_pred, pred])),
+            {f"LSTM (test RMSE {cmp.rows[0][1]:.1f})": (ty, pred),
              f"AR({cmp.ar_order}) (test RMSE {cmp.rows[2][1]:.1f})": (ty, cmp.ar),
              f"persistence (test RMSE {cmp.rows[1][1]:.1f})": (ty, cmp.persistence)},
             out_dir / "forecast.png", split_at=float(ty[0]) - 0.5, ylabel="mean sunspot number",
-            title="rnnkit demo: one-year-ahead forecasts vs actual")
+            title="rnnkit demo: one-year-ahead forecasts vs actual",
+            before=("LSTM, validation years (early stopping)", vy, val_pred))
     result = DemoResult(cmp, years[prep.test.pos], epochs_run, secs, model_path, loss_png, forecast_png)
     verdict = "beats" if result.beats_baselines else "does NOT beat"
     say(f"the LSTM {verdict} both baselines on RMSE and MAE")

@@ -19,14 +19,12 @@ from typing import Any
 from rnnkit._errors import Error
 from rnnkit.cli._common import CliError
 
-_EPILOG = """commands:
-  demo       train a small LSTM on the bundled sunspots, compare with two baselines, draw it
-  train      train a forecaster on a CSV file
-  predict    forecast with a saved model (one step per window, or --steps K recursively)
-  summary    describe a saved model
-  bench      time rnnkit against PyTorch (needs torch; arguments go to benchmarks/bench.py)
+_EPILOG = """DATA.csv may also name a bundled data set: sunspots (column SUNACTIVITY, yearly) or
+co2 (column co2, weekly, 59 missing weeks), e.g.  rnnkit train sunspots --target SUNACTIVITY
+`rnnkit COMMAND --help` describes each command. Bad input exits with status 2 and one line on
+stderr."""
 
-Bad input exits with status 2 and one line on stderr."""
+_DATA_HELP = "a CSV file with a header row, or a bundled data set by name: sunspots, co2"
 
 
 def _number(cast: type, lo: float, hi: float | None, what: str) -> Any:
@@ -65,17 +63,18 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rnnkit", description="rnnkit: recurrent neural networks on NumPy.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     sub.required = True
 
-    d = sub.add_parser("demo", help="LSTM on the bundled sunspots vs persistence and AR(p)")
+    d = sub.add_parser("demo", help="train a small LSTM on the bundled sunspots, compare it with "
+                                    "persistence and AR(p), draw it")
     d.add_argument("--out", default="rnnkit_out", metavar="DIR",
                    help="output directory for the model and the pictures (default ./rnnkit_out)")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     d.add_argument("--no-plots", action="store_true", help="skip the two PNG pictures")
 
-    t = sub.add_parser("train", help="train a forecaster on a CSV file")
-    t.add_argument("data", metavar="DATA.csv")
+    t = sub.add_parser("train", help="train a forecaster on a CSV file or a bundled data set")
+    t.add_argument("data", metavar="DATA.csv", help=_DATA_HELP)
     t.add_argument("--target", required=True, metavar="COL", help="the column to forecast")
     t.add_argument("--features", default=None, metavar="A,B,...",
                    help="comma-separated input columns (default: the target alone)")
@@ -83,11 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the date column (default: a column named date/time/year/...)")
     t.add_argument("--window", type=_positive, default=12, help="timesteps per input (default 12)")
     t.add_argument("--horizon", type=_positive, default=1, help="rows ahead to forecast (default 1)")
-    t.add_argument("--cell", choices=("lstm", "gru", "rnn"), default="lstm")
-    t.add_argument("--units", type=_positive, default=32)
+    t.add_argument("--cell", choices=("lstm", "gru", "rnn"), default="lstm",
+                   help="the recurrent cell (default lstm)")
+    t.add_argument("--units", type=_positive, default=32, help="hidden width of each recurrent layer "
+                                                              "(default 32)")
     t.add_argument("--layers", type=_positive, default=1, help="stacked recurrent layers (default 1)")
-    t.add_argument("--epochs", type=_positive, default=100)
-    t.add_argument("--batch-size", type=_positive, default=32)
+    t.add_argument("--epochs", type=_positive, default=100, help="at most this many epochs (default 100)")
+    t.add_argument("--batch-size", type=_positive, default=32,
+                   help="mini-batch size, shuffled each epoch (default 32)")
     t.add_argument("--val-split", type=_fraction, default=0.2,
                    help="fraction of the windows, the LAST ones, held out for validation (default 0.2)")
     t.add_argument("--patience", type=_nonneg, default=20,
@@ -99,26 +101,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read first differences and forecast the change (for trending series)")
     t.add_argument("--missing", choices=("error", "drop", "interpolate"), default="error",
                    help="what to do with empty fields (default error, naming the rows)")
-    t.add_argument("--seed", type=_nonneg, default=0)
-    t.add_argument("--out", default="rnnkit_out", metavar="DIR")
+    t.add_argument("--seed", type=_nonneg, default=0, help="seeds the weights and the shuffling (default 0)")
+    t.add_argument("--out", default="rnnkit_out", metavar="DIR",
+                   help="output directory for the model, checkpoint, history, metrics and pictures "
+                        "(default ./rnnkit_out)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.add_argument("--distributed", choices=("none", "mpi"), default="none",
                    help="mpi: data-parallel on every rank of `mpiexec -n N rnnkit train ...` "
                         "(needs rnnkit[mpi]; rank 0 writes the outputs)")
+    t.add_argument("--no-plots", action="store_true", help="skip the two PNG pictures")
 
-    pr = sub.add_parser("predict", help="forecast with a saved model")
-    pr.add_argument("model", metavar="MODEL")
-    pr.add_argument("data", metavar="DATA.csv")
+    pr = sub.add_parser("predict", help="forecast with a saved model (one step per window, or "
+                                        "--steps K recursively)")
+    pr.add_argument("model", metavar="MODEL", help="a model file written by rnnkit train or demo")
+    pr.add_argument("data", metavar="DATA.csv", help=_DATA_HELP)
     pr.add_argument("--steps", type=_positive, default=None, metavar="K",
                     help="forecast K steps past the end, feeding each forecast back in")
     pr.add_argument("--output", default=None, metavar="FILE", help="write the CSV here (default stdout)")
-    pr.add_argument("--missing", choices=("error", "drop", "interpolate"), default="error")
+    pr.add_argument("--missing", choices=("error", "drop", "interpolate"), default="error",
+                    help="what to do with empty fields (default error, naming the rows)")
 
-    s = sub.add_parser("summary", help="describe a saved model")
-    s.add_argument("model", metavar="MODEL")
+    s = sub.add_parser("summary", help="describe a saved model or checkpoint")
+    s.add_argument("model", metavar="MODEL", help="a model file, or a weights-only checkpoint")
 
-    sub.add_parser("bench", help="rnnkit vs PyTorch timings (arguments go to benchmarks/bench.py)",
-                   add_help=False)
+    sub.add_parser("bench", help="time rnnkit against PyTorch (needs torch; arguments go to "
+                                 "benchmarks/bench.py)", add_help=False)
     return p
 
 

@@ -13,21 +13,18 @@ checkpoint of the best weights.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
-from safetensors.numpy import save as st_save
 
 import rnnkit as rk
 from rnnkit._errors import FileFormatError
-from rnnkit.cli._common import CliError, write_bytes_atomic
+from rnnkit.cli._common import CliError
 from rnnkit.layers import Dense
 from rnnkit.models import EarlyStopping, ModelCheckpoint, SequentialBuilder
 from rnnkit.timeseries import DataError, ForecastSpec, Windows
@@ -99,28 +96,11 @@ def save_forecaster(model: Any, spec: ForecastSpec, path: str | os.PathLike[str]
     """Write the model file at ``path`` (``rnnkit.io.save_model``: one safetensors file, the
     architecture in its metadata) with ``spec`` as one more metadata entry, :data:`SPEC_KEY`.
 
-    When ``save_model`` takes ``metadata=`` it is used; otherwise the file ``save_model`` wrote
-    (to a temporary name) is re-read with safetensors and written again with the extra entry.
-    Either way the final write is atomic (temporary file, then rename)."""
+    The write is atomic (temporary file, then rename)."""
     from rnnkit import io as rio
 
     p = Path(path)
-    extra = {SPEC_KEY: spec.to_json()}
-    if "metadata" in inspect.signature(rio.save_model).parameters:
-        rio.save_model(model, p, metadata=extra)  # type: ignore[call-arg]
-        return p
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    os.close(fd)
-    try:
-        rio.save_model(model, tmp)
-        with safe_open(tmp, framework="numpy") as f:
-            meta = dict(f.metadata() or {})
-            tensors = {k: np.array(f.get_tensor(k)) for k in f.keys()}  # noqa: SIM118
-        meta.update(extra)
-        write_bytes_atomic(p, st_save(tensors, metadata=meta))
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    rio.save_model(model, p, metadata={SPEC_KEY: spec.to_json()})
     return p
 
 

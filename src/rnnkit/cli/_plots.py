@@ -5,13 +5,12 @@ optional ``plot`` extra (``pip install "rnnkit[plot]"``)."""
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rnnkit.cli._common import umask
+from rnnkit.io._atomic import atomic_write_with
 
 
 def have_matplotlib() -> bool:
@@ -33,16 +32,8 @@ def _figure(width: float, height: float) -> Any:
 
 def _save(fig: Any, path: Path) -> Path:
     """PNG to a temporary file next to ``path``, then rename (atomic)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", dpi=100)  # pixel size = figsize * 100, whatever the rc says
-        os.chmod(tmp, 0o666 & ~umask())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    # pixel size = figsize * 100, whatever the rc says
+    atomic_write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
     return path
 
 
@@ -67,22 +58,25 @@ def loss_curve(history: dict[str, list[float]], path: str | os.PathLike[str], *,
     return _save(fig, Path(path))
 
 
-def forecast_plot(x: np.ndarray, actual: np.ndarray, lines: dict[str, tuple[np.ndarray, np.ndarray]],
-                  path: str | os.PathLike[str], *, title: str, ylabel: str,
-                  split_at: float | None = None) -> Path:
-    """Two panels: the whole actual series with the first forecast line, a vertical line at
-    ``split_at``; below, the part from ``split_at`` on with the actual series and EVERY named
-    forecast ``(x, y)``."""
+def forecast_figure(x: np.ndarray, actual: np.ndarray, lines: dict[str, tuple[np.ndarray, np.ndarray]], *,
+                    title: str, ylabel: str, split_at: Any = None, part: str = "held-out test",
+                    xlabel: str = "year", before: tuple[str, np.ndarray, np.ndarray] | None = None) -> Any:
+    """Two panels: the whole actual series with the first forecast line (and ``before``, a
+    forecast of the part preceding ``split_at``, under its own label), a vertical line at
+    ``split_at`` marking the start of ``part``; below, ``part`` alone with the actual series
+    and EVERY named forecast ``(x, y)``."""
     fig = _figure(9.0, 7.0)
     top = fig.add_subplot(2, 1, 1)
     bottom = fig.add_subplot(2, 1, 2)
     styles = [("-", 1.6), ("--", 1.1), (":", 1.3)]
     first = next(iter(lines.items()), None)
     top.plot(x, actual, color="black", lw=1.0, label="actual")
+    if before is not None:
+        top.plot(before[1], before[2], "-", color="tab:green", lw=1.0, label=before[0])
     if first is not None:
-        top.plot(first[1][0], first[1][1], styles[0][0], lw=1.2, label=first[0])
+        top.plot(first[1][0], first[1][1], styles[0][0], color="tab:blue", lw=1.2, label=first[0])
     if split_at is not None:
-        top.axvline(split_at, color="grey", lw=0.8, ls=":", label="start of the held-out test")
+        top.axvline(split_at, color="grey", lw=0.8, ls=":", label=f"start of the {part} part")
         keep = x >= split_at
         bottom.plot(x[keep], actual[keep], "o-", color="black", lw=1.0, ms=2.5, label="actual")
     for k, (name, (xx, yy)) in enumerate(lines.items()):
@@ -90,11 +84,32 @@ def forecast_plot(x: np.ndarray, actual: np.ndarray, lines: dict[str, tuple[np.n
         style, lw = styles[k % len(styles)]
         bottom.plot(xx[sel], yy[sel], style, lw=lw, label=name)
     top.set_title(title)
-    bottom.set_title("held-out test part")
+    bottom.set_title(f"{part} part")
     for ax in (top, bottom):
-        ax.set_xlabel("year")
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", fontsize="small")
     fig.tight_layout()
-    return _save(fig, Path(path))
+    return fig
+
+
+def forecast_plot(x: np.ndarray, actual: np.ndarray, lines: dict[str, tuple[np.ndarray, np.ndarray]],
+                  path: str | os.PathLike[str], **kwargs: Any) -> Path:
+    """:func:`forecast_figure` written to ``path`` as PNG (atomically)."""
+    return _save(forecast_figure(x, actual, lines, **kwargs), Path(path))
+
+
+def remove_pictures(folder: Path) -> list[Path]:
+    """Delete ``loss.png`` / ``forecast.png`` an earlier run left in ``folder`` (so the folder
+    never shows pictures of another model); returns what was removed."""
+    gone = []
+    for name in PICTURES:
+        p = folder / name
+        if p.is_file():
+            p.unlink()
+            gone.append(p)
+    return gone
+
+
+PICTURES = ("loss.png", "forecast.png")

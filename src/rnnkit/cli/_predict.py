@@ -19,11 +19,13 @@ from __future__ import annotations
 import argparse
 import io
 import sys
+from pathlib import Path
 
 import numpy as np
 
-from rnnkit.cli._common import CliError, write_text_atomic
-from rnnkit.cli._model import describe_spec, load_forecaster, predict_values
+from rnnkit.cli._common import CliError, check_output_file, data_path, write_text_atomic
+from rnnkit.cli._model import describe_spec, load_forecaster, predict_values, read_metadata
+from rnnkit.io._weights import WEIGHTS_FORMAT, read_safetensors
 from rnnkit.timeseries import ForecastSpec, Table, Windows, read_csv
 
 
@@ -63,6 +65,9 @@ def _emit(text: str, output: str | None) -> None:
 
 
 def predict_command(args: argparse.Namespace) -> int:
+    if args.output is not None:
+        check_output_file(args.output, "--output")
+    args.data = data_path(args.data)
     model, spec_or_none = load_forecaster(args.model)
     spec = _require_spec(spec_or_none, args.model)
     feats = list(spec.features)
@@ -108,6 +113,10 @@ def predict_command(args: argparse.Namespace) -> int:
 
 
 def summary_command(args: argparse.Namespace) -> int:
+    meta = read_metadata(args.model) if Path(args.model).is_file() else {}
+    if meta.get("format") == WEIGHTS_FORMAT:
+        print(describe_weights_file(args.model))
+        return 0
     model, spec = load_forecaster(args.model)
     text = model.summary(print_fn=None) if _takes_print_fn(model) else model.summary()
     if text is not None:
@@ -124,3 +133,16 @@ def _takes_print_fn(model: object) -> bool:
         return "print_fn" in inspect.signature(model.summary).parameters  # type: ignore[attr-defined]
     except (TypeError, ValueError, AttributeError):
         return False
+
+
+def describe_weights_file(path: str | Path) -> str:
+    """The table of a weights-only file (``rnnkit train``'s ``checkpoint.safetensors``)."""
+    tensors, _ = read_safetensors(path)
+    width = max([len(k) for k in tensors] + [6])
+    lines = [f"{path}: a weights-only file (the best weights seen in training); it holds no "
+             f"architecture: load it into the model with model.load_weights(path)",
+             f"  {'weight':<{width}}  {'shape':<16} {'params':>9}"]
+    for k in sorted(tensors):
+        lines.append(f"  {k:<{width}}  {str(tuple(tensors[k].shape)):<16} {tensors[k].size:>9,}")
+    lines.append(f"total params: {sum(t.size for t in tensors.values()):,}")
+    return "\n".join(lines)

@@ -4,7 +4,9 @@ persistence and AR(p), and save the model with its forecast settings.
 
 Writes into ``--out`` (default ``./rnnkit_out``): ``model.safetensors`` (the model; the scaler
 and windowing settings in its metadata), ``checkpoint.safetensors`` (best weights seen during
-training), ``history.csv`` (loss per epoch) and ``metrics.json``.
+training), ``history.csv`` (loss per epoch), ``metrics.json`` and, with matplotlib, its own
+``loss.png`` and ``forecast.png`` (pictures an earlier run left there are replaced, or removed
+under ``--no-plots``). ``DATA`` is a CSV path or a bundled data set's name (``sunspots``, ``co2``).
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rnnkit.cli._common import CliError, ensure_dir, metrics_table, write_text_atomic
+import numpy as np
+
+from rnnkit.cli._common import CliError, data_path, ensure_dir, metrics_table, write_text_atomic
 from rnnkit.cli._model import TrainConfig, build_network, predict_values, save_forecaster, train_network
-from rnnkit.cli._prepare import compare, prepare
-from rnnkit.timeseries import read_csv
+from rnnkit.cli._plots import forecast_plot, have_matplotlib, loss_curve, remove_pictures
+from rnnkit.cli._prepare import Comparison, compare, prepare
+from rnnkit.timeseries import Windows, read_csv
 
 
 def parse_columns(text: str | None, target: str) -> list[str]:
@@ -67,6 +72,7 @@ def train_command(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace, dist: Any) -> int:
     root = dist is None or dist.is_root
+    args.data = data_path(args.data)
     features = parse_columns(args.features, args.target)
     cols = features + ([args.target] if args.target not in features else [])
     table = read_csv(args.data, cols, date_col=args.date_col, missing=args.missing)
@@ -106,8 +112,37 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
     write_text_atomic(out / "metrics.json", json.dumps(
         {"part": "validation" if len(prep.val) else "training", "windows": int(len(part)),
          "metrics": cmp.as_dict(), "epochs_run": epochs_run, "seconds": round(secs, 3)}, indent=1))
+    pictures = draw_pictures(out, history, table.index, y_raw, part, pred, cmp, label.split()[0],
+                             table.index_name, args.target, plots=not args.no_plots)
     print(f"trained {epochs_run} epoch(s) in {secs:.1f} s")
     print(metrics_table(cmp.rows, f"{label} metrics on {len(part)} window(s), in data units:"))
     print(f"model saved to {model_path} (scaler and window settings inside); best weights in "
           f"{out / 'checkpoint.safetensors'}; loss per epoch in {out / 'history.csv'}")
+    for line in pictures:
+        print(line)
     return 0
+
+
+def draw_pictures(out: Path, history: dict[str, list[float]], index: np.ndarray, actual: np.ndarray,
+                  part: Windows, pred: np.ndarray, cmp: Comparison, part_name: str, index_name: str,
+                  target: str, *, plots: bool) -> list[str]:
+    """This run's loss.png and forecast.png in ``out`` (replacing an earlier run's), or none
+    (removing an earlier run's) without matplotlib or with ``--no-plots``. Returns what to say."""
+    if not (plots and have_matplotlib()):
+        said = [f"removed {p} (a picture of an earlier run)" for p in remove_pictures(out)]
+        return said + ([] if not plots else ['no pictures: matplotlib is not installed '
+                                             '(pip install "rnnkit[plot]")'])
+    val = history.get("val_loss", [])
+    best = int(np.argmin(val)) + 1 if val else None
+    loss = loss_curve(history, out / "loss.png", best_epoch=best, title="rnnkit train: loss per epoch")
+    xs = index[part.pos]
+    start = part.pos[0]
+    ar_name, p_name = cmp.rows[2][0], cmp.rows[1][0]
+    fc = forecast_plot(
+        index[max(0, start - 4 * len(part.pos)):], actual[max(0, start - 4 * len(part.pos)):],
+        {f"{cmp.rows[0][0]} ({part_name} RMSE {cmp.rows[0][1]:.3g})": (xs, pred),
+         f"{ar_name} ({part_name} RMSE {cmp.rows[2][1]:.3g})": (xs, cmp.ar),
+         f"{p_name} ({part_name} RMSE {cmp.rows[1][1]:.3g})": (xs, cmp.persistence)},
+        out / "forecast.png", split_at=xs[0], part=part_name, xlabel=index_name, ylabel=target,
+        title=f"rnnkit train: forecasts of {target!r} vs actual")
+    return [f"saved the loss curve to {loss}", f"saved the forecast-vs-actual picture to {fc}"]

@@ -5,6 +5,7 @@ from rnnkit.io._atomic import atomic_write_bytes
 from rnnkit.io._interop import from_keras_weights, from_torch_state, to_keras_weights, to_torch_state
 from rnnkit.io._interop_errors import MissingDependencyError, UnsupportedFeatureError
 from rnnkit.io._keras_file import load_keras, load_keras_weights
+from rnnkit.io._limits import LIMITS, Limits, set_limits
 from rnnkit.io._model import load_model, save_model
 from rnnkit.io._torch_file import load_torch_rnn, load_torch_safetensors, save_torch_safetensors
 from rnnkit.io._weights import (
@@ -21,4 +22,5 @@ __all__ = [
     "to_keras_weights", "to_torch_state",
     "MissingDependencyError", "UnsupportedFeatureError", "load_keras", "load_keras_weights",
     "load_torch_rnn", "load_torch_safetensors", "save_torch_safetensors",
+    "LIMITS", "Limits", "set_limits",
 ]

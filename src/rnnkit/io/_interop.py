@@ -25,6 +25,16 @@ from rnnkit._layouts import check_torch_compatible, from_torch, to_torch, torch_
 from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
 
 
+def _check_finite(arrays: Mapping[str, Any], where: str) -> None:
+    """InvalidInputError naming the first weight holding NaN or Inf (nothing is installed)."""
+    for name, a in arrays.items():
+        arr = np.asarray(a)
+        if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+            pos = tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])
+            raise InvalidInputError(f"{where}: {name} holds {arr[pos]} at {pos}; expected finite numbers "
+                                    f"(nothing was loaded)")
+
+
 def _kind(layer: Any, where: str) -> str:
     for cls, name in ((LSTM, "LSTM"), (GRU, "GRU"), (SimpleRNN, "SimpleRNN")):
         if isinstance(layer, cls):
@@ -72,7 +82,9 @@ def from_torch_state(layer: RecurrentLayer, state_dict: Mapping[str, Any], suffi
         raise WeightShapeError(problems[0][0], problems[0][1], problems[0][2],
                                f"{where} into {kind}(units={layer.units}): {listing}; names ending "
                                f"{suffix!r} in the state dict: {near}")
-    layer.set_weights(**from_torch(cell, arrs, layer.dtype))
+    weights = from_torch(cell, arrs, layer.dtype)
+    _check_finite(weights, "from_torch_state")
+    layer.set_weights(**weights)
 
 
 def to_torch_state(layer: RecurrentLayer, suffix: str = "_l0") -> dict[str, np.ndarray]:
@@ -117,6 +129,8 @@ def from_keras_weights(layer: RecurrentLayer, weights: Sequence[Any]) -> None:
             )
         if rows == 1 and bias.shape == (GH,):
             arrays[2] = bias.reshape(1, GH)
+    names = ("kernel", "recurrent_kernel", "bias")
+    _check_finite(dict(zip(names, arrays, strict=False)), "from_keras_weights")
     layer.set_weights(*arrays)
 
 

@@ -49,15 +49,16 @@ models are refused. The compile settings are not imported.
 
 from __future__ import annotations
 
-import json
 import os
 import zipfile
 from typing import Any
 
+from rnnkit._budget import allocation_budget
 from rnnkit._errors import FileFormatError, WeightShapeError
 from rnnkit._layer import Layer
 from rnnkit.io._keras_h5 import WeightStore, unique_groups
 from rnnkit.io._keras_layers import RECURRENT, Mapped, map_layer, to_rnnkit_weights
+from rnnkit.io._limits import LIMITS, parse_json
 from rnnkit.io._weights import apply_strict
 from rnnkit.layers import Bidirectional, Dense, Embedding, MergeLayer
 from rnnkit.models import GraphBuilder, GraphModel, Sequential
@@ -80,8 +81,36 @@ def _check_path(p: str) -> None:
                               f"SavedModel cannot be read; re-save the model with model.save('m.keras'))")
 
 
+def _read_entry(z: zipfile.ZipFile, name: str, p: str) -> bytes:
+    """One archive entry, its stated size checked against the limits before decompressing and
+    the read itself capped (a lying header cannot make it longer)."""
+    info = z.getinfo(name)
+    cap = LIMITS.max_json_bytes if name.endswith(".json") else LIMITS.max_archive_entry_bytes
+    if info.file_size > cap:
+        raise FileFormatError(f"{p}: archive entry {name!r} states {info.file_size} bytes uncompressed, "
+                              f"over the limit of {cap} (rnnkit.io.set_limits)")
+    ratio = info.file_size / max(info.compress_size, 1)
+    if info.file_size > (1 << 20) and ratio > LIMITS.max_compression_ratio:
+        raise FileFormatError(f"{p}: archive entry {name!r} expands {ratio:.0f}-fold ({info.compress_size} "
+                              f"-> {info.file_size} bytes), over the limit of "
+                              f"{LIMITS.max_compression_ratio:g} (rnnkit.io.set_limits)")
+    chunks: list[bytes] = []
+    total = 0
+    try:
+        with z.open(info) as fh:
+            while chunk := fh.read(1 << 20):
+                total += len(chunk)
+                if total > cap or total > info.file_size:
+                    raise FileFormatError(f"{p}: archive entry {name!r} holds more than it states "
+                                          f"({info.file_size} bytes)")
+                chunks.append(chunk)
+    except (zipfile.BadZipFile, EOFError, OSError, NotImplementedError, RuntimeError) as e:
+        raise FileFormatError(f"{p}: archive entry {name!r} cannot be read ({e})") from None
+    return b"".join(chunks)
+
+
 def _read_archive(p: str) -> tuple[dict[str, Any], bytes]:
-    """``(config, weights h5 bytes)`` of a ``.keras`` zip archive."""
+    """``(config, weights h5 bytes)`` of a ``.keras`` zip archive, entry by entry, bounded."""
     _check_path(p)
     head = _head(p)
     if head.startswith(b"\x89HDF"):
@@ -91,7 +120,11 @@ def _read_archive(p: str) -> tuple[dict[str, Any], bytes]:
     if not zipfile.is_zipfile(p):
         raise FileFormatError(f"{p}: not a Keras '.keras' archive (a zip file); found "
                               f"{os.path.getsize(p)} bytes starting {head!r}")
-    with zipfile.ZipFile(p) as z:
+    try:
+        z = zipfile.ZipFile(p)
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        raise FileFormatError(f"{p}: a damaged zip archive ({e})") from None
+    with z:
         names = z.namelist()
         if any(n.endswith("data.pkl") for n in names):
             raise FileFormatError(f"{p}: a torch.save archive, not a '.keras' file")
@@ -99,15 +132,12 @@ def _read_archive(p: str) -> tuple[dict[str, Any], bytes]:
             raise FileFormatError(f"{p}: a zip archive without config.json is not a '.keras' file "
                                   f"(it holds {names[:10]})")
         if _WEIGHTS not in names:
-            raise FileFormatError(f"{p}: the archive has no {_WEIGHTS} (found {names}); sharded or "
+            raise FileFormatError(f"{p}: the archive has no {_WEIGHTS} (found {names[:10]}); sharded or "
                                   f"weightless Keras archives are not supported")
-        try:
-            config = json.loads(z.read("config.json"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise FileFormatError(f"{p}: config.json is not JSON ({e})") from None
-        data = z.read(_WEIGHTS)
-    if not isinstance(config, dict) or not isinstance(config.get("config"), dict):
-        raise FileFormatError(f"{p}: config.json holds no model config")
+        config = parse_json(_read_entry(z, "config.json", p), f"{p}:config.json")
+        if not isinstance(config, dict) or not isinstance(config.get("config"), dict):
+            raise FileFormatError(f"{p}: config.json holds no model config")
+        data = _read_entry(z, _WEIGHTS, p)
     return config, data
 
 
@@ -308,17 +338,24 @@ def load_keras(path: str | os.PathLike[str]) -> Sequential | GraphModel:
     top, data = _read_archive(p)
     cfg = top["config"]
     kind = top.get("class_name")
-    if kind == "Sequential":
-        model, mapped, groups = _sequential(cfg, top)
-    elif kind in ("Functional", "Model") and "input_layers" in cfg:
-        model, mapped, groups = _functional(cfg)
-    else:
+    functional = kind in ("Functional", "Model") and "input_layers" in cfg
+    if kind != "Sequential" and not functional:
         from rnnkit.io._interop_errors import UnsupportedFeatureError
 
         raise UnsupportedFeatureError(str(cfg.get("name", kind)), "class_name",
                                       f"Keras model class {kind!r}: only Sequential and functional "
                                       f"models can be imported (subclassed models have no config)")
+    layers = cfg.get("layers", [])
+    for lc in layers if isinstance(layers, list) else []:
+        map_layer(lc)  # refuse a malformed or unsupported layer before reading any weight
     store = WeightStore.read(data, f"{p}:{_WEIGHTS}")
+    # the config may declare no more weight numbers than the file holds: checked per weight
+    # before it is drawn, so LSTM(units=20000) in a small file costs nothing
+    with allocation_budget(sum(int(a.size) for a in store.arrays.values()), f"load_keras({p})"):
+        try:
+            model, mapped, groups = _functional(cfg) if functional else _sequential(cfg, top)
+        except RecursionError:
+            raise FileFormatError(f"{p}: config.json is nested too deeply to rebuild") from None
     entries: list[tuple[Layer, str]] = []
     for m, group in zip(mapped, groups, strict=True):
         g = store.by_name.get(m.name, f"layers/{group}")

@@ -18,6 +18,7 @@ The layout, as Keras 3.15.1 writes it (measured)::
 from __future__ import annotations
 
 import io
+import os
 import re
 from typing import Any
 
@@ -79,10 +80,12 @@ class WeightStore:
         arrays: dict[str, np.ndarray] = {}
         by_name: dict[str, str] = {}
         handle: Any = io.BytesIO(data) if isinstance(data, bytes) else data
+        size = len(data) if isinstance(data, bytes) else os.path.getsize(data)
         try:
             f = h5py.File(handle, "r")
-        except OSError as e:
+        except (OSError, ValueError) as e:
             raise FileFormatError(f"{source}: not an HDF5 Keras weights file ({e})") from None
+        left = [size]  # the bytes the datasets may still claim: their data lies in the file
         with f:
             if "layers" not in f:
                 raise FileFormatError(
@@ -94,6 +97,15 @@ class WeightStore:
             def visit(name: str, obj: Any) -> None:
                 full = "layers/" + name
                 if isinstance(obj, h5py.Dataset):
+                    if obj.dtype.kind not in "biuf":
+                        raise FileFormatError(f"{source}: dataset {full!r} holds {obj.dtype}, not numbers")
+                    nbytes = int(np.prod(obj.shape, dtype=object)) * obj.dtype.itemsize
+                    if nbytes > left[0]:
+                        raise FileFormatError(
+                            f"{source}: dataset {full!r} declares shape {obj.shape} ({nbytes} bytes) but "
+                            f"the file has {size} bytes, {left[0]} not claimed by earlier datasets; "
+                            f"refused before reading")
+                    left[0] -= nbytes
                     arrays[full] = np.array(obj[()])
                 elif name.count("/") == 1 and name.endswith("/vars"):
                     lname = obj.attrs.get("name")
@@ -102,7 +114,12 @@ class WeightStore:
                     if isinstance(lname, str):
                         by_name[lname] = full[: -len("/vars")]
 
-            f["layers"].visititems(visit)
+            try:
+                f["layers"].visititems(visit)
+            except FileFormatError:
+                raise
+            except (OSError, KeyError, ValueError, RuntimeError, TypeError) as e:
+                raise FileFormatError(f"{source}: a damaged HDF5 weights file ({e})") from None
         return cls(arrays, by_name, source)
 
     def vars_at(self, prefix: str) -> list[np.ndarray] | None:

@@ -102,6 +102,24 @@ def _train_only_options(cfg: dict[str, Any], name: str) -> None:
                     f"predictions are unaffected)")
 
 
+def _flag(cfg: dict[str, Any], key: str, default: bool, name: str) -> bool:
+    """A boolean option of a Keras layer config; anything but true/false is a malformed file."""
+    v = cfg.get(key, default)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise FileFormatError(f"Keras layer {name!r}: option {key!r} must be true or false, got {v!r}")
+    return v
+
+
+def _int(cfg: dict[str, Any], key: str, name: str, default: int | None = None) -> int:
+    """An integer option of a Keras layer config (a float or string is a malformed file)."""
+    v = cfg[key] if default is None else cfg.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise FileFormatError(f"Keras layer {name!r}: option {key!r} must be an integer, got {v!r}")
+    return v
+
+
 def _recurrent(class_name: str, cfg: dict[str, Any], name: str) -> RecurrentLayer:
     extra: dict[str, Any] = {}
     if class_name != "SimpleRNN":
@@ -117,17 +135,17 @@ def _recurrent(class_name: str, cfg: dict[str, Any], name: str) -> RecurrentLaye
                     f"state yet (inference is unaffected; training in rnnkit runs without it)")
     _train_only_options(cfg, name)
     kwargs: dict[str, Any] = {
-        **extra, "use_bias": bool(cfg.get("use_bias", True)),
-        "return_sequences": bool(cfg.get("return_sequences", False)),
-        "go_backwards": bool(cfg.get("go_backwards", False)),
-        "return_state": bool(cfg.get("return_state", False)),
-        "stateful": bool(cfg.get("stateful", False)),
+        **extra, "use_bias": _flag(cfg, "use_bias", True, name),
+        "return_sequences": _flag(cfg, "return_sequences", False, name),
+        "go_backwards": _flag(cfg, "go_backwards", False, name),
+        "return_state": _flag(cfg, "return_state", False, name),
+        "stateful": _flag(cfg, "stateful", False, name),
         "dropout": float(cfg.get("dropout") or 0.0),
         "dtype": dtype_of(cfg, name), "name": name,
     }
-    units = int(cfg["units"])
+    units = _int(cfg, "units", name)
     if class_name == "GRU":
-        return GRU(units, act, reset_after=bool(cfg.get("reset_after", True)), **kwargs)
+        return GRU(units, act, reset_after=_flag(cfg, "reset_after", True, name), **kwargs)
     cls = RECURRENT[class_name]
     return cls(units, act, **kwargs)
 
@@ -178,8 +196,8 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
         _refuse_if(cfg.get("quantization_config") is not None, name, "quantization_config",
                    "quantized weights are not supported")
         _train_only_options(cfg, name)
-        out = Dense(int(cfg["units"]), _activation(cfg, "activation", name),
-                    use_bias=bool(cfg.get("use_bias", True)), dtype=dtype, name=name)
+        out = Dense(_int(cfg, "units", name), _activation(cfg, "activation", name),
+                    use_bias=_flag(cfg, "use_bias", True, name), dtype=dtype, name=name)
         return Mapped(name, class_name, out, [(out, "vars")])
     if class_name == "Embedding":
         _refuse_if(cfg.get("lora_rank") is not None, name, "lora_rank",
@@ -187,8 +205,8 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
         _refuse_if(cfg.get("quantization_config") is not None, name, "quantization_config",
                    "quantized weights are not supported")
         _train_only_options(cfg, name)
-        out = Embedding(int(cfg["input_dim"]), int(cfg["output_dim"]),
-                        mask_zero=bool(cfg.get("mask_zero", False)), dtype=dtype, name=name)
+        out = Embedding(_int(cfg, "input_dim", name), _int(cfg, "output_dim", name),
+                        mask_zero=_flag(cfg, "mask_zero", False, name), dtype=dtype, name=name)
         return Mapped(name, class_name, out, [(out, "vars")])
     if class_name == "Dropout":
         if cfg.get("noise_shape") is not None:
@@ -200,12 +218,12 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
     if class_name in MERGES:
         return Mapped(name, class_name, MERGES[class_name](dtype=dtype, name=name))
     if class_name == "RepeatVector":
-        return Mapped(name, class_name, RepeatVector(int(cfg["n"]), dtype=dtype, name=name))
+        return Mapped(name, class_name, RepeatVector(_int(cfg, "n", name), dtype=dtype, name=name))
     if class_name == "Activation":
         return Mapped(name, class_name,
                       ActivationLayer(_activation(cfg, "activation", name), dtype=dtype, name=name))
     # Concatenate
-    return Mapped(name, class_name, Concatenate(int(cfg.get("axis", -1)), dtype=dtype, name=name))
+    return Mapped(name, class_name, Concatenate(_int(cfg, "axis", name, -1), dtype=dtype, name=name))
 
 
 def _bidirectional(cfg: dict[str, Any], name: str) -> Mapped:
@@ -218,7 +236,7 @@ def _bidirectional(cfg: dict[str, Any], name: str) -> Mapped:
     bwd_cfg = cfg.get("backward_layer")
     if not isinstance(bwd_cfg, dict):  # Keras derives it: the same layer, go_backwards flipped
         inner = dict(fwd_cfg.get("config", {}))
-        inner["go_backwards"] = not bool(inner.get("go_backwards", False))
+        inner["go_backwards"] = not _flag(inner, "go_backwards", False, name)
         bwd_cfg = {"class_name": fwd_cfg.get("class_name"), "config": inner}
     dirs = []
     for sub, role in ((fwd_cfg, "forward"), (bwd_cfg, "backward")):
@@ -227,7 +245,8 @@ def _bidirectional(cfg: dict[str, Any], name: str) -> Mapped:
             raise UnsupportedFeatureError(name, "layer", f"Bidirectional over {sub_class!r}; supported: "
                                           f"SimpleRNN, LSTM, GRU")
         sub_cfg = dict(sub.get("config", {}))
-        sub_cfg["return_state"] = bool(cfg.get("return_state", sub_cfg.get("return_state", False)))
+        inner_state = _flag(sub_cfg, "return_state", False, name)
+        sub_cfg["return_state"] = _flag(cfg, "return_state", inner_state, name)
         dirs.append(_recurrent(str(sub_class), sub_cfg, f"{role}_{name}"))
     try:
         bi = Bidirectional(dirs[0], mode, dirs[1], name=name)

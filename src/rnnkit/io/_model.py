@@ -22,7 +22,9 @@ import json
 import os
 from typing import Any
 
-from rnnkit._errors import FileFormatError
+from rnnkit._budget import allocation_budget
+from rnnkit._errors import FileFormatError, InvalidParameterError
+from rnnkit.io._limits import parse_json
 from rnnkit.io._weights import (
     FORMAT_VERSION,
     WEIGHTS_FORMAT,
@@ -48,9 +50,11 @@ def _compile_config(model: Any) -> dict[str, Any] | None:
     return {"optimizer": optimizers.serialize(opt), "loss": losses.serialize(loss), "metrics": mets}
 
 
-def save_model(model: Any, path: str | os.PathLike[str]) -> None:
+def save_model(model: Any, path: str | os.PathLike[str], *, metadata: dict[str, str] | None = None) -> None:
     """Write ``model``'s architecture (``get_config()``), compile settings and weights to one
-    safetensors file, atomically. Load it with :func:`load_model` / ``rnnkit.load_model``."""
+    safetensors file, atomically; the same model always gives the same bytes. ``metadata``:
+    extra str -> str entries stored beside rnnkit's own (which they may not replace). Load it
+    with :func:`load_model` / ``rnnkit.load_model``."""
     from rnnkit import __version__
 
     meta = {"format": MODEL_FORMAT, "format_version": FORMAT_VERSION, "rnnkit_version": __version__,
@@ -58,15 +62,60 @@ def save_model(model: Any, path: str | os.PathLike[str]) -> None:
     comp = _compile_config(model)
     if comp is not None:
         meta["compile"] = json.dumps(comp)
+    for k, v in (metadata or {}).items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError(f"save_model: metadata must map str to str, got {k!r}: {type(v).__name__}")
+        if k in meta:
+            raise InvalidParameterError(f"save_model: metadata key {k!r} is rnnkit's own; choose another")
+        meta[k] = v
     write_safetensors(path, collect(dict(model.named_weights())), meta)
 
 
 def _decode(meta: dict[str, str], key: str, p: str) -> Any:
+    if key not in meta:
+        raise FileFormatError(f"{p}: the rnnkit model metadata entry {key!r} is missing")
+    return parse_json(meta[key], f"{p}: metadata entry {key!r}")
+
+
+def _entry(obj: Any, what: str, p: str) -> tuple[str, dict[str, Any]]:
+    """``(class_name, config)`` of a ``{"class_name": str, "config": dict}`` entry, or
+    FileFormatError saying what the compile metadata held instead."""
+    if (not isinstance(obj, dict) or not isinstance(obj.get("class_name"), str)
+            or not isinstance(obj.get("config", {}), dict)):
+        raise FileFormatError(f"{p}: compile metadata {what} must be {{'class_name': str, 'config': "
+                              f"dict}} as save_model writes it, got {str(obj)[:200]}")
+    return obj["class_name"], obj.get("config", {})
+
+
+def _compile_from(comp: Any, p: str) -> tuple[Any, Any, list[Any]]:
+    """The optimizer, loss and metrics of a file's ``compile`` entry; every deviation from what
+    :func:`save_model` writes is a FileFormatError naming the path."""
+    from rnnkit import Error, losses, metrics, optimizers
+
+    if not isinstance(comp, dict) or not {"optimizer", "loss"} <= set(comp):
+        raise FileFormatError(f"{p}: compile metadata must be an object with 'optimizer' and 'loss' "
+                              f"(and 'metrics'), got {str(comp)[:200]}")
+    mets_cfg = comp.get("metrics", [])
+    if not isinstance(mets_cfg, list):
+        raise FileFormatError(f"{p}: compile metadata 'metrics' must be a list, got {mets_cfg!r}"[:300])
     try:
-        return json.loads(meta[key])
-    except (KeyError, json.JSONDecodeError) as e:
-        raise FileFormatError(f"{p}: the rnnkit model metadata entry {key!r} is missing or not JSON "
-                              f"({e})") from None
+        _entry(comp["optimizer"], "'optimizer'", p)
+        _entry(comp["loss"], "'loss'", p)
+        mets = []
+        for m in mets_cfg:
+            name, cfg = _entry(m, "metric", p)
+            if not cfg:
+                if not isinstance(m.get("name"), str):
+                    raise FileFormatError(f"{p}: compile metadata metric {m!r} has no name"[:300])
+                mets.append(metrics.get(m["name"]))
+            else:
+                mets.append(metrics.from_config(name, cfg))
+        return optimizers.deserialize(comp["optimizer"]), losses.deserialize(comp["loss"]), mets
+    except FileFormatError:
+        raise
+    except (Error, TypeError, KeyError, AttributeError, ValueError) as e:
+        raise FileFormatError(f"{p}: the compile metadata cannot be rebuilt ({type(e).__name__}: "
+                              f"{e})"[:500]) from None
 
 
 def load_model(path: str | os.PathLike[str]) -> Any:
@@ -75,7 +124,6 @@ def load_model(path: str | os.PathLike[str]) -> Any:
     Raises FileFormatError naming the path when the file is not safetensors, is a weights-only
     file, or carries no rnnkit model metadata (it says what it found instead).
     """
-    from rnnkit import losses, metrics, optimizers
     from rnnkit.models import model_from_config
 
     p = os.fspath(path)
@@ -94,12 +142,14 @@ def load_model(path: str | os.PathLike[str]) -> Any:
     if version != FORMAT_VERSION:
         raise FileFormatError(f"{p}: rnnkit model format_version {version!r} is not supported "
                               f"(this rnnkit reads {FORMAT_VERSION!r})")
-    model = model_from_config(_decode(meta, "config", p))
+    config = _decode(meta, "config", p)
+    compiled = _compile_from(_decode(meta, "compile", p), p) if "compile" in meta else None
+    with allocation_budget(sum(int(t.size) for t in tensors.values()), f"load_model({p})"):
+        try:
+            model = model_from_config(config)
+        except RecursionError:
+            raise FileFormatError(f"{p}: the model config is nested too deeply to rebuild") from None
     apply_strict(dict(model.named_weights()), tensors, f"load_model({p})")
-    if "compile" in meta:
-        comp = _decode(meta, "compile", p)
-        mets = [metrics.get(m["name"]) if not m.get("config")
-                else metrics.from_config(m["class_name"], m["config"]) for m in comp.get("metrics", [])]
-        model.compile(optimizers.deserialize(comp["optimizer"]), losses.deserialize(comp["loss"]),
-                      metrics=mets)
+    if compiled is not None:
+        model.compile(compiled[0], compiled[1], metrics=compiled[2])
     return model

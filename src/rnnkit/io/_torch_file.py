@@ -36,10 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit._errors import FileFormatError, InvalidInputError
+from rnnkit._errors import FileFormatError, InvalidInputError, InvalidParameterError
+from rnnkit._layer import check_bool, check_real, resolve_dtype
 from rnnkit.io._interop import to_torch_state
 from rnnkit.io._interop_errors import UnsupportedFeatureError
-from rnnkit.io._weights import read_safetensors, write_safetensors
+from rnnkit.io._weights import check_finite_weights, read_safetensors, write_safetensors
 from rnnkit.recurrent import RecurrentLayer
 from rnnkit.rnn import RNNConfig, RNNNet
 
@@ -60,8 +61,11 @@ def _sniff(p: str) -> None:
     advice = ("rnnkit never unpickles files (unpickling can run arbitrary code); in PyTorch, write "
               "the state dict with safetensors.torch.save_file(model.state_dict(), 'model.safetensors')")
     if head.startswith(b"PK\x03\x04"):
-        with zipfile.ZipFile(p) as z:
-            names = z.namelist()
+        try:
+            with zipfile.ZipFile(p) as z:
+                names = z.namelist()
+        except (zipfile.BadZipFile, OSError, ValueError) as e:
+            raise FileFormatError(f"{p}: a damaged zip archive, not a safetensors file ({e})") from None
         if any(n.endswith("data.pkl") for n in names):
             raise FileFormatError(f"{p}: a torch.save file (a zip archive holding a pickle, "
                                   f"{[n for n in names if n.endswith('data.pkl')][0]!r}); {advice}")
@@ -129,7 +133,17 @@ def load_torch_rnn(path: str | os.PathLike[str], *, prefix: str = "", batch_firs
     GRUState / SimpleRNNState) for the same input layout."""
     p = os.fspath(path)
     where = f"load_torch_rnn({p})"
-    found = _parse(load_torch_safetensors(p), prefix, where)
+    if not isinstance(prefix, str):
+        raise TypeError(f"{where}: prefix must be a str such as 'lstm.', got {prefix!r}")
+    batch_first = check_bool(batch_first, "batch_first", where)
+    rate = check_real(dropout, "dropout", where)
+    if not 0.0 <= rate < 1.0:
+        raise InvalidParameterError(f"{where}: dropout must be a number in [0, 1), got {dropout!r}")
+    if dtype is not None:
+        resolve_dtype(dtype, where)
+    tensors = load_torch_safetensors(p)
+    check_finite_weights(tensors, where)
+    found = _parse(tensors, prefix, where)
     if ("weight_hh", 0, False) not in found or ("weight_ih", 0, False) not in found:
         raise InvalidInputError(f"{where}: '{prefix}weight_ih_l0' and '{prefix}weight_hh_l0' are required")
     whh, wih = found[("weight_hh", 0, False)], found[("weight_ih", 0, False)]
@@ -152,10 +166,10 @@ def load_torch_rnn(path: str | os.PathLike[str], *, prefix: str = "", batch_firs
     if dtype is None:
         dtype = "float64" if whh.dtype == np.float64 else "float32"
     config = RNNConfig(num_layers=len(layers), bidirectional=any(r for _, _, r in found),
-                       has_biases=("bias_ih", 0, False) in found, batch_first=bool(batch_first),
-                       dropout=dropout, proj_size=0 if whr is None else int(whr.shape[0]),
+                       has_biases=("bias_ih", 0, False) in found, batch_first=batch_first,
+                       dropout=rate, proj_size=0 if whr is None else int(whr.shape[0]),
                        nonlinearity=nonlinearity)
-    net = RNNNet(mode, int(wih.shape[1]), H, config, dtype=dtype)
+    net = RNNNet(mode, int(wih.shape[1]), H, config, dtype=dtype)  # sizes read off the file's tensors
     state = {f"{kind}_l{k}{'_reverse' if r else ''}": v for (kind, k, r), v in found.items()}
     want = net.state_dict()
     bad = [f"{prefix}{n}: expected {want[n].shape}, got {state[n].shape if n in state else 'missing'}"

@@ -11,13 +11,14 @@ layer's dtype. Every write is atomic (:mod:`rnnkit.io._atomic`).
 
 from __future__ import annotations
 
+import json
 import os
+import struct
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
-from safetensors.numpy import save as _st_save
 
 from rnnkit._errors import FileFormatError, WeightShapeError
 from rnnkit.io._atomic import atomic_write_bytes
@@ -32,11 +33,38 @@ FORMAT_VERSION = "1"
 Named = Mapping[str, tuple["Layer", str]]
 
 
+_ST_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "int64": "I64", "int32": "I32",
+              "int16": "I16", "int8": "I8", "uint64": "U64", "uint32": "U32", "uint16": "U16",
+              "uint8": "U8", "bool": "BOOL"}
+
+
+def safetensors_bytes(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> bytes:
+    """The safetensors serialisation of ``tensors`` with ``metadata``, byte-for-byte the same for
+    the same arrays: metadata keys sorted, tensors in name order (the ``safetensors`` package
+    writes its metadata map in hash order, so two saves of one model differed)."""
+    header: dict[str, object] = {}
+    if metadata:
+        header["__metadata__"] = {k: str(metadata[k]) for k in sorted(metadata)}
+    blobs: list[bytes] = []
+    offset = 0
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name])
+        if a.dtype.name not in _ST_DTYPES:
+            raise TypeError(f"cannot write {name!r}: dtype {a.dtype} has no safetensors code")
+        data = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+        header[name] = {"dtype": _ST_DTYPES[a.dtype.name], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)
+    return b"".join([struct.pack("<Q", len(head)), head, *blobs])
+
+
 def write_safetensors(path: str | os.PathLike[str], tensors: Mapping[str, np.ndarray],
                       metadata: Mapping[str, str]) -> None:
-    """Serialise ``tensors`` with ``metadata`` and write the file atomically."""
-    arrays = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
-    atomic_write_bytes(path, _st_save(arrays, metadata=dict(metadata)))
+    """Serialise ``tensors`` with ``metadata`` (deterministically) and write the file atomically."""
+    atomic_write_bytes(path, safetensors_bytes(tensors, metadata))
 
 
 def read_safetensors(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
@@ -60,6 +88,16 @@ def read_safetensors(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray
             f"starting {head!r}"
         ) from None
     return tensors, meta
+
+
+def check_finite_weights(tensors: Mapping[str, np.ndarray], source: str) -> None:
+    """FileFormatError naming the first weight that holds NaN or Inf (nothing is loaded)."""
+    for key in sorted(tensors):
+        a = np.asarray(tensors[key])
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            pos = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
+            raise FileFormatError(f"{source}: weight {key!r} holds {a[pos]} at {pos}; expected finite "
+                                  f"numbers (nothing was loaded)")
 
 
 def collect(named: Named) -> dict[str, np.ndarray]:
@@ -97,6 +135,7 @@ def apply_strict(named: Named, tensors: Mapping[str, np.ndarray], source: str) -
         )
         err.problems = problems  # type: ignore[attr-defined]
         raise err
+    check_finite_weights(tensors, source)
     for key, (layer, wname) in named.items():
         layer.set_weight(wname, np.asarray(tensors[key]).astype(layer.dtype, copy=False))
 

@@ -23,6 +23,8 @@ derivative in terms of the output).
 In float64 ``tanh`` is libm's. In float32 it is the rational approximation :func:`tanh32`
 (a 13/6 odd/even rational on [-7.9053, 7.9053], clamped outside; max abs error 2.6e-7 against
 float64 tanh, measured on a dense grid by the tests), which vectorises where libm calls do not.
+From |x| = 9.010914 on, where the correctly rounded float32 tanh is exactly +-1, it returns
+exactly +-1, so a saturated unit passes no gradient (``1 - y*y == 0``), as the reference does.
 """
 
 from __future__ import annotations
@@ -59,13 +61,20 @@ _A = (4.89352455891786e-03, 6.37261928875436e-04, 1.48572235717979e-05, 5.122297
 _B = (4.89352518554385e-03, 2.26843463243900e-03, 1.18534705686654e-04, 1.19825839466702e-06)
 _F32 = np.float32
 _CLAMP, _NCLAMP = _F32(_C), _F32(-_C)
+#: the smallest float32 whose correctly rounded tanh is 1.0
+_SAT, _NSAT, _ONE, _NONE = _F32(9.010914), _F32(-9.010914), _F32(1.0), _F32(-1.0)
 _A1, _A3, _A5, _A7, _A9, _A11, _A13 = (_F32(v) for v in _A)
 _B0, _B2, _B4, _B6 = (_F32(v) for v in _B)
 
 
 @njit(**OPTS)
 def tanh32(x: Any) -> Any:
-    """float32 tanh: odd 13th-degree / even 6th-degree rational, clamped at +-7.9053."""
+    """float32 tanh: odd 13th-degree / even 6th-degree rational, clamped at +-7.9053; exactly
+    +-1 from +-9.010914 on (where float32 tanh rounds to +-1)."""
+    if x >= _SAT:
+        return _ONE
+    if x <= _NSAT:
+        return _NONE
     if x > _CLAMP:
         x = _CLAMP
     if x < _NCLAMP:

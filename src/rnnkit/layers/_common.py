@@ -19,6 +19,13 @@ def activation_from(spec: Any, where: str) -> ActivationFn:
     return resolve_activation(spec, where)
 
 
+def check_activation_axis(act: ActivationFn, rank: int, where: str) -> None:
+    """A softmax's axis must exist in outputs of ``rank`` (InvalidInputError otherwise)."""
+    if act.kind is Activation.SOFTMAX and not -rank <= act.axis < rank:
+        raise InvalidInputError(f"{where}: softmax axis {act.axis} is out of range for outputs of "
+                                f"rank {rank} (expected -{rank}..{rank - 1})")
+
+
 def activation_config(act: ActivationFn) -> str | dict[str, Any]:
     """The JSON form of an activation: its name, or ``{"name": "softmax", "axis": k}``."""
     if act.kind is Activation.SOFTMAX and act.axis != -1:

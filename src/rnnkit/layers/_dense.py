@@ -10,9 +10,9 @@ from rnnkit._activations import ActivationLike
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, WeightShapeError
 from rnnkit._initializers import glorot_uniform, zeros
-from rnnkit._layer import Layer, check_positive_int
+from rnnkit._layer import Layer, check_bool, check_positive_int
 from rnnkit._shape import Shape
-from rnnkit.layers._common import activation_config, activation_from
+from rnnkit.layers._common import activation_config, activation_from, check_activation_axis
 
 
 class Dense(Layer):
@@ -50,7 +50,7 @@ class Dense(Layer):
         super().__init__(seed=seed, dtype=dtype, name=name)
         self.units = check_positive_int(units, "units", self.name)
         self.activation = activation_from(activation, self.name)
-        self.use_bias = bool(use_bias)
+        self.use_bias = check_bool(use_bias, "use_bias", self.name)
 
     def _check_build_shape(self, shape: Shape) -> None:
         if shape.rank < 2:
@@ -62,6 +62,7 @@ class Dense(Layer):
             raise InvalidInputError(
                 f"{self.name}: the last (features) axis must be a known width >= 1, got {shape}"
             )
+        check_activation_axis(self.activation, shape.rank, self.name)
 
     def _build(self, shape: Shape, rng: np.random.Generator) -> None:
         F = int(shape[-1])  # type: ignore[arg-type]
@@ -149,12 +150,13 @@ class ActivationLayer(Layer):
 
     def __init__(self, activation: ActivationLike | dict[str, Any], *, dtype: Any = "float32",
                  name: str | None = None) -> None:
-        super().__init__(dtype=dtype, name=name or "Activation")
+        super().__init__(dtype=dtype, name=name if name is not None else "Activation")
         self.activation = activation_from(activation, self.name)
 
     def _check_build_shape(self, shape: Shape) -> None:
         if shape.rank < 1:
             raise InvalidInputError(f"{self.name}: expected an input of rank >= 1, got {shape}")
+        check_activation_axis(self.activation, shape.rank, self.name)
 
     def _check_rebuild(self, shape: Shape) -> None:
         """Stateless: any shape is accepted again."""

@@ -15,9 +15,17 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit._arrays import as_real_array
 from rnnkit._ctx import Ctx
-from rnnkit._errors import InvalidInputError, InvalidParameterError, NotBuiltError, WeightShapeError
-from rnnkit._layer import Layer
+from rnnkit._errors import (
+    InvalidInputError,
+    InvalidParameterError,
+    ModelBusyError,
+    NotBuiltError,
+    WeightShapeError,
+)
+from rnnkit._layer import Layer, check_bool, check_real
+from rnnkit._random import check_seed
 from rnnkit._shape import Shape
 from rnnkit.models._callbacks import Callback, History
 from rnnkit.models._summary import render_summary
@@ -43,13 +51,18 @@ def as_list(x: Data, n: int, what: str) -> list[np.ndarray]:
     one array; a list holding exactly one ndarray is accepted too), a list of ``n`` otherwise."""
     if n == 1:
         if isinstance(x, (list, tuple)) and len(x) == 1 and isinstance(x[0], np.ndarray):
-            return [x[0]]
-        return [np.asarray(x)]
+            return [_real(x[0], what)]
+        return [_real(x, what)]
     if not isinstance(x, (list, tuple)) or len(x) != n:
         got = f"a list of {len(x)}" if isinstance(x, (list, tuple)) else "one array"
         want = "a list" if n > 1 else "one array"
         raise InvalidInputError(f"expected {n} {what} array(s) ({want}), got {got}")
-    return [np.asarray(a) for a in x]
+    return [_real(a, what) for a in x]
+
+
+def _real(x: Any, what: str) -> np.ndarray:
+    """An array of real numbers (ragged nested lists and objects are refused, typed)."""
+    return as_real_array(x, what, "model")
 
 
 def unlist(xs: list[np.ndarray]) -> Data:
@@ -60,6 +73,8 @@ class Model:
     """Base class of :class:`Sequential` and :class:`GraphModel` (see the module docstring)."""
 
     def __init__(self, name: str) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"{type(self).__name__}: name must be a str, got {name!r}")
         self.name = name
         self.optimizer: Any = None
         self.loss: Any = None
@@ -67,6 +82,7 @@ class Model:
         self.stop_training = False
         self.history: History | None = None
         self._build_lock = threading.Lock()
+        self._fit_lock = threading.Lock()
 
     # -- subclass API ------------------------------------------------------------------------
     n_inputs: int = 1
@@ -187,8 +203,9 @@ class Model:
     def fit(self, x: Data, y: Data, epochs: int = 1, *, batch_size: int | None = None,
             validation_data: tuple[Data, Data] | None = None, validation_split: float = 0.0,
             callbacks: list[Callback] | None = None, verbose: int = 0, shuffle: bool = True,
-            seed: int | None = None, initial_epoch: int = 0, distributed: Any = None,
-            sample_weight: Any = None, class_weight: dict[int, float] | None = None, mask: Any = None,
+            seed: int | None = None, initial_epoch: int = 0, checkpoint: Any = None,
+            distributed: Any = None, sample_weight: Any = None,
+            class_weight: dict[int, float] | None = None, mask: Any = None,
             lengths: Any = None) -> History:
         """Train. ``fit(x, y, epochs)`` takes ONE full-batch step per epoch (the pages' rule);
         ``batch_size=`` takes mini-batch steps, reshuffled each epoch (``shuffle``) by a
@@ -199,25 +216,50 @@ class Model:
         outputs) or ``class_weight`` (``{class: weight}``) weight the loss as Keras does;
         ``mask=`` / ``lengths=`` mark the padding of the inputs (as in :meth:`predict`), and the
         mask of a sequence output leaves its padded steps out of the loss and metrics.
-        Returns the :class:`History`. ``distributed=rk.distributed.MPI()``
-        trains data-parallel on every rank of an MPI job (``batch_size`` is then the global
-        batch; see :mod:`rnnkit.distributed._fit`); it takes no weights or masks yet."""
-        if distributed is not None:
-            from rnnkit.distributed._fit import run_fit_distributed
-
-            if any(v is not None for v in (sample_weight, class_weight, mask, lengths)):
-                raise InvalidParameterError("fit: distributed= takes no sample_weight, class_weight, "
-                                            "mask or lengths yet")
-            return run_fit_distributed(
-                self, x, y, epochs, batch_size=batch_size, validation_data=validation_data,
-                validation_split=validation_split, callbacks=callbacks, verbose=verbose,
-                shuffle=shuffle, seed=seed, initial_epoch=initial_epoch, distributed=distributed)
+        ``checkpoint=DIR``: after each epoch the whole training state
+        (weights, optimizer slots, generator, history) is written to ``DIR`` atomically, and a
+        later ``fit`` with the same arguments resumes after the last completed epoch, ending
+        bit-identical to an uninterrupted run (:mod:`rnnkit.models._resume`). Returns the
+        :class:`History`. ``distributed=rk.distributed.MPI()`` trains data-parallel on every
+        rank of an MPI job (``batch_size`` is then the global batch; see
+        :mod:`rnnkit.distributed._fit`); it does not take ``checkpoint=`` in this version (a
+        ``ModelCheckpoint`` callback runs on rank 0), nor weights or masks yet."""
         from rnnkit.models._training import run_fit
 
-        return run_fit(self, x, y, epochs, batch_size=batch_size, validation_data=validation_data,
-                       validation_split=validation_split, callbacks=callbacks, verbose=verbose,
-                       shuffle=shuffle, seed=seed, initial_epoch=initial_epoch,
-                       sample_weight=sample_weight, class_weight=class_weight, mask=mask, lengths=lengths)
+        check_seed(seed, f"{self.name}.fit")
+        check_bool(shuffle, "shuffle", f"{self.name}.fit")
+        if not isinstance(verbose, (int, np.integer)) or verbose < 0:
+            raise InvalidParameterError(f"{self.name}.fit: verbose must be an int >= 0 or a bool, "
+                                        f"got {verbose!r}")
+        if validation_split is not None:
+            validation_split = check_real(validation_split, "validation_split", f"{self.name}.fit")
+        if distributed is not None and checkpoint is not None:
+            raise InvalidParameterError(
+                f"{self.name}.fit: checkpoint= is not available with distributed= in this version; "
+                f"use a ModelCheckpoint callback (it runs on rank 0) and load its file on rank 0 to resume")
+        weighted = any(v is not None for v in (sample_weight, class_weight, mask, lengths))
+        if distributed is not None and weighted:
+            raise InvalidParameterError(f"{self.name}.fit: distributed= takes no sample_weight, "
+                                        f"class_weight, mask or lengths yet")
+        if not self._fit_lock.acquire(blocking=False):
+            raise ModelBusyError(f"{self.name}: fit was called while the model is already training in "
+                                 f"another thread; one model trains in one thread at a time (build a "
+                                 f"second model from model.get_config() to train in parallel)")
+        try:
+            if distributed is not None:
+                from rnnkit.distributed._fit import run_fit_distributed
+
+                return run_fit_distributed(
+                    self, x, y, epochs, batch_size=batch_size, validation_data=validation_data,
+                    validation_split=validation_split, callbacks=callbacks, verbose=verbose,
+                    shuffle=shuffle, seed=seed, initial_epoch=initial_epoch, distributed=distributed)
+            return run_fit(self, x, y, epochs, batch_size=batch_size, validation_data=validation_data,
+                           validation_split=validation_split, callbacks=callbacks, verbose=verbose,
+                           shuffle=shuffle, seed=seed, initial_epoch=initial_epoch, checkpoint=checkpoint,
+                           sample_weight=sample_weight, class_weight=class_weight, mask=mask,
+                           lengths=lengths)
+        finally:
+            self._fit_lock.release()
 
     def fit_with_batches(self, x: Data, y: Data, epochs: int, batch_size: int, **kwargs: Any) -> History:
         """:meth:`fit` with mini-batches (the Rust library's argument order)."""
@@ -234,16 +276,17 @@ class Model:
         from rnnkit.models._training import evaluate_logs
 
         self._require_compiled("evaluate")
+        check_bool(return_dict, "return_dict", f"{self.name}.evaluate")
+        bs = None if batch_size is None else _check_batch_size(batch_size)
         if distributed is not None:
             from rnnkit.distributed._fit import run_evaluate_distributed
 
             if any(v is not None for v in (sample_weight, mask, lengths)):
                 raise InvalidParameterError("evaluate: distributed= takes no sample_weight, mask or "
                                             "lengths yet")
-            logs = run_evaluate_distributed(self, x, y, batch_size, distributed)
+            logs = run_evaluate_distributed(self, x, y, bs, distributed)
         else:
-            logs = evaluate_logs(self, x, y, batch_size, sample_weight=sample_weight, mask=mask,
-                                 lengths=lengths)
+            logs = evaluate_logs(self, x, y, bs, sample_weight=sample_weight, mask=mask, lengths=lengths)
         if return_dict:
             return logs
         vals = list(logs.values())

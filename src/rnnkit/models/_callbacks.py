@@ -11,12 +11,14 @@ A callback sees ``set_model(model)``, then ``on_train_begin(logs)``, per epoch
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit._layer import check_bool
 
 if TYPE_CHECKING:
     from rnnkit.models._base import Model
@@ -76,7 +78,10 @@ class History(Callback):
 
 def _monitor_op(monitor: str, mode: str, where: str) -> Callable[[float, float], bool]:
     """``better(current, best)``: "min", "max", or "auto" (max for accuracy-like names)."""
-    if mode not in ("auto", "min", "max"):
+    if not isinstance(monitor, str) or not monitor:
+        raise TypeError(f"{where}: monitor must be a log key such as 'val_loss' (a non-empty str), "
+                        f"got {monitor!r}")
+    if not isinstance(mode, str) or mode not in ("auto", "min", "max"):
         raise InvalidParameterError(f"{where}: mode must be 'auto', 'min' or 'max', got {mode!r}")
     if mode == "auto":
         base = monitor[4:] if monitor.startswith("val_") else monitor
@@ -111,14 +116,16 @@ class EarlyStopping(Callback):
                  restore_best_weights: bool = False, mode: str = "auto") -> None:
         if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
             raise InvalidParameterError(f"EarlyStopping: patience must be an int >= 0, got {patience!r}")
-        if not isinstance(min_delta, (int, float)) or not math.isfinite(min_delta):
+        if (isinstance(min_delta, bool) or not isinstance(min_delta, (int, float, np.floating))
+                or not math.isfinite(min_delta)):
             raise InvalidParameterError(
                 f"EarlyStopping: min_delta must be a finite number, got {min_delta!r}"
             )
         self.monitor = monitor
         self.patience = patience
         self.min_delta = abs(float(min_delta))
-        self.restore_best_weights = bool(restore_best_weights)
+        self.restore_best_weights = check_bool(restore_best_weights, "restore_best_weights",
+                                               "EarlyStopping")
         self.mode = mode
         self._better = _monitor_op(monitor, mode, "EarlyStopping")
         self._sign = 1.0 if self._better(1.0, 0.0) else -1.0  # +1: max mode
@@ -149,6 +156,17 @@ class EarlyStopping(Callback):
         if self.restore_best_weights and self.best_weights is not None:
             self._require_model().set_weights(self.best_weights)
 
+    def get_fit_state(self) -> dict[str, Any]:
+        """What a resumed ``fit(checkpoint=...)`` needs (JSON, plus ``arrays``)."""
+        return {"best": self.best, "best_epoch": self.best_epoch, "stopped_epoch": self.stopped_epoch,
+                "wait": self.wait, "arrays": list(self.best_weights or []),
+                "has_best_weights": self.best_weights is not None}
+
+    def set_fit_state(self, state: dict[str, Any]) -> None:
+        self.best, self.best_epoch = float(state["best"]), int(state["best_epoch"])
+        self.stopped_epoch, self.wait = int(state["stopped_epoch"]), int(state["wait"])
+        self.best_weights = list(state["arrays"]) if state["has_best_weights"] else None
+
 
 class ModelCheckpoint(Callback):
     """Save the model after every epoch (``save_best_only=False``) or when ``monitor`` improves.
@@ -162,16 +180,25 @@ class ModelCheckpoint(Callback):
 
     def __init__(self, filepath: str, monitor: str = "val_loss", save_best_only: bool = False,
                  save_weights_only: bool = True, mode: str = "auto") -> None:
-        self.filepath = str(filepath)
+        if not isinstance(filepath, (str, os.PathLike)):
+            raise TypeError(f"ModelCheckpoint: filepath must be a str or path, got {filepath!r}")
+        self.filepath = os.fspath(filepath)
         self.monitor = monitor
-        self.save_best_only = bool(save_best_only)
-        self.save_weights_only = bool(save_weights_only)
+        self.save_best_only = check_bool(save_best_only, "save_best_only", "ModelCheckpoint")
+        self.save_weights_only = check_bool(save_weights_only, "save_weights_only", "ModelCheckpoint")
         self._better = _monitor_op(monitor, mode, "ModelCheckpoint")
         self.best: float | None = None
         self.last_saved: str | None = None
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
         self.best = None
+
+    def get_fit_state(self) -> dict[str, Any]:
+        return {"best": self.best, "last_saved": self.last_saved}
+
+    def set_fit_state(self, state: dict[str, Any]) -> None:
+        self.best = None if state["best"] is None else float(state["best"])
+        self.last_saved = state["last_saved"]
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
         if self.save_best_only:

@@ -45,6 +45,8 @@ class Sequential(Model):
         self.layers: list[Layer] = []
         self._input_shape: Shape | None = None
         self._out_shapes: list[Shape] = []
+        if layers is not None and not isinstance(layers, (list, tuple)):
+            raise TypeError(f"{name}: layers must be a list of Layers (or None), got {type(layers).__name__}")
         for layer in layers or []:
             self.add(layer)
         if input_shape is not None:

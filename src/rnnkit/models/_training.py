@@ -41,6 +41,7 @@ from rnnkit._mask import Mask
 from rnnkit._random import make_rng
 from rnnkit.models._base import Data, Model, NonFiniteAt, as_list, check_finite
 from rnnkit.models._callbacks import Callback, CallbackList, History
+from rnnkit.models._resume import fingerprint, restore_state, save_state
 
 
 def _targets(model: Model, y: Data, n: int) -> list[np.ndarray]:
@@ -243,7 +244,7 @@ def evaluate_logs(model: Model, x: Data, y: Data, batch_size: int | None, *, sam
 
 
 def _split(model: Model, xs: list[np.ndarray], ys: list[np.ndarray], split: float) -> tuple[Any, ...]:
-    if isinstance(split, bool) or not isinstance(split, (int, float)) or not 0.0 <= split < 1.0:
+    if isinstance(split, bool) or not isinstance(split, (int, float, np.floating)) or not 0.0 <= split < 1.0:
         raise InvalidParameterError(f"fit: validation_split must be a number in [0, 1), got {split!r}")
     n = xs[0].shape[0]
     n_val = math.ceil(split * n)
@@ -256,8 +257,8 @@ def _split(model: Model, xs: list[np.ndarray], ys: list[np.ndarray], split: floa
 def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | None,
             validation_data: tuple[Data, Data] | None, validation_split: float,
             callbacks: list[Callback] | None, verbose: int, shuffle: bool, seed: int | None,
-            initial_epoch: int, sample_weight: Any = None, class_weight: Any = None,
-            mask: Any = None, lengths: Any = None) -> History:
+            initial_epoch: int, checkpoint: Any = None, sample_weight: Any = None,
+            class_weight: Any = None, mask: Any = None, lengths: Any = None) -> History:
     """``Model.fit`` (see the module docstring)."""
     model._require_compiled("fit")
     for arg, val_, lo in (("epochs", epochs, 1), ("initial_epoch", initial_epoch, 0)):
@@ -290,11 +291,18 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
     cbs = CallbackList([*(callbacks or []), history], model)  # History last, as Keras
     model.stop_training = False
     cbs.on_train_begin({})
+    start, fp = int(initial_epoch), None
+    if checkpoint is not None:  # resume after the last completed epoch (models/_resume.py)
+        fp = fingerprint(model, xs, ys, {"epochs": int(epochs), "batch_size": bs, "shuffle": bool(shuffle),
+                                         "seed": seed, "initial_epoch": start, "validation": val is not None})
+        done = restore_state(checkpoint, model, rng, history, cbs.callbacks, fp)
+        start = start if done is None else (int(epochs) if model.stop_training else done)
     logs: dict[str, float] = {}
-    bar = tqdm(range(int(initial_epoch), int(epochs)), desc=model.name, unit="epoch",
+    # the bar counts completed epochs; an early stop ends it there (total = epochs run)
+    bar = tqdm(total=int(epochs), initial=start, desc=model.name, unit="epoch",
                disable=not verbose, dynamic_ncols=True)
     try:
-        for epoch in bar:
+        for epoch in range(start, int(epochs)):
             cbs.on_epoch_begin(epoch, {})
             if bs >= n:
                 batches: list[Any] = [slice(None)]
@@ -325,8 +333,12 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
                 vlogs = evaluate_logs(model, val[0], val[1], batch_size)
                 logs.update({f"val_{k}": v for k, v in vlogs.items()})
             cbs.on_epoch_end(epoch, logs)
+            if checkpoint is not None:
+                save_state(checkpoint, model, rng, epoch + 1, history, cbs.callbacks, fp or {})
             bar.set_postfix({k: f"{v:.4g}" for k, v in logs.items()}, refresh=False)
+            bar.update(1)
             if model.stop_training:
+                bar.total = bar.n
                 break
     finally:
         bar.close()

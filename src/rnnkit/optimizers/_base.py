@@ -128,6 +128,8 @@ class Optimizer:
 
     # -- the step ----------------------------------------------------------------------------
     def _check_pairs(self, pairs: Iterable[GradPair]) -> list[tuple[Layer, str, np.ndarray, np.ndarray]]:
+        from rnnkit._layer import Layer as _Layer
+
         where = f"{type(self).__name__}.apply_gradients"
         out: list[tuple[Layer, str, np.ndarray, np.ndarray]] = []
         seen: set[tuple[int, str]] = set()
@@ -138,6 +140,9 @@ class Optimizer:
                 raise InvalidInputError(
                     f"{where}: expected (layer, weight_name, gradient) triples, got {item!r}"
                 ) from None
+            if not isinstance(layer, _Layer) or not isinstance(name, str):
+                raise TypeError(f"{where}: each pair must be (Layer, weight name str, gradient), got "
+                                f"({type(layer).__name__}, {name!r}, ...)")
             try:
                 w = layer.weight(name)
             except KeyError as e:

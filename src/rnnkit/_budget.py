@@ -1,0 +1,50 @@
+"""An allocation budget for building a model from a file's config: a loader states how many
+weight numbers the file holds, and every initializer reserves its array's size before drawing
+it. A config declaring far more weights than its file holds fails before the memory is spent
+(strict loading would refuse it afterwards anyway).
+
+The budget is ``2 * numbers + SLACK``, not ``numbers``: some initializers draw a little more
+than they keep (an LSTM with ``proj_size`` draws square recurrent blocks and keeps a slice).
+The attacks it stops are orders of magnitude larger (``Embedding(200_000_000, 1)`` in a
+340-byte file)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from contextvars import ContextVar
+
+from rnnkit._errors import FileFormatError
+
+#: weight numbers a build may draw beyond twice the file's (4 Mi numbers, 32 MiB as float64)
+SLACK = 1 << 22
+
+_BUDGET: ContextVar[list[int] | None] = ContextVar("rnnkit_alloc_budget", default=None)
+_SOURCE: ContextVar[str] = ContextVar("rnnkit_alloc_source", default="")
+
+
+@contextlib.contextmanager
+def allocation_budget(numbers: int, source: str) -> Iterator[None]:
+    """Within the block, initializers may draw at most ``2 * numbers + SLACK`` weight numbers."""
+    total = 2 * int(numbers) + SLACK
+    tok, tok_src = _BUDGET.set([int(numbers), total]), _SOURCE.set(source)
+    try:
+        yield
+    finally:
+        _BUDGET.reset(tok)
+        _SOURCE.reset(tok_src)
+
+
+def reserve(shape: tuple[int, ...]) -> None:
+    """Count ``shape``'s elements against the active budget (no-op without one)."""
+    budget = _BUDGET.get()
+    if budget is None:
+        return
+    n = math.prod(int(d) for d in shape)
+    if n > budget[1]:
+        raise FileFormatError(
+            f"{_SOURCE.get()}: the architecture declares a weight of shape {tuple(shape)} ({n} numbers) "
+            f"but the file holds only {budget[0]} weight numbers in all ({budget[1]} of the draws "
+            f"allowed for them left); refused before allocating")
+    budget[1] -= n
