@@ -212,6 +212,17 @@ def _tensors(obj: Any) -> list[Any]:
 MASK_OPS = ("NotEqual", "Any", "All", "LogicalOr", "LogicalAnd", "ExpandDims", "BroadcastTo")
 
 
+def _layer_name(lc: Any) -> str:
+    return str(lc.get("name") or (lc.get("config") or {}).get("name")) if isinstance(lc, dict) else ""
+
+
+def _mask_ops(layer_cfgs: Any) -> set[str]:
+    """The names of the recorded mask ops (:data:`MASK_OPS` from ``keras.src.ops``)."""
+    return {_layer_name(lc) for lc in (layer_cfgs if isinstance(layer_cfgs, list) else [])
+            if isinstance(lc, dict) and lc.get("class_name") in MASK_OPS
+            and str(lc.get("module", "")).startswith("keras.src.ops")}
+
+
 def _inbound(node: Any, layer: str, mask_ops: frozenset[str] | set[str] = frozenset()) -> list[Ref]:
     """The tensors a call reads: its positional tensors, then its ``initial_state`` ones. A
     ``mask=`` computed by the recorded mask ops (``mask_ops``) is the one rnnkit propagates."""
@@ -256,11 +267,9 @@ def _functional(cfg: dict[str, Any]) -> tuple[Any, list[Mapped], list[str]]:
     mapped: list[Mapped] = []
     pending: list[tuple[Mapped, int, list[Ref]]] = []
     layer_cfgs = cfg.get("layers", [])
-    mask_ops = {str(lc.get("name") or (lc.get("config") or {}).get("name")) for lc in layer_cfgs
-                if isinstance(lc, dict) and lc.get("class_name") in MASK_OPS
-                and str(lc.get("module", "")).startswith("keras.src.ops")}
+    mask_ops = _mask_ops(layer_cfgs)
     for lc in layer_cfgs:
-        if isinstance(lc, dict) and str(lc.get("name") or (lc.get("config") or {}).get("name")) in mask_ops:
+        if _layer_name(lc) in mask_ops:
             continue
         m = map_layer(lc)
         mapped.append(m)
@@ -346,8 +355,10 @@ def load_keras(path: str | os.PathLike[str]) -> Sequential | GraphModel:
                                       f"Keras model class {kind!r}: only Sequential and functional "
                                       f"models can be imported (subclassed models have no config)")
     layers = cfg.get("layers", [])
+    skip = _mask_ops(layers) if functional else set()
     for lc in layers if isinstance(layers, list) else []:
-        map_layer(lc)  # refuse a malformed or unsupported layer before reading any weight
+        if _layer_name(lc) not in skip:
+            map_layer(lc)  # refuse a malformed or unsupported layer before reading any weight
     store = WeightStore.read(data, f"{p}:{_WEIGHTS}")
     # the config may declare no more weight numbers than the file holds: checked per weight
     # before it is drawn, so LSTM(units=20000) in a small file costs nothing
