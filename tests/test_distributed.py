@@ -245,7 +245,7 @@ def test_a_rank_that_dies_ends_the_job(tmp_path: Path) -> None:
 def test_cli_train_on_two_ranks_matches_one_process(tmp_path: Path) -> None:
     csv = str(rk.datasets.path("sunspots"))
     args = ["train", csv, "--target", "SUNACTIVITY", "--epochs", "2", "--units", "4", "--quiet",
-            "--batch-size", "50"]
+            "--batch-size", "50", "--no-plots"]
     one = subprocess.run([sys.executable, "-m", "rnnkit", *args, "--out", "one"], capture_output=True,
                          text=True, cwd=tmp_path, env=env(), timeout=300)
     assert one.returncode == 0, one.stderr
@@ -266,7 +266,7 @@ def test_cli_error_on_every_rank_ends_the_job(tmp_path: Path) -> None:
     proc = mpirun(2, [sys.executable, "-m", "rnnkit", "train", "missing.csv", "--target", "y",
                       "--distributed", "mpi"], tmp_path, timeout=NO_HANG_S)
     assert proc.returncode == 2
-    assert re.search(r"rnnkit: error: rank [01] failed: DataError: missing\.csv: no such file", proc.stderr)
+    assert re.search(r"rnnkit: error: rank [01] failed: \w+Error: missing\.csv: no such file", proc.stderr)
 
 
 # -- the docs page's example ------------------------------------------------------------------

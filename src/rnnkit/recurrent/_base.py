@@ -15,7 +15,7 @@ import numpy as np
 from rnnkit._activations import ActivationFn
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
-from rnnkit._layer import Layer, check_positive_int
+from rnnkit._layer import Layer, check_bool, check_positive_int
 from rnnkit._shape import Shape
 from rnnkit.recurrent._cell import Arrays, Cell
 from rnnkit.recurrent._streaming import Streaming
@@ -58,13 +58,13 @@ class RecurrentLayer(Streaming, Layer):
             cell = cell_from_config(cell)
         if not isinstance(cell, Cell):
             raise TypeError(f"RecurrentLayer: cell must be an rnnkit.Cell, got {type(cell).__name__}")
-        super().__init__(seed=seed, dtype=dtype, name=name or cell.name)
+        super().__init__(seed=seed, dtype=dtype, name=name if name is not None else cell.name)
         cell.check(self.name)
         self.cell = cell
-        self.return_sequences = bool(return_sequences)
-        self.go_backwards = bool(go_backwards)
-        self.return_state = bool(return_state)
-        self.stateful = bool(stateful)
+        self.return_sequences = check_bool(return_sequences, "return_sequences", self.name)
+        self.go_backwards = check_bool(go_backwards, "go_backwards", self.name)
+        self.return_state = check_bool(return_state, "return_state", self.name)
+        self.stateful = check_bool(stateful, "stateful", self.name)
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
             raise InvalidParameterError(f"{self.name}: dropout must be a number in [0, 1), got {dropout!r}")
         self.dropout = float(dropout)
@@ -95,11 +95,11 @@ class RecurrentLayer(Streaming, Layer):
 
     # -- chainable builders ------------------------------------------------------------------
     def with_return_sequences(self, flag: bool = True) -> RecurrentLayer:
-        self.return_sequences = bool(flag)
+        self.return_sequences = check_bool(flag, "return_sequences", self.name)
         return self
 
     def with_go_backwards(self, flag: bool = True) -> RecurrentLayer:
-        self.go_backwards = bool(flag)
+        self.go_backwards = check_bool(flag, "go_backwards", self.name)
         return self
 
     def with_random_state(self, seed: int) -> RecurrentLayer:

@@ -20,6 +20,7 @@ import numpy as np
 from rnnkit._activations import ActivationFn, ActivationLike, resolve_activation
 from rnnkit._errors import InvalidParameterError
 from rnnkit._initializers import glorot_uniform, semi_orthogonal
+from rnnkit._layer import check_bool
 from rnnkit.recurrent._cell import Cell, Param, check_softmax_axis
 
 #: recurrent (gate) activations a gated cell accepts
@@ -61,7 +62,7 @@ class GatedCell(Cell):
     def __init__(self, units: int, activation: ActivationLike = "tanh", *, use_bias: bool = True) -> None:
         super().__init__(units, activation)
         check_softmax_axis(self.activation, self.name)
-        self.use_bias = bool(use_bias)
+        self.use_bias = check_bool(use_bias, "use_bias", self.name)
         self.bias = "bias" if self.use_bias else None  # type: ignore[misc]
 
     @property

@@ -8,6 +8,7 @@ import numpy as np
 
 from rnnkit._activations import ActivationLike
 from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
+from rnnkit._layer import check_bool
 from rnnkit.recurrent._base import RecurrentLayer
 from rnnkit.recurrent._gated import GatedCell
 from rnnkit.recurrent._gru import GRUCell, GRUResetAfterCell
@@ -166,7 +167,7 @@ class GRU(_Gated):
     def __init__(self, units: int, activation: ActivationLike = "tanh", *,
                  recurrent_activation: ActivationLike = "sigmoid", use_bias: bool = True,
                  reset_after: bool = False, **kwargs: Any) -> None:
-        cls = GRUResetAfterCell if reset_after else GRUCell
+        cls = GRUResetAfterCell if check_bool(reset_after, "reset_after", "GRU") else GRUCell
         super().__init__(cls(units, activation, recurrent_activation=recurrent_activation,
                              use_bias=use_bias), **kwargs)
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError
-from rnnkit._layer import Layer, check_positive_int
+from rnnkit._layer import Layer, check_bool, check_positive_int
 from rnnkit._layouts import from_torch, grads_to_torch
 from rnnkit._shape import Shape
 from rnnkit.layers import register_layer
@@ -53,7 +53,7 @@ class RNNNet(Layer):
                  dtype: Any = "float32", name: str | None = None, return_state: bool = False) -> None:
         if mode not in _GATES:
             raise InvalidParameterError(f"RNNNet: mode must be 'rnn', 'lstm' or 'gru', got {mode!r}")
-        super().__init__(seed=seed, dtype=dtype, name=name or mode.upper())
+        super().__init__(seed=seed, dtype=dtype, name=name if name is not None else mode.upper())
         self.mode = mode
         self.gates = _GATES[mode]
         self.in_dim = check_positive_int(in_dim, "in_dim", self.name)
@@ -68,7 +68,7 @@ class RNNNet(Layer):
             raise InvalidParameterError(
                 f"{self.name}: nonlinearity={self.config.nonlinearity!r} applies to rnnkit.rnn.rnn only")
         self.directions = 2 if self.config.bidirectional else 1
-        self.return_state = bool(return_state)
+        self.return_state = check_bool(return_state, "return_state", self.name)
         #: the width of each direction's output and hidden state: proj_size, or hidden_dim
         self.out_dim = P or self.hidden_dim
         self._layers: dict[tuple[int, int], RecurrentLayer] = {}
