@@ -339,8 +339,9 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
                 save_state(checkpoint, model, rng, epoch + 1, history, cbs.callbacks, fp or {})
             bar.set_postfix({k: f"{v:.4g}" for k, v in logs.items()}, refresh=False)
             now = kernels.compile_seconds()   # time spent compiling kernels is not training time:
-            bar.start_t += now - compiled     # keep it out of the bar's rate and time estimates
-            bar.last_print_t += now - compiled
+            if not bar.disable:               # keep it out of the bar's rate and time estimates
+                bar.start_t += now - compiled
+                bar.last_print_t += now - compiled
             compiled = now
             bar.update(1)
             if model.stop_training:
