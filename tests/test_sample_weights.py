@@ -146,3 +146,19 @@ def test_keras_parity_masked_sequence_loss_sample_and_class_weights() -> None:
     np.testing.assert_allclose(rh.history["loss"], kh.history["loss"], atol=1e-5)
     for a, b in zip(rc.get_weights(), kc.get_weights(), strict=True):
         np.testing.assert_allclose(a, np.asarray(b), atol=1e-5)
+
+
+def test_validation_triples_and_checkpoints_know_the_weights(tmp_path: Any) -> None:
+    x = RNG.standard_normal((6, 3))
+    y = RNG.standard_normal((6, 2))
+    sw = np.array([1.0, 0, 2, 1, 0, 1])
+    model = rk.Sequential([rk.Dense(2, seed=1, dtype="float64")], input_shape=(None, 3))
+    model.compile(rk.SGD(0.1), "mse")
+    h = model.fit(x, y, 2, validation_data=(x, y, sw))
+    assert h.history["val_loss"][-1] == pytest.approx(model.evaluate(x, y, sample_weight=sw), rel=1e-12)
+    assert h.history["val_loss"][-1] != pytest.approx(model.evaluate(x, y), rel=1e-6)
+    ck = str(tmp_path / "ck")
+    model.fit(x, y, 2, checkpoint=ck, sample_weight=sw)
+    model.fit(x, y, 2, checkpoint=ck, sample_weight=sw)            # the same run: resumes (done)
+    with pytest.raises(rk.Error, match="checkpoint"):               # other weights: another run
+        model.fit(x, y, 2, checkpoint=ck, sample_weight=np.ones(6))

@@ -29,6 +29,7 @@ any shuffling), as Keras does.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Any
 
@@ -255,6 +256,19 @@ def _split(model: Model, xs: list[np.ndarray], ys: list[np.ndarray], split: floa
     return [v[:cut] for v in xs], [v[:cut] for v in ys], [v[cut:] for v in xs], [v[cut:] for v in ys]
 
 
+def _weighting(xs: list[np.ndarray], masks: list[Any] | None, sws: list[Any] | None) -> dict[str, str]:
+    """A digest of the input masks and sample weights for a checkpoint's fingerprint (nothing
+    when there are none, so an unweighted run's fingerprint is unchanged)."""
+    if masks is None and sws is None:
+        return {}
+    h = hashlib.sha256()
+    for m, x in zip(masks or [], xs, strict=False):
+        h.update(b"-" if m is None else np.ascontiguousarray(m.valid(x.shape[1])).tobytes())
+    for w in sws or []:
+        h.update(b"-" if w is None else np.ascontiguousarray(w, np.float64).tobytes())
+    return {"weighting": h.hexdigest()}
+
+
 def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | None,
             validation_data: tuple[Data, Data] | None, validation_split: float,
             callbacks: list[Callback] | None, verbose: int, shuffle: bool, seed: int | None,
@@ -278,10 +292,13 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
         raise InvalidParameterError("fit: validation_split with mask=/lengths=/sample_weight=/class_weight= "
                                     "is not supported; pass validation_data")
     val: tuple[Any, Any] | None = None
+    val_sw: Any = None
     if validation_data is not None:
-        if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
-            raise InvalidParameterError("fit: validation_data must be a pair (x_val, y_val)")
+        if not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
+            raise InvalidParameterError("fit: validation_data must be a pair (x_val, y_val) or a triple "
+                                        "(x_val, y_val, sample_weight_val)")
         val = (validation_data[0], validation_data[1])
+        val_sw = validation_data[2] if len(validation_data) == 3 else None
     elif validation_split:
         xs, ys, vx, vy = _split(model, xs, ys, validation_split)
         val = (vx[0] if len(vx) == 1 else vx, vy[0] if len(vy) == 1 else vy)
@@ -295,7 +312,8 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
     start, fp = int(initial_epoch), None
     if checkpoint is not None:  # resume after the last completed epoch (models/_resume.py)
         fp = fingerprint(model, xs, ys, {"epochs": int(epochs), "batch_size": bs, "shuffle": bool(shuffle),
-                                         "seed": seed, "initial_epoch": start, "validation": val is not None})
+                                         "seed": seed, "initial_epoch": start, "validation": val is not None,
+                                         **_weighting(xs, masks, sws)})
         done = restore_state(checkpoint, model, rng, history, cbs.callbacks, fp)
         start = start if done is None else (int(epochs) if model.stop_training else done)
     logs: dict[str, float] = {}
@@ -332,7 +350,7 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
                 cbs.on_train_batch_end(b, step_logs)
             logs = {k: v / n for k, v in sums.items()}
             if val is not None:
-                vlogs = evaluate_logs(model, val[0], val[1], batch_size)
+                vlogs = evaluate_logs(model, val[0], val[1], batch_size, sample_weight=val_sw)
                 logs.update({f"val_{k}": v for k, v in vlogs.items()})
             cbs.on_epoch_end(epoch, logs)
             if checkpoint is not None:
