@@ -74,6 +74,14 @@ def test_embedding_mask_zero_marks_index_zero() -> None:
     assert rk.layers.layer_from_config(cfg).mask_zero is True
     with pytest.raises(rk.InvalidInputError, match="mask_zero"):
         e.compute_mask(np.array([1, 2]), None)
+    both = e.compute_mask(ids, rk.Mask(lengths=np.array([1, 3])))
+    np.testing.assert_array_equal(both.valid(4), [[1, 0, 0, 0], [1, 0, 1, 0]])
+    # without mask_zero the lookup passes a model's lengths= on (it acts per step)
+    plain = rk.Sequential([rk.Embedding(6, 3, seed=1, dtype="float64"),
+                           rk.GRU(2, seed=2, dtype="float64")], input_shape=(None, None))
+    got = plain.predict(ids, lengths=np.array([2, 3]))
+    np.testing.assert_allclose(got[0], plain.predict(ids[:1, :2])[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1], plain.predict(ids[1:, :3])[0], rtol=1e-12)
 
 
 def test_reverse_flips_the_mask_and_concatenate_add_combine_as_keras() -> None:

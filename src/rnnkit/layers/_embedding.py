@@ -48,15 +48,21 @@ class Embedding(Layer):
             raise InvalidParameterError(f"{self.name}: mask_zero must be a bool, got {mask_zero!r}")
         self.mask_zero = bool(mask_zero)
 
+    supports_masking = True
+
     def compute_mask(self, x: Any, mask: Any) -> Mask | None:
-        """``Mask(indices != 0)`` with ``mask_zero`` (a (B, T) index input), else the default
-        rule (an incoming mask is refused: indices carry none)."""
+        """The lookup acts per step, so an incoming mask (``lengths=`` given to the model)
+        passes on; with ``mask_zero`` (a (B, T) index input) index 0 is masked too:
+        ``Mask(indices != 0)``, and-ed with an incoming mask."""
         if not self.mask_zero:
-            return super().compute_mask(x, mask)
+            return mask  # type: ignore[no-any-return]
         idx = self.indices(x)
         if idx.ndim != 2:
             raise InvalidInputError(f"{self.name}: mask_zero needs a (batch, timesteps) index input, "
                                     f"got shape {idx.shape}")
+        if mask is not None:
+            mask.check(idx.shape[0], idx.shape[1], self.name)
+            return Mask(mask.valid(idx.shape[1]) & (idx != 0))
         return Mask(idx != 0)
 
     def _check_build_shape(self, shape: Shape) -> None:
