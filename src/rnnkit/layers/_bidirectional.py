@@ -54,7 +54,7 @@ class Bidirectional(Layer):
         if not isinstance(layer, RecurrentLayer):
             raise TypeError(f"Bidirectional: layer must be a recurrent layer (SimpleRNN, LSTM, GRU, "
                             f"RecurrentLayer), got {type(layer).__name__}")
-        super().__init__(seed=layer.seed, dtype=layer.dtype, name=name or f"bidirectional_{layer.name}")
+        super().__init__(seed=layer.seed, dtype=layer.dtype, name=name or "Bidirectional")
         if merge_mode not in MERGE_MODES:
             raise InvalidParameterError(f"{self.name}: merge_mode must be one of {MERGE_MODES}, got "
                                         f"{merge_mode!r}")
