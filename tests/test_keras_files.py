@@ -240,13 +240,16 @@ def test_refuses_an_explicit_mask_argument(tmp_path: Path) -> None:
         rk.load_keras(tmp_path / "s.keras")
 
 
-def test_recurrent_dropout_is_accepted_with_a_warning_dropout_carried(tmp_path: Path) -> None:
-    m = keras.Sequential([keras.Input((5, 3)), L.GRU(3, dropout=0.2, recurrent_dropout=0.1, name="g")])
+def test_dropout_and_recurrent_dropout_are_carried_over(tmp_path: Path) -> None:
+    m = keras.Sequential([keras.Input((5, 3)), L.GRU(3, dropout=0.2, recurrent_dropout=0.1, name="g",
+                                                     return_sequences=True),
+                          L.SimpleRNN(2, recurrent_dropout=0.3, name="s")])
     _randomize(m, 5)
     m.save(tmp_path / "m.keras")
-    with pytest.warns(UserWarning, match=r"'g'.*recurrent_dropout=0\.1"):
+    with pytest.warns(UserWarning, match=r"'s'.*recurrent_dropout=0\.3"):
         ours = rk.load_keras(tmp_path / "m.keras")
     assert ours.layers[0].dropout == pytest.approx(0.2)
+    assert ours.layers[0].recurrent_dropout == pytest.approx(0.1)
     x = _x(2, 5, 3)
     assert np.abs(m.predict(x, verbose=0) - ours.predict(x)).max() <= ATOL
 

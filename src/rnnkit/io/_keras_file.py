@@ -15,8 +15,8 @@ Layers and options (Keras 3.15.1 configs; anything else raises
                                   they are (same fused gate orders, DESIGN.md §4), bias (G*H,) ->
                                   (1, G*H), GRU reset_after=True bias (2, 3H) kept
         use_bias=False            an exact zero bias (note: rnnkit then trains that bias)
-        return_state, stateful, dropout   the same options of the rnnkit layer
-        recurrent_dropout         accepted with a warning (inference is unaffected)
+        return_state, stateful, dropout, recurrent_dropout   the same options of the rnnkit
+                                  layer (SimpleRNN's recurrent_dropout: accepted with a warning)
         recurrent_activation softmax   refused
         unroll, unit_forget_bias, initializers, seed, zero_output_for_mask   no effect on a
                                   trained model: ignored

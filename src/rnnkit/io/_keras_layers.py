@@ -3,9 +3,10 @@
 Every option that changes what the layer computes at inference is checked; an option rnnkit
 cannot reproduce raises :class:`UnsupportedFeatureError` naming the layer and the option (see
 the table in :mod:`rnnkit.io._keras_file`). Options that only act while training (recurrent
-``recurrent_dropout``, Dropout ``noise_shape``, regularizers, constraints) are accepted with a
-warning naming the layer: the imported model predicts exactly as Keras does, but further
-training in rnnkit does not apply them. A recurrent layer's ``dropout`` is carried over.
+a SimpleRNN's ``recurrent_dropout``, Dropout ``noise_shape``, regularizers, constraints) are
+accepted with a warning naming the layer: the imported model predicts exactly as Keras does, but
+further training in rnnkit does not apply them. A recurrent layer's ``dropout`` (and an LSTM's
+or GRU's ``recurrent_dropout``) is carried over.
 """
 
 from __future__ import annotations
@@ -130,9 +131,10 @@ def _recurrent(class_name: str, cfg: dict[str, Any], name: str) -> RecurrentLaye
         extra["recurrent_activation"] = rec
     act = _activation(cfg, "activation", name, "tanh")
     rec_drop = float(cfg.get("recurrent_dropout") or 0.0)
-    if rec_drop > 0:
-        _warn(name, f"recurrent_dropout={rec_drop} ignored: rnnkit has no dropout on the recurrent "
-                    f"state yet (inference is unaffected; training in rnnkit runs without it)")
+    if rec_drop > 0 and class_name == "SimpleRNN":
+        _warn(name, f"recurrent_dropout={rec_drop} ignored: rnnkit's SimpleRNN has no dropout on the "
+                    f"recurrent state (inference is unaffected; training in rnnkit runs without it)")
+        rec_drop = 0.0
     _train_only_options(cfg, name)
     kwargs: dict[str, Any] = {
         **extra, "use_bias": _flag(cfg, "use_bias", True, name),
@@ -140,7 +142,7 @@ def _recurrent(class_name: str, cfg: dict[str, Any], name: str) -> RecurrentLaye
         "go_backwards": _flag(cfg, "go_backwards", False, name),
         "return_state": _flag(cfg, "return_state", False, name),
         "stateful": _flag(cfg, "stateful", False, name),
-        "dropout": float(cfg.get("dropout") or 0.0),
+        "dropout": float(cfg.get("dropout") or 0.0), "recurrent_dropout": rec_drop,
         "dtype": dtype_of(cfg, name), "name": name,
     }
     units = _int(cfg, "units", name)
