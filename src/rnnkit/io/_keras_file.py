@@ -56,6 +56,8 @@ from typing import Any
 from rnnkit._budget import allocation_budget
 from rnnkit._errors import FileFormatError, WeightShapeError
 from rnnkit._layer import Layer
+from rnnkit.io._keras_graph import Ref, inbound, layer_name, mask_ops, tensor
+from rnnkit.io._keras_graph import refs as tensor_refs
 from rnnkit.io._keras_h5 import WeightStore, unique_groups
 from rnnkit.io._keras_layers import RECURRENT, Mapped, map_layer, to_rnnkit_weights
 from rnnkit.io._limits import LIMITS, parse_json
@@ -181,95 +183,15 @@ def _sequential(cfg: dict[str, Any], top: dict[str, Any]) -> tuple[Any, list[Map
     return Sequential([x for x in layers if x is not None], input_shape=shape, name=name), mapped, groups
 
 
-Ref = tuple[str, int, int]  # (Keras layer name, node index, tensor index)
-
-
-def _history(t: Any, where: str) -> Ref:
-    """``(layer name, node index, tensor index)`` of a serialised Keras tensor."""
-    hist: Any = None
-    if isinstance(t, dict) and t.get("class_name") == "__keras_tensor__":
-        hist = (t.get("config") or {}).get("keras_history")
-    elif isinstance(t, list):  # Keras 2 style
-        hist = t
-    if not (isinstance(hist, list) and len(hist) >= 3 and isinstance(hist[0], str)):
-        raise FileFormatError(f"{where}: unreadable inbound tensor {t!r}")
-    return str(hist[0]), int(hist[1]), int(hist[2])
-
-
-def _tensors(obj: Any) -> list[Any]:
-    if isinstance(obj, dict) and obj.get("class_name") == "__keras_tensor__":
-        return [obj]
-    if isinstance(obj, (list, tuple)):
-        return [t for o in obj for t in _tensors(o)]
-    if isinstance(obj, dict):
-        return [t for o in obj.values() for t in _tensors(o)]
-    return []
-
-
-#: the ops a functional Keras model records to compute the masks it passes as ``mask=`` (a
-#: Masking layer's ``not_equal`` + ``any``, a merge layer's ``logical_or``, ...); rnnkit's layers
-#: give those masks themselves. Read only when they feed ``mask=`` arguments.
-MASK_OPS = ("NotEqual", "Any", "All", "LogicalOr", "LogicalAnd", "ExpandDims", "BroadcastTo")
-
-
-def _layer_name(lc: Any) -> str:
-    return str(lc.get("name") or (lc.get("config") or {}).get("name")) if isinstance(lc, dict) else ""
-
-
-def _mask_ops(layer_cfgs: Any) -> set[str]:
-    """The names of the recorded mask ops (:data:`MASK_OPS` from ``keras.src.ops``)."""
-    return {_layer_name(lc) for lc in (layer_cfgs if isinstance(layer_cfgs, list) else [])
-            if isinstance(lc, dict) and lc.get("class_name") in MASK_OPS
-            and str(lc.get("module", "")).startswith("keras.src.ops")}
-
-
-def _inbound(node: Any, layer: str, mask_ops: frozenset[str] | set[str] = frozenset()) -> list[Ref]:
-    """The tensors a call reads: its positional tensors, then its ``initial_state`` ones. A
-    ``mask=`` computed by the recorded mask ops (``mask_ops``) is the one rnnkit propagates."""
-    if isinstance(node, dict):
-        kwargs = node.get("kwargs") or {}
-        states: list[Ref] = []
-        for key, val in kwargs.items():
-            if key == "initial_state" and _tensors(val):
-                states = [_history(t, f"layer {layer!r}") for t in _tensors(val)]
-            elif key == "mask" and _tensors(val) and all(
-                    _history(t, layer)[0] in mask_ops for t in _tensors(val)):
-                continue
-            elif _tensors(val) or (key == "mask" and val is not None):
-                from rnnkit.io._interop_errors import UnsupportedFeatureError
-
-                raise UnsupportedFeatureError(layer, key, f"the call passes {key}=...; masks come from "
-                                              f"Masking / Embedding(mask_zero=True) in rnnkit models")
-        return [_history(t, f"layer {layer!r}") for t in _tensors(node.get("args", []))] + states
-    if isinstance(node, list):  # Keras 2: [[name, node_index, tensor_index, kwargs], ...]
-        return [_history(t, f"layer {layer!r}") for t in node]
-    raise FileFormatError(f"layer {layer!r}: unreadable inbound node {node!r}")
-
-
-def _refs(spec: Any) -> list[Ref]:
-    items = [spec] if spec and isinstance(spec[0], str) else list(spec)
-    return [(str(s[0]), int(s[1]), int(s[2]) if len(s) > 2 else 0) for s in items]
-
-
-def _tensor(nodes: dict[tuple[str, int], Node], ref: Ref) -> Node:
-    """The graph node of Keras tensor ``ref``: output ``ref[2]`` of a node with several."""
-    node = nodes[ref[:2]]
-    if isinstance(node.shape, list):
-        return node[ref[2]]
-    if ref[2] != 0:
-        raise FileFormatError(f"a call reads output {ref[2]} of layer {ref[0]!r}, which has one output")
-    return node
-
-
 def _functional(cfg: dict[str, Any]) -> tuple[Any, list[Mapped], list[str]]:
     b = GraphBuilder(str(cfg.get("name", "functional")))
     nodes: dict[tuple[str, int], Node] = {}
     mapped: list[Mapped] = []
     pending: list[tuple[Mapped, int, list[Ref]]] = []
     layer_cfgs = cfg.get("layers", [])
-    mask_ops = _mask_ops(layer_cfgs)
+    ops = mask_ops(layer_cfgs)
     for lc in layer_cfgs:
-        if _layer_name(lc) in mask_ops:
+        if layer_name(lc) in ops:
             continue
         m = map_layer(lc)
         mapped.append(m)
@@ -277,7 +199,7 @@ def _functional(cfg: dict[str, Any]) -> tuple[Any, list[Mapped], list[str]]:
             nodes[(m.name, 0)] = b.input(_batch_shape(lc), name=_safe(m.name))
             continue
         for k, node in enumerate(lc.get("inbound_nodes", [])):
-            pending.append((m, k, _inbound(node, m.name, mask_ops)))
+            pending.append((m, k, inbound(node, m.name, ops)))
     while pending:
         ready = [p for p in pending if all(r[:2] in nodes for r in p[2])]
         if not ready:
@@ -285,11 +207,11 @@ def _functional(cfg: dict[str, Any]) -> tuple[Any, list[Mapped], list[str]]:
                                   f"for {[r for r in pending[0][2] if r[:2] not in nodes]}")
         for p in ready:
             m, k, refs = p
-            nodes[(m.name, k)] = _call(b, m, [_tensor(nodes, r) for r in refs], k)
+            nodes[(m.name, k)] = _call(b, m, [tensor(nodes, r) for r in refs], k)
             pending.remove(p)
     try:
-        outs = [_tensor(nodes, r) for r in _refs(cfg["output_layers"])]
-        ins = [_tensor(nodes, r) for r in _refs(cfg["input_layers"])]
+        outs = [tensor(nodes, r) for r in tensor_refs(cfg["output_layers"])]
+        ins = [tensor(nodes, r) for r in tensor_refs(cfg["input_layers"])]
     except (KeyError, IndexError, TypeError) as e:
         raise FileFormatError(f"the functional model's input_layers/output_layers are unreadable "
                               f"({e!r})") from None
@@ -355,9 +277,9 @@ def load_keras(path: str | os.PathLike[str]) -> Sequential | GraphModel:
                                       f"Keras model class {kind!r}: only Sequential and functional "
                                       f"models can be imported (subclassed models have no config)")
     layers = cfg.get("layers", [])
-    skip = _mask_ops(layers) if functional else set()
+    skip = mask_ops(layers) if functional else set()
     for lc in layers if isinstance(layers, list) else []:
-        if _layer_name(lc) not in skip:
+        if layer_name(lc) not in skip:
             map_layer(lc)  # refuse a malformed or unsupported layer before reading any weight
     store = WeightStore.read(data, f"{p}:{_WEIGHTS}")
     # the config may declare no more weight numbers than the file holds: checked per weight
