@@ -192,7 +192,9 @@ def test_state_nodes_index_save_and_refuse(tmp_path: Path) -> None:
     model = _encoder_decoder("LSTM")
     b = rk.GraphBuilder()
     enc = b.add(rk.LSTM(4, return_state=True), b.input((None, 4, 3)))
-    assert enc[1] is enc[1] and enc[-1] is enc[2] and len(enc) == 3
+    assert enc[1] is enc[1] and enc[-1] is enc[2] and len(enc) == 3 and enc[1] and enc
+    with pytest.raises(TypeError, match="one output"):
+        len(enc[1])
     with pytest.raises(IndexError):
         enc[3]
     with pytest.raises(rk.InvalidInputError, match="outputs"):

@@ -50,6 +50,9 @@ class Node:
             self._picks[k] = pick
         return self._picks[k]
 
+    def __bool__(self) -> bool:
+        return True  # a node is always a value (len() only counts the outputs of a multi-output one)
+
     def __len__(self) -> int:
         if not isinstance(self.shape, list):
             raise TypeError(f"node {self.name!r} has one output")
