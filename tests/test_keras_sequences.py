@@ -150,3 +150,14 @@ def test_bidirectional_return_state_and_initial_state(tmp_path: Path) -> None:
     ours1 = _load(one, tmp_path / "one.keras", seed=3)
     y = RNG.normal(size=(4, 6, 2)).astype("float32")
     assert _train_both(one, ours1, xs, y, "mse", tmp_path) <= ATOL
+
+
+def test_multiply_of_differently_masked_sequences(tmp_path: Path) -> None:
+    a, b = keras.Input((6,)), keras.Input((6,))
+    ea = L.Embedding(9, 3, mask_zero=True)(a)
+    eb = L.Embedding(9, 3, mask_zero=True)(b)
+    km = keras.Model([a, b], L.GRU(2, return_sequences=True)(L.Multiply()([ea, eb])))
+    ours = _load(km, tmp_path / "m.keras")
+    ids_a, ids_b = _ids(), _ids()
+    ids_b[:, 3:] = 0                                        # other padding than ids_a
+    assert _diff(km.predict([ids_a, ids_b], verbose=0), ours.predict([ids_a, ids_b])) <= ATOL

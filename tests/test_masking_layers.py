@@ -220,3 +220,16 @@ def test_fit_with_lengths_never_reads_the_padding_and_masks_each_input() -> None
     np.testing.assert_array_equal(out, a + b)
     with pytest.raises(rk.InvalidInputError, match="one lengths per input"):
         model.predict([a, b], lengths=[n])
+
+
+def test_masked_multiply_float64_gradients() -> None:
+    xs = [RNG.standard_normal((3, 5, 2)) for _ in range(2)]
+    masks = [rk.Mask(lengths=np.array([5, 2, 3])), rk.Mask(np.arange(5)[None, :].repeat(3, 0) % 2 == 0)]
+    g = rk.GraphBuilder()
+    ins = [g.input((None, 5, 2)) for _ in range(2)]
+    h = [g.add(rk.Dense(2, "tanh", dtype="float64", seed=k), i) for k, i in enumerate(ins)]
+    model = g.build(g.add(rk.Multiply(dtype="float64"), h))
+    errs = model_gradcheck(model, xs, masks=masks)
+    assert max(errs.values()) < 1e-7, errs
+    y = model._forward_masks(xs, rk.Ctx.inference(), False, masks)[0][0]
+    assert np.all(y[1, 2:][~masks[1].valid(5)[1, 2:]] == 0.0)   # masked in both: 0 (Keras)

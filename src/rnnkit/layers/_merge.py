@@ -218,17 +218,45 @@ class Average(_Elementwise):
 
 
 class Multiply(_Elementwise):
-    """``y = x1 * x2 * ...``; backward: ``dx_i = g * prod_{j != i} x_j``."""
+    """``y = x1 * x2 * ...``; backward: ``dx_i = g * prod_{j != i} x_j``.
+
+    With masked inputs (:meth:`forward_masked`, which graph models call) it is Keras': a masked
+    step of an input counts as 1, and when every input has a mask the steps masked in all of
+    them are 0.
+    """
 
     def forward(self, x: Any, ctx: Ctx) -> np.ndarray:  # type: ignore[override]
+        return self.forward_masked(x, None, ctx)
+
+    def forward_masked(self, x: Any, masks: list[Any] | None, ctx: Ctx) -> np.ndarray:
+        """The product under the inputs' masks (one Mask or None per input)."""
         arrs = self._inputs(x)
-        ctx.save(self, (arrs[0].shape, arrs))
-        return np.prod(arrs, axis=0).astype(self.dtype, copy=False)
+        keeps: list[np.ndarray | None] = [None] * len(arrs)
+        out_keep = None
+        if masks is not None and any(m is not None for m in masks):
+            B, T = arrs[0].shape[:2]
+            for i, m in enumerate(masks):
+                if m is not None:
+                    m.check(B, T, self.name)
+                    keep = m.valid(T).reshape((B, T) + (1,) * (arrs[0].ndim - 2))
+                    keeps[i] = keep
+                    arrs[i] = np.where(keep, arrs[i], self.dtype.type(1.0))
+            present = [k for k in keeps if k is not None]
+            if len(present) == len(keeps):
+                out_keep = np.logical_or.reduce(present)
+        y = np.prod(arrs, axis=0).astype(self.dtype, copy=False)
+        if out_keep is not None:
+            y = np.where(out_keep, y, self.dtype.type(0.0))
+        ctx.save(self, (arrs[0].shape, arrs, keeps, out_keep))
+        return y
 
     def backward(self, grad: Any, ctx: Ctx) -> list[np.ndarray]:  # type: ignore[override]
-        g, (_, arrs) = self._check_grad(grad, ctx)
+        g, (_, arrs, keeps, out_keep) = self._check_grad(grad, ctx)
+        if out_keep is not None:
+            g = g * out_keep
         out = []
         for i in range(len(arrs)):
             others = [a for j, a in enumerate(arrs) if j != i]
-            out.append(g * np.prod(others, axis=0))
+            gi = g * np.prod(others, axis=0)
+            out.append(gi if keeps[i] is None else gi * keeps[i])
         return out

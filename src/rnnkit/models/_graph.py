@@ -204,7 +204,10 @@ class GraphModel(Model):
                 except InvalidInputError as e:
                     raise InvalidInputError(f"{self.name}: node {n.name!r}: {e}") from None
                 ctx.set_mask(None if isinstance(n.layer, MergeLayer) else m_in)
-                out = n.layer.forward(arg, ctx)  # type: ignore[arg-type]
+                if m_in is not None and hasattr(n.layer, "forward_masked"):   # Keras' masked Multiply
+                    out = n.layer.forward_masked(arg, m_in, ctx)
+                else:
+                    out = n.layer.forward(arg, ctx)  # type: ignore[arg-type]
                 if check:
                     for o in out if isinstance(out, list) else [out]:
                         check_finite(o, f"the output of node {n.name} ({type(n.layer).__name__})")
