@@ -98,10 +98,13 @@ class Bidirectional(Layer):
             self._input_shape = shp
 
     def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Any:
-        one = self.forward_layer.compute_output_shape(shape)
+        def first(s: Any) -> Shape:   # a recurrent layer with return_state lists its state shapes too
+            return s[0] if isinstance(s, list) else s
+
+        one = first(self.forward_layer.compute_output_shape(shape))
         main: list[Shape]
         if self.merge_mode is None:
-            main = [one, self.backward_layer.compute_output_shape(shape)]
+            main = [one, first(self.backward_layer.compute_output_shape(shape))]
         elif self.merge_mode == "concat":
             width: Any = one[-1]
             main = [Shape((*one[:-1], int(width) + self.backward_layer.output_size))]
