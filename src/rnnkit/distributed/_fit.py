@@ -55,6 +55,7 @@ from rnnkit.models._training import (
     _check_finite_data,
     _split,
     _targets,
+    check_fit_counts,
     loss_and_grads,
     metric_values,
 )
@@ -181,12 +182,7 @@ def run_fit_distributed(model: Model, x: Data, y: Data, epochs: int, *, batch_si
     mean for ``fit``, ``batch_size`` being the GLOBAL batch (summed over the ranks)."""
     dist = check_distributed(distributed, "fit")
     model._require_compiled("fit")
-    for arg, val_, lo in (("epochs", epochs, 1), ("initial_epoch", initial_epoch, 0)):
-        if isinstance(val_, bool) or not hasattr(val_, "__index__") or int(val_) < lo:
-            raise InvalidParameterError(f"fit: {arg} must be an int >= {lo}, got {val_!r}")
-    if batch_size is not None and (isinstance(batch_size, bool) or not hasattr(batch_size, "__index__")
-                                   or int(batch_size) < 1):
-        raise InvalidParameterError(f"fit: batch_size must be an int >= 1 or None, got {batch_size!r}")
+    check_fit_counts(epochs, initial_epoch, batch_size)
     if validation_data is not None and (not isinstance(validation_data, (tuple, list))
                                         or len(validation_data) != 2):
         raise InvalidParameterError("fit: validation_data must be a pair (x_val, y_val)")

@@ -269,6 +269,16 @@ def _weighting(xs: list[np.ndarray], masks: list[Any] | None, sws: list[Any] | N
     return {"weighting": h.hexdigest()}
 
 
+def check_fit_counts(epochs: Any, initial_epoch: Any, batch_size: Any) -> None:
+    """``fit``'s counts: ``epochs`` >= 1, ``initial_epoch`` >= 0, ``batch_size`` >= 1 or None."""
+    for arg, val_, lo in (("epochs", epochs, 1), ("initial_epoch", initial_epoch, 0)):
+        if isinstance(val_, bool) or not hasattr(val_, "__index__") or int(val_) < lo:
+            raise InvalidParameterError(f"fit: {arg} must be an int >= {lo}, got {val_!r}")
+    if batch_size is not None and (isinstance(batch_size, bool) or not hasattr(batch_size, "__index__")
+                                   or int(batch_size) < 1):
+        raise InvalidParameterError(f"fit: batch_size must be an int >= 1 or None, got {batch_size!r}")
+
+
 def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | None,
             validation_data: tuple[Data, Data] | None, validation_split: float,
             callbacks: list[Callback] | None, verbose: int, shuffle: bool, seed: int | None,
@@ -276,12 +286,7 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
             class_weight: Any = None, mask: Any = None, lengths: Any = None) -> History:
     """``Model.fit`` (see the module docstring)."""
     model._require_compiled("fit")
-    for arg, val_, lo in (("epochs", epochs, 1), ("initial_epoch", initial_epoch, 0)):
-        if isinstance(val_, bool) or not hasattr(val_, "__index__") or int(val_) < lo:
-            raise InvalidParameterError(f"fit: {arg} must be an int >= {lo}, got {val_!r}")
-    if batch_size is not None and (isinstance(batch_size, bool) or not hasattr(batch_size, "__index__")
-                                   or int(batch_size) < 1):
-        raise InvalidParameterError(f"fit: batch_size must be an int >= 1 or None, got {batch_size!r}")
+    check_fit_counts(epochs, initial_epoch, batch_size)
     xs = model._inputs(x)
     ys = _targets(model, y, xs[0].shape[0])
     _check_finite_data(xs, "fit: x")
