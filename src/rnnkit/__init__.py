@@ -46,6 +46,7 @@ from rnnkit.io import (
     load_weights,
     save_layer_weights,
     save_model,
+    save_onnx,
     save_torch_safetensors,
     save_weights,
 )
@@ -116,7 +117,7 @@ __all__ = [
     "io", "save_weights", "load_weights", "save_layer_weights", "load_layer_weights", "save_model",
     "load_model",
     "load_keras", "load_keras_weights", "load_torch_rnn", "load_torch_safetensors",
-    "save_torch_safetensors", "MissingDependencyError", "UnsupportedFeatureError",
+    "save_torch_safetensors", "save_onnx", "MissingDependencyError", "UnsupportedFeatureError",
     "losses", "Loss", "MeanSquaredError", "MeanAbsoluteError", "BinaryCrossEntropy",
     "CategoricalCrossEntropy", "SparseCategoricalCrossEntropy",
     "layers", "ActivationLayer", "Concatenate", "Dense", "Dropout", "Embedding", "RepeatVector", "Reverse",

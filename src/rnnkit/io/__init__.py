@@ -7,6 +7,7 @@ from rnnkit.io._interop_errors import MissingDependencyError, UnsupportedFeature
 from rnnkit.io._keras_file import load_keras, load_keras_weights
 from rnnkit.io._limits import LIMITS, Limits, set_limits
 from rnnkit.io._model import load_model, save_model
+from rnnkit.io._onnx import save_onnx
 from rnnkit.io._torch_file import load_torch_rnn, load_torch_safetensors, save_torch_safetensors
 from rnnkit.io._weights import (
     load_layer_weights,
@@ -21,6 +22,6 @@ __all__ = [
     "load_weights", "read_safetensors", "save_layer_weights", "save_model", "save_weights",
     "to_keras_weights", "to_torch_state",
     "MissingDependencyError", "UnsupportedFeatureError", "load_keras", "load_keras_weights",
-    "load_torch_rnn", "load_torch_safetensors", "save_torch_safetensors",
+    "load_torch_rnn", "load_torch_safetensors", "save_torch_safetensors", "save_onnx",
     "LIMITS", "Limits", "set_limits",
 ]
