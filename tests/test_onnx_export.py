@@ -240,3 +240,15 @@ def test_an_unknown_layer_and_a_missing_onnx(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(builtins, "__import__", no_onnx)
     with pytest.raises(rk.MissingDependencyError, match=r"pip install rnnkit\[onnx\]"):
         rk.save_onnx(model, tmp_path / "x.onnx")
+
+
+def test_model_save_with_an_onnx_name_writes_onnx(tmp_path: Path) -> None:
+    model = rk.Sequential([rk.LSTM(3, return_sequences=True), rk.Dense(2)], input_shape=(None, None, 2))
+    randomise(model.layers, 11)
+    model.save(str(tmp_path / "m.onnx"))
+    x = np.random.default_rng(12).normal(size=(3, 6, 2)).astype(np.float32)
+    np.testing.assert_allclose(run(tmp_path / "m.onnx", {"input": x})[0], model.predict(x), atol=TOL, rtol=0)
+    bad = rk.Sequential([rk.LSTM(4, proj_size=2)], input_shape=(None, None, 2))
+    with pytest.raises(rk.UnsupportedFeatureError, match="proj_size"):
+        bad.save(str(tmp_path / "p.onnx"))
+    assert not (tmp_path / "p.onnx").exists()

@@ -4,6 +4,7 @@ importers/exporters of one recurrent layer for PyTorch and Keras."""
 from rnnkit.io._atomic import atomic_write_bytes
 from rnnkit.io._interop import from_keras_weights, from_torch_state, to_keras_weights, to_torch_state
 from rnnkit.io._interop_errors import MissingDependencyError, UnsupportedFeatureError
+from rnnkit.io._keras_export import save_keras, save_keras_weights
 from rnnkit.io._keras_file import load_keras, load_keras_weights
 from rnnkit.io._limits import LIMITS, Limits, set_limits
 from rnnkit.io._model import load_model, save_model
@@ -23,5 +24,6 @@ __all__ = [
     "to_keras_weights", "to_torch_state",
     "MissingDependencyError", "UnsupportedFeatureError", "load_keras", "load_keras_weights",
     "load_torch_rnn", "load_torch_safetensors", "save_torch_safetensors", "save_onnx",
+    "save_keras", "save_keras_weights",
     "LIMITS", "Limits", "set_limits",
 ]
