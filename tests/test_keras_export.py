@@ -61,7 +61,8 @@ SEQ_LAYERS = [
 ]
 
 
-@pytest.mark.parametrize("make", SEQ_LAYERS, ids=["rnn-relu", "rnn-nobias-back", "lstm-back", "lstm-hard-nobias",
+@pytest.mark.parametrize("make", SEQ_LAYERS, ids=["rnn-relu", "rnn-nobias-back", "lstm-back",
+                                                  "lstm-hard-nobias",
                                                   "gru", "gru-ra-back", "gru-ra-nobias"])
 def test_each_cell_to_keras_and_back(make: Any, tmp_path: Path) -> None:
     model = rk.Sequential([make(), rk.Dropout(0.2), rk.LSTM(3), rk.RepeatVector(2),
