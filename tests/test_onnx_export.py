@@ -150,16 +150,27 @@ def test_encoder_decoder(tmp_path: Path) -> None:
             np.testing.assert_allclose(g, w, atol=TOL, rtol=0)
 
 
+def input_dims(path: Path) -> list[Any]:
+    shape = onnx.load(str(path)).graph.input[0].type.tensor_type.shape
+    return [d.dim_param or d.dim_value for d in shape.dim]
+
+
 def test_fixed_axes_and_opset(tmp_path: Path) -> None:
     model = rk.Sequential([rk.GRU(3)], input_shape=(None, 6, 2))
     randomise(model.layers)
-    path = export(model, tmp_path, dynamic_batch=4, opset=14)
-    proto = onnx.load(str(path))
-    assert proto.opset_import[0].version == 14
-    dims = [d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim]
-    assert dims == [4, 6, 2]
+    path = export(model, tmp_path, dynamic_batch=4, dynamic_time=6, opset=14)
+    assert onnx.load(str(path)).opset_import[0].version == 14
+    assert input_dims(path) == [4, 6, 2]
     x = np.random.default_rng(0).normal(size=(4, 6, 2)).astype(np.float32)
     np.testing.assert_allclose(run(path, {"input": x})[0], model.predict(x), atol=TOL, rtol=0)
+    free = export(model, tmp_path)              # built for 6 steps; the graph runs any length
+    assert input_dims(free) == ["batch", "time", 2]
+    x9 = np.random.default_rng(1).normal(size=(3, 9, 2)).astype(np.float32)
+    unfixed = rk.Sequential([rk.GRU(3)], input_shape=(None, None, 2))
+    unfixed.set_weights(model.get_weights())
+    np.testing.assert_allclose(run(free, {"input": x9})[0], unfixed.predict(x9), atol=TOL, rtol=0)
+    fixed = export(model, tmp_path, dynamic_time=False)
+    assert input_dims(fixed) == ["batch", 6, 2]
     with pytest.raises(rk.InvalidParameterError, match="dynamic_batch=False needs a batch size"):
         rk.save_onnx(model, tmp_path / "x.onnx", dynamic_batch=False)
     with pytest.raises(rk.InvalidParameterError, match=r"opset must be an int in \[14, "):

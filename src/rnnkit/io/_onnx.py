@@ -12,7 +12,8 @@ Graph interface::
     outputs  "output", or "output_0", "output_1", ... (a layer with return_state adds its final
              state parts after its output, in the order rnnkit returns them)
 
-Axes: the batch axis is named "batch" and the time axis "time" (free sizes) unless
+Axes: the batch axis is named "batch" and the time axis "time" (free sizes; also where the
+model was built for one length: every exported layer computes the same for any length) unless
 ``dynamic_batch`` / ``dynamic_time`` is False (the size the model was built with) or an int.
 A float64 model gives a float64 graph (valid ONNX; onnxruntime 1.32's CPU recurrent ops run
 float32 only). The layers and what they become are listed in :mod:`rnnkit.io._onnx_layers`; the weight
@@ -68,7 +69,7 @@ def _dims(shape: Shape, batch: bool | int, time: bool | int, has_time: bool,
     dims: list[Any] = list(shape.dims)
     b, t = (1, 0) if tm_first else (0, 1)
     dims[b] = _axis(batch, dims[b], "batch", "batch")
-    if has_time and not (time is True and dims[t] is not None):   # a time axis the model fixed stays
+    if has_time:   # free even where the model was built for one length: the graph runs any
         dims[t] = _axis(time, dims[t], "time", "time")
     return dims
 
