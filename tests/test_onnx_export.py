@@ -263,3 +263,21 @@ def test_model_save_with_an_onnx_name_writes_onnx(tmp_path: Path) -> None:
     with pytest.raises(rk.UnsupportedFeatureError, match="proj_size"):
         bad.save(str(tmp_path / "p.onnx"))
     assert not (tmp_path / "p.onnx").exists()
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn"])
+def test_rnn_net_in_a_model_with_lengths(mode: str, tmp_path: Path) -> None:
+    """A bidirectional 2-layer RNNNet in a Sequential, padded batches: ONNX's bidirectional op
+    reverses each sequence within its length, as the net's reverse direction does."""
+    cfg = rk.rnn.RNNConfig(num_layers=2, bidirectional=True, batch_first=True)
+    net = getattr(rk.rnn, mode)(3, 4, cfg, seed=1)
+    model = rk.Sequential([net, rk.Dense(2)], input_shape=(None, None, 3))
+    randomise(model.layers, 13)
+    path = export(model, tmp_path, lengths=True)
+    rng = np.random.default_rng(14)
+    for B, T in SIZES:
+        x = rng.normal(size=(B, T, 3)).astype(np.float32)
+        n = rng.integers(1, T + 1, B)
+        want = model.forward(x, rk.Ctx.inference().set_mask(lengths=n))
+        got = run(path, {"input": x, "lengths": n.astype(np.int64)})[0]
+        np.testing.assert_allclose(got, want, atol=TOL, rtol=0)

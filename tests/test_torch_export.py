@@ -85,4 +85,7 @@ def test_torch_refusals(tmp_path: Path) -> None:
     lstm = rk.LSTM(3, recurrent_activation="hard_sigmoid", input_dim=2)
     with pytest.raises(rk.InvalidParameterError, match="recurrent_activation 'hard_sigmoid'"):
         rk.save_torch_safetensors(lstm, tmp_path / "l.safetensors")
+    back = rk.LSTM(3, go_backwards=True, input_dim=2, name="back")
+    with pytest.raises(rk.UnsupportedFeatureError, match="layer 'back': go_backwards: a one-direction"):
+        rk.save_torch_safetensors(back, tmp_path / "b.safetensors")
     assert not list(tmp_path.iterdir())

@@ -192,6 +192,14 @@ def save_torch_safetensors(net: RNNNet | RecurrentLayer, path: str | os.PathLike
     file, atomically. ``torch.nn.LSTM/GRU(...).load_state_dict(safetensors.torch.load_file(path))``
     then computes what ``net`` computes (build the torch module with the same in_dim, hidden,
     num_layers, bidirectional, bias, batch_first). A single SimpleRNN / LSTM / GRU layer is
-    written as layer 0 of ``torch.nn.RNN/LSTM/GRU`` (see :func:`~rnnkit.io.to_torch_state`)."""
+    written as layer 0 of ``torch.nn.RNN/LSTM/GRU`` (see :func:`~rnnkit.io.to_torch_state`); a
+    ``go_backwards`` layer is refused (a one-direction torch module reads forward: it would
+    compute another function with these weights)."""
+    if isinstance(net, RecurrentLayer) and net.go_backwards:
+        raise UnsupportedFeatureError(net.name, "go_backwards",
+                                      "a one-direction torch.nn module reads the sequence forward, so it "
+                                      "would compute something else with these weights; feed it "
+                                      "torch.flip(x, [1]) yourself and take the weights with "
+                                      "rnnkit.io.to_torch_state(layer)")
     state = net.state_dict() if isinstance(net, RNNNet) else to_torch_state(net)
     write_safetensors(path, {prefix + k: v for k, v in state.items()}, {"format": "pt"})
