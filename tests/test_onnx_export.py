@@ -214,6 +214,21 @@ def test_refusals_name_what_onnx_cannot_express(tmp_path: Path) -> None:
     refused(net, tmp_path, "proj_size=2")
 
 
+def test_lengths_only_where_they_describe_the_sequence(tmp_path: Path) -> None:
+    """A decoder reading a RepeatVector's sequence, or a padded sequence reversed (padding
+    first), is not what the lengths describe: refused rather than guessed."""
+    enc_dec = rk.Sequential([rk.LSTM(3), rk.RepeatVector(4), rk.GRU(2, name="dec")],
+                            input_shape=(None, None, 2))
+    e = refused(enc_dec, tmp_path, "this layer reads a sequence the lengths do not describe", lengths=True)
+    assert (e.layer, e.option) == ("dec", "lengths")
+    rev = rk.Sequential([rk.Reverse(1, name="rev"), rk.GRU(2)], input_shape=(None, None, 2))
+    refused(rev, tmp_path, "layer 'rev': lengths: reversing a padded sequence puts its padding first",
+            lengths=True)
+    path = export(enc_dec, tmp_path)            # without lengths it exports
+    x = np.random.default_rng(15).normal(size=(3, 5, 2)).astype(np.float32)
+    np.testing.assert_allclose(run(path, {"input": x})[0], enc_dec.predict(x), atol=TOL, rtol=0)
+
+
 def test_keras_masking_is_refused(tmp_path: Path) -> None:
     """A layer producing Keras' boolean mask (repeat the previous output) has no exact graph."""
     class Masking(rk.Dropout):   # stands for the Masking layer by its class name

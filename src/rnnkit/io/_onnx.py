@@ -74,8 +74,20 @@ def _dims(shape: Shape, batch: bool | int, time: bool | int, has_time: bool,
     return dims
 
 
+def _call(g: Graph, layer: Layer, args: list[str], ranks: list[int]) -> list[str]:
+    """Convert one layer call, keeping track of the tensors the lengths describe."""
+    from rnnkit.io._onnx_layers import carries_lengths
+
+    g.in_ranks = ranks
+    outs = converter(layer)(g, layer, args)
+    if g.lengths is not None and carries_lengths(layer, [a in g.masked for a in args[:max(1, len(ranks))]]):
+        g.masked.add(outs[0])
+    return outs
+
+
 def _walk(model: Any, g: Graph, in_names: list[str]) -> list[list[str]]:
-    """Convert every layer call of ``model``; returns each model output's tensor names."""
+    """Convert every layer call of ``model``; returns each model output's tensor names. (A node
+    of a graph with several outputs per layer picks output ``node.index`` of its inbound node.)"""
     from rnnkit.layers import MergeLayer
     from rnnkit.models import GraphModel, Sequential
 
@@ -83,20 +95,22 @@ def _walk(model: Any, g: Graph, in_names: list[str]) -> list[list[str]]:
         cur = [in_names[0]]
         shapes = [model.input_shapes()[0], *model._out_shapes]
         for layer, shp in zip(model.layers, shapes, strict=False):
-            g.in_ranks = [shp.rank]
-            cur = converter(layer)(g, layer, cur)
+            cur = _call(g, layer, cur, [shp.rank])
         return [cur]
     if isinstance(model, GraphModel):
         vals: dict[int, list[str]] = {id(n): [nm] for n, nm in zip(model.inputs, in_names, strict=True)}
         for n in model.nodes:
             if n.layer is None:
+                k = getattr(n, "index", None)
+                if k is not None:
+                    vals[id(n)] = [vals[id(n.inbound[0])][int(k)]]
                 continue
-            g.in_ranks = [p.shape.rank for p in n.inbound]
-            if isinstance(n.layer, MergeLayer):
+            ranks = [int(getattr(p.shape, "rank", 0)) for p in n.inbound]
+            if isinstance(n.layer, MergeLayer) or len(n.inbound) > 1:
                 args = [vals[id(p)][0] for p in n.inbound]
             else:
                 args = vals[id(n.inbound[0])]
-            vals[id(n)] = converter(n.layer)(g, n.layer, args)
+            vals[id(n)] = _call(g, n.layer, args, ranks)
         return [vals[id(n)] for n in model.outputs]
     raise AssertionError(model)
 
@@ -189,9 +203,9 @@ def save_onnx(model: Any, path: str | os.PathLike[str], *, opset: int | None = N
     if lengths:
         inputs.append(helper.make_tensor_value_info("lengths", TensorProto.INT64, [batch_dim]))
         g.lengths = "lengths"
+        g.masked.add(names[0])   # the (first) input is the padded sequence
     if single:
-        g.in_ranks = [3]
-        outs = [converter(model)(g, model, names)]
+        outs = [_call(g, model, names, [3])]
     else:
         outs = _walk(model, g, names)
     flat = [t for o in outs for t in o]

@@ -34,6 +34,8 @@ class Graph:
         self.nodes: list[Any] = []
         self.initializers: list[Any] = []
         self.lengths: str | None = None
+        #: the tensors the lengths describe (the padded input and the sequences made from it)
+        self.masked: set[str] = set()
         #: the ranks of the inputs of the layer being converted (set by the model walk)
         self.in_ranks: list[int] = []
         self._lengths32: str | None = None
@@ -66,10 +68,16 @@ class Graph:
     def one(self, op_type: str, inputs: list[str], hint: str, **attrs: Any) -> str:
         return self.op(op_type, inputs, hint, **attrs)[0]
 
-    def seq_lens(self) -> str:
-        """The lengths as the int32 ``sequence_lens`` of ONNX's recurrent ops ("" without)."""
+    def seq_lens(self, x: str, where: str) -> str:
+        """The lengths as the int32 ``sequence_lens`` of an ONNX recurrent op reading ``x`` (""
+        without lengths). ``x`` must carry them (:data:`masked`): a sequence the lengths do not
+        describe (made by a RepeatVector, say) is refused."""
         if self.lengths is None:
             return ""
+        if x not in self.masked:
+            raise UnsupportedFeatureError(where, "lengths", "this layer reads a sequence the lengths "
+                                          "do not describe (it comes after a layer that returns no "
+                                          "sequence); export without lengths=True")
         if self._lengths32 is None:
             from onnx import TensorProto
 
@@ -114,9 +122,10 @@ def _cell_check(layer: Any, where: str) -> str:
 
 
 def _rnn_op(g: Graph, layers: list[Any], x_tm: str, init: list[str], direction: str, hint: str,
-            kind: str) -> list[str]:
+            kind: str, lens: str) -> list[str]:
     """One ONNX RNN/LSTM/GRU op over ``layers`` (one per direction); ``x_tm`` is (T, B, F),
-    ``init`` the (D, B, width) initial state parts or []. Returns [Y, Y_h(, Y_c)]."""
+    ``init`` the (D, B, width) initial state parts or [], ``lens`` the sequence_lens or "".
+    Returns [Y, Y_h(, Y_c)]."""
     cell = layers[0].cell
     Ws, Rs, Bs = zip(*(to_onnx(lay.cell, {n: lay.weight(n) for n in lay.weight_names}) for lay in layers),
                      strict=True)
@@ -129,7 +138,7 @@ def _rnn_op(g: Graph, layers: list[Any], x_tm: str, init: list[str], direction: 
         alpha += al
         beta += be
     ins = [x_tm, g.const(f"{hint}_W", np.stack(Ws)), g.const(f"{hint}_R", np.stack(Rs)),
-           "" if Bs[0] is None else g.const(f"{hint}_B", np.stack(Bs)), g.seq_lens()]
+           "" if Bs[0] is None else g.const(f"{hint}_B", np.stack(Bs)), lens]
     ins += init
     while ins and ins[-1] == "":
         ins.pop()
@@ -151,10 +160,12 @@ def recurrent(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
     if layer.stateful:
         raise UnsupportedFeatureError(where, "stateful", "a stateful layer carries its state between "
                                       "calls; an ONNX graph starts from the state it is given")
+    lens = g.seq_lens(inputs[0], where)
     x_tm = g.one("Transpose", [inputs[0]], where, perm=[1, 0, 2])
     zero = g.ints("axis0", [0])
     init = [g.one("Unsqueeze", [s, zero], where) for s in inputs[1:]]
-    outs = _rnn_op(g, [layer], x_tm, init, "reverse" if layer.go_backwards else "forward", where, kind)
+    outs = _rnn_op(g, [layer], x_tm, init, "reverse" if layer.go_backwards else "forward", where, kind,
+                   lens)
     if layer.return_sequences:
         y = g.one("Squeeze", [outs[0], g.ints("axis1", [1])], where)            # (T, B, H) in input order
         if layer.go_backwards:
@@ -172,6 +183,7 @@ def rnn_net(g: Graph, net: Any, inputs: list[str]) -> list[str]:
     where = net.name
     L, D = net.config.num_layers, net.directions
     kind = _cell_check(net._layer(0, 0), where)
+    lens = g.seq_lens(inputs[0], where)
     x = inputs[0] if not net.config.batch_first else g.one("Transpose", [inputs[0]], where, perm=[1, 0, 2])
     finals: list[list[str]] = [[] for _ in range(2 if kind == "LSTM" else 1)]
     zero = g.ints("axis0", [0])
@@ -179,7 +191,8 @@ def rnn_net(g: Graph, net: Any, inputs: list[str]) -> list[str]:
         init = [g.one("Slice", [s, g.ints("start", [k * D]), g.ints("end", [(k + 1) * D]), zero], where)
                 for s in inputs[1:]]
         layers = [net._layer(k, d) for d in range(D)]
-        outs = _rnn_op(g, layers, x, init, "bidirectional" if D == 2 else "forward", f"{where}_l{k}", kind)
+        outs = _rnn_op(g, layers, x, init, "bidirectional" if D == 2 else "forward", f"{where}_l{k}", kind,
+                       lens)
         y = g.one("Transpose", [outs[0]], where, perm=[0, 2, 1, 3])       # (T, B, D, H)
         x = g.one("Reshape", [y, g.ints("shape", [0, 0, -1])], where)     # (T, B, D*H)
         for lst, s in zip(finals, outs[1:], strict=True):
@@ -242,6 +255,24 @@ REFUSED: dict[str, str] = {
                 "zero the outputs there, so no ONNX graph computes it exactly (export with "
                 "lengths=True for PyTorch's packed semantics instead)"),
 }
+
+
+def carries_lengths(layer: Layer, masked: list[bool]) -> bool:
+    """Whether ``layer``'s first output is still described by the lengths, given which of its
+    inputs are (rnnkit's mask rules: sequences keep it, a last state or a RepeatVector drops it;
+    a Reverse along time would turn it into a Keras mask, padding first: refused)."""
+    if not any(masked):
+        return False
+    name = type(layer).__name__
+    if name == "RepeatVector":
+        return False
+    if name == "Reverse":
+        raise UnsupportedFeatureError(layer.name, "lengths", "reversing a padded sequence puts its "
+                                      "padding first, which only a Keras mask describes")
+    if len(masked) > 1 and not all(masked):
+        raise UnsupportedFeatureError(layer.name, "lengths", "it merges a padded sequence with one the "
+                                      "lengths do not describe")
+    return bool(getattr(layer, "return_sequences", True))
 
 
 def converter(layer: Layer) -> Converter:
