@@ -296,3 +296,19 @@ def test_rnn_net_in_a_model_with_lengths(mode: str, tmp_path: Path) -> None:
         want = model.forward(x, rk.Ctx.inference().set_mask(lengths=n))
         got = run(path, {"input": x, "lengths": n.astype(np.int64)})[0]
         np.testing.assert_allclose(got, want, atol=TOL, rtol=0)
+
+
+def test_embedding_after_a_float_input_truncates_ids(tmp_path: Path) -> None:
+    """An input read by an Embedding and by another layer stays float; the ids truncate toward
+    zero as rnnkit's Embedding truncates them."""
+    b = rk.GraphBuilder()
+    ids = b.input((None, 4), name="ids")
+    e = b.add(rk.Embedding(6, 3), ids)
+    d = b.add(rk.Dense(3), ids)
+    model = b.build([e, d])
+    randomise(model.layers, 16)
+    path = export(model, tmp_path)
+    x = np.array([[0.0, 1.9, 5.5, 2.2], [4.99, 3.0, 0.4, 1.0]], np.float32)
+    got = run(path, {"ids": x})
+    for g_, w in zip(got, model.predict(x), strict=True):
+        np.testing.assert_allclose(g_, w, atol=TOL, rtol=0)

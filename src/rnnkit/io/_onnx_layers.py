@@ -214,8 +214,12 @@ def dense(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
 def embedding(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
     if getattr(layer, "mask_zero", False):
         raise UnsupportedFeatureError(layer.name, "mask_zero", REFUSED["Masking"])
+    from onnx import TensorProto
+
     table = g.const(f"{layer.name}_embeddings", layer.weight("embeddings"))
-    return [g.one("Gather", [table, inputs[0]], layer.name, axis=0)]
+    # int64 ids pass unchanged; float ids truncate toward zero, as rnnkit's Embedding reads them
+    ids = g.one("Cast", [inputs[0]], layer.name, to=TensorProto.INT64)
+    return [g.one("Gather", [table, ids], layer.name, axis=0)]
 
 
 def identity(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
