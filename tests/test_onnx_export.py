@@ -224,6 +224,11 @@ def test_lengths_only_where_they_describe_the_sequence(tmp_path: Path) -> None:
     rev = rk.Sequential([rk.Reverse(1, name="rev"), rk.GRU(2)], input_shape=(None, None, 2))
     refused(rev, tmp_path, "layer 'rev': lengths: reversing a padded sequence puts its padding first",
             lengths=True)
+    b = rk.GraphBuilder()
+    x_in = b.input((None, None, 2))
+    joined = b.add(rk.Concatenate(1, name="join"), [x_in, b.add(rk.GRU(2, return_sequences=True), x_in)])
+    refused(b.build(b.add(rk.LSTM(2), joined)), tmp_path, "layer 'join': lengths: joining padded sequences",
+            lengths=True)
     path = export(enc_dec, tmp_path)            # without lengths it exports
     x = np.random.default_rng(15).normal(size=(3, 5, 2)).astype(np.float32)
     np.testing.assert_allclose(run(path, {"input": x})[0], enc_dec.predict(x), atol=TOL, rtol=0)

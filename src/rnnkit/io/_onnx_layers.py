@@ -273,6 +273,9 @@ def carries_lengths(layer: Layer, masked: list[bool]) -> bool:
     if name == "Reverse":
         raise UnsupportedFeatureError(layer.name, "lengths", "reversing a padded sequence puts its "
                                       "padding first, which only a Keras mask describes")
+    if name == "Concatenate" and layer.axis in (1, -2):   # (B, T, F) sequences joined in time
+        raise UnsupportedFeatureError(layer.name, "lengths", "joining padded sequences along time puts "
+                                      "padding inside the result, which only a Keras mask describes")
     if len(masked) > 1 and not all(masked):
         raise UnsupportedFeatureError(layer.name, "lengths", "it merges a padded sequence with one the "
                                       "lengths do not describe")
