@@ -4,6 +4,7 @@ same weights, and every refusal names what Keras cannot express."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import zipfile
 from pathlib import Path
@@ -176,3 +177,20 @@ def test_names_decide_the_format(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
     model.save(str(tmp_path / "m.safetensors"))          # rnnkit's own format as before
     assert rk.load_model(tmp_path / "m.safetensors").get_config() == model.get_config()
+
+
+CELLS = [("SimpleRNN", {}), ("SimpleRNN", {"activation": "relu"}), ("LSTM", {}),
+         ("LSTM", {"recurrent_activation": "hard_sigmoid"}), ("GRU", {}), ("GRU", {"reset_after": True})]
+
+
+@pytest.mark.parametrize("cell,kw", CELLS, ids=[c + "".join(f"-{v}" for v in k.values()) for c, k in CELLS])
+def test_each_direction_sequences_and_bias(cell: str, kw: dict[str, Any], tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    for go_backwards, seqs, bias in itertools.product([False, True], repeat=3):
+        layer = getattr(rk, cell)(4, go_backwards=go_backwards, return_sequences=seqs, use_bias=bias, **kw)
+        model = rk.Sequential([layer], input_shape=(None, None, 3))
+        randomise(model.layers, 8)
+        path = tmp_path / f"{go_backwards}{seqs}{bias}.keras"
+        rk.save_keras(model, path)
+        check_keras(model, path, [rng.normal(size=(B, T, 3)).astype(np.float32) for B, T in [(2, 5), (4, 3)]])
+        same_weights(model, rk.load_keras(path))
