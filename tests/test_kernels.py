@@ -363,3 +363,21 @@ def test_threads_share_one_layer() -> None:
         got = list(ex.map(layer.predict, xs * 3))
     for k, y in enumerate(got):
         np.testing.assert_allclose(y, ref[k % 4], rtol=1e-12, atol=1e-13)
+
+
+def test_first_compilation_says_so_once(tmp_path: Any) -> None:
+    """A process that compiles kernels says so once on stderr and counts the time; the next
+    process loads them from the cache and says nothing."""
+    import os
+    import subprocess
+
+    code = ("import numpy as np, rnnkit as rk\n"
+            "layer = rk.SimpleRNN(3, seed=1, input_dim=2, dtype='float64')\n"
+            "layer.predict(np.ones((2, 4, 2))); layer.predict(np.ones((3, 5, 2)))\n"
+            "print(rk.kernels.compile_seconds())\n")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert first.stderr.count("compiling the kernels for this machine") == 1, first.stderr
+    assert float(first.stdout) > 0.0
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert "compiling" not in again.stderr and float(again.stdout) == 0.0, again.stderr

@@ -34,6 +34,11 @@ the whole time loop on its own thread (rows never interact; BLAS single-threaded
 
 Numba is imported on the first call that needs a kernel, never by ``import rnnkit``; if it is
 missing, one ``RuntimeWarning`` says so and every layer runs the reference.
+
+Compilation: the first call of a kernel for a dtype compiles it for this machine (Numba) and
+stores it in Numba's on-disk cache; later processes load it (well under a second). The first
+compilation of a process says so once on stderr; :func:`compile_seconds` counts the time spent
+compiling, which the training progress bar leaves out of its rate and time estimates.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import sys
+import threading
+import time
 import warnings
 from collections.abc import Iterator
 from types import ModuleType
@@ -100,11 +108,51 @@ def available() -> bool:
     return _load() is not None
 
 
+_compile_lock = threading.Lock()
+_compile_state = {"depth": 0, "start": 0.0, "total": 0.0, "announced": False}
+
+
+def compile_seconds() -> float:
+    """Seconds this process has spent compiling kernels so far (0.0 when all came from the cache)."""
+    with _compile_lock:
+        st = _compile_state
+        return float(st["total"]) + (time.perf_counter() - float(st["start"]) if st["depth"] else 0.0)
+
+
+def _watch_compiles() -> None:
+    """Announce the first compilation on stderr and time every compilation (Numba's events)."""
+    from numba.core import event
+
+    class _Listener(event.Listener):
+        def on_start(self, ev: Any) -> None:
+            with _compile_lock:
+                st = _compile_state
+                if st["depth"] == 0:
+                    st["start"] = time.perf_counter()
+                    if not st["announced"]:
+                        st["announced"] = True
+                        from tqdm import tqdm  # (writes above an active progress bar)
+
+                        tqdm.write("rnnkit: compiling the kernels for this machine, once (about 10-30 s on "
+                                   "2 cores; later runs load them from the cache)", file=sys.stderr)
+                st["depth"] = int(st["depth"]) + 1
+
+        def on_end(self, ev: Any) -> None:
+            with _compile_lock:
+                st = _compile_state
+                st["depth"] = max(0, int(st["depth"]) - 1)
+                if st["depth"] == 0:
+                    st["total"] = float(st["total"]) + time.perf_counter() - float(st["start"])
+
+    event.register("numba:compile", _Listener())
+
+
 def _load() -> ModuleType | None:
     global _drv, _unavailable
     if _drv is not None or _unavailable is not None:
         return _drv
     try:
+        _watch_compiles()
         import rnnkit.kernels._driver as drv
     except ImportError as e:  # numba, or scipy (whose BLAS the kernels call), is missing
         if not isinstance(e, ModuleNotFoundError) and "scipy" not in str(e):
@@ -177,5 +225,5 @@ def registered() -> dict[type, Any]:
     return dict(_REGISTRY)
 
 
-__all__ = ["MODES", "RECURRENT_DROPOUT", "KernelCell", "available", "find", "mode", "register", "registered",
-           "set_mode", "use"]
+__all__ = ["MODES", "RECURRENT_DROPOUT", "KernelCell", "available", "compile_seconds", "find", "mode",
+           "register", "registered", "set_mode", "use"]

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from rnnkit import kernels
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, NonFiniteError
 from rnnkit._random import make_rng
@@ -164,6 +165,7 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
     # the bar counts completed epochs; an early stop ends it there (total = epochs run)
     bar = tqdm(total=int(epochs), initial=start, desc=model.name, unit="epoch",
                disable=not verbose, dynamic_ncols=True)
+    compiled = kernels.compile_seconds()
     try:
         for epoch in range(start, int(epochs)):
             cbs.on_epoch_begin(epoch, {})
@@ -196,6 +198,11 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
             if checkpoint is not None:
                 save_state(checkpoint, model, rng, epoch + 1, history, cbs.callbacks, fp or {})
             bar.set_postfix({k: f"{v:.4g}" for k, v in logs.items()}, refresh=False)
+            now = kernels.compile_seconds()   # time spent compiling kernels is not training time:
+            if not bar.disable:               # keep it out of the bar's rate and time estimates
+                bar.start_t += now - compiled
+                bar.last_print_t += now - compiled
+            compiled = now
             bar.update(1)
             if model.stop_training:
                 bar.total = bar.n

@@ -199,8 +199,19 @@ class RecurrentLayer(Streaming, Layer):
         for n in names:  # check all before changing anything
             if arrs[n].shape != expected[n]:
                 raise WeightShapeError(n, expected[n], arrs[n].shape, f"layer {self.name}")
-        if not self.built:
-            self.build(Shape((None, None, F)))
+        if not self.built:   # built from these arrays: nothing is drawn only to be replaced
+            for n in names:
+                if arrs[n].dtype.kind not in "biuf":
+                    raise InvalidInputError(
+                        f"{self.name}.{n}: weights must be real numbers, got {arrs[n].dtype}")
+            shape = Shape((None, None, F))
+            self._check_build_shape(shape)
+            self._weights = {}
+            for n in names:
+                self._add_weight(n, arrs[n])
+            self._trainable = [p.name for p in self.cell.params(F) if p.trainable]
+            self._input_shape = shape
+            return
         for n in names:
             self.set_weight(n, arrs[n])
 
