@@ -273,7 +273,7 @@ def carries_lengths(layer: Layer, masked: list[bool]) -> bool:
     if name == "Reverse":
         raise UnsupportedFeatureError(layer.name, "lengths", "reversing a padded sequence puts its "
                                       "padding first, which only a Keras mask describes")
-    if name == "Concatenate" and layer.axis in (1, -2):   # (B, T, F) sequences joined in time
+    if name == "Concatenate" and getattr(layer, "axis", -1) in (1, -2):   # (B, T, F) joined in time
         raise UnsupportedFeatureError(layer.name, "lengths", "joining padded sequences along time puts "
                                       "padding inside the result, which only a Keras mask describes")
     if len(masked) > 1 and not all(masked):
