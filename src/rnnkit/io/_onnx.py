@@ -30,6 +30,7 @@ import numpy as np
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import Layer, check_bool
 from rnnkit._shape import Shape
+from rnnkit.io import _onnx_wrappers  # noqa: F401  (registers Bidirectional and the merges)
 from rnnkit.io._atomic import atomic_write_bytes
 from rnnkit.io._interop_errors import MissingDependencyError
 from rnnkit.io._onnx_layers import Graph, converter
