@@ -12,7 +12,8 @@ Graph interface::
     outputs  "output", or "output_0", "output_1", ... (a layer with return_state adds its final
              state parts after its output, in the order rnnkit returns them)
 
-Axes: the batch axis is named "batch" and the time axis "time" (free sizes; also where the
+Axes: the batch axis is named "batch" and the time axis "time" ("<input>_time" for each input of
+a model with several: each has its own length) (free sizes; also where the
 model was built for one length: every exported layer computes the same for any length) unless
 ``dynamic_batch`` / ``dynamic_time`` is False (the size the model was built with) or an int.
 A float64 model gives a float64 graph (valid ONNX; onnxruntime 1.32's CPU recurrent ops run
@@ -65,13 +66,13 @@ def _axis(flag: bool | int, built: int | None, what: str, sym: str) -> int | str
 
 
 def _dims(shape: Shape, batch: bool | int, time: bool | int, has_time: bool,
-          tm_first: bool = False) -> list[Any]:
+          tm_first: bool = False, time_name: str = "time") -> list[Any]:
     """The graph input's dims: batch (and time, when ``has_time``) symbolic or fixed."""
     dims: list[Any] = list(shape.dims)
     b, t = (1, 0) if tm_first else (0, 1)
     dims[b] = _axis(batch, dims[b], "batch", "batch")
     if has_time:   # free even where the model was built for one length: the graph runs any
-        dims[t] = _axis(time, dims[t], "time", "time")
+        dims[t] = _axis(time, dims[t], "time", time_name)
     return dims
 
 
@@ -197,7 +198,8 @@ def save_onnx(model: Any, path: str | os.PathLike[str], *, opset: int | None = N
         batch_dim = None
         for k, (nm, shp) in enumerate(zip(names, model.input_shapes(), strict=True)):
             ints = _reads_indices(model, k)
-            dims = _dims(shp, dynamic_batch, dynamic_time, shp.rank >= 3 or (ints and shp.rank == 2))
+            dims = _dims(shp, dynamic_batch, dynamic_time, shp.rank >= 3 or (ints and shp.rank == 2),
+                         time_name="time" if len(names) == 1 else f"{nm}_time")   # lengths of their own
             batch_dim = dims[0]
             et = TensorProto.INT64 if ints else elem
             inputs.append(helper.make_tensor_value_info(nm, et, dims))
