@@ -201,7 +201,7 @@ def save_keras(model: Any, path: str | os.PathLike[str]) -> None:
 
 
 def _model_config(model: Any, where: str) -> tuple[dict[str, Any], list[tuple[str, Vars]]]:
-    from rnnkit.io._keras_graph import functional_config
+    from rnnkit.io._keras_functional import functional_config
     from rnnkit.models import GraphModel, Sequential
 
     if isinstance(model, Sequential):
