@@ -94,6 +94,37 @@ def _plain(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
     return ("Activation" if cls == "ActivationLayer" else cls), cfg, [("vars", name, [])]
 
 
+def bidirectional_entry(name: str, fwd: Any, bwd: Any, shape: Any,
+                        merge_mode: str | None = "concat") -> tuple[dict[str, Any], Vars]:
+    """A Keras ``Bidirectional`` named ``name`` over the recurrent layers ``fwd`` / ``bwd``."""
+    f_entry, f_vars = keras_layer(fwd, f"forward_{fwd.name}", shape)
+    b_entry, b_vars = keras_layer(bwd, f"backward_{bwd.name}", shape)
+    entry = {"module": "keras.layers", "class_name": "Bidirectional", "registered_name": None,
+             "config": {"name": name, "trainable": True, "dtype": fwd.dtype.name, "merge_mode": merge_mode,
+                        "layer": f_entry, "backward_layer": b_entry},
+             "build_config": {"input_shape": shape}}
+    vars_ = ([(f"forward_layer/{rel}", nm, arr) for rel, nm, arr in f_vars]
+             + [(f"backward_layer/{rel}", nm, arr) for rel, nm, arr in b_vars] + [("vars", name, [])])
+    return entry, vars_
+
+
+def _bidirectional(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
+    """rnnkit's ``Bidirectional`` layer (forward_layer, backward_layer, merge_mode)."""
+    entry, vars_ = bidirectional_entry(name, layer.forward_layer, layer.backward_layer, None,
+                                       layer.merge_mode)
+    cfg = {k: v for k, v in entry["config"].items() if k not in ("name", "trainable", "dtype")}
+    for inner in ("layer", "backward_layer"):   # built by the Bidirectional from its own input shape
+        cfg[inner].pop("build_config", None)
+    return "Bidirectional", cfg, vars_
+
+
+def _weightless(keras_class: str, **options: str) -> Any:
+    """A layer without weights whose Keras config is ``{option: layer.<attribute>}``."""
+    def conv(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
+        return keras_class, {k: getattr(layer, attr) for k, attr in options.items()}, [("vars", name, [])]
+    return conv
+
+
 def _refuse(why: str) -> Any:
     def conv(layer: Any, name: str) -> Any:
         raise UnsupportedFeatureError(name, type(layer).__name__, why)
@@ -105,6 +136,9 @@ def _refuse(why: str) -> Any:
 KERAS_LAYERS: dict[str, Any] = {
     "RecurrentLayer": _recurrent, "Dense": _plain, "Embedding": _plain, "Dropout": _plain,
     "RepeatVector": _plain, "Concatenate": _plain, "ActivationLayer": _plain,
+    # the sequence-model layers (where rnnkit has them)
+    "Bidirectional": _bidirectional, "Masking": _weightless("Masking", mask_value="mask_value"),
+    "Add": _weightless("Add"), "Multiply": _weightless("Multiply"), "Average": _weightless("Average"),
     "RNNNet": _refuse("an RNNNet is a PyTorch-layout stack with no Keras layer; write it with "
                       "save_torch_safetensors, or export a Sequential of SimpleRNN/LSTM/GRU layers"),
     "Reverse": _refuse("Keras has no layer reversing an axis (only a Bidirectional's backward branch, "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rnnkit.io._keras_export import Vars, _shape, keras_layer
+from rnnkit.io._keras_export import Vars, _shape, bidirectional_entry, keras_layer
 from rnnkit.io._keras_h5 import unique_groups
 
 
@@ -81,7 +81,7 @@ def functional_config(model: Any) -> tuple[dict[str, Any], list[tuple[str, Vars]
         if id(n) in bidi:
             src, f, b = bidi[id(n)]
             inbound = [src]
-            entry, vars_ = _bidirectional_entry(n.name, f, b, _shape(src.shape))
+            entry, vars_ = bidirectional_entry(n.name, f, b, _shape(src.shape))
         elif id(n.layer) in by_layer:       # a shared layer's next call
             entry = by_layer[id(n.layer)]
             inbound = list(n.inbound)
@@ -116,15 +116,3 @@ def functional_config(model: Any) -> tuple[dict[str, Any], list[tuple[str, Vars]
 def _tensor(node: Any, history: list[Any], dtype: str) -> dict[str, Any]:
     return {"class_name": "__keras_tensor__",
             "config": {"shape": list(node.shape.dims), "dtype": dtype, "keras_history": history}}
-
-
-def _bidirectional_entry(name: str, fwd: Any, bwd: Any, shape: Any) -> tuple[dict[str, Any], Vars]:
-    f_entry, f_vars = keras_layer(fwd, f"forward_{fwd.name}", shape)
-    b_entry, b_vars = keras_layer(bwd, f"backward_{bwd.name}", shape)
-    entry = {"module": "keras.layers", "class_name": "Bidirectional", "registered_name": None,
-             "config": {"name": name, "trainable": True, "dtype": fwd.dtype.name, "merge_mode": "concat",
-                        "layer": f_entry, "backward_layer": b_entry},
-             "build_config": {"input_shape": shape}}
-    vars_ = ([(f"forward_layer/{rel}", nm, arr) for rel, nm, arr in f_vars]
-             + [(f"backward_layer/{rel}", nm, arr) for rel, nm, arr in b_vars] + [("vars", name, [])])
-    return entry, vars_
