@@ -12,6 +12,7 @@ Written, as Keras 3.15.1 writes it: ``config.json`` (a ``Sequential`` for a Sequ
                                   bias flat; GRU reset_after kept)
     Dense, Embedding, Dropout, RepeatVector, Concatenate    the same class
     ActivationLayer               Activation
+    Bidirectional, Masking, Add, Multiply, Average   the same class (where rnnkit has them)
     nodes F (a recurrent layer), R = Reverse(1) of B (the same layer class, go_backwards) and
     a Concatenate(-1) of [F, R] (or [F, B] without return_sequences), both reading one node:
                                   Bidirectional(merge_mode="concat"), the graph load_keras
