@@ -76,3 +76,28 @@ def test_embedding_mask_zero_and_merges(tmp_path: Path) -> None:
         ids[0, T - 3:] = 0                        # padding id 0
         xs.append(ids)
     round_trip(model, tmp_path, xs)
+
+
+def test_encoder_decoder_with_states(tmp_path: Path) -> None:
+    """return_state outputs picked by the graph and initial_state calls become Keras' multi-output
+    layers and ``initial_state=`` calls."""
+    b = rk.GraphBuilder()
+    src = b.input((None, None, 3), name="src")
+    tgt = b.input((None, None, 2), name="tgt")
+    _, h, c = b.add(rk.LSTM(6, return_state=True), src)
+    y, h2, _ = b.add(rk.LSTM(6, return_sequences=True, return_state=True), [tgt, h, c])
+    model = b.build([b.add(rk.Dense(2), y), h2])
+    randomise(model.layers, 5)
+    path = tmp_path / "ed.keras"
+    rk.save_keras(model, path)
+    km = keras.saving.load_model(str(path))
+    rng = np.random.default_rng(6)
+    for B, T in [(2, 4), (3, 6)]:
+        xs = rng.normal(size=(B, T, 3)).astype(np.float32)
+        xt = rng.normal(size=(B, T + 2, 2)).astype(np.float32)
+        got, want = km.predict([xs, xt], verbose=0), model.predict([xs, xt])
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(np.asarray(g), w, atol=TOL, rtol=0)
+        back = rk.load_keras(path).predict([xs, xt])
+        for g, w in zip(back, want, strict=True):
+            np.testing.assert_array_equal(g, w)

@@ -19,7 +19,9 @@ Written, as Keras 3.15.1 writes it: ``config.json`` (a ``Sequential`` for a Sequ
                                   builds from one
 
 Refused with UnsupportedFeatureError naming the layer: an RNNNet (PyTorch's layout; write it
-with save_torch_safetensors), a custom cell, ``proj_size``, ``stateful``, ``return_state``, a
+with save_torch_safetensors), a custom cell, ``proj_size``, ``stateful``, ``return_state`` where the
+graph cannot pick a layer's several outputs (a GraphModel whose nodes can writes the states as
+Keras' extra outputs and ``[x, *states]`` calls as ``initial_state=``), a
 Reverse outside that pattern (Keras has no reverse layer) and softmax over an axis other than
 the last.
 """
@@ -61,14 +63,13 @@ def _recurrent(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
                                       f"Keras layer; only SimpleRNN, LSTM and GRU export") from None
     cell = layer.cell
     for opt, bad, why in (("proj_size", getattr(cell, "proj_size", 0), "Keras' LSTM has no projection"),
-                          ("stateful", layer.stateful, "a stateful Keras layer needs a fixed batch size"),
-                          ("return_state", layer.return_state,
-                           "a Keras layer returning its state needs a multi-output graph node")):
+                          ("stateful", layer.stateful, "a stateful Keras layer needs a fixed batch size")):
         if bad:
             raise UnsupportedFeatureError(name, opt, f"{why}; this layer has {opt}={bad}")
     cfg: dict[str, Any] = {"units": int(cell.units), "activation": _act(cell.activation, name),
                            "use_bias": bool(cell.use_bias), "return_sequences": layer.return_sequences,
-                           "return_state": False, "go_backwards": layer.go_backwards, "stateful": False,
+                           "return_state": layer.return_state, "go_backwards": layer.go_backwards,
+                           "stateful": False,
                            "unroll": False, "dropout": layer.dropout,
                            "recurrent_dropout": layer.recurrent_dropout}
     if kind != "SimpleRNN":
@@ -98,8 +99,8 @@ def _plain(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
 def bidirectional_entry(name: str, fwd: Any, bwd: Any, shape: Any,
                         merge_mode: str | None = "concat") -> tuple[dict[str, Any], Vars]:
     """A Keras ``Bidirectional`` named ``name`` over the recurrent layers ``fwd`` / ``bwd``."""
-    f_entry, f_vars = keras_layer(fwd, f"forward_{fwd.name}", shape)
-    b_entry, b_vars = keras_layer(bwd, f"backward_{bwd.name}", shape)
+    f_entry, f_vars = keras_layer(fwd, f"forward_{fwd.name}", shape, states_ok=True)
+    b_entry, b_vars = keras_layer(bwd, f"backward_{bwd.name}", shape, states_ok=True)
     entry = {"module": "keras.layers", "class_name": "Bidirectional", "registered_name": None,
              "config": {"name": name, "trainable": True, "dtype": fwd.dtype.name, "merge_mode": merge_mode,
                         "layer": f_entry, "backward_layer": b_entry},
@@ -147,8 +148,13 @@ KERAS_LAYERS: dict[str, Any] = {
 }
 
 
-def keras_layer(layer: Any, name: str, shape: Any) -> tuple[dict[str, Any], Vars]:
-    """The Keras config entry of ``layer`` (named ``name``, fed ``shape``) and its vars."""
+def keras_layer(layer: Any, name: str, shape: Any, states_ok: bool = False) -> tuple[dict[str, Any], Vars]:
+    """The Keras config entry of ``layer`` (named ``name``, fed ``shape``) and its vars.
+    ``states_ok``: the graph can pick a layer's several outputs (nodes with an ``index``), so a
+    ``return_state`` layer is expressible; otherwise it is refused."""
+    if getattr(layer, "return_state", False) and not states_ok:
+        raise UnsupportedFeatureError(name, "return_state", "a Keras layer returning its state needs a "
+                                      "graph whose nodes pick its outputs; this layer has return_state=True")
     for cls in type(layer).__mro__:
         if cls.__name__ in KERAS_LAYERS:
             kcls, cfg, vars_ = KERAS_LAYERS[cls.__name__](layer, name)

@@ -53,7 +53,11 @@ def _bidirectional(model: Any, n: Any, readers: dict[int, int]) -> tuple[Any, An
 
 
 def functional_config(model: Any) -> tuple[dict[str, Any], list[tuple[str, Vars]]]:
-    """``(config.json, [(h5 group, vars)])`` of a GraphModel."""
+    """``(config.json, [(h5 group, vars)])`` of a GraphModel. A node that picks output ``k`` of
+    a layer with several (``return_state``) refers to Keras' tensor ``k`` of that call; a
+    recurrent node with inputs ``[x, *states]`` is a call with ``initial_state``."""
+    from rnnkit.layers import MergeLayer
+
     readers = _readers(model)
     bidi: dict[int, tuple[Any, Any, Any]] = {}
     skip: set[int] = set()
@@ -67,8 +71,14 @@ def functional_config(model: Any) -> tuple[dict[str, Any], list[tuple[str, Vars]
     vars_all: list[tuple[str, Vars]] = []
     ref: dict[int, list[Any]] = {}            # node -> [keras layer name, node index, 0]
     by_layer: dict[int, dict[str, Any]] = {}  # rnnkit layer -> its Keras entry
+    states_ok = all(hasattr(n, "index") for n in model.nodes)   # nodes can pick one of several outputs
     for n in model.nodes:
         if id(n) in skip:
+            continue
+        k = getattr(n, "index", None)
+        if n.layer is None and k is not None:         # output k of its inbound node's layer
+            parent = ref[id(n.inbound[0])]
+            ref[id(n)] = [parent[0], parent[1], int(k)]
             continue
         if n.layer is None:
             entries.append({"module": "keras.layers", "class_name": "InputLayer", "name": n.name,
@@ -89,7 +99,9 @@ def functional_config(model: Any) -> tuple[dict[str, Any], list[tuple[str, Vars]
         else:
             inbound = list(n.inbound)
             shp = _shape([p.shape for p in inbound]) if len(inbound) > 1 else _shape(inbound[0].shape)
-            entry, vars_ = keras_layer(n.layer, n.name, shp)
+            entry, vars_ = keras_layer(n.layer, n.name, shp if len(inbound) == 1 or not states_ok
+                                       or isinstance(n.layer, MergeLayer) else _shape(inbound[0].shape),
+                                       states_ok)
             by_layer[id(n.layer)] = entry
         if not vars_ and entry in entries:
             ref[id(n)] = [entry["name"], len(entry["inbound_nodes"]), 0]
@@ -100,7 +112,11 @@ def functional_config(model: Any) -> tuple[dict[str, Any], list[tuple[str, Vars]
             vars_all.append((entry["class_name"], vars_))
             ref[id(n)] = [entry["name"], 0, 0]
         tensors = [_tensor(p, ref[id(p)], dtype) for p in inbound]
-        entry["inbound_nodes"].append({"args": [tensors if len(tensors) > 1 else tensors[0]], "kwargs": {}})
+        if len(tensors) > 1 and not isinstance(n.layer, MergeLayer):   # [x, *initial_state]
+            call: dict[str, Any] = {"args": [tensors[0]], "kwargs": {"initial_state": tensors[1:]}}
+        else:
+            call = {"args": [tensors if len(tensors) > 1 else tensors[0]], "kwargs": {}}
+        entry["inbound_nodes"].append(call)
     groups = unique_groups([c for c, _ in vars_all])
     ins = [ref[id(n)] for n in model.inputs]
     outs = [ref[id(n)] for n in model.outputs]
