@@ -1,5 +1,6 @@
-"""The suite passes with the core dependencies only: the test files that use torch, Keras, h5py
-or matplotlib skip those parts cleanly (run here in a subprocess that cannot import them)."""
+"""The suite passes with the core dependencies only: the test files that use torch, Keras, h5py,
+matplotlib, onnx or onnxruntime skip those parts cleanly (run here in a subprocess that cannot
+import them)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def test_interop_and_docs_tests_skip_without_optional_packages() -> None:
     res = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
          "tests/test_io_interop.py", "tests/test_docs.py::test_python_blocks_run",
-         "tests/test_keras_files.py", "tests/test_torch_files.py"],
+         "tests/test_keras_files.py", "tests/test_torch_files.py", "tests/test_onnx_export.py",
+         "tests/test_keras_export.py", "tests/test_torch_export.py", "tests/test_cli_convert.py"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     tail = res.stdout[-3000:]
     assert res.returncode == 0, tail

@@ -16,6 +16,27 @@ is ``GRU(reset_after=True)`` here. PyTorch's LSTM and GRU use tanh and sigmoid g
 tanh or relu. Exporting a SimpleRNN / LSTM writes ``bias_ih = bias`` and ``bias_hh = 0`` (torch
 adds the two); the gradients of both PyTorch biases are then the gradient of the one row. A
 layer with ``use_bias=False`` corresponds to ``bias=False``.
+
+ONNX (``LSTM`` / ``GRU`` / ``RNN`` operators, opset >= 14; one op per layer)::
+
+    W (D, G*H, F) = onnx_reorder(kernel.T)          D = 1, or 2 for direction="bidirectional"
+    R (D, G*H, H) = onnx_reorder(recurrent_kernel.T)
+    B (D, 2*G*H)  = [Wb | Rb]: [bias row 0 | bias row 1] for a GRU with reset_after,
+                    [bias | 0] otherwise (ONNX adds the two); no B input with use_bias=False
+
+ONNX's gate blocks are ``i, o, f, c`` for an LSTM (rnnkit: ``i, f, g, o``), ``z, r, h`` for a
+GRU (the same as rnnkit's, with the same convention ``h = (1 - z) * n + z * h_prev``), one block
+for the RNN. A GRU with ``reset_after=True`` is ``linear_before_reset=1``, ``False`` is ``0``
+(the reset gate multiplies the state before the recurrent matmul; ``Rb`` is zero then, so its
+place outside the reset does not matter). ``activations`` lists, per direction, the gate
+activation then the candidate / output ones (LSTM ``[f, g, h]`` = ``[ra, act, act]``, GRU
+``[f, g]`` = ``[ra, act]``, RNN ``[act]``); rnnkit's hard_sigmoid ``relu6(x + 3) / 6`` is ONNX
+``HardSigmoid(alpha=1/6, beta=0.5)`` and linear is ``Affine(alpha=1, beta=0)``. ONNX's LSTM has
+no projection (``proj_size``) and no softmax activation: both are refused.
+
+Keras 3 (``kernel``, ``recurrent_kernel``, ``bias`` of ``layers/<group>/cell/vars/0..2``) uses
+rnnkit's fused orders as they are: only the one-row bias is stored flat, ``(G*H,)``; a GRU's
+``reset_after`` bias stays ``(2, 3H)``.
 """
 
 from __future__ import annotations
@@ -27,6 +48,14 @@ import numpy as np
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 
+#: ONNX operator per rnnkit cell kind
+ONNX_OP = {"SimpleRNN": "RNN", "LSTM": "LSTM", "GRU": "GRU"}
+#: ONNX gate block k is rnnkit block ONNX_ORDER[kind][k] (LSTM: i, o, f, c <- i, f, g, o)
+ONNX_ORDER = {"SimpleRNN": (0,), "LSTM": (0, 3, 1, 2), "GRU": (0, 1, 2)}
+#: rnnkit activation -> (ONNX activation, alpha, beta); None where the ONNX op takes no parameter
+ONNX_ACTIVATIONS: dict[str, tuple[str, float | None, float | None]] = {
+    "tanh": ("Tanh", None, None), "sigmoid": ("Sigmoid", None, None), "relu": ("Relu", None, None),
+    "hard_sigmoid": ("HardSigmoid", 1.0 / 6.0, 0.5), "linear": ("Affine", 1.0, 0.0)}
 #: PyTorch module per rnnkit cell kind
 TORCH_MODULE = {"SimpleRNN": "RNN", "LSTM": "LSTM", "GRU": "GRU"}
 #: PyTorch gate block k of each kind goes to rnnkit block ORDER[kind][k] (and back: involutions)
@@ -138,4 +167,70 @@ def torch_shapes(cell: Any, in_dim: int | str) -> dict[str, tuple[Any, ...]]:
         out["bias_ih"] = out["bias_hh"] = (G * H,)
     if P:
         out["weight_hr"] = (P, H)
+    return out
+
+
+# -- ONNX ----------------------------------------------------------------------------------------
+def _permute(a: np.ndarray, order: tuple[int, ...], H: int, axis: int = 0) -> np.ndarray:
+    blocks = [np.take(a, range(k * H, (k + 1) * H), axis=axis) for k in range(len(order))]
+    return np.concatenate([blocks[k] for k in order], axis=axis)
+
+
+def onnx_activations(cell: Any, where: str) -> tuple[list[str], list[float], list[float]]:
+    """``(activations, activation_alpha, activation_beta)`` of one direction of ``cell``'s ONNX
+    op; the parameters are listed in the order of the activations that take them."""
+    kind = cell_kind(cell, where)
+    fns = [cell.activation] if kind == "SimpleRNN" else [cell.recurrent_activation, cell.activation]
+    if kind == "LSTM":
+        fns.append(cell.activation)
+    names: list[str] = []
+    alpha: list[float] = []
+    beta: list[float] = []
+    for fn in fns:
+        if fn.name not in ONNX_ACTIVATIONS:
+            raise InvalidParameterError(
+                f"{where}: ONNX's {ONNX_OP[kind]} takes the activations "
+                f"{', '.join(ONNX_ACTIVATIONS)}; this {kind} has {fn.name!r}, which it cannot express")
+        op, a, b = ONNX_ACTIVATIONS[fn.name]
+        names.append(op)
+        if a is not None:
+            alpha.append(a)
+        if b is not None:
+            beta.append(b)
+    return names, alpha, beta
+
+
+def check_onnx_compatible(cell: Any, where: str) -> str:
+    """The cell's kind, after checking that an ONNX operator computes exactly what it does."""
+    kind = cell_kind(cell, where)
+    if getattr(cell, "proj_size", 0):
+        raise InvalidParameterError(
+            f"{where}: ONNX's LSTM has no projection; this LSTM has proj_size={cell.proj_size}")
+    onnx_activations(cell, where)
+    return kind
+
+
+def to_onnx(cell: Any, w: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(W (G*H, F), R (G*H, H), B (2*G*H,) or None)`` of ONE direction of an ONNX op from the
+    rnnkit weights ``w`` of ``cell`` (stack directions on a new axis 0)."""
+    kind = check_onnx_compatible(cell, "to_onnx")
+    H, order = cell.units, ONNX_ORDER[kind]
+    W = _permute(np.asarray(w["kernel"]).T, order, H)
+    R = _permute(np.asarray(w["recurrent_kernel"]).T, order, H)
+    B = None
+    if cell.use_bias:
+        bias = np.asarray(w["bias"])
+        rb = bias[1] if bias.shape[0] == 2 else np.zeros_like(bias[0])
+        B = np.concatenate([_permute(bias[0], order, H), _permute(rb, order, H)])
+    return (np.ascontiguousarray(W), np.ascontiguousarray(R), B)
+
+
+# -- Keras ---------------------------------------------------------------------------------------
+def to_keras(cell: Any, w: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """The Keras 3 cell variables ``[kernel, recurrent_kernel(, bias)]`` (``cell/vars/0..``) from
+    rnnkit weights: the orders are Keras' already; a one-row bias is stored flat."""
+    out = [np.array(w["kernel"]), np.array(w["recurrent_kernel"])]
+    if cell.use_bias:
+        b = np.array(w["bias"])
+        out.append(b.reshape(-1) if b.shape[0] == 1 else b)
     return out

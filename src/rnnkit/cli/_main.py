@@ -124,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("summary", help="describe a saved model or checkpoint")
     s.add_argument("model", metavar="MODEL", help="a model file, or a weights-only checkpoint")
 
+    from rnnkit.cli._convert import add_parser as add_convert
+
+    add_convert(sub)
+
     sub.add_parser("bench", help="time rnnkit against PyTorch (needs torch; arguments go to "
                                  "benchmarks/bench.py)", add_help=False)
     return p
@@ -151,6 +155,10 @@ def _dispatch(argv: list[str]) -> int:
         from rnnkit.cli._predict import summary_command
 
         return summary_command(args)
+    if args.command == "convert":
+        from rnnkit.cli._convert import convert_command
+
+        return convert_command(args)
     raise CliError(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses it
 
 

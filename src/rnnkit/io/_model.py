@@ -54,8 +54,31 @@ def save_model(model: Any, path: str | os.PathLike[str], *, metadata: dict[str, 
     """Write ``model``'s architecture (``get_config()``), compile settings and weights to one
     safetensors file, atomically; the same model always gives the same bytes. ``metadata``:
     extra str -> str entries stored beside rnnkit's own (which they may not replace). Load it
-    with :func:`load_model` / ``rnnkit.load_model``."""
+    with :func:`load_model` / ``rnnkit.load_model``.
+
+    The name decides the format, never silently: ``*.keras`` writes a Keras 3 archive
+    (:func:`~rnnkit.io.save_keras`), ``*.onnx`` an ONNX graph (:func:`~rnnkit.io.save_onnx`);
+    each raises for what its format cannot hold; ``*.h5`` is refused (a Keras weights file:
+    :func:`~rnnkit.io.save_keras_weights`)."""
     from rnnkit import __version__
+
+    p = os.fspath(path)
+    foreign = p.lower().endswith((".keras", ".onnx", ".h5"))
+    if foreign and metadata:
+        raise InvalidParameterError(f"save_model: metadata= is stored in rnnkit model files only, not in "
+                                    f"{p!r}")
+    if p.lower().endswith(".keras"):
+        from rnnkit.io._keras_export import save_keras
+
+        return save_keras(model, p)
+    if p.lower().endswith(".onnx"):
+        from rnnkit.io._onnx import save_onnx
+
+        return save_onnx(model, p)
+    if p.lower().endswith(".h5"):
+        raise InvalidParameterError(f"save_model: {p!r} names an HDF5 (Keras weights) file; write the "
+                                    f"weights with save_keras_weights(model, 'name.weights.h5'), or save "
+                                    f"the model as '.keras', '.onnx' or an rnnkit '.safetensors' file")
 
     meta = {"format": MODEL_FORMAT, "format_version": FORMAT_VERSION, "rnnkit_version": __version__,
             "config": json.dumps(model.get_config())}

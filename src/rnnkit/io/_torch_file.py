@@ -11,9 +11,9 @@ Names and layouts are PyTorch's (``weight_ih_l{k}[_reverse]`` (G*H, in_k), ``wei
 (G*H, H), ``bias_ih_l{k}`` / ``bias_hh_l{k}`` (G*H,)); see :mod:`rnnkit.rnn`. Everything the
 network needs is inferred from the names and shapes:
 
-- the cell: ``G = weight_hh_l0.shape[0] / H`` with ``H = weight_hh_l0.shape[1]``: 4 is an LSTM,
-  3 a GRU; 1 (``torch.nn.RNN``) is refused here (load it into a ``SimpleRNN`` layer with
-  :func:`~rnnkit.io.from_torch_state`);
+- the cell: ``G = weight_hh_l0.shape[0] / H`` with ``H = weight_hh_l0.shape[1]`` (with a
+  projection ``weight_hr_l0`` (P, H): ``H = weight_hr_l0.shape[1]``): 4 is an LSTM, 3 a GRU,
+  1 a ``torch.nn.RNN`` (its ``nonlinearity`` is not in the weights: pass it);
 - ``in_dim`` = ``weight_ih_l0.shape[1]``, ``hidden_dim`` = H;
 - ``num_layers`` = the number of ``l{k}`` indices (they must be 0..L-1);
 - ``bidirectional`` = whether ``*_reverse`` names exist;
@@ -21,7 +21,9 @@ network needs is inferred from the names and shapes:
 
 ``batch_first`` is NOT in the weights: pass it as PyTorch's module had it (default False, like
 ``torch.nn.LSTM``; note ``RNNConfig``'s default is tch-rs' True). LSTMs with ``proj_size > 0``
-(``weight_hr_l{k}``) are refused. A file whose every name is missing the expected ones but has
+(``weight_hr_l{k}``) load as an RNNNet with that ``proj_size``. :func:`save_torch_safetensors`
+writes the same names back: a file read here and written again is the same state dict. A
+file whose every name is missing the expected ones but has
 them under a prefix (a module nested as ``self.lstm``) is reported with the candidate
 ``prefix=`` values.
 """
@@ -147,10 +149,11 @@ def load_torch_rnn(path: str | os.PathLike[str], *, prefix: str = "", batch_firs
     if ("weight_hh", 0, False) not in found or ("weight_ih", 0, False) not in found:
         raise InvalidInputError(f"{where}: '{prefix}weight_ih_l0' and '{prefix}weight_hh_l0' are required")
     whh, wih = found[("weight_hh", 0, False)], found[("weight_ih", 0, False)]
-    if whh.ndim != 2 or wih.ndim != 2 or whh.shape[1] < 1 or whh.shape[0] % whh.shape[1]:
-        raise InvalidInputError(f"{where}: weight_hh_l0 {whh.shape} / weight_ih_l0 {wih.shape} are not "
-                                f"(G*H, H) / (G*H, in_dim)")
     whr = found.get(("weight_hr", 0, False))
+    width = whh.shape[1] if whr is None or whr.ndim != 2 else whr.shape[1]   # H (the projection's input)
+    if whh.ndim != 2 or wih.ndim != 2 or whh.shape[1] < 1 or width < 1 or whh.shape[0] % width:
+        raise InvalidInputError(f"{where}: weight_hh_l0 {whh.shape} / weight_ih_l0 {wih.shape} are not "
+                                f"(G*H, H or proj_size) / (G*H, in_dim)")
     if whr is not None and (whr.ndim != 2 or whr.shape[0] != whh.shape[1] or whr.shape[1] < 1):
         raise InvalidInputError(f"{where}: weight_hr_l0 {whr.shape} is not (proj_size, H) with proj_size = "
                                 f"weight_hh_l0's width {whh.shape[1]}")
@@ -189,6 +192,14 @@ def save_torch_safetensors(net: RNNNet | RecurrentLayer, path: str | os.PathLike
     file, atomically. ``torch.nn.LSTM/GRU(...).load_state_dict(safetensors.torch.load_file(path))``
     then computes what ``net`` computes (build the torch module with the same in_dim, hidden,
     num_layers, bidirectional, bias, batch_first). A single SimpleRNN / LSTM / GRU layer is
-    written as layer 0 of ``torch.nn.RNN/LSTM/GRU`` (see :func:`~rnnkit.io.to_torch_state`)."""
+    written as layer 0 of ``torch.nn.RNN/LSTM/GRU`` (see :func:`~rnnkit.io.to_torch_state`); a
+    ``go_backwards`` layer is refused (a one-direction torch module reads forward: it would
+    compute another function with these weights)."""
+    if isinstance(net, RecurrentLayer) and net.go_backwards:
+        raise UnsupportedFeatureError(net.name, "go_backwards",
+                                      "a one-direction torch.nn module reads the sequence forward, so it "
+                                      "would compute something else with these weights; feed it "
+                                      "torch.flip(x, [1]) yourself and take the weights with "
+                                      "rnnkit.io.to_torch_state(layer)")
     state = net.state_dict() if isinstance(net, RNNNet) else to_torch_state(net)
     write_safetensors(path, {prefix + k: v for k, v in state.items()}, {"format": "pt"})

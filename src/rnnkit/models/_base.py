@@ -335,7 +335,8 @@ class Model:
         io.load_weights(self, path)  # type: ignore[attr-defined]
 
     def save(self, path: str) -> None:
-        """Write architecture and weights (``rnnkit.io.save_model``; ``rnnkit.load_model`` reads)."""
+        """Write architecture and weights (``rnnkit.io.save_model``; ``rnnkit.load_model`` reads);
+        a ``.keras`` / ``.onnx`` name writes that format or raises, never another."""
         from rnnkit import io  # type: ignore[attr-defined]
         io.save_model(self, path)  # type: ignore[attr-defined]
 

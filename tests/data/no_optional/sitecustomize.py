@@ -1,9 +1,10 @@
 """Put this folder first on PYTHONPATH to run Python as if the optional packages were not
-installed: importing torch, keras, h5py, matplotlib or tensorflow raises ModuleNotFoundError."""
+installed: importing torch, keras, h5py, matplotlib, tensorflow, onnx or onnxruntime raises
+ModuleNotFoundError."""
 
 import sys
 
-BLOCKED = ("torch", "keras", "h5py", "matplotlib", "tensorflow")
+BLOCKED = ("torch", "keras", "h5py", "matplotlib", "tensorflow", "onnx", "onnxruntime")
 
 
 class _Blocker:

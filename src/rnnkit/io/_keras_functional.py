@@ -1,0 +1,134 @@
+"""A GraphModel as a Keras 3 ``Functional`` config (for :func:`rnnkit.save_keras`).
+
+Each rnnkit layer becomes one Keras layer named after its first node (a shared layer gets one
+inbound node per call); each input node an ``InputLayer`` of its name. The pattern
+:func:`rnnkit.load_keras` builds from a Keras ``Bidirectional`` (a forward recurrent node, a
+``go_backwards`` one of the same class reading the same node, a ``Reverse(1)`` of it when the
+sequences are returned, and a ``Concatenate(-1)`` of the two, nothing else reading them) is
+written back as that Bidirectional, named after the concatenation node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rnnkit.io._keras_export import Vars, _shape, bidirectional_entry, keras_layer
+from rnnkit.io._keras_h5 import unique_groups
+
+
+def _readers(model: Any) -> dict[int, int]:
+    count: dict[int, int] = {}
+    for n in model.nodes:
+        for p in n.inbound:
+            count[id(p)] = count.get(id(p), 0) + 1
+    for n in model.outputs:
+        count[id(n)] = count.get(id(n), 0) + 1
+    return count
+
+
+def _bidirectional(model: Any, n: Any, readers: dict[int, int]) -> tuple[Any, Any, Any, list[Any]] | None:
+    """``(input node, forward layer, backward layer, absorbed nodes)`` when concatenation node
+    ``n`` closes the Bidirectional pattern, else None."""
+    from rnnkit.layers import Concatenate, Reverse
+    from rnnkit.recurrent import RecurrentLayer
+
+    if not isinstance(n.layer, Concatenate) or len(n.inbound) != 2:
+        return None
+    fwd, b = n.inbound
+    rev = None
+    if isinstance(b.layer, Reverse):
+        rev, b = b, b.inbound[0]
+    ok = (isinstance(fwd.layer, RecurrentLayer) and isinstance(b.layer, RecurrentLayer)
+          and type(fwd.layer) is type(b.layer) and not fwd.layer.go_backwards and b.layer.go_backwards
+          and fwd.inbound[0] is b.inbound[0] and fwd.layer.return_sequences == b.layer.return_sequences
+          and (rev is not None) == fwd.layer.return_sequences
+          and n.layer.axis in (-1, n.shape.rank - 1))
+    if rev is not None:
+        ok = ok and rev.layer.axis in (1, -rev.shape.rank + 1)
+    absorbed = [fwd, b] + ([rev] if rev is not None else [])
+    shared = [m for m in model.nodes if m.layer is not None and any(m.layer is a.layer for a in absorbed)]
+    if not ok or len(shared) != len(absorbed) or any(readers.get(id(a), 0) != 1 for a in absorbed):
+        return None
+    return fwd.inbound[0], fwd.layer, b.layer, absorbed
+
+
+def functional_config(model: Any) -> tuple[dict[str, Any], list[tuple[str, Vars]]]:
+    """``(config.json, [(h5 group, vars)])`` of a GraphModel. A node that picks output ``k`` of
+    a layer with several (``return_state``) refers to Keras' tensor ``k`` of that call; a
+    recurrent node with inputs ``[x, *states]`` is a call with ``initial_state``."""
+    from rnnkit.layers import MergeLayer
+
+    readers = _readers(model)
+    bidi: dict[int, tuple[Any, Any, Any]] = {}
+    skip: set[int] = set()
+    for n in model.nodes:
+        found = None if n.layer is None else _bidirectional(model, n, readers)
+        if found is not None:
+            bidi[id(n)] = found[:3]
+            skip.update(id(a) for a in found[3])
+    dtype = model.layers[0].dtype.name if model.layers else "float32"
+    entries: list[dict[str, Any]] = []
+    vars_all: list[tuple[str, Vars]] = []
+    ref: dict[int, list[Any]] = {}            # node -> [keras layer name, node index, 0]
+    by_layer: dict[int, dict[str, Any]] = {}  # rnnkit layer -> its Keras entry
+    states_ok = all(hasattr(n, "index") for n in model.nodes)   # nodes can pick one of several outputs
+    for n in model.nodes:
+        if id(n) in skip:
+            continue
+        k = getattr(n, "index", None)
+        if n.layer is None and k is not None:         # output k of its inbound node's layer
+            parent = ref[id(n.inbound[0])]
+            ref[id(n)] = [parent[0], parent[1], int(k)]
+            continue
+        if n.layer is None:
+            entries.append({"module": "keras.layers", "class_name": "InputLayer", "name": n.name,
+                            "registered_name": None, "inbound_nodes": [],
+                            "config": {"batch_shape": list(n.shape.dims), "dtype": dtype, "sparse": False,
+                                       "name": n.name}})
+            vars_all.append(("InputLayer", [("vars", n.name, [])]))
+            ref[id(n)] = [n.name, 0, 0]
+            continue
+        if id(n) in bidi:
+            src, f, b = bidi[id(n)]
+            inbound = [src]
+            entry, vars_ = bidirectional_entry(n.name, f, b, _shape(src.shape))
+        elif id(n.layer) in by_layer:       # a shared layer's next call
+            entry = by_layer[id(n.layer)]
+            inbound = list(n.inbound)
+            vars_ = []
+        else:
+            inbound = list(n.inbound)
+            shp = _shape([p.shape for p in inbound]) if len(inbound) > 1 else _shape(inbound[0].shape)
+            entry, vars_ = keras_layer(n.layer, n.name, shp if len(inbound) == 1 or not states_ok
+                                       or isinstance(n.layer, MergeLayer) else _shape(inbound[0].shape),
+                                       states_ok)
+            by_layer[id(n.layer)] = entry
+        if not vars_ and entry in entries:
+            ref[id(n)] = [entry["name"], len(entry["inbound_nodes"]), 0]
+        else:
+            entry["name"] = entry["config"]["name"]
+            entry["inbound_nodes"] = []
+            entries.append(entry)
+            vars_all.append((entry["class_name"], vars_))
+            ref[id(n)] = [entry["name"], 0, 0]
+        tensors = [_tensor(p, ref[id(p)], dtype) for p in inbound]
+        if len(tensors) > 1 and not isinstance(n.layer, MergeLayer):   # [x, *initial_state]
+            call: dict[str, Any] = {"args": [tensors[0]], "kwargs": {"initial_state": tensors[1:]}}
+        else:
+            call = {"args": [tensors if len(tensors) > 1 else tensors[0]], "kwargs": {}}
+        entry["inbound_nodes"].append(call)
+    groups = unique_groups([c for c, _ in vars_all])
+    ins = [ref[id(n)] for n in model.inputs]
+    outs = [ref[id(n)] for n in model.outputs]
+    cfg = {"module": "keras.src.models.functional", "class_name": "Functional",
+           "registered_name": "Functional",
+           "config": {"name": model.name, "trainable": True, "layers": entries,
+                      "input_layers": ins if len(ins) > 1 else ins[0],
+                      "output_layers": outs if len(outs) > 1 else outs[0]},
+           "build_config": {"input_shape": None}, "compile_config": None}
+    return cfg, [(g, v) for g, (_, v) in zip(groups, vars_all, strict=True)]
+
+
+def _tensor(node: Any, history: list[Any], dtype: str) -> dict[str, Any]:
+    return {"class_name": "__keras_tensor__",
+            "config": {"shape": list(node.shape.dims), "dtype": dtype, "keras_history": history}}

@@ -1,0 +1,295 @@
+"""One rnnkit layer -> ONNX nodes: the converter table of :func:`rnnkit.save_onnx`.
+
+A converter ``conv(g, layer, inputs) -> outputs`` appends the nodes computing ``layer`` on the
+tensors named ``inputs`` (a recurrent layer: ``[x, *initial_state_parts]``; a merge layer: its
+inputs; anything else: one) and returns the names of its outputs (a recurrent layer with
+``return_state``: ``[output, *final_state_parts]``). Every converter is exact: a layer or an
+option ONNX cannot express raises :class:`~rnnkit.io.UnsupportedFeatureError` naming it.
+
+Adding a layer is one entry in :data:`CONVERTERS` (keyed by class name, so layers from other
+modules need no import here); refusing one is one entry in :data:`REFUSED`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rnnkit._errors import InvalidParameterError
+from rnnkit._layer import Layer
+from rnnkit._layouts import ONNX_ACTIVATIONS, ONNX_OP, check_onnx_compatible, onnx_activations, to_onnx
+from rnnkit.io._interop_errors import UnsupportedFeatureError
+
+_INT64_MIN = np.iinfo(np.int64).min
+
+
+class Graph:
+    """The ONNX graph being written: nodes, initializers, and the ``lengths`` input (int64 (B,))
+    every recurrent op reads as ``sequence_lens`` when the export has one."""
+
+    def __init__(self, helper: Any, numpy_helper: Any, dtype: np.dtype) -> None:
+        self.helper, self.numpy_helper, self.dtype = helper, numpy_helper, dtype
+        self.nodes: list[Any] = []
+        self.initializers: list[Any] = []
+        self.lengths: str | None = None
+        #: the tensors the lengths describe (the padded input and the sequences made from it)
+        self.masked: set[str] = set()
+        #: the ranks of the inputs of the layer being converted (set by the model walk)
+        self.in_ranks: list[int] = []
+        self._lengths32: str | None = None
+        self._n = 0
+        self._ints: dict[tuple[int, ...], str] = {}
+
+    def name(self, hint: str) -> str:
+        self._n += 1
+        return f"{hint}__{self._n}"
+
+    def const(self, hint: str, value: Any, dtype: Any = None) -> str:
+        """An initializer holding ``value`` (the model's dtype unless ``dtype``)."""
+        arr = np.ascontiguousarray(np.asarray(value, dtype=self.dtype if dtype is None else dtype))
+        nm = self.name(hint)
+        self.initializers.append(self.numpy_helper.from_array(arr, nm))
+        return nm
+
+    def ints(self, hint: str, values: list[int]) -> str:
+        """An int64 constant (one initializer per distinct value)."""
+        key = tuple(int(v) for v in values)
+        if key not in self._ints:
+            self._ints[key] = self.const(hint, np.asarray(values, np.int64), np.int64)
+        return self._ints[key]
+
+    def op(self, op_type: str, inputs: list[str], hint: str, n_out: int = 1, **attrs: Any) -> list[str]:
+        outs = [self.name(f"{hint}_{op_type.lower()}") for _ in range(n_out)]
+        self.nodes.append(self.helper.make_node(op_type, inputs, outs, name=outs[0], **attrs))
+        return outs
+
+    def one(self, op_type: str, inputs: list[str], hint: str, **attrs: Any) -> str:
+        return self.op(op_type, inputs, hint, **attrs)[0]
+
+    def seq_lens(self, x: str, where: str) -> str:
+        """The lengths as the int32 ``sequence_lens`` of an ONNX recurrent op reading ``x`` (""
+        without lengths). ``x`` must carry them (:data:`masked`): a sequence the lengths do not
+        describe (made by a RepeatVector, say) is refused."""
+        if self.lengths is None:
+            return ""
+        if x not in self.masked:
+            raise UnsupportedFeatureError(where, "lengths", "this layer reads a sequence the lengths "
+                                          "do not describe (it comes after a layer that returns no "
+                                          "sequence); export without lengths=True")
+        if self._lengths32 is None:
+            from onnx import TensorProto
+
+            self._lengths32 = self.one("Cast", [self.lengths], "lengths", to=TensorProto.INT32)
+        return self._lengths32
+
+    def reverse_time(self, t: str, hint: str) -> str:
+        """``t`` (T, B, ...) with the time axis reversed; with lengths, within each length
+        (``ReverseSequence``, which leaves the steps past the end where they are)."""
+        if self.lengths is not None:
+            return self.one("ReverseSequence", [t, self.lengths], hint, batch_axis=1, time_axis=0)
+        return self.one("Slice", [t, self.ints("start", [-1]), self.ints("end", [_INT64_MIN]),
+                                  self.ints("axis", [0]), self.ints("step", [-1])], hint)
+
+
+def activation(g: Graph, x: str, fn: Any, hint: str, where: str) -> str:
+    """``fn`` (an rnnkit ActivationFn) applied to ``x``."""
+    name = fn.name
+    if name == "linear":
+        return x
+    if name == "softmax":
+        return g.one("Softmax", [x], hint, axis=int(fn.axis))
+    if name not in ONNX_ACTIVATIONS:  # (the catalogue has no other; a guard for later additions)
+        raise UnsupportedFeatureError(where, "activation", f"{name!r} has no exact ONNX operator")
+    op, alpha, beta = ONNX_ACTIVATIONS[name]
+    attrs = {} if alpha is None else {"alpha": alpha, "beta": beta}
+    return g.one(op, [x], hint, **attrs)
+
+
+# -- recurrent ---------------------------------------------------------------------------------
+def _cell_check(layer: Any, where: str) -> str:
+    from rnnkit._errors import InvalidInputError
+
+    try:
+        return check_onnx_compatible(layer.cell, where)
+    except InvalidInputError:
+        raise UnsupportedFeatureError(where, "cell", f"a custom cell ({type(layer.cell).__name__}) has no "
+                                      f"ONNX operator; only SimpleRNN, LSTM and GRU cells export") from None
+    except InvalidParameterError as e:
+        opt = "proj_size" if "proj_size" in str(e) else "activation"
+        raise UnsupportedFeatureError(where, opt, str(e).split(": ", 1)[-1]) from None
+
+
+def _rnn_op(g: Graph, layers: list[Any], x_tm: str, init: list[str], direction: str, hint: str,
+            kind: str, lens: str) -> list[str]:
+    """One ONNX RNN/LSTM/GRU op over ``layers`` (one per direction); ``x_tm`` is (T, B, F),
+    ``init`` the (D, B, width) initial state parts or [], ``lens`` the sequence_lens or "".
+    Returns [Y, Y_h(, Y_c)]."""
+    cell = layers[0].cell
+    Ws, Rs, Bs = zip(*(to_onnx(lay.cell, {n: lay.weight(n) for n in lay.weight_names}) for lay in layers),
+                     strict=True)
+    acts: list[str] = []
+    alpha: list[float] = []
+    beta: list[float] = []
+    for lay in layers:
+        a, al, be = onnx_activations(lay.cell, hint)
+        acts += a
+        alpha += al
+        beta += be
+    ins = [x_tm, g.const(f"{hint}_W", np.stack(Ws)), g.const(f"{hint}_R", np.stack(Rs)),
+           "" if Bs[0] is None else g.const(f"{hint}_B", np.stack(Bs)), lens]
+    ins += init
+    while ins and ins[-1] == "":
+        ins.pop()
+    attrs: dict[str, Any] = {"hidden_size": int(cell.units), "direction": direction, "activations": acts}
+    if alpha:
+        attrs["activation_alpha"] = alpha
+    if beta:
+        attrs["activation_beta"] = beta
+    if kind == "GRU":
+        attrs["linear_before_reset"] = int(bool(cell.reset_after))
+    return g.op(ONNX_OP[kind], ins, hint, n_out=3 if kind == "LSTM" else 2, **attrs)
+
+
+def recurrent(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    """SimpleRNN / LSTM / GRU: one ONNX op, ``direction="reverse"`` for ``go_backwards`` (its
+    outputs put back into rnnkit's processing order)."""
+    where = layer.name
+    kind = _cell_check(layer, where)
+    if layer.stateful:
+        raise UnsupportedFeatureError(where, "stateful", "a stateful layer carries its state between "
+                                      "calls; an ONNX graph starts from the state it is given")
+    lens = g.seq_lens(inputs[0], where)
+    x_tm = g.one("Transpose", [inputs[0]], where, perm=[1, 0, 2])
+    zero = g.ints("axis0", [0])
+    init = [g.one("Unsqueeze", [s, zero], where) for s in inputs[1:]]
+    outs = _rnn_op(g, [layer], x_tm, init, "reverse" if layer.go_backwards else "forward", where, kind,
+                   lens)
+    if layer.return_sequences:
+        y = g.one("Squeeze", [outs[0], g.ints("axis1", [1])], where)            # (T, B, H) in input order
+        if layer.go_backwards:
+            y = g.reverse_time(y, where)                       # rnnkit: processing order
+        y = g.one("Transpose", [y], where, perm=[1, 0, 2])
+    else:
+        y = g.one("Squeeze", [outs[1], zero], where)
+    states = [g.one("Squeeze", [s, zero], where) for s in outs[1:]]
+    return [y, *states] if layer.return_state else [y]
+
+
+def rnn_net(g: Graph, net: Any, inputs: list[str]) -> list[str]:
+    """An RNNNet: one ONNX op per layer (``direction="bidirectional"`` for two directions, whose
+    ``Y`` is in input order as the net's is); PyTorch's h_0 / c_0 and h_n / c_n."""
+    where = net.name
+    L, D = net.config.num_layers, net.directions
+    kind = _cell_check(net._layer(0, 0), where)
+    lens = g.seq_lens(inputs[0], where)
+    x = inputs[0] if not net.config.batch_first else g.one("Transpose", [inputs[0]], where, perm=[1, 0, 2])
+    finals: list[list[str]] = [[] for _ in range(2 if kind == "LSTM" else 1)]
+    zero = g.ints("axis0", [0])
+    for k in range(L):
+        init = [g.one("Slice", [s, g.ints("start", [k * D]), g.ints("end", [(k + 1) * D]), zero], where)
+                for s in inputs[1:]]
+        layers = [net._layer(k, d) for d in range(D)]
+        outs = _rnn_op(g, layers, x, init, "bidirectional" if D == 2 else "forward", f"{where}_l{k}", kind,
+                       lens)
+        y = g.one("Transpose", [outs[0]], where, perm=[0, 2, 1, 3])       # (T, B, D, H)
+        x = g.one("Reshape", [y, g.ints("shape", [0, 0, -1])], where)     # (T, B, D*H)
+        for lst, s in zip(finals, outs[1:], strict=True):
+            lst.append(s)
+    out = g.one("Transpose", [x], where, perm=[1, 0, 2]) if net.config.batch_first else x
+    if not net.return_state:
+        return [out]
+    return [out, *(lst[0] if L == 1 else g.one("Concat", lst, where, axis=0) for lst in finals)]
+
+
+# -- the other layers --------------------------------------------------------------------------
+def dense(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    y = g.one("MatMul", [inputs[0], g.const(f"{layer.name}_kernel", layer.weight("kernel"))], layer.name)
+    if layer.use_bias:
+        y = g.one("Add", [y, g.const(f"{layer.name}_bias", layer.weight("bias"))], layer.name)
+    return [activation(g, y, layer.activation, layer.name, layer.name)]
+
+
+def embedding(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    if getattr(layer, "mask_zero", False):
+        raise UnsupportedFeatureError(layer.name, "mask_zero", REFUSED["Masking"])
+    from onnx import TensorProto
+
+    table = g.const(f"{layer.name}_embeddings", layer.weight("embeddings"))
+    # int64 ids pass unchanged; float ids truncate toward zero, as rnnkit's Embedding reads them
+    ids = g.one("Cast", [inputs[0]], layer.name, to=TensorProto.INT64)
+    return [g.one("Gather", [table, ids], layer.name, axis=0)]
+
+
+def identity(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    """Dropout: the identity at inference."""
+    return [inputs[0]]
+
+
+def repeat_vector(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    x = g.one("Unsqueeze", [inputs[0], g.ints("axis1", [1])], layer.name)
+    return [g.one("Tile", [x, g.ints("repeats", [1, int(layer.n), 1])], layer.name)]
+
+
+def reverse(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    ax = layer.axis + g.in_ranks[0] if layer.axis < 0 else layer.axis
+    return [g.one("Slice", [inputs[0], g.ints("start", [-1]), g.ints("end", [_INT64_MIN]),
+                            g.ints("axis", [ax]), g.ints("step", [-1])], layer.name)]
+
+
+def concatenate(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    return [g.one("Concat", inputs, layer.name, axis=int(layer.axis))]
+
+
+def activation_layer(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    return [activation(g, inputs[0], layer.activation, layer.name, layer.name)]
+
+
+Converter = Callable[..., list[str]]
+#: rnnkit layer class name -> converter (a RecurrentLayer subclass uses "RecurrentLayer")
+CONVERTERS: dict[str, Converter] = {
+    "RecurrentLayer": recurrent, "RNNNet": rnn_net, "Dense": dense, "Embedding": embedding,
+    "Dropout": identity, "RepeatVector": repeat_vector, "Reverse": reverse, "Concatenate": concatenate,
+    "ActivationLayer": activation_layer,
+}
+#: layer class name -> why it cannot be exported exactly
+REFUSED: dict[str, str] = {
+    "Masking": ("Keras masking repeats the previous output at a masked step; ONNX's sequence_lens "
+                "zero the outputs there, so no ONNX graph computes it exactly (export with "
+                "lengths=True for PyTorch's packed semantics instead)"),
+}
+
+
+def carries_lengths(layer: Layer, masked: list[bool]) -> bool:
+    """Whether ``layer``'s first output is still described by the lengths, given which of its
+    inputs are (rnnkit's mask rules: sequences keep it, a last state or a RepeatVector drops it;
+    a Reverse along time would turn it into a Keras mask, padding first: refused)."""
+    if not any(masked):
+        return False
+    name = type(layer).__name__
+    if name == "RepeatVector":
+        return False
+    if name == "Reverse":
+        raise UnsupportedFeatureError(layer.name, "lengths", "reversing a padded sequence puts its "
+                                      "padding first, which only a Keras mask describes")
+    if name == "Concatenate" and getattr(layer, "axis", -1) in (1, -2):   # (B, T, F) joined in time
+        raise UnsupportedFeatureError(layer.name, "lengths", "joining padded sequences along time puts "
+                                      "padding inside the result, which only a Keras mask describes")
+    if len(masked) > 1 and not all(masked):
+        raise UnsupportedFeatureError(layer.name, "lengths", "it merges a padded sequence with one the "
+                                      "lengths do not describe")
+    return bool(getattr(layer, "return_sequences", True))
+
+
+def converter(layer: Layer) -> Converter:
+    """The converter of ``layer`` (by its class or the nearest base class in the table), or
+    UnsupportedFeatureError naming the layer."""
+    name = type(layer).__name__
+    if name in REFUSED:
+        raise UnsupportedFeatureError(layer.name, name, REFUSED[name])
+    for cls in type(layer).__mro__:
+        if cls.__name__ in CONVERTERS:
+            return CONVERTERS[cls.__name__]
+    raise UnsupportedFeatureError(layer.name, name, f"no ONNX export for layer class {name!r}; exported: "
+                                  f"{', '.join(sorted(CONVERTERS))}")

@@ -1,0 +1,91 @@
+"""ONNX converters of the layers that wrap or merge others: ``Bidirectional`` and the elementwise
+merges ``Add`` / ``Multiply`` / ``Average`` (registered into the converter table by class name,
+so they apply wherever rnnkit has those classes).
+
+A Bidirectional whose two directions share the cell class, width, activations and bias option
+is ONE ONNX op with ``direction="bidirectional"`` (its backward ``Y`` is already in input order,
+reversed within each length, as the layer aligns it); otherwise two ops, ``"forward"`` and
+``"reverse"``. States follow the layer: inputs ``[x, *forward_state, *backward_state]``,
+outputs ``[output(s), *forward_final, *backward_final]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rnnkit.io._interop_errors import UnsupportedFeatureError
+from rnnkit.io._onnx_layers import CONVERTERS, Graph, _cell_check, _rnn_op
+
+
+def _same_op(f: Any, b: Any) -> bool:
+    cf, cb = f.cell, b.cell
+    gates = [getattr(getattr(c, "recurrent_activation", None), "name", None) for c in (cf, cb)]
+    return (type(cf) is type(cb) and cf.units == cb.units and cf.use_bias == cb.use_bias
+            and cf.activation.name == cb.activation.name and gates[0] == gates[1])
+
+
+def bidirectional(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    f, b = layer.forward_layer, layer.backward_layer
+    where = layer.name
+    kind = _cell_check(f, where)
+    _cell_check(b, where)
+    if f.go_backwards or not b.go_backwards:
+        raise UnsupportedFeatureError(where, "go_backwards", "the forward layer must read forwards and "
+                                      "the backward layer backwards")
+    if f.stateful:
+        raise UnsupportedFeatureError(where, "stateful", "a stateful layer carries its state between "
+                                      "calls; an ONNX graph starts from the state it is given")
+    lens = g.seq_lens(inputs[0], where)
+    x_tm = g.one("Transpose", [inputs[0]], where, perm=[1, 0, 2])
+    nf = len(f.cell.state_names)
+    init_f, init_b = inputs[1:1 + nf], inputs[1 + nf:]
+    zero, one = g.ints("axis0", [0]), g.ints("axis1", [1])
+    if _same_op(f, b):
+        init = [g.one("Concat", [g.one("Unsqueeze", [p, zero], where), g.one("Unsqueeze", [q, zero], where)],
+                      where, axis=0) for p, q in zip(init_f, init_b, strict=True)]
+        outs = _rnn_op(g, [f, b], x_tm, init, "bidirectional", where, kind, lens)
+        ys = [g.one("Gather", [outs[0], g.ints(f"dir{d}", [d])], where, axis=1) for d in (0, 1)]
+        ys = [g.one("Squeeze", [y, one], where) for y in ys]                    # (T, B, H) each
+        states = [[g.one("Squeeze", [g.one("Gather", [s, g.ints(f"dir{d}", [d])], where, axis=0), zero],
+                         where) for s in outs[1:]] for d in (0, 1)]
+    else:
+        ys, states = [], []
+        for lay, direction, init in ((f, "forward", init_f), (b, "reverse", init_b)):
+            o = _rnn_op(g, [lay], x_tm, [g.one("Unsqueeze", [p, zero], where) for p in init], direction,
+                        f"{where}_{direction}", _cell_check(lay, where), lens)
+            ys.append(g.one("Squeeze", [o[0], one], where))
+            states.append([g.one("Squeeze", [s, zero], where) for s in o[1:]])
+    if layer.return_sequences:
+        yf, yb = (g.one("Transpose", [y], where, perm=[1, 0, 2]) for y in ys)
+    else:
+        yf, yb = states[0][0], states[1][0]
+    mode = layer.merge_mode
+    if mode is None:
+        out = [yf, yb]
+    elif mode == "concat":
+        out = [g.one("Concat", [yf, yb], where, axis=-1)]
+    elif mode == "sum":
+        out = [g.one("Add", [yf, yb], where)]
+    elif mode == "mul":
+        out = [g.one("Mul", [yf, yb], where)]
+    else:   # "ave": (yf + yb) / 2, as the layer computes it
+        out = [g.one("Div", [g.one("Add", [yf, yb], where), g.const("two", 2.0)], where)]
+    return [*out, *states[0], *states[1]] if layer.return_state else out
+
+
+def _fold(op: str) -> Any:
+    def conv(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+        acc = inputs[0]
+        for t in inputs[1:]:      # left to right, as NumPy reduces the stacked inputs
+            acc = g.one(op, [acc, t], layer.name)
+        return [acc]
+    return conv
+
+
+def average(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    total = _fold("Add")(g, layer, inputs)[0]
+    return [g.one("Div", [total, g.const("n", float(len(inputs)))], layer.name)]
+
+
+CONVERTERS.update({"Bidirectional": bidirectional, "Add": _fold("Add"), "Multiply": _fold("Mul"),
+                   "Average": average})
