@@ -67,14 +67,19 @@ from rnnkit.losses import (
     SparseCategoricalCrossEntropy,
 )
 from rnnkit.models import (
+    CSVLogger,
     EarlyStopping,
     GraphBuilder,
     GraphModel,
     History,
+    LambdaCallback,
     LearningRateScheduler,
     ModelCheckpoint,
+    ProgbarLogger,
+    ReduceLROnPlateau,
     Sequential,
     SequentialBuilder,
+    TerminateOnNaN,
     model_from_config,
 )
 from rnnkit.optimizers import SGD, Adam, AdamW, Optimizer, RMSprop
@@ -122,5 +127,6 @@ __all__ = [
     "layers", "ActivationLayer", "Concatenate", "Dense", "Dropout", "Embedding", "RepeatVector", "Reverse",
     "models", "EarlyStopping", "GraphBuilder", "GraphModel", "History", "LearningRateScheduler",
     "ModelCheckpoint", "Sequential", "SequentialBuilder", "model_from_config",
+    "CSVLogger", "LambdaCallback", "ProgbarLogger", "ReduceLROnPlateau", "TerminateOnNaN",
     "datasets", "timeseries", "distributed",
 ]

@@ -34,6 +34,7 @@ from rnnkit._errors import InvalidInputError, InvalidParameterError, NonFiniteEr
 from rnnkit._random import make_rng
 from rnnkit.models._base import Data, Model, NonFiniteAt, as_list, check_finite
 from rnnkit.models._callbacks import Callback, CallbackList, History
+from rnnkit.models._callbacks_more import ProgbarLogger, TerminateOnNaN
 from rnnkit.models._resume import fingerprint, restore_state, save_state
 
 
@@ -77,13 +78,22 @@ def metric_values(model: Model, ys: list[np.ndarray], preds: list[np.ndarray]) -
     return out
 
 
+class NonFiniteLoss(NonFiniteAt):
+    """Internal: the batch's loss itself is NaN/Inf (``logs`` holds it); nothing was applied."""
+
+    def __init__(self, where: str, logs: dict[str, float]) -> None:
+        super().__init__(where)
+        self.logs = logs
+
+
 def train_step(model: Model, xb: list[np.ndarray], yb: list[np.ndarray], ctx: Ctx) -> dict[str, float]:
     """One optimizer step (see the module docstring); returns the pre-update loss and metrics."""
     preds = model._forward(xb, ctx, True)
     loss, grads = loss_and_grads(model, yb, preds)
     lname = type(model.loss).__name__
     if not math.isfinite(loss):
-        raise NonFiniteAt(f"the loss ({lname}) is {loss}")
+        raise NonFiniteLoss(f"the loss ({lname}) is {loss}",
+                            {"loss": loss, **metric_values(model, yb, preds)})
     for g in grads:
         check_finite(g, f"the gradient of the loss ({lname}) w.r.t. the model output")
     logs = {"loss": loss, **metric_values(model, yb, preds)}
@@ -152,7 +162,9 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
     bs = n if batch_size is None else min(int(batch_size), n)
     rng = make_rng(seed)
     history = History()
-    cbs = CallbackList([*(callbacks or []), history], model)  # History last, as Keras
+    extra: list[Callback] = [ProgbarLogger(int(epochs))] if verbose == 2 else []
+    cbs = CallbackList([*(callbacks or []), *extra, history], model)  # History last, as Keras
+    nan_stops = any(isinstance(cb, TerminateOnNaN) for cb in cbs.callbacks)
     model.stop_training = False
     cbs.on_train_begin({})
     start, fp = int(initial_epoch), None
@@ -164,7 +176,7 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
     logs: dict[str, float] = {}
     # the bar counts completed epochs; an early stop ends it there (total = epochs run)
     bar = tqdm(total=int(epochs), initial=start, desc=model.name, unit="epoch",
-               disable=not verbose, dynamic_ncols=True)
+               disable=verbose != 1, dynamic_ncols=True)
     compiled = kernels.compile_seconds()
     try:
         for epoch in range(start, int(epochs)):
@@ -175,12 +187,20 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
                 order = rng.permutation(n) if shuffle else np.arange(n)
                 batches = [order[a:a + bs] for a in range(0, n, bs)]
             sums: dict[str, float] = {}
+            seen = 0
             for b, idx in enumerate(batches):
                 xb, yb = [v[idx] for v in xs], [v[idx] for v in ys]
                 ctx = Ctx.training(int(rng.integers(0, 2**63 - 1)))
+                cbs.on_train_batch_begin(b, {})
                 try:
                     with np.errstate(over="ignore", invalid="ignore"):  # reported as NonFiniteError
                         step_logs = train_step(model, xb, yb, ctx)
+                except NonFiniteLoss as e:  # TerminateOnNaN: the batch's NaN loss goes to the callbacks
+                    if not nan_stops:
+                        raise NonFiniteError(
+                            f"{model.name}: training produced NaN or Inf in epoch {epoch + 1}/{epochs} "
+                            f"(batch {b + 1}/{len(batches)}): first at {e.where}") from None
+                    step_logs = e.logs
                 except NonFiniteAt as e:
                     raise NonFiniteError(
                         f"{model.name}: training produced NaN or Inf in epoch {epoch + 1}/{epochs} "
@@ -190,7 +210,10 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
                 for k, v in step_logs.items():
                     sums[k] = sums.get(k, 0.0) + nb * v
                 cbs.on_train_batch_end(b, step_logs)
-            logs = {k: v / n for k, v in sums.items()}
+                seen += nb
+                if model.stop_training:  # Keras 3 checks after every batch
+                    break
+            logs = {k: v / seen for k, v in sums.items()}
             if val is not None:
                 vlogs = evaluate_logs(model, val[0], val[1], batch_size)
                 logs.update({f"val_{k}": v for k, v in vlogs.items()})
