@@ -4,6 +4,7 @@ The public surface; every name here is re-exported from a private module.
 """
 
 from rnnkit import (
+    constraints,  # MaxNorm, NonNeg, UnitNorm, MinMaxNorm (Keras' definitions)
     datasets,  # bundled public-domain series: rnnkit.datasets.sunspots() / co2()
     distributed,  # data-parallel fit over MPI: distributed=rnnkit.distributed.MPI() (rnnkit[mpi])
     io,
@@ -13,6 +14,7 @@ from rnnkit import (
     metrics,
     models,
     optimizers,
+    regularizers,  # L1, L2, L1L2 (Keras' definitions)
     rnn,  # the tch-rs nn::rnn face: rnnkit.rnn.lstm / gru
     timeseries,  # CSV reading, windows, scaler, baselines for forecasting
 )
@@ -32,6 +34,7 @@ from rnnkit._errors import (
 )
 from rnnkit._layer import Layer, WeightEntry
 from rnnkit._mask import Mask
+from rnnkit._penalties import attach as attach_regularization
 from rnnkit._random import set_global_seed
 from rnnkit._shape import Shape
 from rnnkit.io import (
@@ -128,5 +131,5 @@ __all__ = [
     "models", "EarlyStopping", "GraphBuilder", "GraphModel", "History", "LearningRateScheduler",
     "ModelCheckpoint", "Sequential", "SequentialBuilder", "model_from_config",
     "CSVLogger", "LambdaCallback", "ProgbarLogger", "ReduceLROnPlateau", "TerminateOnNaN",
-    "datasets", "timeseries", "distributed",
+    "datasets", "timeseries", "distributed", "regularizers", "constraints", "attach_regularization",
 ]

@@ -11,6 +11,7 @@ from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, WeightShapeError
 from rnnkit._initializers import uniform
 from rnnkit._layer import Layer, check_positive_int
+from rnnkit._penalties import attach, config_of
 from rnnkit._shape import Shape
 
 
@@ -35,10 +36,13 @@ class Embedding(Layer):
     """
 
     def __init__(self, input_dim: int, output_dim: int, *, seed: int | None = None,
-                 dtype: Any = "float32", name: str | None = None) -> None:
+                 dtype: Any = "float32", name: str | None = None, embeddings_regularizer: Any = None,
+                 activity_regularizer: Any = None, embeddings_constraint: Any = None) -> None:
         super().__init__(seed=seed, dtype=dtype, name=name)
         self.input_dim = check_positive_int(input_dim, "input_dim", self.name)
         self.output_dim = check_positive_int(output_dim, "output_dim", self.name)
+        attach(self, embeddings_regularizer=embeddings_regularizer,
+               activity_regularizer=activity_regularizer, embeddings_constraint=embeddings_constraint)
 
     def _check_build_shape(self, shape: Shape) -> None:
         if shape.rank < 1:
@@ -115,4 +119,5 @@ class Embedding(Layer):
     def get_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {"input_dim": self.input_dim, "output_dim": self.output_dim}
         cfg.update(super().get_config())
+        cfg.update(config_of(self))
         return cfg

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from rnnkit import _penalties as _pen
 from rnnkit import kernels
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, NonFiniteError
@@ -88,8 +89,10 @@ class NonFiniteLoss(NonFiniteAt):
 
 def train_step(model: Model, xb: list[np.ndarray], yb: list[np.ndarray], ctx: Ctx) -> dict[str, float]:
     """One optimizer step (see the module docstring); returns the pre-update loss and metrics."""
-    preds = model._forward(xb, ctx, True)
+    with _pen.collecting() as activity:
+        preds = model._forward(xb, ctx, True)
     loss, grads = loss_and_grads(model, yb, preds)
+    loss += _pen.weight_penalty(model) + sum(activity)  # regularizers (models/_penalties.py)
     lname = type(model.loss).__name__
     if not math.isfinite(loss):
         raise NonFiniteLoss(f"the loss ({lname}) is {loss}",
@@ -98,9 +101,11 @@ def train_step(model: Model, xb: list[np.ndarray], yb: list[np.ndarray], ctx: Ct
         check_finite(g, f"the gradient of the loss ({lname}) w.r.t. the model output")
     logs = {"loss": loss, **metric_values(model, yb, preds)}
     model._backward(grads, ctx, True)
+    _pen.add_penalty_grads(model, ctx)
     pairs = [(layer, n, ctx.grads[(layer, n)]) for layer, n in model.trainable_weights()
              if (layer, n) in ctx.grads]
     model.optimizer.apply_gradients(pairs)
+    _pen.apply_constraints(model)
     for key, (layer, n) in model.named_weights().items():
         check_finite(layer.weight(n), f"weight {key} ({type(layer).__name__}) after the optimizer step")
     return logs
@@ -115,8 +120,10 @@ def evaluate_logs(model: Model, x: Data, y: Data, batch_size: int | None) -> dic
     sums: dict[str, float] = {}
     for a in range(0, n, bs):
         xb, yb = [v[a:a + bs] for v in xs], [v[a:a + bs] for v in ys]
-        preds = model._forward(xb, Ctx.inference(), False)
+        with _pen.collecting() as activity:
+            preds = model._forward(xb, Ctx.inference(), False)
         loss, _ = loss_and_grads(model, yb, preds)
+        loss += _pen.weight_penalty(model) + sum(activity)
         nb = xb[0].shape[0]
         for k, v in {"loss": loss, **metric_values(model, yb, preds)}.items():
             sums[k] = sums.get(k, 0.0) + nb * v
@@ -148,6 +155,8 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
         raise InvalidParameterError(f"fit: batch_size must be an int >= 1 or None, got {batch_size!r}")
     xs = model._inputs(x)
     ys = _targets(model, y, xs[0].shape[0])
+    for layer in _pen._layers(model):
+        _pen.check_layer(layer)
     _check_finite_data(xs, "fit: x")
     _check_finite_data(ys, "fit: y")
     val: tuple[Any, Any] | None = None
