@@ -5,6 +5,7 @@ The public surface; every name here is re-exported from a private module.
 
 from rnnkit import (
     constraints,  # MaxNorm, NonNeg, UnitNorm, MinMaxNorm (Keras' definitions)
+    data,  # batches from anywhere: rnnkit.data.windows / bucket_by_length / Dataset
     datasets,  # bundled public-domain series: rnnkit.datasets.sunspots() / co2()
     distributed,  # data-parallel fit over MPI: distributed=rnnkit.distributed.MPI() (rnnkit[mpi])
     io,
@@ -131,5 +132,5 @@ __all__ = [
     "models", "EarlyStopping", "GraphBuilder", "GraphModel", "History", "LearningRateScheduler",
     "ModelCheckpoint", "Sequential", "SequentialBuilder", "model_from_config",
     "CSVLogger", "LambdaCallback", "ProgbarLogger", "ReduceLROnPlateau", "TerminateOnNaN",
-    "datasets", "timeseries", "distributed", "regularizers", "constraints", "attach_regularization",
+    "datasets", "timeseries", "distributed", "regularizers", "constraints", "attach_regularization", "data",
 ]
