@@ -146,9 +146,16 @@ class Model:
     def __call__(self, x: Data, ctx: Ctx | None = None) -> Data:
         return self.forward(x, ctx if ctx is not None else Ctx.inference())
 
-    def predict(self, x: Data, batch_size: int | None = None) -> Data:
+    def predict(self, x: Data, batch_size: int | None = None, *, steps: int | None = None,
+                workers: int = 1) -> Data:
         """Outputs for ``x`` in an inference pass; with ``batch_size``, ``batch_size`` samples
-        at a time, concatenated. Thread-safe."""
+        at a time, concatenated. Thread-safe. ``x`` may be a batch source (a generator, a
+        :class:`rnnkit.data.Dataset`; ``steps`` batches of it, all when None; see
+        :mod:`rnnkit.models._fit_batches`)."""
+        from rnnkit.models._fit_batches import is_batch_source, predict_source
+
+        if is_batch_source(x):
+            return predict_source(self, x, steps, workers)
         xs = self._inputs(x)
         n = xs[0].shape[0]
         bs = n if batch_size is None else _check_batch_size(batch_size)
@@ -179,11 +186,12 @@ class Model:
             raise NotBuiltError(self.name, action, f"{self.name}: {action} needs a compiled model; "
                                 f"call compile(optimizer, loss) first")
 
-    def fit(self, x: Data, y: Data, epochs: int = 1, *, batch_size: int | None = None,
+    def fit(self, x: Data, y: Data = None, epochs: int = 1, *, batch_size: int | None = None,
             validation_data: tuple[Data, Data] | None = None, validation_split: float = 0.0,
             callbacks: list[Callback] | None = None, verbose: int = 0, shuffle: bool = True,
             seed: int | None = None, initial_epoch: int = 0, checkpoint: Any = None,
-            distributed: Any = None) -> History:
+            distributed: Any = None, steps_per_epoch: int | None = None,
+            validation_steps: int | None = None, workers: int = 1) -> History:
         """Train. ``fit(x, y, epochs)`` takes ONE full-batch step per epoch (the pages' rule);
         ``batch_size=`` takes mini-batch steps, reshuffled each epoch (``shuffle``) by a
         generator seeded with ``seed`` (else the global seed, else entropy). See
@@ -196,8 +204,17 @@ class Model:
         :class:`History`. ``distributed=rk.distributed.MPI()`` trains data-parallel on every
         rank of an MPI job (``batch_size`` is then the global batch; see
         :mod:`rnnkit.distributed._fit`); it does not take ``checkpoint=`` in this version (a
-        ``ModelCheckpoint`` callback runs on rank 0)."""
+        ``ModelCheckpoint`` callback runs on rank 0). ``x`` may be a batch source instead of
+        arrays (a generator / iterable of ``(x, y)`` batches, a :class:`rnnkit.data.Dataset`),
+        with ``steps_per_epoch``, ``validation_steps`` and ``workers`` (prefetch threads);
+        see :mod:`rnnkit.models._fit_batches`."""
+        from rnnkit.models._fit_batches import check_workers, is_batch_source
         from rnnkit.models._training import run_fit
+
+        if is_batch_source(x) or steps_per_epoch is not None:
+            return self._fit_source(x, y, epochs, batch_size, validation_data, validation_split, callbacks,
+                                    verbose, shuffle, seed, initial_epoch, checkpoint, distributed,
+                                    steps_per_epoch, validation_steps, check_workers(workers, "fit"))
 
         check_seed(seed, f"{self.name}.fit")
         check_bool(shuffle, "shuffle", f"{self.name}.fit")
@@ -228,23 +245,65 @@ class Model:
         finally:
             self._fit_lock.release()
 
+    def _fit_source(self, x: Data, y: Data, epochs: int, batch_size: Any, validation_data: Any,
+                    validation_split: Any, callbacks: Any, verbose: Any, shuffle: Any, seed: Any,
+                    initial_epoch: int, checkpoint: Any, distributed: Any, steps_per_epoch: Any,
+                    validation_steps: Any, workers: int) -> History:
+        """``fit`` on a batch source: the array-only options are refused, typed."""
+        from rnnkit.models._fit_batches import is_batch_source, run_fit_source
+
+        where = f"{self.name}.fit"
+        if not is_batch_source(x):
+            raise InvalidParameterError(f"{where}: steps_per_epoch needs a batch source (a generator or a "
+                                        f"Dataset) as x, got {type(x).__name__}")
+        given = {"y": y is not None, "batch_size": batch_size is not None, "validation_split":
+                 bool(validation_split), "checkpoint": checkpoint is not None,
+                 "distributed": distributed is not None}
+        bad = [k for k, v in given.items() if v]
+        if bad:
+            raise InvalidParameterError(f"{where}: {', '.join(bad)} cannot be given with a batch source as x "
+                                        f"(the batches carry the targets and their size; Keras' rule)")
+        check_seed(seed, where)
+        check_bool(shuffle, "shuffle", where)
+        if not isinstance(verbose, (int, np.integer)) or verbose < 0:
+            raise InvalidParameterError(f"{where}: verbose must be an int >= 0 or a bool, got {verbose!r}")
+        if not self._fit_lock.acquire(blocking=False):
+            raise ModelBusyError(f"{self.name}: fit was called while the model is already training in "
+                                 f"another thread")
+        try:
+            return run_fit_source(self, x, epochs, steps_per_epoch=steps_per_epoch,  # type: ignore[no-any-return]
+                                  validation_data=validation_data, validation_steps=validation_steps,
+                                  callbacks=callbacks, verbose=int(verbose), seed=seed,
+                                  initial_epoch=initial_epoch, workers=workers)
+        finally:
+            self._fit_lock.release()
+
     def fit_with_batches(self, x: Data, y: Data, epochs: int, batch_size: int, **kwargs: Any) -> History:
         """:meth:`fit` with mini-batches (the Rust library's argument order)."""
         return self.fit(x, y, epochs, batch_size=_check_batch_size(batch_size), **kwargs)
 
-    def evaluate(self, x: Data, y: Data, batch_size: int | None = None, return_dict: bool = False,
-                 distributed: Any = None) -> float | list[float] | dict[str, float]:
+    def evaluate(self, x: Data, y: Data = None, batch_size: int | None = None, return_dict: bool = False,
+                 distributed: Any = None, *, steps: int | None = None,
+                 workers: int = 1) -> float | list[float] | dict[str, float]:
         """Loss (and metrics) over ``x``/``y`` in inference passes; batches are combined as the
         sample-weighted mean. Returns the loss alone when there are no metrics, else
         ``[loss, *metrics]``, or a dict with ``return_dict=True``. With
         ``distributed=rk.distributed.MPI()`` the ranks share the samples and every rank
-        returns the result over all of them."""
+        returns the result over all of them. ``x`` may be a batch source (``steps`` batches of
+        it, all when None; :mod:`rnnkit.models._fit_batches`)."""
+        from rnnkit.models._fit_batches import check_steps, check_workers, evaluate_any, is_batch_source
         from rnnkit.models._training import evaluate_logs
 
         self._require_compiled("evaluate")
         check_bool(return_dict, "return_dict", f"{self.name}.evaluate")
         bs = None if batch_size is None else _check_batch_size(batch_size)
-        if distributed is not None:
+        if is_batch_source(x):
+            if y is not None or distributed is not None:
+                raise InvalidParameterError(f"{self.name}.evaluate: y and distributed= cannot be given "
+                                            f"with a batch source as x")
+            logs = evaluate_any(self, x, None, check_steps(steps, "evaluate: steps"),
+                                check_workers(workers, "evaluate"), f"{self.name}.evaluate")
+        elif distributed is not None:
             from rnnkit.distributed._fit import run_evaluate_distributed
 
             logs = run_evaluate_distributed(self, x, y, bs, distributed)
