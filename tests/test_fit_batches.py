@@ -199,3 +199,22 @@ def test_windows_and_variable_length_batches_train() -> None:
     twin.fit(X[:6, :2], Y[:6], 1)
     twin.fit(X[6:12], Y[6:12], 1)
     _same(free, twin)
+
+
+def test_bucketed_batches_hand_their_lengths_to_the_model() -> None:
+    rng = np.random.default_rng(4)
+    seqs = [rng.integers(1, 30, size=int(t)) for t in rng.integers(2, 15, size=37)]
+    y = rng.normal(size=(37, 1))
+    m = rk.Sequential([rk.Embedding(30, 4, seed=1, dtype="float64"), rk.LSTM(5, seed=2, dtype="float64"),
+                       Dense(1, seed=3, dtype="float64")], input_shape=(None, None))
+    m.compile(rk.SGD(0.05), "mse")
+    ds = rk.data.bucket_by_length(seqs, 8, y, bucket_width=4, seed=0)
+    alone = np.concatenate([m.predict(s[None, :]) for s in seqs])  # each sequence unpadded
+    got = m.evaluate(ds)
+    assert got == pytest.approx(float(np.mean((alone - y) ** 2)), rel=1e-12)
+    padded_pred = np.concatenate([m.predict(ds[b][0]) for b in range(len(ds))])  # no lengths: differs
+    order = np.concatenate([ds.indices(b) for b in range(len(ds))])
+    assert np.abs(padded_pred - alone[order]).max() > 1e-4
+    np.testing.assert_allclose(m.predict(ds), alone[order], rtol=1e-12)
+    hist = m.fit(ds, epochs=3)
+    assert hist.history["loss"][-1] < hist.history["loss"][0]

@@ -19,6 +19,10 @@ exactly as the array path does — so a generator yielding the batches of ``fit(
 batch_size=b, shuffle=False)`` in order ends with bit-identical weights. The epoch's logs are the
 sample-weighted means of the batch logs (Keras' convention), as for arrays.
 
+Lengths: a Dataset with a ``mask(i)`` method (``rnnkit.data.bucket_by_length``'s batches) hands
+batch ``i``'s :class:`~rnnkit.Mask` to the model as the mask of its (first) input
+(``ctx.set_mask``), so padded steps do not reach the final state of a recurrent layer.
+
 Prefetch: with ``workers >= 1`` (default 1) one background thread reads ahead up to
 ``workers`` batches (a Dataset's ``__getitem__`` / the generator's ``next``) while the current
 step computes; batches arrive in order, so results equal ``workers=0`` (no thread) bit for bit.
@@ -204,6 +208,12 @@ def warn_ran_out(where: str, epoch: int) -> None:
     sys.stderr.flush()
 
 
+def mask_of(source: Source) -> Any:
+    """The ``mask(i)`` method of an indexed source that has one, else None."""
+    fn = getattr(source.data, "mask", None)
+    return fn if source.indexed and callable(fn) else None
+
+
 def _step_batch(model: Any, item: Any, where: str) -> tuple[list[np.ndarray], list[np.ndarray], Any]:
     from rnnkit.models._training import _check_finite_data, _targets
 
@@ -251,6 +261,7 @@ def run_fit_source(model: Any, data: Any, epochs: int, *, steps_per_epoch: int |
     extra = [ProgbarLogger(int(epochs))] if verbose == 2 else []
     cbs = CallbackList([*(callbacks or []), *extra, history], model)
     nan_stops = any(isinstance(cb, TerminateOnNaN) for cb in cbs.callbacks)
+    masks = mask_of(source)
     model.stop_training = False
     cbs.on_train_begin({})
     logs: dict[str, float] = {}
@@ -271,6 +282,8 @@ def run_fit_source(model: Any, data: Any, epochs: int, *, steps_per_epoch: int |
                     raise InvalidInputError(f"{at}: {e}") from None
                 _with_weights(sw, at)
                 ctx = Ctx.training(int(rng.integers(0, 2**63 - 1)))
+                if masks is not None:
+                    ctx.set_mask(masks(b))
                 cbs.on_train_batch_begin(b, {})
                 try:
                     with np.errstate(over="ignore", invalid="ignore"):
@@ -323,13 +336,15 @@ def evaluate_any(model: Any, data: Any, batch_size: int | None, steps: int | Non
     if not is_batch_source(data):
         return evaluate_logs(model, data[0], data[1], batch_size)
     source = Source(data, steps, where)
+    masks = mask_of(source)
     sums: dict[str, float] = {}
     seen = 0
     for b, item in batches(source, workers, 0):
         xb, yb, sw = _step_batch(model, item, f"{where}: batch {b + 1}")
         _with_weights(sw, f"{where}: batch {b + 1}")
+        ctx = Ctx.inference() if masks is None else Ctx.inference().set_mask(masks(b))
         with _pen.collecting() as activity:
-            preds = model._forward(xb, Ctx.inference(), False)
+            preds = model._forward(xb, ctx, False)
         loss, _ = loss_and_grads(model, yb, preds)
         loss += _pen.weight_penalty(model) + sum(activity)
         nb = int(xb[0].shape[0])
@@ -348,10 +363,12 @@ def predict_source(model: Any, data: Any, steps: int | None, workers: int) -> An
 
     where = f"{model.name}.predict"
     source = Source(data, check_steps(steps, "predict: steps"), where)
+    masks = mask_of(source)
     parts: list[list[np.ndarray]] = []
     for b, item in batches(source, check_workers(workers, where), 0):
         x, _, _ = split_batch(model, item, f"{where}: batch {b + 1}", False)
-        parts.append(model._forward(model._inputs(x), Ctx.inference(), False))
+        ctx = Ctx.inference() if masks is None else Ctx.inference().set_mask(masks(b))
+        parts.append(model._forward(model._inputs(x), ctx, False))
     if not parts:
         raise InvalidInputError(f"{where}: the batch source gave no batch")
     return unlist([np.concatenate([p[k] for p in parts]) for k in range(model.n_outputs)])
