@@ -162,3 +162,10 @@ def test_saved_in_model_files_and_configs(tmp_path: Path) -> None:
         rk.attach_regularization(built, recurrent_constraint="non_neg")
     with pytest.raises(TypeError, match="kernel_regulariser"):
         rk.attach_regularization(rk.Dense(2), kernel_regulariser="l2")
+
+
+def test_distributed_fit_refuses_regularized_models_instead_of_ignoring_them() -> None:
+    m = rk.Sequential([rk.Dense(1, kernel_regularizer="l2")], input_shape=(None, 2))
+    m.compile("sgd", "mse")
+    with pytest.raises(rk.InvalidParameterError, match="not applied by distributed"):
+        m.fit(np.zeros((4, 2)), np.zeros((4, 1)), 1, distributed=object())

@@ -233,7 +233,14 @@ class Model:
                                  f"second model from model.get_config() to train in parallel)")
         try:
             if distributed is not None:
+                from rnnkit._penalties import has_any
                 from rnnkit.distributed._fit import run_fit_distributed
+
+                if has_any(self):
+                    raise InvalidParameterError(
+                        f"{self.name}.fit: regularizers and constraints are not applied by distributed= "
+                        f"training in this version; remove them (rk.attach_regularization(layer, ...=None)) "
+                        f"or train on one process")
 
                 return run_fit_distributed(
                     self, x, y, epochs, batch_size=batch_size, validation_data=validation_data,
