@@ -19,6 +19,13 @@ Usage::
     python benchmarks/bench.py                       # everything (several minutes)
     python benchmarks/bench.py --cells lstm --shapes S1,S2 --repeats 5 --modes infer
     python benchmarks/bench.py --kernels reference   # rnnkit's plain NumPy path
+    python benchmarks/bench.py --isa both            # this machine's ISA, then AVX2 only
+
+``--isa avx2`` runs rnnkit and PyTorch in a child process restricted to AVX2:
+``OPENBLAS_CORETYPE=Haswell`` (OpenBLAS's AVX2 kernels), ``NUMBA_CPU_NAME=haswell`` (rnnkit's
+compiled loops) and ``ONEDNN_MAX_CPU_ISA=AVX2`` (PyTorch's oneDNN); the child checks that each
+took effect (the BLAS architectures threadpoolctl reports, Numba's CPU name, the ISA oneDNN's
+verbose mode names) and records them in the results (``meta.isa``).
 
 Writes ``benchmarks/results/<utc-timestamp>.json`` unless ``--no-save`` (``--results DIR`` for
 another folder). ``benchmarks/results/latest.json`` is the tracked reference the README's table
@@ -230,6 +237,49 @@ def startup_times(repeats: int = 5) -> dict[str, float]:
             "first_calls_all_cells_first_run_s": first[0]}
 
 
+AVX2_ENV = {"OPENBLAS_CORETYPE": "Haswell", "NUMBA_CPU_NAME": "haswell", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def isa_in_effect() -> dict[str, Any]:
+    """What each library runs here: the BLAS architectures (threadpoolctl), Numba's CPU name, and
+    the ISA oneDNN names in verbose mode (a child process runs one small torch LSTM)."""
+    out: dict[str, Any] = {"requested": os.environ.get("RNNKIT_BENCH_ISA", "native")}
+    import ctypes
+
+    import scipy.linalg  # noqa: F401 - loads the OpenBLAS the kernels call
+
+    cores = set()
+    with open("/proc/self/maps") as fh:
+        libs = {ln.split()[-1] for ln in fh if "openblas" in ln.lower() and "/" in ln}
+    for lib in sorted(libs):
+        for fn in ("openblas_get_corename", "scipy_openblas_get_corename64_", "openblas_get_corename64_"):
+            try:
+                f = getattr(ctypes.CDLL(lib), fn)
+            except (OSError, AttributeError):
+                continue
+            f.restype = ctypes.c_char_p
+            cores.add(f"{Path(lib).name}:{f().decode()}")
+            break
+    out["blas"] = sorted(cores) or "no OpenBLAS found"
+    import numba
+
+    out["numba_cpu"] = numba.config.CPU_NAME or "host"
+    code = "import torch; torch.nn.LSTM(4, 4)(torch.zeros(3, 2, 4))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "ONEDNN_VERBOSE": "1", "DNNL_VERBOSE": "1"})
+    isa = [ln.split("isa:", 1)[1].strip() for ln in proc.stdout.splitlines() if "isa:" in ln]
+    out["onednn"] = isa[0] if isa else "not reported"
+    if out["requested"] == "avx2":
+        bad = [k for k, ok in (("blas", "haswell" in str(out["blas"]).lower()),
+                               ("numba", out["numba_cpu"] == "haswell"),
+                               ("onednn", "avx2" in out["onednn"].lower() and "512" not in out["onednn"]))
+               if not ok]
+        out["restrictions_not_in_effect"] = bad
+        if bad:
+            print(f"WARNING: the AVX2 restriction did not take effect for {bad}: {out}", flush=True)
+    return out
+
+
 def markdown(result: dict[str, Any]) -> str:
     """The README table of one results JSON."""
     m, st, sg = result["meta"], result.get("startup") or {}, result["sgemm"]
@@ -273,10 +323,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--update-latest", action="store_true",
                    help="also replace the tracked reference results/latest.json (the README's table)")
     p.add_argument("--markdown", metavar="JSON", help="print the README table of a results file and exit")
+    p.add_argument("--isa", choices=("native", "avx2", "both"), default="native",
+                   help="native: this machine; avx2: a child process restricted to AVX2; both: one, "
+                        "then the other")
     args = p.parse_args(argv)
     if args.markdown:
         print(markdown(json.loads(Path(args.markdown).read_text())))
         return 0
+    if args.isa != "native" and os.environ.get("RNNKIT_BENCH_ISA") != "avx2":
+        rest = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--isa")]
+        rest = [a for i, a in enumerate(rest) if not (i > 0 and rest[i - 1] == "--isa")]
+        rest = [a for a in rest if a not in ("native", "avx2", "both")]
+        if args.isa == "both":
+            rc = main(rest)
+            if rc:
+                return rc
+        env = {**os.environ, **AVX2_ENV, "RNNKIT_BENCH_ISA": "avx2"}
+        print("-- AVX2 only (child process):", " ".join(f"{k}={v}" for k, v in AVX2_ENV.items()), flush=True)
+        return subprocess.run([sys.executable, __file__, *rest], env=env).returncode
     if args.kernels:
         os.environ["RNNKIT_KERNELS"] = args.kernels
 
@@ -299,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         "numpy": np.__version__, "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
         "rnnkit": rk.__version__, "kernels": kmode, "repeats": args.repeats,
         "loadavg_start": [round(v, 2) for v in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "isa": isa_in_effect(),
     }
     print(json.dumps(meta))
     if startup:

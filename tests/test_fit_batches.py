@@ -174,8 +174,23 @@ def test_bad_batches_and_arguments_are_refused_typed() -> None:
         _model().fit(X, Y, steps_per_epoch=2)
     with pytest.raises(rk.InvalidParameterError, match="workers"):
         _model().fit(Fixed(), workers=-1)
-    with pytest.raises(rk.InvalidParameterError, match="sample weights"):
-        _model().fit(iter([(X[:6], Y[:6], np.ones(6))]), epochs=1)
+    with pytest.raises(rk.InvalidInputError, match="batch 1 of epoch 1: .*sample_weight has shape"):
+        _model().fit(iter([(X[:6], Y[:6], np.ones(5))]), epochs=1)
+
+
+def test_batches_with_sample_weights_equal_the_array_path() -> None:
+    w = np.random.default_rng(3).uniform(0.1, 2.0, size=20)
+    ref = _model()
+    h_ref = ref.fit(X, Y, 2, batch_size=BS, shuffle=False, seed=5, sample_weight=w)
+    gen = _model()
+    batches = ((X[s:s + BS], Y[s:s + BS], w[s:s + BS]) for _ in range(2) for s in range(0, 20, BS))
+    h_gen = gen.fit(batches, epochs=2, steps_per_epoch=4, seed=5)
+    _same(ref, gen)
+    assert h_gen.history == h_ref.history
+    src = [(X[s:s + BS], Y[s:s + BS], w[s:s + BS]) for s in range(0, 20, BS)]
+    ev = gen.evaluate(iter(src), return_dict=True)
+    want = gen.evaluate(X, Y, batch_size=BS, sample_weight=w, return_dict=True)
+    assert ev == pytest.approx(want, rel=1e-12)
 
 
 def test_windows_and_variable_length_batches_train() -> None:

@@ -12,6 +12,7 @@ exactly one warning.
 
 from __future__ import annotations
 
+import json
 import sys
 import tracemalloc
 import warnings
@@ -381,3 +382,79 @@ def test_first_compilation_says_so_once(tmp_path: Any) -> None:
     assert float(first.stdout) > 0.0
     again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert "compiling" not in again.stderr and float(again.stdout) == 0.0, again.stderr
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_loop_gemm_equals_numpy(dtype: str) -> None:
+    """The compiled loop for the small per-step products, every row count around its two-row
+    blocking (odd and even), with beta 0 and 1; each row's result does not depend on M."""
+    from rnnkit.kernels._jit import loop_gemm
+
+    rng = np.random.default_rng(0)
+    tol = 1e-5 if dtype == "float32" else 1e-13
+    for K, N in ((3, 5), (32, 128), (64, 96)):
+        Bm = rng.standard_normal((K, N)).astype(dtype)
+        A = rng.standard_normal((9, K)).astype(dtype)
+        full = np.zeros((9, N), dtype)
+        loop_gemm(A, Bm, full, 0.0)
+        np.testing.assert_allclose(full, A.astype(np.float64) @ Bm, rtol=tol, atol=tol)
+        for M in range(1, 9):
+            C = rng.standard_normal((M, N)).astype(dtype)
+            want = C.astype(np.float64) + A[:M].astype(np.float64) @ Bm
+            loop_gemm(A[:M], Bm, C, 1.0)
+            np.testing.assert_allclose(C, want, rtol=tol, atol=tol)
+            part = np.zeros((M, N), dtype)
+            loop_gemm(A[:M], Bm, part, 0.0)
+            np.testing.assert_array_equal(part, full[:M])      # per row, whatever M is
+
+
+@pytest.mark.parametrize("loop_m", ["0", "64"])
+@pytest.mark.parametrize("cell", CELLS)
+def test_both_product_paths_equal_the_reference(monkeypatch: pytest.MonkeyPatch, cell: str,
+                                                loop_m: str) -> None:
+    """Every per-step product by BLAS (RNNKIT_LOOP_GEMM_MAX_M=0) and by the compiled loop (64):
+    the same outputs, caches and gradients as the reference, both dtypes."""
+    monkeypatch.setenv("RNNKIT_LOOP_GEMM_MAX_M", loop_m)
+    for dtype in ("float64", "float32"):
+        layer = make(cell, "tanh", dtype, True, True, proj_size=2) if cell == "lstm" else \
+            make(cell, "tanh", dtype, True, True)
+        x = np.random.default_rng(2).standard_normal((B, T, F)).astype(dtype)
+        init = init_state(cell, dtype, 2 if cell == "lstm" else H)
+        with kernels.use("reference"):
+            ref = run(layer, x, init)
+        assert_close(ref, run(layer, x, init), dtype, f"{cell}/{dtype}/loop_m={loop_m}")
+
+
+def test_crossover_table_is_measured_once_and_kept(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """Measured on first use, kept as JSON in the cache folder, read back (not measured again)
+    by a fresh process state, measured again when the machine key changes; the environment
+    variable overrides it."""
+    from rnnkit.kernels import _tuning
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("RNNKIT_LOOP_GEMM_MAX_M", raising=False)
+    monkeypatch.setattr(_tuning, "_tables", {})
+    calls: list[str] = []
+
+    def fake(dtype: str) -> list[tuple[int, int]]:
+        calls.append(dtype)
+        return [(1024, 8), (65536, 2), (1048576, 0)]
+
+    assert _tuning.loop_max_m(32, 32, np.float32, fake) == 8          # nearest class by log2(K * N)
+    assert _tuning.loop_max_m(256, 256, np.float32, fake) == 2
+    assert _tuning.loop_max_m(1024, 1024, np.float32, fake) == 0
+    assert calls == ["float32"]
+    saved = json.loads((tmp_path / "rnnkit" / "gemm-crossover.json").read_text())
+    assert list(saved.values()) == [[[1024, 8], [65536, 2], [1048576, 0]]]
+    monkeypatch.setattr(_tuning, "_tables", {})
+    assert _tuning.loop_max_m(32, 32, np.float32, fake) == 8 and calls == ["float32"]   # read back
+    monkeypatch.setattr(_tuning, "_tables", {})
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")                   # another BLAS code path
+    _tuning.loop_max_m(32, 32, np.float32, fake)
+    assert calls == ["float32", "float32"] and len(json.loads((tmp_path / "rnnkit" / "gemm-crossover.json")
+                                                             .read_text())) == 2
+    monkeypatch.setenv("RNNKIT_LOOP_GEMM_MAX_M", "5")
+    assert _tuning.loop_max_m(1024, 1024, np.float32, fake) == 5
+    monkeypatch.setenv("RNNKIT_LOOP_GEMM_MAX_M", "many")
+    with pytest.raises(rk.InvalidParameterError, match="RNNKIT_LOOP_GEMM_MAX_M"):
+        _tuning.loop_max_m(8, 8, np.float32, fake)

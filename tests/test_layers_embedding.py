@@ -54,9 +54,9 @@ def test_init_name_param_count_and_shapes() -> None:
     assert e.param_count() == 1000 * 20
     for inp, out in [((None,), (None, 20)), ((None, 4), (None, 4, 20)), ((None, 4, 2), (None, 4, 2, 20))]:
         assert e.compute_output_shape(inp) == out
-    assert not hasattr(e, "mask_zero")
-    with pytest.raises(TypeError):
-        Embedding(10, 4, mask_zero=True)  # type: ignore[call-arg]
+    assert e.mask_zero is False and e.compute_mask(np.array([[0, 1]]), None) is None
+    with pytest.raises(rk.InvalidParameterError, match="mask_zero"):
+        Embedding(10, 4, mask_zero=1)  # type: ignore[arg-type]
 
 
 def test_scatter_add_unselected_rows_exactly_zero_and_duplicates_sum() -> None:

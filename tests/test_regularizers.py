@@ -169,3 +169,31 @@ def test_distributed_fit_refuses_regularized_models_instead_of_ignoring_them() -
     m.compile("sgd", "mse")
     with pytest.raises(rk.InvalidParameterError, match="not applied by distributed"):
         m.fit(np.zeros((4, 2)), np.zeros((4, 1)), 1, distributed=object())
+
+
+def test_bidirectional_regularizers_and_constraints_equal_keras(tmp_path: Path) -> None:
+    keras = _keras()
+    L = keras.layers
+    km = keras.Sequential([
+        keras.Input((4, 3)),
+        L.Bidirectional(L.GRU(3, kernel_regularizer=keras.regularizers.L2(0.05),
+                              recurrent_constraint=keras.constraints.MaxNorm(0.4),
+                              bias_regularizer=keras.regularizers.L1(0.02))),
+        L.Dense(1),
+    ])
+    for v in km.weights:
+        v.assign(np.random.default_rng(len(v.path)).uniform(-0.5, 0.5, v.shape).astype(np.float32))
+    km.save(tmp_path / "b.keras")
+    ours = rk.load_keras(tmp_path / "b.keras")
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(5, 4, 3)).astype(np.float32)
+    y = rng.normal(size=(5, 1)).astype(np.float32)
+    km.compile(keras.optimizers.SGD(0.1), "mse")
+    theirs = [float(km.train_on_batch(x, y)) for _ in range(3)]
+    ours.compile(rk.SGD(0.1), "mse")
+    got = ours.fit(x, y, 3, shuffle=False).history["loss"]
+    np.testing.assert_allclose(got, theirs, atol=1e-5)
+    fresh = rk.load_keras(tmp_path / "b.keras")  # the starting weights: the penalty is in the loss
+    assert got[0] - float(np.mean((fresh.predict(x) - y) ** 2)) > 1e-3
+    for a, b in zip(ours.get_weights(), [np.asarray(v) for v in km.get_weights()], strict=True):
+        np.testing.assert_allclose(a.reshape(b.shape), b, atol=1e-5)

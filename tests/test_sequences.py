@@ -377,3 +377,19 @@ def test_recurrent_dropout(mode: str, cell: str) -> None:
         np.testing.assert_allclose(c1.grad(layer, n), c2.grad(layer, n), atol=1e-11)
     y_no = make(cell, return_sequences=True, dropout=0.2).forward(x, rk.Ctx.training(seed=9))
     assert np.abs(y1 - y_no).max() > 1e-3     # the recurrent mask does act
+
+
+def test_return_state_shapes_and_an_unused_output() -> None:
+    """compute_output_shape lists the state parts; backward takes None for an output nobody
+    used (only the states feed on), as a graph model passes it."""
+    layer = make("LSTM", return_state=True)
+    shapes = layer.compute_output_shape(rk.Shape((None, T, F)))
+    assert [tuple(s) for s in shapes] == [(None, H), (None, H), (None, H)]
+    ctx = rk.Ctx.training()
+    layer.forward(x_in(), ctx)
+    dh = np.random.default_rng(1).standard_normal((B, H))
+    dx = layer.backward([None, dh, None], ctx)
+    c2 = rk.Ctx.training()
+    layer.forward(x_in(), c2)
+    want = layer.backward([np.zeros((B, H)), dh, np.zeros((B, H))], c2)
+    np.testing.assert_array_equal(dx, want)

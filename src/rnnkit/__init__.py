@@ -55,10 +55,15 @@ from rnnkit.io import (
 )
 from rnnkit.layers import (  # the non-recurrent layers; ActivationLayer: Activation is the enum
     ActivationLayer,
+    Add,
+    Average,
+    Bidirectional,
     Concatenate,
     Dense,
     Dropout,
     Embedding,
+    Masking,
+    Multiply,
     RepeatVector,
     Reverse,
 )
@@ -129,6 +134,7 @@ __all__ = [
     "losses", "Loss", "MeanSquaredError", "MeanAbsoluteError", "BinaryCrossEntropy",
     "CategoricalCrossEntropy", "SparseCategoricalCrossEntropy",
     "layers", "ActivationLayer", "Concatenate", "Dense", "Dropout", "Embedding", "RepeatVector", "Reverse",
+    "Add", "Average", "Bidirectional", "Masking", "Multiply",
     "models", "EarlyStopping", "GraphBuilder", "GraphModel", "History", "LearningRateScheduler",
     "ModelCheckpoint", "Sequential", "SequentialBuilder", "model_from_config",
     "CSVLogger", "LambdaCallback", "ProgbarLogger", "ReduceLROnPlateau", "TerminateOnNaN",

@@ -107,13 +107,36 @@ def check_layer(layer: Layer) -> None:
 
 
 def _layers(model: Model) -> list[Layer]:
+    """Every layer of the model, the layers inside a wrapper (Bidirectional's two directions)
+    included."""
     seen: dict[int, Layer] = {}
-    for layer, _ in model.named_weights().values():
-        seen.setdefault(id(layer), layer)
-    for layer in getattr(model, "layers", []) or []:
+    for layer in [*(la for la, _ in model.named_weights().values()), *(getattr(model, "layers", []) or [])]:
         if isinstance(layer, Layer):
             seen.setdefault(id(layer), layer)
+            for _, inner in getattr(layer, "_parts", None) or []:
+                if isinstance(inner, Layer):
+                    seen.setdefault(id(inner), inner)
     return list(seen.values())
+
+
+def _entries(model: Model) -> list[tuple[Layer, str, Layer, str]]:
+    """``(owner, name, holder, inner)`` for every weight: ``owner.weight(name)`` is how the model
+    (and the Ctx's gradients) name it; ``holder.regularizers[inner]`` / ``constraints[inner]``
+    is where its regularizer / constraint lives (the owner itself, or the direction inside a
+    wrapper such as Bidirectional)."""
+    out: list[tuple[Layer, str, Layer, str]] = []
+    seen: set[tuple[int, str]] = set()
+    for layer, name in model.named_weights().values():
+        if (id(layer), name) in seen:
+            continue
+        seen.add((id(layer), name))
+        holder, inner = layer, name
+        split = getattr(layer, "_split", None)
+        if callable(split) and name not in (getattr(layer, "regularizers", None) or {}) \
+                and name not in (getattr(layer, "constraints", None) or {}):
+            holder, inner = split(name)
+        out.append((layer, name, holder, inner))
+    return out
 
 
 def has_any(model: Model) -> bool:
@@ -124,28 +147,32 @@ def has_any(model: Model) -> bool:
 def weight_penalty(model: Model) -> float:
     """The sum of every weight regularizer's penalty (0.0 when none)."""
     total = 0.0
-    for layer in _layers(model):
-        for name, reg in (getattr(layer, "regularizers", None) or {}).items():
-            total += reg.penalty(layer.weight(name))
+    for owner, name, holder, inner in _entries(model):
+        reg = (getattr(holder, "regularizers", None) or {}).get(inner)
+        if reg is not None:
+            total += reg.penalty(owner.weight(name))
     return total
 
 
 def add_penalty_grads(model: Model, ctx: Ctx) -> None:
     """Add each weight regularizer's gradient into ``ctx``."""
-    for layer in _layers(model):
-        for name, reg in (getattr(layer, "regularizers", None) or {}).items():
-            w = layer.weight(name)
-            ctx.add_grad(layer, name, reg.grad(w).astype(w.dtype))
+    for owner, name, holder, inner in _entries(model):
+        reg = (getattr(holder, "regularizers", None) or {}).get(inner)
+        if reg is not None:
+            w = owner.weight(name)
+            ctx.add_grad(owner, name, reg.grad(w).astype(w.dtype))
 
 
 def apply_constraints(model: Model) -> None:
     """Replace every constrained weight by ``constraint(weight)`` (after the optimizer step)."""
-    for layer in _layers(model):
-        for name, con in (getattr(layer, "constraints", None) or {}).items():
-            w = layer.weight(name)
-            flat = name == "bias" and w.ndim == 2 and w.shape[0] == 1 and not _is_dense_like(layer)
-            new = con(np.array(w[0] if flat else w))
-            layer.set_weight(name, new[None, :] if flat else new)
+    for owner, name, holder, inner in _entries(model):
+        con = (getattr(holder, "constraints", None) or {}).get(inner)
+        if con is None:
+            continue
+        w = owner.weight(name)
+        flat = inner == "bias" and w.ndim == 2 and w.shape[0] == 1 and not _is_dense_like(holder)
+        new = con(np.array(w[0] if flat else w))
+        owner.set_weight(name, new[None, :] if flat else new)
 
 
 def _is_dense_like(layer: Layer) -> bool:

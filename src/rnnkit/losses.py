@@ -55,19 +55,54 @@ def _log_softmax(z: np.ndarray) -> np.ndarray:
     return s - np.log(np.sum(np.exp(s), axis=-1, keepdims=True))
 
 
+PerPosition = tuple[np.ndarray, 'np.ndarray | None', np.dtype]
+
+
+def position_weights(sample_weight: Any, lead: tuple[int, ...], where: str) -> np.ndarray:
+    """``sample_weight`` as float64 weights of the loss positions ``lead`` (``y_pred.shape[:-1]``;
+    ``y_pred.shape`` for a rank-1 prediction): one per sample ``(B,)`` (spread over the other
+    positions, e.g. every timestep), one per position, or with a trailing axis of 1. Checked:
+    finite, >= 0, a fitting shape (InvalidInputError naming what it got)."""
+    w = as_real_array(sample_weight, "sample_weight", where).astype(np.float64)
+    if w.shape == lead + (1,):
+        w = w.reshape(lead)
+    if w.shape != lead:
+        if len(lead) >= 1 and w.shape == lead[:1]:
+            w = w.reshape(lead[:1] + (1,) * (len(lead) - 1))
+        else:
+            raise InvalidInputError(
+                f"{where}: sample_weight has shape {w.shape}; expected one weight per sample "
+                f"{lead[:1]} or per position {lead}")
+    if not np.isfinite(w).all() or (w < 0).any():
+        raise InvalidInputError(f"{where}: sample_weight must hold finite numbers >= 0")
+    return np.broadcast_to(w, lead)
+
+
 class Loss:
-    """Base class: ``loss(y_true, y_pred) -> float`` and ``value_and_grad``."""
+    """Base class: ``loss(y_true, y_pred, sample_weight=None) -> float`` and ``value_and_grad``.
+
+    A loss has one value per POSITION (every index of ``y_pred`` but its last axis; every
+    element of a rank-1 ``y_pred``): the mean over the last axis (MSE, MAE, BCE) or the sum over
+    the classes (cross-entropies). The loss is Keras' ``sum_over_batch_size`` reduction::
+
+        loss = sum_p w_p * v_p / P          (P positions; w_p = 1 without weights)
+
+    ``sample_weight`` gives ``w`` (:func:`position_weights`: per sample or per position, e.g.
+    per timestep). A mask enters as weights too (Keras' ``apply_mask``): ``w_p * P / V`` at the
+    V valid positions and 0 elsewhere, so the loss is the mean over the valid positions.
+    Subclasses implement ``_per_position(y_true, y_pred, grad) -> (v, dv/dy_pred, dtype)``.
+    """
 
     #: the Keras-style name (``losses.get`` accepts it)
     name: ClassVar[str] = "loss"
 
-    def __call__(self, y_true: Any, y_pred: Any) -> float:
-        """The loss value (mean over samples)."""
-        return self._compute(y_true, y_pred, False)[0]
+    def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
+        """The loss value (the weighted mean over positions)."""
+        return self._compute(y_true, y_pred, False, sample_weight)[0]
 
-    def value_and_grad(self, y_true: Any, y_pred: Any) -> tuple[float, np.ndarray]:
+    def value_and_grad(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> tuple[float, np.ndarray]:
         """``(loss, d loss / d y_pred)``; the gradient has y_pred's shape and (float) dtype."""
-        value, grad = self._compute(y_true, y_pred, True)
+        value, grad = self._compute(y_true, y_pred, True, sample_weight)
         assert grad is not None
         return value, grad
 
@@ -82,8 +117,22 @@ class Loss:
             )
         return yt.astype(np.float64), yp.astype(np.float64), _grad_dtype(yp)
 
-    def _compute(self, y_true: Any, y_pred: Any, grad: bool) -> tuple[float, np.ndarray | None]:
+    def _per_position(self, y_true: Any, y_pred: Any, grad: bool) -> PerPosition:
         raise NotImplementedError
+
+    def _compute(self, y_true: Any, y_pred: Any, grad: bool,
+                 sample_weight: Any = None) -> tuple[float, np.ndarray | None]:
+        v, g, dt = self._per_position(y_true, y_pred, grad)
+        P = max(v.size, 1)
+        if sample_weight is None:
+            value = float(np.sum(v) / P)
+            return value, None if g is None else (g / P).astype(dt)
+        w = position_weights(sample_weight, v.shape, type(self).__name__)
+        value = float(np.sum(w * v) / P)
+        if g is None:
+            return value, None
+        wg = w if g.ndim == w.ndim else w[..., None]
+        return value, (wg * g / P).astype(dt)
 
     def get_config(self) -> dict[str, Any]:
         """The constructor keywords (JSON-serialisable)."""
@@ -98,16 +147,23 @@ class Loss:
         return f"{type(self).__name__}({cfg})"
 
 
+def _over_last(e: np.ndarray) -> tuple[np.ndarray, float]:
+    """Per-position mean over the last axis (rank >= 2), or the elements themselves (rank 1)."""
+    if e.ndim >= 2:
+        return np.mean(e, axis=-1), float(e.shape[-1])
+    return e, 1.0
+
+
 class MeanSquaredError(Loss):
     """``mean((y_pred - y_true)**2)``; gradient ``2 (y_pred - y_true) / size``."""
 
     name: ClassVar[str] = "mean_squared_error"
 
-    def _compute(self, y_true: Any, y_pred: Any, grad: bool) -> tuple[float, np.ndarray | None]:
+    def _per_position(self, y_true: Any, y_pred: Any, grad: bool) -> PerPosition:
         yt, yp, dt = self._pair(y_true, y_pred)
         d = yp - yt
-        value = float(np.mean(d * d))
-        return value, ((2.0 / d.size) * d).astype(dt) if grad else None
+        v, F = _over_last(d * d)
+        return v, (2.0 / F) * d if grad else None, dt
 
 
 class MeanAbsoluteError(Loss):
@@ -115,11 +171,11 @@ class MeanAbsoluteError(Loss):
 
     name: ClassVar[str] = "mean_absolute_error"
 
-    def _compute(self, y_true: Any, y_pred: Any, grad: bool) -> tuple[float, np.ndarray | None]:
+    def _per_position(self, y_true: Any, y_pred: Any, grad: bool) -> PerPosition:
         yt, yp, dt = self._pair(y_true, y_pred)
         d = yp - yt
-        value = float(np.mean(np.abs(d)))
-        return value, (np.sign(d) / d.size).astype(dt) if grad else None
+        v, F = _over_last(np.abs(d))
+        return v, np.sign(d) / F if grad else None, dt
 
 
 class _FromLogits(Loss):
@@ -144,20 +200,19 @@ class BinaryCrossEntropy(_FromLogits):
 
     name: ClassVar[str] = "binary_crossentropy"
 
-    def _compute(self, y_true: Any, y_pred: Any, grad: bool) -> tuple[float, np.ndarray | None]:
+    def _per_position(self, y_true: Any, y_pred: Any, grad: bool) -> PerPosition:
         y, z, dt = self._pair(y_true, y_pred)
-        n = z.size
         if self.from_logits:
-            value = float(np.mean(np.maximum(z, 0.0) - z * y + np.log1p(np.exp(-np.abs(z)))))
+            v, F = _over_last(np.maximum(z, 0.0) - z * y + np.log1p(np.exp(-np.abs(z))))
             if not grad:
-                return value, None
+                return v, None, dt
             sig = 0.5 * (1.0 + np.tanh(0.5 * z))
-            return value, ((sig - y) / n).astype(dt)
+            return v, (sig - y) / F, dt
         p = np.clip(z, EPSILON, 1.0 - EPSILON)
-        value = float(-np.mean(y * np.log(p) + (1.0 - y) * np.log1p(-p)))
+        v, F = _over_last(-(y * np.log(p) + (1.0 - y) * np.log1p(-p)))
         if not grad:
-            return value, None
-        return value, ((-y / p + (1.0 - y) / (1.0 - p)) / n).astype(dt)
+            return v, None, dt
+        return v, (-y / p + (1.0 - y) / (1.0 - p)) / F, dt
 
 
 def _check_classes(yp: np.ndarray, where: str) -> None:
@@ -166,18 +221,17 @@ def _check_classes(yp: np.ndarray, where: str) -> None:
 
 
 def _categorical(onehot_or_labels: np.ndarray, z: np.ndarray, sparse: bool, from_logits: bool,
-                 grad: bool) -> tuple[float, np.ndarray | None]:
-    """Shared CCE arithmetic. ``sparse``: ``onehot_or_labels`` are int labels of z.shape[:-1]."""
-    positions = z.size // z.shape[-1]
+                 grad: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """Shared CCE arithmetic, per position (z.shape[:-1]): the values and their gradients.
+    ``sparse``: ``onehot_or_labels`` are int labels of z.shape[:-1]."""
     if from_logits:
         logp = _log_softmax(z)
         if sparse:
-            picked = np.take_along_axis(logp, onehot_or_labels[..., None], axis=-1)[..., 0]
-            value = float(-np.sum(picked) / positions)
+            v = -np.take_along_axis(logp, onehot_or_labels[..., None], axis=-1)[..., 0]
         else:
-            value = float(-np.sum(onehot_or_labels * logp) / positions)
+            v = -np.sum(onehot_or_labels * logp, axis=-1)
         if not grad:
-            return value, None
+            return v, None
         soft = np.exp(logp)
         if sparse:
             g = soft
@@ -185,28 +239,28 @@ def _categorical(onehot_or_labels: np.ndarray, z: np.ndarray, sparse: bool, from
                               np.take_along_axis(g, onehot_or_labels[..., None], axis=-1) - 1.0, axis=-1)
         else:
             g = soft * np.sum(onehot_or_labels, axis=-1, keepdims=True) - onehot_or_labels
-        return value, g / positions
+        return v, g
     s = np.sum(z, axis=-1, keepdims=True)
     q = z / s
     qc = np.clip(q, EPSILON, 1.0 - EPSILON)
     if sparse:
         idx = onehot_or_labels[..., None]
         qc_l = np.take_along_axis(qc, idx, axis=-1)
-        value = float(-np.sum(np.log(qc_l)) / positions)
+        v = -np.log(qc_l)[..., 0]
         if not grad:
-            return value, None
+            return v, None
         # d/dp_k of -log clip(p_l / s): (1/s) * (-[k == l] / qc_l + q_l / qc_l)
         q_l = np.take_along_axis(q, idx, axis=-1)
         g = np.broadcast_to(q_l / qc_l, z.shape).copy()
         np.put_along_axis(g, idx, q_l / qc_l - 1.0 / qc_l, axis=-1)
-        return value, g / s / positions
+        return v, g / s
     y = onehot_or_labels
-    value = float(-np.sum(y * np.log(qc)) / positions)
+    v = -np.sum(y * np.log(qc), axis=-1)
     if not grad:
-        return value, None
+        return v, None
     # d/dp_k of -sum_j y_j log clip(p_j / s): (1/s) * (-y_k / qc_k + sum_j y_j q_j / qc_j)
     g = (-y / qc + np.sum(y * q / qc, axis=-1, keepdims=True)) / s
-    return value, g / positions
+    return v, g
 
 
 class CategoricalCrossEntropy(_FromLogits):
@@ -220,11 +274,11 @@ class CategoricalCrossEntropy(_FromLogits):
 
     name: ClassVar[str] = "categorical_crossentropy"
 
-    def _compute(self, y_true: Any, y_pred: Any, grad: bool) -> tuple[float, np.ndarray | None]:
+    def _per_position(self, y_true: Any, y_pred: Any, grad: bool) -> PerPosition:
         y, z, dt = self._pair(y_true, y_pred)
         _check_classes(z, type(self).__name__)
-        value, g = _categorical(y, z, False, self.from_logits, grad)
-        return value, None if g is None else g.astype(dt)
+        v, g = _categorical(y, z, False, self.from_logits, grad)
+        return v, g, dt
 
 
 class SparseCategoricalCrossEntropy(_FromLogits):
@@ -265,13 +319,13 @@ class SparseCategoricalCrossEntropy(_FromLogits):
                                     f"y_pred has {C} classes, so labels must lie in 0..{C - 1}")
         return lab
 
-    def _compute(self, y_true: Any, y_pred: Any, grad: bool) -> tuple[float, np.ndarray | None]:
+    def _per_position(self, y_true: Any, y_pred: Any, grad: bool) -> PerPosition:
         where = type(self).__name__
         yp = _array(y_pred, "y_pred", where)
         _check_classes(yp, where)
         lab = self.labels(y_true, yp.shape)
-        value, g = _categorical(lab, yp.astype(np.float64), True, self.from_logits, grad)
-        return value, None if g is None else g.astype(_grad_dtype(yp))
+        v, g = _categorical(lab, yp.astype(np.float64), True, self.from_logits, grad)
+        return v, g, _grad_dtype(yp)
 
 
 _ALIASES: dict[str, type[Loss]] = {
@@ -319,4 +373,5 @@ def get(identifier: str | Loss | dict[str, Any]) -> Loss:
 
 
 __all__ = ["BinaryCrossEntropy", "CategoricalCrossEntropy", "Loss", "MeanAbsoluteError",
-           "MeanSquaredError", "SparseCategoricalCrossEntropy", "deserialize", "get", "serialize"]
+           "MeanSquaredError", "SparseCategoricalCrossEntropy", "deserialize", "get", "position_weights",
+           "serialize"]

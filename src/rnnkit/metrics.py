@@ -16,6 +16,11 @@
   every element, shapes equal.
 
 Any other shape pairing raises InvalidInputError naming both shapes.
+
+Every metric takes ``sample_weight`` (per sample, or per position such as per timestep — see
+:func:`rnnkit.losses.position_weights`) and is then the weighted mean over positions,
+``sum(w v) / sum(w)`` (0 when every weight is 0), as Keras' mean metrics; a model passes the
+mask of its output as weights, so masked timesteps do not count.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import numpy as np
 
 from rnnkit._arrays import as_real_array
 from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit.losses import position_weights
 from rnnkit.optimizers._base import check_float
 
 
@@ -33,12 +39,21 @@ def _arr(x: Any, what: str, where: str) -> np.ndarray:
     return as_real_array(x, what, where, allow_empty=False)
 
 
+def _weighted_mean(v: np.ndarray, sample_weight: Any, where: str) -> float:
+    """Mean of the per-position values ``v``, or ``sum(w v) / sum(w)`` with weights."""
+    if sample_weight is None:
+        return float(np.mean(v))
+    w = position_weights(sample_weight, v.shape, where)
+    total = float(np.sum(w))
+    return float(np.sum(w * v) / total) if total > 0 else 0.0
+
+
 class Metric:
     """Base class: a named function of ``(y_true, y_pred)`` to a float."""
 
     name: ClassVar[str] = "metric"
 
-    def __call__(self, y_true: Any, y_pred: Any) -> float:
+    def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
         raise NotImplementedError
 
     def get_config(self) -> dict[str, Any]:
@@ -61,7 +76,7 @@ class Accuracy(Metric):
     def __init__(self, threshold: float = 0.5) -> None:
         self.threshold = check_float(threshold, "threshold", "Accuracy", lo=0.0, hi=1.0)
 
-    def __call__(self, y_true: Any, y_pred: Any) -> float:
+    def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
         yt = _arr(y_true, "y_true", "Accuracy")
         yp = _arr(y_pred, "y_pred", "Accuracy")
         binary = yp.ndim == 1 or yp.shape[-1] == 1
@@ -78,11 +93,14 @@ class Accuracy(Metric):
                     f"Accuracy: binary labels must be 0 or 1, got {yt[bad].flat[0].item()!r} in y_true"
                 )
             pred = (yp > self.threshold).reshape(yt.shape)
-            return float(np.mean(pred == (yt == 1)))
+            right = pred == (yt == 1)
+            if yp.ndim >= 2:
+                right = right.reshape(yp.shape[:-1])
+            return _weighted_mean(right, sample_weight, "Accuracy")
         lead = yp.shape[:-1]
         pred_cls = np.argmax(yp, axis=-1)
         if yt.shape == yp.shape:
-            return float(np.mean(pred_cls == np.argmax(yt, axis=-1)))
+            return _weighted_mean(pred_cls == np.argmax(yt, axis=-1), sample_weight, "Accuracy")
         if yt.shape in (lead, lead + (1,)):
             labels = yt.reshape(lead)
             if labels.dtype.kind == "f":
@@ -90,7 +108,7 @@ class Accuracy(Metric):
                 if np.any(bad):
                     raise InvalidInputError("Accuracy: sparse labels must be whole class indices, "
                                             f"got {labels[bad].flat[0].item()!r}")
-            return float(np.mean(pred_cls == labels.astype(np.int64)))
+            return _weighted_mean(pred_cls == labels.astype(np.int64), sample_weight, "Accuracy")
         raise InvalidInputError(
             f"Accuracy: y_true shape {yt.shape} does not fit y_pred shape {yp.shape}; expected "
             f"{yp.shape} (one-hot), {lead} or {lead + (1,)} (labels)"
@@ -115,9 +133,10 @@ class MeanAbsoluteError(_Elementwise):
 
     name: ClassVar[str] = "mae"
 
-    def __call__(self, y_true: Any, y_pred: Any) -> float:
+    def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
         yt, yp = self._pair(y_true, y_pred)
-        return float(np.mean(np.abs(yp - yt)))
+        e = np.abs(yp - yt)
+        return _weighted_mean(np.mean(e, axis=-1) if e.ndim >= 2 else e, sample_weight, "mae")
 
 
 class MeanSquaredError(_Elementwise):
@@ -125,9 +144,10 @@ class MeanSquaredError(_Elementwise):
 
     name: ClassVar[str] = "mse"
 
-    def __call__(self, y_true: Any, y_pred: Any) -> float:
+    def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
         yt, yp = self._pair(y_true, y_pred)
-        return float(np.mean((yp - yt) ** 2))
+        e = (yp - yt) ** 2
+        return _weighted_mean(np.mean(e, axis=-1) if e.ndim >= 2 else e, sample_weight, "mse")
 
 
 _ALIASES: dict[str, type[Metric]] = {

@@ -15,20 +15,21 @@ Layers and options (Keras 3.15.1 configs; anything else raises
                                   they are (same fused gate orders, DESIGN.md §4), bias (G*H,) ->
                                   (1, G*H), GRU reset_after=True bias (2, 3H) kept
         use_bias=False            an exact zero bias (note: rnnkit then trains that bias)
-        dropout, recurrent_dropout  accepted with a warning (inference is unaffected)
-        recurrent_activation != sigmoid, stateful=True, return_state=True   refused
+        return_state, stateful, dropout, recurrent_dropout   the same options of the rnnkit
+                                  layer (SimpleRNN's recurrent_dropout: accepted with a warning)
+        recurrent_activation softmax   refused
         unroll, unit_forget_bias, initializers, seed, zero_output_for_mask   no effect on a
                                   trained model: ignored
-    Bidirectional(merge_mode="concat")   a graph: forward layer, backward layer, Reverse(1) on
-                                  the backward branch when return_sequences, Concatenate(-1)
-                                  (exactly Keras' ``flip`` + ``concatenate``); other merge modes
-                                  refused
+    Bidirectional(merge_mode=concat | sum | mul | ave | None, backward_layer)
+                                  Bidirectional (the directions' weights forward.* / backward.*)
     Dense                         Dense(units, activation, use_bias)
-    Embedding                     Embedding(input_dim, output_dim); mask_zero=True refused
+    Embedding                     Embedding(input_dim, output_dim, mask_zero)
+    Masking(mask_value)           Masking(mask_value)
+    Add, Multiply, Average        Add, Multiply, Average (functional models)
     Dropout(rate)                 Dropout(rate); noise_shape accepted with a warning
     RepeatVector(n)               RepeatVector(n)
     Activation                    ActivationLayer
-    Concatenate(axis)             Concatenate(axis) (functional models)
+    Concatenate(axis)             Concatenate(axis)
     TimeDistributed(Dense | Dropout | Activation)   the inner layer (rnnkit's act on the last
                                   axis, i.e. per timestep, already)
 
@@ -39,12 +40,13 @@ custom ones are accepted with a warning (they act only in training). LoRA and qu
 are refused.
 
 Models: a Keras ``Sequential`` becomes an rnnkit :class:`~rnnkit.Sequential` (layer ``i`` =
-the ``i``-th non-input Keras layer), or a :class:`~rnnkit.GraphModel` chain when it holds a
-Bidirectional. A functional model (``Functional``; shared layers, several inputs/outputs,
-Concatenate) becomes a GraphModel whose nodes are named after the Keras layers (a second call
-of a shared layer: ``{name}__{k}``; a Bidirectional ``B``: nodes ``B__forward``,
-``B__backward``, ``B__reverse`` and ``B`` for the concatenation). Nested models, masks and
-``initial_state`` arguments are refused. The compile settings are not imported.
+the ``i``-th non-input Keras layer). A functional model (``Functional``; shared layers, several
+inputs/outputs, merges) becomes a GraphModel whose nodes are named after the Keras layers (a
+second call of a shared layer: ``{name}__{k}``). A layer with several outputs
+(``return_state=True``, ``merge_mode=None``) is a node with several outputs; its tensors are
+``node[k]``. ``initial_state=`` becomes the node's input list ``[x, *states]``. Masks follow
+from Masking / ``mask_zero`` as in Keras; an explicit ``mask=`` argument is refused. Nested
+models are refused. The compile settings are not imported.
 """
 
 from __future__ import annotations
@@ -56,11 +58,13 @@ from typing import Any
 from rnnkit._budget import allocation_budget
 from rnnkit._errors import FileFormatError, WeightShapeError
 from rnnkit._layer import Layer
+from rnnkit.io._keras_graph import Ref, inbound, layer_name, mask_ops, tensor
+from rnnkit.io._keras_graph import refs as tensor_refs
 from rnnkit.io._keras_h5 import WeightStore, unique_groups
 from rnnkit.io._keras_layers import RECURRENT, Mapped, map_layer, to_rnnkit_weights
 from rnnkit.io._limits import LIMITS, parse_json
 from rnnkit.io._weights import apply_strict
-from rnnkit.layers import Concatenate, Dense, Embedding, Reverse
+from rnnkit.layers import Bidirectional, Dense, Embedding, MergeLayer
 from rnnkit.models import GraphBuilder, GraphModel, Sequential
 from rnnkit.models._graph import Node
 from rnnkit.recurrent import RecurrentLayer
@@ -155,17 +159,9 @@ def _safe(name: str) -> str:
 
 def _call(b: GraphBuilder, m: Mapped, ins: list[Node], k: int) -> Node:
     """Add the k-th call of the mapped Keras layer ``m`` on ``ins`` to the graph."""
-    base = _safe(m.name) + (f"__{k}" if k else "")
-    if m.class_name != "Bidirectional":
-        assert m.layer is not None
-        return b.add(m.layer, ins if isinstance(m.layer, Concatenate) else ins[0], name=base)
-    if len(ins) != 1:
-        raise FileFormatError(f"Keras Bidirectional {m.name!r} called on {len(ins)} tensors")
-    fwd = b.add(m.parts[0][0], ins[0], name=base + "__forward")
-    bwd = b.add(m.parts[1][0], ins[0], name=base + "__backward")
-    if m.return_sequences:  # Keras flips the backward sequence back into input order
-        bwd = b.add(Reverse(1, dtype=m.parts[1][0].dtype), bwd, name=base + "__reverse")
-    return b.add(Concatenate(-1, dtype=m.parts[0][0].dtype), [fwd, bwd], name=base)
+    name = _safe(m.name) + (f"__{k}" if k else "")
+    assert m.layer is not None
+    return b.add(m.layer, ins if len(ins) > 1 or isinstance(m.layer, MergeLayer) else ins[0], name=name)
 
 
 def _sequential(cfg: dict[str, Any], top: dict[str, Any]) -> tuple[Any, list[Mapped], list[str]]:
@@ -185,86 +181,39 @@ def _sequential(cfg: dict[str, Any], top: dict[str, Any]) -> tuple[Any, list[Map
         raise FileFormatError("the Keras Sequential model has no layers")
     name = str(cfg.get("name", "sequential"))
     groups = unique_groups([m.class_name for m in mapped])
-    if not any(m.class_name == "Bidirectional" for m in mapped):
-        layers = [m.layer for m in mapped]
-        return Sequential([x for x in layers if x is not None], input_shape=shape, name=name), mapped, groups
-    b = GraphBuilder(name)
-    node = b.input(shape, name="input")
-    for m in mapped:
-        node = _call(b, m, [node], 0)
-    return b.build(node), mapped, groups
-
-
-def _history(t: Any, where: str) -> tuple[str, int]:
-    """``(layer name, node index)`` of a serialised Keras tensor."""
-    hist: Any = None
-    if isinstance(t, dict) and t.get("class_name") == "__keras_tensor__":
-        hist = (t.get("config") or {}).get("keras_history")
-    elif isinstance(t, list):  # Keras 2 style
-        hist = t
-    if not (isinstance(hist, list) and len(hist) >= 3 and isinstance(hist[0], str)):
-        raise FileFormatError(f"{where}: unreadable inbound tensor {t!r}")
-    if int(hist[2]) != 0:
-        raise FileFormatError(f"{where}: uses output {hist[2]} of layer {hist[0]!r}; only single-output "
-                              f"layers are supported")
-    return str(hist[0]), int(hist[1])
-
-
-def _tensors(obj: Any) -> list[Any]:
-    if isinstance(obj, dict) and obj.get("class_name") == "__keras_tensor__":
-        return [obj]
-    if isinstance(obj, (list, tuple)):
-        return [t for o in obj for t in _tensors(o)]
-    if isinstance(obj, dict):
-        return [t for o in obj.values() for t in _tensors(o)]
-    return []
-
-
-def _inbound(node: Any, layer: str) -> list[tuple[str, int]]:
-    if isinstance(node, dict):
-        kwargs = node.get("kwargs") or {}
-        for key, val in kwargs.items():
-            if _tensors(val) or (key in ("mask", "initial_state") and val is not None):
-                from rnnkit.io._interop_errors import UnsupportedFeatureError
-
-                raise UnsupportedFeatureError(layer, key, f"the call passes {key}=...; rnnkit layers "
-                                              f"take no masks or initial states in a model")
-        return [_history(t, f"layer {layer!r}") for t in _tensors(node.get("args", []))]
-    if isinstance(node, list):  # Keras 2: [[name, node_index, tensor_index, kwargs], ...]
-        return [_history(t, f"layer {layer!r}") for t in node]
-    raise FileFormatError(f"layer {layer!r}: unreadable inbound node {node!r}")
-
-
-def _refs(spec: Any) -> list[tuple[str, int]]:
-    items = [spec] if spec and isinstance(spec[0], str) else list(spec)
-    return [(str(s[0]), int(s[1])) for s in items]
+    layers = [m.layer for m in mapped]
+    return Sequential([x for x in layers if x is not None], input_shape=shape, name=name), mapped, groups
 
 
 def _functional(cfg: dict[str, Any]) -> tuple[Any, list[Mapped], list[str]]:
     b = GraphBuilder(str(cfg.get("name", "functional")))
     nodes: dict[tuple[str, int], Node] = {}
     mapped: list[Mapped] = []
-    pending: list[tuple[Mapped, int, list[tuple[str, int]]]] = []
-    for lc in cfg.get("layers", []):
+    pending: list[tuple[Mapped, int, list[Ref]]] = []
+    layer_cfgs = cfg.get("layers", [])
+    ops = mask_ops(layer_cfgs)
+    for lc in layer_cfgs:
+        if layer_name(lc) in ops:
+            continue
         m = map_layer(lc)
         mapped.append(m)
         if m.class_name == "InputLayer":
             nodes[(m.name, 0)] = b.input(_batch_shape(lc), name=_safe(m.name))
             continue
         for k, node in enumerate(lc.get("inbound_nodes", [])):
-            pending.append((m, k, _inbound(node, m.name)))
+            pending.append((m, k, inbound(node, m.name, ops)))
     while pending:
-        ready = [p for p in pending if all(r in nodes for r in p[2])]
+        ready = [p for p in pending if all(r[:2] in nodes for r in p[2])]
         if not ready:
             raise FileFormatError(f"the functional graph cannot be resolved: {pending[0][0].name!r} waits "
-                                  f"for {[r for r in pending[0][2] if r not in nodes]}")
+                                  f"for {[r for r in pending[0][2] if r[:2] not in nodes]}")
         for p in ready:
             m, k, refs = p
-            nodes[(m.name, k)] = _call(b, m, [nodes[r] for r in refs], k)
+            nodes[(m.name, k)] = _call(b, m, [tensor(nodes, r) for r in refs], k)
             pending.remove(p)
     try:
-        outs = [nodes[r] for r in _refs(cfg["output_layers"])]
-        ins = [nodes[r] for r in _refs(cfg["input_layers"])]
+        outs = [tensor(nodes, r) for r in tensor_refs(cfg["output_layers"])]
+        ins = [tensor(nodes, r) for r in tensor_refs(cfg["input_layers"])]
     except (KeyError, IndexError, TypeError) as e:
         raise FileFormatError(f"the functional model's input_layers/output_layers are unreadable "
                               f"({e!r})") from None
@@ -277,6 +226,10 @@ def _install(model: Any, entries: list[tuple[Layer, str]], store: WeightStore, s
     """Install the arrays at each ``(layer, h5 vars path)`` into ``model``, all or nothing."""
     named = dict(model.named_weights())
     key_of = {(id(lay), w): k for k, (lay, w) in named.items()}
+    for k, (lay, w) in named.items():   # a Bidirectional's directions, by their own names
+        if isinstance(lay, Bidirectional):
+            sub, inner = lay._split(w)
+            key_of[(id(sub), inner)] = k
     tensors: dict[str, Any] = {}
     problems: list[tuple[str, Any, Any]] = []
     used: set[str] = set()
@@ -326,8 +279,10 @@ def load_keras(path: str | os.PathLike[str]) -> Sequential | GraphModel:
                                       f"Keras model class {kind!r}: only Sequential and functional "
                                       f"models can be imported (subclassed models have no config)")
     layers = cfg.get("layers", [])
+    skip = mask_ops(layers) if functional else set()
     for lc in layers if isinstance(layers, list) else []:
-        map_layer(lc)  # refuse a malformed or unsupported layer before reading any weight
+        if layer_name(lc) not in skip:
+            map_layer(lc)  # refuse a malformed or unsupported layer before reading any weight
     store = WeightStore.read(data, f"{p}:{_WEIGHTS}")
     # the config may declare no more weight numbers than the file holds: checked per weight
     # before it is drawn, so LSTM(units=20000) in a small file costs nothing
@@ -344,7 +299,7 @@ def load_keras(path: str | os.PathLike[str]) -> Sequential | GraphModel:
     return model
 
 
-_KERAS_CLASS: dict[type, str] = {Dense: "Dense", Embedding: "Embedding",
+_KERAS_CLASS: dict[type, str] = {Dense: "Dense", Embedding: "Embedding", Bidirectional: "Bidirectional",
                                  **{v: k for k, v in RECURRENT.items()}}
 
 
@@ -352,16 +307,23 @@ def _rel(layer: Layer) -> str:
     return "cell/vars" if isinstance(layer, RecurrentLayer) else "vars"
 
 
+def _entries(layer: Layer, group: str) -> list[tuple[Layer, str]]:
+    """Where ``layer``'s weights lie in the Keras h5 group ``group``."""
+    if isinstance(layer, Bidirectional):
+        return [(layer.forward_layer, f"{group}/forward_layer/cell/vars"),
+                (layer.backward_layer, f"{group}/backward_layer/cell/vars")]
+    return [(layer, f"{group}/{_rel(layer)}")]
+
+
 def load_keras_weights(model: Any, path: str | os.PathLike[str]) -> None:
     """Read a Keras 3 weights file (``model.save_weights("w.weights.h5")``, or the weights of a
     ``.keras`` archive) into a built rnnkit ``model`` of the same architecture, all or nothing.
 
-    Sequential: the k-th rnnkit layer of a class (Dense, Embedding, SimpleRNN, LSTM, GRU) takes
-    the weights of the k-th Keras layer of that class (Keras' groups ``lstm``, ``lstm_1``, ...;
-    weightless layers do not matter; a Keras TimeDistributed or Bidirectional needs the model
-    :func:`load_keras` builds). GraphModel: a node named ``N`` takes the Keras layer named
-    ``N``; nodes ``B__forward`` / ``B__backward`` the two directions of Keras Bidirectional ``B``
-    (the names :func:`load_keras` gives). Every array of the file must be used and every weight
+    Sequential: the k-th rnnkit layer of a class (Dense, Embedding, SimpleRNN, LSTM, GRU,
+    Bidirectional) takes the weights of the k-th Keras layer of that class (Keras' groups
+    ``lstm``, ``lstm_1``, ...; weightless layers do not matter; a Keras TimeDistributed needs
+    the model :func:`load_keras` builds). GraphModel: a node named ``N`` takes the Keras layer
+    named ``N`` (the names :func:`load_keras` gives). Every array of the file must be used and every weight
     of the model found with its exact shape; WeightShapeError lists each problem otherwise."""
     p = os.fspath(path)
     _check_path(p)
@@ -372,7 +334,7 @@ def load_keras_weights(model: Any, path: str | os.PathLike[str]) -> None:
         classes = [_KERAS_CLASS.get(type(layer), type(layer).__name__) for layer in model.layers]
         for layer, group in zip(model.layers, unique_groups(classes), strict=True):
             if layer.weight_names:
-                entries.append((layer, f"layers/{group}/{_rel(layer)}"))
+                entries.extend(_entries(layer, f"layers/{group}"))
     elif isinstance(model, GraphModel):
         groups = {_safe(k): v for k, v in store.by_name.items()}
         seen: list[Layer] = []
@@ -380,14 +342,11 @@ def load_keras_weights(model: Any, path: str | os.PathLike[str]) -> None:
             if n.layer is None or not n.layer.weight_names or any(n.layer is s for s in seen):
                 continue
             seen.append(n.layer)
-            base, rel = n.name, _rel(n.layer)
-            for role in ("forward", "backward"):
-                if n.name.endswith(f"__{role}"):
-                    base, rel = n.name[: -len(role) - 2], f"{role}_layer/cell/vars"
-            group = groups.get(base, "layers/" + base)
+            group = groups.get(n.name, "layers/" + n.name)
+            rel = _rel(n.layer)
             if store.vars_at(f"{group}/{rel}") is None and store.vars_at(f"{group}/layer/{rel}") is not None:
-                rel = f"layer/{rel}"  # a Keras TimeDistributed
-            entries.append((n.layer, f"{group}/{rel}"))
+                group = f"{group}/layer"  # a Keras TimeDistributed
+            entries.extend(_entries(n.layer, group))
     else:
         raise TypeError(f"load_keras_weights: expected a Sequential or GraphModel, got "
                         f"{type(model).__name__}")

@@ -2,11 +2,12 @@
 
 Every option that changes what the layer computes at inference is checked; an option rnnkit
 cannot reproduce raises :class:`UnsupportedFeatureError` naming the layer and the option (see
-the table in :mod:`rnnkit.io._keras_file`). Options that only act while training (recurrent
-``dropout`` / ``recurrent_dropout``, Dropout ``noise_shape``, custom regularizers and
+the table in :mod:`rnnkit.io._keras_file`). Options that only act while training (a
+SimpleRNN's ``recurrent_dropout``, Dropout ``noise_shape``, custom regularizers and
 constraints) are accepted with a warning naming the layer: the imported model predicts exactly
-as Keras does, but further training in rnnkit does not apply them. Keras' own regularizers
-(L1, L2, L1L2) and constraints (MaxNorm, NonNeg, UnitNorm, MinMaxNorm) are carried over and
+as Keras does, but further training in rnnkit does not apply them. A recurrent layer's
+``dropout`` (and an LSTM's or GRU's ``recurrent_dropout``) is carried over; so are Keras' own
+regularizers (L1, L2, L1L2) and constraints (MaxNorm, NonNeg, UnitNorm, MinMaxNorm), which
 act in training as in Keras.
 """
 
@@ -22,12 +23,26 @@ import numpy as np
 from rnnkit._errors import Error, FileFormatError
 from rnnkit._layer import Layer
 from rnnkit.io._interop_errors import UnsupportedFeatureError
-from rnnkit.layers import ActivationLayer, Concatenate, Dense, Dropout, Embedding, RepeatVector
+from rnnkit.layers import (
+    ActivationLayer,
+    Add,
+    Average,
+    Bidirectional,
+    Concatenate,
+    Dense,
+    Dropout,
+    Embedding,
+    Masking,
+    Multiply,
+    RepeatVector,
+)
 from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
 
 RECURRENT = {"SimpleRNN": SimpleRNN, "LSTM": LSTM, "GRU": GRU}
 SUPPORTED = ("InputLayer", "SimpleRNN", "LSTM", "GRU", "Bidirectional", "Dense", "Embedding",
-             "Dropout", "RepeatVector", "Activation", "Concatenate", "TimeDistributed")
+             "Dropout", "RepeatVector", "Activation", "Concatenate", "TimeDistributed", "Masking",
+             "Add", "Multiply", "Average")
+MERGES = {"Add": Add, "Multiply": Multiply, "Average": Average}
 ACTIVATIONS = ("tanh", "sigmoid", "relu", "linear", "softmax", "hard_sigmoid")
 _TRAIN_ONLY = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
                "activity_regularizer", "embeddings_regularizer", "kernel_constraint",
@@ -39,8 +54,8 @@ class Mapped:
     """A Keras layer as rnnkit layers.
 
     ``parts`` lists ``(rnnkit layer, vars path relative to the Keras layer's h5 group)`` for
-    every rnnkit layer with weights; ``layer`` is the single rnnkit layer (None for an
-    InputLayer and for a Bidirectional, whose two directions are ``parts``).
+    every rnnkit layer with weights (a Bidirectional's two directions); ``layer`` is the rnnkit
+    layer (None for an InputLayer).
     """
 
     name: str
@@ -143,11 +158,6 @@ def _int(cfg: dict[str, Any], key: str, name: str, default: int | None = None) -
 
 
 def _recurrent(class_name: str, cfg: dict[str, Any], name: str) -> RecurrentLayer:
-    _refuse_if(_flag(cfg, "stateful", False, name), name, "stateful",
-               "stateful=True carries state across batches; rnnkit layers start every sequence "
-               "from the zero state (use the tch-style seq_init/step API instead)")
-    _refuse_if(_flag(cfg, "return_state", False, name), name, "return_state",
-               "return_state=True returns extra tensors; rnnkit layers return the output only")
     extra: dict[str, Any] = {}
     if class_name != "SimpleRNN":
         rec = _activation(cfg, "recurrent_activation", name, "sigmoid")
@@ -156,15 +166,19 @@ def _recurrent(class_name: str, cfg: dict[str, Any], name: str) -> RecurrentLaye
                    "hard_sigmoid, tanh, relu or linear")
         extra["recurrent_activation"] = rec
     act = _activation(cfg, "activation", name, "tanh")
-    drops = {k: float(cfg.get(k) or 0.0) for k in ("dropout", "recurrent_dropout")}
-    if any(v > 0 for v in drops.values()):
-        _warn(name, f"{', '.join(f'{k}={v}' for k, v in drops.items() if v > 0)} ignored: rnnkit has "
-                    f"no in-cell dropout (inference is unaffected; training in rnnkit runs without it)")
+    rec_drop = float(cfg.get("recurrent_dropout") or 0.0)
+    if rec_drop > 0 and class_name == "SimpleRNN":
+        _warn(name, f"recurrent_dropout={rec_drop} ignored: rnnkit's SimpleRNN has no dropout on the "
+                    f"recurrent state (inference is unaffected; training in rnnkit runs without it)")
+        rec_drop = 0.0
     _train_only_options(cfg, name)
     kwargs: dict[str, Any] = {
         **extra, "use_bias": _flag(cfg, "use_bias", True, name),
         "return_sequences": _flag(cfg, "return_sequences", False, name),
         "go_backwards": _flag(cfg, "go_backwards", False, name),
+        "return_state": _flag(cfg, "return_state", False, name),
+        "stateful": _flag(cfg, "stateful", False, name),
+        "dropout": float(cfg.get("dropout") or 0.0), "recurrent_dropout": rec_drop,
         "dtype": dtype_of(cfg, name), "name": name,
     }
     units = _int(cfg, "units", name)
@@ -226,20 +240,23 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
                     use_bias=_flag(cfg, "use_bias", True, name), dtype=dtype, name=name)
         return Mapped(name, class_name, out, [(out, "vars")])
     if class_name == "Embedding":
-        _refuse_if(_flag(cfg, "mask_zero", False, name), name, "mask_zero",
-                   "mask_zero=True makes downstream layers skip padded steps; rnnkit has no masking")
         _refuse_if(cfg.get("lora_rank") is not None, name, "lora_rank",
                    "LoRA-adapted Embedding is not supported")
         _refuse_if(cfg.get("quantization_config") is not None, name, "quantization_config",
                    "quantized weights are not supported")
         _train_only_options(cfg, name)
-        out = Embedding(_int(cfg, "input_dim", name), _int(cfg, "output_dim", name), dtype=dtype, name=name)
+        out = Embedding(_int(cfg, "input_dim", name), _int(cfg, "output_dim", name),
+                        mask_zero=_flag(cfg, "mask_zero", False, name), dtype=dtype, name=name)
         return Mapped(name, class_name, out, [(out, "vars")])
     if class_name == "Dropout":
         if cfg.get("noise_shape") is not None:
             _warn(name, f"noise_shape={cfg['noise_shape']} not carried over (rnnkit drops elementwise; "
                         f"inference is unaffected)")
         return Mapped(name, class_name, Dropout(float(cfg["rate"]), dtype=dtype, name=name))
+    if class_name == "Masking":
+        return Mapped(name, class_name, Masking(float(cfg.get("mask_value", 0.0)), dtype=dtype, name=name))
+    if class_name in MERGES:
+        return Mapped(name, class_name, MERGES[class_name](dtype=dtype, name=name))
     if class_name == "RepeatVector":
         return Mapped(name, class_name, RepeatVector(_int(cfg, "n", name), dtype=dtype, name=name))
     if class_name == "Activation":
@@ -251,8 +268,8 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
 
 def _bidirectional(cfg: dict[str, Any], name: str) -> Mapped:
     mode = cfg.get("merge_mode", "concat")
-    _refuse_if(mode != "concat", name, "merge_mode",
-               f"merge_mode {mode!r} is not supported; only 'concat' (rnnkit has no sum/ave/mul merge)")
+    _refuse_if(mode not in ("concat", "sum", "mul", "ave", None), name, "merge_mode",
+               f"merge_mode {mode!r} is not supported; rnnkit has concat, sum, mul, ave and None")
     fwd_cfg = cfg.get("layer")
     if not isinstance(fwd_cfg, dict):
         raise FileFormatError(f"Keras Bidirectional {name!r} has no 'layer' config")
@@ -260,20 +277,22 @@ def _bidirectional(cfg: dict[str, Any], name: str) -> Mapped:
     if not isinstance(bwd_cfg, dict):  # Keras derives it: the same layer, go_backwards flipped
         inner = dict(fwd_cfg.get("config", {}))
         inner["go_backwards"] = not _flag(inner, "go_backwards", False, name)
-        inner["name"] = "backward_" + str(inner.get("name", "layer"))
         bwd_cfg = {"class_name": fwd_cfg.get("class_name"), "config": inner}
     dirs = []
     for sub, role in ((fwd_cfg, "forward"), (bwd_cfg, "backward")):
         sub_class = sub.get("class_name")
-        sub_name = f"{name}__{role}"
         if sub_class not in RECURRENT:
             raise UnsupportedFeatureError(name, "layer", f"Bidirectional over {sub_class!r}; supported: "
                                           f"SimpleRNN, LSTM, GRU")
-        dirs.append(_recurrent(str(sub_class), dict(sub.get("config", {})), sub_name))
-    if dirs[0].return_sequences != dirs[1].return_sequences:
-        raise UnsupportedFeatureError(name, "return_sequences",
-                                      "the two directions disagree on return_sequences")
-    return Mapped(name, "Bidirectional", None,
+        sub_cfg = dict(sub.get("config", {}))
+        inner_state = _flag(sub_cfg, "return_state", False, name)
+        sub_cfg["return_state"] = _flag(cfg, "return_state", inner_state, name)
+        dirs.append(_recurrent(str(sub_class), sub_cfg, f"{role}_{name}"))
+    try:
+        bi = Bidirectional(dirs[0], mode, dirs[1], name=name)
+    except Error as e:
+        raise UnsupportedFeatureError(name, "layer", str(e)) from None
+    return Mapped(name, "Bidirectional", bi,
                   [(dirs[0], "forward_layer/cell/vars"), (dirs[1], "backward_layer/cell/vars")],
                   return_sequences=dirs[0].return_sequences)
 

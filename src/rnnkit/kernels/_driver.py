@@ -21,6 +21,7 @@ import numpy as np
 from rnnkit.kernels import RECURRENT_DROPOUT, _gru, _lstm, _simple
 from rnnkit.kernels._jit import ACT_CODES, project, reductions
 from rnnkit.kernels._threads import blocks, run_blocks, run_parts
+from rnnkit.kernels._tuning import loop_max_m
 
 Arrays = tuple[np.ndarray, ...]
 
@@ -86,6 +87,7 @@ class _Kernel:
         mk = _mask_arg(mask, T, B)
         rm, rdrop = _rdrop_arg(w, B, dt)
         W, U, bias = self._arrays(cell, w, dt)
+        lm = loop_max_m(U.shape[0], U.shape[1], dt)   # rows up to which a step's product is a loop
         GH, H = W.shape[1], cell.units
         sizes = cell.state_sizes()
         ex = self._extra(cell, w)
@@ -106,7 +108,7 @@ class _Kernel:
             run_blocks(B, B * H * GH, lambda lo, hi: self._train(
                 cell, xw[:, lo:hi], U, bias, [a[:, lo:hi] for a in hist],
                 {n: p[:, lo:hi] for n, p in parks.items()}, ex, codes,
-                (mk[:, lo:hi], mask is not None, rm[lo:hi], rdrop)))
+                (mk[:, lo:hi], mask is not None, rm[lo:hi], rdrop, lm)))
             cache = {"x_tm": x_tm, "states": hist, "parks": parks, "mask": mask}
             return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), cache
         # inference: the state and one chunk of projections; the output written in (B, T, out) order
@@ -119,7 +121,7 @@ class _Kernel:
             xb = x_tm if hi - lo == B else np.ascontiguousarray(x_tm[:, lo:hi])
             buf = np.empty((_chunk(T, hi - lo, GH * dt.itemsize) * (hi - lo), GH), dt)
             self._infer(cell, xb, W, bias, U, [a[lo:hi] for a in st], seq_view[:, lo:hi], keep_seq,
-                        buf, ex, codes, (np.ascontiguousarray(mk[:, lo:hi]), mask is not None))  # no dropout
+                        buf, ex, codes, (np.ascontiguousarray(mk[:, lo:hi]), mask is not None, lm))
 
         run_blocks(B, B * H * GH, infer)
         return (seq_view if keep_seq else None), tuple(st), None
@@ -131,6 +133,7 @@ class _Kernel:
         dt = x_tm.dtype
         W, U = np.array(w[cell.input_kernel]), w[cell.recurrent_kernel]
         GH = W.shape[1]
+        lm = loop_max_m(U.shape[0], U.shape[1], dt)
         dxw = np.empty((T, B, GH), dt)
         drec = np.empty((T, B, GH), dt) if self.separate_rec else dxw
         d_init = [np.zeros((B, n), dt) if d_final is None else np.array(d_final[k], dt, order="C")
@@ -144,7 +147,7 @@ class _Kernel:
         run_blocks(B, B * cell.units * GH, lambda lo, hi: self._back(
             cell, g3[lo:hi], full, [a[:, lo:hi] for a in hist], {n: p[:, lo:hi] for n, p in parks.items()},
             U, ex, codes, [d[lo:hi] for d in d_init], dxw[:, lo:hi], drec[:, lo:hi], slice(lo, hi),
-            (mk[:, lo:hi], mask is not None, rm[lo:hi], rdrop)))
+            (mk[:, lo:hi], mask is not None, rm[lo:hi], rdrop, lm)))
         names, groups = cell.state_names, cell.rec_groups(GH)
         P = [(hist[names.index(src)][:T] * (rm if rdrop else 1)) if src in names else parks[src]
              for src, _, _ in groups]

@@ -431,6 +431,61 @@ def gemm(A: Any, Bm: Any, C: Any, beta: float, tb: bool) -> None:
 
 
 @njit(**OPTS)
+def loop_gemm(A: Any, Bm: Any, C: Any, beta: float) -> None:
+    """``C = A @ Bm + beta * C`` by a compiled loop, two rows of ``A`` at a time sharing each row
+    of ``Bm`` (so one load of ``Bm`` feeds two accumulations); each element of ``C`` sums over
+    ``k`` in increasing order, whatever ``M`` is. For the small per-step products, where a BLAS
+    call costs more than the arithmetic (its fixed floor and its packing of ``Bm``)."""
+    M, K = A.shape
+    N = C.shape[1]
+    if beta == 0:
+        for m in range(M):
+            cr = C[m]
+            for j in range(N):
+                cr[j] = 0
+    m = 0
+    while m + 2 <= M:
+        c0 = C[m]
+        c1 = C[m + 1]
+        for k in range(K):
+            a0 = A[m, k]
+            a1 = A[m + 1, k]
+            b = Bm[k]
+            for j in range(N):
+                bj = b[j]
+                c0[j] += a0 * bj
+                c1[j] += a1 * bj
+        m += 2
+    if m < M:
+        c0 = C[m]
+        for k in range(K):
+            a0 = A[m, k]
+            b = Bm[k]
+            for j in range(N):
+                c0[j] += a0 * b[j]
+
+
+@njit(**OPTS)
+def rgemm(A: Any, Bm: Any, C: Any, beta: float, loop_m: int) -> None:
+    """A per-step recurrent product ``C = A @ Bm + beta * C``: :func:`loop_gemm` when ``A`` has at
+    most ``loop_m`` rows (the crossover measured on this machine, :mod:`._tuning`), else BLAS."""
+    if A.shape[0] <= loop_m:
+        loop_gemm(A, Bm, C, beta)
+    else:
+        gemm(A, Bm, C, beta, False)
+
+
+@njit(**OPTS)
+def time_gemms(A: Any, Bm: Any, C: Any, reps: int, loop: bool) -> None:
+    """``reps`` products by one path (the crossover measurement of :mod:`._tuning`)."""
+    for _ in range(reps):
+        if loop:
+            loop_gemm(A, Bm, C, 1.0)
+        else:
+            gemm(A, Bm, C, 1.0, False)
+
+
+@njit(**OPTS)
 def apply_act(x: Any, out: Any, code: int) -> None:
     """``out = act(x)`` elementwise over 1D arrays (exposes the kernels' activations to tests)."""
     for i in range(x.size):

@@ -14,18 +14,18 @@ from rnnkit.kernels._jit import (
     carry,
     copy_rows,
     dact_cols,
-    gemm,
     hold,
     mul_rows,
     njit,
     project,
     release,
+    rgemm,
 )
 
 
 @njit(**OPTS)
 def simple_train(xw: Any, U: Any, hist_h: Any, code: int, mask: Any, masked: bool, rm: Any,
-                 rdrop: bool) -> None:
+                 rdrop: bool, lm: int) -> None:
     """Training forward: ``hist_h`` (T+1, B, H) row 0 = initial state; fills rows 1..T. With
     ``masked``, rows with ``mask[s, b] == 0`` carry the state through step ``s``; with
     ``rdrop`` the state is multiplied by ``rm`` (B, H) where it enters the recurrent product."""
@@ -34,9 +34,9 @@ def simple_train(xw: Any, U: Any, hist_h: Any, code: int, mask: Any, masked: boo
     for s in range(T):
         if rdrop:
             mul_rows(hist_h[s], rm, hm)
-            gemm(hm, U, xw[s], 1.0, False)
+            rgemm(hm, U, xw[s], 1.0, lm)
         else:
-            gemm(hist_h[s], U, xw[s], 1.0, False)   # xw + h_prev @ U, in place (xw is scratch)
+            rgemm(hist_h[s], U, xw[s], 1.0, lm)   # xw + h_prev @ U, in place (xw is scratch)
         act_cols(xw[s], 0, hist_h[s + 1], 0, H, code)
         if masked:
             carry(hist_h[s], hist_h[s + 1], mask[s])
@@ -44,7 +44,7 @@ def simple_train(xw: Any, U: Any, hist_h: Any, code: int, mask: Any, masked: boo
 
 @njit(**OPTS)
 def simple_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, seq: Any, keep: bool, buf: Any,
-                 code: int, mask: Any, masked: bool) -> None:
+                 code: int, mask: Any, masked: bool, lm: int) -> None:
     """Inference from ``h`` (B, H) (final state on exit); the projection runs a chunk of steps
     at a time into ``buf`` (chunk*B, H)."""
     T, B, F = x_tm.shape
@@ -57,7 +57,7 @@ def simple_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, seq: Any, keep: boo
         project(x_tm[t0:t0 + n].reshape((n * B, F)), W, b0, xp)
         for s in range(n):
             a = xp[s * B:(s + 1) * B]
-            gemm(h, U, a, 1.0, False)
+            rgemm(h, U, a, 1.0, lm)
             if masked:
                 copy_rows(h, hp)
             act_cols(a, 0, h, 0, H, code)
@@ -69,7 +69,7 @@ def simple_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, seq: Any, keep: boo
 
 @njit(**OPTS)
 def simple_back(g3: Any, full: bool, hist_h: Any, UT: Any, code: int, dh: Any, dxw: Any, mask: Any,
-                masked: bool, rm: Any, rdrop: bool) -> None:
+                masked: bool, rm: Any, rdrop: bool, lm: int) -> None:
     """Fills ``dxw`` (T, B, H); ``g3`` as in :func:`rnnkit.kernels._lstm.lstm_back`; ``dh``
     (B, H) holds dL/d(final state) on entry and dL/d(initial state) on exit."""
     T, B, H = dxw.shape
@@ -83,7 +83,7 @@ def simple_back(g3: Any, full: bool, hist_h: Any, UT: Any, code: int, dh: Any, d
         for b in range(B):
             d2[b] = dh[b]
         dact_cols(hist_h[s + 1], 0, d2, 0, H, code)
-        gemm(d2, UT, dh, 0.0, False)
+        rgemm(d2, UT, dh, 0.0, lm)
         if rdrop:
             mul_rows(dh, rm, dh)
         if masked:

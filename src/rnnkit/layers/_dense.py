@@ -34,7 +34,11 @@ class Dense(Layer):
 
     Backward: ``da = act.vjp(y, g)``; ``dW = x^T @ da`` and ``db = sum(da)`` over every leading
     axis (one GEMM); returns ``dx = da @ W^T``.
+
+    Masks: acts per timestep, so a mask passes through unchanged (Keras).
     """
+
+    supports_masking = True
 
     def __init__(
         self,
@@ -151,8 +155,10 @@ class ActivationLayer(Layer):
     """An activation as a layer (Keras' ``layers.Activation``): ``y = act(x)``, any shape.
 
     Named ``ActivationLayer`` because ``rnnkit.Activation`` is the activation enum.
-    No weights. Backward: ``act.vjp(y, g)`` (in terms of the output).
+    No weights. Backward: ``act.vjp(y, g)`` (in terms of the output). A mask passes through.
     """
+
+    supports_masking = True
 
     def __init__(self, activation: ActivationLike | dict[str, Any], *, dtype: Any = "float32",
                  name: str | None = None) -> None:

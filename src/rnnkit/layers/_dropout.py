@@ -18,8 +18,10 @@ class Dropout(Layer):
     In a training Ctx: ``mask = (u >= rate) / (1 - rate)`` with ``u ~ U[0, 1)`` drawn from
     ``ctx.rng`` (so a Ctx seeded the same way draws the same mask), ``y = x * mask``; the mask
     is parked in the Ctx and backward returns ``g * mask``. In an inference Ctx: ``y = x``.
-    Expected value is unchanged in both modes. No weights.
+    Expected value is unchanged in both modes. No weights. A mask passes through.
     """
+
+    supports_masking = True
 
     def __init__(self, rate: float, *, dtype: Any = "float32", name: str | None = None) -> None:
         super().__init__(dtype=dtype, name=name)

@@ -8,9 +8,10 @@ import numpy as np
 
 from rnnkit._arrays import as_real_array
 from rnnkit._ctx import Ctx
-from rnnkit._errors import InvalidInputError, WeightShapeError
+from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
 from rnnkit._initializers import uniform
 from rnnkit._layer import Layer, check_positive_int
+from rnnkit._mask import Mask
 from rnnkit._penalties import attach, config_of
 from rnnkit._shape import Shape
 
@@ -25,7 +26,11 @@ class Embedding(Layer):
     Indices arrive as numbers (floats allowed). Each value is TRUNCATED TOWARD ZERO, then
     checked: ``2.0`` and ``2.9`` select row 2, ``-0.5`` selects row 0. A value whose truncation
     lies outside ``0..input_dim-1``, and any NaN or Inf, raises :class:`InvalidInputError` naming
-    the offending value and its position. There is no ``mask_zero``.
+    the offending value and its position.
+
+    ``mask_zero=True`` (Keras): index 0 is padding. The output mask (:meth:`compute_mask`,
+    which the model hands to the layers after it) is ``Mask(indices != 0)`` for a (B, T) input;
+    row 0 of the table still exists and is looked up (so ``input_dim`` counts the pad index).
 
     Weight: ``embeddings`` (input_dim, output_dim), U(-0.05, 0.05) (Keras' default, not Glorot).
     ``param_count = input_dim * output_dim``.
@@ -35,14 +40,35 @@ class Embedding(Layer):
     dense. The input gradient is zeros (indices are not differentiable).
     """
 
-    def __init__(self, input_dim: int, output_dim: int, *, seed: int | None = None,
-                 dtype: Any = "float32", name: str | None = None, embeddings_regularizer: Any = None,
-                 activity_regularizer: Any = None, embeddings_constraint: Any = None) -> None:
+    def __init__(self, input_dim: int, output_dim: int, *, mask_zero: bool = False,
+                 seed: int | None = None, dtype: Any = "float32", name: str | None = None,
+                 embeddings_regularizer: Any = None, activity_regularizer: Any = None,
+                 embeddings_constraint: Any = None) -> None:
         super().__init__(seed=seed, dtype=dtype, name=name)
         self.input_dim = check_positive_int(input_dim, "input_dim", self.name)
         self.output_dim = check_positive_int(output_dim, "output_dim", self.name)
+        if not isinstance(mask_zero, (bool, np.bool_)):
+            raise InvalidParameterError(f"{self.name}: mask_zero must be a bool, got {mask_zero!r}")
+        self.mask_zero = bool(mask_zero)
         attach(self, embeddings_regularizer=embeddings_regularizer,
                activity_regularizer=activity_regularizer, embeddings_constraint=embeddings_constraint)
+
+    supports_masking = True
+
+    def compute_mask(self, x: Any, mask: Any) -> Mask | None:
+        """The lookup acts per step, so an incoming mask (``lengths=`` given to the model)
+        passes on; with ``mask_zero`` (a (B, T) index input) index 0 is masked too:
+        ``Mask(indices != 0)``, and-ed with an incoming mask."""
+        if not self.mask_zero:
+            return mask  # type: ignore[no-any-return]
+        idx = self.indices(x)
+        if idx.ndim != 2:
+            raise InvalidInputError(f"{self.name}: mask_zero needs a (batch, timesteps) index input, "
+                                    f"got shape {idx.shape}")
+        if mask is not None:
+            mask.check(idx.shape[0], idx.shape[1], self.name)
+            return Mask(mask.valid(idx.shape[1]) & (idx != 0))
+        return Mask(idx != 0)
 
     def _check_build_shape(self, shape: Shape) -> None:
         if shape.rank < 1:
@@ -118,6 +144,8 @@ class Embedding(Layer):
 
     def get_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {"input_dim": self.input_dim, "output_dim": self.output_dim}
+        if self.mask_zero:
+            cfg["mask_zero"] = True
         cfg.update(super().get_config())
         cfg.update(config_of(self))
         return cfg

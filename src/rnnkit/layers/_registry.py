@@ -7,16 +7,19 @@ from typing import Any
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import Layer
 from rnnkit._penalties import attach, config_of
+from rnnkit.layers._bidirectional import Bidirectional
 from rnnkit.layers._dense import ActivationLayer, Dense
 from rnnkit.layers._dropout import Dropout
 from rnnkit.layers._embedding import Embedding
-from rnnkit.layers._merge import Concatenate
+from rnnkit.layers._masking import Masking
+from rnnkit.layers._merge import Add, Average, Concatenate, Multiply
 from rnnkit.layers._reshape import RepeatVector, Reverse
 from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
 
 _REGISTRY: dict[str, type[Layer]] = {
     cls.__name__: cls
     for cls in (Dense, ActivationLayer, Embedding, RepeatVector, Reverse, Concatenate, Dropout,
+                Masking, Add, Multiply, Average, Bidirectional,
                 SimpleRNN, LSTM, GRU, RecurrentLayer)
 }
 

@@ -9,15 +9,18 @@ import numpy as np
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError
 from rnnkit._layer import Layer, check_positive_int
+from rnnkit._mask import Mask
 from rnnkit._shape import Shape
 from rnnkit.layers._common import check_int, normalize_axis
+from rnnkit.layers._masking import reverse_mask
 
 
 class RepeatVector(Layer):
     """Repeat a state ``n`` times along a new time axis: (B, F) -> (B, n, F).
 
     Every step holds the same vector (the encoder-decoder pattern: a constant context seeds
-    the decoder). Only rank-2 inputs. Backward sums the gradient over the n steps.
+    the decoder). Only rank-2 inputs. Backward sums the gradient over the n steps. A masked
+    input is refused (as in Keras: a (batch, features) input has no steps to mask).
     """
 
     def __init__(self, n: int, *, dtype: Any = "float32", name: str | None = None) -> None:
@@ -60,7 +63,20 @@ class Reverse(Layer):
     recurrent layer with ``return_sequences=False`` returns one state that already consumed
     timestep 0, so there is nothing to put back in order). Axis 0 (the batch) is refused.
     Negative axes count from the end. Backward reverses the gradient the same way.
+
+    Masks: along the time axis (1) the mask is reversed too (so the padding of a padded batch
+    comes first); along any other axis it passes through.
     """
+
+    supports_masking = True
+
+    def compute_mask(self, x: Any, mask: Any) -> Mask | None:
+        if mask is None:
+            return None
+        shape = np.shape(x)
+        if self._axis_for(shape) != 1:
+            return mask  # type: ignore[no-any-return]
+        return reverse_mask(mask, int(shape[1]))
 
     def __init__(self, axis: int = 1, *, dtype: Any = "float32", name: str | None = None) -> None:
         super().__init__(dtype=dtype, name=name)

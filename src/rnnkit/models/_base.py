@@ -105,6 +105,15 @@ class Model:
     def _backward(self, grads: list[np.ndarray], ctx: Ctx, check: bool) -> list[np.ndarray]:
         raise NotImplementedError
 
+    def _forward_masks(self, xs: list[np.ndarray], ctx: Ctx, check: bool,
+                       masks: list[Any] | None = None) -> tuple[list[np.ndarray], list[Any]]:
+        """``_forward`` with the input masks (default ``ctx.mask`` for the first input) and
+        the output masks returned; a model without mask support refuses a mask."""
+        if (masks is not None and any(m is not None for m in masks)) or ctx.mask is not None:
+            raise InvalidInputError(f"{self.name}: this model does not propagate masks")
+        outs = self._forward(xs, ctx, check)
+        return outs, [None] * len(outs)
+
     def named_weights(self) -> dict[str, tuple[Layer, str]]:
         raise NotImplementedError
 
@@ -135,7 +144,9 @@ class Model:
         return xs
 
     def forward(self, x: Data, ctx: Ctx) -> Data:
-        """Run the model in ``ctx`` (one input: an array; several: a list, same for outputs)."""
+        """Run the model in ``ctx`` (one input: an array; several: a list, same for outputs).
+        ``ctx.mask`` (``ctx.set_mask(lengths=n)``) is the mask of the (first) input; the model
+        hands masks from layer to layer and clears ``ctx.mask`` afterwards."""
         return unlist(self._forward(self._inputs(x), ctx, False))
 
     def backward(self, grad: Data, ctx: Ctx) -> Data:
@@ -146,22 +157,33 @@ class Model:
     def __call__(self, x: Data, ctx: Ctx | None = None) -> Data:
         return self.forward(x, ctx if ctx is not None else Ctx.inference())
 
-    def predict(self, x: Data, batch_size: int | None = None, *, steps: int | None = None,
-                workers: int = 1) -> Data:
+    def predict(self, x: Data, batch_size: int | None = None, *, mask: Any = None,
+                lengths: Any = None, steps: int | None = None, workers: int = 1) -> Data:
         """Outputs for ``x`` in an inference pass; with ``batch_size``, ``batch_size`` samples
-        at a time, concatenated. Thread-safe. ``x`` may be a batch source (a generator, a
+        at a time, concatenated. Thread-safe. A padded batch: ``lengths=`` ((B,) ints,
+        PyTorch's packed semantics) or ``mask=`` (boolean (B, T), Keras' semantics) — a list
+        with one per input for several inputs — or a ``Masking`` / ``Embedding(mask_zero=True)``
+        layer in the model. ``x`` may be a batch source (a generator, a
         :class:`rnnkit.data.Dataset`; ``steps`` batches of it, all when None; see
         :mod:`rnnkit.models._fit_batches`)."""
         from rnnkit.models._fit_batches import is_batch_source, predict_source
+        from rnnkit.models._training import input_masks, take_mask
 
         if is_batch_source(x):
+            if mask is not None or lengths is not None:
+                raise InvalidParameterError(f"{self.name}.predict: mask= / lengths= cannot be given with a "
+                                            f"batch source as x (a source's mask(i) gives them)")
             return predict_source(self, x, steps, workers)
         xs = self._inputs(x)
         n = xs[0].shape[0]
+        masks = input_masks(self, xs, mask, lengths)
         bs = n if batch_size is None else _check_batch_size(batch_size)
         parts: list[list[np.ndarray]] = []
         for a in range(0, n, bs):
-            parts.append(self._forward([v[a:a + bs] for v in xs], Ctx.inference(), False))
+            mb = None if masks is None else [take_mask(m, slice(a, a + bs), v.shape[1])
+                                             for m, v in zip(masks, xs, strict=True)]
+            parts.append(self._forward_masks([v[a:a + bs] for v in xs], Ctx.inference(), False,
+                                             mb)[0])
         if len(parts) == 1:
             return unlist(parts[0])
         return unlist([np.concatenate([p[k] for p in parts]) for k in range(self.n_outputs)])
@@ -190,28 +212,39 @@ class Model:
             validation_data: tuple[Data, Data] | None = None, validation_split: float = 0.0,
             callbacks: list[Callback] | None = None, verbose: int = 0, shuffle: bool = True,
             seed: int | None = None, initial_epoch: int = 0, checkpoint: Any = None,
-            distributed: Any = None, steps_per_epoch: int | None = None,
+            distributed: Any = None, sample_weight: Any = None,
+            class_weight: dict[int, float] | None = None, mask: Any = None,
+            lengths: Any = None, steps_per_epoch: int | None = None,
             validation_steps: int | None = None, workers: int = 1) -> History:
         """Train. ``fit(x, y, epochs)`` takes ONE full-batch step per epoch (the pages' rule);
         ``batch_size=`` takes mini-batch steps, reshuffled each epoch (``shuffle``) by a
         generator seeded with ``seed`` (else the global seed, else entropy). See
         :func:`rnnkit.models._training.run_fit` for the epoch loss, validation and callbacks.
         Raises :class:`~rnnkit.NonFiniteError` naming the epoch and the layer when a pass
-        produces NaN or Inf. ``checkpoint=DIR``: after each epoch the whole training state
+        produces NaN or Inf. ``sample_weight`` (per sample, or per timestep for sequence
+        outputs) or ``class_weight`` (``{class: weight}``) weight the loss as Keras does;
+        ``mask=`` / ``lengths=`` mark the padding of the inputs (as in :meth:`predict`), and the
+        mask of a sequence output leaves its padded steps out of the loss and metrics.
+        ``checkpoint=DIR``: after each epoch the whole training state
         (weights, optimizer slots, generator, history) is written to ``DIR`` atomically, and a
         later ``fit`` with the same arguments resumes after the last completed epoch, ending
         bit-identical to an uninterrupted run (:mod:`rnnkit.models._resume`). Returns the
         :class:`History`. ``distributed=rk.distributed.MPI()`` trains data-parallel on every
         rank of an MPI job (``batch_size`` is then the global batch; see
         :mod:`rnnkit.distributed._fit`); it does not take ``checkpoint=`` in this version (a
-        ``ModelCheckpoint`` callback runs on rank 0). ``x`` may be a batch source instead of
-        arrays (a generator / iterable of ``(x, y)`` batches, a :class:`rnnkit.data.Dataset`),
-        with ``steps_per_epoch``, ``validation_steps`` and ``workers`` (prefetch threads);
-        see :mod:`rnnkit.models._fit_batches`."""
+        ``ModelCheckpoint`` callback runs on rank 0), nor weights or masks yet. ``x`` may be a
+        batch source instead of arrays (a generator / iterable of ``(x, y)`` or ``(x, y,
+        sample_weight)`` batches, a :class:`rnnkit.data.Dataset`), with ``steps_per_epoch``,
+        ``validation_steps`` and ``workers`` (prefetch threads); see
+        :mod:`rnnkit.models._fit_batches`."""
         from rnnkit.models._fit_batches import check_workers, is_batch_source
         from rnnkit.models._training import run_fit
 
         if is_batch_source(x) or steps_per_epoch is not None:
+            if any(v is not None for v in (sample_weight, class_weight, mask, lengths)):
+                raise InvalidParameterError(f"{self.name}.fit: sample_weight= / class_weight= / mask= / "
+                                            f"lengths= cannot be given with a batch source as x (the batches "
+                                            f"carry sample weights; a source's mask(i) gives lengths)")
             return self._fit_source(x, y, epochs, batch_size, validation_data, validation_split, callbacks,
                                     verbose, shuffle, seed, initial_epoch, checkpoint, distributed,
                                     steps_per_epoch, validation_steps, check_workers(workers, "fit"))
@@ -227,6 +260,10 @@ class Model:
             raise InvalidParameterError(
                 f"{self.name}.fit: checkpoint= is not available with distributed= in this version; "
                 f"use a ModelCheckpoint callback (it runs on rank 0) and load its file on rank 0 to resume")
+        weighted = any(v is not None for v in (sample_weight, class_weight, mask, lengths))
+        if distributed is not None and weighted:
+            raise InvalidParameterError(f"{self.name}.fit: distributed= takes no sample_weight, "
+                                        f"class_weight, mask or lengths yet")
         if not self._fit_lock.acquire(blocking=False):
             raise ModelBusyError(f"{self.name}: fit was called while the model is already training in "
                                  f"another thread; one model trains in one thread at a time (build a "
@@ -248,7 +285,9 @@ class Model:
                     shuffle=shuffle, seed=seed, initial_epoch=initial_epoch, distributed=distributed)
             return run_fit(self, x, y, epochs, batch_size=batch_size, validation_data=validation_data,
                            validation_split=validation_split, callbacks=callbacks, verbose=verbose,
-                           shuffle=shuffle, seed=seed, initial_epoch=initial_epoch, checkpoint=checkpoint)
+                           shuffle=shuffle, seed=seed, initial_epoch=initial_epoch, checkpoint=checkpoint,
+                           sample_weight=sample_weight, class_weight=class_weight, mask=mask,
+                           lengths=lengths)
         finally:
             self._fit_lock.release()
 
@@ -290,14 +329,16 @@ class Model:
         return self.fit(x, y, epochs, batch_size=_check_batch_size(batch_size), **kwargs)
 
     def evaluate(self, x: Data, y: Data = None, batch_size: int | None = None, return_dict: bool = False,
-                 distributed: Any = None, *, steps: int | None = None,
+                 distributed: Any = None, *, sample_weight: Any = None, mask: Any = None,
+                 lengths: Any = None, steps: int | None = None,
                  workers: int = 1) -> float | list[float] | dict[str, float]:
         """Loss (and metrics) over ``x``/``y`` in inference passes; batches are combined as the
-        sample-weighted mean. Returns the loss alone when there are no metrics, else
-        ``[loss, *metrics]``, or a dict with ``return_dict=True``. With
-        ``distributed=rk.distributed.MPI()`` the ranks share the samples and every rank
-        returns the result over all of them. ``x`` may be a batch source (``steps`` batches of
-        it, all when None; :mod:`rnnkit.models._fit_batches`)."""
+        sample-weighted mean. ``sample_weight``, ``mask``, ``lengths`` as in :meth:`fit`.
+        Returns the loss alone when there are no metrics, else ``[loss, *metrics]``, or a dict
+        with ``return_dict=True``. With ``distributed=rk.distributed.MPI()`` the ranks share
+        the samples and every rank returns the result over all of them (no weights or masks).
+        ``x`` may be a batch source (``steps`` batches of it, all when None;
+        :mod:`rnnkit.models._fit_batches`)."""
         from rnnkit.models._fit_batches import check_steps, check_workers, evaluate_any, is_batch_source
         from rnnkit.models._training import evaluate_logs
 
@@ -305,17 +346,21 @@ class Model:
         check_bool(return_dict, "return_dict", f"{self.name}.evaluate")
         bs = None if batch_size is None else _check_batch_size(batch_size)
         if is_batch_source(x):
-            if y is not None or distributed is not None:
-                raise InvalidParameterError(f"{self.name}.evaluate: y and distributed= cannot be given "
-                                            f"with a batch source as x")
+            if y is not None or distributed is not None or any(
+                    v is not None for v in (sample_weight, mask, lengths)):
+                raise InvalidParameterError(f"{self.name}.evaluate: y, distributed=, sample_weight=, mask= "
+                                            f"and lengths= cannot be given with a batch source as x")
             logs = evaluate_any(self, x, None, check_steps(steps, "evaluate: steps"),
                                 check_workers(workers, "evaluate"), f"{self.name}.evaluate")
         elif distributed is not None:
             from rnnkit.distributed._fit import run_evaluate_distributed
 
+            if any(v is not None for v in (sample_weight, mask, lengths)):
+                raise InvalidParameterError("evaluate: distributed= takes no sample_weight, mask or "
+                                            "lengths yet")
             logs = run_evaluate_distributed(self, x, y, bs, distributed)
         else:
-            logs = evaluate_logs(self, x, y, bs)
+            logs = evaluate_logs(self, x, y, bs, sample_weight=sample_weight, mask=mask, lengths=lengths)
         if return_dict:
             return logs
         vals = list(logs.values())

@@ -20,8 +20,10 @@ batch_size=b, shuffle=False)`` in order ends with bit-identical weights. The epo
 sample-weighted means of the batch logs (Keras' convention), as for arrays.
 
 Lengths: a Dataset with a ``mask(i)`` method (``rnnkit.data.bucket_by_length``'s batches) hands
-batch ``i``'s :class:`~rnnkit.Mask` to the model as the mask of its (first) input
-(``ctx.set_mask``), so padded steps do not reach the final state of a recurrent layer.
+batch ``i``'s :class:`~rnnkit.Mask` to the model as the mask of its (first) input, as
+``fit(lengths=)`` does for arrays: padded steps do not reach a recurrent layer's final state,
+and leave a sequence output's loss. ``(x, y, sample_weight)`` batches weight the loss as
+``fit(sample_weight=)`` does.
 
 Prefetch: with ``workers >= 1`` (default 1) one background thread reads ahead up to
 ``workers`` batches (a Dataset's ``__getitem__`` / the generator's ``next``) while the current
@@ -225,11 +227,15 @@ def _step_batch(model: Any, item: Any, where: str) -> tuple[list[np.ndarray], li
     return xs, ys, sw
 
 
-def _with_weights(sw: Any, where: str) -> None:
-    if sw is not None:
-        raise InvalidParameterError(
-            f"{where}: a batch carries sample weights, which this version's training step does not take; "
-            f"yield (x, y) batches")
+def _weights(model: Any, ys: list[np.ndarray], sw: Any) -> Any:
+    """The batch's sample weights, one per output (None when the batch has none)."""
+    from rnnkit.models._training import sample_weights
+
+    return None if sw is None else sample_weights(model, ys, sw, None)
+
+
+def _masks(masks: Any, b: int) -> Any:
+    return None if masks is None else [masks(b)]
 
 
 def run_fit_source(model: Any, data: Any, epochs: int, *, steps_per_epoch: int | None,
@@ -278,16 +284,14 @@ def run_fit_source(model: Any, data: Any, epochs: int, *, steps_per_epoch: int |
                 at = f"{where}: batch {b + 1}{of} of epoch {epoch + 1}"
                 try:
                     xb, yb, sw = _step_batch(model, item, at)
+                    wb = _weights(model, yb, sw)
                 except InvalidInputError as e:
                     raise InvalidInputError(f"{at}: {e}") from None
-                _with_weights(sw, at)
                 ctx = Ctx.training(int(rng.integers(0, 2**63 - 1)))
-                if masks is not None:
-                    ctx.set_mask(masks(b))
                 cbs.on_train_batch_begin(b, {})
                 try:
                     with np.errstate(over="ignore", invalid="ignore"):
-                        step_logs = train_step(model, xb, yb, ctx)
+                        step_logs = train_step(model, xb, yb, ctx, _masks(masks, b), wb)
                 except NonFiniteLoss as e:
                     if not nan_stops:
                         raise NonFiniteError(
@@ -331,7 +335,7 @@ def evaluate_any(model: Any, data: Any, batch_size: int | None, steps: int | Non
     pair of arrays via :func:`rnnkit.models._training.evaluate_logs`."""
     from rnnkit import _penalties as _pen
     from rnnkit._ctx import Ctx
-    from rnnkit.models._training import evaluate_logs, loss_and_grads, metric_values
+    from rnnkit.models._training import evaluate_logs, loss_and_grads, metric_values, output_weights
 
     if not is_batch_source(data):
         return evaluate_logs(model, data[0], data[1], batch_size)
@@ -341,14 +345,14 @@ def evaluate_any(model: Any, data: Any, batch_size: int | None, steps: int | Non
     seen = 0
     for b, item in batches(source, workers, 0):
         xb, yb, sw = _step_batch(model, item, f"{where}: batch {b + 1}")
-        _with_weights(sw, f"{where}: batch {b + 1}")
-        ctx = Ctx.inference() if masks is None else Ctx.inference().set_mask(masks(b))
+        wb = _weights(model, yb, sw)
         with _pen.collecting() as activity:
-            preds = model._forward(xb, ctx, False)
-        loss, _ = loss_and_grads(model, yb, preds)
+            preds, out_masks = model._forward_masks(xb, Ctx.inference(), False, _masks(masks, b))
+        lw, mw = output_weights(preds, out_masks, wb)
+        loss, _ = loss_and_grads(model, yb, preds, lw)
         loss += _pen.weight_penalty(model) + sum(activity)
         nb = int(xb[0].shape[0])
-        for k, v in {"loss": loss, **metric_values(model, yb, preds)}.items():
+        for k, v in {"loss": loss, **metric_values(model, yb, preds, mw)}.items():
             sums[k] = sums.get(k, 0.0) + nb * v
         seen += nb
     if seen == 0:
@@ -367,8 +371,7 @@ def predict_source(model: Any, data: Any, steps: int | None, workers: int) -> An
     parts: list[list[np.ndarray]] = []
     for b, item in batches(source, check_workers(workers, where), 0):
         x, _, _ = split_batch(model, item, f"{where}: batch {b + 1}", False)
-        ctx = Ctx.inference() if masks is None else Ctx.inference().set_mask(masks(b))
-        parts.append(model._forward(model._inputs(x), ctx, False))
+        parts.append(model._forward_masks(model._inputs(x), Ctx.inference(), False, _masks(masks, b))[0])
     if not parts:
         raise InvalidInputError(f"{where}: the batch source gave no batch")
     return unlist([np.concatenate([p[k] for p in parts]) for k in range(model.n_outputs)])

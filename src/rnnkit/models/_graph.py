@@ -19,23 +19,9 @@ from rnnkit._layer import Layer
 from rnnkit._shape import Shape
 from rnnkit.layers import MergeLayer, layer_from_config, layer_to_config
 from rnnkit.models._base import Model, check_finite
+from rnnkit.models._node import Node, check_state_shapes, state_shapes, takes_states
 from rnnkit.models._sequential import check_weight_grads, layer_label
 from rnnkit.models._summary import shape_text
-
-
-class Node:
-    """One value of the graph: a model input (``layer is None``) or one call of ``layer`` on
-    ``inbound`` nodes. ``shape`` is its output shape (batch axis ``None``)."""
-
-    __slots__ = ("name", "layer", "inbound", "shape", "builder")
-
-    def __init__(self, name: str, layer: Layer | None, inbound: tuple[Node, ...], shape: Shape,
-                 builder: GraphBuilder) -> None:
-        self.name, self.layer, self.inbound, self.shape, self.builder = name, layer, inbound, shape, builder
-
-    def __repr__(self) -> str:
-        what = "Input" if self.layer is None else type(self.layer).__name__
-        return f"Node({self.name!r}, {what}, shape={self.shape})"
 
 
 class GraphBuilder:
@@ -57,7 +43,11 @@ class GraphBuilder:
         self._nodes: list[Node] = []
         self._counts: dict[str, int] = {}
 
-    def _name(self, base: str, name: str | None) -> str:
+    def _name(self, base: str, name: str | None, exact: bool = False) -> str:
+        if exact:
+            if any(n.name == base for n in self._nodes):
+                raise InvalidInputError(f"GraphBuilder: node name {base!r} is already used")
+            return base
         if name is None:
             while True:
                 k = self._counts.get(base, 0)
@@ -83,24 +73,37 @@ class GraphBuilder:
         return node
 
     def add(self, layer: Layer, inputs: Node | list[Node], name: str | None = None) -> Node:
-        """Call ``layer`` on ``inputs`` (one node, or a list; a merge layer takes >= 2)."""
+        """Call ``layer`` on ``inputs``: one node, or a list — a merge layer takes >= 2, a
+        recurrent layer ``[x, *initial_state]`` (e.g. ``[dec_in, enc[1], enc[2]]``: the
+        encoder's final LSTM state starts the decoder, and the decoder's loss trains the
+        encoder through it). A layer with several outputs gives a node to index or unpack."""
         if not isinstance(layer, Layer):
             raise InvalidInputError(f"GraphBuilder.add: expected a Layer, got {type(layer).__name__}")
         ins = [inputs] if isinstance(inputs, Node) else list(inputs)
         for n in ins:
             if not isinstance(n, Node) or n.builder is not self:
                 raise InvalidInputError(f"GraphBuilder.add: {n!r} is not a node of this builder")
+            if isinstance(n.shape, list):
+                raise InvalidInputError(
+                    f"GraphBuilder.add: node {n.name!r} has {n.n_outputs} outputs; pass one of them "
+                    f"({n.name}[0], ...) or unpack it (out, *states = node)")
         multi = isinstance(layer, MergeLayer)
-        if (multi and len(ins) < 2) or (not multi and len(ins) != 1):
-            want = "at least 2 input nodes" if multi else "exactly 1 input node"
+        states = not multi and len(ins) > 1 and takes_states(layer)
+        if (multi and len(ins) < 2) or (not multi and not states and len(ins) != 1):
+            want = "at least 2 input nodes" if multi else "exactly 1 input node (a recurrent layer: " \
+                "[x, *initial_state])"
             raise InvalidInputError(f"GraphBuilder.add: {type(layer).__name__} takes {want}, got {len(ins)}")
         node_name = self._name(layer.name.lower(), name)
         shapes: Any = [n.shape for n in ins] if multi else ins[0].shape
         try:
             layer.build(shapes)
             out = layer.compute_output_shape(shapes)
+            if states:
+                check_state_shapes(layer, [n.shape for n in ins[1:]], node_name)
         except InvalidInputError as e:
             raise InvalidInputError(f"GraphBuilder.add: node {node_name!r}: {e}") from None
+        if getattr(layer, "return_state", False) and not isinstance(out, list) and takes_states(layer):
+            out = [out, *state_shapes(layer)[1]]  # type: ignore[assignment]
         node = Node(node_name, layer, tuple(ins), out, self)
         self._nodes.append(node)
         return node
@@ -121,13 +124,16 @@ class GraphBuilder:
                 needed.add(id(n))
                 stack.extend(n.inbound)
         nodes = [n for n in self._nodes if id(n) in needed]
-        ins = [n for n in self._nodes if n.layer is None] if inputs is None else list(inputs)
+        ins = [n for n in self._nodes if n.is_input] if inputs is None else list(inputs)
         for n in ins:
-            if n.layer is not None or n.builder is not self:
+            if not isinstance(n, Node) or not n.is_input or n.builder is not self:
                 raise InvalidInputError(f"GraphBuilder.build: {n!r} is not an input node of this builder")
             if id(n) not in needed:
                 raise InvalidInputError(f"GraphBuilder.build: input {n.name!r} does not feed the outputs")
-        missing = [n.name for n in nodes if n.layer is None and all(n is not i for i in ins)]
+        missing = [n.name for n in nodes if n.is_input and all(n is not i for i in ins)]
+        if any(isinstance(n.shape, list) for n in outs):
+            raise InvalidInputError("GraphBuilder.build: an output node has several outputs; list "
+                                    "its parts (node[0], node[1], ...) instead")
         if missing:
             raise InvalidInputError(f"GraphBuilder.build: the outputs need inputs {missing} not listed")
         return GraphModel(nodes, ins, outs, self.name)
@@ -163,39 +169,93 @@ class GraphModel(Model):
         return seen
 
     def _forward(self, xs: list[np.ndarray], ctx: Ctx, check: bool) -> list[np.ndarray]:
+        return self._forward_masks(xs, ctx, check)[0]
+
+    def _forward_masks(self, xs: list[np.ndarray], ctx: Ctx, check: bool,
+                       masks: list[Any] | None = None) -> tuple[list[np.ndarray], list[Any]]:
+        """The forward pass with mask propagation (Keras' rules): ``masks`` holds one mask (or
+        None) per model input (default: ``ctx.mask`` for the first input). Before each call
+        ``ctx.mask`` is the mask of its (first) input; ``layer.compute_mask`` gives the
+        node's. ``ctx.mask`` is cleared afterwards. Returns (outputs, output masks)."""
+        if masks is None:
+            masks = [ctx.mask] + [None] * (len(xs) - 1)
         vals: dict[int, Any] = {id(n): x for n, x in zip(self.inputs, xs, strict=True)}
-        for n in self.nodes:
-            if n.layer is None:
-                continue
-            args = [vals[id(p)] for p in n.inbound]
-            out = n.layer.forward(args if isinstance(n.layer, MergeLayer) else args[0], ctx)  # type: ignore[arg-type]
-            if check:
-                check_finite(out, f"the output of node {n.name} ({type(n.layer).__name__})")
-            vals[id(n)] = out
-        return [vals[id(n)] for n in self.outputs]
+        mvals: dict[int, Any] = {id(n): m for n, m in zip(self.inputs, masks, strict=True)}
+        try:
+            for n in self.nodes:
+                if n.is_input:
+                    continue
+                if n.layer is None:  # output `index` of a node with several outputs
+                    k = int(n.index)  # type: ignore[arg-type]
+                    vals[id(n)] = vals[id(n.inbound[0])][k]
+                    pm = mvals[id(n.inbound[0])]
+                    mvals[id(n)] = pm[k] if isinstance(pm, list) else None
+                    continue
+                args = [vals[id(p)] for p in n.inbound]
+                listed = isinstance(n.layer, MergeLayer) or len(args) > 1
+                arg = args if listed else args[0]
+                if isinstance(n.layer, MergeLayer):
+                    m_in: Any = [mvals[id(p)] for p in n.inbound]
+                    m_in = None if all(m is None for m in m_in) else m_in
+                else:
+                    m_in = mvals[id(n.inbound[0])]
+                try:
+                    mvals[id(n)] = n.layer.compute_mask(arg, m_in)
+                except InvalidInputError as e:
+                    raise InvalidInputError(f"{self.name}: node {n.name!r}: {e}") from None
+                ctx.set_mask(None if isinstance(n.layer, MergeLayer) else m_in)
+                if m_in is not None and hasattr(n.layer, "forward_masked"):   # Keras' masked Multiply
+                    out = n.layer.forward_masked(arg, m_in, ctx)
+                else:
+                    out = n.layer.forward(arg, ctx)  # type: ignore[arg-type]
+                if check:
+                    for o in out if isinstance(out, list) else [out]:
+                        check_finite(o, f"the output of node {n.name} ({type(n.layer).__name__})")
+                vals[id(n)] = out
+        finally:
+            ctx.set_mask(None)
+        return [vals[id(n)] for n in self.outputs], [mvals[id(n)] for n in self.outputs]
 
     def _backward(self, grads: list[np.ndarray], ctx: Ctx, check: bool) -> list[np.ndarray]:
-        acc: dict[int, np.ndarray] = {}
+        acc: dict[int, Any] = {}
 
-        def add(node: Node, g: np.ndarray) -> None:
+        def add(node: Node, g: Any) -> None:
+            if g is None:
+                return
+            if node.layer is None and node.index is not None:  # into the parent's list
+                parent = node.inbound[0]
+                lst = acc.setdefault(id(parent), [None] * parent.n_outputs)
+                k = node.index
+                lst[k] = np.asarray(g) if lst[k] is None else lst[k] + g
+                return
             have = acc.get(id(node))
             acc[id(node)] = np.asarray(g) if have is None else have + g
 
-        for n, g in zip(self.outputs, grads, strict=True):
-            add(n, g)
+        for n, g0 in zip(self.outputs, grads, strict=True):
+            add(n, g0)
         for n in reversed(self.nodes):
             if n.layer is None:
                 continue
-            g = acc.pop(id(n))
+            g: Any = acc.pop(id(n), None)
+            if g is None:
+                g = [None] * n.n_outputs if n.n_outputs > 1 else None
+            if g is None:  # no gradient reaches this node: nothing to do  # pragma: no cover
+                continue
+            if isinstance(g, list) and g[0] is None:  # an unused output: a zero gradient
+                cache = ctx.peek(n.layer)
+                if isinstance(cache, dict) and "out_shape" in cache:
+                    g[0] = np.zeros(cache["out_shape"], n.layer.dtype)
             gin = n.layer.backward(g, ctx)
-            gins = gin if isinstance(n.layer, MergeLayer) else [gin]
+            listed = isinstance(n.layer, MergeLayer) or len(n.inbound) > 1
+            gins = gin if listed else [gin]
             if check:
                 check_weight_grads(n.layer, ctx, n.name)
                 for gi in gins:
-                    check_finite(gi, f"the input gradient of node {n.name} ({type(n.layer).__name__})")
+                    if gi is not None:
+                        check_finite(gi, f"the input gradient of node {n.name} ({type(n.layer).__name__})")
             for p, gi in zip(n.inbound, gins, strict=True):
                 add(p, gi)
-        return [acc[id(n)] for n in self.inputs]
+        return [acc[id(n)] if id(n) in acc else np.zeros((0,)) for n in self.inputs]
 
     def named_weights(self) -> dict[str, tuple[Layer, str]]:
         out: dict[str, tuple[Layer, str]] = {}
@@ -211,13 +271,17 @@ class GraphModel(Model):
         rows: list[list[str]] = []
         seen: list[Layer] = []
         for n in self.nodes:
-            if n.layer is None:
+            if n.is_input:
                 rows.append([f"{n.name} (Input)", shape_text(n.shape), "0", ""])
+                continue
+            if n.layer is None:  # an output of a node with several outputs: listed with it
                 continue
             shared = any(n.layer is s for s in seen)
             seen.append(n.layer)
             count = "shared" if shared else f"{n.layer.param_count():,}"
-            rows.append([layer_label(n.name, n.layer), shape_text(n.shape), count,
+            shp = (", ".join(shape_text(x) for x in n.shape) if isinstance(n.shape, list)
+                   else shape_text(n.shape))
+            rows.append([layer_label(n.name, n.layer), shp, count,
                          ", ".join(p.name for p in n.inbound)])
         return ["Layer (type)", "Output Shape", "Param #", "Connected to"], rows
 
@@ -228,8 +292,10 @@ class GraphModel(Model):
         layers = self.layers
         nodes: list[dict[str, Any]] = []
         for n in self.nodes:
-            if n.layer is None:
+            if n.is_input:
                 nodes.append({"name": n.name, "input_shape": list(n.shape.dims)})
+            elif n.layer is None:
+                nodes.append({"name": n.name, "output_of": n.inbound[0].name, "index": n.index})
             else:
                 idx = next(i for i, lay in enumerate(layers) if lay is n.layer)
                 nodes.append({"name": n.name, "layer": idx, "inbound": [p.name for p in n.inbound]})
@@ -247,6 +313,8 @@ class GraphModel(Model):
         for spec in config["nodes"]:
             if "input_shape" in spec:
                 by_name[spec["name"]] = b.input(spec["input_shape"], name=spec["name"])
+            elif "output_of" in spec:
+                by_name[spec["name"]] = by_name[spec["output_of"]][int(spec["index"])]
             else:
                 by_name[spec["name"]] = b.add(layers[spec["layer"]], [by_name[p] for p in spec["inbound"]],
                                               name=spec["name"])

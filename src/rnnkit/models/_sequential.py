@@ -103,6 +103,10 @@ class Sequential(Model):
                 cur = layer.compute_output_shape(cur)
             except InvalidInputError as e:
                 raise InvalidInputError(f"{self.name}: layer {i} ({type(layer).__name__}): {e}") from None
+            if isinstance(cur, list) or getattr(layer, "return_state", False):
+                raise InvalidInputError(
+                    f"{self.name}: layer {i} ({type(layer).__name__}) has several outputs "
+                    f"(return_state, merge_mode=None); use a GraphBuilder and index its node")
             outs.append(cur)
         self._out_shapes = outs
         self._input_shape = first
@@ -123,12 +127,29 @@ class Sequential(Model):
         return self._out_shapes[-1]
 
     def _forward(self, xs: list[np.ndarray], ctx: Ctx, check: bool) -> list[np.ndarray]:
+        return self._forward_masks(xs, ctx, check)[0]
+
+    def _forward_masks(self, xs: list[np.ndarray], ctx: Ctx, check: bool,
+                       masks: list[Any] | None = None) -> tuple[list[np.ndarray], list[Any]]:
+        """The forward pass with mask propagation: ``masks[0]`` (default ``ctx.mask``) is the
+        input's mask; before each layer ``ctx.mask`` is its input's mask, and
+        ``layer.compute_mask`` gives the next one (a layer that cannot take a mask raises
+        before it runs). ``ctx.mask`` is cleared afterwards. Returns (outputs, output masks)."""
         h: np.ndarray = xs[0]
-        for i, layer in enumerate(self.layers):
-            h = layer.forward(h, ctx)
-            if check:
-                check_finite(h, f"the output of layer {i} ({type(layer).__name__})")
-        return [h]
+        mask = masks[0] if masks is not None else ctx.mask
+        try:
+            for i, layer in enumerate(self.layers):
+                try:
+                    out_mask = layer.compute_mask(h, mask)
+                except InvalidInputError as e:
+                    raise InvalidInputError(f"{self.name}: layer {i} ({type(layer).__name__}): {e}") from None
+                h = layer.forward(h, ctx.set_mask(mask))
+                mask = out_mask
+                if check:
+                    check_finite(h, f"the output of layer {i} ({type(layer).__name__})")
+        finally:
+            ctx.set_mask(None)
+        return [h], [mask]
 
     def _backward(self, grads: list[np.ndarray], ctx: Ctx, check: bool) -> list[np.ndarray]:
         g = grads[0]

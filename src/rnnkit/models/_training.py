@@ -15,13 +15,21 @@ metric) is the SAMPLE-WEIGHTED mean of the batch values, each measured before it
 
     loss_epoch = sum_b n_b * loss_b / sum_b n_b
 
-(Keras' convention). ``val_*`` entries: :func:`evaluate_logs` on the validation data after the
+(Keras' convention). Weights (Keras' rules): ``sample_weight`` (per sample, or per timestep
+for sequence outputs) or ``class_weight`` (``{class: weight}``, turned into per-sample
+weights from the targets) weight each loss position (:class:`rnnkit.Loss`); the mask of a
+sequence output (from ``Masking``, ``Embedding(mask_zero=True)`` or ``fit(mask=/lengths=)``)
+weights the valid steps by ``P / V`` and the rest by 0, so the loss is the mean over the
+valid steps; metrics take the mask as weights of a weighted mean (not the sample weights:
+Keras' ``metrics=`` are unweighted).
+``val_*`` entries: :func:`evaluate_logs` on the validation data after the
 epoch's last step. ``validation_split=f`` holds out the LAST ``ceil(f * N)`` samples (before
 any shuffling), as Keras does.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Any
 
@@ -32,6 +40,7 @@ from rnnkit import _penalties as _pen
 from rnnkit import kernels
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, NonFiniteError
+from rnnkit._mask import Mask
 from rnnkit._random import make_rng
 from rnnkit.models._base import Data, Model, NonFiniteAt, as_list, check_finite
 from rnnkit.models._callbacks import Callback, CallbackList, History
@@ -58,24 +67,137 @@ def _check_finite_data(arrs: list[np.ndarray], what: str) -> None:
                                     f"expected finite numbers")
 
 
-def loss_and_grads(model: Model, ys: list[np.ndarray],
-                   preds: list[np.ndarray]) -> tuple[float, list[np.ndarray]]:
-    """The summed loss over the outputs and d(loss)/d(pred) per output."""
+def input_masks(model: Model, xs: list[np.ndarray], mask: Any, lengths: Any) -> list[Any] | None:
+    """The masks of the model inputs from ``mask=`` (a Mask or boolean (B, T) array; a list
+    of them, one per input, for several inputs) or ``lengths=`` ((B,) ints, or a list), each
+    checked against its input. None when neither is given."""
+    if mask is None and lengths is None:
+        return None
+    if mask is not None and lengths is not None:
+        raise InvalidParameterError(f"{model.name}: give mask= or lengths=, not both")
+    given, kind = (mask, "mask") if mask is not None else (lengths, "lengths")
+    items = list(given) if model.n_inputs > 1 else [given]
+    if len(items) != model.n_inputs:
+        raise InvalidInputError(f"{model.name}: expected one {kind} per input ({model.n_inputs}), "
+                                f"got {len(items)}")
+    out: list[Any] = []
+    for k, (a, item) in enumerate(zip(xs, items, strict=True)):
+        if item is None:
+            out.append(None)
+            continue
+        m = Mask(lengths=item) if kind == "lengths" else Mask.of(item)
+        assert m is not None
+        if a.ndim < 2:
+            raise InvalidInputError(f"{model.name}: input {k} of shape {a.shape} has no time axis to mask")
+        m.check(a.shape[0], a.shape[1], f"{model.name}: {kind} of input {k}")
+        out.append(m)
+    return out
+
+
+def take_mask(m: Any, idx: Any, T: int) -> Any:
+    """The samples ``idx`` of mask ``m`` (None stays None)."""
+    if m is None:
+        return None
+    return Mask(lengths=m.ends(T)[idx]) if m.kind == "lengths" else Mask(m.valid(T)[idx])
+
+
+def sample_weights(model: Model, ys: list[np.ndarray], sample_weight: Any,
+                   class_weight: Any) -> list[Any] | None:
+    """One weight array (or None) per output from ``sample_weight`` (an array; a list, one per
+    output, for several outputs) or ``class_weight`` (a dict ``{class: weight}``, single-output
+    models with one target per sample: the class is the label, or the argmax of a one-hot)."""
+    if sample_weight is None and class_weight is None:
+        return None
+    if sample_weight is not None and class_weight is not None:
+        raise InvalidParameterError(f"{model.name}: give sample_weight or class_weight, not both "
+                                    f"(Keras' rule)")
+    n = ys[0].shape[0]
+    if class_weight is not None:
+        if not isinstance(class_weight, dict):
+            raise InvalidParameterError(f"{model.name}: class_weight must be a dict {{class: weight}}, "
+                                        f"got {type(class_weight).__name__}")
+        if model.n_outputs != 1:
+            raise InvalidParameterError(f"{model.name}: class_weight needs a model with one output")
+        y = ys[0]
+        outs = getattr(model, "outputs", None)
+        out_shape = outs[0].shape if outs else getattr(model, "output_shape", None)
+        if out_shape is not None and len(out_shape) >= 3:
+            y = y[:, :, None]  # a sequence output has a target per timestep: refused below
+        elif y.ndim > 1:
+            y = np.argmax(y, axis=-1) if y.shape[-1] != 1 else y[..., 0]
+        if y.ndim != 1:
+            raise InvalidInputError(f"{model.name}: class_weight needs one target per sample, got targets of "
+                                    f"shape {ys[0].shape}; weight timesteps with sample_weight instead")
+        labels = np.round(y).astype(np.int64)
+        return [np.array([float(class_weight.get(int(c), 1.0)) for c in labels])]
+    items = list(sample_weight) if model.n_outputs > 1 else [sample_weight]
+    if len(items) != model.n_outputs:
+        raise InvalidInputError(f"{model.name}: expected one sample_weight per output ({model.n_outputs}), "
+                                f"got {len(items)}")
+    out: list[Any] = []
+    for w in items:
+        if w is None:
+            out.append(None)
+            continue
+        arr = np.asarray(w, np.float64)
+        if arr.ndim < 1 or arr.shape[0] != n:
+            raise InvalidInputError(f"{model.name}: sample_weight has shape {arr.shape}; expected {n} "
+                                    f"samples on axis 0")
+        out.append(arr)
+    return out
+
+
+def output_weights(preds: list[np.ndarray], masks: list[Any] | None,
+                   sws: list[Any] | None) -> tuple[list[Any], list[Any]]:
+    """(loss weights, metric weights) per output from the output masks and sample weights:
+    Keras' ``apply_mask`` (``P / V`` at the V valid steps of the P positions) times the sample
+    weights for the loss; the mask alone (0/1) for the metrics (Keras' ``metrics=`` are
+    unweighted: sample weights do not reach them)."""
+    lw: list[Any] = []
+    mw: list[Any] = []
+    for k, p in enumerate(preds):
+        sw = None if sws is None else sws[k]
+        m = None if masks is None else masks[k]
+        if isinstance(m, Mask) and p.ndim >= 3:
+            valid = m.valid(p.shape[1]).astype(np.float64)
+            if sw is not None:
+                w = np.asarray(sw, np.float64)
+                if w.ndim == 1:
+                    w = w[:, None]
+                elif w.ndim == 3 and w.shape[-1] == 1:
+                    w = w[..., 0]
+            V = float(valid.sum())
+            scale = valid.size / V if V > 0 else 0.0
+            lw.append(valid * scale * (w if sw is not None else 1.0))
+            mw.append(valid)
+        else:
+            lw.append(sw)
+            mw.append(None)
+    return lw, mw
+
+
+def loss_and_grads(model: Model, ys: list[np.ndarray], preds: list[np.ndarray],
+                   weights: list[Any] | None = None) -> tuple[float, list[np.ndarray]]:
+    """The summed loss over the outputs and d(loss)/d(pred) per output (``weights``: one
+    array or None per output, see :class:`rnnkit.Loss`)."""
     total = 0.0
     grads: list[np.ndarray] = []
-    for y, p in zip(ys, preds, strict=True):
-        v, g = model.loss.value_and_grad(y, p)
+    for k, (y, p) in enumerate(zip(ys, preds, strict=True)):
+        w = None if weights is None else weights[k]
+        v, g = model.loss.value_and_grad(y, p) if w is None else model.loss.value_and_grad(y, p, w)
         total += float(v)
         grads.append(np.asarray(g, p.dtype))
     return total, grads
 
 
-def metric_values(model: Model, ys: list[np.ndarray], preds: list[np.ndarray]) -> dict[str, float]:
+def metric_values(model: Model, ys: list[np.ndarray], preds: list[np.ndarray],
+                  weights: list[Any] | None = None) -> dict[str, float]:
     out: dict[str, float] = {}
     for k, (y, p) in enumerate(zip(ys, preds, strict=True)):
+        w = None if weights is None else weights[k]
         for m in model.metrics:
             key = m.name if len(ys) == 1 else f"output_{k}_{m.name}"
-            out[key] = float(m(y, p))
+            out[key] = float(m(y, p) if w is None else m(y, p, sample_weight=w))
     return out
 
 
@@ -87,19 +209,22 @@ class NonFiniteLoss(NonFiniteAt):
         self.logs = logs
 
 
-def train_step(model: Model, xb: list[np.ndarray], yb: list[np.ndarray], ctx: Ctx) -> dict[str, float]:
-    """One optimizer step (see the module docstring); returns the pre-update loss and metrics."""
+def train_step(model: Model, xb: list[np.ndarray], yb: list[np.ndarray], ctx: Ctx,
+               masks: list[Any] | None = None, sws: list[Any] | None = None) -> dict[str, float]:
+    """One optimizer step (see the module docstring); returns the pre-update loss and metrics.
+    ``masks``: the input masks; ``sws``: the sample weights per output."""
     with _pen.collecting() as activity:
-        preds = model._forward(xb, ctx, True)
-    loss, grads = loss_and_grads(model, yb, preds)
-    loss += _pen.weight_penalty(model) + sum(activity)  # regularizers (models/_penalties.py)
+        preds, out_masks = model._forward_masks(xb, ctx, True, masks)
+    lw, mw = output_weights(preds, out_masks, sws)
+    loss, grads = loss_and_grads(model, yb, preds, lw)
+    loss += _pen.weight_penalty(model) + sum(activity)  # regularizers (rnnkit/_penalties.py)
     lname = type(model.loss).__name__
     if not math.isfinite(loss):
         raise NonFiniteLoss(f"the loss ({lname}) is {loss}",
-                            {"loss": loss, **metric_values(model, yb, preds)})
+                            {"loss": loss, **metric_values(model, yb, preds, mw)})
     for g in grads:
         check_finite(g, f"the gradient of the loss ({lname}) w.r.t. the model output")
-    logs = {"loss": loss, **metric_values(model, yb, preds)}
+    logs = {"loss": loss, **metric_values(model, yb, preds, mw)}
     model._backward(grads, ctx, True)
     _pen.add_penalty_grads(model, ctx)
     pairs = [(layer, n, ctx.grads[(layer, n)]) for layer, n in model.trainable_weights()
@@ -111,21 +236,28 @@ def train_step(model: Model, xb: list[np.ndarray], yb: list[np.ndarray], ctx: Ct
     return logs
 
 
-def evaluate_logs(model: Model, x: Data, y: Data, batch_size: int | None) -> dict[str, float]:
+def evaluate_logs(model: Model, x: Data, y: Data, batch_size: int | None, *, sample_weight: Any = None,
+                  mask: Any = None, lengths: Any = None) -> dict[str, float]:
     """Loss and metrics in inference passes, sample-weighted over batches of ``batch_size``."""
     xs = model._inputs(x)
     n = xs[0].shape[0]
     ys = _targets(model, y, n)
+    masks = input_masks(model, xs, mask, lengths)
+    sws = sample_weights(model, ys, sample_weight, None)
     bs = n if batch_size is None else batch_size
     sums: dict[str, float] = {}
     for a in range(0, n, bs):
-        xb, yb = [v[a:a + bs] for v in xs], [v[a:a + bs] for v in ys]
+        sl = slice(a, a + bs)
+        xb, yb = [v[sl] for v in xs], [v[sl] for v in ys]
+        mb = None if masks is None else [take_mask(m, sl, v.shape[1]) for m, v in zip(masks, xs, strict=True)]
+        wb = None if sws is None else [None if w is None else w[sl] for w in sws]
         with _pen.collecting() as activity:
-            preds = model._forward(xb, Ctx.inference(), False)
-        loss, _ = loss_and_grads(model, yb, preds)
+            preds, out_masks = model._forward_masks(xb, Ctx.inference(), False, mb)
+        lw, mw = output_weights(preds, out_masks, wb)
+        loss, _ = loss_and_grads(model, yb, preds, lw)
         loss += _pen.weight_penalty(model) + sum(activity)
         nb = xb[0].shape[0]
-        for k, v in {"loss": loss, **metric_values(model, yb, preds)}.items():
+        for k, v in {"loss": loss, **metric_values(model, yb, preds, mw)}.items():
             sums[k] = sums.get(k, 0.0) + nb * v
     return {k: v / n for k, v in sums.items()}
 
@@ -141,10 +273,24 @@ def _split(model: Model, xs: list[np.ndarray], ys: list[np.ndarray], split: floa
     return [v[:cut] for v in xs], [v[:cut] for v in ys], [v[cut:] for v in xs], [v[cut:] for v in ys]
 
 
+def _weighting(xs: list[np.ndarray], masks: list[Any] | None, sws: list[Any] | None) -> dict[str, str]:
+    """A digest of the input masks and sample weights for a checkpoint's fingerprint (nothing
+    when there are none, so an unweighted run's fingerprint is unchanged)."""
+    if masks is None and sws is None:
+        return {}
+    h = hashlib.sha256()
+    for m, x in zip(masks or [], xs, strict=False):
+        h.update(b"-" if m is None else np.ascontiguousarray(m.valid(x.shape[1])).tobytes())
+    for w in sws or []:
+        h.update(b"-" if w is None else np.ascontiguousarray(w, np.float64).tobytes())
+    return {"weighting": h.hexdigest()}
+
+
 def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | None,
             validation_data: tuple[Data, Data] | None, validation_split: float,
             callbacks: list[Callback] | None, verbose: int, shuffle: bool, seed: int | None,
-            initial_epoch: int, checkpoint: Any = None) -> History:
+            initial_epoch: int, checkpoint: Any = None, sample_weight: Any = None,
+            class_weight: Any = None, mask: Any = None, lengths: Any = None) -> History:
     """``Model.fit`` (see the module docstring)."""
     model._require_compiled("fit")
     for arg, val_, lo in (("epochs", epochs, 1), ("initial_epoch", initial_epoch, 0)):
@@ -159,11 +305,19 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
         _pen.check_layer(layer)
     _check_finite_data(xs, "fit: x")
     _check_finite_data(ys, "fit: y")
+    masks = input_masks(model, xs, mask, lengths)
+    sws = sample_weights(model, ys, sample_weight, class_weight)
+    if (masks is not None or sws is not None) and validation_split:
+        raise InvalidParameterError("fit: validation_split with mask=/lengths=/sample_weight=/class_weight= "
+                                    "is not supported; pass validation_data")
     val: tuple[Any, Any] | None = None
+    val_sw: Any = None
     if validation_data is not None:
-        if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
-            raise InvalidParameterError("fit: validation_data must be a pair (x_val, y_val)")
+        if not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
+            raise InvalidParameterError("fit: validation_data must be a pair (x_val, y_val) or a triple "
+                                        "(x_val, y_val, sample_weight_val)")
         val = (validation_data[0], validation_data[1])
+        val_sw = validation_data[2] if len(validation_data) == 3 else None
     elif validation_split:
         xs, ys, vx, vy = _split(model, xs, ys, validation_split)
         val = (vx[0] if len(vx) == 1 else vx, vy[0] if len(vy) == 1 else vy)
@@ -179,7 +333,8 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
     start, fp = int(initial_epoch), None
     if checkpoint is not None:  # resume after the last completed epoch (models/_resume.py)
         fp = fingerprint(model, xs, ys, {"epochs": int(epochs), "batch_size": bs, "shuffle": bool(shuffle),
-                                         "seed": seed, "initial_epoch": start, "validation": val is not None})
+                                         "seed": seed, "initial_epoch": start, "validation": val is not None,
+                                         **_weighting(xs, masks, sws)})
         done = restore_state(checkpoint, model, rng, history, cbs.callbacks, fp)
         start = start if done is None else (int(epochs) if model.stop_training else done)
     logs: dict[str, float] = {}
@@ -199,11 +354,14 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
             seen = 0
             for b, idx in enumerate(batches):
                 xb, yb = [v[idx] for v in xs], [v[idx] for v in ys]
+                mb = None if masks is None else [take_mask(m, idx, v.shape[1])
+                                                 for m, v in zip(masks, xs, strict=True)]
+                wb = None if sws is None else [None if w is None else w[idx] for w in sws]
                 ctx = Ctx.training(int(rng.integers(0, 2**63 - 1)))
                 cbs.on_train_batch_begin(b, {})
                 try:
                     with np.errstate(over="ignore", invalid="ignore"):  # reported as NonFiniteError
-                        step_logs = train_step(model, xb, yb, ctx)
+                        step_logs = train_step(model, xb, yb, ctx, mb, wb)
                 except NonFiniteLoss as e:  # TerminateOnNaN: the batch's NaN loss goes to the callbacks
                     if not nan_stops:
                         raise NonFiniteError(
@@ -224,7 +382,7 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
                     break
             logs = {k: v / seen for k, v in sums.items()}
             if val is not None:
-                vlogs = evaluate_logs(model, val[0], val[1], batch_size)
+                vlogs = evaluate_logs(model, val[0], val[1], batch_size, sample_weight=val_sw)
                 logs.update({f"val_{k}": v for k, v in vlogs.items()})
             cbs.on_epoch_end(epoch, logs)
             if checkpoint is not None:

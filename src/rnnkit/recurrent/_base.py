@@ -129,12 +129,18 @@ class RecurrentLayer(Streaming, Layer):
                     f"{value.shape}, expected {p.shape}")
             self._add_weight(p.name, value)
 
-    def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
+    def compute_output_shape(self, shape: Any) -> Any:
+        """The output's shape; with ``return_state`` the list ``[output, *state parts]`` (each
+        state part (batch, width)). ``shape`` may be a list ``[x, *initial state parts]``."""
+        if isinstance(shape, list):
+            shape = shape[0]
         shp = Shape.of(shape)
         self._check_build_shape(shp)
-        if self.return_sequences:
-            return Shape((shp[0], shp[1], self.output_size))
-        return Shape((shp[0], self.output_size))
+        out = Shape((shp[0], shp[1], self.output_size)) if self.return_sequences else \
+            Shape((shp[0], self.output_size))
+        if self.return_state:
+            return [out, *(Shape((shp[0], n)) for n in self.cell.state_sizes())]
+        return out
 
     supports_masking = True
 
@@ -255,7 +261,8 @@ class RecurrentLayer(Streaming, Layer):
         """BPTT over the whole sequence. Adds the gradient of every trainable weight into
         ``ctx`` (``ctx.grad(layer, name)``) and returns dL/dx, shape (B, T, F) in input order
         (``[dx, *d_initial_state_parts]`` when the forward had an initial state). With
-        ``return_state``, ``grad`` is a list ``[d_output, *d_final_state_parts]`` (None: zero)."""
+        ``return_state``, ``grad`` is a list ``[d_output, *d_final_state_parts]`` (any entry None:
+        zero)."""
         self._require_built("backward")
         cache = ctx.peek(self)
         if cache["api"] == "seq":     # recorded by seq_init: (d_seq, d_final_state)
@@ -343,7 +350,9 @@ class RecurrentLayer(Streaming, Layer):
         return idx, np.ascontiguousarray(np.take_along_axis(valid, idx.T, axis=1).T)
 
     def _back(self, cache: dict[str, Any], grad: Any, g_state: Any, ctx: Ctx) -> Any:
-        g = self._as_grad(grad, cache["out_shape"])
+        # no gradient for the output (only the states are used downstream): zero
+        shape = cache["out_shape"]
+        g = np.zeros(shape, self.dtype) if grad is None else self._as_grad(grad, shape)
         d_final = None
         if g_state is not None:
             B = cache["in_shape"][0]
