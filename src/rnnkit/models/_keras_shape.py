@@ -1,16 +1,13 @@
 """Keras' ``input_shape`` convention (no batch axis) beside rnnkit's (batch axis first, made free).
 
 ``Sequential(layers, input_shape=s)`` reads ``s`` as Keras' — the shape of ONE sample, a batch
-axis ``None`` is put in front — when either
+axis ``None`` is put in front — when it is one axis short of what the first layer takes:
+``(8, 8)`` or ``(None, 8)`` before a recurrent layer (which takes (batch, timesteps,
+features)) build ``(None, 8, 8)`` / ``(None, None, 8)``; ``(None,)`` before an Embedding that
+feeds a recurrent layer builds ``(None, None)``; ``(3,)`` before a Dense builds ``(None, 3)``.
 
-- its first axis is an int: ``(8, 8)`` is (timesteps, features), built as ``(None, 8, 8)``
-  (rnnkit frees the batch axis of a build shape anyway, so an int there never meant a batch
-  size the model keeps); or
-- it is one axis short of what the first layer takes: ``(None, 8)`` before a recurrent layer
-  (which takes (batch, timesteps, features)) is Keras' free time axis, built as
-  ``(None, None, 8)``; ``(None,)`` before an Embedding is ``(None, None)``.
-
-Anything else is rnnkit's convention, as before: ``(None, 8, 8)`` stays as it is.
+Anything else is rnnkit's convention, as before: ``(None, 8, 8)`` stays, and so does a fixed
+batch such as ``(1, None, 1)`` for a stateful layer.
 """
 
 from __future__ import annotations
@@ -22,9 +19,9 @@ from rnnkit._shape import Shape
 
 
 def _first_rank(layers: list[Layer]) -> int | None:
-    """The input rank the first layer needs, where it is fixed (recurrent: 3; Embedding of a
-    sequence model: 2); None when any rank >= 2 is fine (Dense)."""
-    from rnnkit.layers import Embedding
+    """The input rank the first layer needs at least (recurrent: 3; Embedding of a sequence
+    model: 2; Dense: 2); None when unknown."""
+    from rnnkit.layers import Dense, Embedding
     from rnnkit.recurrent import RecurrentLayer
 
     if not layers:
@@ -34,6 +31,8 @@ def _first_rank(layers: list[Layer]) -> int | None:
         return 3
     if isinstance(first, Embedding) and len(layers) > 1 and isinstance(layers[1], RecurrentLayer):
         return 2
+    if isinstance(first, Dense):
+        return 2
     return None
 
 
@@ -41,8 +40,6 @@ def with_batch_axis(layers: list[Layer], shape: Any) -> Shape:
     """``shape`` as a build shape with its batch axis (see the module docstring)."""
     shp = Shape.of(shape)
     dims = list(shp.dims)
-    if dims and dims[0] is not None:
-        return Shape([None, *dims])
     need = _first_rank(layers)
     if need is not None and len(dims) == need - 1:
         return Shape([None, *dims])
