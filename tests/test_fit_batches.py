@@ -172,6 +172,10 @@ def test_bad_batches_and_arguments_are_refused_typed() -> None:
         _model().fit(Fixed(), steps_per_epoch=5)
     with pytest.raises(rk.InvalidParameterError, match="steps_per_epoch needs a batch source"):
         _model().fit(X, Y, steps_per_epoch=2)
+    with pytest.raises(rk.InvalidInputError, match="y \\(the targets\\) is missing"):
+        _model().fit(X)
+    with pytest.raises(rk.InvalidInputError, match="y \\(the targets\\) is missing"):
+        _model().evaluate(X)
     with pytest.raises(rk.InvalidParameterError, match="workers"):
         _model().fit(Fixed(), workers=-1)
     with pytest.raises(rk.InvalidInputError, match="batch 1 of epoch 1: .*sample_weight has shape"):

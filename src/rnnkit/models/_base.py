@@ -248,6 +248,9 @@ class Model:
             return self._fit_source(x, y, epochs, batch_size, validation_data, validation_split, callbacks,
                                     verbose, shuffle, seed, initial_epoch, checkpoint, distributed,
                                     steps_per_epoch, validation_steps, check_workers(workers, "fit"))
+        if y is None:
+            raise InvalidInputError(f"{self.name}.fit: y (the targets) is missing; give y beside the "
+                                    f"arrays x, or a batch source of (x, y) batches as x")
 
         check_seed(seed, f"{self.name}.fit")
         check_bool(shuffle, "shuffle", f"{self.name}.fit")
@@ -352,6 +355,9 @@ class Model:
                                             f"and lengths= cannot be given with a batch source as x")
             logs = evaluate_any(self, x, None, check_steps(steps, "evaluate: steps"),
                                 check_workers(workers, "evaluate"), f"{self.name}.evaluate")
+        elif y is None:
+            raise InvalidInputError(f"{self.name}.evaluate: y (the targets) is missing; give y beside the "
+                                    f"arrays x, or a batch source of (x, y) batches as x")
         elif distributed is not None:
             from rnnkit.distributed._fit import run_evaluate_distributed
 
