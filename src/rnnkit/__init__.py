@@ -4,6 +4,8 @@ The public surface; every name here is re-exported from a private module.
 """
 
 from rnnkit import (
+    constraints,  # MaxNorm, NonNeg, UnitNorm, MinMaxNorm (Keras' definitions)
+    data,  # batches from anywhere: rnnkit.data.windows / bucket_by_length / Dataset
     datasets,  # bundled public-domain series: rnnkit.datasets.sunspots() / co2()
     distributed,  # data-parallel fit over MPI: distributed=rnnkit.distributed.MPI() (rnnkit[mpi])
     io,
@@ -13,6 +15,7 @@ from rnnkit import (
     metrics,
     models,
     optimizers,
+    regularizers,  # L1, L2, L1L2 (Keras' definitions)
     rnn,  # the tch-rs nn::rnn face: rnnkit.rnn.lstm / gru
     timeseries,  # CSV reading, windows, scaler, baselines for forecasting
 )
@@ -32,6 +35,7 @@ from rnnkit._errors import (
 )
 from rnnkit._layer import Layer, WeightEntry
 from rnnkit._mask import Mask
+from rnnkit._penalties import attach as attach_regularization
 from rnnkit._random import set_global_seed
 from rnnkit._shape import Shape
 from rnnkit.io import (
@@ -75,14 +79,19 @@ from rnnkit.losses import (
     SparseCategoricalCrossEntropy,
 )
 from rnnkit.models import (
+    CSVLogger,
     EarlyStopping,
     GraphBuilder,
     GraphModel,
     History,
+    LambdaCallback,
     LearningRateScheduler,
     ModelCheckpoint,
+    ProgbarLogger,
+    ReduceLROnPlateau,
     Sequential,
     SequentialBuilder,
+    TerminateOnNaN,
     model_from_config,
 )
 from rnnkit.optimizers import SGD, Adam, AdamW, Optimizer, RMSprop
@@ -132,5 +141,6 @@ __all__ = [
     "Add", "Average", "Bidirectional", "Masking", "Multiply",
     "models", "EarlyStopping", "GraphBuilder", "GraphModel", "History", "LearningRateScheduler",
     "ModelCheckpoint", "Sequential", "SequentialBuilder", "model_from_config",
-    "datasets", "timeseries", "distributed",
+    "CSVLogger", "LambdaCallback", "ProgbarLogger", "ReduceLROnPlateau", "TerminateOnNaN",
+    "datasets", "timeseries", "distributed", "regularizers", "constraints", "attach_regularization", "data",
 ]

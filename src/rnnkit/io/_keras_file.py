@@ -34,8 +34,10 @@ Layers and options (Keras 3.15.1 configs; anything else raises
                                   axis, i.e. per timestep, already)
 
 Activations: tanh, sigmoid, relu, linear, softmax (others refused). Dtype policies float32 and
-float64; mixed / half precision refused. Regularizers and constraints are accepted with a
-warning (they act only in training). LoRA and quantized layers are refused.
+float64; mixed / half precision refused. Keras' regularizers (L1, L2, L1L2) and constraints
+(MaxNorm, NonNeg, UnitNorm, MinMaxNorm) are carried over and act in training as in Keras;
+custom ones are accepted with a warning (they act only in training). LoRA and quantized layers
+are refused.
 
 Models: a Keras ``Sequential`` becomes an rnnkit :class:`~rnnkit.Sequential` (layer ``i`` =
 the ``i``-th non-input Keras layer). A functional model (``Functional``; shared layers, several

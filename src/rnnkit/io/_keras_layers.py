@@ -2,15 +2,18 @@
 
 Every option that changes what the layer computes at inference is checked; an option rnnkit
 cannot reproduce raises :class:`UnsupportedFeatureError` naming the layer and the option (see
-the table in :mod:`rnnkit.io._keras_file`). Options that only act while training (recurrent
-a SimpleRNN's ``recurrent_dropout``, Dropout ``noise_shape``, regularizers, constraints) are
-accepted with a warning naming the layer: the imported model predicts exactly as Keras does, but
-further training in rnnkit does not apply them. A recurrent layer's ``dropout`` (and an LSTM's
-or GRU's ``recurrent_dropout``) is carried over.
+the table in :mod:`rnnkit.io._keras_file`). Options that only act while training (a
+SimpleRNN's ``recurrent_dropout``, Dropout ``noise_shape``, custom regularizers and
+constraints) are accepted with a warning naming the layer: the imported model predicts exactly
+as Keras does, but further training in rnnkit does not apply them. A recurrent layer's
+``dropout`` (and an LSTM's or GRU's ``recurrent_dropout``) is carried over; so are Keras' own
+regularizers (L1, L2, L1L2) and constraints (MaxNorm, NonNeg, UnitNorm, MinMaxNorm), which
+act in training as in Keras.
 """
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,11 +99,44 @@ def _refuse_if(cond: bool, name: str, option: str, msg: str) -> None:
         raise UnsupportedFeatureError(name, option, msg)
 
 
+def _readable_train_options(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The regularizers / constraints of a Keras layer config that rnnkit reproduces (Keras'
+    L1, L2, L1L2, MaxNorm, NonNeg, UnitNorm, MinMaxNorm), as rnnkit objects by keyword."""
+    from rnnkit import constraints, regularizers
+
+    out: dict[str, Any] = {}
+    for k in _TRAIN_ONLY:
+        if cfg.get(k) is None:
+            continue
+        with contextlib.suppress(Error):
+            out[k] = (regularizers.get if k.endswith("regularizer") else constraints.get)(cfg[k])
+    return out
+
+
 def _train_only_options(cfg: dict[str, Any], name: str) -> None:
-    present = [k for k in _TRAIN_ONLY if cfg.get(k) is not None]
+    readable = _readable_train_options(cfg)
+    present = [k for k in _TRAIN_ONLY if cfg.get(k) is not None and k not in readable]
     if present:
-        _warn(name, f"{', '.join(present)} not carried over (they act only in training; "
-                    f"predictions are unaffected)")
+        _warn(name, f"{', '.join(present)} not carried over (custom regularizers / constraints act "
+                    f"only in training; predictions are unaffected)")
+
+
+def _carry_train_options(layer_cfg: dict[str, Any], mapped: Mapped) -> None:
+    """Attach the readable regularizers / constraints of the Keras config to the rnnkit layer(s)."""
+    from rnnkit._penalties import attach
+
+    cfg = layer_cfg.get("config") or {}
+    if mapped.class_name == "TimeDistributed":
+        cfg = (cfg.get("layer") or {}).get("config") or {}
+    if mapped.class_name == "Bidirectional":
+        fwd = cfg.get("layer") or {}
+        subs = [fwd.get("config") or {}, (cfg.get("backward_layer") or fwd).get("config") or {}]
+        for (layer, _), sub in zip(mapped.parts, subs, strict=False):
+            attach(layer, **_readable_train_options(sub))
+    elif mapped.layer is not None:
+        opts = _readable_train_options(cfg)
+        if opts:
+            attach(mapped.layer, **opts)
 
 
 def _flag(cfg: dict[str, Any], key: str, default: bool, name: str) -> bool:
@@ -157,7 +193,9 @@ def map_layer(layer_cfg: dict[str, Any]) -> Mapped:
 
     A malformed entry (a missing key, a value of the wrong type) raises FileFormatError."""
     try:
-        return _map_layer(layer_cfg)
+        mapped = _map_layer(layer_cfg)
+        _carry_train_options(layer_cfg, mapped)
+        return mapped
     except Error:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as e:

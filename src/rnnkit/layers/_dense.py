@@ -11,6 +11,7 @@ from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, WeightShapeError
 from rnnkit._initializers import glorot_uniform, zeros
 from rnnkit._layer import Layer, check_bool, check_positive_int
+from rnnkit._penalties import attach, config_of
 from rnnkit._shape import Shape
 from rnnkit.layers._common import activation_config, activation_from, check_activation_axis
 
@@ -26,7 +27,9 @@ class Dense(Layer):
 
     Weights: ``kernel`` W (F, units), Glorot-uniform U(-l, l) with ``l = sqrt(6 / (F + units))``;
     ``bias`` b (units,), zeros (absent with ``use_bias=False``).
-    ``param_count = F * units + units``. ``activation`` defaults to ``"linear"``; any spelling
+    ``param_count = F * units + units``. ``kernel_regularizer``, ``bias_regularizer``,
+    ``activity_regularizer``, ``kernel_constraint``, ``bias_constraint``: Keras' (see
+    :mod:`rnnkit._penalties`). ``activation`` defaults to ``"linear"``; any spelling
     of :func:`~rnnkit._activations.resolve_activation` is accepted (softmax over its axis).
 
     Backward: ``da = act.vjp(y, g)``; ``dW = x^T @ da`` and ``db = sum(da)`` over every leading
@@ -46,11 +49,19 @@ class Dense(Layer):
         seed: int | None = None,
         dtype: Any = "float32",
         name: str | None = None,
+        kernel_regularizer: Any = None,
+        bias_regularizer: Any = None,
+        activity_regularizer: Any = None,
+        kernel_constraint: Any = None,
+        bias_constraint: Any = None,
     ) -> None:
         super().__init__(seed=seed, dtype=dtype, name=name)
         self.units = check_positive_int(units, "units", self.name)
         self.activation = activation_from(activation, self.name)
         self.use_bias = check_bool(use_bias, "use_bias", self.name)
+        attach(self, kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
+               activity_regularizer=activity_regularizer, kernel_constraint=kernel_constraint,
+               bias_constraint=bias_constraint)
 
     def _check_build_shape(self, shape: Shape) -> None:
         if shape.rank < 2:
@@ -136,6 +147,7 @@ class Dense(Layer):
         cfg: dict[str, Any] = {"units": self.units, "activation": activation_config(self.activation),
                                "use_bias": self.use_bias}
         cfg.update(super().get_config())
+        cfg.update(config_of(self))
         return cfg
 
 

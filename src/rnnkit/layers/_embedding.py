@@ -12,6 +12,7 @@ from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShape
 from rnnkit._initializers import uniform
 from rnnkit._layer import Layer, check_positive_int
 from rnnkit._mask import Mask
+from rnnkit._penalties import attach, config_of
 from rnnkit._shape import Shape
 
 
@@ -40,13 +41,17 @@ class Embedding(Layer):
     """
 
     def __init__(self, input_dim: int, output_dim: int, *, mask_zero: bool = False,
-                 seed: int | None = None, dtype: Any = "float32", name: str | None = None) -> None:
+                 seed: int | None = None, dtype: Any = "float32", name: str | None = None,
+                 embeddings_regularizer: Any = None, activity_regularizer: Any = None,
+                 embeddings_constraint: Any = None) -> None:
         super().__init__(seed=seed, dtype=dtype, name=name)
         self.input_dim = check_positive_int(input_dim, "input_dim", self.name)
         self.output_dim = check_positive_int(output_dim, "output_dim", self.name)
         if not isinstance(mask_zero, (bool, np.bool_)):
             raise InvalidParameterError(f"{self.name}: mask_zero must be a bool, got {mask_zero!r}")
         self.mask_zero = bool(mask_zero)
+        attach(self, embeddings_regularizer=embeddings_regularizer,
+               activity_regularizer=activity_regularizer, embeddings_constraint=embeddings_constraint)
 
     supports_masking = True
 
@@ -142,4 +147,5 @@ class Embedding(Layer):
         if self.mask_zero:
             cfg["mask_zero"] = True
         cfg.update(super().get_config())
+        cfg.update(config_of(self))
         return cfg

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rnnkit._errors import InvalidInputError
+from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import Layer
+from rnnkit._penalties import attach, config_of
 from rnnkit.layers._bidirectional import Bidirectional
 from rnnkit.layers._dense import ActivationLayer, Dense
 from rnnkit.layers._dropout import Dropout
@@ -39,7 +40,10 @@ def layer_to_config(layer: Layer) -> dict[str, Any]:
             f"layer_to_config: {name} is not a registered layer class; call "
             f"rnnkit.layers.register_layer({name}) first"
         )
-    return {"class_name": name, "config": layer.get_config()}
+    config = layer.get_config()
+    # regularizers / constraints the layer's own config does not carry (recurrent layers)
+    extra = {k: v for k, v in config_of(layer).items() if k not in config}
+    return {"class_name": name, "config": config, **({"regularization": extra} if extra else {})}
 
 
 def layer_from_config(cfg: dict[str, Any]) -> Layer:
@@ -58,6 +62,16 @@ def layer_from_config(cfg: dict[str, Any]) -> Layer:
     if not isinstance(kwargs, dict):
         raise InvalidInputError(f"layer_from_config: 'config' of {name} must be a dict, got {kwargs!r}")
     try:
-        return cls(**kwargs)
+        layer = cls(**kwargs)
     except TypeError as e:
         raise InvalidInputError(f"layer_from_config: bad config for {name}: {e}") from None
+    extra = cfg.get("regularization")
+    if extra is not None:
+        if not isinstance(extra, dict):
+            raise InvalidInputError(f"layer_from_config: 'regularization' of {name} must be a dict, "
+                                    f"got {extra!r}")
+        try:
+            attach(layer, **extra)
+        except (TypeError, InvalidParameterError) as e:
+            raise InvalidInputError(f"layer_from_config: bad regularization for {name}: {e}") from None
+    return layer

@@ -10,6 +10,13 @@ from rnnkit.models._callbacks import (
     LearningRateScheduler,
     ModelCheckpoint,
 )
+from rnnkit.models._callbacks_more import (
+    CSVLogger,
+    LambdaCallback,
+    ProgbarLogger,
+    ReduceLROnPlateau,
+    TerminateOnNaN,
+)
 from rnnkit.models._config import model_from_config
 from rnnkit.models._graph import GraphBuilder, GraphModel, Node
 from rnnkit.models._sequential import Sequential, SequentialBuilder
@@ -17,4 +24,5 @@ from rnnkit.models._sequential import Sequential, SequentialBuilder
 __all__ = [
     "Callback", "EarlyStopping", "GraphBuilder", "GraphModel", "History", "LearningRateScheduler",
     "Model", "ModelCheckpoint", "Node", "Sequential", "SequentialBuilder", "model_from_config",
+    "CSVLogger", "LambdaCallback", "ProgbarLogger", "ReduceLROnPlateau", "TerminateOnNaN",
 ]

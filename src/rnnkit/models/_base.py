@@ -158,14 +158,22 @@ class Model:
         return self.forward(x, ctx if ctx is not None else Ctx.inference())
 
     def predict(self, x: Data, batch_size: int | None = None, *, mask: Any = None,
-                lengths: Any = None) -> Data:
+                lengths: Any = None, steps: int | None = None, workers: int = 1) -> Data:
         """Outputs for ``x`` in an inference pass; with ``batch_size``, ``batch_size`` samples
         at a time, concatenated. Thread-safe. A padded batch: ``lengths=`` ((B,) ints,
         PyTorch's packed semantics) or ``mask=`` (boolean (B, T), Keras' semantics) — a list
         with one per input for several inputs — or a ``Masking`` / ``Embedding(mask_zero=True)``
-        layer in the model."""
+        layer in the model. ``x`` may be a batch source (a generator, a
+        :class:`rnnkit.data.Dataset`; ``steps`` batches of it, all when None; see
+        :mod:`rnnkit.models._fit_batches`)."""
+        from rnnkit.models._fit_batches import is_batch_source, predict_source
         from rnnkit.models._training import input_masks, take_mask
 
+        if is_batch_source(x):
+            if mask is not None or lengths is not None:
+                raise InvalidParameterError(f"{self.name}.predict: mask= / lengths= cannot be given with a "
+                                            f"batch source as x (a source's mask(i) gives them)")
+            return predict_source(self, x, steps, workers)
         xs = self._inputs(x)
         n = xs[0].shape[0]
         masks = input_masks(self, xs, mask, lengths)
@@ -200,13 +208,14 @@ class Model:
             raise NotBuiltError(self.name, action, f"{self.name}: {action} needs a compiled model; "
                                 f"call compile(optimizer, loss) first")
 
-    def fit(self, x: Data, y: Data, epochs: int = 1, *, batch_size: int | None = None,
+    def fit(self, x: Data, y: Data = None, epochs: int = 1, *, batch_size: int | None = None,
             validation_data: tuple[Data, Data] | None = None, validation_split: float = 0.0,
             callbacks: list[Callback] | None = None, verbose: int = 0, shuffle: bool = True,
             seed: int | None = None, initial_epoch: int = 0, checkpoint: Any = None,
             distributed: Any = None, sample_weight: Any = None,
             class_weight: dict[int, float] | None = None, mask: Any = None,
-            lengths: Any = None) -> History:
+            lengths: Any = None, steps_per_epoch: int | None = None,
+            validation_steps: int | None = None, workers: int = 1) -> History:
         """Train. ``fit(x, y, epochs)`` takes ONE full-batch step per epoch (the pages' rule);
         ``batch_size=`` takes mini-batch steps, reshuffled each epoch (``shuffle``) by a
         generator seeded with ``seed`` (else the global seed, else entropy). See
@@ -223,8 +232,25 @@ class Model:
         :class:`History`. ``distributed=rk.distributed.MPI()`` trains data-parallel on every
         rank of an MPI job (``batch_size`` is then the global batch; see
         :mod:`rnnkit.distributed._fit`); it does not take ``checkpoint=`` in this version (a
-        ``ModelCheckpoint`` callback runs on rank 0), nor weights or masks yet."""
+        ``ModelCheckpoint`` callback runs on rank 0), nor weights or masks yet. ``x`` may be a
+        batch source instead of arrays (a generator / iterable of ``(x, y)`` or ``(x, y,
+        sample_weight)`` batches, a :class:`rnnkit.data.Dataset`), with ``steps_per_epoch``,
+        ``validation_steps`` and ``workers`` (prefetch threads); see
+        :mod:`rnnkit.models._fit_batches`."""
+        from rnnkit.models._fit_batches import check_workers, is_batch_source
         from rnnkit.models._training import run_fit
+
+        if is_batch_source(x) or steps_per_epoch is not None:
+            if any(v is not None for v in (sample_weight, class_weight, mask, lengths)):
+                raise InvalidParameterError(f"{self.name}.fit: sample_weight= / class_weight= / mask= / "
+                                            f"lengths= cannot be given with a batch source as x (the batches "
+                                            f"carry sample weights; a source's mask(i) gives lengths)")
+            return self._fit_source(x, y, epochs, batch_size, validation_data, validation_split, callbacks,
+                                    verbose, shuffle, seed, initial_epoch, checkpoint, distributed,
+                                    steps_per_epoch, validation_steps, check_workers(workers, "fit"))
+        if y is None:
+            raise InvalidInputError(f"{self.name}.fit: y (the targets) is missing; give y beside the "
+                                    f"arrays x, or a batch source of (x, y) batches as x")
 
         check_seed(seed, f"{self.name}.fit")
         check_bool(shuffle, "shuffle", f"{self.name}.fit")
@@ -247,7 +273,14 @@ class Model:
                                  f"second model from model.get_config() to train in parallel)")
         try:
             if distributed is not None:
+                from rnnkit._penalties import has_any
                 from rnnkit.distributed._fit import run_fit_distributed
+
+                if has_any(self):
+                    raise InvalidParameterError(
+                        f"{self.name}.fit: regularizers and constraints are not applied by distributed= "
+                        f"training in this version; remove them (rk.attach_regularization(layer, ...=None)) "
+                        f"or train on one process")
 
                 return run_fit_distributed(
                     self, x, y, epochs, batch_size=batch_size, validation_data=validation_data,
@@ -261,24 +294,71 @@ class Model:
         finally:
             self._fit_lock.release()
 
+    def _fit_source(self, x: Data, y: Data, epochs: int, batch_size: Any, validation_data: Any,
+                    validation_split: Any, callbacks: Any, verbose: Any, shuffle: Any, seed: Any,
+                    initial_epoch: int, checkpoint: Any, distributed: Any, steps_per_epoch: Any,
+                    validation_steps: Any, workers: int) -> History:
+        """``fit`` on a batch source: the array-only options are refused, typed."""
+        from rnnkit.models._fit_batches import is_batch_source, run_fit_source
+
+        where = f"{self.name}.fit"
+        if not is_batch_source(x):
+            raise InvalidParameterError(f"{where}: steps_per_epoch needs a batch source (a generator or a "
+                                        f"Dataset) as x, got {type(x).__name__}")
+        given = {"y": y is not None, "batch_size": batch_size is not None, "validation_split":
+                 bool(validation_split), "checkpoint": checkpoint is not None,
+                 "distributed": distributed is not None}
+        bad = [k for k, v in given.items() if v]
+        if bad:
+            raise InvalidParameterError(f"{where}: {', '.join(bad)} cannot be given with a batch source as x "
+                                        f"(the batches carry the targets and their size; Keras' rule)")
+        check_seed(seed, where)
+        check_bool(shuffle, "shuffle", where)
+        if not isinstance(verbose, (int, np.integer)) or verbose < 0:
+            raise InvalidParameterError(f"{where}: verbose must be an int >= 0 or a bool, got {verbose!r}")
+        if not self._fit_lock.acquire(blocking=False):
+            raise ModelBusyError(f"{self.name}: fit was called while the model is already training in "
+                                 f"another thread")
+        try:
+            return run_fit_source(self, x, epochs, steps_per_epoch=steps_per_epoch,  # type: ignore[no-any-return]
+                                  validation_data=validation_data, validation_steps=validation_steps,
+                                  callbacks=callbacks, verbose=int(verbose), seed=seed,
+                                  initial_epoch=initial_epoch, workers=workers)
+        finally:
+            self._fit_lock.release()
+
     def fit_with_batches(self, x: Data, y: Data, epochs: int, batch_size: int, **kwargs: Any) -> History:
         """:meth:`fit` with mini-batches (the Rust library's argument order)."""
         return self.fit(x, y, epochs, batch_size=_check_batch_size(batch_size), **kwargs)
 
-    def evaluate(self, x: Data, y: Data, batch_size: int | None = None, return_dict: bool = False,
+    def evaluate(self, x: Data, y: Data = None, batch_size: int | None = None, return_dict: bool = False,
                  distributed: Any = None, *, sample_weight: Any = None, mask: Any = None,
-                 lengths: Any = None) -> float | list[float] | dict[str, float]:
+                 lengths: Any = None, steps: int | None = None,
+                 workers: int = 1) -> float | list[float] | dict[str, float]:
         """Loss (and metrics) over ``x``/``y`` in inference passes; batches are combined as the
         sample-weighted mean. ``sample_weight``, ``mask``, ``lengths`` as in :meth:`fit`.
         Returns the loss alone when there are no metrics, else ``[loss, *metrics]``, or a dict
         with ``return_dict=True``. With ``distributed=rk.distributed.MPI()`` the ranks share
-        the samples and every rank returns the result over all of them (no weights or masks)."""
+        the samples and every rank returns the result over all of them (no weights or masks).
+        ``x`` may be a batch source (``steps`` batches of it, all when None;
+        :mod:`rnnkit.models._fit_batches`)."""
+        from rnnkit.models._fit_batches import check_steps, check_workers, evaluate_any, is_batch_source
         from rnnkit.models._training import evaluate_logs
 
         self._require_compiled("evaluate")
         check_bool(return_dict, "return_dict", f"{self.name}.evaluate")
         bs = None if batch_size is None else _check_batch_size(batch_size)
-        if distributed is not None:
+        if is_batch_source(x):
+            if y is not None or distributed is not None or any(
+                    v is not None for v in (sample_weight, mask, lengths)):
+                raise InvalidParameterError(f"{self.name}.evaluate: y, distributed=, sample_weight=, mask= "
+                                            f"and lengths= cannot be given with a batch source as x")
+            logs = evaluate_any(self, x, None, check_steps(steps, "evaluate: steps"),
+                                check_workers(workers, "evaluate"), f"{self.name}.evaluate")
+        elif y is None:
+            raise InvalidInputError(f"{self.name}.evaluate: y (the targets) is missing; give y beside the "
+                                    f"arrays x, or a batch source of (x, y) batches as x")
+        elif distributed is not None:
             from rnnkit.distributed._fit import run_evaluate_distributed
 
             if any(v is not None for v in (sample_weight, mask, lengths)):

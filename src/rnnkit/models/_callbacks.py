@@ -40,6 +40,9 @@ class Callback:
     def on_epoch_begin(self, epoch: int, logs: Logs | None = None) -> None:
         """Called before each epoch (``epoch`` counts from 0)."""
 
+    def on_train_batch_begin(self, batch: int, logs: Logs | None = None) -> None:
+        """Called before each optimizer step."""
+
     def on_train_batch_end(self, batch: int, logs: Logs | None = None) -> None:
         """Called after each optimizer step with that batch's pre-update loss and metrics."""
 

@@ -35,8 +35,10 @@ class Sequential(Model):
 
     ``Sequential([...])`` builds lazily on the first ``fit`` / ``predict`` / ``evaluate`` from
     the data's shape with a free batch axis, or explicitly with :meth:`build`
-    (``input_shape=`` builds at once). A model always accepts any batch size: the batch axis of
-    the build shape is made free. Other ``None`` axes (e.g. a free time axis) stay free.
+    (``input_shape=`` builds at once; Keras' shape of one sample, ``input_shape=(8, 8)``, is read
+    as ``(None, 8, 8)``: :mod:`rnnkit.models._keras_shape`). A model always accepts any batch
+    size: the batch axis of the build shape is made free. Other ``None`` axes (e.g. a free time
+    axis) stay free.
     """
 
     def __init__(self, layers: list[Layer] | None = None, *, input_shape: Any = None,
@@ -49,8 +51,10 @@ class Sequential(Model):
             raise TypeError(f"{name}: layers must be a list of Layers (or None), got {type(layers).__name__}")
         for layer in layers or []:
             self.add(layer)
-        if input_shape is not None:
-            self.build(input_shape)
+        if input_shape is not None:  # Keras' convention (no batch axis) too: models/_keras_shape.py
+            from rnnkit.models._keras_shape import with_batch_axis
+
+            self.build(with_batch_axis(self.layers, input_shape))
 
     def add(self, layer: Layer) -> Sequential:
         """Append a layer (chainable). Only before the model is built."""
@@ -193,4 +197,4 @@ class SequentialBuilder:
 
     def build(self, shape: Shape | tuple[int | None, ...]) -> Sequential:
         """Build every layer for inputs of ``shape`` (batch axis free) and return the model."""
-        return Sequential(self._layers, input_shape=shape, name=self._name)
+        return Sequential(self._layers, name=self._name).build(shape)  # the batch axis given

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from rnnkit import _penalties as _pen
 from rnnkit import kernels
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, NonFiniteError
@@ -43,6 +44,7 @@ from rnnkit._mask import Mask
 from rnnkit._random import make_rng
 from rnnkit.models._base import Data, Model, NonFiniteAt, as_list, check_finite
 from rnnkit.models._callbacks import Callback, CallbackList, History
+from rnnkit.models._callbacks_more import ProgbarLogger, TerminateOnNaN
 from rnnkit.models._resume import fingerprint, restore_state, save_state
 
 
@@ -199,23 +201,36 @@ def metric_values(model: Model, ys: list[np.ndarray], preds: list[np.ndarray],
     return out
 
 
+class NonFiniteLoss(NonFiniteAt):
+    """Internal: the batch's loss itself is NaN/Inf (``logs`` holds it); nothing was applied."""
+
+    def __init__(self, where: str, logs: dict[str, float]) -> None:
+        super().__init__(where)
+        self.logs = logs
+
+
 def train_step(model: Model, xb: list[np.ndarray], yb: list[np.ndarray], ctx: Ctx,
                masks: list[Any] | None = None, sws: list[Any] | None = None) -> dict[str, float]:
     """One optimizer step (see the module docstring); returns the pre-update loss and metrics.
     ``masks``: the input masks; ``sws``: the sample weights per output."""
-    preds, out_masks = model._forward_masks(xb, ctx, True, masks)
+    with _pen.collecting() as activity:
+        preds, out_masks = model._forward_masks(xb, ctx, True, masks)
     lw, mw = output_weights(preds, out_masks, sws)
     loss, grads = loss_and_grads(model, yb, preds, lw)
+    loss += _pen.weight_penalty(model) + sum(activity)  # regularizers (rnnkit/_penalties.py)
     lname = type(model.loss).__name__
     if not math.isfinite(loss):
-        raise NonFiniteAt(f"the loss ({lname}) is {loss}")
+        raise NonFiniteLoss(f"the loss ({lname}) is {loss}",
+                            {"loss": loss, **metric_values(model, yb, preds, mw)})
     for g in grads:
         check_finite(g, f"the gradient of the loss ({lname}) w.r.t. the model output")
     logs = {"loss": loss, **metric_values(model, yb, preds, mw)}
     model._backward(grads, ctx, True)
+    _pen.add_penalty_grads(model, ctx)
     pairs = [(layer, n, ctx.grads[(layer, n)]) for layer, n in model.trainable_weights()
              if (layer, n) in ctx.grads]
     model.optimizer.apply_gradients(pairs)
+    _pen.apply_constraints(model)
     for key, (layer, n) in model.named_weights().items():
         check_finite(layer.weight(n), f"weight {key} ({type(layer).__name__}) after the optimizer step")
     return logs
@@ -236,9 +251,11 @@ def evaluate_logs(model: Model, x: Data, y: Data, batch_size: int | None, *, sam
         xb, yb = [v[sl] for v in xs], [v[sl] for v in ys]
         mb = None if masks is None else [take_mask(m, sl, v.shape[1]) for m, v in zip(masks, xs, strict=True)]
         wb = None if sws is None else [None if w is None else w[sl] for w in sws]
-        preds, out_masks = model._forward_masks(xb, Ctx.inference(), False, mb)
+        with _pen.collecting() as activity:
+            preds, out_masks = model._forward_masks(xb, Ctx.inference(), False, mb)
         lw, mw = output_weights(preds, out_masks, wb)
         loss, _ = loss_and_grads(model, yb, preds, lw)
+        loss += _pen.weight_penalty(model) + sum(activity)
         nb = xb[0].shape[0]
         for k, v in {"loss": loss, **metric_values(model, yb, preds, mw)}.items():
             sums[k] = sums.get(k, 0.0) + nb * v
@@ -289,6 +306,8 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
     check_fit_counts(epochs, initial_epoch, batch_size)
     xs = model._inputs(x)
     ys = _targets(model, y, xs[0].shape[0])
+    for layer in _pen._layers(model):
+        _pen.check_layer(layer)
     _check_finite_data(xs, "fit: x")
     _check_finite_data(ys, "fit: y")
     masks = input_masks(model, xs, mask, lengths)
@@ -311,7 +330,9 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
     bs = n if batch_size is None else min(int(batch_size), n)
     rng = make_rng(seed)
     history = History()
-    cbs = CallbackList([*(callbacks or []), history], model)  # History last, as Keras
+    extra: list[Callback] = [ProgbarLogger(int(epochs))] if verbose == 2 else []
+    cbs = CallbackList([*(callbacks or []), *extra, history], model)  # History last, as Keras
+    nan_stops = any(isinstance(cb, TerminateOnNaN) for cb in cbs.callbacks)
     model.stop_training = False
     cbs.on_train_begin({})
     start, fp = int(initial_epoch), None
@@ -324,7 +345,7 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
     logs: dict[str, float] = {}
     # the bar counts completed epochs; an early stop ends it there (total = epochs run)
     bar = tqdm(total=int(epochs), initial=start, desc=model.name, unit="epoch",
-               disable=not verbose, dynamic_ncols=True)
+               disable=verbose != 1, dynamic_ncols=True)
     compiled = kernels.compile_seconds()
     try:
         for epoch in range(start, int(epochs)):
@@ -335,15 +356,23 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
                 order = rng.permutation(n) if shuffle else np.arange(n)
                 batches = [order[a:a + bs] for a in range(0, n, bs)]
             sums: dict[str, float] = {}
+            seen = 0
             for b, idx in enumerate(batches):
                 xb, yb = [v[idx] for v in xs], [v[idx] for v in ys]
                 mb = None if masks is None else [take_mask(m, idx, v.shape[1])
                                                  for m, v in zip(masks, xs, strict=True)]
                 wb = None if sws is None else [None if w is None else w[idx] for w in sws]
                 ctx = Ctx.training(int(rng.integers(0, 2**63 - 1)))
+                cbs.on_train_batch_begin(b, {})
                 try:
                     with np.errstate(over="ignore", invalid="ignore"):  # reported as NonFiniteError
                         step_logs = train_step(model, xb, yb, ctx, mb, wb)
+                except NonFiniteLoss as e:  # TerminateOnNaN: the batch's NaN loss goes to the callbacks
+                    if not nan_stops:
+                        raise NonFiniteError(
+                            f"{model.name}: training produced NaN or Inf in epoch {epoch + 1}/{epochs} "
+                            f"(batch {b + 1}/{len(batches)}): first at {e.where}") from None
+                    step_logs = e.logs
                 except NonFiniteAt as e:
                     raise NonFiniteError(
                         f"{model.name}: training produced NaN or Inf in epoch {epoch + 1}/{epochs} "
@@ -353,7 +382,10 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
                 for k, v in step_logs.items():
                     sums[k] = sums.get(k, 0.0) + nb * v
                 cbs.on_train_batch_end(b, step_logs)
-            logs = {k: v / n for k, v in sums.items()}
+                seen += nb
+                if model.stop_training:  # Keras 3 checks after every batch
+                    break
+            logs = {k: v / seen for k, v in sums.items()}
             if val is not None:
                 vlogs = evaluate_logs(model, val[0], val[1], batch_size, sample_weight=val_sw)
                 logs.update({f"val_{k}": v for k, v in vlogs.items()})

@@ -85,11 +85,19 @@ class Adam(Optimizer):
 
     def __init__(self, lr: float | None = None, beta1: float = 0.9, beta2: float = 0.999,
                  epsilon: float = 1e-7, decay: float = 0.0, *, learning_rate: float | None = None,
-                 **kwargs: Any) -> None:
+                 beta_1: float | None = None, beta_2: float | None = None, **kwargs: Any) -> None:
         where = type(self).__name__
         if lr is not None and learning_rate is not None:
             raise InvalidParameterError(f"{where}: give lr or learning_rate, not both "
                                         f"(got lr={lr!r}, learning_rate={learning_rate!r})")
+        # Keras' spellings beta_1 / beta_2 stand for beta1 / beta2 (give one spelling of each)
+        for keras_name, value, own, default in (("beta_1", beta_1, beta1, 0.9),
+                                                ("beta_2", beta_2, beta2, 0.999)):
+            if value is not None and own != default:
+                raise InvalidParameterError(f"{where}: give {keras_name} or {keras_name.replace('_', '')}, "
+                                            f"not both")
+        beta1 = beta1 if beta_1 is None else beta_1
+        beta2 = beta2 if beta_2 is None else beta_2
         rate = lr if lr is not None else (learning_rate if learning_rate is not None else 0.001)
         super().__init__(rate, decay=decay, **kwargs)
         self.beta1 = check_float(beta1, "beta1", where, lo=0.0, hi=1.0, hi_open=True)

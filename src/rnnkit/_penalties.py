@@ -1,0 +1,229 @@
+"""Regularizers and constraints on layers, and where they enter training (Keras' rules).
+
+A layer carries them in three documented attributes, set by :func:`attach` (which the layers'
+``kernel_regularizer=`` ... keywords call)::
+
+    layer.regularizers          {weight name: Regularizer}     e.g. {"kernel": L2(0.01)}
+    layer.constraints           {weight name: Constraint}      e.g. {"kernel": MaxNorm(2.0)}
+    layer.activity_regularizer  Regularizer | None             on the layer's output
+
+Keras' keyword names map to weight names: ``kernel_*`` -> ``kernel``, ``recurrent_*`` ->
+``recurrent_kernel``, ``bias_*`` -> ``bias``, ``embeddings_*`` -> ``embeddings``.
+
+In a training step (and in ``evaluate``, as Keras reports it) the loss is::
+
+    loss = sum over outputs of loss(y, pred)
+         + sum over (layer, w) of layer.regularizers[w](weight)         before the update
+         + sum over layers of activity_regularizer(output) / batch      Keras divides by batch
+
+and the gradient gets ``regularizer.grad(weight)`` for each regularized weight (and
+``activity.grad(output) / batch`` on the layer's output gradient). After the optimizer step,
+every constrained weight is replaced by ``constraint(weight)``; a recurrent layer's ``(1, N)``
+bias is constrained as Keras' flat ``(N,)`` vector. Metrics are not affected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rnnkit._errors import InvalidParameterError
+from rnnkit._layer import Layer
+
+if TYPE_CHECKING:
+    from rnnkit._ctx import Ctx
+    from rnnkit.models._base import Model
+
+_ROLES = {"kernel": "kernel", "recurrent": "recurrent_kernel", "bias": "bias", "embeddings": "embeddings"}
+KEYWORDS = (*(f"{r}_{kind}" for kind in ("regularizer", "constraint") for r in _ROLES),
+            "activity_regularizer")
+
+
+def attach(layer: Layer, **keywords: Any) -> Layer:
+    """Set regularizers and constraints on ``layer`` from Keras' keyword names
+    (``kernel_regularizer``, ``recurrent_regularizer``, ``bias_regularizer``,
+    ``embeddings_regularizer``, ``activity_regularizer``, ``kernel_constraint``,
+    ``recurrent_constraint``, ``bias_constraint``, ``embeddings_constraint``); each value is
+    anything ``rnnkit.regularizers.get`` / ``rnnkit.constraints.get`` takes, None removes it.
+    Returns the layer. A weight the (built) layer lacks is refused, typed."""
+    from rnnkit import constraints, regularizers
+
+    if not isinstance(layer, Layer):
+        raise TypeError(f"attach: expected a Layer, got {type(layer).__name__}")
+    regs: dict[str, Any] = dict(getattr(layer, "regularizers", None) or {})
+    cons: dict[str, Any] = dict(getattr(layer, "constraints", None) or {})
+    for key, value in keywords.items():
+        if key not in KEYWORDS:
+            raise TypeError(f"{layer.name}: unknown keyword {key!r}; expected one of {list(KEYWORDS)}")
+        if key == "activity_regularizer":
+            layer.activity_regularizer = regularizers.get(value)  # type: ignore[attr-defined]
+            if layer.activity_regularizer is not None:  # type: ignore[attr-defined]
+                _wrap_for_activity(layer)
+            continue
+        role, kind = key.rsplit("_", 1)
+        name = _ROLES[role]
+        table = regs if kind == "regularizer" else cons
+        obj: Any = regularizers.get(value) if kind == "regularizer" else constraints.get(value)
+        if obj is None:
+            table.pop(name, None)
+        else:
+            table[name] = obj
+    layer.regularizers = regs  # type: ignore[attr-defined]
+    layer.constraints = cons  # type: ignore[attr-defined]
+    if layer.built:
+        check_layer(layer)
+    return layer
+
+
+def config_of(layer: Layer) -> dict[str, Any]:
+    """The layer's regularizers and constraints as Keras keywords -> serialized dicts (only
+    those set), for ``get_config`` and model files."""
+    from rnnkit import constraints, regularizers
+
+    inv = {w: r for r, w in _ROLES.items()}
+    out: dict[str, Any] = {}
+    for name, reg in (getattr(layer, "regularizers", None) or {}).items():
+        out[f"{inv[name]}_regularizer"] = regularizers.serialize(reg)
+    for name, con in (getattr(layer, "constraints", None) or {}).items():
+        out[f"{inv[name]}_constraint"] = constraints.serialize(con)
+    act = getattr(layer, "activity_regularizer", None)
+    if act is not None:
+        out["activity_regularizer"] = regularizers.serialize(act)
+    return out
+
+
+def check_layer(layer: Layer) -> None:
+    """InvalidParameterError when a regularizer or constraint names a weight the layer lacks."""
+    for what in ("regularizers", "constraints"):
+        for name in getattr(layer, what, None) or {}:
+            if name not in layer.weight_names:
+                raise InvalidParameterError(
+                    f"{layer.name} ({type(layer).__name__}) has {what[:-1]} on weight {name!r}, which it "
+                    f"does not have; its weights: {layer.weight_names}")
+
+
+def _layers(model: Model) -> list[Layer]:
+    """Every layer of the model, the layers inside a wrapper (Bidirectional's two directions)
+    included."""
+    seen: dict[int, Layer] = {}
+    for layer in [*(la for la, _ in model.named_weights().values()), *(getattr(model, "layers", []) or [])]:
+        if isinstance(layer, Layer):
+            seen.setdefault(id(layer), layer)
+            for _, inner in getattr(layer, "_parts", None) or []:
+                if isinstance(inner, Layer):
+                    seen.setdefault(id(inner), inner)
+    return list(seen.values())
+
+
+def _entries(model: Model) -> list[tuple[Layer, str, Layer, str]]:
+    """``(owner, name, holder, inner)`` for every weight: ``owner.weight(name)`` is how the model
+    (and the Ctx's gradients) name it; ``holder.regularizers[inner]`` / ``constraints[inner]``
+    is where its regularizer / constraint lives (the owner itself, or the direction inside a
+    wrapper such as Bidirectional)."""
+    out: list[tuple[Layer, str, Layer, str]] = []
+    seen: set[tuple[int, str]] = set()
+    for layer, name in model.named_weights().values():
+        if (id(layer), name) in seen:
+            continue
+        seen.add((id(layer), name))
+        holder, inner = layer, name
+        split = getattr(layer, "_split", None)
+        if callable(split) and name not in (getattr(layer, "regularizers", None) or {}) \
+                and name not in (getattr(layer, "constraints", None) or {}):
+            holder, inner = split(name)
+        out.append((layer, name, holder, inner))
+    return out
+
+
+def has_any(model: Model) -> bool:
+    return any(getattr(la, "regularizers", None) or getattr(la, "constraints", None)
+               or getattr(la, "activity_regularizer", None) is not None for la in _layers(model))
+
+
+def weight_penalty(model: Model) -> float:
+    """The sum of every weight regularizer's penalty (0.0 when none)."""
+    total = 0.0
+    for owner, name, holder, inner in _entries(model):
+        reg = (getattr(holder, "regularizers", None) or {}).get(inner)
+        if reg is not None:
+            total += reg.penalty(owner.weight(name))
+    return total
+
+
+def add_penalty_grads(model: Model, ctx: Ctx) -> None:
+    """Add each weight regularizer's gradient into ``ctx``."""
+    for owner, name, holder, inner in _entries(model):
+        reg = (getattr(holder, "regularizers", None) or {}).get(inner)
+        if reg is not None:
+            w = owner.weight(name)
+            ctx.add_grad(owner, name, reg.grad(w).astype(w.dtype))
+
+
+def apply_constraints(model: Model) -> None:
+    """Replace every constrained weight by ``constraint(weight)`` (after the optimizer step)."""
+    for owner, name, holder, inner in _entries(model):
+        con = (getattr(holder, "constraints", None) or {}).get(inner)
+        if con is None:
+            continue
+        w = owner.weight(name)
+        flat = inner == "bias" and w.ndim == 2 and w.shape[0] == 1 and not _is_dense_like(holder)
+        new = con(np.array(w[0] if flat else w))
+        owner.set_weight(name, new[None, :] if flat else new)
+
+
+def _is_dense_like(layer: Layer) -> bool:
+    return "recurrent_kernel" not in layer.weight_names
+
+
+# -- activity regularization -------------------------------------------------------------------
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def collecting() -> Iterator[list[float]]:
+    """Collect the activity penalties of the forward passes run inside (this thread)."""
+    prev = getattr(_local, "acc", None)
+    acc: list[float] = []
+    _local.acc = acc
+    try:
+        yield acc
+    finally:
+        _local.acc = prev
+
+
+class _Token:
+    """Keys the output cache of a layer's activity regularizer in the Ctx."""
+
+    def __init__(self, layer: Layer) -> None:
+        self.name = f"{layer.name} (activity regularizer)"
+
+
+def _wrap_for_activity(layer: Layer) -> None:
+    if getattr(layer, "_activity_wrapped", False):
+        return
+    fwd, bwd, token = layer.forward, layer.backward, _Token(layer)
+
+    def forward(x: Any, ctx: Ctx, *args: Any, **kwargs: Any) -> Any:
+        y = fwd(x, ctx, *args, **kwargs)
+        reg = getattr(layer, "activity_regularizer", None)
+        if reg is not None and isinstance(y, np.ndarray) and y.ndim > 0:
+            acc = getattr(_local, "acc", None)
+            if acc is not None:
+                acc.append(reg.penalty(y) / y.shape[0])
+            ctx.save(token, y)  # type: ignore[arg-type]
+        return y
+
+    def backward(grad: Any, ctx: Ctx, *args: Any, **kwargs: Any) -> Any:
+        reg = getattr(layer, "activity_regularizer", None)
+        if reg is not None and ctx.is_training and id(token) in ctx._caches:
+            y = ctx.load(token)  # type: ignore[arg-type]
+            grad = np.asarray(grad) + (reg.grad(y) / y.shape[0]).astype(y.dtype)
+        return bwd(grad, ctx, *args, **kwargs)
+
+    layer.forward = forward  # type: ignore[method-assign]
+    layer.backward = backward  # type: ignore[method-assign]
+    layer._activity_wrapped = True  # type: ignore[attr-defined]

@@ -1,0 +1,17 @@
+"""Data for ``fit`` / ``evaluate`` / ``predict`` that need not sit in memory at once:
+
+- :class:`Dataset` — batches by index (Keras' ``PyDataset``): ``__len__``, ``__getitem__``,
+  ``on_epoch_end``;
+- :func:`windows` — forecasting windows read lazily from an array or a memory map;
+- :func:`bucket_by_length` — variable-length sequences batched by length, lengths attached.
+
+``fit`` also takes any Python iterable / generator of ``(x, y)`` or ``(x, y, sample_weight)``
+batches.
+"""
+
+from rnnkit.data._buckets import Buckets, bucket_by_length
+from rnnkit.data._dataset import Dataset
+from rnnkit.data._windows import Windows, windows
+from rnnkit.models._fit_batches import DataSourceError
+
+__all__ = ["Buckets", "DataSourceError", "Dataset", "Windows", "bucket_by_length", "windows"]

@@ -1,0 +1,377 @@
+"""``fit`` / ``evaluate`` / ``predict`` on batches from anywhere: a :class:`rnnkit.data.Dataset`
+(or any object with ``__len__`` and ``__getitem__``, Keras' ``PyDataset``), a Python iterator
+or generator, or a re-iterable object, each giving ``(x, y)`` or ``(x, y, sample_weight)``
+batches (``x`` alone, or ``(x,)``, for ``predict``).
+
+One EPOCH of ``fit``:
+
+- a Dataset ``ds``: batches ``ds[0] .. ds[steps - 1]`` with ``steps = steps_per_epoch or
+  len(ds)``, then ``ds.on_epoch_end()``;
+- an iterator / generator: the next ``steps_per_epoch`` batches (all that remain when None) of
+  the SAME iterator, which carries on in the next epoch; a re-iterable object (a list of
+  batches is not one: lists are arrays): a fresh ``iter()`` each epoch;
+- a source that runs out ends the epoch there; an epoch that gets no batch at all stops
+  training with a warning (Keras: "your input ran out of data").
+
+Each step is :func:`rnnkit.models._training.train_step` on the batch as given (no reshuffle,
+no re-batching), with the training generator seeded by ``seed`` drawing one Ctx seed per step
+exactly as the array path does — so a generator yielding the batches of ``fit(x, y,
+batch_size=b, shuffle=False)`` in order ends with bit-identical weights. The epoch's logs are the
+sample-weighted means of the batch logs (Keras' convention), as for arrays.
+
+Lengths: a Dataset with a ``mask(i)`` method (``rnnkit.data.bucket_by_length``'s batches) hands
+batch ``i``'s :class:`~rnnkit.Mask` to the model as the mask of its (first) input, as
+``fit(lengths=)`` does for arrays: padded steps do not reach a recurrent layer's final state,
+and leave a sequence output's loss. ``(x, y, sample_weight)`` batches weight the loss as
+``fit(sample_weight=)`` does.
+
+Prefetch: with ``workers >= 1`` (default 1) one background thread reads ahead up to
+``workers`` batches (a Dataset's ``__getitem__`` / the generator's ``next``) while the current
+step computes; batches arrive in order, so results equal ``workers=0`` (no thread) bit for bit.
+An exception raised by the source is re-raised as :class:`rnnkit.data.DataSourceError` naming
+the batch and the epoch, with the original as its ``__cause__``.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from rnnkit._errors import Error, InvalidInputError, InvalidParameterError
+
+
+class DataSourceError(Error, RuntimeError):
+    """A batch source (generator, Dataset) raised while producing a batch; the message names
+    the batch and epoch, ``__cause__`` is the original exception."""
+
+
+def is_batch_source(x: Any) -> bool:
+    """True for what the batch path takes: an iterator/generator, a Dataset-like object, or a
+    re-iterable that is not an array, list, tuple, dict or str."""
+    if isinstance(x, (np.ndarray, list, tuple, dict, str, bytes)) or x is None:
+        return False
+    if hasattr(x, "__next__"):
+        return True
+    if hasattr(x, "__len__") and hasattr(x, "__getitem__"):
+        return not hasattr(x, "__array__") and not hasattr(x, "shape")
+    return hasattr(x, "__iter__") and not hasattr(x, "__array__")
+
+
+def check_steps(value: Any, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not hasattr(value, "__index__") or int(value) < 1:
+        raise InvalidParameterError(f"{what} must be an int >= 1 or None, got {value!r}")
+    return int(value)
+
+
+def check_workers(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not hasattr(value, "__index__") or int(value) < 0:
+        raise InvalidParameterError(f"{where}: workers must be an int >= 0 (0: no prefetch thread), "
+                                    f"got {value!r}")
+    return int(value)
+
+
+class Source:
+    """One batch source and how it is walked (see the module docstring)."""
+
+    def __init__(self, data: Any, steps: int | None, where: str) -> None:
+        self.data, self.steps, self.where = data, steps, where
+        self.indexed = (not hasattr(data, "__next__") and hasattr(data, "__getitem__")
+                        and hasattr(data, "__len__"))
+        self.iterator: Any = data if hasattr(data, "__next__") else None
+        if self.indexed:
+            n = len(data)
+            if steps is not None and steps > n:
+                raise InvalidParameterError(f"{where}: steps {steps} exceed the {n} batches of the dataset")
+
+    def epoch_steps(self) -> int | None:
+        if self.indexed:
+            return self.steps if self.steps is not None else len(self.data)
+        return self.steps
+
+    def raw(self) -> Iterator[Any]:
+        """The batches of one epoch, produced lazily."""
+        if self.indexed:
+            for i in range(self.epoch_steps() or 0):
+                yield self.data[i]
+            return
+        it = self.iterator if self.iterator is not None else iter(self.data)
+        count = 0
+        while self.steps is None or count < self.steps:
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            count += 1
+            yield item
+
+    def end_epoch(self) -> None:
+        if self.indexed and hasattr(self.data, "on_epoch_end"):
+            self.data.on_epoch_end()
+
+
+_DONE = object()
+
+
+def batches(source: Source, workers: int, epoch: int) -> Iterator[tuple[int, Any]]:
+    """``(step, batch)`` for one epoch, read ahead on a thread when ``workers >= 1``; a source
+    error becomes DataSourceError naming the step."""
+    where = source.where
+
+    def fail(step: int, e: BaseException) -> DataSourceError:
+        err = DataSourceError(f"{where}: the batch source raised {type(e).__name__}: {e} while producing "
+                              f"batch {step + 1} of epoch {epoch + 1}")
+        err.__cause__ = e
+        return err
+
+    raw = source.raw()
+    if workers == 0:
+        step = 0
+        while True:
+            try:
+                item = next(raw)
+            except StopIteration:
+                return
+            except Exception as e:
+                raise fail(step, e) from e
+            yield step, item
+            step += 1
+    q: queue.Queue[Any] = queue.Queue(maxsize=workers)
+    stop = threading.Event()
+
+    def put(v: Any) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(v, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        step = 0
+        while not stop.is_set():
+            try:
+                item = next(raw)
+            except StopIteration:
+                put(_DONE)
+                return
+            except BaseException as e:  # handed to the consumer, raised there
+                put(("error", step, e))
+                return
+            if not put(("ok", step, item)):
+                return
+            step += 1
+
+    t = threading.Thread(target=produce, name=f"rnnkit-prefetch-{where}", daemon=True)
+    t.start()
+    try:
+        while True:
+            got = q.get()
+            if got is _DONE:
+                return
+            kind, step, value = got
+            if kind == "error":
+                raise fail(step, value) from value
+            yield step, value
+    finally:
+        stop.set()
+        t.join()
+
+
+def split_batch(model: Any, item: Any, where: str, need_y: bool) -> tuple[Any, Any, Any]:
+    """``(x, y, sample_weight)`` of one batch item, refusing other layouts, typed."""
+    if isinstance(item, tuple) and 1 <= len(item) <= 3:
+        x = item[0]
+        y = item[1] if len(item) > 1 else None
+        sw = item[2] if len(item) > 2 else None
+    elif not need_y and not isinstance(item, tuple):
+        x, y, sw = item, None, None
+    else:
+        got = f"a tuple of {len(item)}" if isinstance(item, tuple) else type(item).__name__
+        raise InvalidInputError(f"{where}: each batch must be a tuple (x, y) or (x, y, sample_weight), "
+                                f"got {got}")
+    if need_y and y is None:
+        raise InvalidInputError(f"{where}: a batch holds no targets; yield (x, y) or (x, y, sample_weight)")
+    return x, y, sw
+
+
+def warn_ran_out(where: str, epoch: int) -> None:
+    warnings.warn(f"{where}: the batch source gave no batch in epoch {epoch + 1}; training stops there "
+                  f"(a generator is used up: pass steps_per_epoch, or a Dataset / re-iterable object)",
+                  UserWarning, stacklevel=4)
+    sys.stderr.flush()
+
+
+def mask_of(source: Source) -> Any:
+    """The ``mask(i)`` method of an indexed source that has one, else None."""
+    fn = getattr(source.data, "mask", None)
+    return fn if source.indexed and callable(fn) else None
+
+
+def _step_batch(model: Any, item: Any, where: str) -> tuple[list[np.ndarray], list[np.ndarray], Any]:
+    from rnnkit.models._training import _check_finite_data, _targets
+
+    x, y, sw = split_batch(model, item, where, True)
+    xs = model._inputs(x)
+    ys = _targets(model, y, xs[0].shape[0])
+    _check_finite_data(xs, f"{where}: x")
+    _check_finite_data(ys, f"{where}: y")
+    return xs, ys, sw
+
+
+def _weights(model: Any, ys: list[np.ndarray], sw: Any) -> Any:
+    """The batch's sample weights, one per output (None when the batch has none)."""
+    from rnnkit.models._training import sample_weights
+
+    return None if sw is None else sample_weights(model, ys, sw, None)
+
+
+def _masks(masks: Any, b: int) -> Any:
+    return None if masks is None else [masks(b)]
+
+
+def run_fit_source(model: Any, data: Any, epochs: int, *, steps_per_epoch: int | None,
+                   validation_data: Any, validation_steps: int | None, callbacks: Any, verbose: int,
+                   seed: int | None, initial_epoch: int, workers: int) -> Any:
+    """``fit`` on a batch source (see the module docstring)."""
+    from tqdm import tqdm
+
+    from rnnkit._ctx import Ctx
+    from rnnkit._errors import NonFiniteError
+    from rnnkit._random import make_rng
+    from rnnkit.models._base import NonFiniteAt
+    from rnnkit.models._callbacks import CallbackList, History
+    from rnnkit.models._callbacks_more import ProgbarLogger, TerminateOnNaN
+    from rnnkit.models._training import NonFiniteLoss, train_step
+
+    model._require_compiled("fit")
+    where = f"{model.name}.fit"
+    for arg, val_, lo in (("epochs", epochs, 1), ("initial_epoch", initial_epoch, 0)):
+        if isinstance(val_, bool) or not hasattr(val_, "__index__") or int(val_) < lo:
+            raise InvalidParameterError(f"fit: {arg} must be an int >= {lo}, got {val_!r}")
+    source = Source(data, check_steps(steps_per_epoch, "fit: steps_per_epoch"), where)
+    vsteps = check_steps(validation_steps, "fit: validation_steps")
+    if validation_data is not None and not is_batch_source(validation_data) and (
+            not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2):
+        raise InvalidParameterError("fit: validation_data must be a pair (x_val, y_val) or a batch source")
+    rng = make_rng(seed)
+    history = History()
+    extra = [ProgbarLogger(int(epochs))] if verbose == 2 else []
+    cbs = CallbackList([*(callbacks or []), *extra, history], model)
+    nan_stops = any(isinstance(cb, TerminateOnNaN) for cb in cbs.callbacks)
+    masks = mask_of(source)
+    model.stop_training = False
+    cbs.on_train_begin({})
+    logs: dict[str, float] = {}
+    bar = tqdm(total=int(epochs), initial=int(initial_epoch), desc=model.name, unit="epoch",
+               disable=verbose != 1, dynamic_ncols=True)
+    try:
+        for epoch in range(int(initial_epoch), int(epochs)):
+            cbs.on_epoch_begin(epoch, {})
+            sums: dict[str, float] = {}
+            seen = 0
+            total = source.epoch_steps()
+            of = "" if total is None else f"/{total}"
+            for b, item in batches(source, workers, epoch):
+                at = f"{where}: batch {b + 1}{of} of epoch {epoch + 1}"
+                try:
+                    xb, yb, sw = _step_batch(model, item, at)
+                    wb = _weights(model, yb, sw)
+                except InvalidInputError as e:
+                    raise InvalidInputError(f"{at}: {e}") from None
+                ctx = Ctx.training(int(rng.integers(0, 2**63 - 1)))
+                cbs.on_train_batch_begin(b, {})
+                try:
+                    with np.errstate(over="ignore", invalid="ignore"):
+                        step_logs = train_step(model, xb, yb, ctx, _masks(masks, b), wb)
+                except NonFiniteLoss as e:
+                    if not nan_stops:
+                        raise NonFiniteError(
+                            f"{model.name}: training produced NaN or Inf in epoch {epoch + 1}/{epochs} "
+                            f"(batch {b + 1}{of}): first at {e.where}") from None
+                    step_logs = e.logs
+                except NonFiniteAt as e:
+                    raise NonFiniteError(f"{model.name}: training produced NaN or Inf in epoch {epoch + 1}/"
+                                         f"{epochs} (batch {b + 1}{of}): first at {e.where}") from None
+                nb = int(xb[0].shape[0])
+                for k, v in step_logs.items():
+                    sums[k] = sums.get(k, 0.0) + nb * v
+                seen += nb
+                cbs.on_train_batch_end(b, step_logs)
+                if model.stop_training:
+                    break
+            if seen == 0:
+                warn_ran_out(where, epoch)
+                break
+            logs = {k: v / seen for k, v in sums.items()}
+            if validation_data is not None:
+                vlogs = evaluate_any(model, validation_data, None, vsteps, workers, f"{where} (validation)")
+                logs.update({f"val_{k}": v for k, v in vlogs.items()})
+            cbs.on_epoch_end(epoch, logs)
+            source.end_epoch()
+            bar.set_postfix({k: f"{v:.4g}" for k, v in logs.items()}, refresh=False)
+            bar.update(1)
+            if model.stop_training:
+                bar.total = bar.n
+                break
+    finally:
+        bar.close()
+    cbs.on_train_end(logs)
+    model.history = history
+    return history
+
+
+def evaluate_any(model: Any, data: Any, batch_size: int | None, steps: int | None, workers: int,
+                 where: str) -> dict[str, float]:
+    """Loss and metrics over a batch source (sample-weighted mean over batches), or over a
+    pair of arrays via :func:`rnnkit.models._training.evaluate_logs`."""
+    from rnnkit import _penalties as _pen
+    from rnnkit._ctx import Ctx
+    from rnnkit.models._training import evaluate_logs, loss_and_grads, metric_values, output_weights
+
+    if not is_batch_source(data):
+        return evaluate_logs(model, data[0], data[1], batch_size)
+    source = Source(data, steps, where)
+    masks = mask_of(source)
+    sums: dict[str, float] = {}
+    seen = 0
+    for b, item in batches(source, workers, 0):
+        xb, yb, sw = _step_batch(model, item, f"{where}: batch {b + 1}")
+        wb = _weights(model, yb, sw)
+        with _pen.collecting() as activity:
+            preds, out_masks = model._forward_masks(xb, Ctx.inference(), False, _masks(masks, b))
+        lw, mw = output_weights(preds, out_masks, wb)
+        loss, _ = loss_and_grads(model, yb, preds, lw)
+        loss += _pen.weight_penalty(model) + sum(activity)
+        nb = int(xb[0].shape[0])
+        for k, v in {"loss": loss, **metric_values(model, yb, preds, mw)}.items():
+            sums[k] = sums.get(k, 0.0) + nb * v
+        seen += nb
+    if seen == 0:
+        raise InvalidInputError(f"{where}: the batch source gave no batch")
+    return {k: v / seen for k, v in sums.items()}
+
+
+def predict_source(model: Any, data: Any, steps: int | None, workers: int) -> Any:
+    """Outputs for every batch of a source, concatenated (``x`` of ``(x, y)`` batches too)."""
+    from rnnkit._ctx import Ctx
+    from rnnkit.models._base import unlist
+
+    where = f"{model.name}.predict"
+    source = Source(data, check_steps(steps, "predict: steps"), where)
+    masks = mask_of(source)
+    parts: list[list[np.ndarray]] = []
+    for b, item in batches(source, check_workers(workers, where), 0):
+        x, _, _ = split_batch(model, item, f"{where}: batch {b + 1}", False)
+        parts.append(model._forward_masks(model._inputs(x), Ctx.inference(), False, _masks(masks, b))[0])
+    if not parts:
+        raise InvalidInputError(f"{where}: the batch source gave no batch")
+    return unlist([np.concatenate([p[k] for p in parts]) for k in range(model.n_outputs)])
