@@ -242,15 +242,13 @@ def run_fit_source(model: Any, data: Any, epochs: int, *, steps_per_epoch: int |
                    validation_data: Any, validation_steps: int | None, callbacks: Any, verbose: int,
                    seed: int | None, initial_epoch: int, workers: int) -> Any:
     """``fit`` on a batch source (see the module docstring)."""
-    from tqdm import tqdm
-
     from rnnkit._ctx import Ctx
     from rnnkit._errors import NonFiniteError
     from rnnkit._random import make_rng
     from rnnkit.models._base import NonFiniteAt
     from rnnkit.models._callbacks import CallbackList, History
     from rnnkit.models._callbacks_more import ProgbarLogger, TerminateOnNaN
-    from rnnkit.models._training import NonFiniteLoss, train_step
+    from rnnkit.models._training import EpochBar, NonFiniteLoss, train_step
 
     model._require_compiled("fit")
     where = f"{model.name}.fit"
@@ -271,8 +269,7 @@ def run_fit_source(model: Any, data: Any, epochs: int, *, steps_per_epoch: int |
     model.stop_training = False
     cbs.on_train_begin({})
     logs: dict[str, float] = {}
-    bar = tqdm(total=int(epochs), initial=int(initial_epoch), desc=model.name, unit="epoch",
-               disable=verbose != 1, dynamic_ncols=True)
+    bar = EpochBar(model.name, epochs, int(initial_epoch), verbose)
     try:
         for epoch in range(int(initial_epoch), int(epochs)):
             cbs.on_epoch_begin(epoch, {})
@@ -317,10 +314,8 @@ def run_fit_source(model: Any, data: Any, epochs: int, *, steps_per_epoch: int |
                 logs.update({f"val_{k}": v for k, v in vlogs.items()})
             cbs.on_epoch_end(epoch, logs)
             source.end_epoch()
-            bar.set_postfix({k: f"{v:.4g}" for k, v in logs.items()}, refresh=False)
-            bar.update(1)
+            bar.epoch_done(logs, model.stop_training)
             if model.stop_training:
-                bar.total = bar.n
                 break
     finally:
         bar.close()

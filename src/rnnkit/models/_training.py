@@ -286,6 +286,32 @@ def _weighting(xs: list[np.ndarray], masks: list[Any] | None, sws: list[Any] | N
     return {"weighting": h.hexdigest()}
 
 
+class EpochBar:
+    """``fit``'s progress bar (``verbose=1``): it counts completed epochs, shows the last logs,
+    leaves the time spent compiling kernels out of its rate and estimates, and ends where training
+    stops (an early stop makes its total the epochs run)."""
+
+    def __init__(self, name: str, epochs: int, initial: int, verbose: int) -> None:
+        self.bar = tqdm(total=int(epochs), initial=int(initial), desc=name, unit="epoch",
+                        disable=verbose != 1, dynamic_ncols=True)
+        self.compiled = kernels.compile_seconds()
+
+    def epoch_done(self, logs: dict[str, float], stop: bool) -> None:
+        bar = self.bar
+        bar.set_postfix({k: f"{v:.4g}" for k, v in logs.items()}, refresh=False)
+        now = kernels.compile_seconds()   # compiling kernels is not training time
+        if not bar.disable:
+            bar.start_t += now - self.compiled
+            bar.last_print_t += now - self.compiled
+        self.compiled = now
+        bar.update(1)
+        if stop:
+            bar.total = bar.n
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 def check_fit_counts(epochs: Any, initial_epoch: Any, batch_size: Any) -> None:
     """``fit``'s counts: ``epochs`` >= 1, ``initial_epoch`` >= 0, ``batch_size`` >= 1 or None."""
     for arg, val_, lo in (("epochs", epochs, 1), ("initial_epoch", initial_epoch, 0)):
@@ -343,10 +369,7 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
         done = restore_state(checkpoint, model, rng, history, cbs.callbacks, fp)
         start = start if done is None else (int(epochs) if model.stop_training else done)
     logs: dict[str, float] = {}
-    # the bar counts completed epochs; an early stop ends it there (total = epochs run)
-    bar = tqdm(total=int(epochs), initial=start, desc=model.name, unit="epoch",
-               disable=verbose != 1, dynamic_ncols=True)
-    compiled = kernels.compile_seconds()
+    bar = EpochBar(model.name, epochs, start, verbose)
     try:
         for epoch in range(start, int(epochs)):
             cbs.on_epoch_begin(epoch, {})
@@ -392,15 +415,8 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
             cbs.on_epoch_end(epoch, logs)
             if checkpoint is not None:
                 save_state(checkpoint, model, rng, epoch + 1, history, cbs.callbacks, fp or {})
-            bar.set_postfix({k: f"{v:.4g}" for k, v in logs.items()}, refresh=False)
-            now = kernels.compile_seconds()   # time spent compiling kernels is not training time:
-            if not bar.disable:               # keep it out of the bar's rate and time estimates
-                bar.start_t += now - compiled
-                bar.last_print_t += now - compiled
-            compiled = now
-            bar.update(1)
+            bar.epoch_done(logs, model.stop_training)
             if model.stop_training:
-                bar.total = bar.n
                 break
     finally:
         bar.close()
