@@ -1,4 +1,4 @@
-"""Contract audit (DESIGN.md §1, §3, §6) for single layers, checked with numbers:
+"""Contract audit (names and signatures, traps, reliability) for single layers, checked with numbers:
 
 - every activation spelling (string, ``Activation`` member, wrapper object) works wherever an
   activation is accepted, and gives the equations' values;
@@ -56,7 +56,7 @@ def _sig(a: np.ndarray) -> np.ndarray:
 
 def _reference(cell: str, act: Callable[[np.ndarray], np.ndarray], x: np.ndarray,
                W: np.ndarray, U: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The pages' equations (3.7.2-3.7.4, GRU reset_after=False) as a float64 loop."""
+    """The cells' equations (GRU reset_after=False) as a float64 loop."""
     h = np.zeros((x.shape[0], H))
     c = np.zeros_like(h)
     for t in range(x.shape[1]):
@@ -339,7 +339,7 @@ def test_passes_leave_every_layer_unchanged(name: str) -> None:
 
 
 def test_lookups_of_unknown_weights_raise_an_rnnkit_error_that_is_also_a_key_error() -> None:
-    """Every error rnnkit raises on purpose derives from rnnkit.Error (DESIGN §1 errors row)."""
+    """Every error rnnkit raises on purpose derives from rnnkit.Error (the error hierarchy)."""
     layer = rk.LSTM(2, input_dim=3)
     with pytest.raises(rk.UnknownWeightError) as info:
         layer.weight("embeddings")

@@ -1,4 +1,4 @@
-"""Contract audit (DESIGN.md §1 models rows, §2, §6) for models, checked with numbers:
+"""Contract audit (model names and signatures, architecture, reliability) for models, checked with numbers:
 
 - ``fit(x, y, epochs)`` is ONE full-batch gradient step per epoch and
   ``fit_with_batches(x, y, epochs, batch_size)`` one step per batch: the weights after training

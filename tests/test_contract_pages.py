@@ -1,11 +1,11 @@
-"""Contract audit: behaviours the seed pages state that no other test pinned by value.
+"""Contract audit: behaviours the API states that no other test pinned by value.
 
 - 000 (earlier edition): ``get_weights()`` returns the kernel, recurrent kernel and bias
   (``[4, 32], [8, 32], [1, 32]`` for ``LSTM(8)`` on 4 features); Embedding maps ``[N]`` ->
   ``[N, D]`` and ``[N, T, K]`` -> ``[N, T, K, D]``.
-- 001 §3.7.6: "RustyML does not clip a gradient inside the layer" — backward is linear in the
+- the API states: "a gradient is not clipped inside the layer" — backward is linear in the
   upstream gradient, however large.
-- DESIGN.md §6: training that produces NaN/Inf in a GRAPH model names the epoch and the node.
+- reliability: training that produces NaN/Inf in a GRAPH model names the epoch and the node.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def test_non_finite_training_in_a_graph_model_names_the_epoch_and_the_node() -> 
 
 
 def _gram_schmidt(a: np.ndarray) -> np.ndarray:
-    """Classical Gram-Schmidt on the columns of ``a`` (the pages' orthogonal initialiser)."""
+    """Classical Gram-Schmidt on the columns of ``a`` (the API's orthogonal initialiser)."""
     q = np.zeros_like(a)
     for j in range(a.shape[1]):
         v = a[:, j].copy()
@@ -129,7 +129,7 @@ def test_dense_and_embedding_initialisers_by_value() -> None:
 
 @pytest.mark.parametrize("cls", [rk.SimpleRNN, rk.LSTM, rk.GRU])
 def test_constructor_defaults_and_keyword_only_flags(cls: type) -> None:
-    """DESIGN §1: ``(units, activation="tanh", *, return_sequences=False, go_backwards=False,
+    """The constructor: ``(units, activation="tanh", *, return_sequences=False, go_backwards=False,
     seed=None, dtype="float32", input_dim=None)``; GRU adds ``reset_after=False``."""
     layer = cls(3)
     assert (layer.units, layer.activation.name, layer.return_sequences, layer.go_backwards,

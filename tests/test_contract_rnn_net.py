@@ -1,6 +1,6 @@
 """Contract audit: the tch-rs networks (``rnnkit.rnn.lstm / gru``) hold parameters only.
 
-DESIGN.md §2: "Layers hold parameters, contexts hold passes" — a pass never changes a layer,
+The architecture: "Layers hold parameters, contexts hold passes" — a pass never changes a layer,
 and a layer's outputs follow its current weights (also after ``with_random_state`` redraws
 them or ``set_weight`` replaces one).
 """

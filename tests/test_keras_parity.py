@@ -2,9 +2,9 @@
 layout unchanged (kernel and recurrent_kernel as they are; bias reshaped to (1, G*H), or kept
 (2, 3H) for reset_after=True) and gives Keras' outputs.
 
-Also pins what Keras does with go_backwards + return_sequences on this backend: the pages say Keras
-flips the sequence back into input order; Keras 3.15.1 on torch returns processing order, as rnnkit
-does (DESIGN.md §3).
+Also pins what Keras does with go_backwards + return_sequences on this backend: some documentation
+says Keras flips the sequence back into input order; Keras 3.15.1 on torch returns processing order,
+as rnnkit does.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def test_go_backwards_sequences_processing_order_against_keras(kind: str, reset_
     keras_out = np.asarray(k(x).detach().cpu().numpy())
     got = ours.predict(x)
     # Keras 3.15.1 on torch returns processing order too (measured): slot 0 holds the state after
-    # reading input step T-1, exactly rnnkit's contract. Not the reversal the pages ascribe to Keras.
+    # reading input step T-1, exactly rnnkit's contract. Not the reversal ascribed to Keras elsewhere.
     np.testing.assert_allclose(got, keras_out, atol=2e-6)
     assert np.abs(got[:, ::-1] - keras_out).max() > 1e-3
     # and the final slot is the state after consuming input step 0

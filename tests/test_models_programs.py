@@ -1,4 +1,4 @@
-"""The pages' model programs (3.7.7, 3.7.8) in Python, with the pages' stated results, plus
+"""The API's model programs (3.7.7, 3.7.8) in Python, with their stated results, plus
 the whole training loop against torch.optim on identical weights."""
 
 from __future__ import annotations

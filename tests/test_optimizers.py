@@ -82,7 +82,7 @@ def _adam_by_hand(lr: float, b1: float, b2: float, eps: float, wd: float = 0.0,
 
 
 def test_adam_two_steps_pages_order() -> None:
-    # positional order of the pages: Adam::new(lr, beta1, beta2, epsilon, decay)
+    # positional order of the Rust API: Adam::new(lr, beta1, beta2, epsilon, decay)
     w1, w2 = two_steps(rk.Adam(0.1, 0.9, 0.999, 1e-8, 0.0))
     e1, e2 = _adam_by_hand(0.1, 0.9, 0.999, 1e-8)
     # the first bias-corrected step is lr * g / (|g| + eps): almost exactly lr * sign(g)
@@ -301,7 +301,7 @@ def test_get_and_config_round_trip() -> None:
 
 
 def test_momentum_moves_a_weight_whose_gradient_is_zero() -> None:
-    # the pages (3.7.8): "A momentum term or a weight decay also moves a row whose gradient is 0"
+    # a stated behaviour: "A momentum term or a weight decay also moves a row whose gradient is 0"
     p = Param([0.0, 0.0])
     opt = rk.SGD(0.1, momentum=0.9)
     opt.apply_gradients([(p, "w", [1.0, 0.0])])          # m = [-0.1, 0]

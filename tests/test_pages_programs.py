@@ -1,4 +1,4 @@
-"""The programs of 3.7.1 and 3.7.5, ported line by line to Python, with the pages' assertions
+"""The programs of 3.7.1 and 3.7.5, ported line by line to Python, with their assertions
 and printed results."""
 
 from __future__ import annotations

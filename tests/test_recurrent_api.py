@@ -118,7 +118,7 @@ def test_dtypes(name: str, kw: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("name,kw", KINDS, ids=IDS)
 def test_step_loop_equals_seq_equals_forward(name: str, kw: dict[str, Any]) -> None:
-    """tch-rs' RNN trait on a layer built the pages' way (a fixed time axis of 5)."""
+    """tch-rs' RNN trait on a layer built with a fixed time axis of 5."""
     x = np.random.default_rng(8).standard_normal((2, 5, 4))
     layer = LAYERS[name](3, seed=9, return_sequences=True, dtype="float64", **kw)
     layer.build(rk.Shape.with_free_batch((2, 5, 4)))

@@ -1,6 +1,6 @@
-"""The contract of 3.7.1-3.7.6 and the traps of DESIGN.md section 3, value by value.
+"""The recurrent-layer contract and its traps, value by value.
 
-The four tests the pages name come first; then one test per trap, every error the pages list,
+The four tests the API names come first; then one test per trap, every error the API lists,
 and the API (param_count, weights(), chainables, input_dim=, forward_mut, dtype, tch-style
 step/seq/seq_init).
 """
@@ -38,7 +38,7 @@ def _gru_triples(F: int, H: int, seed: int) -> list[np.ndarray]:
     return out
 
 
-# -- the tests the pages name ------------------------------------------------------------------
+# -- the tests the API names -------------------------------------------------------------------
 
 def test_lstm_forget_bias_is_one_not_zero() -> None:
     H, F, T = 3, 2, 6
@@ -118,7 +118,7 @@ def test_gru_fused_kernel_first_block_is_the_update_gate() -> None:
         assert np.allclose(st.h, h0.h, atol=1e-14) is frozen
 
 
-# -- one test per trap of DESIGN.md section 3 -------------------------------------------------
+# -- one test per trap ------------------------------------------------------------------------
 
 def test_trap_gru_set_gate_weights_order_is_reset_update_candidate() -> None:
     F, H = 2, 2
@@ -234,7 +234,7 @@ def test_trap_two_layers_from_one_seed_draw_identical_weights(name: str) -> None
     assert not np.array_equal(a.weight("recurrent_kernel"), c.weight("recurrent_kernel"))
 
 
-# -- every error the pages list ----------------------------------------------------------------
+# -- every error the API lists ----------------------------------------------------------------
 
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_invalid_parameters(name: str) -> None:

@@ -1,5 +1,5 @@
 """PyTorch <-> rnnkit weight layouts (NumPy only; shared by the live torch tests, the fixture
-tests and ``tools/``). See DESIGN.md section 4.
+tests and ``tools/``). The layouts are written out in rnnkit/_layouts.py.
 
 torch keeps ``weight_ih`` (G*H, F), ``weight_hh`` (G*H, H), ``bias_ih`` and ``bias_hh`` (G*H,),
 rows in gate order ``r, z, n`` for GRU and ``i, f, g, o`` for LSTM; rnnkit keeps

@@ -12,7 +12,7 @@ Layers and options (Keras 3.15.1 configs; anything else raises
     InputLayer(batch_shape)       the model's input shape (batch axis free)
     SimpleRNN / LSTM / GRU        SimpleRNN / LSTM / GRU(reset_after=...) with units, activation,
                                   return_sequences, go_backwards; kernel and recurrent_kernel as
-                                  they are (same fused gate orders, DESIGN.md §4), bias (G*H,) ->
+                                  they are (same fused gate orders), bias (G*H,) ->
                                   (1, G*H), GRU reset_after=True bias (2, 3H) kept
         use_bias=False            an exact zero bias (note: rnnkit then trains that bias)
         return_state, stateful, dropout, recurrent_dropout   the same options of the rnnkit

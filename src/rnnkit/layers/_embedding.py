@@ -1,4 +1,4 @@
-"""``Embedding``: index -> row of a trainable table (the pages' 3.7.8)."""
+"""``Embedding``: index -> row of a trainable table (the API's Embedding)."""
 
 from __future__ import annotations
 

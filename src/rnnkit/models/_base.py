@@ -216,7 +216,7 @@ class Model:
             class_weight: dict[int, float] | None = None, mask: Any = None,
             lengths: Any = None, steps_per_epoch: int | None = None,
             validation_steps: int | None = None, workers: int = 1) -> History:
-        """Train. ``fit(x, y, epochs)`` takes ONE full-batch step per epoch (the pages' rule);
+        """Train. ``fit(x, y, epochs)`` takes ONE full-batch step per epoch (the API's rule);
         ``batch_size=`` takes mini-batch steps, reshuffled each epoch (``shuffle``) by a
         generator seeded with ``seed`` (else the global seed, else entropy). See
         :func:`rnnkit.models._training.run_fit` for the epoch loss, validation and callbacks.

@@ -185,7 +185,7 @@ class Sequential(Model):
 
 
 class SequentialBuilder:
-    """The pages' builder: ``SequentialBuilder().add(a).add(b).build(shape) -> Sequential``."""
+    """The chainable builder: ``SequentialBuilder().add(a).add(b).build(shape) -> Sequential``."""
 
     def __init__(self, name: str = "sequential") -> None:
         self._layers: list[Layer] = []

@@ -72,7 +72,7 @@ class Adam(Optimizer):
     Equals ``torch.optim.Adam(lr, betas=(beta1, beta2), eps=epsilon)``. (Keras adds epsilon to
     ``sqrt(v)`` before the bias correction, a difference of order epsilon.)
 
-    Positional order as the pages' ``Adam::new(0.01, 0.9, 0.999, 1e-8, 0.0)``:
+    Positional order as the Rust API's ``Adam::new(0.01, 0.9, 0.999, 1e-8, 0.0)``:
     ``Adam(lr, beta1, beta2, epsilon, decay)``; ``learning_rate=`` works as a keyword too.
 
     Args:
