@@ -243,12 +243,10 @@ def run_fit_source(model: Any, data: Any, epochs: int, *, steps_per_epoch: int |
                    seed: int | None, initial_epoch: int, workers: int) -> Any:
     """``fit`` on a batch source (see the module docstring)."""
     from rnnkit._ctx import Ctx
-    from rnnkit._errors import NonFiniteError
     from rnnkit._random import make_rng
-    from rnnkit.models._base import NonFiniteAt
     from rnnkit.models._callbacks import CallbackList, History
     from rnnkit.models._callbacks_more import ProgbarLogger, TerminateOnNaN
-    from rnnkit.models._training import EpochBar, NonFiniteLoss, train_step
+    from rnnkit.models._training import EpochBar, guarded_step
 
     model._require_compiled("fit")
     where = f"{model.name}.fit"
@@ -286,18 +284,8 @@ def run_fit_source(model: Any, data: Any, epochs: int, *, steps_per_epoch: int |
                     raise InvalidInputError(f"{at}: {e}") from None
                 ctx = Ctx.training(int(rng.integers(0, 2**63 - 1)))
                 cbs.on_train_batch_begin(b, {})
-                try:
-                    with np.errstate(over="ignore", invalid="ignore"):
-                        step_logs = train_step(model, xb, yb, ctx, _masks(masks, b), wb)
-                except NonFiniteLoss as e:
-                    if not nan_stops:
-                        raise NonFiniteError(
-                            f"{model.name}: training produced NaN or Inf in epoch {epoch + 1}/{epochs} "
-                            f"(batch {b + 1}{of}): first at {e.where}") from None
-                    step_logs = e.logs
-                except NonFiniteAt as e:
-                    raise NonFiniteError(f"{model.name}: training produced NaN or Inf in epoch {epoch + 1}/"
-                                         f"{epochs} (batch {b + 1}{of}): first at {e.where}") from None
+                step_logs = guarded_step(model, xb, yb, ctx, _masks(masks, b), wb, nan_stops,
+                                         f"epoch {epoch + 1}/{epochs} (batch {b + 1}{of})")
                 nb = int(xb[0].shape[0])
                 for k, v in step_logs.items():
                     sums[k] = sums.get(k, 0.0) + nb * v

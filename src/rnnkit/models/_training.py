@@ -286,6 +286,23 @@ def _weighting(xs: list[np.ndarray], masks: list[Any] | None, sws: list[Any] | N
     return {"weighting": h.hexdigest()}
 
 
+def guarded_step(model: Any, xb: list[np.ndarray], yb: list[np.ndarray], ctx: Ctx, masks: Any, sws: Any,
+                 nan_stops: bool, at: str) -> dict[str, float]:
+    """One :func:`train_step`; NaN or Inf becomes a NonFiniteError naming ``at`` (the epoch and
+    batch) and where it first appeared, except a NaN loss when ``nan_stops`` (TerminateOnNaN is
+    among the callbacks): then the step's logs go to the callbacks, which stop training."""
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):  # reported as NonFiniteError
+            return train_step(model, xb, yb, ctx, masks, sws)
+    except NonFiniteLoss as e:
+        if nan_stops:
+            return e.logs
+        where = e.where
+    except NonFiniteAt as e:
+        where = e.where
+    raise NonFiniteError(f"{model.name}: training produced NaN or Inf in {at}: first at {where}")
+
+
 class EpochBar:
     """``fit``'s progress bar (``verbose=1``): it counts completed epochs, shows the last logs,
     leaves the time spent compiling kernels out of its rate and estimates, and ends where training
@@ -387,20 +404,8 @@ def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | No
                 wb = None if sws is None else [None if w is None else w[idx] for w in sws]
                 ctx = Ctx.training(int(rng.integers(0, 2**63 - 1)))
                 cbs.on_train_batch_begin(b, {})
-                try:
-                    with np.errstate(over="ignore", invalid="ignore"):  # reported as NonFiniteError
-                        step_logs = train_step(model, xb, yb, ctx, mb, wb)
-                except NonFiniteLoss as e:  # TerminateOnNaN: the batch's NaN loss goes to the callbacks
-                    if not nan_stops:
-                        raise NonFiniteError(
-                            f"{model.name}: training produced NaN or Inf in epoch {epoch + 1}/{epochs} "
-                            f"(batch {b + 1}/{len(batches)}): first at {e.where}") from None
-                    step_logs = e.logs
-                except NonFiniteAt as e:
-                    raise NonFiniteError(
-                        f"{model.name}: training produced NaN or Inf in epoch {epoch + 1}/{epochs} "
-                        f"(batch {b + 1}/{len(batches)}): first at {e.where}"
-                    ) from None
+                step_logs = guarded_step(model, xb, yb, ctx, mb, wb, nan_stops,
+                                         f"epoch {epoch + 1}/{epochs} (batch {b + 1}/{len(batches)})")
                 nb = int(xb[0].shape[0])
                 for k, v in step_logs.items():
                     sums[k] = sums.get(k, 0.0) + nb * v
