@@ -388,7 +388,7 @@ def test_first_compilation_says_so_once(tmp_path: Any) -> None:
 def test_loop_gemm_equals_numpy(dtype: str) -> None:
     """The compiled loop for the small per-step products, every row count around its two-row
     blocking (odd and even), with beta 0 and 1; each row's result does not depend on M."""
-    from rnnkit.kernels._jit import loop_gemm
+    from rnnkit.kernels._gemm import loop_gemm
 
     rng = np.random.default_rng(0)
     tol = 1e-5 if dtype == "float32" else 1e-13

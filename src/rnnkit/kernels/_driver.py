@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from rnnkit.kernels import RECURRENT_DROPOUT, _gru, _lstm, _simple
-from rnnkit.kernels._jit import ACT_CODES, project, reductions
+from rnnkit.kernels._gemm import project, reductions
+from rnnkit.kernels._jit import ACT_CODES
 from rnnkit.kernels._threads import blocks, run_blocks, run_parts
 from rnnkit.kernels._tuning import loop_max_m
 

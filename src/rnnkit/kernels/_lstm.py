@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit.kernels._gemm import project, rgemm
 from rnnkit.kernels._jit import (
     OPTS,
     act_cols,
@@ -26,9 +27,7 @@ from rnnkit.kernels._jit import (
     hold,
     mul_rows,
     njit,
-    project,
     release,
-    rgemm,
     sig,
 )
 

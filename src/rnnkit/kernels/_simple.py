@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit.kernels._gemm import project, rgemm
 from rnnkit.kernels._jit import (
     OPTS,
     act_cols,
@@ -17,9 +18,7 @@ from rnnkit.kernels._jit import (
     hold,
     mul_rows,
     njit,
-    project,
     release,
-    rgemm,
 )
 
 

@@ -5,7 +5,7 @@ libraries differ in what such a small call costs: OpenBLAS has small-matrix kern
 (a call of 1 x 32 x 128 ~0.2 us) but not on AVX2, where the same call costs 2-4 us and a
 1 x 256 x 1024 one ~190 us (it packs the whole kernel on every call), against ~20 us for a
 compiled loop. So the crossover is measured, never hard-coded: for each class of product width
-``K * N`` the largest row count ``M`` at which :func:`~rnnkit.kernels._jit.loop_gemm` is faster
+``K * N`` the largest row count ``M`` at which :func:`~rnnkit.kernels._gemm.loop_gemm` is faster
 than BLAS (single-threaded, as inside the kernels).
 
 The table is measured once per machine (about a second) and kept as JSON in the user's cache
@@ -69,7 +69,7 @@ def machine_key(dtype: str) -> str:
 
 def measure(dtype: str, budget_s: float = 0.004) -> list[tuple[int, int]]:
     """[(K * N, largest M where the loop wins)] for every class (0: BLAS always wins)."""
-    from rnnkit.kernels._jit import time_gemms
+    from rnnkit.kernels._gemm import time_gemms
 
     rng = np.random.default_rng(0)
     table = []
