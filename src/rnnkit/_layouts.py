@@ -123,38 +123,35 @@ def from_torch(cell: Any, t: Mapping[str, np.ndarray], dtype: np.dtype) -> dict[
     return {k: np.asarray(v).astype(dtype) for k, v in out.items()}
 
 
-def to_torch(cell: Any, w: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """PyTorch's ``{weight_ih, weight_hh[, bias_ih, bias_hh][, weight_hr]}`` (new contiguous
-    arrays) from the rnnkit weights ``w`` of ``cell``."""
-    kind = cell_kind(cell, "to_torch")
+def _to_torch_layout(cell: Any, w: Mapping[str, np.ndarray], where: str,
+                     bias_hh: Any) -> dict[str, np.ndarray]:
+    """rnnkit arrays of ``cell`` (weights or their gradients) in PyTorch's names and layout;
+    ``bias_hh(row0, row1)`` gives PyTorch's ``bias_hh`` of a one-row (SimpleRNN/LSTM) bias."""
+    kind = cell_kind(cell, where)
     H = cell.units
     out = {"weight_ih": reorder(w["kernel"].T, kind, H),
            "weight_hh": reorder(w["recurrent_kernel"].T, kind, H)}
     if cell.use_bias:
-        bias = w["bias"]
-        if kind == "GRU":
-            out["bias_ih"], out["bias_hh"] = reorder(bias[0], kind, H), reorder(bias[1], kind, H)
-        else:
-            out["bias_ih"], out["bias_hh"] = bias[0], np.zeros_like(bias[0])
+        b = w["bias"]
+        out["bias_ih"] = reorder(b[0], kind, H)
+        out["bias_hh"] = reorder(b[1], kind, H) if kind == "GRU" else bias_hh(b[0])
     if getattr(cell, "proj_size", 0):
         out["weight_hr"] = w["projection_kernel"].T
-    return {k: np.ascontiguousarray(v).copy() for k, v in out.items()}
+    return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def to_torch(cell: Any, w: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """PyTorch's ``{weight_ih, weight_hh[, bias_ih, bias_hh][, weight_hr]}`` (new contiguous
+    arrays) from the rnnkit weights ``w`` of ``cell`` (a summed bias goes to ``bias_ih``,
+    ``bias_hh`` is zero)."""
+    out = _to_torch_layout(cell, w, "to_torch", np.zeros_like)
+    return {k: v.copy() for k, v in out.items()}
 
 
 def grads_to_torch(cell: Any, g: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The gradients of PyTorch's parameters from those of the rnnkit weights (a summed bias
     passes its gradient to both PyTorch biases)."""
-    kind = cell_kind(cell, "grads_to_torch")
-    H = cell.units
-    out = {"weight_ih": reorder(g["kernel"].T, kind, H),
-           "weight_hh": reorder(g["recurrent_kernel"].T, kind, H)}
-    if cell.use_bias:
-        db = g["bias"]
-        out["bias_ih"] = reorder(db[0], kind, H)
-        out["bias_hh"] = reorder(db[-1], kind, H)
-    if getattr(cell, "proj_size", 0):
-        out["weight_hr"] = g["projection_kernel"].T
-    return {k: np.ascontiguousarray(v) for k, v in out.items()}
+    return _to_torch_layout(cell, g, "grads_to_torch", lambda row: row)
 
 
 def torch_shapes(cell: Any, in_dim: int | str) -> dict[str, tuple[Any, ...]]:
