@@ -10,7 +10,6 @@ Subclasses implement ``_ensure_built(xs)``, ``_forward(xs, ctx, check)``,
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -22,13 +21,12 @@ from rnnkit._errors import (
     InvalidParameterError,
     ModelBusyError,
     NotBuiltError,
-    WeightShapeError,
 )
 from rnnkit._layer import Layer, check_bool, check_real
 from rnnkit._random import check_seed
 from rnnkit._shape import Shape
 from rnnkit.models._callbacks import Callback, History
-from rnnkit.models._summary import render_summary
+from rnnkit.models._weights_api import WeightsAPI
 
 Data = Any  # an array, or a list of arrays (one per model input / output)
 
@@ -69,7 +67,7 @@ def unlist(xs: list[np.ndarray]) -> Data:
     return xs[0] if len(xs) == 1 else xs
 
 
-class Model:
+class Model(WeightsAPI):
     """Base class of :class:`Sequential` and :class:`GraphModel` (see the module docstring)."""
 
     def __init__(self, name: str) -> None:
@@ -371,67 +369,6 @@ class Model:
             return logs
         vals = list(logs.values())
         return vals[0] if len(vals) == 1 else vals
-
-    # -- weights -----------------------------------------------------------------------------
-    def trainable_weights(self) -> list[tuple[Layer, str]]:
-        """Every (layer, weight name) once, in :meth:`named_weights` order."""
-        return list(self.named_weights().values())
-
-    def reset_states(self) -> None:
-        """Clear the carried state of every stateful layer (Keras' ``reset_states``)."""
-        for layer in getattr(self, "layers", []):
-            if getattr(layer, "stateful", False):
-                layer.reset_state()
-
-    def get_weights(self) -> list[np.ndarray]:
-        """Copies of every weight, in :meth:`named_weights` order."""
-        return [np.array(layer.weight(n)) for layer, n in self.trainable_weights()]
-
-    def set_weights(self, weights: list[Any]) -> None:
-        """Install arrays in :meth:`named_weights` order; every shape is checked first."""
-        pairs = self.trainable_weights()
-        if len(weights) != len(pairs):
-            raise WeightShapeError("weights", f"{len(pairs)} arrays", f"{len(weights)} arrays",
-                                   f"model {self.name}")
-        arrs = [np.asarray(w) for w in weights]
-        for key, (layer, n), a in zip(self.named_weights(), pairs, arrs, strict=True):
-            if a.shape != layer.weight(n).shape:
-                raise WeightShapeError(key, layer.weight(n).shape, a.shape, f"model {self.name}")
-        for (layer, n), a in zip(pairs, arrs, strict=True):
-            layer.set_weight(n, a)
-
-    def param_count(self) -> int:
-        """Number of scalar weights; a shared layer counts once."""
-        return int(sum(layer.weight(n).size for layer, n in self.trainable_weights()))
-
-    def save_weights(self, path: str) -> None:
-        """Write every weight under its :meth:`named_weights` name (``rnnkit.io.save_weights``)."""
-        from rnnkit import io  # type: ignore[attr-defined]
-        io.save_weights(self, path)  # type: ignore[attr-defined]
-
-    def load_weights(self, path: str) -> None:
-        """Read weights written by :meth:`save_weights` (strict: ``rnnkit.io.load_weights``)."""
-        from rnnkit import io  # type: ignore[attr-defined]
-        io.load_weights(self, path)  # type: ignore[attr-defined]
-
-    def save(self, path: str) -> None:
-        """Write architecture and weights (``rnnkit.io.save_model``; ``rnnkit.load_model`` reads);
-        a ``.keras`` / ``.onnx`` name writes that format or raises, never another."""
-        from rnnkit import io  # type: ignore[attr-defined]
-        io.save_model(self, path)  # type: ignore[attr-defined]
-
-    # -- summary -----------------------------------------------------------------------------
-    def summary(self, print_fn: Callable[[str], None] | None = print) -> str:
-        """Print (with ``print_fn``; ``None`` prints nothing) and return the layer table: the
-        layer, its output shape with the batch axis as ``None`` (a free time axis too), and its
-        parameter count, then the totals. See :func:`rnnkit.models._summary.render_summary`."""
-        if not self.built:
-            raise NotBuiltError(self.name, "summary (build the model, or fit/predict once)")
-        header, rows = self._summary_rows()
-        text = render_summary(self.name, header, rows, self.param_count())
-        if print_fn is not None:
-            print_fn(text)
-        return text
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, built={self.built})"
