@@ -165,7 +165,7 @@ class Model(WeightsAPI):
         :class:`rnnkit.data.Dataset`; ``steps`` batches of it, all when None; see
         :mod:`rnnkit.models._fit_batches`)."""
         from rnnkit.models._fit_batches import is_batch_source, predict_source
-        from rnnkit.models._training import input_masks, take_mask
+        from rnnkit.models._weighting import input_masks, take_mask
 
         if is_batch_source(x):
             if mask is not None or lengths is not None:

@@ -229,7 +229,7 @@ def _step_batch(model: Any, item: Any, where: str) -> tuple[list[np.ndarray], li
 
 def _weights(model: Any, ys: list[np.ndarray], sw: Any) -> Any:
     """The batch's sample weights, one per output (None when the batch has none)."""
-    from rnnkit.models._training import sample_weights
+    from rnnkit.models._weighting import sample_weights
 
     return None if sw is None else sample_weights(model, ys, sw, None)
 
@@ -318,7 +318,8 @@ def evaluate_any(model: Any, data: Any, batch_size: int | None, steps: int | Non
     pair of arrays via :func:`rnnkit.models._training.evaluate_logs`."""
     from rnnkit import _penalties as _pen
     from rnnkit._ctx import Ctx
-    from rnnkit.models._training import evaluate_logs, loss_and_grads, metric_values, output_weights
+    from rnnkit.models._training import evaluate_logs, loss_and_grads, metric_values
+    from rnnkit.models._weighting import output_weights
 
     if not is_batch_source(data):
         return evaluate_logs(model, data[0], data[1], batch_size)
