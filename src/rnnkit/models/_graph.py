@@ -241,10 +241,6 @@ class GraphModel(Model):
                 g = [None] * n.n_outputs if n.n_outputs > 1 else None
             if g is None:  # no gradient reaches this node: nothing to do  # pragma: no cover
                 continue
-            if isinstance(g, list) and g[0] is None:  # an unused output: a zero gradient
-                cache = ctx.peek(n.layer)
-                if isinstance(cache, dict) and "out_shape" in cache:
-                    g[0] = np.zeros(cache["out_shape"], n.layer.dtype)
             gin = n.layer.backward(g, ctx)
             listed = isinstance(n.layer, MergeLayer) or len(n.inbound) > 1
             gins = gin if listed else [gin]

@@ -280,7 +280,8 @@ class RNNNet(Layer):
     def backward(self, grad: Any, ctx: Ctx) -> Any:
         """dL/dx (``[dx, *d_initial_state_parts]`` when the forward had an initial state);
         gradients land in ``ctx`` under PyTorch's names: ``ctx.grad(net, "weight_ih_l0")``.
-        With ``return_state``, ``grad`` is ``[d_output, *d_final_state_parts]`` (None: zero);
+        With ``return_state``, ``grad`` is ``[d_output, *d_final_state_parts]`` (any entry None:
+        zero);
         after :meth:`seq_init` in a training ``ctx`` it is ``(d_output, d_final_state)`` and
         the result ``(dx, d_state)``."""
         cache = ctx.peek(self)
@@ -292,6 +293,9 @@ class RNNNet(Layer):
                 want = "(d_output, d_final_state)" if n == 2 else f"a list [d_output, {names}]"
                 raise InvalidInputError(f"{self.name}: backward expects {want}, got {type(grad).__name__}")
             grad, g_state = grad[0], (grad[1] if cache["api"] == "seq" else grad[1:])
+        if grad is None:   # no gradient for the output (only the states are used downstream)
+            shape = cache["out_shape"]
+            grad = np.zeros(shape if self.config.batch_first else (shape[1], shape[0], shape[2]), self.dtype)
         g = self._as_input(grad, "upstream gradient")
         if g.ndim == 3 and not self.config.batch_first:
             g = g.transpose(1, 0, 2)
