@@ -12,7 +12,6 @@ exactly one warning.
 
 from __future__ import annotations
 
-import json
 import sys
 import tracemalloc
 import warnings
@@ -385,76 +384,95 @@ def test_first_compilation_says_so_once(tmp_path: Any) -> None:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_loop_gemm_equals_numpy(dtype: str) -> None:
-    """The compiled loop for the small per-step products, every row count around its two-row
-    blocking (odd and even), with beta 0 and 1; each row's result does not depend on M."""
-    from rnnkit.kernels._gemm import loop_gemm
+def test_packed_products_equal_numpy(dtype: str) -> None:
+    """The packed micro-kernel products against float64 numpy, every row count around the
+    micro-kernel's MR rows (and its outer MB block), column counts around the panel width, depths
+    around the packing block KC; beta 0 and 1; a transposed operand on either side."""
+    from rnnkit.kernels._packed import KC, MB, MR, gemm, nr_of, pack, rgemm
 
     rng = np.random.default_rng(0)
-    tol = 1e-5 if dtype == "float32" else 1e-13
-    for K, N in ((3, 5), (32, 128), (64, 96)):
+    tol = 2e-5 if dtype == "float32" else 1e-13
+    nr = nr_of(dtype)
+    rows = sorted({1, MR - 1, MR, MR + 1, 2 * MR + 1, MB - 1, MB + MR + 1})
+    for K, N in ((1, 1), (3, nr - 1), (17, nr), (32, nr + 1), (KC + 1, 2 * nr + 3)):
         Bm = rng.standard_normal((K, N)).astype(dtype)
-        A = rng.standard_normal((9, K)).astype(dtype)
-        full = np.zeros((9, N), dtype)
-        loop_gemm(A, Bm, full, 0.0)
-        np.testing.assert_allclose(full, A.astype(np.float64) @ Bm, rtol=tol, atol=tol)
-        for M in range(1, 9):
-            C = rng.standard_normal((M, N)).astype(dtype)
-            want = C.astype(np.float64) + A[:M].astype(np.float64) @ Bm
-            loop_gemm(A[:M], Bm, C, 1.0)
-            np.testing.assert_allclose(C, want, rtol=tol, atol=tol)
-            part = np.zeros((M, N), dtype)
-            loop_gemm(A[:M], Bm, part, 0.0)
-            np.testing.assert_array_equal(part, full[:M])      # per row, whatever M is
+        P, PT = pack(Bm), pack(np.ascontiguousarray(Bm.T), trans=True)
+        np.testing.assert_array_equal(P, PT)
+        for M in rows:
+            A = rng.standard_normal((M, K)).astype(dtype)
+            C0 = rng.standard_normal((M, N)).astype(dtype)
+            want = A.astype(np.float64) @ Bm.astype(np.float64)
+            scale = max(1.0, float(np.abs(want).max()))
+            for beta in (0.0, 1.0):
+                C = C0.copy()
+                rgemm(A, P, C, beta)
+                np.testing.assert_allclose(C / scale, (want + beta * C0) / scale, rtol=0, atol=tol)
+            C1 = np.empty((M, N), dtype)
+            rgemm(A, P, C1, 0.0)
+            At = np.ascontiguousarray(A.T).T                # the same values through a transposed view
+            for Bx, tb in ((Bm, False), (np.ascontiguousarray(Bm.T), True)):
+                C2 = np.full((M, N), np.nan, dtype)
+                gemm(At, Bx, tb, C2, False, 0, N)
+                np.testing.assert_array_equal(C2, C1)        # packing on the fly: the same chains
+            C3 = C0.copy()
+            gemm(A, Bm, False, C3, True, 0, N)
+            np.testing.assert_allclose(C3 / scale, (want + C0) / scale, rtol=0, atol=tol)
 
 
-@pytest.mark.parametrize("loop_m", ["0", "64"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_packed_products_do_not_depend_on_the_split(dtype: str) -> None:
+    """A row's result is the same bits whatever rows share the product, a column's whatever
+    columns another thread takes: the basis of thread-count and batch-size independence."""
+    from rnnkit.kernels._packed import KC, gemm, pack, rgemm
+
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((41, 70)).astype(dtype)
+    Bm = rng.standard_normal((70, 53)).astype(dtype)
+    full = np.empty((41, 53), dtype)
+    rgemm(A, pack(Bm), full, 0.0)
+    for lo, hi in ((0, 1), (3, 4), (5, 17), (17, 41)):
+        part = np.empty((hi - lo, 53), dtype)
+        rgemm(A[lo:hi], pack(Bm), part, 0.0)
+        np.testing.assert_array_equal(part, full[lo:hi])
+    X = rng.standard_normal((2 * KC + 9, 11)).astype(dtype)   # a reduction: depth over several blocks
+    D = rng.standard_normal((2 * KC + 9, 53)).astype(dtype)
+    whole = np.empty((11, 53), dtype)
+    gemm(X.T, D, False, whole, False, 0, 53)
+    parts = np.empty((11, 53), dtype)
+    for c0, c1 in ((0, 5), (5, 29), (29, 53)):
+        gemm(X.T, D, False, parts, False, c0, c1)
+    np.testing.assert_array_equal(parts, whole)
+    want = X.astype(np.float64).T @ D
+    scale = float(np.abs(want).max())
+    tol = 2e-5 if dtype == "float32" else 1e-13
+    np.testing.assert_allclose(whole / scale, want / scale, rtol=0, atol=tol)
+
+
 @pytest.mark.parametrize("cell", CELLS)
-def test_both_product_paths_equal_the_reference(monkeypatch: pytest.MonkeyPatch, cell: str,
-                                                loop_m: str) -> None:
-    """Every per-step product by BLAS (RNNKIT_LOOP_GEMM_MAX_M=0) and by the compiled loop (64):
-    the same outputs, caches and gradients as the reference, both dtypes."""
-    monkeypatch.setenv("RNNKIT_LOOP_GEMM_MAX_M", loop_m)
-    for dtype in ("float64", "float32"):
-        layer = make(cell, "tanh", dtype, True, True, proj_size=2) if cell == "lstm" else \
-            make(cell, "tanh", dtype, True, True)
-        x = np.random.default_rng(2).standard_normal((B, T, F)).astype(dtype)
-        init = init_state(cell, dtype, 2 if cell == "lstm" else H)
-        with kernels.use("reference"):
-            ref = run(layer, x, init)
-        assert_close(ref, run(layer, x, init), dtype, f"{cell}/{dtype}/loop_m={loop_m}")
+def test_results_do_not_depend_on_the_thread_count(monkeypatch: pytest.MonkeyPatch, cell: str) -> None:
+    """A seeded fit on one thread and on two (the batch in row blocks, the reductions and the
+    projection in parts) ends with bit-identical weights; predict gives the same bits whatever
+    its batch_size."""
+    from rnnkit.kernels import _driver, _threads
 
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((37, 6, F)).astype("float32")
+    y = rng.standard_normal((37, 2)).astype("float32")
+    layer = {"rnn": rk.SimpleRNN, "lstm": rk.LSTM, "gru": rk.GRU,
+             "gru_ra": lambda u, **k: rk.GRU(u, reset_after=True, **k)}[cell]
 
-def test_crossover_table_is_measured_once_and_kept(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
-    """Measured on first use, kept as JSON in the cache folder, read back (not measured again)
-    by a fresh process state, measured again when the machine key changes; the environment
-    variable overrides it."""
-    from rnnkit.kernels import _tuning
+    def trained(cores: int) -> list[np.ndarray]:
+        monkeypatch.setattr(_threads, "CORES", cores)
+        monkeypatch.setattr(_threads, "MIN_ROWS", 4)
+        monkeypatch.setattr(_driver, "PARALLEL_REDUCTIONS", 0)
+        model = rk.Sequential([layer(7, input_dim=F, seed=3, return_sequences=True),
+                               layer(6, seed=4), rk.Dense(2, seed=5)])
+        model.compile(optimizer=rk.Adam(1e-2), loss="mse")
+        model.fit(x, y, epochs=3, batch_size=19, shuffle=True, seed=7, verbose=0)
+        preds = [model.layers[0].predict(x[lo:hi]) for lo, hi in ((0, 37), (0, 1), (1, 13), (13, 37))]
+        np.testing.assert_array_equal(np.concatenate(preds[1:]), preds[0])
+        return [v for layer_ in model.layers for v in layer_.get_weights()]
 
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.delenv("RNNKIT_LOOP_GEMM_MAX_M", raising=False)
-    monkeypatch.setattr(_tuning, "_tables", {})
-    calls: list[str] = []
-
-    def fake(dtype: str) -> list[tuple[int, int]]:
-        calls.append(dtype)
-        return [(1024, 8), (65536, 2), (1048576, 0)]
-
-    assert _tuning.loop_max_m(32, 32, np.float32, fake) == 8          # nearest class by log2(K * N)
-    assert _tuning.loop_max_m(256, 256, np.float32, fake) == 2
-    assert _tuning.loop_max_m(1024, 1024, np.float32, fake) == 0
-    assert calls == ["float32"]
-    saved = json.loads((tmp_path / "rnnkit" / "gemm-crossover.json").read_text())
-    assert list(saved.values()) == [[[1024, 8], [65536, 2], [1048576, 0]]]
-    monkeypatch.setattr(_tuning, "_tables", {})
-    assert _tuning.loop_max_m(32, 32, np.float32, fake) == 8 and calls == ["float32"]   # read back
-    monkeypatch.setattr(_tuning, "_tables", {})
-    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")                   # another BLAS code path
-    _tuning.loop_max_m(32, 32, np.float32, fake)
-    assert calls == ["float32", "float32"] and len(json.loads((tmp_path / "rnnkit" / "gemm-crossover.json")
-                                                             .read_text())) == 2
-    monkeypatch.setenv("RNNKIT_LOOP_GEMM_MAX_M", "5")
-    assert _tuning.loop_max_m(1024, 1024, np.float32, fake) == 5
-    monkeypatch.setenv("RNNKIT_LOOP_GEMM_MAX_M", "many")
-    with pytest.raises(rk.InvalidParameterError, match="RNNKIT_LOOP_GEMM_MAX_M"):
-        _tuning.loop_max_m(8, 8, np.float32, fake)
+    one, two = trained(1), trained(2)
+    for a, b in zip(one, two, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -154,12 +154,10 @@ def _load() -> ModuleType | None:
     try:
         _watch_compiles()
         import rnnkit.kernels._driver as drv
-    except ImportError as e:  # numba, or scipy (whose BLAS the kernels call), is missing
-        if not isinstance(e, ModuleNotFoundError) and "scipy" not in str(e):
-            raise
+    except ModuleNotFoundError as e:  # numba (or its llvmlite) is missing
         _unavailable = str(e)
         warnings.warn(
-            f"rnnkit: the fast kernels need numba and scipy (pip install 'rnnkit[fast]'); "
+            f"rnnkit: the fast kernels need numba (pip install 'rnnkit[fast]'); "
             f"running the NumPy reference instead ({e})", RuntimeWarning, stacklevel=3)
         return None
     _drv = drv
@@ -198,7 +196,7 @@ def register(cell_type: type, kernel: Any) -> None:
 def _resolve(cell_type: type) -> Any:
     impl = _REGISTRY.get(cell_type)
     if isinstance(impl, str):      # a built-in kernel: compiled with numba, imported lazily
-        if _load() is None:        # numba / scipy missing: warned once
+        if _load() is None:        # numba missing: warned once
             return None
         import importlib
 

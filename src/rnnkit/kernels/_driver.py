@@ -14,6 +14,7 @@ into row blocks (:mod:`._threads`).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -21,8 +22,8 @@ import numpy as np
 from rnnkit.kernels import RECURRENT_DROPOUT, _gru, _lstm, _simple
 from rnnkit.kernels._gemm import project, reductions
 from rnnkit.kernels._jit import ACT_CODES
+from rnnkit.kernels._packed import gemm, pack
 from rnnkit.kernels._threads import blocks, run_blocks, run_parts
-from rnnkit.kernels._tuning import loop_max_m
 
 Arrays = tuple[np.ndarray, ...]
 
@@ -54,6 +55,12 @@ def _rdrop_arg(w: Any, B: int, dt: np.dtype) -> tuple[np.ndarray, bool]:
     if rm is None:
         return np.empty((B, 0), dt), False
     return np.ascontiguousarray(rm, dtype=dt), True
+
+
+@functools.cache
+def _no_projection(dt: np.dtype) -> np.ndarray:
+    """The placeholder the LSTM loops get for the projection of a layer without one."""
+    return pack(np.zeros((1, 1), dt))
 
 
 def _codes(cell: Any) -> tuple[int, int]:
@@ -88,8 +95,8 @@ class _Kernel:
         mk = _mask_arg(mask, T, B)
         rm, rdrop = _rdrop_arg(w, B, dt)
         W, U, bias = self._arrays(cell, w, dt)
-        lm = loop_max_m(U.shape[0], U.shape[1], dt)   # rows up to which a step's product is a loop
         GH, H = W.shape[1], cell.units
+        PW, PU = pack(W), self._pack(cell, U)    # laid out once for every step's product
         sizes = cell.state_sizes()
         ex = self._extra(cell, w)
         codes = _codes(cell)
@@ -97,19 +104,19 @@ class _Kernel:
             xw = np.empty((T, B, GH), dt)
             x2, xw2, b0 = x_tm.reshape(T * B, F), xw.reshape(T * B, GH), bias[0]
             if T * B * F * GH >= PARALLEL_REDUCTIONS:   # rows in parts on the cores
-                run_parts(T * B, lambda lo, hi: project(x2[lo:hi], W, b0, xw2[lo:hi]))
+                run_parts(T * B, lambda lo, hi: project(x2[lo:hi], PW, b0, xw2[lo:hi]))
             else:
-                project(x2, W, b0, xw2)
+                project(x2, PW, b0, xw2)
             hist = [np.empty((T + 1, B, n), dt) for n in sizes]
             for k, a in enumerate(hist):
                 a[0] = 0.0 if init is None else init[k]
             parks = {n: np.empty((T, B, H), dt) for n in self._park_names(cell)}
             if self.park_gates:
                 parks = {"gates": xw, **parks}
-            run_blocks(B, B * H * GH, lambda lo, hi: self._train(
-                cell, xw[:, lo:hi], U, bias, [a[:, lo:hi] for a in hist],
+            run_blocks(B, lambda lo, hi: self._train(
+                cell, xw[:, lo:hi], PU, bias, [a[:, lo:hi] for a in hist],
                 {n: p[:, lo:hi] for n, p in parks.items()}, ex, codes,
-                (mk[:, lo:hi], mask is not None, rm[lo:hi], rdrop, lm)))
+                (mk[:, lo:hi], mask is not None, rm[lo:hi], rdrop)))
             cache = {"x_tm": x_tm, "states": hist, "parks": parks, "mask": mask}
             return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), cache
         # inference: the state and one chunk of projections; the output written in (B, T, out) order
@@ -121,10 +128,10 @@ class _Kernel:
         def infer(lo: int, hi: int) -> None:
             xb = x_tm if hi - lo == B else np.ascontiguousarray(x_tm[:, lo:hi])
             buf = np.empty((_chunk(T, hi - lo, GH * dt.itemsize) * (hi - lo), GH), dt)
-            self._infer(cell, xb, W, bias, U, [a[lo:hi] for a in st], seq_view[:, lo:hi], keep_seq,
-                        buf, ex, codes, (np.ascontiguousarray(mk[:, lo:hi]), mask is not None, lm))
+            self._infer(cell, xb, PW, bias, PU, [a[lo:hi] for a in st], seq_view[:, lo:hi], keep_seq,
+                        buf, ex, codes, (np.ascontiguousarray(mk[:, lo:hi]), mask is not None))
 
-        run_blocks(B, B * H * GH, infer)
+        run_blocks(B, infer)
         return (seq_view if keep_seq else None), tuple(st), None
 
     def walk_back(self, cell: Any, w: Any, cache: dict[str, Any], g: np.ndarray, full: bool,
@@ -134,7 +141,7 @@ class _Kernel:
         dt = x_tm.dtype
         W, U = np.array(w[cell.input_kernel]), w[cell.recurrent_kernel]
         GH = W.shape[1]
-        lm = loop_max_m(U.shape[0], U.shape[1], dt)
+        PUT = self._pack_back(cell, np.array(U))     # U^T (or its blocks), laid out once
         dxw = np.empty((T, B, GH), dt)
         drec = np.empty((T, B, GH), dt) if self.separate_rec else dxw
         d_init = [np.zeros((B, n), dt) if d_final is None else np.array(d_final[k], dt, order="C")
@@ -145,10 +152,10 @@ class _Kernel:
         g3 = np.ascontiguousarray(g).reshape(B, T if full else 1, cell.output_size)
         ex = self._extra_back(cell, w, T, B, dt)
         codes = _codes(cell)
-        run_blocks(B, B * cell.units * GH, lambda lo, hi: self._back(
+        run_blocks(B, lambda lo, hi: self._back(
             cell, g3[lo:hi], full, [a[:, lo:hi] for a in hist], {n: p[:, lo:hi] for n, p in parks.items()},
-            U, ex, codes, [d[lo:hi] for d in d_init], dxw[:, lo:hi], drec[:, lo:hi], slice(lo, hi),
-            (mk[:, lo:hi], mask is not None, rm[lo:hi], rdrop, lm)))
+            PUT, ex, codes, [d[lo:hi] for d in d_init], dxw[:, lo:hi], drec[:, lo:hi], slice(lo, hi),
+            (mk[:, lo:hi], mask is not None, rm[lo:hi], rdrop)))
         names, groups = cell.state_names, cell.rec_groups(GH)
         P = [(hist[names.index(src)][:T] * (rm if rdrop else 1)) if src in names else parks[src]
              for src, _, _ in groups]
@@ -179,6 +186,14 @@ class _Kernel:
 
     # -- per cell type ------------------------------------------------------------------------
     separate_rec = False
+
+    def _pack(self, cell: Any, U: np.ndarray) -> Any:
+        """The recurrent kernel as the forward loops read it (packed panels)."""
+        return pack(U)
+
+    def _pack_back(self, cell: Any, U: np.ndarray) -> Any:
+        """U^T as the backward loops read it (packed panels)."""
+        return pack(U, trans=True)
 
     def _park_names(self, cell: Any) -> tuple[str, ...]:
         return self.parks
@@ -220,7 +235,7 @@ class _SimpleKernel(_Kernel):
     def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
               codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice,
               mm: tuple[Any, ...]) -> None:
-        _simple.simple_back(g3, full, hist[0], np.ascontiguousarray(U.T), codes[0], d_init[0], dxw, *mm)
+        _simple.simple_back(g3, full, hist[0], U, codes[0], d_init[0], dxw, *mm)
 
 
 class _LSTMKernel(_Kernel):
@@ -232,19 +247,22 @@ class _LSTMKernel(_Kernel):
 
     def _extra(self, cell: Any, w: Any) -> Any:
         dt = w[cell.input_kernel].dtype
-        return np.array(w[cell.projection]) if cell.proj_size else np.empty((1, 1), dt)
+        return pack(np.array(w[cell.projection])) if cell.proj_size else _no_projection(dt)
 
     def _extra_back(self, cell: Any, w: Any, T: int, B: int, dt: np.dtype) -> Any:
         if not cell.proj_size:
-            return np.empty((1, 1), dt), np.empty((T, B, 0), dt)
-        return np.ascontiguousarray(np.asarray(w[cell.projection]).T), np.empty((T, B, cell.proj_size), dt)
+            return _no_projection(dt), np.empty((T, B, 0), dt)
+        return pack(np.array(w[cell.projection]), trans=True), np.empty((T, B, cell.proj_size), dt)
 
     def _extra_grads(self, cell: Any, cache: dict[str, Any], ex: Any) -> dict[str, np.ndarray]:
         if not cell.proj_size:
             return {}
         m, dh_seq = cache["parks"]["m"], ex[1]
         T, B, H = m.shape
-        return {cell.projection: m.reshape(T * B, H).T @ dh_seq.reshape(T * B, cell.proj_size)}
+        P = cell.proj_size
+        dWp = np.empty((H, P), m.dtype)
+        gemm(m.reshape(T * B, H).T, dh_seq.reshape(T * B, P), False, dWp, False, 0, P)
+        return {cell.projection: dWp}
 
     def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
                ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
@@ -260,30 +278,37 @@ class _LSTMKernel(_Kernel):
               codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice,
               mm: tuple[Any, ...]) -> None:
         WpT, dh_seq = ex
-        _lstm.lstm_back(g3, full, hist[1], parks["gates"], parks["act_c"], np.ascontiguousarray(U.T),
+        _lstm.lstm_back(g3, full, hist[1], parks["gates"], parks["act_c"], U,
                         bool(cell.proj_size), WpT, dh_seq[:, rows], d_init[0], d_init[1], *codes, dxw, *mm)
 
 
 class _GRUKernel(_Kernel):
+    """reset_after=False multiplies by two blocks of U (``U_zr``, ``U_n``), each packed apart."""
+
     parks = ("rh",)
+
+    def _pack(self, cell: Any, U: np.ndarray) -> Any:
+        H = cell.units
+        return pack(U, cols=(0, 2 * H)), pack(U, cols=(2 * H, 3 * H))
+
+    def _pack_back(self, cell: Any, U: np.ndarray) -> Any:
+        UT = np.ascontiguousarray(U.T)
+        H = cell.units
+        return pack(UT[2 * H:]), pack(UT[:2 * H])   # (U_n)^T, (U_zr)^T
 
     def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
                ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
-        H = cell.units
-        _gru.gru_train(xw, U[:, :2 * H], U[:, 2 * H:], hist[0], parks["rh"], *codes, *mm)
+        _gru.gru_train(xw, U[0], U[1], hist[0], parks["rh"], *codes, *mm)
 
     def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
                buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
-        H = cell.units
-        _gru.gru_infer(xb, W, bias[0], U[:, :2 * H], U[:, 2 * H:], bias[0], False, st[0], seq, keep, buf,
+        _gru.gru_infer(xb, W, bias[0], U[0], U[1], bias[0], False, st[0], seq, keep, buf,
                        *codes, *mm)
 
     def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
               codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice,
               mm: tuple[Any, ...]) -> None:
-        H = cell.units
-        _gru.gru_back(g3, full, hist[0], parks["gates"], parks["rh"], np.ascontiguousarray(U[:, 2 * H:].T),
-                      np.ascontiguousarray(U[:, :2 * H].T), *codes, d_init[0], dxw, *mm)
+        _gru.gru_back(g3, full, hist[0], parks["gates"], parks["rh"], U[0], U[1], *codes, d_init[0], dxw, *mm)
 
 
 class _GRUResetAfterKernel(_Kernel):
@@ -301,7 +326,7 @@ class _GRUResetAfterKernel(_Kernel):
     def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
               codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice,
               mm: tuple[Any, ...]) -> None:
-        _gru.gru_ra_back(g3, full, hist[0], parks["gates"], parks["hu_n"], np.ascontiguousarray(U.T), *codes,
+        _gru.gru_ra_back(g3, full, hist[0], parks["gates"], parks["hu_n"], U, *codes,
                          d_init[0], dxw, drec, *mm)
 
 

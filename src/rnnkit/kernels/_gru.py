@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels._gemm import project, rgemm
+from rnnkit.kernels._gemm import project
 from rnnkit.kernels._jit import (
     OPTS,
     act,
@@ -29,6 +29,7 @@ from rnnkit.kernels._jit import (
     release,
     sig,
 )
+from rnnkit.kernels._packed import rgemm
 
 
 @njit(**OPTS)
@@ -47,12 +48,12 @@ def _blend(xg: Any, h_prev: Any, h: Any) -> None:
 
 @njit(**OPTS)
 def _gru_step(xg: Any, h_prev: Any, hm: Any, h: Any, rh: Any, Uzr: Any, Un: Any, code: int,
-              rcode: int, lm: int) -> None:
+              rcode: int) -> None:
     """reset_after=False, one step: ``xg`` (B, 3H) = xw on entry, gates [z|r|n] on exit.
     ``hm`` is the state as the recurrent products see it (``h_prev``, or it times the
     recurrent dropout mask); ``h`` may be ``h_prev`` (updated in place)."""
     B, H = h.shape
-    rgemm(hm, Uzr, xg[:, :2 * H], 1.0, lm)          # xw_zr + h_prev @ U_zr, in place
+    rgemm(hm, Uzr, xg[:, :2 * H], 1.0)          # xw_zr + h_prev @ U_zr, in place
     if rcode != 1:
         act_ip(xg, 0, 2 * H, rcode)
     for b in range(B):
@@ -64,18 +65,18 @@ def _gru_step(xg: Any, h_prev: Any, hm: Any, h: Any, rh: Any, Uzr: Any, Un: Any,
         rr = rh[b]
         for j in range(H):
             rr[j] = x[H + j] * hp[j]
-    rgemm(rh, Un, xg[:, 2 * H:], 1.0, lm)          # xw_n + rh @ U_n, in place
+    rgemm(rh, Un, xg[:, 2 * H:], 1.0)          # xw_n + rh @ U_n, in place
     act_ip(xg, 2 * H, H, code)
     _blend(xg, h_prev, h)
 
 
 @njit(**OPTS)
 def _gru_ra_step(xg: Any, h_prev: Any, hm: Any, h: Any, hun: Any, U: Any, b1: Any, hu: Any, code: int,
-                 rcode: int, lm: int) -> None:
+                 rcode: int) -> None:
     """reset_after=True, one step: ``xg`` (B, 3H) = xw on entry, gates [z|r|n] on exit.
     ``hm`` as in :func:`_gru_step`; ``h`` may be ``h_prev`` (updated in place)."""
     B, H = h.shape
-    rgemm(hm, U, hu, 0.0, lm)
+    rgemm(hm, U, hu, 0.0)
     for b in range(B):
         x = xg[b]
         a = hu[b]
@@ -96,7 +97,7 @@ def _gru_ra_step(xg: Any, h_prev: Any, hm: Any, h: Any, hun: Any, U: Any, b1: An
 
 @njit(**OPTS)
 def gru_train(xw: Any, Uzr: Any, Un: Any, hist_h: Any, rh: Any, code: int, rcode: int, mask: Any,
-              masked: bool, rm: Any, rdrop: bool, lm: int) -> None:
+              masked: bool, rm: Any, rdrop: bool) -> None:
     """Training forward, reset_after=False: xw -> gates in place; fills hist_h and ``rh``; with
     ``masked``, rows with ``mask[s, b] == 0`` carry the state through step ``s``; with
     ``rdrop`` the recurrent products see the state times ``rm`` (the blend does not)."""
@@ -105,16 +106,16 @@ def gru_train(xw: Any, Uzr: Any, Un: Any, hist_h: Any, rh: Any, code: int, rcode
     for s in range(T):
         if rdrop:
             mul_rows(hist_h[s], rm, hm)
-            _gru_step(xw[s], hist_h[s], hm, hist_h[s + 1], rh[s], Uzr, Un, code, rcode, lm)
+            _gru_step(xw[s], hist_h[s], hm, hist_h[s + 1], rh[s], Uzr, Un, code, rcode)
         else:
-            _gru_step(xw[s], hist_h[s], hist_h[s], hist_h[s + 1], rh[s], Uzr, Un, code, rcode, lm)
+            _gru_step(xw[s], hist_h[s], hist_h[s], hist_h[s + 1], rh[s], Uzr, Un, code, rcode)
         if masked:
             carry(hist_h[s], hist_h[s + 1], mask[s])
 
 
 @njit(**OPTS)
 def gru_ra_train(xw: Any, U: Any, b1: Any, hist_h: Any, hun: Any, code: int, rcode: int, mask: Any,
-                 masked: bool, rm: Any, rdrop: bool, lm: int) -> None:
+                 masked: bool, rm: Any, rdrop: bool) -> None:
     """Training forward, reset_after=True: xw -> gates in place; fills hist_h and ``hu_n``."""
     T, B, G = xw.shape
     hu = np.empty((B, G), xw.dtype)
@@ -122,21 +123,21 @@ def gru_ra_train(xw: Any, U: Any, b1: Any, hist_h: Any, hun: Any, code: int, rco
     for s in range(T):
         if rdrop:
             mul_rows(hist_h[s], rm, hm)
-            _gru_ra_step(xw[s], hist_h[s], hm, hist_h[s + 1], hun[s], U, b1, hu, code, rcode, lm)
+            _gru_ra_step(xw[s], hist_h[s], hm, hist_h[s + 1], hun[s], U, b1, hu, code, rcode)
         else:
-            _gru_ra_step(xw[s], hist_h[s], hist_h[s], hist_h[s + 1], hun[s], U, b1, hu, code, rcode, lm)
+            _gru_ra_step(xw[s], hist_h[s], hist_h[s], hist_h[s + 1], hun[s], U, b1, hu, code, rcode)
         if masked:
             carry(hist_h[s], hist_h[s + 1], mask[s])
 
 
 @njit(**OPTS)
 def gru_infer(x_tm: Any, W: Any, b0: Any, Ua: Any, Ub: Any, b1: Any, ra: bool, h: Any, seq: Any,
-              keep: bool, buf: Any, code: int, rcode: int, mask: Any, masked: bool, lm: int) -> None:
+              keep: bool, buf: Any, code: int, rcode: int, mask: Any, masked: bool) -> None:
     """Inference for either form (``ra`` = reset_after: ``Ua`` = U, ``b1`` the recurrent bias;
     else ``Ua`` = Uzr, ``Ub`` = Un); ``h`` (B, H) initial state in, final out; ``buf``
     (chunk*B, 3H) receives a chunk of projections at a time."""
     T, B, F = x_tm.shape
-    G = W.shape[1]
+    G = buf.shape[1]
     H = G // 3
     dt = x_tm.dtype
     chunk = max(1, buf.shape[0] // max(B, 1))   # (an empty batch: any chunk)
@@ -152,9 +153,9 @@ def gru_infer(x_tm: Any, W: Any, b0: Any, Ua: Any, Ub: Any, b1: Any, ra: bool, h
             if masked:
                 copy_rows(h, hp)
             if ra:
-                _gru_ra_step(xg, h, h, h, t1, Ua, b1, hu, code, rcode, lm)
+                _gru_ra_step(xg, h, h, h, t1, Ua, b1, hu, code, rcode)
             else:
-                _gru_step(xg, h, h, h, t1, Ua, Ub, code, rcode, lm)
+                _gru_step(xg, h, h, h, t1, Ua, Ub, code, rcode)
             if masked:
                 carry(hp, h, mask[t0 + s])
             if keep:
@@ -163,7 +164,7 @@ def gru_infer(x_tm: Any, W: Any, b0: Any, Ua: Any, Ub: Any, b1: Any, ra: bool, h
 
 @njit(**OPTS)
 def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, UzrT: Any, code: int,
-             rcode: int, dh: Any, dxw: Any, mask: Any, masked: bool, rm: Any, rdrop: bool, lm: int) -> None:
+             rcode: int, dh: Any, dxw: Any, mask: Any, masked: bool, rm: Any, rdrop: bool) -> None:
     """reset_after=False backward walk: fills ``dxw`` (T, B, 3H). ``UnT``/``UzrT``: the
     transposed blocks, (H, H) and (2H, H). ``dh`` (B, H) starts at zero and ends as
     dL/d(initial state)."""
@@ -201,7 +202,7 @@ def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, Uz
             dn = dan[b]
             for j in range(H):
                 d[2 * H + j] = dn[j]
-        rgemm(dan, UnT, drh, 0.0, lm)
+        rgemm(dan, UnT, drh, 0.0)
         if rdrop:                                # the products saw h_prev * rm
             mul_rows(drh, rm, tmp)
         for b in range(B):
@@ -220,17 +221,17 @@ def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, Uz
             for j in range(2 * H):
                 zr[j] = d[j]
         if rdrop:
-            rgemm(dzr, UzrT, tmp, 0.0, lm)       # 1b.
+            rgemm(dzr, UzrT, tmp, 0.0)       # 1b.
             add_mul_rows(dh, tmp, rm)
         else:
-            rgemm(dzr, UzrT, dh, 1.0, lm)        # 1b.
+            rgemm(dzr, UzrT, dh, 1.0)        # 1b.
         if masked:
             release(dh, sv, mask[s])
 
 
 @njit(**OPTS)
 def gru_ra_back(g3: Any, full: bool, hist_h: Any, gates: Any, hun: Any, UT: Any, code: int, rcode: int,
-                dh: Any, dxw: Any, drec: Any, mask: Any, masked: bool, rm: Any, rdrop: bool, lm: int) -> None:
+                dh: Any, dxw: Any, drec: Any, mask: Any, masked: bool, rm: Any, rdrop: bool) -> None:
     """reset_after=True backward walk: fills ``dxw`` and ``drec`` (T, B, 3H); ``UT`` (3H, H);
     ``dh`` as in :func:`gru_back`."""
     T, B, G = gates.shape
@@ -273,9 +274,9 @@ def gru_ra_back(g3: Any, full: bool, hist_h: Any, gates: Any, hun: Any, UT: Any,
             for j in range(H):
                 dhr[j] = dhr[j] * gt[j]
         if rdrop:
-            rgemm(drec[s], UT, tmp, 0.0, lm)     # 1b.
+            rgemm(drec[s], UT, tmp, 0.0)     # 1b.
             add_mul_rows(dh, tmp, rm)
         else:
-            rgemm(drec[s], UT, dh, 1.0, lm)      # 1b.
+            rgemm(drec[s], UT, dh, 1.0)      # 1b.
         if masked:
             release(dh, sv, mask[s])

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels._gemm import project, rgemm
+from rnnkit.kernels._gemm import project
 from rnnkit.kernels._jit import (
     OPTS,
     act_cols,
@@ -30,6 +30,7 @@ from rnnkit.kernels._jit import (
     release,
     sig,
 )
+from rnnkit.kernels._packed import rgemm
 
 
 @njit(**OPTS)
@@ -66,7 +67,7 @@ def _step(a: Any, c_prev: Any, c: Any, act_c: Any, h: Any, code: int, rcode: int
 
 @njit(**OPTS)
 def lstm_train(xw: Any, U: Any, hist_h: Any, hist_c: Any, act_c: Any, proj: bool, Wp: Any, m: Any,
-               code: int, rcode: int, mask: Any, masked: bool, rm: Any, rdrop: bool, lm: int) -> None:
+               code: int, rcode: int, mask: Any, masked: bool, rm: Any, rdrop: bool) -> None:
     """Training forward. ``xw`` (T, B, 4H) holds the projections on entry and the parked gates
     ``[i|f|g|o]`` on exit; ``hist_h`` (T+1, B, S) / ``hist_c`` (T+1, B, H) have row 0 set to
     the initial state and receive every later one; ``act_c`` (T, B, H) receives act(c), and
@@ -78,12 +79,12 @@ def lstm_train(xw: Any, U: Any, hist_h: Any, hist_c: Any, act_c: Any, proj: bool
         gt = xw[s]
         if rdrop:
             mul_rows(hist_h[s], rm, hm)
-            rgemm(hm, U, gt, 1.0, lm)
+            rgemm(hm, U, gt, 1.0)
         else:
-            rgemm(hist_h[s], U, gt, 1.0, lm)  # a = xw + h_prev @ U, in place (BLAS beta=1)
+            rgemm(hist_h[s], U, gt, 1.0)  # a = xw + h_prev @ U, in place (BLAS beta=1)
         if proj:
             _step(gt, hist_c[s], hist_c[s + 1], act_c[s], m[s], code, rcode)
-            rgemm(m[s], Wp, hist_h[s + 1], 0.0, lm)     # 5. h = m @ Wp
+            rgemm(m[s], Wp, hist_h[s + 1], 0.0)     # 5. h = m @ Wp
         else:
             _step(gt, hist_c[s], hist_c[s + 1], act_c[s], hist_h[s + 1], code, rcode)
         if masked:                              # a masked step carries (h, c) over
@@ -93,14 +94,12 @@ def lstm_train(xw: Any, U: Any, hist_h: Any, hist_c: Any, act_c: Any, proj: bool
 
 @njit(**OPTS)
 def lstm_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, c: Any, seq: Any, keep: bool,
-               buf: Any, proj: bool, Wp: Any, code: int, rcode: int, mask: Any, masked: bool,
-               lm: int) -> None:
+               buf: Any, proj: bool, Wp: Any, code: int, rcode: int, mask: Any, masked: bool) -> None:
     """Inference: ``h``/``c`` (B, H) hold the initial state on entry, the final one on exit.
     The projection runs ``chunk`` steps at a time into ``buf`` (chunk*B, 4H) (nothing per step
     is kept); with ``keep`` step ``s`` writes ``seq[s]`` (any layout, e.g. a view of (B, T, H))."""
     T, B, F = x_tm.shape
-    G = W.shape[1]
-    H = G // 4
+    H = c.shape[1]
     chunk = max(1, buf.shape[0] // max(B, 1))   # (an empty batch: any chunk)
     ac = np.empty((B, H), x_tm.dtype)
     m = np.empty((B, H), x_tm.dtype)
@@ -112,13 +111,13 @@ def lstm_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, c: Any, seq: Any, kee
         project(x_tm[t0:t0 + n].reshape((n * B, F)), W, b0, xp)
         for s in range(n):
             a = xp[s * B:(s + 1) * B]
-            rgemm(h, U, a, 1.0, lm)             # a = xw + h_prev @ U, in place
+            rgemm(h, U, a, 1.0)             # a = xw + h_prev @ U, in place
             if masked:
                 copy_rows(h, hp)
                 copy_rows(c, cp)
             if proj:
                 _step(a, c, c, ac, m, code, rcode)
-                rgemm(m, Wp, h, 0.0, lm)
+                rgemm(m, Wp, h, 0.0)
             else:
                 _step(a, c, c, ac, h, code, rcode)
             if masked:
@@ -131,7 +130,7 @@ def lstm_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, c: Any, seq: Any, kee
 @njit(**OPTS)
 def lstm_back(g3: Any, full: bool, hist_c: Any, gates: Any, act_c: Any, UT: Any, proj: bool, WpT: Any,
               dh_seq: Any, dh: Any, dc: Any, code: int, rcode: int, dxw: Any, mask: Any,
-              masked: bool, rm: Any, rdrop: bool, lm: int) -> None:
+              masked: bool, rm: Any, rdrop: bool) -> None:
     """The backward walk: fills ``dxw`` (T, B, 4H) with dL/dxw_s. ``g3`` is the upstream
     gradient (B, T, S) when ``full`` (return_sequences), else (B, 1, S) for the last step;
     ``UT`` is U transposed, (4H, S) (BLAS measured faster on it than with a transpose flag).
@@ -154,7 +153,7 @@ def lstm_back(g3: Any, full: bool, hist_c: Any, gates: Any, act_c: Any, UT: Any,
         src = dh
         if proj:                                 # 5b.
             copy_rows(dh, dh_seq[s])
-            rgemm(dh, WpT, dm, 0.0, lm)
+            rgemm(dh, WpT, dm, 0.0)
             src = dm
         gt2 = gates[s]
         d2 = dxw[s]
@@ -188,7 +187,7 @@ def lstm_back(g3: Any, full: bool, hist_c: Any, gates: Any, act_c: Any, UT: Any,
             for j in range(H):
                 dcr[j] = dcr[j] * gt[H + j]
         dact_cols(gt2, 2 * H, d2, 2 * H, H, code)
-        rgemm(d2, UT, dh, 0.0, lm)
+        rgemm(d2, UT, dh, 0.0)
         if rdrop:
             mul_rows(dh, rm, dh)
         if masked:

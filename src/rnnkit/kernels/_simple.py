@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels._gemm import project, rgemm
+from rnnkit.kernels._gemm import project
 from rnnkit.kernels._jit import (
     OPTS,
     act_cols,
@@ -20,11 +20,12 @@ from rnnkit.kernels._jit import (
     njit,
     release,
 )
+from rnnkit.kernels._packed import rgemm
 
 
 @njit(**OPTS)
 def simple_train(xw: Any, U: Any, hist_h: Any, code: int, mask: Any, masked: bool, rm: Any,
-                 rdrop: bool, lm: int) -> None:
+                 rdrop: bool) -> None:
     """Training forward: ``hist_h`` (T+1, B, H) row 0 = initial state; fills rows 1..T. With
     ``masked``, rows with ``mask[s, b] == 0`` carry the state through step ``s``; with
     ``rdrop`` the state is multiplied by ``rm`` (B, H) where it enters the recurrent product."""
@@ -33,9 +34,9 @@ def simple_train(xw: Any, U: Any, hist_h: Any, code: int, mask: Any, masked: boo
     for s in range(T):
         if rdrop:
             mul_rows(hist_h[s], rm, hm)
-            rgemm(hm, U, xw[s], 1.0, lm)
+            rgemm(hm, U, xw[s], 1.0)
         else:
-            rgemm(hist_h[s], U, xw[s], 1.0, lm)   # xw + h_prev @ U, in place (xw is scratch)
+            rgemm(hist_h[s], U, xw[s], 1.0)   # xw + h_prev @ U, in place (xw is scratch)
         act_cols(xw[s], 0, hist_h[s + 1], 0, H, code)
         if masked:
             carry(hist_h[s], hist_h[s + 1], mask[s])
@@ -43,11 +44,11 @@ def simple_train(xw: Any, U: Any, hist_h: Any, code: int, mask: Any, masked: boo
 
 @njit(**OPTS)
 def simple_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, seq: Any, keep: bool, buf: Any,
-                 code: int, mask: Any, masked: bool, lm: int) -> None:
+                 code: int, mask: Any, masked: bool) -> None:
     """Inference from ``h`` (B, H) (final state on exit); the projection runs a chunk of steps
     at a time into ``buf`` (chunk*B, H)."""
     T, B, F = x_tm.shape
-    H = W.shape[1]
+    H = h.shape[1]
     chunk = max(1, buf.shape[0] // max(B, 1))   # (an empty batch: any chunk)
     hp = np.empty((B, H), h.dtype)
     for t0 in range(0, T, chunk):
@@ -56,7 +57,7 @@ def simple_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, seq: Any, keep: boo
         project(x_tm[t0:t0 + n].reshape((n * B, F)), W, b0, xp)
         for s in range(n):
             a = xp[s * B:(s + 1) * B]
-            rgemm(h, U, a, 1.0, lm)
+            rgemm(h, U, a, 1.0)
             if masked:
                 copy_rows(h, hp)
             act_cols(a, 0, h, 0, H, code)
@@ -68,7 +69,7 @@ def simple_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, seq: Any, keep: boo
 
 @njit(**OPTS)
 def simple_back(g3: Any, full: bool, hist_h: Any, UT: Any, code: int, dh: Any, dxw: Any, mask: Any,
-                masked: bool, rm: Any, rdrop: bool, lm: int) -> None:
+                masked: bool, rm: Any, rdrop: bool) -> None:
     """Fills ``dxw`` (T, B, H); ``g3`` as in :func:`rnnkit.kernels._lstm.lstm_back`; ``dh``
     (B, H) holds dL/d(final state) on entry and dL/d(initial state) on exit."""
     T, B, H = dxw.shape
@@ -82,7 +83,7 @@ def simple_back(g3: Any, full: bool, hist_h: Any, UT: Any, code: int, dh: Any, d
         for b in range(B):
             d2[b] = dh[b]
         dact_cols(hist_h[s + 1], 0, d2, 0, H, code)
-        rgemm(d2, UT, dh, 0.0, lm)
+        rgemm(d2, UT, dh, 0.0)
         if rdrop:
             mul_rows(dh, rm, dh)
         if masked:

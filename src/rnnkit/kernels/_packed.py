@@ -1,0 +1,194 @@
+"""Products against a packed right-hand side: every GEMM of the compiled kernels.
+
+``C = A @ B (+ C)`` where ``B`` (K, N) is first laid out once as panels ``P`` (npan, K, nr):
+panel ``p`` holds columns ``[p*nr, (p+1)*nr)`` of ``B``, row after row, zero-padded past ``N``.
+The micro-kernel (:mod:`._micro`) then reads one panel row (``nr`` contiguous elements) per
+step of ``k`` and keeps an ``MR x nr`` block of ``C`` in registers.
+
+A recurrent layer's kernels (U, U^T, the projection W, the output projection of LSTM) do not
+change during a pass, so :func:`pack` runs once per pass and every timestep's product reads the
+same panels (BLAS packs its operand again on every call: ~210 us for a 256 x 1024 U, whatever
+the batch). :func:`gemm` packs ``B`` itself, ``KC`` rows at a time (for the batched reductions,
+whose ``B`` is a different array every pass).
+
+Every element of ``C`` is one chain of fused multiply-adds over ``k`` in increasing order
+(split into ``KC`` blocks at fixed offsets, stored and reloaded in between, which does not
+change its value), so a row's result is the same whatever the number of rows in the product,
+the block of the batch it sits in, or the columns another thread takes: results do not depend
+on the thread count or on the batch size.
+
+Addresses go to :func:`panels` as integers with strides in elements (one compiled version per
+dtype whatever the layouts of the callers' arrays); the array-taking entry points (``rgemm``,
+``gemm``, ``pack``) are thin.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba.extending import overload
+
+from rnnkit.kernels._jit import OPTS, njit
+from rnnkit.kernels._micro import micro
+
+#: rows of C per micro-kernel call; columns per panel are 64 bytes (16 float32, 8 float64):
+#: 6 x 16 float32 accumulators are 12 of the 16 AVX2 registers (6 of 32 under AVX-512)
+MR = 6
+NR32, NR64 = 16, 8
+#: rows of A per outer block (its slice of A stays in L1/L2 while every panel passes over it)
+MB = 96
+#: rows of B packed at a time by :func:`gemm` (one panel block: KC x nr elements, 16 KB in float32)
+KC = 256
+
+#: panels per micro-kernel call for a block of ``mr`` rows (few rows: several panels, so that
+#: about MR accumulator chains run side by side)
+GROUP = {mr: max(1, MR // mr) for mr in range(1, MR + 1)}
+#: every (rows, panels) variant :func:`panels` calls, per float width
+_VARIANTS = [(mr, g) for mr in range(1, MR + 1) for g in range(1, GROUP[mr] + 1)]
+_MICRO = {(bits, mr, g): micro(mr, NR32 if bits == 32 else NR64, bits, g)
+          for bits in (32, 64) for mr, g in _VARIANTS}
+
+
+def nr_of(dtype: Any) -> int:
+    """Panel width (columns) for a dtype."""
+    return NR32 if np.dtype(dtype).itemsize == 4 else NR64
+
+
+def _block(P: Any, mr: int, g: int, a: int, ars: int, aks: int, p: int, pst: int, c: int, ldc: int,
+           K: int, load: int, ncol: int) -> None:  # pragma: no cover - replaced by the overload
+    raise NotImplementedError
+
+
+def _dispatcher(bits: int) -> Any:
+    """``_block``'s body for one float width: an ``if`` chain over the (rows, panels) variants
+    (numba calls an intrinsic by name, so the chain is written out once here as source)."""
+    names = ("P", "mr", "g", "a", "ars", "aks", "p", "pst", "c", "ldc", "K", "load", "ncol")
+    lines = ["from __future__ import annotations",      # (the overload's own signature, annotations too)
+             f"def impl({', '.join(n + ': Any' for n in names)}) -> None:"]
+    for i, (mr, g) in enumerate(_VARIANTS):
+        cond = f"mr == {mr} and g == {g}"
+        lines.append(f"    {'if' if i == 0 else 'elif'} {cond}:")
+        lines.append(f"        k_{bits}_{mr}_{g}(a, ars, aks, p, pst, c, ldc, K, load, ncol)")
+    scope = {f"k_{bits}_{mr}_{g}": _MICRO[bits, mr, g] for mr, g in _VARIANTS}
+    exec("\n".join(lines), scope)   # noqa: S102 - source built above from constants only
+    return scope["impl"]
+
+
+_IMPLS = {32: _dispatcher(32), 64: _dispatcher(64)}
+
+
+@overload(_block, inline="always")
+def _block_ov(P: Any, mr: Any, g: Any, a: Any, ars: Any, aks: Any, p: Any, pst: Any, c: Any, ldc: Any,
+              K: Any, load: Any, ncol: Any) -> Any:
+    return _IMPLS[P.dtype.bitwidth]
+
+
+@njit(inline="always", **OPTS)
+def addr(x: Any) -> Any:
+    """The address of an array's first element, as a signed integer."""
+    return np.int64(x.ctypes.data)
+
+
+@njit(**OPTS)
+def panels(a: int, ars: int, aks: int, M: int, K: int, P: Any, c: int, ldc: int, N: int, load: bool,
+           p0: int, p1: int) -> None:
+    """``C[:, p0*nr : min(p1*nr, N)] = (C if load else 0) + A @ B`` for the panels ``[p0, p1)``
+    of ``P`` (their first ``K`` rows). ``A`` (M, K) at address ``a`` with element strides
+    ``ars``/``aks``; ``C`` at ``c`` with row stride ``ldc`` (columns contiguous). Blocks of MR
+    rows go panel by panel (the panel stays in L1 across the row blocks); the last few rows
+    take several panels per call."""
+    nr = P.shape[2]
+    isz = P.itemsize
+    pst = P.shape[1] * nr
+    pb = addr(P)
+    ld = 1 if load else 0
+    for mb in range(0, M, MB):
+        me = min(M, mb + MB)
+        full = mb + (me - mb) // MR * MR
+        if full > mb:
+            for p in range(p0, p1):
+                n0 = p * nr
+                for m0 in range(mb, full, MR):
+                    _block(P, MR, 1, a + m0 * ars * isz, ars, aks, pb + p * pst * isz, pst,
+                           c + (m0 * ldc + n0) * isz, ldc, K, ld, N - n0)
+        if full < me:
+            mr = me - full
+            g = max(1, MR // mr)
+            for p in range(p0, p1, g):
+                n0 = p * nr
+                _block(P, mr, min(g, p1 - p), a + full * ars * isz, ars, aks, pb + p * pst * isz, pst,
+                       c + (full * ldc + n0) * isz, ldc, K, ld, N - n0)
+
+
+@njit(**OPTS)
+def pack_into(B: Any, trans: bool, k0: int, kc: int, c0: int, c1: int, P: Any) -> None:
+    """``P[p, k, j] = op(B)[k0 + k, c0 + p*nr + j]`` (``op(B)`` = ``B``, or its transpose when
+    ``trans``) for ``k < kc``, zero from column ``c1`` on."""
+    npan, _, nr = P.shape
+    for p in range(npan):
+        n0 = c0 + p * nr
+        w = min(nr, c1 - n0)
+        for k in range(kc):
+            row = P[p, k]
+            if trans:
+                for j in range(w):
+                    row[j] = B[n0 + j, k0 + k]
+            else:
+                src = B[k0 + k]
+                for j in range(w):
+                    row[j] = src[n0 + j]
+            for j in range(w, nr):
+                row[j] = 0
+
+
+@njit(**OPTS)
+def pack_cols(B: Any, trans: bool, c0: int, c1: int) -> Any:
+    """Columns ``[c0, c1)`` of ``op(B)`` (K, N) as panels (npan, K, nr)."""
+    K = B.shape[1] if trans else B.shape[0]
+    nr = 16 if B.itemsize == 4 else 8
+    P = np.empty(((c1 - c0 + nr - 1) // nr, K, nr), B.dtype)
+    pack_into(B, trans, 0, K, c0, c1, P)
+    return P
+
+
+def pack(B: np.ndarray, trans: bool = False, cols: tuple[int, int] | None = None) -> np.ndarray:
+    """``B`` (K, N), or the transpose of ``B`` (N, K) when ``trans``, as panels (npan, K, nr);
+    only the columns ``cols = (c0, c1)`` of it when given."""
+    N = B.shape[0] if trans else B.shape[1]
+    c0, c1 = cols if cols is not None else (0, N)
+    return pack_cols(B, trans, c0, c1)
+
+
+@njit(**OPTS)
+def rgemm(A: Any, P: Any, C: Any, beta: float) -> None:
+    """``C = A @ B + beta * C`` (beta 0 or 1) with ``B`` packed in ``P`` (the per-step product
+    of a time loop; 2D ``A`` and ``C`` with contiguous rows, any row stride)."""
+    isz = A.itemsize
+    panels(addr(A), A.strides[0] // isz, A.strides[1] // isz, A.shape[0], A.shape[1], P, addr(C),
+           C.strides[0] // isz, C.shape[1], beta != 0, 0, P.shape[0])
+
+
+@njit(**OPTS)
+def gemm(A: Any, B: Any, trans_b: bool, C: Any, load: bool, c0: int, c1: int) -> None:
+    """Columns ``[c0, c1)`` of ``C = A @ op(B) (+ C when load)``, ``op(B) = B.T`` when
+    ``trans_b``; packs ``op(B)`` itself, ``KC`` rows at a time. ``A`` any 2D array (a transposed
+    view reads as one), ``B`` C-contiguous, ``C`` rows contiguous. A column's value does not
+    depend on ``c0``/``c1`` (the ``KC`` blocks of ``k`` start at 0 whatever the split)."""
+    M, K = A.shape
+    if c1 <= c0 or M == 0:
+        return
+    isz = A.itemsize
+    nr = 16 if isz == 4 else 8
+    npan = (c1 - c0 + nr - 1) // nr
+    buf = np.empty((npan, min(K, KC), nr), A.dtype)
+    a, ars, aks = addr(A), A.strides[0] // isz, A.strides[1] // isz
+    c, ldc = addr(C) + c0 * isz, C.strides[0] // isz
+    if K == 0:
+        if not load:
+            C[:, c0:c1] = 0
+        return
+    for k0 in range(0, K, KC):
+        kc = min(KC, K - k0)
+        pack_into(B, trans_b, k0, kc, c0, c1, buf)
+        panels(a + k0 * aks * isz, ars, aks, M, kc, buf, c, ldc, c1 - c0, load or k0 > 0, 0, npan)
