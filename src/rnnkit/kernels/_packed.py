@@ -38,8 +38,8 @@ MR = 6
 NR32, NR64 = 16, 8
 #: rows of A per outer block (its slice of A stays in L1/L2 while every panel passes over it)
 MB = 96
-#: rows of B packed at a time by :func:`gemm` (one panel block: KC x nr elements, 16 KB in float32)
-KC = 256
+#: steps of k packed at a time by :func:`gemm` (a panel block: KC x nr elements, 32 KB in float32)
+KC = 512
 
 #: panels per micro-kernel call for a block of ``mr`` rows (few rows: several panels, so that
 #: about MR accumulator chains run side by side)
@@ -91,13 +91,14 @@ def addr(x: Any) -> Any:
 
 
 @njit(**OPTS)
-def panels(a: int, ars: int, aks: int, M: int, K: int, P: Any, c: int, ldc: int, N: int, load: bool,
-           p0: int, p1: int) -> None:
+def panels(a: int, ars: int, aks: int, asl: int, M: int, K: int, P: Any, c: int, ldc: int, N: int,
+           load: bool, p0: int, p1: int) -> None:
     """``C[:, p0*nr : min(p1*nr, N)] = (C if load else 0) + A @ B`` for the panels ``[p0, p1)``
-    of ``P`` (their first ``K`` rows). ``A`` (M, K) at address ``a`` with element strides
-    ``ars``/``aks``; ``C`` at ``c`` with row stride ``ldc`` (columns contiguous). Blocks of MR
-    rows go panel by panel (the panel stays in L1 across the row blocks); the last few rows
-    take several panels per call."""
+    of ``P`` (their first ``K`` rows). ``A`` (M, K) at address ``a``: element ``(r, k)`` of the
+    ``s``-th block of MR rows at ``s*asl + (r - s*MR)*ars + k*aks`` (``asl = MR*ars`` for a plain
+    strided matrix; packed slivers have their own); ``C`` at ``c`` with row stride ``ldc``
+    (columns contiguous). Blocks of MR rows go panel by panel (the panel stays in L1 across the
+    row blocks); the last few rows take several panels per call."""
     nr = P.shape[2]
     isz = P.itemsize
     pst = P.shape[1] * nr
@@ -110,36 +111,46 @@ def panels(a: int, ars: int, aks: int, M: int, K: int, P: Any, c: int, ldc: int,
             for p in range(p0, p1):
                 n0 = p * nr
                 for m0 in range(mb, full, MR):
-                    _block(P, MR, 1, a + m0 * ars * isz, ars, aks, pb + p * pst * isz, pst,
+                    _block(P, MR, 1, a + m0 // MR * asl * isz, ars, aks, pb + p * pst * isz, pst,
                            c + (m0 * ldc + n0) * isz, ldc, K, ld, N - n0)
         if full < me:
             mr = me - full
             g = max(1, MR // mr)
             for p in range(p0, p1, g):
                 n0 = p * nr
-                _block(P, mr, min(g, p1 - p), a + full * ars * isz, ars, aks, pb + p * pst * isz, pst,
+                _block(P, mr, min(g, p1 - p), a + full // MR * asl * isz, ars, aks, pb + p * pst * isz, pst,
                        c + (full * ldc + n0) * isz, ldc, K, ld, N - n0)
 
 
 @njit(**OPTS)
 def pack_into(B: Any, trans: bool, k0: int, kc: int, c0: int, c1: int, P: Any) -> None:
     """``P[p, k, j] = op(B)[k0 + k, c0 + p*nr + j]`` (``op(B)`` = ``B``, or its transpose when
-    ``trans``) for ``k < kc``, zero from column ``c1`` on."""
-    npan, _, nr = P.shape
-    for p in range(npan):
-        n0 = c0 + p * nr
-        w = min(nr, c1 - n0)
-        for k in range(kc):
-            row = P[p, k]
-            if trans:
-                for j in range(w):
-                    row[j] = B[n0 + j, k0 + k]
-            else:
-                src = B[k0 + k]
-                for j in range(w):
-                    row[j] = src[n0 + j]
-            for j in range(w, nr):
-                row[j] = 0
+    ``trans``) for ``k < kc``, zero from column ``c1`` on. (Row by row of ``op(B)``: each row of
+    ``B`` is read once, in order, when not transposed.)"""
+    npan, kp, nr = P.shape
+    flat = P.reshape(P.size)
+    N = c1 - c0
+    full = N // nr                             # panels with every column live
+    for k in range(kc):
+        if trans:
+            for p in range(npan):
+                o = (p * kp + k) * nr
+                for j in range(min(nr, N - p * nr)):
+                    flat[o + j] = B[c0 + p * nr + j, k0 + k]
+        else:
+            src = B[k0 + k, c0:c1]
+            for p in range(full):
+                o = (p * kp + k) * nr
+                for j in range(nr):
+                    flat[o + j] = src[p * nr + j]
+            if full < npan:
+                o = (full * kp + k) * nr
+                for j in range(N - full * nr):
+                    flat[o + j] = src[full * nr + j]
+        for p in range(full, npan):            # the last panel's dead columns
+            o = (p * kp + k) * nr
+            for j in range(N - p * nr, nr):
+                flat[o + j] = 0
 
 
 @njit(**OPTS)
@@ -165,30 +176,59 @@ def rgemm(A: Any, P: Any, C: Any, beta: float) -> None:
     """``C = A @ B + beta * C`` (beta 0 or 1) with ``B`` packed in ``P`` (the per-step product
     of a time loop; 2D ``A`` and ``C`` with contiguous rows, any row stride)."""
     isz = A.itemsize
-    panels(addr(A), A.strides[0] // isz, A.strides[1] // isz, A.shape[0], A.shape[1], P, addr(C),
+    ars = A.strides[0] // isz
+    panels(addr(A), ars, A.strides[1] // isz, MR * ars, A.shape[0], A.shape[1], P, addr(C),
            C.strides[0] // isz, C.shape[1], beta != 0, 0, P.shape[0])
+
+
+@njit(**OPTS)
+def pack_rows(A: Any, m0: int, m1: int, k0: int, kc: int, buf: Any) -> None:
+    """Rows ``[m0, m1)``, columns ``[k0, k0+kc)`` of ``A`` as slivers of MR rows, each ``k``
+    step's MR elements side by side (``buf[s, k, r] = A[m0 + s*MR + r, k0 + k]``): the
+    micro-kernel then reads one short contiguous run per step (for an ``A`` whose rows are not
+    contiguous, e.g. a transposed view)."""
+    for s in range((m1 - m0 + MR - 1) // MR):
+        dst = buf[s]
+        r1 = min(MR, m1 - m0 - s * MR)
+        for k in range(kc):
+            d = dst[k]
+            for r in range(r1):
+                d[r] = A[m0 + s * MR + r, k0 + k]
 
 
 @njit(**OPTS)
 def gemm(A: Any, B: Any, trans_b: bool, C: Any, load: bool, c0: int, c1: int) -> None:
     """Columns ``[c0, c1)`` of ``C = A @ op(B) (+ C when load)``, ``op(B) = B.T`` when
-    ``trans_b``; packs ``op(B)`` itself, ``KC`` rows at a time. ``A`` any 2D array (a transposed
-    view reads as one), ``B`` C-contiguous, ``C`` rows contiguous. A column's value does not
-    depend on ``c0``/``c1`` (the ``KC`` blocks of ``k`` start at 0 whatever the split)."""
+    ``trans_b``, for the batched reductions (long ``K``). Both operands are packed here, ``KC``
+    steps of ``k`` at a time: ``op(B)`` into panels, ``A`` into MR-row slivers, MB rows at a time.
+    ``A`` any 2D array (a transposed view reads as one), ``B`` C-contiguous, ``C`` rows
+    contiguous. A column's value does not depend on ``c0``/``c1`` (the ``KC`` blocks of ``k``
+    start at 0 whatever the split)."""
     M, K = A.shape
     if c1 <= c0 or M == 0:
         return
-    isz = A.itemsize
-    nr = 16 if isz == 4 else 8
-    npan = (c1 - c0 + nr - 1) // nr
-    buf = np.empty((npan, min(K, KC), nr), A.dtype)
-    a, ars, aks = addr(A), A.strides[0] // isz, A.strides[1] // isz
-    c, ldc = addr(C) + c0 * isz, C.strides[0] // isz
     if K == 0:
         if not load:
             C[:, c0:c1] = 0
         return
+    isz = A.itemsize
+    nr = 16 if isz == 4 else 8
+    npan = (c1 - c0 + nr - 1) // nr
+    kb = min(K, KC)
+    bbuf = np.empty((npan, kb, nr), A.dtype)
+    abuf = np.empty((MB // MR, kb, MR), A.dtype)
+    ab = addr(abuf)
+    c, ldc = addr(C) + c0 * isz, C.strides[0] // isz
+    ars, aks = A.strides[0] // isz, A.strides[1] // isz
     for k0 in range(0, K, KC):
         kc = min(KC, K - k0)
-        pack_into(B, trans_b, k0, kc, c0, c1, buf)
-        panels(a + k0 * aks * isz, ars, aks, M, kc, buf, c, ldc, c1 - c0, load or k0 > 0, 0, npan)
+        pack_into(B, trans_b, k0, kc, c0, c1, bbuf)
+        for mb in range(0, M, MB):
+            me = min(M, mb + MB)
+            cm = c + mb * ldc * isz
+            if aks == 1:                       # rows contiguous: read in place
+                panels(addr(A) + (mb * ars + k0) * isz, ars, 1, MR * ars, me - mb, kc, bbuf, cm, ldc, c1 - c0,
+                       load or k0 > 0, 0, npan)
+            else:
+                pack_rows(A, mb, me, k0, kc, abuf)
+                panels(ab, 1, MR, kb * MR, me - mb, kc, bbuf, cm, ldc, c1 - c0, load or k0 > 0, 0, npan)
