@@ -9,7 +9,9 @@ kernel and bias; units; activations; options) and the weights arrive as a mappin
 ``states`` (T+1, B, size) per state part, ``parks`` by the cell's names), so either backward
 can follow either forward; ``walk_back`` runs the backward walk (``_back``, filling ``dxw`` /
 ``drec``), then the batched reductions in one compiled call. Each entry point splits the batch
-into row blocks (:mod:`._threads`).
+into row blocks (:mod:`._threads`). The training loops get the whole (C-contiguous) arrays and
+their block's rows ``lo, hi``, and slice inside: one compiled version serves a whole batch and a
+block of it alike (handing them the slices made two, compiled twice on a new machine).
 """
 
 from __future__ import annotations
@@ -114,9 +116,7 @@ class _Kernel:
             if self.park_gates:
                 parks = {"gates": xw, **parks}
             run_blocks(B, lambda lo, hi: self._train(
-                cell, xw[:, lo:hi], PU, bias, [a[:, lo:hi] for a in hist],
-                {n: p[:, lo:hi] for n, p in parks.items()}, ex, codes,
-                (mk[:, lo:hi], mask is not None, rm[lo:hi], rdrop)))
+                cell, xw, PU, bias, hist, parks, ex, codes, (mk, mask is not None, rm, rdrop, lo, hi)))
             cache = {"x_tm": x_tm, "states": hist, "parks": parks, "mask": mask}
             return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), cache
         # inference: the state and one chunk of projections; the output written in (B, T, out) order
@@ -153,9 +153,8 @@ class _Kernel:
         ex = self._extra_back(cell, w, T, B, dt)
         codes = _codes(cell)
         run_blocks(B, lambda lo, hi: self._back(
-            cell, g3[lo:hi], full, [a[:, lo:hi] for a in hist], {n: p[:, lo:hi] for n, p in parks.items()},
-            PUT, ex, codes, [d[lo:hi] for d in d_init], dxw[:, lo:hi], drec[:, lo:hi], slice(lo, hi),
-            (mk[:, lo:hi], mask is not None, rm[lo:hi], rdrop)))
+            cell, g3, full, hist, parks, PUT, ex, codes, d_init, dxw, drec,
+            (mk, mask is not None, rm, rdrop, lo, hi)))
         names, groups = cell.state_names, cell.rec_groups(GH)
         P = [(hist[names.index(src)][:T] * (rm if rdrop else 1)) if src in names else parks[src]
              for src, _, _ in groups]
@@ -216,7 +215,7 @@ class _Kernel:
         raise NotImplementedError
 
     def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
-              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice,
+              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any,
               mm: tuple[Any, ...]) -> None:
         raise NotImplementedError
 
@@ -233,7 +232,7 @@ class _SimpleKernel(_Kernel):
         _simple.simple_infer(xb, W, bias[0], U, st[0], seq, keep, buf, codes[0], *mm)
 
     def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
-              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice,
+              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any,
               mm: tuple[Any, ...]) -> None:
         _simple.simple_back(g3, full, hist[0], U, codes[0], d_init[0], dxw, *mm)
 
@@ -275,11 +274,11 @@ class _LSTMKernel(_Kernel):
                          *mm)
 
     def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
-              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice,
+              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any,
               mm: tuple[Any, ...]) -> None:
         WpT, dh_seq = ex
         _lstm.lstm_back(g3, full, hist[1], parks["gates"], parks["act_c"], U,
-                        bool(cell.proj_size), WpT, dh_seq[:, rows], d_init[0], d_init[1], *codes, dxw, *mm)
+                        bool(cell.proj_size), WpT, dh_seq, d_init[0], d_init[1], *codes, dxw, *mm)
 
 
 class _GRUKernel(_Kernel):
@@ -306,7 +305,7 @@ class _GRUKernel(_Kernel):
                        *codes, *mm)
 
     def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
-              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice,
+              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any,
               mm: tuple[Any, ...]) -> None:
         _gru.gru_back(g3, full, hist[0], parks["gates"], parks["rh"], U[0], U[1], *codes, d_init[0], dxw, *mm)
 
@@ -324,7 +323,7 @@ class _GRUResetAfterKernel(_Kernel):
         _gru.gru_infer(xb, W, bias[0], U, U, bias[1], True, st[0], seq, keep, buf, *codes, *mm)
 
     def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
-              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any, rows: slice,
+              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any,
               mm: tuple[Any, ...]) -> None:
         _gru.gru_ra_back(g3, full, hist[0], parks["gates"], parks["hu_n"], U, *codes,
                          d_init[0], dxw, drec, *mm)

@@ -55,7 +55,7 @@ def _gru_step(xg: Any, h_prev: Any, hm: Any, h: Any, rh: Any, Uzr: Any, Un: Any,
     B, H = h.shape
     rgemm(hm, Uzr, xg[:, :2 * H], 1.0)          # xw_zr + h_prev @ U_zr, in place
     if rcode != 1:
-        act_ip(xg, 0, 2 * H, rcode)
+        act_ip(xg[:, 0:2 * H], rcode)
     for b in range(B):
         x = xg[b]
         if rcode == 1:
@@ -66,7 +66,7 @@ def _gru_step(xg: Any, h_prev: Any, hm: Any, h: Any, rh: Any, Uzr: Any, Un: Any,
         for j in range(H):
             rr[j] = x[H + j] * hp[j]
     rgemm(rh, Un, xg[:, 2 * H:], 1.0)          # xw_n + rh @ U_n, in place
-    act_ip(xg, 2 * H, H, code)
+    act_ip(xg[:, 2 * H:3 * H], code)
     _blend(xg, h_prev, h)
 
 
@@ -91,18 +91,20 @@ def _gru_ra_step(xg: Any, h_prev: Any, hm: Any, h: Any, hun: Any, U: Any, b1: An
             hn[j] = a[2 * H + j] + b1[2 * H + j]
         for j in range(H):
             x[2 * H + j] = x[H + j] * hn[j] + x[2 * H + j]
-    act_ip(xg, 2 * H, H, code)
+    act_ip(xg[:, 2 * H:3 * H], code)
     _blend(xg, h_prev, h)
 
 
 @njit(**OPTS)
 def gru_train(xw: Any, Uzr: Any, Un: Any, hist_h: Any, rh: Any, code: int, rcode: int, mask: Any,
-              masked: bool, rm: Any, rdrop: bool) -> None:
+              masked: bool, rm: Any, rdrop: bool, lo: int, hi: int) -> None:
     """Training forward, reset_after=False: xw -> gates in place; fills hist_h and ``rh``; with
     ``masked``, rows with ``mask[s, b] == 0`` carry the state through step ``s``; with
     ``rdrop`` the recurrent products see the state times ``rm`` (the blend does not)."""
+    xw, hist_h, rh = xw[:, lo:hi], hist_h[:, lo:hi], rh[:, lo:hi]
+    mask, rm = mask[:, lo:hi], rm[lo:hi]              # (rows [lo, hi) of the batch: see the module)
     T, B = xw.shape[0], xw.shape[1]
-    hm = np.empty((B, hist_h.shape[2]), xw.dtype)
+    hm = np.empty((B, hist_h.shape[2]), xw.dtype)[:, 0:hist_h.shape[2]]
     for s in range(T):
         if rdrop:
             mul_rows(hist_h[s], rm, hm)
@@ -115,11 +117,13 @@ def gru_train(xw: Any, Uzr: Any, Un: Any, hist_h: Any, rh: Any, code: int, rcode
 
 @njit(**OPTS)
 def gru_ra_train(xw: Any, U: Any, b1: Any, hist_h: Any, hun: Any, code: int, rcode: int, mask: Any,
-                 masked: bool, rm: Any, rdrop: bool) -> None:
+                 masked: bool, rm: Any, rdrop: bool, lo: int, hi: int) -> None:
     """Training forward, reset_after=True: xw -> gates in place; fills hist_h and ``hu_n``."""
+    xw, hist_h, hun = xw[:, lo:hi], hist_h[:, lo:hi], hun[:, lo:hi]
+    mask, rm = mask[:, lo:hi], rm[lo:hi]              # (rows [lo, hi) of the batch: see the module)
     T, B, G = xw.shape
-    hu = np.empty((B, G), xw.dtype)
-    hm = np.empty((B, hist_h.shape[2]), xw.dtype)
+    hu = np.empty((B, G), xw.dtype)[:, 0:G]
+    hm = np.empty((B, hist_h.shape[2]), xw.dtype)[:, 0:hist_h.shape[2]]
     for s in range(T):
         if rdrop:
             mul_rows(hist_h[s], rm, hm)
@@ -141,15 +145,16 @@ def gru_infer(x_tm: Any, W: Any, b0: Any, Ua: Any, Ub: Any, b1: Any, ra: bool, h
     H = G // 3
     dt = x_tm.dtype
     chunk = max(1, buf.shape[0] // max(B, 1))   # (an empty batch: any chunk)
-    t1 = np.empty((B, H), dt)
-    hu = np.empty((B, G), dt)
-    hp = np.empty((B, H), dt)
+    h = h[:, 0:H]                        # [:, 0:n] views: the types the training loops pass
+    t1 = np.empty((B, H), dt)[:, 0:H]
+    hu = np.empty((B, G), dt)[:, 0:G]
+    hp = np.empty((B, H), dt)[:, 0:H]
     for t0 in range(0, T, chunk):
         n = min(chunk, T - t0)
         xp = buf[:n * B]
         project(x_tm[t0:t0 + n].reshape((n * B, F)), W, b0, xp)
         for s in range(n):
-            xg = xp[s * B:(s + 1) * B]
+            xg = xp[s * B:(s + 1) * B, 0:G]
             if masked:
                 copy_rows(h, hp)
             if ra:
@@ -164,10 +169,14 @@ def gru_infer(x_tm: Any, W: Any, b0: Any, Ua: Any, Ub: Any, b1: Any, ra: bool, h
 
 @njit(**OPTS)
 def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, UzrT: Any, code: int,
-             rcode: int, dh: Any, dxw: Any, mask: Any, masked: bool, rm: Any, rdrop: bool) -> None:
+             rcode: int, dh: Any, dxw: Any, mask: Any, masked: bool, rm: Any, rdrop: bool, lo: int,
+             hi: int) -> None:
     """reset_after=False backward walk: fills ``dxw`` (T, B, 3H). ``UnT``/``UzrT``: the
     transposed blocks, (H, H) and (2H, H). ``dh`` (B, H) starts at zero and ends as
     dL/d(initial state)."""
+    g3, hist_h, gates, rh = g3[lo:hi], hist_h[:, lo:hi], gates[:, lo:hi], rh[:, lo:hi]
+    dh, dxw = dh[lo:hi], dxw[:, lo:hi]
+    mask, rm = mask[:, lo:hi], rm[lo:hi]              # (rows [lo, hi) of the batch: see the module)
     T, B, G = gates.shape
     H = G // 3
     dt = gates.dtype
@@ -195,7 +204,7 @@ def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, Uz
                 d[j] = (dhr[j] * (hp[j] - gt[2 * H + j])) * dgate(z, rcode)
             for j in range(H):
                 dhr[j] = dhr[j] * gt[j]
-        dact_cols(gates[s], 2 * H, dan, 0, H, code)   # 4b.
+        dact_cols(gates[s, :, 2 * H:3 * H], dan[:, 0:H], code)   # 4b.
         d2 = dxw[s]
         for b in range(B):
             d = d2[b]
@@ -231,9 +240,13 @@ def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, Uz
 
 @njit(**OPTS)
 def gru_ra_back(g3: Any, full: bool, hist_h: Any, gates: Any, hun: Any, UT: Any, code: int, rcode: int,
-                dh: Any, dxw: Any, drec: Any, mask: Any, masked: bool, rm: Any, rdrop: bool) -> None:
+                dh: Any, dxw: Any, drec: Any, mask: Any, masked: bool, rm: Any, rdrop: bool, lo: int,
+                hi: int) -> None:
     """reset_after=True backward walk: fills ``dxw`` and ``drec`` (T, B, 3H); ``UT`` (3H, H);
     ``dh`` as in :func:`gru_back`."""
+    g3, hist_h, gates, hun = g3[lo:hi], hist_h[:, lo:hi], gates[:, lo:hi], hun[:, lo:hi]
+    dh, dxw, drec = dh[lo:hi], dxw[:, lo:hi], drec[:, lo:hi]
+    mask, rm = mask[:, lo:hi], rm[lo:hi]              # (rows [lo, hi) of the batch: see the module)
     T, B, G = gates.shape
     H = G // 3
     one = cst(gates, 1.0)
@@ -253,7 +266,7 @@ def gru_ra_back(g3: Any, full: bool, hist_h: Any, gates: Any, hun: Any, UT: Any,
             dhr = dh[b]
             for j in range(H):                   # 5b.
                 d[2 * H + j] = dhr[j] * (one - gt[j])
-        dact_cols(gates[s], 2 * H, dxw[s], 2 * H, H, code)   # 4b.
+        dact_cols(gates[s, :, 2 * H:3 * H], dxw[s, :, 2 * H:3 * H], code)   # 4b.
         for b in range(B):
             gt = gates[s, b]
             hp = hist_h[s, b]

@@ -169,40 +169,41 @@ def dgate(y: Any, code: int) -> Any:
 
 
 @njit(**OPTS)
-def act_cols(src: Any, slo: int, dst: Any, dlo: int, n: int, code: int) -> None:
-    """``dst[:, dlo:dlo+n] = act(src[:, slo:slo+n])`` over two different 2D arrays.
+def act_cols(src: Any, dst: Any, code: int) -> None:
+    """``dst = act(src)`` over two 2D views of the same shape (column blocks of bigger arrays).
 
-    One loop per activation (the branch hoisted by hand), so each vectorises."""
-    R = src.shape[0]
+    One loop per activation (the branch hoisted by hand), so each vectorises. The kernels pass
+    ``[:, lo:hi]`` views, so one compiled version serves every call site."""
+    R, n = src.shape
     if code == 0:
         for r in range(R):
             s, d = src[r], dst[r]
             for j in range(n):
-                d[dlo + j] = fast_tanh(s[slo + j])
+                d[j] = fast_tanh(s[j])
     elif code == 1:
         for r in range(R):
             s, d = src[r], dst[r]
             for j in range(n):
-                d[dlo + j] = sig(s[slo + j])
+                d[j] = sig(s[j])
     elif code == 2:
         for r in range(R):
             s, d = src[r], dst[r]
             for j in range(n):
-                v = s[slo + j]
-                d[dlo + j] = v if v > cst(v, 0.0) else cst(v, 0.0)
+                v = s[j]
+                d[j] = v if v > cst(v, 0.0) else cst(v, 0.0)
     elif code == 4:
         for r in range(R):
             s, d = src[r], dst[r]
             for j in range(n):
-                d[dlo + j] = hsig(s[slo + j])
+                d[j] = hsig(s[j])
     else:
         for r in range(R):
             s, d = src[r], dst[r]
             for j in range(n):
-                d[dlo + j] = s[slo + j]
+                d[j] = s[j]
 
 
-@njit(**OPTS)
+@njit(inline="always", **OPTS)
 def add_upstream(dh: Any, g3: Any, gs: int) -> None:
     """``dh += g3[:, gs]``: the upstream gradient of one output slot into the backward state."""
     B, H = dh.shape
@@ -213,7 +214,7 @@ def add_upstream(dh: Any, g3: Any, gs: int) -> None:
             dhr[j] += gr[j]
 
 
-@njit(**OPTS)
+@njit(inline="always", **OPTS)
 def copy_rows(src: Any, dst: Any) -> None:
     """``dst[:] = src`` for 2D arrays with contiguous rows (numba's generic strided copy is slow)."""
     for b in range(src.shape[0]):
@@ -222,7 +223,7 @@ def copy_rows(src: Any, dst: Any) -> None:
             d[j] = s[j]
 
 
-@njit(**OPTS)
+@njit(inline="always", **OPTS)
 def mul_rows(a: Any, m: Any, out: Any) -> None:
     """``out = a * m`` elementwise over 2D arrays (the recurrent dropout of the state fed back)."""
     for b in range(a.shape[0]):
@@ -231,7 +232,7 @@ def mul_rows(a: Any, m: Any, out: Any) -> None:
             o[j] = ar[j] * mr[j]
 
 
-@njit(**OPTS)
+@njit(inline="always", **OPTS)
 def add_mul_rows(acc: Any, a: Any, m: Any) -> None:
     """``acc += a * m`` elementwise over 2D arrays."""
     for b in range(a.shape[0]):
@@ -240,7 +241,7 @@ def add_mul_rows(acc: Any, a: Any, m: Any) -> None:
             r[j] += ar[j] * mr[j]
 
 
-@njit(**OPTS)
+@njit(inline="always", **OPTS)
 def carry(prev: Any, new: Any, m: Any) -> None:
     """``new[b] = prev[b]`` for every row with ``m[b] == 0``: a masked step carries the state."""
     for b in range(m.shape[0]):
@@ -250,7 +251,7 @@ def carry(prev: Any, new: Any, m: Any) -> None:
                 d[j] = s[j]
 
 
-@njit(**OPTS)
+@njit(inline="always", **OPTS)
 def hold(d: Any, save: Any, m: Any) -> None:
     """Backward of a masked step, before it: rows with ``m[b] == 0`` of ``d`` move into ``save``
     (``d`` there becomes 0, so the step's backward contributes nothing for them)."""
@@ -262,7 +263,7 @@ def hold(d: Any, save: Any, m: Any) -> None:
                 r[j] = 0
 
 
-@njit(**OPTS)
+@njit(inline="always", **OPTS)
 def release(d: Any, save: Any, m: Any) -> None:
     """Backward of a masked step, after it: ``d[b] += save[b]`` for the held rows (the carried
     state passes its gradient straight through)."""
@@ -274,59 +275,59 @@ def release(d: Any, save: Any, m: Any) -> None:
 
 
 @njit(**OPTS)
-def act_ip(a: Any, lo: int, n: int, code: int) -> None:
-    """``a[:, lo:lo+n] = act(a[:, lo:lo+n])`` in place. (A separate function: with two array
-    arguments that are the same array, LLVM's overlap check would pick the scalar loop.)"""
-    R = a.shape[0]
+def act_ip(a: Any, code: int) -> None:
+    """``a = act(a)`` in place on a 2D view. (A separate function: with two array arguments that
+    are the same array, LLVM's overlap check would pick the scalar loop.)"""
+    R, n = a.shape
     if code == 0:
         for r in range(R):
             x = a[r]
             for j in range(n):
-                x[lo + j] = fast_tanh(x[lo + j])
+                x[j] = fast_tanh(x[j])
     elif code == 1:
         for r in range(R):
             x = a[r]
             for j in range(n):
-                x[lo + j] = sig(x[lo + j])
+                x[j] = sig(x[j])
     elif code == 2:
         for r in range(R):
             x = a[r]
             for j in range(n):
-                v = x[lo + j]
-                x[lo + j] = v if v > cst(v, 0.0) else cst(v, 0.0)
+                v = x[j]
+                x[j] = v if v > cst(v, 0.0) else cst(v, 0.0)
     elif code == 4:
         for r in range(R):
             x = a[r]
             for j in range(n):
-                x[lo + j] = hsig(x[lo + j])
+                x[j] = hsig(x[j])
 
 
 @njit(**OPTS)
-def dact_cols(y: Any, ylo: int, g: Any, glo: int, n: int, code: int) -> None:
-    """``g[:, glo:glo+n] = dact(y[:, ylo:ylo+n], g[:, glo:glo+n])`` in place on ``g``."""
-    R = y.shape[0]
+def dact_cols(y: Any, g: Any, code: int) -> None:
+    """``g = dact(y, g)`` in place on ``g`` (2D views of the same shape)."""
+    R, n = y.shape
     if code == 0:
         for r in range(R):
             yr, gr = y[r], g[r]
             for j in range(n):
-                v = yr[ylo + j]
-                gr[glo + j] = gr[glo + j] * (cst(v, 1.0) - v * v)
+                v = yr[j]
+                gr[j] = gr[j] * (cst(v, 1.0) - v * v)
     elif code == 1:
         for r in range(R):
             yr, gr = y[r], g[r]
             for j in range(n):
-                v = yr[ylo + j]
-                gr[glo + j] = gr[glo + j] * v * (cst(v, 1.0) - v)
+                v = yr[j]
+                gr[j] = gr[j] * v * (cst(v, 1.0) - v)
     elif code == 2:
         for r in range(R):
             yr, gr = y[r], g[r]
             for j in range(n):
-                gr[glo + j] = gr[glo + j] if yr[ylo + j] > cst(yr[ylo + j], 0.0) else cst(yr[ylo + j], 0.0)
+                gr[j] = gr[j] if yr[j] > cst(yr[j], 0.0) else cst(yr[j], 0.0)
     elif code == 4:
         for r in range(R):
             yr, gr = y[r], g[r]
             for j in range(n):
-                gr[glo + j] = gr[glo + j] * dgate(yr[ylo + j], 4)
+                gr[j] = gr[j] * dgate(yr[j], 4)
 
 
 @njit(**OPTS)

@@ -47,16 +47,16 @@ def _step(a: Any, c_prev: Any, c: Any, act_c: Any, h: Any, code: int, rcode: int
             for j in range(H):                  # (a loop from 0: measured 3x faster)
                 ar[3 * H + j] = sig(ar[3 * H + j])
     else:
-        act_ip(a, 0, 2 * H, rcode)
-        act_ip(a, 3 * H, H, rcode)
-    act_ip(a, 2 * H, H, code)
+        act_ip(a[:, 0:2 * H], rcode)
+        act_ip(a[:, 3 * H:4 * H], rcode)
+    act_ip(a[:, 2 * H:3 * H], code)
     for b in range(B):
         ar = a[b]
         cp = c_prev[b]
         cn = c[b]
         for j in range(H):
             cn[j] = ar[H + j] * cp[j] + ar[j] * ar[2 * H + j]
-    act_cols(c, 0, act_c, 0, H, code)
+    act_cols(c[:, 0:H], act_c[:, 0:H], code)
     for b in range(B):
         ar = a[b]
         ac = act_c[b]
@@ -67,14 +67,18 @@ def _step(a: Any, c_prev: Any, c: Any, act_c: Any, h: Any, code: int, rcode: int
 
 @njit(**OPTS)
 def lstm_train(xw: Any, U: Any, hist_h: Any, hist_c: Any, act_c: Any, proj: bool, Wp: Any, m: Any,
-               code: int, rcode: int, mask: Any, masked: bool, rm: Any, rdrop: bool) -> None:
+               code: int, rcode: int, mask: Any, masked: bool, rm: Any, rdrop: bool, lo: int,
+               hi: int) -> None:
     """Training forward. ``xw`` (T, B, 4H) holds the projections on entry and the parked gates
     ``[i|f|g|o]`` on exit; ``hist_h`` (T+1, B, S) / ``hist_c`` (T+1, B, H) have row 0 set to
     the initial state and receive every later one; ``act_c`` (T, B, H) receives act(c), and
     with ``proj`` ``m`` (T, B, H) receives o * act(c). ``masked``/``rdrop`` as in the SimpleRNN
     kernel."""
+    xw, hist_h, hist_c = xw[:, lo:hi], hist_h[:, lo:hi], hist_c[:, lo:hi]
+    act_c, m = act_c[:, lo:hi], m[:, lo:hi]
+    mask, rm = mask[:, lo:hi], rm[lo:hi]              # (rows [lo, hi) of the batch: see the module)
     T, B = xw.shape[0], xw.shape[1]
-    hm = np.empty((B, hist_h.shape[2]), xw.dtype)
+    hm = np.empty((B, hist_h.shape[2]), xw.dtype)[:, 0:hist_h.shape[2]]
     for s in range(T):
         gt = xw[s]
         if rdrop:
@@ -101,16 +105,18 @@ def lstm_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, c: Any, seq: Any, kee
     T, B, F = x_tm.shape
     H = c.shape[1]
     chunk = max(1, buf.shape[0] // max(B, 1))   # (an empty batch: any chunk)
-    ac = np.empty((B, H), x_tm.dtype)
-    m = np.empty((B, H), x_tm.dtype)
-    hp = np.empty(h.shape, x_tm.dtype)
-    cp = np.empty((B, H), x_tm.dtype)
+    S, G = h.shape[1], buf.shape[1]
+    h, c = h[:, 0:S], c[:, 0:H]          # [:, 0:n] views: the types the training loops pass
+    ac = np.empty((B, H), x_tm.dtype)[:, 0:H]
+    m = np.empty((B, H), x_tm.dtype)[:, 0:H]
+    hp = np.empty((B, S), x_tm.dtype)[:, 0:S]
+    cp = np.empty((B, H), x_tm.dtype)[:, 0:H]
     for t0 in range(0, T, chunk):
         n = min(chunk, T - t0)
         xp = buf[:n * B]
         project(x_tm[t0:t0 + n].reshape((n * B, F)), W, b0, xp)
         for s in range(n):
-            a = xp[s * B:(s + 1) * B]
+            a = xp[s * B:(s + 1) * B, 0:G]
             rgemm(h, U, a, 1.0)             # a = xw + h_prev @ U, in place
             if masked:
                 copy_rows(h, hp)
@@ -130,13 +136,16 @@ def lstm_infer(x_tm: Any, W: Any, b0: Any, U: Any, h: Any, c: Any, seq: Any, kee
 @njit(**OPTS)
 def lstm_back(g3: Any, full: bool, hist_c: Any, gates: Any, act_c: Any, UT: Any, proj: bool, WpT: Any,
               dh_seq: Any, dh: Any, dc: Any, code: int, rcode: int, dxw: Any, mask: Any,
-              masked: bool, rm: Any, rdrop: bool) -> None:
+              masked: bool, rm: Any, rdrop: bool, lo: int, hi: int) -> None:
     """The backward walk: fills ``dxw`` (T, B, 4H) with dL/dxw_s. ``g3`` is the upstream
     gradient (B, T, S) when ``full`` (return_sequences), else (B, 1, S) for the last step;
-    ``UT`` is U transposed, (4H, S) (BLAS measured faster on it than with a transpose flag).
+    ``UT`` is U transposed, (4H, S), packed.
     With ``proj``: ``WpT`` (P, H), and ``dh_seq`` (T, B, P) receives dL/dh of every step (for
     the projection's gradient). ``dh`` (B, S) and ``dc`` (B, H) start at zero and end as
     dL/d(initial state)."""
+    g3, hist_c, gates, act_c = g3[lo:hi], hist_c[:, lo:hi], gates[:, lo:hi], act_c[:, lo:hi]
+    dh_seq, dh, dc, dxw = dh_seq[:, lo:hi], dh[lo:hi], dc[lo:hi], dxw[:, lo:hi]
+    mask, rm = mask[:, lo:hi], rm[lo:hi]
     T, B, G = gates.shape
     H = G // 4
     dt = gates.dtype
@@ -168,7 +177,7 @@ def lstm_back(g3: Any, full: bool, hist_c: Any, gates: Any, act_c: Any, UT: Any,
                 d[3 * H + j] = (dhr[j] * ac[j]) * dgate(o, rcode)
             for j in range(H):
                 tr[j] = dhr[j] * gt[3 * H + j]
-        dact_cols(act_c[s], 0, tmp, 0, H, code)
+        dact_cols(act_c[s, :, 0:H], tmp[:, 0:H], code)
         for b in range(B):                       # 3b. + 2b.
             gt = gt2[b]
             cp = hist_c[s, b]
@@ -186,7 +195,7 @@ def lstm_back(g3: Any, full: bool, hist_c: Any, gates: Any, act_c: Any, UT: Any,
                 d[2 * H + j] = dcv * i
             for j in range(H):
                 dcr[j] = dcr[j] * gt[H + j]
-        dact_cols(gt2, 2 * H, d2, 2 * H, H, code)
+        dact_cols(gt2[:, 2 * H:3 * H], d2[:, 2 * H:3 * H], code)
         rgemm(d2, UT, dh, 0.0)
         if rdrop:
             mul_rows(dh, rm, dh)

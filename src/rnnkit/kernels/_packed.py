@@ -242,7 +242,7 @@ def pack(B: np.ndarray, trans: bool = False, cols: tuple[int, int] | None = None
     return pack_cols(B, trans, c0, c1)
 
 
-@njit(**OPTS)
+@njit(inline="always", **OPTS)
 def rgemm(A: Any, P: Any, C: Any, beta: float) -> None:
     """``C = A @ B + beta * C`` (beta 0 or 1) with ``B`` packed in ``P`` (the per-step product
     of a time loop; 2D ``A`` and ``C`` with contiguous rows, any row stride)."""
