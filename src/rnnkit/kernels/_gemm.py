@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rnnkit.kernels._jit import OPTS, njit
+from rnnkit.kernels._jit import OPTS, njit, row
 from rnnkit.kernels._packed import gemm, rgemm
 
 
@@ -14,7 +14,7 @@ def project(x2: Any, PW: Any, b0: Any, out: Any) -> None:
     """``out = x2 @ W + b0`` (the input projection of every step, one product; ``W`` packed in
     ``PW``)."""
     for r in range(out.shape[0]):
-        o = out[r]
+        o = row(out, r)
         for j in range(o.shape[0]):
             o[j] = b0[j]
     rgemm(x2, PW, out, 1.0)
@@ -33,15 +33,15 @@ def reductions(x2: Any, dxw2: Any, drec2: Any, P1: Any, P2: Any, split: int, W: 
         db[:, c0:c1] = 0
         d0 = db[0]
         for r in range(dxw2.shape[0]):
-            row = dxw2[r]
+            dr = row(dxw2, r)
             for j in range(c0, c1):
-                d0[j] += row[j]
+                d0[j] += dr[j]
         if db.shape[0] == 2:
             d1 = db[1]
             for r in range(drec2.shape[0]):
-                row = drec2[r]
+                dr = row(drec2, r)
                 for j in range(c0, c1):
-                    d1[j] += row[j]
+                    d1[j] += dr[j]
         a, b = c0, min(c1, split)
         if b > a:
             gemm(P1.T, drec2, False, dU, False, a, b)

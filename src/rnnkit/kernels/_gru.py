@@ -27,6 +27,7 @@ from rnnkit.kernels._jit import (
     mul_rows,
     njit,
     release,
+    row,
     sig,
 )
 from rnnkit.kernels._packed import rgemm
@@ -38,9 +39,9 @@ def _blend(xg: Any, h_prev: Any, h: Any) -> None:
     (``xg`` holds [z|r|n]; ``h`` may be ``h_prev``)."""
     B, H = h.shape
     for b in range(B):
-        x = xg[b]
-        hp = h_prev[b]
-        hr = h[b]
+        x = row(xg, b)
+        hp = row(h_prev, b)
+        hr = row(h, b)
         for j in range(H):
             n = x[2 * H + j]
             hr[j] = (hp[j] - n) * x[j] + n
@@ -57,12 +58,12 @@ def _gru_step(xg: Any, h_prev: Any, hm: Any, h: Any, rh: Any, Uzr: Any, Un: Any,
     if rcode != 1:
         act_ip(xg[:, 0:2 * H], rcode)
     for b in range(B):
-        x = xg[b]
+        x = row(xg, b)
         if rcode == 1:
             for j in range(2 * H):
                 x[j] = sig(x[j])
-        hp = hm[b]
-        rr = rh[b]
+        hp = row(hm, b)
+        rr = row(rh, b)
         for j in range(H):
             rr[j] = x[H + j] * hp[j]
     rgemm(rh, Un, xg[:, 2 * H:], 1.0)          # xw_n + rh @ U_n, in place
@@ -78,15 +79,15 @@ def _gru_ra_step(xg: Any, h_prev: Any, hm: Any, h: Any, hun: Any, U: Any, b1: An
     B, H = h.shape
     rgemm(hm, U, hu, 0.0)
     for b in range(B):
-        x = xg[b]
-        a = hu[b]
+        x = row(xg, b)
+        a = row(hu, b)
         if rcode == 1:
             for j in range(2 * H):
                 x[j] = sig(x[j] + (a[j] + b1[j]))
         else:
             for j in range(2 * H):
                 x[j] = act(x[j] + (a[j] + b1[j]), rcode)
-        hn = hun[b]
+        hn = row(hun, b)
         for j in range(H):
             hn[j] = a[2 * H + j] + b1[2 * H + j]
         for j in range(H):
@@ -192,11 +193,11 @@ def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, Uz
         if masked:
             hold(dh, sv, mask[s])
         for b in range(B):
-            gt = gates[s, b]
-            hp = hist_h[s, b]
-            d = dxw[s, b]
-            dhr = dh[b]
-            dn = dan[b]
+            gt = row(gates[s], b)
+            hp = row(hist_h[s], b)
+            d = row(dxw[s], b)
+            dhr = row(dh, b)
+            dn = row(dan, b)
             for j in range(H):                   # 5b.
                 dn[j] = dhr[j] * (one - gt[j])
             for j in range(H):                   # 2b. for z
@@ -207,26 +208,26 @@ def gru_back(g3: Any, full: bool, hist_h: Any, gates: Any, rh: Any, UnT: Any, Uz
         dact_cols(gates[s, :, 2 * H:3 * H], dan[:, 0:H], code)   # 4b.
         d2 = dxw[s]
         for b in range(B):
-            d = d2[b]
-            dn = dan[b]
+            d = row(d2, b)
+            dn = row(dan, b)
             for j in range(H):
                 d[2 * H + j] = dn[j]
         rgemm(dan, UnT, drh, 0.0)
         if rdrop:                                # the products saw h_prev * rm
             mul_rows(drh, rm, tmp)
         for b in range(B):
-            gt = gates[s, b]
-            hp = hist_h[s, b]
-            d = dxw[s, b]
-            dr = drh[b]
+            gt = row(gates[s], b)
+            hp = row(hist_h[s], b)
+            d = row(dxw[s], b)
+            dr = row(drh, b)
             for j in range(H):                   # 3b. + 2b. for r
                 r = gt[H + j]
                 d[H + j] = (dr[j] * (hp[j] * rm[b, j] if rdrop else hp[j])) * dgate(r, rcode)
-            dhr = dh[b]
-            dm = tmp[b] if rdrop else dr
+            dhr = row(dh, b)
+            dm = row(tmp, b) if rdrop else dr
             for j in range(H):
                 dhr[j] += dm[j] * gt[H + j]
-            zr = dzr[b]
+            zr = row(dzr, b)
             for j in range(2 * H):
                 zr[j] = d[j]
         if rdrop:
@@ -258,22 +259,22 @@ def gru_ra_back(g3: Any, full: bool, hist_h: Any, gates: Any, hun: Any, UT: Any,
         if masked:
             hold(dh, sv, mask[s])
         for b in range(B):
-            gt = gates[s, b]
-            hp = hist_h[s, b]
-            hn = hun[s, b]
-            d = dxw[s, b]
-            dr_ = drec[s, b]
-            dhr = dh[b]
+            gt = row(gates[s], b)
+            hp = row(hist_h[s], b)
+            hn = row(hun[s], b)
+            d = row(dxw[s], b)
+            dr_ = row(drec[s], b)
+            dhr = row(dh, b)
             for j in range(H):                   # 5b.
                 d[2 * H + j] = dhr[j] * (one - gt[j])
         dact_cols(gates[s, :, 2 * H:3 * H], dxw[s, :, 2 * H:3 * H], code)   # 4b.
         for b in range(B):
-            gt = gates[s, b]
-            hp = hist_h[s, b]
-            hn = hun[s, b]
-            d = dxw[s, b]
-            dr_ = drec[s, b]
-            dhr = dh[b]
+            gt = row(gates[s], b)
+            hp = row(hist_h[s], b)
+            hn = row(hun[s], b)
+            d = row(dxw[s], b)
+            dr_ = row(drec[s], b)
+            dhr = row(dh, b)
             for j in range(H):
                 dr_[2 * H + j] = d[2 * H + j] * gt[H + j]
             for j in range(H):                   # 2b.

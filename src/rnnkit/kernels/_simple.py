@@ -85,8 +85,7 @@ def simple_back(g3: Any, full: bool, hist_h: Any, UT: Any, code: int, dh: Any, d
         if masked:
             hold(dh, sv, mask[s])
         d2 = dxw[s]
-        for b in range(B):
-            d2[b] = dh[b]
+        copy_rows(dh, d2)
         dact_cols(hist_h[s + 1, :, 0:H], d2[:, 0:H], code)
         rgemm(d2, UT, dh, 0.0)
         if rdrop:
