@@ -1,6 +1,6 @@
 """Numba building blocks of the fast paths: the compile options, the activations, the row-wise
-helpers of the time loops (carries and holds for masks, recurrent dropout). The GEMMs are in
-:mod:`._gemm`.
+helpers of the time loops (carries and holds for masks, recurrent dropout), the ``row`` view.
+The products are in :mod:`._packed` (the walker's own in :mod:`._gemm`).
 
 Importing this module imports numba; :mod:`rnnkit.kernels` does so lazily, on the first call
 that needs a kernel.
@@ -42,7 +42,8 @@ from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic, overload
 
 # NOTE numba's on-disk cache is invalidated by the timestamp of a function's OWN file only: after
-# editing this module, touch _gemm.py, _lstm.py, _gru.py and _simple.py (or their caches go stale).
+# editing this module (or _micro.py), touch _packed.py, _gemm.py, _lstm.py, _gru.py and _simple.py
+# (or their caches go stale).
 
 #: compile options of every kernel: on-disk cache, numpy error model (lets loops vectorise),
 #: FMA contraction allowed (no reassociation: results stay within a few ulp of the reference)
