@@ -260,10 +260,7 @@ def gru_ra_back(g3: Any, full: bool, hist_h: Any, gates: Any, hun: Any, UT: Any,
             hold(dh, sv, mask[s])
         for b in range(B):
             gt = row(gates[s], b)
-            hp = row(hist_h[s], b)
-            hn = row(hun[s], b)
             d = row(dxw[s], b)
-            dr_ = row(drec[s], b)
             dhr = row(dh, b)
             for j in range(H):                   # 5b.
                 d[2 * H + j] = dhr[j] * (one - gt[j])
