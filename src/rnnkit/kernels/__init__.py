@@ -29,8 +29,10 @@ rational tanh (max abs error 2.6e-7; sigmoid 1.6e-7) instead of libm's, so float
 differ from the reference by a few 1e-7 per step.
 
 Threads: a batch of at least 16 rows is split into one block of rows per core, each block running
-the whole time loop on its own thread (rows never interact; BLAS single-threaded inside a block).
-``RNNKIT_KERNEL_THREADS=1`` keeps everything on the calling thread (read at the first kernel call).
+the whole time loop on its own thread (rows never interact; no BLAS inside a block: the products
+are rnnkit's own packed ones). ``RNNKIT_KERNEL_THREADS=1`` keeps everything on the calling thread
+(read at the first kernel call). Results do not depend on the number of threads nor on the batch
+size: a row's result is computed the same way whatever rows share its block.
 
 Numba is imported on the first call that needs a kernel, never by ``import rnnkit``; if it is
 missing, one ``RuntimeWarning`` says so and every layer runs the reference.

@@ -34,7 +34,7 @@ Arrays = tuple[np.ndarray, ...]
 CHUNK_BYTES = 1 << 22
 
 #: from this many multiply-adds ((T*B) * G*H * (F+H)) on, the reductions run in parts on the
-#: cores (gate columns of dW/dU/db, rows of dx; single-threaded BLAS each) instead of one call;
+#: cores (gate columns of dW/dU/db, rows of dx; one packed product each) instead of one call;
 #: likewise the training projection (rows), from (T*B) * F * G*H
 PARALLEL_REDUCTIONS = 1 << 24
 

@@ -86,7 +86,7 @@ def lstm_train(xw: Any, U: Any, hist_h: Any, hist_c: Any, act_c: Any, proj: bool
             mul_rows(hist_h[s], rm, hm)
             rgemm(hm, U, gt, 1.0)
         else:
-            rgemm(hist_h[s], U, gt, 1.0)  # a = xw + h_prev @ U, in place (BLAS beta=1)
+            rgemm(hist_h[s], U, gt, 1.0)  # a = xw + h_prev @ U, accumulated in place
         if proj:
             _step(gt, hist_c[s], hist_c[s + 1], act_c[s], m[s], code, rcode)
             rgemm(m[s], Wp, hist_h[s + 1], 0.0)     # 5. h = m @ Wp
