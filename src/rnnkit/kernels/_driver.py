@@ -163,7 +163,8 @@ class _Kernel:
         db = np.empty((w[cell.bias].shape[0] if cell.bias is not None else 1, GH), dt)
         dU = np.empty(U.shape, dt)
         dx_tm = np.empty((T, B, F), dt)
-        args = (x_tm.reshape(T * B, F), dxw.reshape(T * B, GH), drec.reshape(T * B, GH), P[0], P[-1],
+        args = (x_tm.reshape(T * B, F), dxw.reshape(T * B, GH), drec.reshape(T * B, GH), drec is dxw,
+                P[0], P[-1],
                 groups[0][2], W, dW, db, dU, dx_tm.reshape(T * B, F))
         big = T * B * GH * (F + U.shape[0]) >= PARALLEL_REDUCTIONS
         starts = [lo for lo, _ in blocks(T * B)] if big else [0]

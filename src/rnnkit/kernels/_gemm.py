@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rnnkit.kernels._jit import OPTS, njit, row
-from rnnkit.kernels._packed import gemm, rgemm
+from rnnkit.kernels._packed import gemm, gemm2, rgemm
 
 
 @njit(**OPTS)
@@ -21,7 +21,7 @@ def project(x2: Any, PW: Any, b0: Any, out: Any) -> None:
 
 
 @njit(**OPTS)
-def reductions(x2: Any, dxw2: Any, drec2: Any, P1: Any, P2: Any, split: int, W: Any, dW: Any,
+def reductions(x2: Any, dxw2: Any, drec2: Any, shared: bool, P1: Any, P2: Any, split: int, W: Any, dW: Any,
                db: Any, dU: Any, dx2: Any, c0: int, c1: int, r0: int, r1: int) -> None:
     """The walker's batched weight-gradient reductions (see its docstring) for the gate columns
     ``[c0, c1)`` and the input-gradient rows ``[r0, r1)`` (so parts can run on several threads;
@@ -29,7 +29,10 @@ def reductions(x2: Any, dxw2: Any, drec2: Any, P1: Any, P2: Any, split: int, W: 
     ``db[0] = sum(dxw)`` (``db[1] = sum(drec)`` when 2 rows), ``dU[:, :split] = P1^T
     drec[:, :split]``, ``dU[:, split:] = P2^T drec[:, split:]``, ``dx = dxw W^T``."""
     if c1 > c0:
-        gemm(x2.T, dxw2, False, dW, False, c0, c1)
+        if shared and split >= c1:         # dU's columns all from P1, against the same dxw: one packing
+            gemm2(x2.T, dW, P1.T, dU, dxw2, c0, c1)
+        else:
+            gemm(x2.T, dxw2, False, dW, False, c0, c1)
         db[:, c0:c1] = 0
         d0 = db[0]
         for r in range(dxw2.shape[0]):
@@ -42,7 +45,7 @@ def reductions(x2: Any, dxw2: Any, drec2: Any, P1: Any, P2: Any, split: int, W: 
                 dr = row(drec2, r)
                 for j in range(c0, c1):
                     d1[j] += dr[j]
-        a, b = c0, min(c1, split)
+        a, b = (c1, c1) if shared and split >= c1 else (c0, min(c1, split))
         if b > a:
             gemm(P1.T, drec2, False, dU, False, a, b)
         a, b = max(c0, split), c1

@@ -267,6 +267,27 @@ def pack_rows(A: Any, m0: int, m1: int, k0: int, kc: int, buf: Any) -> None:
                 d[r] = A[m0 + s * MR + r, k0 + k]
 
 
+@njit(inline="always", **OPTS)
+def _rows_times_block(A: Any, C: Any, c0: int, c1: int, k0: int, kc: int, bbuf: Any, abuf: Any,
+                      load: bool) -> None:
+    """``C[:, c0:c1] (+)= A[:, k0:k0+kc] @ (the packed block of B in bbuf)``, MB rows at a time
+    (``A`` read in place when its rows are contiguous, else packed into slivers in ``abuf``)."""
+    M = A.shape[0]
+    isz = A.itemsize
+    npan, kb = bbuf.shape[0], bbuf.shape[1]
+    c, ldc = addr(C) + c0 * isz, C.strides[0] // isz
+    ars, aks = A.strides[0] // isz, A.strides[1] // isz
+    for mb in range(0, M, MB):
+        me = min(M, mb + MB)
+        cm = c + mb * ldc * isz
+        if aks == 1:                       # rows contiguous: read in place
+            panels(addr(A) + (mb * ars + k0) * isz, ars, 1, MR * ars, me - mb, kc, bbuf, cm, ldc, c1 - c0,
+                   load, 0, npan)
+        else:
+            pack_rows(A, mb, me, k0, kc, abuf)
+            panels(addr(abuf), 1, MR, kb * MR, me - mb, kc, bbuf, cm, ldc, c1 - c0, load, 0, npan)
+
+
 @njit(**OPTS)
 def gemm(A: Any, B: Any, trans_b: bool, C: Any, load: bool, c0: int, c1: int) -> None:
     """Columns ``[c0, c1)`` of ``C = A @ op(B) (+ C when load)``, ``op(B) = B.T`` when
@@ -282,24 +303,36 @@ def gemm(A: Any, B: Any, trans_b: bool, C: Any, load: bool, c0: int, c1: int) ->
         if not load:
             C[:, c0:c1] = 0
         return
-    isz = A.itemsize
-    nr = 16 if isz == 4 else 8
-    npan = (c1 - c0 + nr - 1) // nr
+    nr = 16 if A.itemsize == 4 else 8
     kb = min(K, KC)
-    bbuf = np.empty((npan, kb, nr), A.dtype)
+    bbuf = np.empty(((c1 - c0 + nr - 1) // nr, kb, nr), A.dtype)
     abuf = np.empty((MB // MR, kb, MR), A.dtype)
-    ab = addr(abuf)
-    c, ldc = addr(C) + c0 * isz, C.strides[0] // isz
-    ars, aks = A.strides[0] // isz, A.strides[1] // isz
     for k0 in range(0, K, KC):
         kc = min(KC, K - k0)
         pack_into(B, trans_b, k0, kc, c0, c1, bbuf)
-        for mb in range(0, M, MB):
-            me = min(M, mb + MB)
-            cm = c + mb * ldc * isz
-            if aks == 1:                       # rows contiguous: read in place
-                panels(addr(A) + (mb * ars + k0) * isz, ars, 1, MR * ars, me - mb, kc, bbuf, cm, ldc, c1 - c0,
-                       load or k0 > 0, 0, npan)
-            else:
-                pack_rows(A, mb, me, k0, kc, abuf)
-                panels(ab, 1, MR, kb * MR, me - mb, kc, bbuf, cm, ldc, c1 - c0, load or k0 > 0, 0, npan)
+        _rows_times_block(A, C, c0, c1, k0, kc, bbuf, abuf, load or k0 > 0)
+
+
+@njit(**OPTS)
+def gemm2(A1: Any, C1: Any, A2: Any, C2: Any, B: Any, c0: int, c1: int) -> None:
+    """Columns ``[c0, c1)`` of ``C1 = A1 @ B`` and ``C2 = A2 @ B`` (the same ``K``), each block
+    of ``B`` packed once for both (the weight-gradient reductions ``x^T dxw`` and ``h^T dxw``).
+    The same values as two :func:`gemm` calls."""
+    K = B.shape[0]
+    if c1 <= c0:
+        return
+    if K == 0:
+        C1[:, c0:c1] = 0
+        C2[:, c0:c1] = 0
+        return
+    nr = 16 if B.itemsize == 4 else 8
+    kb = min(K, KC)
+    bbuf = np.empty(((c1 - c0 + nr - 1) // nr, kb, nr), B.dtype)
+    abuf = np.empty((MB // MR, kb, MR), B.dtype)
+    for k0 in range(0, K, KC):
+        kc = min(KC, K - k0)
+        pack_into(B, False, k0, kc, c0, c1, bbuf)
+        if A1.shape[0] > 0:
+            _rows_times_block(A1, C1, c0, c1, k0, kc, bbuf, abuf, k0 > 0)
+        if A2.shape[0] > 0:
+            _rows_times_block(A2, C2, c0, c1, k0, kc, bbuf, abuf, k0 > 0)
