@@ -20,7 +20,7 @@ def isa_in_effect() -> dict[str, Any]:
     out: dict[str, Any] = {"requested": os.environ.get("RNNKIT_BENCH_ISA", "native")}
     import ctypes
 
-    import scipy.linalg  # noqa: F401 - loads the OpenBLAS the kernels call
+    import numpy  # noqa: F401 - its OpenBLAS: the sgemm roof, the reference path, Dense (not the kernels)
 
     cores = set()
     with open("/proc/self/maps") as fh:
