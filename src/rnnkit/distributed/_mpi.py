@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
@@ -29,6 +30,8 @@ from rnnkit.distributed._errors import DistributedError
 from rnnkit.io._interop_errors import MissingDependencyError
 
 SHARDS = ("replicated", "local")
+#: seconds a failing rank waits between writing its report and MPI_Abort (see ``abort``)
+ABORT_GRACE_S = 0.5
 T = TypeVar("T")
 
 
@@ -196,6 +199,10 @@ class MPI:
         sys.stderr.write(f"{tb}{prefix}rank {self.rank} failed: {type(exc).__name__}: "
                          f"{text}; aborting all {self.size} ranks\n")
         sys.stderr.flush()
+        # the report sits in a pipe to the process manager, which forwards it asynchronously and
+        # drops what it has not read once MPI_Abort tears the job down (seen: an empty stderr from
+        # mpiexec on a busy machine); a moment's pause lets it through
+        time.sleep(ABORT_GRACE_S)
         self.comm.Abort(code)
         os._exit(code)  # MPI_Abort may return before the process manager ends this process
 
