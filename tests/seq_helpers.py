@@ -1,4 +1,5 @@
-"""Helpers of the sequence tests: float64 finite differences through whole models."""
+"""Helpers of the sequence and export tests: float64 finite differences through whole models,
+random weights.
 
 from __future__ import annotations
 
@@ -60,3 +61,13 @@ def model_gradcheck(model: Any, xs: list[np.ndarray], *, masks: Any = None, seed
             num[i] = (lp - lm) / (2 * eps)
         errs[f"input{k}"] = rel_err(dxs[k], num)
     return errs
+
+
+def randomise(layers: list[Any], seed: int = 0) -> None:
+    """Every weight of ``layers`` drawn from N(0, 0.5) (the initial LSTM/GRU biases are mostly
+    zeros: too easy a test of an exported layout)."""
+    rng = np.random.default_rng(seed)
+    for layer in layers:
+        for n in layer.weight_names:
+            w = layer.weight(n)
+            layer.set_weight(n, rng.normal(0.0, 0.5, w.shape).astype(w.dtype))

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import rnnkit as rk
+from seq_helpers import randomise
 
 os.environ.setdefault("KERAS_BACKEND", "torch")
 keras = pytest.importorskip("keras")
@@ -21,13 +22,6 @@ pytest.importorskip("h5py")
 
 TOL = 1e-5
 
-
-def randomise(layers: list[Any], seed: int = 0) -> None:
-    rng = np.random.default_rng(seed)
-    for layer in layers:
-        for n in layer.weight_names:
-            w = layer.weight(n)
-            layer.set_weight(n, rng.normal(0.0, 0.5, w.shape).astype(w.dtype))
 
 
 def same_weights(a: Any, b: Any) -> None:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import rnnkit as rk
+from seq_helpers import randomise
 
 os.environ.setdefault("KERAS_BACKEND", "torch")
 keras = pytest.importorskip("keras")
@@ -22,13 +23,6 @@ if not hasattr(rk, "Bidirectional"):
 
 TOL = 1e-5
 
-
-def randomise(layers: list[Any], seed: int = 0) -> None:
-    rng = np.random.default_rng(seed)
-    for layer in layers:
-        for n in layer.weight_names:
-            w = layer.weight(n)
-            layer.set_weight(n, rng.normal(0.0, 0.5, w.shape).astype(w.dtype))
 
 
 def round_trip(model: Any, tmp_path: Path, xs: list[np.ndarray]) -> None:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import rnnkit as rk
+from seq_helpers import randomise
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -19,14 +20,6 @@ ort.set_default_logger_severity(3)
 TOL = 1e-5
 SIZES = [(2, 5), (5, 9)]   # (batch, time): neither is fixed by the export
 
-
-def randomise(layers: list[Any], seed: int = 0) -> None:
-    """Weights of scale 0.5 (the initial LSTM/GRU biases are mostly zeros: too easy)."""
-    rng = np.random.default_rng(seed)
-    for layer in layers:
-        for n in layer.weight_names:
-            w = layer.weight(n)
-            layer.set_weight(n, rng.normal(0.0, 0.5, w.shape).astype(w.dtype))
 
 
 def run(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

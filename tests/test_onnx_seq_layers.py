@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import rnnkit as rk
+from seq_helpers import randomise
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -23,13 +24,6 @@ ort.set_default_logger_severity(3)
 TOL = 1e-5
 SIZES = [(2, 5), (4, 8)]
 
-
-def randomise(layers: list[Any], seed: int = 0) -> None:
-    rng = np.random.default_rng(seed)
-    for layer in layers:
-        for n in layer.weight_names:
-            w = layer.weight(n)
-            layer.set_weight(n, rng.normal(0.0, 0.5, w.shape).astype(w.dtype))
 
 
 def check(model: Any, tmp_path: Path, feeds: Any, **kw: Any) -> None:
