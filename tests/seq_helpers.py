@@ -1,5 +1,5 @@
 """Helpers of the sequence and export tests: float64 finite differences through whole models,
-random weights.
+random weights."""
 
 from __future__ import annotations
 
