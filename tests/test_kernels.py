@@ -423,7 +423,7 @@ def test_packed_products_equal_numpy(dtype: str) -> None:
 def test_packed_products_do_not_depend_on_the_split(dtype: str) -> None:
     """A row's result is the same bits whatever rows share the product, a column's whatever
     columns another thread takes: the basis of thread-count and batch-size independence."""
-    from rnnkit.kernels._packed import KC, gemm, pack, rgemm
+    from rnnkit.kernels._packed import KC, gemm, gemm2, pack, rgemm
 
     rng = np.random.default_rng(1)
     A = rng.standard_normal((41, 70)).astype(dtype)
@@ -446,6 +446,13 @@ def test_packed_products_do_not_depend_on_the_split(dtype: str) -> None:
     scale = float(np.abs(want).max())
     tol = 2e-5 if dtype == "float32" else 1e-13
     np.testing.assert_allclose(whole / scale, want / scale, rtol=0, atol=tol)
+    Y = rng.standard_normal((2 * KC + 9, 7)).astype(dtype)     # two products, one packing of D
+    pair = np.empty((11, 53), dtype), np.empty((7, 53), dtype)
+    gemm2(X.T, pair[0], Y.T, pair[1], D, 0, 53)
+    alone = np.empty((7, 53), dtype)
+    gemm(Y.T, D, False, alone, False, 0, 53)
+    np.testing.assert_array_equal(pair[0], whole)
+    np.testing.assert_array_equal(pair[1], alone)
 
 
 @pytest.mark.parametrize("cell", CELLS)
