@@ -289,32 +289,6 @@ def _rows_times_block(A: Any, C: Any, c0: int, c1: int, k0: int, kc: int, bbuf: 
 
 
 @njit(**OPTS)
-def _gemm_pair(A1: Any, C1: Any, A2: Any, C2: Any, B: Any, trans_b: bool, load: bool, c0: int,
-               c1: int) -> None:
-    """Columns ``[c0, c1)`` of ``C1 (+)= A1 @ op(B)`` and ``C2 (+)= A2 @ op(B)``, each block of
-    ``op(B)`` packed once for both (``A2`` may have no rows)."""
-    K = A1.shape[1]
-    if c1 <= c0:
-        return
-    if K == 0:
-        if not load:
-            C1[:, c0:c1] = 0
-            C2[:, c0:c1] = 0
-        return
-    nr = 16 if B.itemsize == 4 else 8
-    kb = min(K, KC)
-    bbuf = np.empty(((c1 - c0 + nr - 1) // nr, kb, nr), B.dtype)
-    abuf = np.empty((MB // MR, kb, MR), B.dtype)
-    for k0 in range(0, K, KC):
-        kc = min(KC, K - k0)
-        pack_into(B, trans_b, k0, kc, c0, c1, bbuf)
-        if A1.shape[0] > 0:
-            _rows_times_block(A1, C1, c0, c1, k0, kc, bbuf, abuf, load or k0 > 0)
-        if A2.shape[0] > 0:
-            _rows_times_block(A2, C2, c0, c1, k0, kc, bbuf, abuf, load or k0 > 0)
-
-
-@njit(**OPTS)
 def gemm(A: Any, B: Any, trans_b: bool, C: Any, load: bool, c0: int, c1: int) -> None:
     """Columns ``[c0, c1)`` of ``C = A @ op(B) (+ C when load)``, ``op(B) = B.T`` when
     ``trans_b``, for the batched reductions (long ``K``). Both operands are packed here, ``KC``
@@ -322,12 +296,45 @@ def gemm(A: Any, B: Any, trans_b: bool, C: Any, load: bool, c0: int, c1: int) ->
     ``A`` any 2D array (a transposed view reads as one), ``B`` C-contiguous, ``C`` rows
     contiguous. A column's value does not depend on ``c0``/``c1`` (the ``KC`` blocks of ``k``
     start at 0 whatever the split)."""
-    _gemm_pair(A, C, A[:0], C, B, trans_b, load, c0, c1)
+    M, K = A.shape
+    if c1 <= c0 or M == 0:
+        return
+    if K == 0:
+        if not load:
+            C[:, c0:c1] = 0
+        return
+    nr = 16 if A.itemsize == 4 else 8
+    kb = min(K, KC)
+    bbuf = np.empty(((c1 - c0 + nr - 1) // nr, kb, nr), A.dtype)
+    abuf = np.empty((MB // MR, kb, MR), A.dtype)
+    for k0 in range(0, K, KC):
+        kc = min(KC, K - k0)
+        pack_into(B, trans_b, k0, kc, c0, c1, bbuf)
+        _rows_times_block(A, C, c0, c1, k0, kc, bbuf, abuf, load or k0 > 0)
 
 
 @njit(**OPTS)
 def gemm2(A1: Any, C1: Any, A2: Any, C2: Any, B: Any, c0: int, c1: int) -> None:
     """Columns ``[c0, c1)`` of ``C1 = A1 @ B`` and ``C2 = A2 @ B`` (the same ``K``), each block
     of ``B`` packed once for both (the weight-gradient reductions ``x^T dxw`` and ``h^T dxw``).
-    The same values as two :func:`gemm` calls."""
-    _gemm_pair(A1, C1, A2, C2, B, False, False, c0, c1)
+    The same values as two :func:`gemm` calls. (Its loop is :func:`gemm`'s written out again:
+    one function serving both, with an empty second operand for ``gemm``, measured 2-5 s more
+    compilation on a new machine.)"""
+    K = B.shape[0]
+    if c1 <= c0:
+        return
+    if K == 0:
+        C1[:, c0:c1] = 0
+        C2[:, c0:c1] = 0
+        return
+    nr = 16 if B.itemsize == 4 else 8
+    kb = min(K, KC)
+    bbuf = np.empty(((c1 - c0 + nr - 1) // nr, kb, nr), B.dtype)
+    abuf = np.empty((MB // MR, kb, MR), B.dtype)
+    for k0 in range(0, K, KC):
+        kc = min(KC, K - k0)
+        pack_into(B, False, k0, kc, c0, c1, bbuf)
+        if A1.shape[0] > 0:
+            _rows_times_block(A1, C1, c0, c1, k0, kc, bbuf, abuf, k0 > 0)
+        if A2.shape[0] > 0:
+            _rows_times_block(A2, C2, c0, c1, k0, kc, bbuf, abuf, k0 > 0)
