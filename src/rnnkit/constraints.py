@@ -21,13 +21,14 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit._config import ConfigValue
 from rnnkit._errors import InvalidParameterError
 from rnnkit._layer import check_real
 
 EPSILON = 1e-7
 
 
-class Constraint:
+class Constraint(ConfigValue):
     """Base class: ``constraint(w)`` returns the projected weight (same shape and dtype)."""
 
     def __call__(self, w: np.ndarray) -> np.ndarray:
@@ -35,15 +36,6 @@ class Constraint:
 
     def get_config(self) -> dict[str, Any]:
         return {}
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.get_config() == self.get_config()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, tuple(sorted(self.get_config().items()))))
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.get_config().items())})"
 
 
 def _axis(axis: Any, where: str) -> int | list[int]:

@@ -20,11 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit._config import ConfigValue
 from rnnkit._errors import InvalidParameterError
 from rnnkit._layer import check_real
 
 
-class Regularizer:
+class Regularizer(ConfigValue):
     """Base class: ``penalty(w) -> float`` and ``grad(w) -> array`` of ``w``'s shape."""
 
     def __call__(self, w: np.ndarray) -> float:
@@ -38,15 +39,6 @@ class Regularizer:
 
     def get_config(self) -> dict[str, Any]:
         raise NotImplementedError
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.get_config() == self.get_config()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, tuple(sorted(self.get_config().items()))))
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.get_config().items())})"
 
 
 def _factor(value: Any, arg: str, where: str) -> float:
