@@ -47,12 +47,14 @@ scalar of the input and of every weight.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pytest
 
 import rnnkit as rk
 
@@ -305,3 +307,12 @@ def check_layer(
     if round_trip:
         assert_round_trip(make_layer, layer, x, seed)
     return LayerReport(tuple(y_inf.shape), errs, f32_err)
+
+
+def keras_or_skip() -> Any:
+    """Keras 3 on its torch backend (the oracle of the Keras-parity tests), or skip the test."""
+    os.environ.setdefault("KERAS_BACKEND", "torch")
+    keras = pytest.importorskip("keras")
+    if keras.backend.backend() != "torch":  # pragma: no cover
+        pytest.skip("Keras on its torch backend is the oracle here")
+    return keras

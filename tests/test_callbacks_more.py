@@ -6,7 +6,6 @@ are the oracle: the learning-rate sequences must be equal exactly, the CSV files
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -15,18 +14,12 @@ import numpy as np
 import pytest
 
 import rnnkit as rk
+from harness import keras_or_skip
 from rnnkit.layers import Dense
 from rnnkit.models import Sequential
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-
-def _keras() -> Any:
-    os.environ.setdefault("KERAS_BACKEND", "torch")
-    keras = pytest.importorskip("keras")
-    if keras.backend.backend() != "torch":  # pragma: no cover
-        pytest.skip("Keras on its torch backend is the oracle here")
-    return keras
 
 
 LOSSES = [1.0, 0.9, 0.95, 0.96, 0.97, 0.89995, 0.9, 0.91, 0.5, 0.5, 0.5, 0.5, 0.5, 0.49999, 0.6,
@@ -56,7 +49,7 @@ def _lr_sequence(cb: Any, values: list[float], monitor: str, lr: float = 0.1) ->
     {"patience": 2, "mode": "max", "monitor": "val_accuracy"},
 ])
 def test_reduce_lr_on_plateau_learning_rates_equal_keras(kw: dict[str, Any]) -> None:
-    keras = _keras()
+    keras = keras_or_skip()
     monitor = kw.get("monitor", "val_loss")
     ours = _lr_sequence(rk.ReduceLROnPlateau(**kw), LOSSES, monitor)
     theirs = _lr_sequence(keras.callbacks.ReduceLROnPlateau(**kw), LOSSES, monitor)
@@ -89,7 +82,7 @@ def _csv_run(cb: Any, epochs: list[dict[str, float]], start: int = 0) -> None:
 
 
 def test_csv_logger_file_equals_keras_byte_for_byte(tmp_path: Path) -> None:
-    keras = _keras()
+    keras = keras_or_skip()
     runs = [[{"loss": 0.5, "mae": 0.25}, {"loss": 0.125, "mae": 0.0625}],
             [{"loss": 0.1, "mae": 0.05, "val_loss": 0.2, "val_mae": 0.1}]]
     for append in (False, True):
@@ -155,7 +148,7 @@ def test_terminate_on_nan_stops_at_the_batch_and_keeps_the_last_finite_weights()
 
 
 def test_terminate_on_nan_matches_keras_on_scripted_batches() -> None:
-    keras = _keras()
+    keras = keras_or_skip()
     for cls in (rk.TerminateOnNaN, keras.callbacks.TerminateOnNaN):
         model = SimpleNamespace(stop_training=False)
         cb = cls()

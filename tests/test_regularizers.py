@@ -5,7 +5,6 @@ five SGD steps, reported losses and weights within 1e-5."""
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -14,18 +13,12 @@ import numpy as np
 import pytest
 
 import rnnkit as rk
+from harness import keras_or_skip
 from rnnkit import constraints as C
 from rnnkit import regularizers as R
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-
-def _keras() -> Any:
-    os.environ.setdefault("KERAS_BACKEND", "torch")
-    keras = pytest.importorskip("keras")
-    if keras.backend.backend() != "torch":  # pragma: no cover
-        pytest.skip("Keras on its torch backend is the oracle here")
-    return keras
 
 
 W = np.array([[0.5, -2.0, 0.0], [1.5, 0.25, -0.75]])
@@ -50,7 +43,7 @@ def test_regularizer_penalties_and_gradients_by_hand() -> None:
     ("UnitNorm", {}), ("UnitNorm", {"axis": 1}),
     ("MinMaxNorm", {"min_value": 0.8, "max_value": 1.2, "rate": 0.5})])
 def test_constraints_equal_keras(name: str, kw: dict[str, Any]) -> None:
-    keras = _keras()
+    keras = keras_or_skip()
     w = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
     ours = getattr(C, name)(**kw)(w)
     kc = getattr(keras.constraints, name)(**kw)
@@ -81,7 +74,7 @@ def _keras_model(keras: Any) -> Any:
 
 
 def test_training_with_regularizers_and_constraints_equals_keras(tmp_path: Path) -> None:
-    keras = _keras()
+    keras = keras_or_skip()
     km = _keras_model(keras)
     km.save(tmp_path / "m.keras")
     with warnings.catch_warnings():
@@ -172,7 +165,7 @@ def test_distributed_fit_refuses_regularized_models_instead_of_ignoring_them() -
 
 
 def test_bidirectional_regularizers_and_constraints_equal_keras(tmp_path: Path) -> None:
-    keras = _keras()
+    keras = keras_or_skip()
     L = keras.layers
     km = keras.Sequential([
         keras.Input((4, 3)),

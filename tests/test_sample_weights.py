@@ -3,13 +3,13 @@ sequence outputs, by hand, against finite differences, and against Keras 3 (torc
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 import pytest
 
 import rnnkit as rk
+from harness import keras_or_skip
 from rnnkit import losses
 from rnnkit.models._training import output_weights
 
@@ -99,17 +99,10 @@ def test_fit_and_evaluate_take_weights_and_refuse_bad_ones() -> None:
 
 
 # -- Keras 3 (torch backend) ---------------------------------------------------------------------
-def _keras() -> Any:
-    os.environ.setdefault("KERAS_BACKEND", "torch")
-    keras = pytest.importorskip("keras")
-    if keras.backend.backend() != "torch":  # pragma: no cover
-        pytest.skip("Keras on its torch backend only")
-    return keras
-
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_keras_parity_masked_sequence_loss_sample_and_class_weights() -> None:
-    keras = _keras()
+    keras = keras_or_skip()
     B, T, F = 5, 6, 3
     x = RNG.standard_normal((B, T, F)).astype(np.float32)
     lengths = np.array([6, 2, 4, 1, 5])
