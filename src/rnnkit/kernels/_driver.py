@@ -83,7 +83,8 @@ class _Kernel:
         return cell.activation.name in ACT_CODES and (rec is None or rec.name in ACT_CODES)
 
     def _arrays(self, cell: Any, w: Any, dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        # writable copies: numba's code for read-only arrays (the layer's weights) measured 4x slower
+        # writable copies (the layer's weights are read-only): packing reads them once per pass, and a
+        # read-only array would be a second type, compiled a second time on a new machine
         W = np.array(w[cell.input_kernel])
         U = np.array(w[cell.recurrent_kernel])
         b = np.array(w[cell.bias]) if cell.bias is not None else np.zeros((cell.bias_rows, W.shape[1]), dt)
