@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit._kind import builtin_kind, describe_cell
 
 #: ONNX operator per rnnkit cell kind
 ONNX_OP = {"SimpleRNN": "RNN", "LSTM": "LSTM", "GRU": "GRU"}
@@ -63,14 +64,14 @@ ORDER = {"SimpleRNN": (0,), "LSTM": (0, 1, 2, 3), "GRU": (1, 0, 2)}
 
 
 def cell_kind(cell: Any, where: str) -> str:
-    """``"SimpleRNN"``, ``"LSTM"`` or ``"GRU"`` for a built-in cell (InvalidInputError otherwise)."""
-    from rnnkit.recurrent import GRUCell, LSTMCell, SimpleRNNCell
-
-    for cls, name in ((LSTMCell, "LSTM"), (GRUCell, "GRU"), (SimpleRNNCell, "SimpleRNN")):
-        if type(cell) is cls or (cls is GRUCell and isinstance(cell, GRUCell)):
-            return name
-    raise InvalidInputError(
-        f"{where}: expected a SimpleRNN, LSTM or GRU (a built-in cell), got {type(cell).__name__}")
+    """``"SimpleRNN"``, ``"LSTM"`` or ``"GRU"``: the kind ``cell``'s class declares
+    (:func:`rnnkit._kind.builtin_kind`); InvalidInputError for any other cell, a subclass of a
+    built-in cell that does not declare a kind of its own included."""
+    kind = builtin_kind(cell)
+    if kind is None:
+        raise InvalidInputError(
+            f"{where}: expected a SimpleRNN, LSTM or GRU cell, got {describe_cell(cell)}")
+    return kind
 
 
 def reorder(a: np.ndarray, kind: str, H: int, axis: int = 0) -> np.ndarray:

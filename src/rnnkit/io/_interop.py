@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
+from rnnkit._kind import builtin_kind, describe_cell
 from rnnkit._layouts import check_torch_compatible, from_torch, to_torch, torch_shapes
-from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
+from rnnkit.recurrent import RecurrentLayer
 
 
 def _check_finite(arrays: Mapping[str, Any], where: str) -> None:
@@ -36,10 +37,15 @@ def _check_finite(arrays: Mapping[str, Any], where: str) -> None:
 
 
 def _kind(layer: Any, where: str) -> str:
-    for cls, name in ((LSTM, "LSTM"), (GRU, "GRU"), (SimpleRNN, "SimpleRNN")):
-        if isinstance(layer, cls):
-            return name
-    raise InvalidInputError(f"{where}: expected a SimpleRNN, LSTM or GRU layer, got {type(layer).__name__}")
+    """The built-in kind of ``layer``'s cell (:func:`rnnkit._kind.builtin_kind`), the same for
+    ``rk.LSTM(...)`` and ``RecurrentLayer(LSTMCell(...))``; InvalidInputError naming the layer
+    for anything else (a cell subclass that declares no kind of its own included)."""
+    kind = builtin_kind(getattr(layer, "cell", None))
+    if kind is None:
+        what = describe_cell(layer.cell) if isinstance(layer, RecurrentLayer) else type(layer).__name__
+        raise InvalidInputError(f"{where}: expected a SimpleRNN, LSTM or GRU layer, got layer "
+                                f"{getattr(layer, 'name', '?')!r} with {what}")
+    return kind
 
 
 def _to_numpy(v: Any) -> np.ndarray:
@@ -67,7 +73,7 @@ def from_torch_state(layer: RecurrentLayer, state_dict: Mapping[str, Any], suffi
     has_bias = "bias_ih" in arrs or "bias_hh" in arrs
     need = [k for k in want if k not in ("bias_ih", "bias_hh")] + (["bias_ih", "bias_hh"] if has_bias else [])
     problems: list[tuple[str, Any, Any]] = []
-    if has_bias and not layer.use_bias:  # type: ignore[attr-defined]
+    if has_bias and not layer.cell.use_bias:  # type: ignore[attr-defined]
         problems.append((names["bias_ih"], "absent (the layer has use_bias=False)", arrs.get("bias_ih", "-")))
     for k in need:
         if k not in want:
@@ -109,17 +115,17 @@ def from_keras_weights(layer: RecurrentLayer, weights: Sequence[Any]) -> None:
     ``GRU(reset_after=True)`` here, a ``(3H,)`` one ``reset_after=False``."""
     where = "from_keras_weights"
     kind = _kind(layer, where)
-    want = 3 if layer.use_bias else 2  # type: ignore[attr-defined]
+    want = 3 if layer.cell.use_bias else 2  # type: ignore[attr-defined]
     if want == 3 and len(weights) == 2:
         rows = layer.cell.bias_rows  # type: ignore[attr-defined]
-        weights = [*weights, np.zeros((rows, layer.gate_width) if rows == 2 else (layer.gate_width,))]  # type: ignore[attr-defined]
+        weights = [*weights, np.zeros((rows, layer.cell.gate_width) if rows == 2 else (layer.cell.gate_width,))]  # type: ignore[attr-defined]
     if len(weights) != want:
         raise InvalidInputError(
             f"{where}: expected {want} arrays ([kernel, recurrent_kernel{', bias' if want == 3 else ''}]"
             f"{'' if want == 3 else ': this layer has use_bias=False'}), got {len(weights)} arrays")
     arrays = [_to_numpy(a) for a in weights]
     if want == 3:
-        GH, rows = layer.gate_width, layer.cell.bias_rows  # type: ignore[attr-defined]
+        GH, rows = layer.cell.gate_width, layer.cell.bias_rows  # type: ignore[attr-defined]
         bias = arrays[2]
         if kind == "GRU" and bias.shape in ((2, GH), (GH,)) and (bias.ndim == 2) != (rows == 2):
             need = "reset_after=True" if bias.ndim == 2 else "reset_after=False"
@@ -143,7 +149,7 @@ def to_keras_weights(layer: RecurrentLayer) -> list[np.ndarray]:
     if getattr(layer.cell, "proj_size", 0):
         raise InvalidParameterError("to_keras_weights: Keras' LSTM has no projection (proj_size)")
     out = [np.array(layer.weight("kernel")), np.array(layer.weight("recurrent_kernel"))]
-    if layer.use_bias:  # type: ignore[attr-defined]
+    if layer.cell.use_bias:  # type: ignore[attr-defined]
         bias = np.array(layer.weight("bias"))
         out.append(bias.reshape(-1) if layer.cell.bias_rows == 1 else bias)  # type: ignore[attr-defined]
     return out

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit._kind import builtin_kind, describe_cell
 from rnnkit._layouts import cell_kind, to_keras
 from rnnkit.io._atomic import atomic_write_bytes
 from rnnkit.io._interop_errors import UnsupportedFeatureError
@@ -56,11 +57,10 @@ def _act(fn: Any, layer: str) -> str:
 
 
 def _recurrent(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
-    try:
-        kind = cell_kind(layer.cell, name)
-    except InvalidInputError:
-        raise UnsupportedFeatureError(name, "cell", f"a custom cell ({type(layer.cell).__name__}) has no "
-                                      f"Keras layer; only SimpleRNN, LSTM and GRU export") from None
+    if builtin_kind(layer.cell) is None:
+        raise UnsupportedFeatureError(name, "cell", f"{describe_cell(layer.cell)} has no Keras layer; "
+                                      f"only SimpleRNN, LSTM and GRU export")
+    kind = cell_kind(layer.cell, name)
     cell = layer.cell
     for opt, bad, why in (("proj_size", getattr(cell, "proj_size", 0), "Keras' LSTM has no projection"),
                           ("stateful", layer.stateful, "a stateful Keras layer needs a fixed batch size")):

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit._errors import InvalidParameterError
+from rnnkit._kind import builtin_kind, describe_cell
 from rnnkit._layer import Layer
 from rnnkit._layouts import ONNX_ACTIVATIONS, ONNX_OP, check_onnx_compatible, onnx_activations, to_onnx
 from rnnkit.io._interop_errors import UnsupportedFeatureError
@@ -109,13 +110,11 @@ def activation(g: Graph, x: str, fn: Any, hint: str, where: str) -> str:
 
 # -- recurrent ---------------------------------------------------------------------------------
 def _cell_check(layer: Any, where: str) -> str:
-    from rnnkit._errors import InvalidInputError
-
+    if builtin_kind(layer.cell) is None:
+        raise UnsupportedFeatureError(where, "cell", f"{describe_cell(layer.cell)} has no ONNX operator; "
+                                      f"only SimpleRNN, LSTM and GRU cells export")
     try:
         return check_onnx_compatible(layer.cell, where)
-    except InvalidInputError:
-        raise UnsupportedFeatureError(where, "cell", f"a custom cell ({type(layer.cell).__name__}) has no "
-                                      f"ONNX operator; only SimpleRNN, LSTM and GRU cells export") from None
     except InvalidParameterError as e:
         opt = "proj_size" if "proj_size" in str(e) else "activation"
         raise UnsupportedFeatureError(where, opt, str(e).split(": ", 1)[-1]) from None

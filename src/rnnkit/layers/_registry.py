@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit._kind import builtin_kind
 from rnnkit._layer import Layer
 from rnnkit._penalties import attach, config_of
 from rnnkit.layers._bidirectional import Bidirectional
@@ -33,9 +34,12 @@ def register_layer(cls: type[Layer]) -> type[Layer]:
 
 
 def layer_to_config(layer: Layer) -> dict[str, Any]:
-    """``{"class_name": type name, "config": layer.get_config()}`` (JSON-serialisable)."""
+    """``{"class_name": type name, "config": layer.get_config()}`` (JSON-serialisable); a plain
+    ``RecurrentLayer`` over a built-in cell is written as the layer of that kind (``LSTM``, ...)."""
     name = type(layer).__name__
-    if _REGISTRY.get(name) is not type(layer):
+    if type(layer) is RecurrentLayer:
+        name = builtin_kind(layer.cell) or name
+    if _REGISTRY.get(name) is not type(layer) and type(layer) is not RecurrentLayer:
         raise InvalidInputError(
             f"layer_to_config: {name} is not a registered layer class; call "
             f"rnnkit.layers.register_layer({name}) first"

@@ -15,11 +15,23 @@ import numpy as np
 from rnnkit._activations import ActivationFn
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
+from rnnkit._kind import builtin_kind
 from rnnkit._layer import Layer, check_bool, check_positive_int
 from rnnkit._shape import Shape
 from rnnkit.recurrent._cell import Arrays, Cell
+from rnnkit.recurrent._registry import cell_from_config, cell_to_config
 from rnnkit.recurrent._streaming import Streaming
 from rnnkit.recurrent._walker import walk, walk_back
+
+
+def kind_config(cell: Cell, walk_config: dict[str, Any]) -> dict[str, Any]:
+    """The constructor keywords of the layer of ``cell``'s built-in kind (``SimpleRNN`` /
+    ``LSTM`` / ``GRU``): the cell's config, then ``walk_config``, then a GRU's ``reset_after``."""
+    cfg = cell.get_config()
+    cfg.update(walk_config)
+    if builtin_kind(cell) == "GRU":
+        cfg["reset_after"] = bool(getattr(cell, "reset_after", False))
+    return cfg
 
 
 class RecurrentLayer(Streaming, Layer):
@@ -53,8 +65,6 @@ class RecurrentLayer(Streaming, Layer):
                  seed: int | None = None, dtype: Any = "float32", input_dim: int | None = None,
                  name: str | None = None) -> None:
         if isinstance(cell, dict):  # from a model file: {"class_name": ..., "config": ...}
-            from rnnkit.recurrent._registry import cell_from_config
-
             cell = cell_from_config(cell)
         if not isinstance(cell, Cell):
             raise TypeError(f"RecurrentLayer: cell must be an rnnkit.Cell, got {type(cell).__name__}")
@@ -382,8 +392,11 @@ class RecurrentLayer(Streaming, Layer):
 
     # -- configuration -----------------------------------------------------------------------
     def get_config(self) -> dict[str, Any]:
-        from rnnkit.recurrent._registry import cell_to_config
-
+        """``{"cell": {"class_name", "config"}, ...}``; a plain ``RecurrentLayer`` over a built-in
+        cell (:func:`rnnkit._kind.builtin_kind`) writes the config of the layer of that kind
+        instead (``RecurrentLayer(LSTMCell(4))`` is saved as ``LSTM(4)``, and loads as one)."""
+        if type(self) is RecurrentLayer and builtin_kind(self.cell) is not None:
+            return kind_config(self.cell, self._walk_config())
         cfg: dict[str, Any] = {"cell": cell_to_config(self.cell)}
         cfg.update(self._walk_config())
         return cfg

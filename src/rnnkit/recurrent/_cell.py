@@ -105,6 +105,10 @@ class Cell:
 
     #: the layer name used in messages and as a layer's default name
     name: ClassVar[str] = "Cell"
+    #: the built-in recurrence this exact class computes (``"SimpleRNN"``, ``"LSTM"``, ``"GRU"``),
+    #: declared only in the body of a built-in cell class; read it with
+    #: :func:`rnnkit._kind.builtin_kind`, which ignores an inherited value
+    kind: ClassVar[str | None] = None
     #: the state parts, each (B, size); part 0 is the output
     state_names: ClassVar[tuple[str, ...]] = ("h",)
     #: the state named tuple (made from ``name`` and ``state_names`` when left None)

@@ -53,6 +53,7 @@ class GRUCell(GatedCell):
     ``GRUCell(units, activation="tanh", *, recurrent_activation="sigmoid", use_bias=True)``."""
 
     name: ClassVar[str] = "GRU"
+    kind: ClassVar[str | None] = "GRU"
     gates: ClassVar[int] = 3
     state_type: ClassVar[type | None] = GRUState
     reset_after: ClassVar[bool] = False
@@ -114,6 +115,7 @@ class GRUCell(GatedCell):
 class GRUResetAfterCell(GRUCell):
     """``reset_after=True``: the reset gate scales the candidate's recurrent projection."""
 
+    kind: ClassVar[str | None] = "GRU"
     reset_after: ClassVar[bool] = True
     bias_rows: ClassVar[int] = 2
 

@@ -9,7 +9,7 @@ import numpy as np
 from rnnkit._activations import ActivationLike
 from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
 from rnnkit._layer import check_bool
-from rnnkit.recurrent._base import RecurrentLayer
+from rnnkit.recurrent._base import RecurrentLayer, kind_config
 from rnnkit.recurrent._gated import GatedCell
 from rnnkit.recurrent._gru import GRUCell, GRUResetAfterCell
 from rnnkit.recurrent._lstm import LSTMCell
@@ -34,9 +34,7 @@ class _Gated(RecurrentLayer):
         return self.cell.gate_width
 
     def get_config(self) -> dict[str, Any]:
-        cfg = self.cell.get_config()
-        cfg.update(self._walk_config())
-        return cfg
+        return kind_config(self.cell, self._walk_config())
 
     def _set_gate_blocks(self, blocks: list[tuple[Any, ...]], names: list[str]) -> None:
         """Per-gate ``(kernel, recurrent_kernel[, bias])`` in fused order -> :meth:`set_weights`."""
@@ -174,11 +172,6 @@ class GRU(_Gated):
     @property
     def reset_after(self) -> bool:
         return bool(self.cell.reset_after)  # type: ignore[attr-defined]
-
-    def get_config(self) -> dict[str, Any]:
-        cfg = super().get_config()
-        cfg["reset_after"] = self.reset_after
-        return cfg
 
     @property
     def recurrent_activation(self) -> Any:

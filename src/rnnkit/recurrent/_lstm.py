@@ -42,6 +42,7 @@ class LSTMCell(GatedCell):
     (units, P), Glorot-uniform, drawn after the others (PyTorch's LSTM with ``proj_size``)."""
 
     name: ClassVar[str] = "LSTM"
+    kind: ClassVar[str | None] = "LSTM"
     gates: ClassVar[int] = 4
     state_names: ClassVar[tuple[str, ...]] = ("h", "c")
     state_type: ClassVar[type | None] = LSTMState

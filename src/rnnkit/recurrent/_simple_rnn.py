@@ -28,6 +28,7 @@ from rnnkit.recurrent._states import SimpleRNNState
 
 class SimpleRNNCell(GatedCell):
     name: ClassVar[str] = "SimpleRNN"
+    kind: ClassVar[str | None] = "SimpleRNN"
     gates: ClassVar[int] = 1
     state_type: ClassVar[type | None] = SimpleRNNState
 
