@@ -20,8 +20,15 @@ from rnnkit import kernels
 from rnnkit._kind import builtin_kind
 from rnnkit.io import UnsupportedFeatureError
 from rnnkit.layers._registry import layer_to_config
-from rnnkit.recurrent import (Cell, GRUCell, GRUResetAfterCell, LSTMCell, RecurrentLayer,
-                              SimpleRNNCell, StepBack)
+from rnnkit.recurrent import (
+    Cell,
+    GRUCell,
+    GRUResetAfterCell,
+    LSTMCell,
+    RecurrentLayer,
+    SimpleRNNCell,
+    StepBack,
+)
 
 
 class HalfGRU(GRUResetAfterCell):

@@ -117,8 +117,8 @@ def from_keras_weights(layer: RecurrentLayer, weights: Sequence[Any]) -> None:
     kind = _kind(layer, where)
     want = 3 if layer.cell.use_bias else 2  # type: ignore[attr-defined]
     if want == 3 and len(weights) == 2:
-        rows = layer.cell.bias_rows  # type: ignore[attr-defined]
-        weights = [*weights, np.zeros((rows, layer.cell.gate_width) if rows == 2 else (layer.cell.gate_width,))]  # type: ignore[attr-defined]
+        rows, GH = layer.cell.bias_rows, layer.cell.gate_width  # type: ignore[attr-defined]
+        weights = [*weights, np.zeros((rows, GH) if rows == 2 else (GH,))]
     if len(weights) != want:
         raise InvalidInputError(
             f"{where}: expected {want} arrays ([kernel, recurrent_kernel{', bias' if want == 3 else ''}]"
