@@ -88,10 +88,10 @@ class _SourcesKeyed:
 
 def _install_locators() -> None:
     """Put a keyed variant of each of Numba's file-backed locators first, in Numba's order."""
-    known: list[type] = _caching.CacheImpl._locator_classes
+    known: list[Any] = _caching.CacheImpl._locator_classes
     if any(issubclass(c, _SourcesKeyed) for c in known):
         return
-    keyed: list[type] = [type(f"SourcesKeyed{c.__name__}", (_SourcesKeyed, c), {})
+    keyed = [type(f"SourcesKeyed{c.__name__}", (_SourcesKeyed, c), {})
              for c in (_caching.UserProvidedCacheLocator, _caching.InTreeCacheLocator,
                        _caching.UserWideCacheLocator)]
     known[:0] = keyed
