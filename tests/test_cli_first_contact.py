@@ -1,4 +1,4 @@
-"""A new user's first session (issue 11): the progress bar ends where early stopping stops,
+"""A new user's first session: the progress bar ends where early stopping stops,
 bundled data sets by name, output paths checked before work, train's own pictures, summary of
 the checkpoint, help texts, bench leaving the tracked results alone, honest picture labels."""
 

@@ -295,7 +295,7 @@ def test_recurrent_step_and_states_are_checked(name: str) -> None:
         layer.seq(np.ones((B, F)))
 
 
-def test_earlier_edition_constructor_refuses_zero_input_dim_and_units() -> None:
+def test_input_dim_constructor_refuses_zero_input_dim_and_units() -> None:
     for cls in RECURRENT.values():
         with pytest.raises(rk.InvalidParameterError, match="input_dim.*got 0"):
             cls(3, input_dim=0)

@@ -1,9 +1,9 @@
-"""Contract audit: behaviours the API states that no other test pinned by value.
+"""Contract audit: stated behaviours that no other test pinned by value.
 
-- 000 (earlier edition): ``get_weights()`` returns the kernel, recurrent kernel and bias
+- ``get_weights()`` returns the kernel, recurrent kernel and bias
   (``[4, 32], [8, 32], [1, 32]`` for ``LSTM(8)`` on 4 features); Embedding maps ``[N]`` ->
   ``[N, D]`` and ``[N, T, K]`` -> ``[N, T, K, D]``.
-- the API states: "a gradient is not clipped inside the layer" — backward is linear in the
+- "a gradient is not clipped inside the layer" — backward is linear in the
   upstream gradient, however large.
 - reliability: training that produces NaN/Inf in a GRAPH model names the epoch and the node.
 """
@@ -16,13 +16,13 @@ import pytest
 import rnnkit as rk
 
 
-def test_earlier_edition_get_weights_listing_and_copy_between_layers() -> None:
+def test_get_weights_listing_and_copy_between_layers() -> None:
     lstm = rk.LSTM(8, rk.Tanh(), input_dim=4).with_random_state(42)
     ws = lstm.get_weights()
     assert [w.shape for w in ws] == [(4, 32), (8, 32), (1, 32)]
     for w, e in zip(ws, lstm.weights(), strict=True):
         np.testing.assert_array_equal(w, e.value)
-    np.testing.assert_array_equal(ws[2][0, 8:16], 1.0)  # the forget block, as 3.7.3 says
+    np.testing.assert_array_equal(ws[2][0, 8:16], 1.0)  # the forget block starts at 1.0
     ws[0][...] = 0.0  # a copy: the layer keeps its weights
     assert np.abs(lstm.weight("kernel")).max() > 0.1
     other = rk.LSTM(8, input_dim=4, seed=1)
@@ -86,7 +86,7 @@ def test_non_finite_training_in_a_graph_model_names_the_epoch_and_the_node() -> 
 
 
 def _gram_schmidt(a: np.ndarray) -> np.ndarray:
-    """Classical Gram-Schmidt on the columns of ``a`` (the API's orthogonal initialiser)."""
+    """Classical Gram-Schmidt on the columns of ``a`` (rnnkit's orthogonal initialiser, written again here)."""
     q = np.zeros_like(a)
     for j in range(a.shape[1]):
         v = a[:, j].copy()
@@ -98,7 +98,7 @@ def _gram_schmidt(a: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize(("cls", "gates"), [(rk.SimpleRNN, 1), (rk.LSTM, 4), (rk.GRU, 3)])
 def test_seed_is_spent_on_the_kernel_then_the_recurrent_blocks_in_that_order(cls: type, gates: int) -> None:
-    """3.7.5: the seed feeds the kernel draw (Glorot, per-gate fan F + H), then one
+    """The seed feeds the kernel draw (Glorot, per-gate fan F + H), then one
     Gram-Schmidt orthogonal block per gate; biases are zeros except LSTM's forget block."""
     F, H, seed = 3, 4, 1234
     layer = cls(H, dtype="float64").with_random_state(seed)

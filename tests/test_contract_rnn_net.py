@@ -1,4 +1,4 @@
-"""Contract audit: the tch-rs networks (``rnnkit.rnn.lstm / gru``) hold parameters only.
+"""Contract audit: the PyTorch-layout networks (``rnnkit.rnn.lstm / gru``) hold parameters only.
 
 The architecture: "Layers hold parameters, contexts hold passes" — a pass never changes a layer,
 and a layer's outputs follow its current weights (also after ``with_random_state`` redraws

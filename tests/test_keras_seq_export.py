@@ -19,7 +19,7 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 keras = pytest.importorskip("keras")
 pytest.importorskip("h5py")
 if not hasattr(rk, "Bidirectional"):
-    pytest.skip("this rnnkit has no Bidirectional / Masking / merge layers yet", allow_module_level=True)
+    pytest.skip("this rnnkit has no Bidirectional / Masking / merge layers", allow_module_level=True)
 
 TOL = 1e-5
 

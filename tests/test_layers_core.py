@@ -92,7 +92,7 @@ def test_reverse_values_contract_and_rank2_refusal() -> None:
     np.testing.assert_array_equal(Reverse(1).predict(x)[0], x[0, ::-1])
     np.testing.assert_array_equal(Reverse(-1).predict(x)[0], x[0, :, ::-1])
     check_layer(lambda dt: Reverse(1, dtype=dt), lambda r: r.standard_normal((2, 4, 3)))
-    # 3.7.9: a rank-2 (batch, units) state is refused, at build and at forward
+    # a rank-2 (batch, units) state is refused, at build and at forward
     with pytest.raises(rk.InvalidInputError, match=r"rank >= 3.*\(None, 8\)"):
         Reverse(1).build((None, 8))
     with pytest.raises(rk.InvalidInputError, match=r"rank 2"):

@@ -1,4 +1,4 @@
-"""Embedding exactly as 3.7.8: truncation toward zero, errors naming the value, U(-0.05, 0.05),
+"""Embedding: truncation toward zero, errors naming the value, U(-0.05, 0.05),
 ``embeddings``, scatter-add backward (unselected rows exactly 0, duplicates summed)."""
 
 from __future__ import annotations

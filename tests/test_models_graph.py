@@ -1,4 +1,4 @@
-"""Graph models: the 3.7.9 bidirectional model (trains; the Reverse aligns timesteps, and
+"""Graph models: a bidirectional model (trains; the Reverse aligns timesteps, and
 without it the merge pairs mismatched timesteps, shown numerically), weight sharing with the
 summed gradient, whole-model float64 gradient checks, configs, summary."""
 
@@ -76,7 +76,7 @@ def test_reverse_aligns_timesteps_and_its_absence_mismatches_them() -> None:
 
 
 def test_shared_layer_runs_one_direction_at_both_nodes() -> None:
-    """3.7.9's pitfall: one layer at two nodes is real sharing; go_backwards is the layer's, so
+    """The pitfall: one layer at two nodes is real sharing; go_backwards is the layer's, so
     both branches run the SAME direction and the model still builds, predicts and trains."""
     b = GraphBuilder()
     inp = b.input((None, T, F))

@@ -1,4 +1,4 @@
-"""The API's model programs (3.7.7, 3.7.8) in Python, with their stated results, plus
+"""Small model programs (Sequential LSTM / GRU / SimpleRNN, Embedding) with their stated results, plus
 the whole training loop against torch.optim on identical weights."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def _adam() -> rk.Adam:
 
 @pytest.mark.parametrize("cell", [rk.LSTM, rk.GRU, rk.SimpleRNN])
 def test_sum_of_three_within_5_percent_after_300_epochs(cell: type[rk.RecurrentLayer]) -> None:
-    # The page seeds only the recurrent layer (42); the unseeded Dense draws from the global
+    # The program seeds only the recurrent layer (42); the unseeded Dense draws from the global
     # stream, fixed here so the test is deterministic. Measured over global seeds 0..11 the
     # worst relative error was LSTM 3.9-5.9 %, GRU 1.7-3.8 %, SimpleRNN 1.2-4.1 %; the LSTM
     # trajectory equals torch's step for step (test below), so the margin is the task's.

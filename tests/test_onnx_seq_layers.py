@@ -18,7 +18,7 @@ from seq_helpers import randomise
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 if not hasattr(rk, "Bidirectional"):
-    pytest.skip("this rnnkit has no Bidirectional / Masking / merge layers yet", allow_module_level=True)
+    pytest.skip("this rnnkit has no Bidirectional / Masking / merge layers", allow_module_level=True)
 ort.set_default_logger_severity(3)
 
 TOL = 1e-5

@@ -81,8 +81,8 @@ def _adam_by_hand(lr: float, b1: float, b2: float, eps: float, wd: float = 0.0,
     return out
 
 
-def test_adam_two_steps_pages_order() -> None:
-    # positional order of the Rust API: Adam::new(lr, beta1, beta2, epsilon, decay)
+def test_adam_two_steps_positional_order() -> None:
+    # positional order: Adam(lr, beta1, beta2, epsilon, decay)
     w1, w2 = two_steps(rk.Adam(0.1, 0.9, 0.999, 1e-8, 0.0))
     e1, e2 = _adam_by_hand(0.1, 0.9, 0.999, 1e-8)
     # the first bias-corrected step is lr * g / (|g| + eps): almost exactly lr * sign(g)

@@ -1,5 +1,5 @@
-"""The programs of 3.7.1 and 3.7.5, ported line by line to Python, with their assertions
-and printed results."""
+"""Small programs of the recurrent layers (one layer built, run and inspected), with their
+stated assertions and printed results."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def test_3_7_1_three_settings(capsys: pytest.CaptureFixture[str]) -> None:
     print(f"last {list(last.shape)}, sequence {list(sequence.shape)}")
     assert capsys.readouterr().out == "last [2, 3], sequence [2, 5, 3]\n"
 
-    # beyond the page: the stated meaning of slot 0, by hand from the weights
+    # the stated meaning of slot 0, by hand from the weights
     W, U, b = (np.asarray(sequence_layer.weight(k), np.float64)
                for k in ("kernel", "recurrent_kernel", "bias"))
     np.testing.assert_allclose(reversed_[:, 0], np.tanh(x[:, 4] @ W + b), rtol=1e-5)
@@ -88,7 +88,7 @@ def test_3_7_5_weights_listing(capsys: pytest.CaptureFixture[str]) -> None:
         "recurrent_kernel [8, 32]\n"
         "bias             [1, 32]\n"
     )
-    # the page: LSTM param_count = 4 * (input_dim * units + units * units + units)
+    # LSTM param_count = 4 * (input_dim * units + units * units + units)
     assert lstm.param_count() == 4 * (4 * 8 + 8 * 8 + 8) == 416
     # the forget-bias-1.0 rule still applies with a seed; the seed reproduces the draw
     np.testing.assert_array_equal(lstm.weight("bias")[0], np.r_[np.zeros(8), np.ones(8), np.zeros(16)])

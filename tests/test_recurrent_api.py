@@ -1,4 +1,4 @@
-"""The recurrent layers' API surface (3.7.1, 3.7.5, the earlier edition, tch-rs' RNN trait):
+"""The recurrent layers' API surface:
 param_count, weights(), the chainable builders, ``input_dim=``, ``forward_mut``, ``dtype``,
 ``zero_state / step / seq / seq_init``, and what a pass may not share with the caller."""
 
@@ -73,7 +73,7 @@ def test_with_random_state_on_a_built_layer_redraws() -> None:
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
-def test_earlier_edition_input_dim_builds_at_once_and_predict(name: str) -> None:
+def test_input_dim_builds_at_once_and_predict(name: str) -> None:
     layer = LAYERS[name](3, input_dim=4, seed=0)
     assert layer.built and layer.input_shape == rk.Shape((None, None, 4))
     x = np.random.default_rng(1).standard_normal((2, 6, 4))
@@ -118,7 +118,7 @@ def test_dtypes(name: str, kw: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("name,kw", KINDS, ids=IDS)
 def test_step_loop_equals_seq_equals_forward(name: str, kw: dict[str, Any]) -> None:
-    """tch-rs' RNN trait on a layer built with a fixed time axis of 5."""
+    """``zero_state / step / seq / seq_init`` on a layer built with a fixed time axis of 5."""
     x = np.random.default_rng(8).standard_normal((2, 5, 4))
     layer = LAYERS[name](3, seed=9, return_sequences=True, dtype="float64", **kw)
     layer.build(rk.Shape.with_free_batch((2, 5, 4)))
@@ -139,7 +139,7 @@ def test_step_loop_equals_seq_equals_forward(name: str, kw: dict[str, Any]) -> N
         h, c = final                                      # a named tuple: unpackable
         assert h is final.h and c is final.c
     elif name == "GRU":
-        assert type(final) is rk.GRUState and final.value is final.h  # .value: the tch-rs name
+        assert type(final) is rk.GRUState and final.value is final.h  # .value: a second name of h
     else:
         assert type(final) is rk.SimpleRNNState  # no cell returns another cell's state type
         (h,) = final

@@ -1,8 +1,8 @@
 """The recurrent-layer contract and its traps, value by value.
 
-The four tests the API names come first; then one test per trap, every error the API lists,
-and the API (param_count, weights(), chainables, input_dim=, forward_mut, dtype, tch-style
-step/seq/seq_init).
+Four headline tests come first; then one test per trap, every documented error, and the
+surface (param_count, weights(), chainables, input_dim=, forward_mut, dtype,
+zero_state/step/seq/seq_init).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _gru_triples(F: int, H: int, seed: int) -> list[np.ndarray]:
     return out
 
 
-# -- the tests the API names -------------------------------------------------------------------
+# -- the headline tests ------------------------------------------------------------------------
 
 def test_lstm_forget_bias_is_one_not_zero() -> None:
     H, F, T = 3, 2, 6
@@ -234,7 +234,7 @@ def test_trap_two_layers_from_one_seed_draw_identical_weights(name: str) -> None
     assert not np.array_equal(a.weight("recurrent_kernel"), c.weight("recurrent_kernel"))
 
 
-# -- every error the API lists ----------------------------------------------------------------
+# -- every documented error ------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_invalid_parameters(name: str) -> None:

@@ -7,7 +7,7 @@ order, which is exactly torch's output order on the flipped input). The layout m
 reorder r,z,n -> z,r,n, transposes, summed LSTM/RNN biases) is in ``tests/torch_layout.py``.
 
 GRU ``reset_after=False`` (which torch lacks) is checked against a plain float64 loop written
-here from the equations of 3.7.4, and its gradients against torch autograd on that loop.
+here from the GRU equations (``rnnkit.recurrent._gru``), and its gradients against torch autograd on that loop.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def test_go_backwards_last_state_is_torch_final_state_on_flipped_input() -> None
     np.testing.assert_allclose(y, h_n[0].detach().numpy(), atol=1e-13)
 
 
-# -- GRU reset_after=False: no torch module; a loop from the equations of 3.7.4 ----------------
+# -- GRU reset_after=False: no torch module; a loop from the GRU equations --------------------
 
 def _sig(a: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-a))

@@ -1,4 +1,4 @@
-"""rnnkit.rnn: the tch-rs nn::lstm / nn::gru networks in PyTorch layout."""
+"""rnnkit.rnn: the lstm / gru networks in PyTorch layout."""
 
 from __future__ import annotations
 

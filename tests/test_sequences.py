@@ -221,7 +221,7 @@ def test_initial_state_is_where_seq_init_starts() -> None:
 
 @pytest.mark.parametrize("cell", ["LSTM", "GRU"])
 def test_seq_init_records_in_a_training_ctx(cell: str) -> None:
-    """The tch-rs seq_init takes a training Ctx; its backward equals the layer's."""
+    """seq_init takes a training Ctx; its backward equals the layer's."""
     layer = make(cell, return_sequences=True, return_state=True)
     init = states(layer, 6)
     g = np.random.default_rng(1).standard_normal((B, T, H))

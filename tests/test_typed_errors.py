@@ -1,4 +1,4 @@
-"""Every bad argument or input named in issue 11 raises a typed error (an ``rnnkit.Error``
+"""Every bad argument or input listed here raises a typed error (an ``rnnkit.Error``
 subclass or a ``TypeError`` naming the argument), and no flag or number is coerced silently."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from rnnkit import (
     models,
     optimizers,
     regularizers,  # L1, L2, L1L2 (Keras' definitions)
-    rnn,  # the tch-rs nn::rnn face: rnnkit.rnn.lstm / gru
+    rnn,  # whole networks in PyTorch layout: rnnkit.rnn.lstm / gru / rnn
     timeseries,  # CSV reading, windows, scaler, baselines for forecasting
 )
 from rnnkit._activations import Activation, HardSigmoid, Linear, ReLU, Sigmoid, Softmax, Tanh

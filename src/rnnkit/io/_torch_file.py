@@ -20,7 +20,7 @@ network needs is inferred from the names and shapes:
 - ``has_biases`` = whether ``bias_ih_l0`` exists.
 
 ``batch_first`` is NOT in the weights: pass it as PyTorch's module had it (default False, like
-``torch.nn.LSTM``; note ``RNNConfig``'s default is tch-rs' True). LSTMs with ``proj_size > 0``
+``torch.nn.LSTM``; note ``RNNConfig``'s default is True). LSTMs with ``proj_size > 0``
 (``weight_hr_l{k}``) load as an RNNNet with that ``proj_size``. :func:`save_torch_safetensors`
 writes the same names back: a file read here and written again is the same state dict. A
 file whose every name is missing the expected ones but has

@@ -1,4 +1,4 @@
-"""``Embedding``: index -> row of a trainable table (the API's Embedding)."""
+"""``Embedding``: index -> row of a trainable table (Keras' ``Embedding``)."""
 
 from __future__ import annotations
 

@@ -214,7 +214,7 @@ class Model(WeightsAPI):
             class_weight: dict[int, float] | None = None, mask: Any = None,
             lengths: Any = None, steps_per_epoch: int | None = None,
             validation_steps: int | None = None, workers: int = 1) -> History:
-        """Train. ``fit(x, y, epochs)`` takes ONE full-batch step per epoch (the API's rule);
+        """Train. ``fit(x, y, epochs)`` takes ONE full-batch step per epoch;
         ``batch_size=`` takes mini-batch steps, reshuffled each epoch (``shuffle``) by a
         generator seeded with ``seed`` (else the global seed, else entropy). See
         :func:`rnnkit.models._training.run_fit` for the epoch loss, validation and callbacks.
@@ -229,8 +229,8 @@ class Model(WeightsAPI):
         bit-identical to an uninterrupted run (:mod:`rnnkit.models._resume`). Returns the
         :class:`History`. ``distributed=rk.distributed.MPI()`` trains data-parallel on every
         rank of an MPI job (``batch_size`` is then the global batch; see
-        :mod:`rnnkit.distributed._fit`); it does not take ``checkpoint=`` in this version (a
-        ``ModelCheckpoint`` callback runs on rank 0), nor weights or masks yet. ``x`` may be a
+        :mod:`rnnkit.distributed._fit`); it does not take ``checkpoint=`` (a
+        ``ModelCheckpoint`` callback runs on rank 0), nor weights or masks. ``x`` may be a
         batch source instead of arrays (a generator / iterable of ``(x, y)`` or ``(x, y,
         sample_weight)`` batches, a :class:`rnnkit.data.Dataset`), with ``steps_per_epoch``,
         ``validation_steps`` and ``workers`` (prefetch threads); see
@@ -259,12 +259,12 @@ class Model(WeightsAPI):
             validation_split = check_real(validation_split, "validation_split", f"{self.name}.fit")
         if distributed is not None and checkpoint is not None:
             raise InvalidParameterError(
-                f"{self.name}.fit: checkpoint= is not available with distributed= in this version; "
+                f"{self.name}.fit: checkpoint= is not available with distributed=; "
                 f"use a ModelCheckpoint callback (it runs on rank 0) and load its file on rank 0 to resume")
         weighted = any(v is not None for v in (sample_weight, class_weight, mask, lengths))
         if distributed is not None and weighted:
             raise InvalidParameterError(f"{self.name}.fit: distributed= takes no sample_weight, "
-                                        f"class_weight, mask or lengths yet")
+                                        f"class_weight, mask or lengths")
         if not self._fit_lock.acquire(blocking=False):
             raise ModelBusyError(f"{self.name}: fit was called while the model is already training in "
                                  f"another thread; one model trains in one thread at a time (build a "
@@ -277,7 +277,7 @@ class Model(WeightsAPI):
                 if has_any(self):
                     raise InvalidParameterError(
                         f"{self.name}.fit: regularizers and constraints are not applied by distributed= "
-                        f"training in this version; remove them (rk.attach_regularization(layer, ...=None)) "
+                        f"training; remove them (rk.attach_regularization(layer, ...=None)) "
                         f"or train on one process")
 
                 return run_fit_distributed(
@@ -326,7 +326,7 @@ class Model(WeightsAPI):
             self._fit_lock.release()
 
     def fit_with_batches(self, x: Data, y: Data, epochs: int, batch_size: int, **kwargs: Any) -> History:
-        """:meth:`fit` with mini-batches (the Rust library's argument order)."""
+        """:meth:`fit` with mini-batches: ``batch_size`` is the fourth positional argument."""
         return self.fit(x, y, epochs, batch_size=_check_batch_size(batch_size), **kwargs)
 
     def evaluate(self, x: Data, y: Data = None, batch_size: int | None = None, return_dict: bool = False,
@@ -361,7 +361,7 @@ class Model(WeightsAPI):
 
             if any(v is not None for v in (sample_weight, mask, lengths)):
                 raise InvalidParameterError("evaluate: distributed= takes no sample_weight, mask or "
-                                            "lengths yet")
+                                            "lengths")
             logs = run_evaluate_distributed(self, x, y, bs, distributed)
         else:
             logs = evaluate_logs(self, x, y, bs, sample_weight=sample_weight, mask=mask, lengths=lengths)

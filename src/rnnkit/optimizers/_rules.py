@@ -72,8 +72,8 @@ class Adam(Optimizer):
     Equals ``torch.optim.Adam(lr, betas=(beta1, beta2), eps=epsilon)``. (Keras adds epsilon to
     ``sqrt(v)`` before the bias correction, a difference of order epsilon.)
 
-    Positional order as the Rust API's ``Adam::new(0.01, 0.9, 0.999, 1e-8, 0.0)``:
-    ``Adam(lr, beta1, beta2, epsilon, decay)``; ``learning_rate=`` works as a keyword too.
+    Positional order ``Adam(lr, beta1, beta2, epsilon, decay)``, e.g.
+    ``Adam(0.01, 0.9, 0.999, 1e-8, 0.0)``; ``learning_rate=`` works as a keyword too.
 
     Args:
         lr: >= 0 (default 0.001). beta1, beta2: in [0, 1) (0.9, 0.999). epsilon: >= 0 (1e-7).

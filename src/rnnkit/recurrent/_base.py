@@ -233,7 +233,7 @@ class RecurrentLayer(Streaming, Layer):
 
     # -- passes ------------------------------------------------------------------------------
     def _check_input(self, x: Any, check_steps: bool = True) -> np.ndarray:
-        """``x`` as a (B, T, F) array of the layer's dtype; ``check_steps=False`` (the tch-style
+        """``x`` as a (B, T, F) array of the layer's dtype; ``check_steps=False`` (the streaming
         ``step / seq / seq_init``) accepts any T even when the build fixed the time axis."""
         self._require_built()
         arr = self._as_input(x)

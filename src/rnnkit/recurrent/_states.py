@@ -1,6 +1,6 @@
 """The state objects of the built-in cells: named tuples, unpackable, read by attribute.
 
-``LSTMState(h, c)``, ``GRUState(h)`` (``.value`` is the tch-rs name of ``h``) and
+``LSTMState(h, c)``, ``GRUState(h)`` (``.value`` is another name of ``h``) and
 ``SimpleRNNState(h)``. A layer's state parts are (B, width); a multi-layer network's
 (num_layers * directions, B, width). A custom cell gets ``{name}State`` made from its
 ``state_names``.
@@ -28,7 +28,7 @@ class GRUState(NamedTuple):
 
     @property
     def value(self) -> np.ndarray:
-        """``h`` under its tch-rs name (``GRUState::value``)."""
+        """``h`` under a second name, ``value``."""
         return self.h
 
 

@@ -1,4 +1,4 @@
-"""The tch-rs ``RNN`` trait and the state a recurrent layer carries: ``zero_state``, ``step``,
+"""Running a recurrent layer step by step, and the state it carries: ``zero_state``, ``step``,
 ``seq``, ``seq_init`` (recorded in a training ``Ctx`` for gradients), ``stateful`` layers."""
 
 from __future__ import annotations

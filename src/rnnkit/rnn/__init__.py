@@ -1,5 +1,5 @@
-"""The tch-rs ``nn::rnn`` face: ``lstm``/``gru`` (and PyTorch's ``nn.RNN`` as ``rnn``) networks
-in PyTorch layout with the RNN trait (``zero_state``, ``step``, ``seq``, ``seq_init``)."""
+"""Whole networks in PyTorch layout: ``lstm`` / ``gru`` / ``rnn`` (PyTorch's ``nn.LSTM`` /
+``nn.GRU`` / ``nn.RNN``), run whole or step by step (``zero_state``, ``step``, ``seq``, ``seq_init``)."""
 
 from rnnkit.recurrent import GRUState, LSTMState, SimpleRNNState
 from rnnkit.rnn._config import MAX_LAYERS, Init, RNNConfig

@@ -1,9 +1,9 @@
-"""``RNNConfig`` and ``Init``: the tch-rs ``nn::RNNConfig`` in Python.
+"""``RNNConfig`` and ``Init``: how :mod:`rnnkit.rnn` builds a network.
 
-Defaults follow the tch-rs page: ``has_biases=True``, ``num_layers=1``, ``dropout=0.0``,
-``train=True``, ``bidirectional=False``, ``batch_first=True`` (tch's default, unlike
+Defaults: ``has_biases=True``, ``num_layers=1``, ``dropout=0.0``,
+``train=True``, ``bidirectional=False``, ``batch_first=True`` (unlike
 PyTorch's ``nn.LSTM``), weights Kaiming-uniform (``U(-l, l)``, ``l = sqrt(2) * sqrt(3 / fan_in)``,
-``fan_in`` = the weight's second axis), biases ``Const(0.0)``. PyTorch's options beyond tch's:
+``fan_in`` = the weight's second axis), biases ``Const(0.0)``. Also PyTorch's options
 ``proj_size`` (LSTM only: ``weight_hr_l{k}`` (P, H), drawn with ``w_hh_init``) and
 ``nonlinearity`` (``"tanh"`` or ``"relu"``, :func:`rnnkit.rnn.rnn` only).
 

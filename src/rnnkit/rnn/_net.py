@@ -1,6 +1,6 @@
 """Multi-layer, optionally bidirectional RNN / LSTM / GRU networks with PyTorch's parameter names
-and layouts — the tch-rs ``nn::lstm`` / ``nn::gru`` (and PyTorch's ``nn.RNN``) with the ``RNN``
-trait.
+and layouts (PyTorch's ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN``), run whole or step by step
+(``zero_state``, ``step``, ``seq``, ``seq_init``).
 
 Parameters (``k`` = layer, ``_reverse`` for the second direction), exactly PyTorch's::
 
@@ -350,13 +350,13 @@ class RNNNet(Layer):
 
 def lstm(in_dim: int, hidden_dim: int, config: RNNConfig | None = None, *, seed: int | None = None,
          dtype: Any = "float32", return_state: bool = False) -> RNNNet:
-    """tch-rs ``nn::lstm``: a (multi-layer, optionally bidirectional) LSTM in PyTorch layout."""
+    """A (multi-layer, optionally bidirectional) LSTM in PyTorch layout."""
     return RNNNet("lstm", in_dim, hidden_dim, config, seed=seed, dtype=dtype, return_state=return_state)
 
 
 def gru(in_dim: int, hidden_dim: int, config: RNNConfig | None = None, *, seed: int | None = None,
         dtype: Any = "float32", return_state: bool = False) -> RNNNet:
-    """tch-rs ``nn::gru``: a (multi-layer, optionally bidirectional) GRU in PyTorch layout."""
+    """A (multi-layer, optionally bidirectional) GRU in PyTorch layout."""
     return RNNNet("gru", in_dim, hidden_dim, config, seed=seed, dtype=dtype, return_state=return_state)
 
 
