@@ -86,7 +86,8 @@ def test_non_finite_training_in_a_graph_model_names_the_epoch_and_the_node() -> 
 
 
 def _gram_schmidt(a: np.ndarray) -> np.ndarray:
-    """Classical Gram-Schmidt on the columns of ``a`` (rnnkit's orthogonal initialiser, written again here)."""
+    """Classical Gram-Schmidt on the columns of ``a`` (rnnkit's orthogonal initialiser,
+    written again here)."""
     q = np.zeros_like(a)
     for j in range(a.shape[1]):
         v = a[:, j].copy()

@@ -7,7 +7,8 @@ order, which is exactly torch's output order on the flipped input). The layout m
 reorder r,z,n -> z,r,n, transposes, summed LSTM/RNN biases) is in ``tests/torch_layout.py``.
 
 GRU ``reset_after=False`` (which torch lacks) is checked against a plain float64 loop written
-here from the GRU equations (``rnnkit.recurrent._gru``), and its gradients against torch autograd on that loop.
+here from the GRU equations (``rnnkit.recurrent._gru``), and its gradients against torch
+autograd on that loop.
 """
 
 from __future__ import annotations

@@ -250,8 +250,9 @@ class Layer:
         return [WeightEntry(n, v) for n, v in self._weights.items()]
 
     def get_weights(self) -> list[np.ndarray]:
-        """Writable COPIES of every weight, in :meth:`weights` order (Keras' ``get_weights``). ``set_weights(*layer.get_weights())`` copies
-        one layer's weights into another of the same configuration."""
+        """Writable COPIES of every weight, in :meth:`weights` order (Keras' ``get_weights``).
+        ``set_weights(*layer.get_weights())`` copies one layer's weights into another of the
+        same configuration."""
         return [np.array(v) for v in self._weights.values()]
 
     @property

@@ -8,9 +8,10 @@ One STEP on a batch ``(xb, yb)`` (a fresh training Ctx each step)::
     model backward(dpred)                             every gradient checked finite
     optimizer.apply_gradients([(layer, name, grad), ...])
 
-One EPOCH: with ``batch_size=None`` (or >= the sample count) one full-batch step; otherwise ``ceil(N / batch_size)`` steps over a permutation drawn each epoch
-(when ``shuffle``) from one generator seeded by ``seed``. The epoch's ``loss`` (and each
-metric) is the SAMPLE-WEIGHTED mean of the batch values, each measured before its update::
+One EPOCH: with ``batch_size=None`` (or >= the sample count) one full-batch step; otherwise
+``ceil(N / batch_size)`` steps over a permutation drawn each epoch (when ``shuffle``) from one
+generator seeded by ``seed``. The epoch's ``loss`` (and each metric) is the SAMPLE-WEIGHTED
+mean of the batch values, each measured before its update::
 
     loss_epoch = sum_b n_b * loss_b / sum_b n_b
 
