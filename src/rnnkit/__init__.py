@@ -1,6 +1,26 @@
 """rnnkit: recurrent neural networks on NumPy with explicit BPTT.
 
 The public surface; every name here is re-exported from a private module.
+
+Layers, bottom to top (a module imports only from its own layer or from lower ones, and the
+modules import one another in no cycle, counting imports inside functions and under
+``TYPE_CHECKING``; ``tests/test_layering.py`` checks both):
+
+    0  base      _errors _kind _version _config _arrays _random _shape _mask _budget
+    1  core      _activations _initializers _ctx _layer _layouts _penalties kernels regularizers
+                 constraints losses optimizers metrics activations initializers data timeseries
+                 datasets
+    2  layers    recurrent layers rnn
+    3  models    models
+    4  outside   io distributed testing
+    5  surface   rnnkit
+    6  cli       cli __main__
+
+``base`` holds the errors and the small shared types; ``core`` the passes' state (``Ctx``), the
+``Layer`` base, activations, initialisers, compiled kernels, losses, optimizers, metrics and
+data sources; ``layers`` the recurrent and other layers; ``models`` Sequential and graph models
+and their training; ``outside`` what talks to files, other libraries and other processes;
+``surface`` this module; ``cli`` the command line, a user of the surface.
 """
 
 from rnnkit import (
@@ -38,6 +58,7 @@ from rnnkit._mask import Mask
 from rnnkit._penalties import attach as attach_regularization
 from rnnkit._random import set_global_seed
 from rnnkit._shape import Shape
+from rnnkit._version import __version__ as __version__
 from rnnkit.io import (
     MissingDependencyError,
     UnsupportedFeatureError,
@@ -112,8 +133,6 @@ from rnnkit.recurrent import (
     StepBack,
     register_cell,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Activation", "HardSigmoid", "Linear", "ReLU", "Sigmoid", "Softmax", "Tanh",

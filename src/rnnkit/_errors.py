@@ -75,3 +75,8 @@ class ModelBusyError(Error, RuntimeError):
     """``fit`` was called on a model that is already training in another thread. Two trainings
     of one model would interleave their optimizer steps in whatever order the threads run, so
     neither result would be reproducible; train copies instead (``model_from_config``)."""
+
+
+class DataSourceError(Error, RuntimeError):
+    """A batch source (generator, Dataset) raised while producing a batch; the message names
+    the batch and epoch, ``__cause__`` is the original exception."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from rnnkit import datasets
 from rnnkit.io._atomic import atomic_write_bytes
 
 
@@ -31,8 +32,6 @@ def ensure_dir(path: str | os.PathLike[str]) -> Path:
 def data_path(text: str) -> Path:
     """The CSV file ``text`` names: a file path, or the name of a bundled data set (``sunspots``,
     ``co2``) when no such file exists, so the documented commands run from any folder."""
-    from rnnkit import datasets
-
     p = Path(text)
     if p.exists():
         if p.is_dir():

@@ -24,7 +24,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+import rnnkit as rk
 from rnnkit.cli._common import CliError
+from rnnkit.io._model import MODEL_FORMAT
+from rnnkit.io._torch_file import _sniff
+from rnnkit.io._weights import read_safetensors
+from rnnkit.models import Sequential
+from rnnkit.recurrent import RecurrentLayer
+from rnnkit.rnn import RNNNet
 
 IN_FORMATS = ".keras, .weights.h5, .safetensors"
 OUT_FORMATS = ".onnx, .keras, .weights.h5, .safetensors"
@@ -56,18 +63,12 @@ def _kind(path: str) -> str:
 
 
 def _is_rnnkit_model(path: str) -> bool:
-    from rnnkit.io._model import MODEL_FORMAT
-    from rnnkit.io._torch_file import _sniff
-    from rnnkit.io._weights import read_safetensors
-
     _sniff(path)
     return read_safetensors(path)[1].get("format") == MODEL_FORMAT
 
 
 def _read(args: argparse.Namespace) -> tuple[Any, bool]:
     """(the model, whether SRC was an rnnkit model file)."""
-    import rnnkit as rk
-
     src, kind = args.src, _kind(args.src)
     if not Path(src).exists():
         raise CliError(f"{src}: no such file")
@@ -93,9 +94,6 @@ def _read(args: argparse.Namespace) -> tuple[Any, bool]:
 
 def _single(model: Any, dst: str) -> Any:
     """The one RNNNet / recurrent layer a PyTorch state dict can hold."""
-    from rnnkit.recurrent import RecurrentLayer
-    from rnnkit.rnn import RNNNet
-
     if isinstance(model, (RNNNet, RecurrentLayer)):
         return model
     layers = list(getattr(model, "layers", []))
@@ -107,17 +105,12 @@ def _single(model: Any, dst: str) -> Any:
 
 def _as_model(model: Any) -> Any:
     """A model around a bare RNNNet (what load_torch_rnn gives), for the model writers."""
-    from rnnkit.models import Sequential
-    from rnnkit.rnn import RNNNet
-
     if isinstance(model, RNNNet):
         return Sequential([model], input_shape=(None, None, model.in_dim), name="torch_rnn")
     return model
 
 
 def convert_command(args: argparse.Namespace) -> int:
-    import rnnkit as rk
-
     dst, kind = args.dst, _kind(args.dst)
     if kind not in (".onnx", ".keras", ".weights.h5", ".safetensors"):
         raise CliError(f"{dst}: unknown output format {kind!r}; convert writes {OUT_FORMATS}")
@@ -127,8 +120,6 @@ def convert_command(args: argparse.Namespace) -> int:
         raise CliError("--opset and --lengths apply to an .onnx DST only")
     model, from_rnnkit = _read(args)
     if kind == ".onnx":
-        from rnnkit.rnn import RNNNet
-
         target = model if isinstance(model, RNNNet) else _as_model(model)
         rk.save_onnx(target, dst, opset=args.opset, lengths=args.lengths)
         what = "an ONNX graph"

@@ -17,7 +17,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from rnnkit._errors import Error
+from rnnkit.cli._bench import run_bench
 from rnnkit.cli._common import CliError
+from rnnkit.cli._convert import add_parser as add_convert
+from rnnkit.cli._convert import convert_command
+from rnnkit.cli._demo import demo_command
+from rnnkit.cli._predict import predict_command, summary_command
+from rnnkit.cli._train import train_command
 
 _EPILOG = """DATA.csv may also name a bundled data set: sunspots (column SUNACTIVITY, yearly) or
 co2 (column co2, weekly, 59 missing weeks), e.g.  rnnkit train sunspots --target SUNACTIVITY
@@ -124,8 +130,6 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("summary", help="describe a saved model or checkpoint")
     s.add_argument("model", metavar="MODEL", help="a model file, or a weights-only checkpoint")
 
-    from rnnkit.cli._convert import add_parser as add_convert
-
     add_convert(sub)
 
     sub.add_parser("bench", help="time rnnkit against PyTorch (needs torch; arguments go to "
@@ -135,29 +139,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "bench":
-        from rnnkit.cli._bench import run_bench
-
         return run_bench(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "demo":
-        from rnnkit.cli._demo import demo_command
-
         return demo_command(args)
     if args.command == "train":
-        from rnnkit.cli._train import train_command
-
         return train_command(args)
     if args.command == "predict":
-        from rnnkit.cli._predict import predict_command
-
         return predict_command(args)
     if args.command == "summary":
-        from rnnkit.cli._predict import summary_command
-
         return summary_command(args)
     if args.command == "convert":
-        from rnnkit.cli._convert import convert_command
-
         return convert_command(args)
     raise CliError(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses it
 

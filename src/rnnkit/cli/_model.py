@@ -23,6 +23,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 
 import rnnkit as rk
+from rnnkit import io as rio
 from rnnkit._errors import FileFormatError
 from rnnkit.cli._common import CliError
 from rnnkit.layers import Dense
@@ -97,8 +98,6 @@ def save_forecaster(model: Any, spec: ForecastSpec, path: str | os.PathLike[str]
     architecture in its metadata) with ``spec`` as one more metadata entry, :data:`SPEC_KEY`.
 
     The write is atomic (temporary file, then rename)."""
-    from rnnkit import io as rio
-
     p = Path(path)
     rio.save_model(model, p, metadata={SPEC_KEY: spec.to_json()})
     return p
@@ -122,7 +121,6 @@ def load_forecaster(path: str | os.PathLike[str]) -> tuple[Any, ForecastSpec | N
         raise DataError(f"{p}: no such model file")
     if p.is_dir():
         raise DataError(f"{p}: is a directory, expected a model file")
-    from rnnkit import io as rio
 
     model = getattr(rk, "load_model", rio.load_model)(p)
     text = read_metadata(p).get(SPEC_KEY)

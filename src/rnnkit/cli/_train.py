@@ -24,6 +24,7 @@ from rnnkit.cli._common import CliError, data_path, ensure_dir, metrics_table, w
 from rnnkit.cli._model import TrainConfig, build_network, predict_values, save_forecaster, train_network
 from rnnkit.cli._plots import forecast_plot, have_matplotlib, loss_curve, remove_pictures
 from rnnkit.cli._prepare import Comparison, compare, prepare
+from rnnkit.distributed import MPI, DistributedError
 from rnnkit.timeseries import Windows, read_csv
 
 
@@ -57,7 +58,6 @@ def train_command(args: argparse.Namespace) -> int:
     ``rnnkit: error: rank K failed: ...`` and aborts the whole job, so no rank waits forever."""
     if getattr(args, "distributed", "none") != "mpi":
         return _train(args, None)
-    from rnnkit.distributed import MPI, DistributedError
 
     dist = MPI()
     try:

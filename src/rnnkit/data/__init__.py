@@ -9,9 +9,9 @@
 batches.
 """
 
+from rnnkit._errors import DataSourceError
 from rnnkit.data._buckets import Buckets, bucket_by_length
 from rnnkit.data._dataset import Dataset
 from rnnkit.data._windows import Windows, windows
-from rnnkit.models._fit_batches import DataSourceError
 
 __all__ = ["Buckets", "DataSourceError", "Dataset", "Windows", "bucket_by_length", "windows"]

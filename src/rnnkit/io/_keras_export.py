@@ -43,6 +43,7 @@ from rnnkit._layouts import cell_kind, to_keras
 from rnnkit.io._atomic import atomic_write_bytes
 from rnnkit.io._interop_errors import UnsupportedFeatureError
 from rnnkit.io._keras_h5 import import_h5py, snake_case, unique_groups
+from rnnkit.models import GraphModel, Sequential
 
 KERAS_VERSION = "3.15.1"
 #: (relative h5 path of a vars group, its "name" attribute, its arrays)
@@ -242,8 +243,7 @@ def save_keras(model: Any, path: str | os.PathLike[str]) -> None:
 
 
 def _model_config(model: Any, where: str) -> tuple[dict[str, Any], list[tuple[str, Vars]]]:
-    from rnnkit.io._keras_functional import functional_config
-    from rnnkit.models import GraphModel, Sequential
+    from rnnkit.io._keras_functional import functional_config  # (it imports this module)
 
     if isinstance(model, Sequential):
         if not model.built:

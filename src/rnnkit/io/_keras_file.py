@@ -58,6 +58,7 @@ from typing import Any
 from rnnkit._budget import allocation_budget
 from rnnkit._errors import FileFormatError, WeightShapeError
 from rnnkit._layer import Layer
+from rnnkit.io._interop_errors import UnsupportedFeatureError
 from rnnkit.io._keras_graph import Ref, inbound, layer_name, mask_ops, tensor
 from rnnkit.io._keras_graph import refs as tensor_refs
 from rnnkit.io._keras_h5 import WeightStore, unique_groups
@@ -273,8 +274,6 @@ def load_keras(path: str | os.PathLike[str]) -> Sequential | GraphModel:
     kind = top.get("class_name")
     functional = kind in ("Functional", "Model") and "input_layers" in cfg
     if kind != "Sequential" and not functional:
-        from rnnkit.io._interop_errors import UnsupportedFeatureError
-
         raise UnsupportedFeatureError(str(cfg.get("name", kind)), "class_name",
                                       f"Keras model class {kind!r}: only Sequential and functional "
                                       f"models can be imported (subclassed models have no config)")

@@ -14,6 +14,8 @@ from typing import Any
 
 from rnnkit.io._keras_export import Vars, _shape, bidirectional_entry, keras_layer
 from rnnkit.io._keras_h5 import unique_groups
+from rnnkit.layers import Concatenate, MergeLayer, Reverse
+from rnnkit.recurrent import RecurrentLayer
 
 
 def _readers(model: Any) -> dict[int, int]:
@@ -29,9 +31,6 @@ def _readers(model: Any) -> dict[int, int]:
 def _bidirectional(model: Any, n: Any, readers: dict[int, int]) -> tuple[Any, Any, Any, list[Any]] | None:
     """``(input node, forward layer, backward layer, absorbed nodes)`` when concatenation node
     ``n`` closes the Bidirectional pattern, else None."""
-    from rnnkit.layers import Concatenate, Reverse
-    from rnnkit.recurrent import RecurrentLayer
-
     if not isinstance(n.layer, Concatenate) or len(n.inbound) != 2:
         return None
     fwd, b = n.inbound
@@ -56,8 +55,6 @@ def functional_config(model: Any) -> tuple[dict[str, Any], list[tuple[str, Vars]
     """``(config.json, [(h5 group, vars)])`` of a GraphModel. A node that picks output ``k`` of
     a layer with several (``return_state``) refers to Keras' tensor ``k`` of that call; a
     recurrent node with inputs ``[x, *states]`` is a call with ``initial_state``."""
-    from rnnkit.layers import MergeLayer
-
     readers = _readers(model)
     bidi: dict[int, tuple[Any, Any, Any]] = {}
     skip: set[int] = set()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rnnkit._errors import FileFormatError
+from rnnkit.io._interop_errors import UnsupportedFeatureError
 from rnnkit.models._graph import Node
 
 Ref = tuple[str, int, int]  # (Keras layer name, node index, tensor index)
@@ -63,8 +64,6 @@ def inbound(node: Any, layer: str, mask_ops: frozenset[str] | set[str] = frozens
                     history(t, layer)[0] in mask_ops for t in tensors(val)):
                 continue
             elif tensors(val) or (key == "mask" and val is not None):
-                from rnnkit.io._interop_errors import UnsupportedFeatureError
-
                 raise UnsupportedFeatureError(layer, key, f"the call passes {key}=...; masks come from "
                                               f"Masking / Embedding(mask_zero=True) in rnnkit models")
         return [history(t, f"layer {layer!r}") for t in tensors(node.get("args", []))] + states

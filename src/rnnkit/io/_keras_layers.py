@@ -20,8 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit import constraints, regularizers
 from rnnkit._errors import Error, FileFormatError
 from rnnkit._layer import Layer
+from rnnkit._penalties import attach
 from rnnkit.io._interop_errors import UnsupportedFeatureError
 from rnnkit.layers import (
     ActivationLayer,
@@ -102,8 +104,6 @@ def _refuse_if(cond: bool, name: str, option: str, msg: str) -> None:
 def _readable_train_options(cfg: dict[str, Any]) -> dict[str, Any]:
     """The regularizers / constraints of a Keras layer config that rnnkit reproduces (Keras'
     L1, L2, L1L2, MaxNorm, NonNeg, UnitNorm, MinMaxNorm), as rnnkit objects by keyword."""
-    from rnnkit import constraints, regularizers
-
     out: dict[str, Any] = {}
     for k in _TRAIN_ONLY:
         if cfg.get(k) is None:
@@ -123,8 +123,6 @@ def _train_only_options(cfg: dict[str, Any], name: str) -> None:
 
 def _carry_train_options(layer_cfg: dict[str, Any], mapped: Mapped) -> None:
     """Attach the readable regularizers / constraints of the Keras config to the rnnkit layer(s)."""
-    from rnnkit._penalties import attach
-
     cfg = layer_cfg.get("config") or {}
     if mapped.class_name == "TimeDistributed":
         cfg = (cfg.get("layer") or {}).get("config") or {}

@@ -22,9 +22,13 @@ import json
 import os
 from typing import Any
 
+from rnnkit import losses, metrics, optimizers
 from rnnkit._budget import allocation_budget
-from rnnkit._errors import FileFormatError, InvalidParameterError
+from rnnkit._errors import Error, FileFormatError, InvalidParameterError
+from rnnkit._version import __version__
+from rnnkit.io._keras_export import save_keras
 from rnnkit.io._limits import parse_json
+from rnnkit.io._onnx import save_onnx
 from rnnkit.io._weights import (
     FORMAT_VERSION,
     WEIGHTS_FORMAT,
@@ -33,13 +37,12 @@ from rnnkit.io._weights import (
     read_safetensors,
     write_safetensors,
 )
+from rnnkit.models import model_from_config
 
 MODEL_FORMAT = "rnnkit-model"
 
 
 def _compile_config(model: Any) -> dict[str, Any] | None:
-    from rnnkit import losses, optimizers
-
     opt, loss = getattr(model, "optimizer", None), getattr(model, "loss", None)
     if opt is None or loss is None:
         return None
@@ -60,20 +63,14 @@ def save_model(model: Any, path: str | os.PathLike[str], *, metadata: dict[str, 
     (:func:`~rnnkit.io.save_keras`), ``*.onnx`` an ONNX graph (:func:`~rnnkit.io.save_onnx`);
     each raises for what its format cannot hold; ``*.h5`` is refused (a Keras weights file:
     :func:`~rnnkit.io.save_keras_weights`)."""
-    from rnnkit import __version__
-
     p = os.fspath(path)
     foreign = p.lower().endswith((".keras", ".onnx", ".h5"))
     if foreign and metadata:
         raise InvalidParameterError(f"save_model: metadata= is stored in rnnkit model files only, not in "
                                     f"{p!r}")
     if p.lower().endswith(".keras"):
-        from rnnkit.io._keras_export import save_keras
-
         return save_keras(model, p)
     if p.lower().endswith(".onnx"):
-        from rnnkit.io._onnx import save_onnx
-
         return save_onnx(model, p)
     if p.lower().endswith(".h5"):
         raise InvalidParameterError(f"save_model: {p!r} names an HDF5 (Keras weights) file; write the "
@@ -113,8 +110,6 @@ def _entry(obj: Any, what: str, p: str) -> tuple[str, dict[str, Any]]:
 def _compile_from(comp: Any, p: str) -> tuple[Any, Any, list[Any]]:
     """The optimizer, loss and metrics of a file's ``compile`` entry; every deviation from what
     :func:`save_model` writes is a FileFormatError naming the path."""
-    from rnnkit import Error, losses, metrics, optimizers
-
     if not isinstance(comp, dict) or not {"optimizer", "loss"} <= set(comp):
         raise FileFormatError(f"{p}: compile metadata must be an object with 'optimizer' and 'loss' "
                               f"(and 'metrics'), got {str(comp)[:200]}")
@@ -147,8 +142,6 @@ def load_model(path: str | os.PathLike[str]) -> Any:
     Raises FileFormatError naming the path when the file is not safetensors, is a weights-only
     file, or carries no rnnkit model metadata (it says what it found instead).
     """
-    from rnnkit.models import model_from_config
-
     p = os.fspath(path)
     tensors, meta = read_safetensors(p)
     fmt = meta.get("format")

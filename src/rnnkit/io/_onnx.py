@@ -28,13 +28,19 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import Layer, check_bool
 from rnnkit._shape import Shape
+from rnnkit._version import __version__
 from rnnkit.io import _onnx_wrappers  # noqa: F401  (registers Bidirectional and the merges)
 from rnnkit.io._atomic import atomic_write_bytes
 from rnnkit.io._interop_errors import MissingDependencyError
-from rnnkit.io._onnx_layers import Graph, converter
+from rnnkit.io._onnx_layers import Graph, carries_lengths, converter
+from rnnkit.layers import Embedding, MergeLayer
+from rnnkit.models import GraphModel, Sequential
+from rnnkit.recurrent import RecurrentLayer
+from rnnkit.rnn import RNNNet
 
 #: the opset written by default, and the oldest one the exporter can write
 DEFAULT_OPSET = 17
@@ -78,8 +84,6 @@ def _dims(shape: Shape, batch: bool | int, time: bool | int, has_time: bool,
 
 def _call(g: Graph, layer: Layer, args: list[str], ranks: list[int]) -> list[str]:
     """Convert one layer call, keeping track of the tensors the lengths describe."""
-    from rnnkit.io._onnx_layers import carries_lengths
-
     g.in_ranks = ranks
     outs = converter(layer)(g, layer, args)
     if g.lengths is not None and carries_lengths(layer, [a in g.masked for a in args[:max(1, len(ranks))]]):
@@ -90,9 +94,6 @@ def _call(g: Graph, layer: Layer, args: list[str], ranks: list[int]) -> list[str
 def _walk(model: Any, g: Graph, in_names: list[str]) -> list[list[str]]:
     """Convert every layer call of ``model``; returns each model output's tensor names. (A node
     of a graph with several outputs per layer picks output ``node.index`` of its inbound node.)"""
-    from rnnkit.layers import MergeLayer
-    from rnnkit.models import GraphModel, Sequential
-
     if isinstance(model, Sequential):
         cur = [in_names[0]]
         shapes = [model.input_shapes()[0], *model._out_shapes]
@@ -119,9 +120,6 @@ def _walk(model: Any, g: Graph, in_names: list[str]) -> list[list[str]]:
 
 def _reads_indices(model: Any, k: int) -> bool:
     """Whether every reader of input ``k`` is an Embedding (the input is then int64)."""
-    from rnnkit.layers import Embedding
-    from rnnkit.models import GraphModel, Sequential
-
     if isinstance(model, Sequential):
         return isinstance(model.layers[0], Embedding)
     if isinstance(model, GraphModel):
@@ -149,9 +147,6 @@ def save_onnx(model: Any, path: str | os.PathLike[str], *, opset: int | None = N
     onnx = import_onnx()
     from onnx import TensorProto, helper, numpy_helper
 
-    from rnnkit.models import GraphModel, Sequential
-    from rnnkit.recurrent import RecurrentLayer
-    from rnnkit.rnn import RNNNet
 
     lengths = check_bool(lengths, "lengths", "save_onnx")
     initial_state = check_bool(initial_state, "initial_state", "save_onnx")
@@ -228,8 +223,6 @@ def save_onnx(model: Any, path: str | os.PathLike[str], *, opset: int | None = N
 
 def _output_ranks(model: Any, single: bool) -> list[int]:
     """The rank of every (flattened) output, from one pass of rnnkit on a small zero input."""
-    from rnnkit._ctx import Ctx
-
     if single:
         shapes = [Shape((None, None, getattr(model, "in_dim", None) or model.input_shape[2]))]
     else:
@@ -247,6 +240,4 @@ def _layers(model: Any) -> list[Layer]:
 
 
 def _version() -> str:
-    from rnnkit import __version__
-
     return __version__

@@ -21,6 +21,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 
 from rnnkit._errors import FileFormatError, WeightShapeError
+from rnnkit._version import __version__
 from rnnkit.io._atomic import atomic_write_bytes
 
 if TYPE_CHECKING:
@@ -149,8 +150,6 @@ def _named_of(model: Any) -> Named:
 
 
 def _meta(kind: str) -> dict[str, str]:
-    from rnnkit import __version__
-
     return {"format": kind, "format_version": FORMAT_VERSION, "rnnkit_version": __version__}
 
 

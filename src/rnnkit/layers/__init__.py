@@ -10,7 +10,11 @@ from rnnkit.layers._masking import Masking
 from rnnkit.layers._merge import Add, Average, Concatenate, MergeLayer, Multiply
 from rnnkit.layers._registry import layer_from_config, layer_to_config, register_layer
 from rnnkit.layers._reshape import RepeatVector, Reverse
-from rnnkit.recurrent import GRU, LSTM, SimpleRNN
+from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
+
+for _cls in (Dense, ActivationLayer, Embedding, RepeatVector, Reverse, Concatenate, Dropout, Masking, Add,
+             Multiply, Average, Bidirectional, SimpleRNN, LSTM, GRU, RecurrentLayer):
+    register_layer(_cls)
 
 __all__ = [
     "ActivationLayer", "Add", "Average", "Bidirectional", "Concatenate", "Dense", "Dropout",

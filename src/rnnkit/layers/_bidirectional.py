@@ -11,6 +11,8 @@ from rnnkit._errors import InvalidInputError, InvalidParameterError, NotBuiltErr
 from rnnkit._layer import Layer, WeightEntry
 from rnnkit._mask import Mask
 from rnnkit._shape import Shape
+from rnnkit.layers._registry import layer_from_config, layer_to_config
+from rnnkit.recurrent import RecurrentLayer
 
 MERGE_MODES = ("concat", "sum", "mul", "ave", None)
 
@@ -44,9 +46,6 @@ class Bidirectional(Layer):
 
     def __init__(self, layer: Any, merge_mode: str | None = "concat", backward_layer: Any = None, *,
                  name: str | None = None) -> None:
-        from rnnkit.layers._registry import layer_from_config
-        from rnnkit.recurrent import RecurrentLayer
-
         if isinstance(layer, dict):   # from a model file
             layer = layer_from_config(layer)
         if isinstance(backward_layer, dict):
@@ -267,7 +266,5 @@ class Bidirectional(Layer):
 
     # -- configuration --------------------------------------------------------------------------
     def get_config(self) -> dict[str, Any]:
-        from rnnkit.layers._registry import layer_to_config
-
         return {"layer": layer_to_config(self.forward_layer), "merge_mode": self.merge_mode,
                 "backward_layer": layer_to_config(self.backward_layer), "name": self.name}

@@ -1,4 +1,7 @@
-"""The layer registry: ``{"class_name": ..., "config": {...}}`` <-> layer objects."""
+"""The layer registry: ``{"class_name": ..., "config": {...}}`` <-> layer objects.
+
+It imports no layer class; :mod:`rnnkit.layers` registers the built-in ones (so a layer that
+holds other layers, like ``Bidirectional``, can use the registry at module level)."""
 
 from __future__ import annotations
 
@@ -8,21 +11,10 @@ from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._kind import builtin_kind
 from rnnkit._layer import Layer
 from rnnkit._penalties import attach, config_of
-from rnnkit.layers._bidirectional import Bidirectional
-from rnnkit.layers._dense import ActivationLayer, Dense
-from rnnkit.layers._dropout import Dropout
-from rnnkit.layers._embedding import Embedding
-from rnnkit.layers._masking import Masking
-from rnnkit.layers._merge import Add, Average, Concatenate, Multiply
-from rnnkit.layers._reshape import RepeatVector, Reverse
-from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
+from rnnkit.recurrent import RecurrentLayer
 
-_REGISTRY: dict[str, type[Layer]] = {
-    cls.__name__: cls
-    for cls in (Dense, ActivationLayer, Embedding, RepeatVector, Reverse, Concatenate, Dropout,
-                Masking, Add, Multiply, Average, Bidirectional,
-                SimpleRNN, LSTM, GRU, RecurrentLayer)
-}
+#: class name -> layer class; the built-in layers are registered by :mod:`rnnkit.layers`
+_REGISTRY: dict[str, type[Layer]] = {}
 
 
 def register_layer(cls: type[Layer]) -> type[Layer]:

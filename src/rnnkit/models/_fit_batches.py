@@ -43,12 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit._errors import Error, InvalidInputError, InvalidParameterError
-
-
-class DataSourceError(Error, RuntimeError):
-    """A batch source (generator, Dataset) raised while producing a batch; the message names
-    the batch and epoch, ``__cause__`` is the original exception."""
+from rnnkit._errors import DataSourceError, InvalidInputError, InvalidParameterError
 
 
 def is_batch_source(x: Any) -> bool:

@@ -7,6 +7,9 @@ from typing import TYPE_CHECKING, Any
 from rnnkit._errors import InvalidInputError
 from rnnkit._layer import Layer
 from rnnkit._shape import Shape
+from rnnkit.layers import Bidirectional
+from rnnkit.recurrent import RecurrentLayer
+from rnnkit.rnn import RNNNet
 
 if TYPE_CHECKING:
     from rnnkit.models._graph import GraphBuilder
@@ -70,9 +73,6 @@ class Node:
 def state_shapes(layer: Any) -> tuple[list[str], list[Shape]]:
     """The names and shapes of a recurrent layer's state parts: (batch, width) for a
     RecurrentLayer, PyTorch's (num_layers * directions, batch, width) for an ``RNNNet``."""
-    from rnnkit.layers import Bidirectional
-    from rnnkit.rnn import RNNNet
-
     if isinstance(layer, Bidirectional):
         names, shapes = [], []
         for role, sub in (("forward", layer.forward_layer), ("backward", layer.backward_layer)):
@@ -101,8 +101,4 @@ def check_state_shapes(layer: Any, shapes: list[Shape], where: str) -> None:
 def takes_states(layer: Layer) -> bool:
     """A recurrent layer (``RecurrentLayer``, ``RNNNet``, ``Bidirectional``) takes
     ``[x, *initial_state]``."""
-    from rnnkit.layers import Bidirectional
-    from rnnkit.recurrent import RecurrentLayer
-    from rnnkit.rnn import RNNNet
-
     return isinstance(layer, (RecurrentLayer, RNNNet, Bidirectional))

@@ -17,6 +17,7 @@ from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
 from rnnkit._kind import builtin_kind
 from rnnkit._layer import Layer, check_bool, check_positive_int
+from rnnkit._mask import Mask
 from rnnkit._shape import Shape
 from rnnkit.recurrent._cell import Arrays, Cell
 from rnnkit.recurrent._registry import cell_from_config, cell_to_config
@@ -162,8 +163,6 @@ class RecurrentLayer(Streaming, Layer):
         if mask is not None and self.return_sequences:
             out = mask
             if self.go_backwards and mask.kind == "mask":
-                from rnnkit._mask import Mask
-
                 T = int(np.shape(x[0] if isinstance(x, (list, tuple)) else x)[1])
                 out = Mask(np.take_along_axis(mask.valid(T), mask.reverse_index(T), axis=1))
         return [out] + [None] * len(self.cell.state_names) if self.return_state else out
