@@ -1,312 +1,45 @@
 """The shared layer harness: every layer with a forward/backward pass goes through it.
 
-One call proves a layer's contract with numbers::
+The checker itself is the public :mod:`rnnkit.testing` (its docstring lists the steps); this
+module re-exports it for the tests, plus :func:`keras_or_skip` for the Keras-oracle tests::
 
     from harness import check_layer
 
     def test_dense_contract() -> None:
         check_layer(lambda dtype: Dense(4, "tanh", seed=3, dtype=dtype),
                     lambda rng: rng.standard_normal((2, 5)))
-
-``check_layer(make_layer, make_input, *, seed=0, rtol=1e-6, eps=1e-6, ...)`` runs, in order:
-
-1. **build** — ``make_layer("float64")`` (built or not; an unbuilt layer is built with
-   ``forward_mut``); the output shape must be accepted by ``compute_output_shape`` of the
-   input's free-batch shape when the layer implements it.
-2. **forward / backward** — a training pass with a random upstream gradient ``G`` (standard
-   normal, the output's shape), so the loss is ``L = sum(y * G)``; ``backward(G)`` must return
-   an input gradient of the input's shape and put a gradient of every weight's shape into the
-   Ctx; the training and inference outputs agree to 1e-12 (relative).
-3. **gradcheck** — float64 central differences ``(L(p + eps) - L(p - eps)) / (2 eps)`` of the
-   input (unless ``input_grad=False``) and of EVERY weight, entry by entry; each weight is
-   perturbed through ``set_weight`` (the only way weights change) and restored. The error of
-   one array is ``max|analytic - numeric| / max(max|numeric|, max|analytic|, 1e-30)`` and must
-   be ``<= rtol``.
-4. **unchanged** — every weight is bit-identical (same bytes) before and after forward+backward.
-5. **sums** — two forward passes and two backward passes in one Ctx store twice the gradient.
-6. **no forward** — ``backward`` on a fresh training Ctx, and after an inference pass, raises
-   ``ForwardPassNotRunError`` whose ``.layer`` is the layer's name.
-7. **round trip** — the weights are first replaced by fresh random values, then copied with
-   ``set_weight`` into a fresh ``make_layer`` layer built for the same shape; ``predict`` is then
-   identical (and differed before the copy, so the check can fail).
-8. **threads** — ``threads`` threads run forward+backward on the one layer at once, each on its
-   own input and Ctx; every output and gradient equals the serial result exactly.
-9. **float32** — ``make_layer("float32")`` gives float32 outputs within ``float32_atol`` of the
-   float64 layer (one seed draws the same weights in both dtypes).
-
-Each step is also a function of its own: :func:`gradcheck`, :func:`assert_gradcheck`,
-:func:`snapshot`, :func:`assert_unchanged`, :func:`assert_round_trip`, :func:`assert_thread_safe`.
-
-``make_layer(dtype)`` must be deterministic: two calls give the same weights (use a seed).
-The layer's pass must be deterministic too (training output == inference output); a layer
-with pass randomness (Dropout) uses the single functions with a seeded ``Ctx`` instead.
-``make_input(rng)`` returns the input array (float64 values; indices for an Embedding, then
-pass ``input_grad=False``). Keep shapes small: the gradcheck costs two forward passes per
-scalar of the input and of every weight.
 """
 
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pytest
 
-import rnnkit as rk
+from rnnkit.testing import (
+    Grads,
+    LayerReport,
+    MakeInput,
+    MakeLayer,
+    Snapshot,
+    analytic_grads,
+    assert_fast_matches_reference,
+    assert_gradcheck,
+    assert_round_trip,
+    assert_thread_safe,
+    assert_unchanged,
+    check_layer,
+    gradcheck,
+    numeric_grad,
+    rel_err,
+    snapshot,
+)
 
-MakeLayer = Callable[[str], Any]
-MakeInput = Callable[[np.random.Generator], np.ndarray]
-
-
-def rel_err(analytic: np.ndarray, numeric: np.ndarray) -> float:
-    """``max|a - n| / max(max|n|, max|a|, 1e-30)``: the error scaled by the array's magnitude."""
-    a = np.asarray(analytic, np.float64)
-    n = np.asarray(numeric, np.float64)
-    if a.shape != n.shape:
-        raise AssertionError(f"shape mismatch: analytic {a.shape} vs numeric {n.shape}")
-    if a.size == 0:
-        return 0.0
-    scale = max(float(np.max(np.abs(n))), float(np.max(np.abs(a))), 1e-30)
-    return float(np.max(np.abs(a - n))) / scale
-
-
-def _loss(layer: Any, x: np.ndarray, G: np.ndarray) -> float:
-    return float(np.sum(np.asarray(layer.forward(x, rk.Ctx.inference()), np.float64) * G))
-
-
-Grads = tuple[np.ndarray, "np.ndarray | None", dict[str, np.ndarray]]
-
-
-def analytic_grads(layer: Any, x: np.ndarray, G: np.ndarray) -> Grads:
-    """One training pass: (output, dL/dx or None, {weight name: dL/dw}) for ``L = sum(y * G)``
-    (every trainable weight; a recurrent layer's cell may declare weights that do not train)."""
-    ctx = rk.Ctx.training()
-    y = layer.forward(x, ctx)
-    dx = layer.backward(G, ctx)
-    names = getattr(layer, "trainable_names", layer.weight_names)
-    grads = {n: np.array(ctx.grad(layer, n)) for n in names}
-    return np.array(y), (None if dx is None else np.array(dx)), grads
-
-
-def numeric_grad(layer: Any, x: np.ndarray, G: np.ndarray, wrt: str, eps: float = 1e-6) -> np.ndarray:
-    """Central differences of ``L = sum(forward(x) * G)`` w.r.t. ``"input"`` or a weight name."""
-    if wrt == "input":
-        xp = np.array(x, np.float64, copy=True)
-        out = np.empty_like(xp)
-        for i in np.ndindex(xp.shape):
-            v = xp[i]
-            xp[i] = v + eps
-            lp = _loss(layer, xp, G)
-            xp[i] = v - eps
-            lm = _loss(layer, xp, G)
-            xp[i] = v
-            out[i] = (lp - lm) / (2 * eps)
-        return out
-    w0 = np.array(layer.weight(wrt), copy=True)
-    w = w0.copy()
-    out = np.empty(w.shape, np.float64)
-    try:
-        for i in np.ndindex(w.shape):
-            v = w[i]
-            w[i] = v + eps
-            layer.set_weight(wrt, w)
-            lp = _loss(layer, x, G)
-            w[i] = v - eps
-            layer.set_weight(wrt, w)
-            lm = _loss(layer, x, G)
-            w[i] = v
-            out[i] = (lp - lm) / (2 * eps)
-    finally:
-        layer.set_weight(wrt, w0)
-    return out
-
-
-def gradcheck(
-    layer: Any, x: np.ndarray, *, G: np.ndarray | None = None, seed: int = 0, eps: float = 1e-6,
-    wrt: list[str] | None = None, input_grad: bool = True,
-) -> dict[str, float]:
-    """Relative errors (see :func:`rel_err`) of the analytic gradients against float64 central
-    differences, keyed ``"input"`` and by weight name. ``layer`` must be float64 and built.
-    ``G`` defaults to a standard-normal draw from ``seed``. ``wrt`` limits the checked names."""
-    if layer.dtype != np.float64:
-        raise AssertionError(f"gradcheck needs a float64 layer, got {layer.dtype}")
-    y = layer.forward(x, rk.Ctx.inference())
-    if G is None:
-        G = np.random.default_rng(seed + 7919).standard_normal(y.shape)
-    _, dx, grads = analytic_grads(layer, x, G)
-    names = wrt if wrt is not None else (["input"] if input_grad else []) + list(grads)
-    errs: dict[str, float] = {}
-    for name in names:
-        ana = dx if name == "input" else grads[name]
-        errs[name] = rel_err(ana, numeric_grad(layer, x, G, name, eps))
-    return errs
-
-
-def assert_gradcheck(layer: Any, x: np.ndarray, *, rtol: float = 1e-6, **kw: Any) -> dict[str, float]:
-    """:func:`gradcheck`, failing when any relative error exceeds ``rtol``; returns the errors."""
-    errs = gradcheck(layer, x, **kw)
-    bad = {k: v for k, v in errs.items() if not v <= rtol}
-    assert not bad, f"{layer!r}: gradient relative errors above {rtol}: {bad} (all: {errs})"
-    return errs
-
-
-Snapshot = dict[str, tuple[str, tuple[int, ...], bytes]]
-
-
-def snapshot(layer: Any) -> Snapshot:
-    """The bytes (plus dtype and shape) of every weight, for :func:`assert_unchanged`."""
-    return {e.name: (str(e.value.dtype), e.value.shape, e.value.tobytes()) for e in layer.weights()}
-
-
-def assert_unchanged(layer: Any, before: Snapshot, what: str = "forward+backward") -> None:
-    """Every weight is bit-identical to ``before`` (a :func:`snapshot`)."""
-    after = snapshot(layer)
-    assert list(after) == list(before), f"weight names changed: {list(before)} -> {list(after)}"
-    changed = [n for n in before if before[n] != after[n]]
-    assert not changed, f"{layer!r}: weights {changed} changed during {what}"
-
-
-def assert_round_trip(make_layer: MakeLayer, layer: Any, x: np.ndarray, seed: int = 0) -> None:
-    """Randomise ``layer``'s weights, copy them into a fresh ``make_layer`` layer with
-    ``set_weight``, and require identical ``predict`` (which differed before the copy)."""
-    rng = np.random.default_rng(seed + 104729)
-    for e in layer.weights():
-        layer.set_weight(e.name, rng.uniform(-0.5, 0.5, e.value.shape))
-    fresh = make_layer(layer.dtype.name)
-    if not fresh.built:
-        fresh.build(layer.input_shape)
-    ref = layer.predict(x)
-    if layer.weights():
-        assert not np.array_equal(fresh.predict(x), ref), "round trip check cannot fail: same weights"
-    for e in layer.weights():
-        fresh.set_weight(e.name, e.value)
-    assert [e.name for e in fresh.weights()] == [e.name for e in layer.weights()]
-    np.testing.assert_array_equal(fresh.predict(x), ref)
-
-
-def assert_thread_safe(layer: Any, xs: list[np.ndarray], seed: int = 0) -> None:
-    """Run forward+backward on ``layer`` from ``len(xs)`` threads at once (several rounds);
-    every output, input gradient and weight gradient equals the serial result exactly."""
-
-    rng = np.random.default_rng(seed + 15485863)
-    Gs = [rng.standard_normal(layer.predict(x).shape) for x in xs]
-    serial = [analytic_grads(layer, x, G) for x, G in zip(xs, Gs, strict=True)]
-    rounds = 5
-    results: list[list[Any]] = [[None] * rounds for _ in xs]
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(len(xs))
-
-    def worker(k: int) -> None:
-        try:
-            barrier.wait()
-            for r in range(rounds):
-                results[k][r] = analytic_grads(layer, xs[k], Gs[k])
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(len(xs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, f"a thread raised: {errors[0]!r}"
-    for k, (y, dx, grads) in enumerate(serial):
-        for r in range(rounds):
-            ty, tdx, tgrads = results[k][r]
-            np.testing.assert_array_equal(ty, y, err_msg=f"thread {k} round {r}: output")
-            if dx is not None:
-                np.testing.assert_array_equal(tdx, dx, err_msg=f"thread {k} round {r}: input grad")
-            for n in grads:
-                np.testing.assert_array_equal(tgrads[n], grads[n], err_msg=f"thread {k}: grad {n}")
-
-
-@dataclass
-class LayerReport:
-    """What :func:`check_layer` measured."""
-
-    output_shape: tuple[int, ...]
-    grad_errors: dict[str, float] = field(default_factory=dict)
-    float32_max_abs: float = 0.0
-
-
-def check_layer(
-    make_layer: MakeLayer, make_input: MakeInput, *, seed: int = 0, rtol: float = 1e-6,
-    eps: float = 1e-6, input_grad: bool = True, threads: int = 2, check_float32: bool = True,
-    float32_atol: float = 1e-4, round_trip: bool = True,
-) -> LayerReport:
-    """Run the whole contract (see the module docstring) and return the measured numbers."""
-    rng = np.random.default_rng(seed)
-    x = make_input(rng)
-    if input_grad:
-        x = np.asarray(x, np.float64)
-    layer = make_layer("float64")
-    # 1. build
-    if not layer.built:
-        layer.forward_mut(x, rk.Ctx.inference())
-    assert layer.built
-    y_inf = layer.predict(x)
-    try:
-        out_shape = layer.compute_output_shape(rk.Shape.with_free_batch(x.shape))
-    except NotImplementedError:
-        out_shape = None
-    if out_shape is not None:
-        assert rk.Shape.of(out_shape).accepts(y_inf.shape), f"output {y_inf.shape} vs {out_shape}"
-    # 2. forward / backward, 4. unchanged
-    G = np.random.default_rng(seed + 7919).standard_normal(y_inf.shape)
-    before = snapshot(layer)
-    y, dx, grads = analytic_grads(layer, x, G)
-    assert_unchanged(layer, before)
-    assert y.dtype == np.float64
-    np.testing.assert_allclose(y, y_inf, rtol=1e-12, atol=1e-12)
-    if input_grad:
-        assert dx is not None and dx.shape == x.shape, f"input grad {getattr(dx, 'shape', None)} vs {x.shape}"
-    for e in layer.weights():
-        if e.name in grads:
-            assert grads[e.name].shape == e.value.shape, f"grad {e.name}: {grads[e.name].shape}"
-    # 3. gradcheck
-    errs = assert_gradcheck(layer, x, rtol=rtol, G=G, eps=eps, input_grad=input_grad)
-    assert_unchanged(layer, before, "the gradcheck")
-    # 5. the store sums
-    ctx = rk.Ctx.training()
-    layer.forward(x, ctx)
-    layer.forward(x, ctx)
-    layer.backward(G, ctx)
-    layer.backward(G, ctx)
-    for n, g in grads.items():
-        np.testing.assert_allclose(ctx.grad(layer, n), 2 * g, rtol=1e-12, atol=1e-300)
-    # 6. backward without forward
-    for c in (rk.Ctx.training(), rk.Ctx.inference()):
-        if not c.is_training:
-            layer.forward(x, c)
-        try:
-            layer.backward(G, c)
-        except rk.ForwardPassNotRunError as err:
-            assert err.layer == layer.name, f"{err.layer!r} != {layer.name!r}"
-        else:
-            raise AssertionError(f"{layer!r}: backward without a recorded forward did not raise")
-    # 8. threads
-    if threads > 1:
-        xs = [x] + [np.asarray(make_input(np.random.default_rng(seed + k)), x.dtype)
-                    for k in range(1, threads)]
-        assert_thread_safe(layer, xs, seed)
-    # 9. float32
-    f32_err = 0.0
-    if check_float32:
-        l32 = make_layer("float32")
-        if not l32.built:
-            l32.forward_mut(x, rk.Ctx.inference())
-        y32 = l32.predict(x)
-        assert y32.dtype == np.float32, y32.dtype
-        f32_err = float(np.max(np.abs(y32 - y_inf))) if y32.size else 0.0
-        assert f32_err <= float32_atol, f"float32 vs float64 output: max abs {f32_err}"
-    # 7. round trip (last: it replaces the weights)
-    if round_trip:
-        assert_round_trip(make_layer, layer, x, seed)
-    return LayerReport(tuple(y_inf.shape), errs, f32_err)
+__all__ = ["Grads", "LayerReport", "MakeInput", "MakeLayer", "Snapshot", "analytic_grads",
+           "assert_fast_matches_reference", "assert_gradcheck", "assert_round_trip",
+           "assert_thread_safe", "assert_unchanged", "check_layer", "gradcheck", "keras_or_skip",
+           "numeric_grad", "rel_err", "snapshot"]
 
 
 def keras_or_skip() -> Any:

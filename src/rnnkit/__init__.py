@@ -21,13 +21,30 @@ modules import one another in no cycle, counting imports inside functions and un
 data sources; ``layers`` the recurrent and other layers; ``models`` Sequential and graph models
 and their training; ``outside`` what talks to files, other libraries and other processes;
 ``surface`` this module; ``cli`` the command line, a user of the surface.
+
+One way per task. The canonical spellings are Keras' where Keras has one (``Sequential([...],
+input_shape=...)``, ``fit(x, y, epochs, batch_size=...)``, ``seed=`` and the other constructor
+keywords); these spellings do the same and stay, each a thin alias of the canonical one:
+
+    SequentialBuilder().add(a).add(b).build(shape)   Sequential([a, b]).build(shape)
+    model.fit_with_batches(x, y, epochs, batch)      model.fit(x, y, epochs, batch_size=batch)
+    layer.with_random_state(s)                       the constructor's seed=s (redraws if built)
+    layer.with_return_sequences(flag)                return_sequences=flag
+    layer.with_go_backwards(flag)                    go_backwards=flag
+    Shape.with_free_batch((2, 5, 4))                 Shape((None, 5, 4))
+    RecurrentLayer(LSTMCell(4)) (SimpleRNN, GRU ...)  LSTM(4): one thing in files and exports
+
+For a custom cell or layer: :mod:`rnnkit.activations`, :mod:`rnnkit.initializers` and the layer
+checker :mod:`rnnkit.testing` (gradients, fast vs reference, save/load round trip).
 """
 
 from rnnkit import (
+    activations,  # Tanh(), Softmax(axis), activations.get("relu"): what activation= takes
     constraints,  # MaxNorm, NonNeg, UnitNorm, MinMaxNorm (Keras' definitions)
     data,  # batches from anywhere: rnnkit.data.windows / bucket_by_length / Dataset
     datasets,  # bundled public-domain series: rnnkit.datasets.sunspots() / co2()
     distributed,  # data-parallel fit over MPI: distributed=rnnkit.distributed.MPI() (rnnkit[mpi])
+    initializers,  # glorot_uniform, orthogonal, ...: what a custom cell's Param draws with
     io,
     kernels,  # fast paths: rnnkit.kernels.use("reference") / RNNKIT_KERNELS=reference
     layers,
@@ -37,6 +54,7 @@ from rnnkit import (
     optimizers,
     regularizers,  # L1, L2, L1L2 (Keras' definitions)
     rnn,  # whole networks in PyTorch layout: rnnkit.rnn.lstm / gru / rnn
+    testing,  # the layer checker: rnnkit.testing.check_layer(make_layer, make_input)
     timeseries,  # CSV reading, windows, scaler, baselines for forecasting
 )
 from rnnkit._activations import Activation, HardSigmoid, Linear, ReLU, Sigmoid, Softmax, Tanh
@@ -162,4 +180,5 @@ __all__ = [
     "ModelCheckpoint", "Sequential", "SequentialBuilder", "model_from_config",
     "CSVLogger", "LambdaCallback", "ProgbarLogger", "ReduceLROnPlateau", "TerminateOnNaN",
     "datasets", "timeseries", "distributed", "regularizers", "constraints", "attach_regularization", "data",
+    "activations", "initializers", "testing",
 ]

@@ -8,7 +8,7 @@ and casts to ``dtype`` at the end, so float32 and float64 layers built from one 
 - ``semi_orthogonal``: the same for a non-square (rows, cols) matrix (orthonormal columns when
   rows > cols, rows otherwise), as Keras' ``Orthogonal``.
 - ``kaiming_uniform``: U(-l, l), ``l = gain * sqrt(3 / fan_in)``, ``gain = sqrt(2)`` (ReLU),
-  PyTorch's default (``kaiming_uniform_`` with ``a = 0``).
+  ``torch.nn.init.kaiming_uniform_(w, a=0)``.
 - ``uniform``: U(low, high). ``zeros``: all 0.
 """
 

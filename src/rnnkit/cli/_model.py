@@ -28,7 +28,7 @@ from rnnkit._errors import FileFormatError
 from rnnkit.cli._common import CliError
 from rnnkit.layers import Dense
 from rnnkit.models import EarlyStopping, ModelCheckpoint, SequentialBuilder
-from rnnkit.timeseries import DataError, ForecastSpec, Windows
+from rnnkit.timeseries import DataError, ForecastSpec, WindowArrays
 
 #: metadata key under which the forecast settings are stored in the model file
 SPEC_KEY = "rnnkit.forecast"
@@ -65,7 +65,7 @@ def build_network(cfg: TrainConfig, window: int, n_features: int) -> Any:
     return model
 
 
-def train_network(model: Any, cfg: TrainConfig, train: Windows, val: Windows | None,
+def train_network(model: Any, cfg: TrainConfig, train: WindowArrays, val: WindowArrays | None,
                   checkpoint: Path | None = None, distributed: Any = None) -> dict[str, list[float]]:
     """Fit on ``train`` (scaled), early-stopping on ``val``; returns the History's dict.
     ``distributed``: an ``rnnkit.distributed.MPI`` (fit on every rank; rank 0 checkpoints)."""
@@ -85,7 +85,7 @@ def train_network(model: Any, cfg: TrainConfig, train: Windows, val: Windows | N
     return {k: [float(v) for v in vals] for k, vals in hist.history.items()}
 
 
-def predict_values(model: Any, spec: ForecastSpec, windows: Windows,
+def predict_values(model: Any, spec: ForecastSpec, windows: WindowArrays,
                    target: np.ndarray | None = None) -> np.ndarray:
     """Forecasts in data units for scaled ``windows`` (S,), at data rows ``windows.pos``;
     ``target`` (raw, data rows) anchors the changes a ``difference`` model predicts."""

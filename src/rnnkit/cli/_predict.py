@@ -26,7 +26,7 @@ import numpy as np
 from rnnkit.cli._common import CliError, check_output_file, data_path, write_text_atomic
 from rnnkit.cli._model import describe_spec, load_forecaster, predict_values, read_metadata
 from rnnkit.io._weights import WEIGHTS_FORMAT, read_safetensors
-from rnnkit.timeseries import ForecastSpec, Table, Windows, read_csv
+from rnnkit.timeseries import ForecastSpec, Table, WindowArrays, read_csv
 
 
 def _index_labels(table: Table, positions: np.ndarray) -> list[str]:
@@ -100,7 +100,7 @@ def predict_command(args: argparse.Namespace) -> int:
         preds = []
         for _ in range(args.steps):
             levels = np.asarray(hist[-need:], dtype=np.float64)
-            win = Windows(spec.prepare(levels[:, None])[None], np.zeros((1, 0)), np.array([need]))
+            win = WindowArrays(spec.prepare(levels[:, None])[None], np.zeros((1, 0)), np.array([need]))
             v = float(predict_values(model, spec, win, levels)[0])   # row `need` follows the window
             preds.append(v)
             hist.append(v)

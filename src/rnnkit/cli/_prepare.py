@@ -20,7 +20,7 @@ from rnnkit.timeseries import (
     DataError,
     ForecastSpec,
     Scaler,
-    Windows,
+    WindowArrays,
     count_windows,
     mae,
     make_windows,
@@ -36,9 +36,9 @@ class Prepared:
 
     spec: ForecastSpec
     target: np.ndarray
-    train: Windows
-    val: Windows
-    test: Windows
+    train: WindowArrays
+    val: WindowArrays
+    test: WindowArrays
 
 
 def split_counts(n_windows: int, val_split: float, n_test: int = 0) -> tuple[int, int, int]:
@@ -87,7 +87,7 @@ def prepare(features: np.ndarray, target: np.ndarray, feature_names: list[str], 
                         difference=difference)
     w = make_windows(xs.apply(xin), ys.apply(tin[:, None])[:, 0], window, horizon, what=what)
     if difference:
-        w = Windows(w.x, w.y, w.pos + 1)
+        w = WindowArrays(w.x, w.y, w.pos + 1)
     return Prepared(spec, np.asarray(target, dtype=np.float64), w.take(slice(0, n_train)),
                     w.take(slice(n_train, n_train + n_val)), w.take(slice(n_train + n_val, n)))
 

@@ -25,7 +25,7 @@ from rnnkit.cli._model import TrainConfig, build_network, predict_values, save_f
 from rnnkit.cli._plots import forecast_plot, have_matplotlib, loss_curve, remove_pictures
 from rnnkit.cli._prepare import Comparison, compare, prepare
 from rnnkit.distributed import MPI, DistributedError
-from rnnkit.timeseries import Windows, read_csv
+from rnnkit.timeseries import WindowArrays, read_csv
 
 
 def parse_columns(text: str | None, target: str) -> list[str]:
@@ -124,7 +124,7 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
 
 
 def draw_pictures(out: Path, history: dict[str, list[float]], index: np.ndarray, actual: np.ndarray,
-                  part: Windows, pred: np.ndarray, cmp: Comparison, part_name: str, index_name: str,
+                  part: WindowArrays, pred: np.ndarray, cmp: Comparison, part_name: str, index_name: str,
                   target: str, *, plots: bool) -> list[str]:
     """This run's loss.png and forecast.png in ``out`` (replacing an earlier run's), or none
     (removing an earlier run's) without matplotlib or with ``--no-plots``. Returns what to say."""

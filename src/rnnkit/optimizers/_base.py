@@ -196,10 +196,6 @@ class Optimizer:
             layer.set_weight(name, self._update(w, g, state, lr))
         self.iterations += 1
 
-    def minimize_ctx(self, ctx: Any) -> None:
-        """Apply every gradient a training ``Ctx`` holds (``ctx.grads``: (layer, name) -> grad)."""
-        self.apply_gradients([(layer, name, g) for (layer, name), g in ctx.grads.items()])
-
     # -- configuration -----------------------------------------------------------------------
     def get_config(self) -> dict[str, Any]:
         """The constructor keywords that rebuild this optimizer (JSON-serialisable)."""

@@ -20,7 +20,7 @@ from rnnkit.timeseries._window import (
     TRANSFORMS,
     ForecastSpec,
     Scaler,
-    Windows,
+    WindowArrays,
     count_windows,
     make_windows,
 )
@@ -28,5 +28,5 @@ from rnnkit.timeseries._window import (
 __all__ = [
     "ARModel", "mae", "persistence_forecast", "rmse", "select_ar_order",
     "DATE_COLUMN_NAMES", "MISSING_POLICIES", "DataError", "Table", "read_csv",
-    "TRANSFORMS", "ForecastSpec", "Scaler", "Windows", "count_windows", "make_windows",
+    "TRANSFORMS", "ForecastSpec", "Scaler", "WindowArrays", "count_windows", "make_windows",
 ]

@@ -74,10 +74,6 @@ class Table:
     def __len__(self) -> int:
         return int(self.lines.shape[0])
 
-    @property
-    def has_dates(self) -> bool:
-        return self.index_name != "row"
-
     def matrix(self, names: list[str]) -> np.ndarray:
         """The named columns side by side, shape (rows, len(names)), float64."""
         return np.stack([self.columns[n] for n in names], axis=1)

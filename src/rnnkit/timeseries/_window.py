@@ -33,8 +33,10 @@ TRANSFORMS = ("none", "sqrt", "log1p")
 
 
 @dataclass(frozen=True)
-class Windows:
-    """``x`` (S, window, F) float, ``y`` (S, 1) float, ``pos`` (S,) the target row of each."""
+class WindowArrays:
+    """``x`` (S, window, F) float, ``y`` (S, 1) float, ``pos`` (S,) the target row of each: the
+    windows of a series cut at once, in memory (:class:`rnnkit.data.Windows` reads the windows
+    of a series lazily, batch by batch, for ``fit``)."""
 
     x: np.ndarray
     y: np.ndarray
@@ -43,8 +45,8 @@ class Windows:
     def __len__(self) -> int:
         return int(self.pos.shape[0])
 
-    def take(self, sel: slice | np.ndarray) -> Windows:
-        return Windows(self.x[sel], self.y[sel], self.pos[sel])
+    def take(self, sel: slice | np.ndarray) -> WindowArrays:
+        return WindowArrays(self.x[sel], self.y[sel], self.pos[sel])
 
 
 def count_windows(rows: int, window: int, horizon: int) -> int:
@@ -53,7 +55,7 @@ def count_windows(rows: int, window: int, horizon: int) -> int:
 
 
 def make_windows(features: np.ndarray, target: np.ndarray | None, window: int, horizon: int,
-                 *, dtype: Any = np.float32, what: str = "the data") -> Windows:
+                 *, dtype: Any = np.float32, what: str = "the data") -> WindowArrays:
     """Cut ``features`` (rows, F) into (S, window, F) inputs and their ``horizon``-ahead targets.
 
     With ``target=None`` every complete input window is returned (``rows - window + 1`` of
@@ -75,8 +77,8 @@ def make_windows(features: np.ndarray, target: np.ndarray | None, window: int, h
     x = np.ascontiguousarray(features[idx], dtype=dtype)
     pos = np.arange(n) + window - 1 + horizon
     if target is None:
-        return Windows(x, np.zeros((n, 0), dtype=dtype), pos)
-    return Windows(x, np.asarray(target[pos], dtype=dtype)[:, None], pos)
+        return WindowArrays(x, np.zeros((n, 0), dtype=dtype), pos)
+    return WindowArrays(x, np.asarray(target[pos], dtype=dtype)[:, None], pos)
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,7 @@ class ForecastSpec:
         v = np.asarray(features, dtype=np.float64)
         return self.x_scaler.apply(np.diff(v, axis=0) if self.difference else v)
 
-    def input_windows(self, features: np.ndarray, *, what: str = "the data") -> Windows:
+    def input_windows(self, features: np.ndarray, *, what: str = "the data") -> WindowArrays:
         """Every complete input window of ``features`` (raw rows); ``pos`` = the DATA row each
         forecast is for (``horizon`` rows after the window's last data row; it may lie past
         the end). ``y`` is empty."""
@@ -207,7 +209,7 @@ class ForecastSpec:
             raise DataError(f"too few rows in {what}: {features.shape[0]} row(s), but window "
                             f"{self.window} needs at least {self.rows_needed}")
         w = make_windows(self.prepare(features), None, self.window, self.horizon, what=what)
-        return Windows(w.x, w.y, w.pos + 1) if self.difference else w
+        return WindowArrays(w.x, w.y, w.pos + 1) if self.difference else w
 
     def to_levels(self, z: np.ndarray, target: np.ndarray | None, pos: np.ndarray) -> np.ndarray:
         """Network outputs (S, 1) or (S,) -> forecasts of the target at data rows ``pos`` in data
