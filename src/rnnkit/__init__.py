@@ -14,13 +14,13 @@ modules import one another in no cycle, counting imports inside functions and un
     3  models    models
     4  outside   io distributed testing
     5  surface   rnnkit
-    6  cli       cli __main__
+    6  apps      cli serve __main__
 
 ``base`` holds the errors and the small shared types; ``core`` the passes' state (``Ctx``), the
 ``Layer`` base, activations, initialisers, compiled kernels, losses, optimizers, metrics and
 data sources; ``layers`` the recurrent and other layers; ``models`` Sequential and graph models
 and their training; ``outside`` what talks to files, other libraries and other processes;
-``surface`` this module; ``cli`` the command line, a user of the surface.
+``surface`` this module; ``apps`` the command line and the model server, users of the surface.
 
 One way per task. The canonical spellings are Keras' where Keras has one (``Sequential([...],
 input_shape=...)``, ``fit(x, y, epochs, batch_size=...)``, ``seed=`` and the other constructor
