@@ -21,10 +21,25 @@ Arrays = tuple[np.ndarray, ...]
 
 
 def test_every_public_name_resolves_once() -> None:
-    assert len(rk.__all__) == len(set(rk.__all__)) == 109
+    assert len(rk.__all__) == len(set(rk.__all__)) == 112
     for name in rk.__all__:
         assert getattr(rk, name) is not None, name
     assert rk.__version__ == "0.1.0"
+
+
+def test_keras_loss_spellings_are_canonical_and_the_others_the_same_classes() -> None:
+    pairs = [(rk.BinaryCrossentropy, rk.BinaryCrossEntropy),
+             (rk.CategoricalCrossentropy, rk.CategoricalCrossEntropy),
+             (rk.SparseCategoricalCrossentropy, rk.SparseCategoricalCrossEntropy)]
+    for keras_name, other in pairs:
+        assert keras_name is other
+        saved = rk.losses.serialize(other(from_logits=True))
+        assert saved == {"class_name": keras_name.__name__, "config": {"from_logits": True}}
+        old = {"class_name": keras_name.__name__.replace("Crossentropy", "CrossEntropy"), "config": {}}
+        assert type(rk.losses.deserialize(old)) is keras_name
+    y, p = np.array([[1.0], [0.0]]), np.array([[0.9], [0.2]])
+    want = -np.mean([np.log(0.9), np.log(0.8)])
+    assert abs(rk.losses.get("BinaryCrossEntropy").value_and_grad(y, p)[0] - want) < 1e-12
 
 
 def _xy() -> tuple[np.ndarray, np.ndarray]:

@@ -33,6 +33,7 @@ keywords); these spellings do the same and stay, each a thin alias of the canoni
     layer.with_go_backwards(flag)                    go_backwards=flag
     Shape.with_free_batch((2, 5, 4))                 Shape((None, 5, 4))
     RecurrentLayer(LSTMCell(4)) (SimpleRNN, GRU ...)  LSTM(4): one thing in files and exports
+    BinaryCrossEntropy (Categorical..., Sparse...)   BinaryCrossentropy: the same class
 
 For a custom cell or layer: :mod:`rnnkit.activations`, :mod:`rnnkit.initializers` and the layer
 checker :mod:`rnnkit.testing` (gradients, fast vs reference, save/load round trip).
@@ -111,11 +112,14 @@ from rnnkit.layers import (  # the non-recurrent layers; ActivationLayer: Activa
 )
 from rnnkit.losses import (
     BinaryCrossEntropy,
+    BinaryCrossentropy,
     CategoricalCrossEntropy,
+    CategoricalCrossentropy,
     Loss,
     MeanAbsoluteError,
     MeanSquaredError,
     SparseCategoricalCrossEntropy,
+    SparseCategoricalCrossentropy,
 )
 from rnnkit.models import (
     CSVLogger,
@@ -172,8 +176,9 @@ __all__ = [
     "load_keras", "load_keras_weights", "load_torch_rnn", "load_torch_safetensors",
     "save_torch_safetensors", "save_onnx", "save_keras", "save_keras_weights", "MissingDependencyError",
     "UnsupportedFeatureError",
-    "losses", "Loss", "MeanSquaredError", "MeanAbsoluteError", "BinaryCrossEntropy",
-    "CategoricalCrossEntropy", "SparseCategoricalCrossEntropy",
+    "losses", "Loss", "MeanSquaredError", "MeanAbsoluteError", "BinaryCrossentropy",
+    "CategoricalCrossentropy", "SparseCategoricalCrossentropy",
+    "BinaryCrossEntropy", "CategoricalCrossEntropy", "SparseCategoricalCrossEntropy",
     "layers", "ActivationLayer", "Concatenate", "Dense", "Dropout", "Embedding", "RepeatVector", "Reverse",
     "Add", "Average", "Bidirectional", "Masking", "Multiply",
     "models", "EarlyStopping", "GraphBuilder", "GraphModel", "History", "LearningRateScheduler",

@@ -5,13 +5,13 @@ Every loss maps ``(y_true, y_pred)`` to one float, the mean over samples (Keras'
 ==============================  =======================================================
 MeanSquaredError                mean((y_pred - y_true)**2)      over every element
 MeanAbsoluteError               mean(|y_pred - y_true|)         over every element
-BinaryCrossEntropy              mean(-(y log p + (1-y) log(1-p)))  over every element,
+BinaryCrossentropy              mean(-(y log p + (1-y) log(1-p)))  over every element,
                                 p = clip(y_pred, eps, 1 - eps), eps = 1e-7 (Keras)
   from_logits=True              mean(max(z, 0) - z y + log(1 + exp(-|z|)))  (stable)
-CategoricalCrossEntropy         mean over positions of -sum_c y_c log q_c, where
+CategoricalCrossentropy         mean over positions of -sum_c y_c log q_c, where
                                 q = clip(y_pred / sum(y_pred, -1), eps, 1 - eps) (Keras)
   from_logits=True              -sum_c y_c log_softmax(z)_c  (softmax fused, log-sum-exp)
-SparseCategoricalCrossEntropy   as Categorical with y the one-hot of integer labels; labels
+SparseCategoricalCrossentropy   as Categorical with y the one-hot of integer labels; labels
                                 of shape y_pred.shape[:-1] or y_pred.shape[:-1] + (1,)
 ==============================  =======================================================
 
@@ -25,7 +25,7 @@ lies inside ``[eps, 1 - eps]`` and never zero for a saturated, wrong prediction,
 recover from it (PyTorch's ``binary_cross_entropy`` behaves the same way).
 
 ``y_true`` and ``y_pred`` must have the same shape (``InvalidInputError`` naming both
-otherwise); nothing is broadcast, except the label shapes SparseCategoricalCrossEntropy accepts.
+otherwise); nothing is broadcast, except the label shapes SparseCategoricalCrossentropy accepts.
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ class _FromLogits(Loss):
         return {"from_logits": self.from_logits}
 
 
-class BinaryCrossEntropy(_FromLogits):
+class BinaryCrossentropy(_FromLogits):
     """Binary cross-entropy, mean over every element.
 
     Probabilities (default): ``p = clip(y_pred, 1e-7, 1 - 1e-7)``,
@@ -263,7 +263,7 @@ def _categorical(onehot_or_labels: np.ndarray, z: np.ndarray, sparse: bool, from
     return v, g
 
 
-class CategoricalCrossEntropy(_FromLogits):
+class CategoricalCrossentropy(_FromLogits):
     """Categorical cross-entropy over the last (class) axis with one-hot (or soft) targets,
     averaged over every other position.
 
@@ -281,13 +281,13 @@ class CategoricalCrossEntropy(_FromLogits):
         return v, g, dt
 
 
-class SparseCategoricalCrossEntropy(_FromLogits):
+class SparseCategoricalCrossentropy(_FromLogits):
     """Categorical cross-entropy with integer class labels.
 
     ``y_true`` holds labels in ``0..C-1`` (ints, or floats with integral values) of shape
     ``y_pred.shape[:-1]`` or ``y_pred.shape[:-1] + (1,)``; ``y_pred`` (..., C). A label outside
     ``0..C-1``, non-integral or non-finite raises InvalidInputError naming it and its position.
-    The arithmetic is :class:`CategoricalCrossEntropy`'s with the one-hot of the labels.
+    The arithmetic is :class:`CategoricalCrossentropy`'s with the one-hot of the labels.
     """
 
     name: ClassVar[str] = "sparse_categorical_crossentropy"
@@ -331,11 +331,19 @@ class SparseCategoricalCrossEntropy(_FromLogits):
 _ALIASES: dict[str, type[Loss]] = {
     "mse": MeanSquaredError, "mean_squared_error": MeanSquaredError,
     "mae": MeanAbsoluteError, "mean_absolute_error": MeanAbsoluteError,
-    "binary_crossentropy": BinaryCrossEntropy, "bce": BinaryCrossEntropy,
-    "categorical_crossentropy": CategoricalCrossEntropy, "cce": CategoricalCrossEntropy,
-    "sparse_categorical_crossentropy": SparseCategoricalCrossEntropy,
+    "binary_crossentropy": BinaryCrossentropy, "bce": BinaryCrossentropy,
+    "categorical_crossentropy": CategoricalCrossentropy, "cce": CategoricalCrossentropy,
+    "sparse_categorical_crossentropy": SparseCategoricalCrossentropy,
 }
+#: class name -> class, for files (which record Keras' class names; ``...CrossEntropy`` loads too)
 _CLASSES: dict[str, type[Loss]] = {c.__name__: c for c in set(_ALIASES.values())}
+
+# ``...CrossEntropy``: other spellings of Keras' ``...Crossentropy`` classes (the same objects).
+BinaryCrossEntropy = BinaryCrossentropy
+CategoricalCrossEntropy = CategoricalCrossentropy
+SparseCategoricalCrossEntropy = SparseCategoricalCrossentropy
+_CLASSES.update({"BinaryCrossEntropy": BinaryCrossentropy, "CategoricalCrossEntropy": CategoricalCrossentropy,
+                 "SparseCategoricalCrossEntropy": SparseCategoricalCrossentropy})
 
 
 def serialize(loss: Loss) -> dict[str, Any]:
@@ -372,6 +380,6 @@ def get(identifier: str | Loss | dict[str, Any]) -> Loss:
     )
 
 
-__all__ = ["BinaryCrossEntropy", "CategoricalCrossEntropy", "Loss", "MeanAbsoluteError",
-           "MeanSquaredError", "SparseCategoricalCrossEntropy", "deserialize", "get", "position_weights",
-           "serialize"]
+__all__ = ["BinaryCrossEntropy", "BinaryCrossentropy", "CategoricalCrossEntropy", "CategoricalCrossentropy",
+           "Loss", "MeanAbsoluteError", "MeanSquaredError", "SparseCategoricalCrossEntropy",
+           "SparseCategoricalCrossentropy", "deserialize", "get", "position_weights", "serialize"]
