@@ -66,8 +66,6 @@ PENDING: dict[tuple[str, str], str] = {
     ("rnnkit.models._resume", "rnnkit.io._limits"): "inside a function, upward",
     ("rnnkit.models._resume", "rnnkit.io._weights"): "inside a function, upward",
     ("rnnkit.models._weights_api", "rnnkit.io"): "inside a function, upward",
-    # a graph node and its builder name each other
-    ("rnnkit.models._node", "rnnkit.models._graph"): "cycle (TYPE_CHECKING)",
 }
 
 

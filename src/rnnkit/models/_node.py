@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from rnnkit._errors import InvalidInputError
 from rnnkit._layer import Layer
@@ -11,8 +11,14 @@ from rnnkit.layers import Bidirectional
 from rnnkit.recurrent import RecurrentLayer
 from rnnkit.rnn import RNNNet
 
-if TYPE_CHECKING:
-    from rnnkit.models._graph import GraphBuilder
+
+class Builder(Protocol):
+    """What a node needs of the :class:`~rnnkit.GraphBuilder` that made it (so this module
+    does not import the builder, which imports it): unique node names and the node list."""
+
+    _nodes: list[Node]
+
+    def _name(self, base: str, name: str | None, exact: bool = False) -> str: ...
 
 
 class Node:
@@ -25,7 +31,7 @@ class Node:
     __slots__ = ("name", "layer", "inbound", "shape", "builder", "index", "_picks")
 
     def __init__(self, name: str, layer: Layer | None, inbound: tuple[Node, ...], shape: Any,
-                 builder: GraphBuilder, index: int | None = None) -> None:
+                 builder: Builder, index: int | None = None) -> None:
         self.name, self.layer, self.inbound, self.shape, self.builder = name, layer, inbound, shape, builder
         self.index = index
         self._picks: dict[int, Node] = {}
