@@ -29,8 +29,6 @@ PKG = SRC / "rnnkit"
 
 #: (importer, imported) -> the rule it breaks today
 PENDING: dict[tuple[str, str], str] = {
-    # the passes' state and the Layer base name each other (Ctx keys are layers)
-    ("rnnkit._ctx", "rnnkit._layer"): "cycle (TYPE_CHECKING)",
     # regularizers and constraints reach into the model
     ("rnnkit._penalties", "rnnkit.constraints"): "inside a function",
     ("rnnkit._penalties", "rnnkit.models._base"): "upward",

@@ -10,15 +10,21 @@ recent one (last in, first out), which is the order a graph model's reverse walk
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from rnnkit._errors import ForwardPassNotRunError, InvalidInputError, UnknownWeightError
 from rnnkit._mask import Mask
 
-if TYPE_CHECKING:
-    from rnnkit._layer import Layer
+
+class Layer(Protocol):
+    """What a ``Ctx`` reads of a layer: its name, for messages (caches and gradients are keyed
+    by the layer object itself). :class:`rnnkit.Layer` is one; it is not imported here because
+    its module imports this one."""
+
+    @property
+    def name(self) -> str: ...
 
 
 class Ctx:
