@@ -87,9 +87,10 @@ class _SourcesKeyed:
 
 
 def _install_locators() -> None:
-    """Put a keyed variant of each of Numba's file-backed locators first, in Numba's order."""
-    known: list[Any] = _caching.CacheImpl._locator_classes
-    if any(issubclass(c, _SourcesKeyed) for c in known):
+    """Put a keyed variant of each of Numba's file-backed locators first, in Numba's order (a
+    Numba without this list of locators keeps its own keying, per file)."""
+    known: list[Any] | None = getattr(_caching.CacheImpl, "_locator_classes", None)
+    if not isinstance(known, list) or any(issubclass(c, _SourcesKeyed) for c in known):
         return
     keyed = [type(f"SourcesKeyed{c.__name__}", (_SourcesKeyed, c), {})
              for c in (_caching.UserProvidedCacheLocator, _caching.InTreeCacheLocator,
