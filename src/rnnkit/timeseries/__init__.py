@@ -15,7 +15,9 @@ from rnnkit.timeseries._csv import (
     DataError,
     Table,
     read_csv,
+    read_header,
 )
+from rnnkit.timeseries._dates import format_index
 from rnnkit.timeseries._window import (
     TRANSFORMS,
     ForecastSpec,
@@ -27,6 +29,6 @@ from rnnkit.timeseries._window import (
 
 __all__ = [
     "ARModel", "mae", "persistence_forecast", "rmse", "select_ar_order",
-    "DATE_COLUMN_NAMES", "MISSING_POLICIES", "DataError", "Table", "read_csv",
+    "DATE_COLUMN_NAMES", "MISSING_POLICIES", "DataError", "Table", "format_index", "read_csv", "read_header",
     "TRANSFORMS", "ForecastSpec", "Scaler", "Windows", "count_windows", "make_windows",
 ]
