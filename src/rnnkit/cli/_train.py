@@ -1,6 +1,7 @@
 """``rnnkit train DATA.csv --target COL``: window, split in time order, scale on the training
 rows, fit with early stopping and a best-weights checkpoint, report validation metrics beside
-persistence and AR(p), and save the model with its forecast settings.
+persistence, AR(p), the training mean and (with a season) the seasonal-naive forecast, say
+plainly which of them the model does not beat, and save the model with its forecast settings.
 
 Writes into ``--out`` (default ``./rnnkit_out``): ``model.safetensors`` (the model; the scaler
 and windowing settings in its metadata), ``checkpoint.safetensors`` (best weights seen during
@@ -24,7 +25,7 @@ from rnnkit.cli._common import CliError, data_path, ensure_dir, metrics_table, w
 from rnnkit.cli._model import TrainConfig, build_network, predict_values, save_forecaster, train_network
 from rnnkit.cli._plots import forecast_plot, have_matplotlib, loss_curve, remove_pictures
 from rnnkit.cli._prepare import Comparison, compare, prepare
-from rnnkit.timeseries import Windows, read_csv
+from rnnkit.timeseries import Windows, read_csv, season_of
 
 
 def parse_columns(text: str | None, target: str) -> list[str]:
@@ -75,7 +76,8 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
     args.data = data_path(args.data)
     features = parse_columns(args.features, args.target)
     cols = features + ([args.target] if args.target not in features else [])
-    table = read_csv(args.data, cols, date_col=args.date_col, missing=args.missing)
+    date_col = False if args.date_col == "none" else args.date_col
+    table = read_csv(args.data, cols, date_col=date_col, missing=args.missing)
     x_raw = table.matrix(features)
     y_raw = table.columns[args.target]
     prep = prepare(x_raw, y_raw, features, args.target, window=args.window, horizon=args.horizon,
@@ -86,6 +88,8 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
                       batch_size=args.batch_size, lr=args.lr, patience=args.patience, seed=args.seed,
                       verbose=not args.quiet)
     if root:
+        for note in table.notes:
+            print(f"note: {note}")
         print(f"{args.data}: {len(table)} rows, {len(prep.train) + len(prep.val)} windows of "
               f"{args.window} -> {args.target!r} {args.horizon} ahead: {len(prep.train)} train, "
               f"{len(prep.val)} validation" + (" (the last ones)" if len(prep.val) else ""), flush=True)
@@ -100,9 +104,13 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
     label = "validation" if len(prep.val) else "training (no validation part: --val-split 0)"
     pred = predict_values(model, prep.spec, part, prep.target)
     # the baselines are fitted on the training positions only, like the network
-    cmp = compare(f"{args.cell.upper()} ({args.units} units x {args.layers})", pred, prep.target,
-                  part.pos, prep.train.pos, args.window, args.horizon)
+    season = season_of(table.index, table.index_kind) if args.season is None else (args.season or None)
+    model_name = f"{args.cell.upper()} ({args.units} units x {args.layers})"
+    cmp = compare(model_name, pred, prep.target, part.pos, prep.train.pos, args.window, args.horizon,
+                  season=season)
     epochs_run = len(history.get("loss", []))
+    monitored = history.get("val_loss" if len(prep.val) else "loss", [])
+    best = int(np.argmin(monitored)) + 1 if monitored and args.patience > 0 else None
     spec = dataclasses.replace(prep.spec, extra={
         "cell": args.cell, "units": args.units, "layers": args.layers, "epochs_run": epochs_run,
         "seed": args.seed, "data": str(args.data), "rows": len(table), "missing": args.missing,
@@ -111,11 +119,16 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
     write_text_atomic(out / "history.csv", history_csv(history))
     write_text_atomic(out / "metrics.json", json.dumps(
         {"part": "validation" if len(prep.val) else "training", "windows": int(len(part)),
-         "metrics": cmp.as_dict(), "epochs_run": epochs_run, "seconds": round(secs, 3)}, indent=1))
+         "metrics": cmp.as_dict(), "epochs_run": epochs_run, "best_epoch": best,
+         "beats_every_baseline": not cmp.not_beaten_by_model(), "seconds": round(secs, 3)}, indent=1))
     pictures = draw_pictures(out, history, table.index, y_raw, part, pred, cmp, label.split()[0],
                              table.index_name, args.target, plots=not args.no_plots)
-    print(f"trained {epochs_run} epoch(s) in {secs:.1f} s")
+    which = "validation" if len(prep.val) else "training"
+    print(f"trained {epochs_run} epoch(s) in {secs:.1f} s " + (
+        f"(best {which} epoch {best}, weights restored)" if best is not None
+        else "(early stopping off: the last epoch's weights)"))
     print(metrics_table(cmp.rows, f"{label} metrics on {len(part)} window(s), in data units:"))
+    print(cmp.verdict(model_name))
     print(f"model saved to {model_path} (scaler and window settings inside); best weights in "
           f"{out / 'checkpoint.safetensors'}; loss per epoch in {out / 'history.csv'}")
     for line in pictures:

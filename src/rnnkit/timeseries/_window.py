@@ -30,6 +30,7 @@ import numpy as np
 from rnnkit.timeseries._csv import DataError
 
 TRANSFORMS = ("none", "sqrt", "log1p")
+F32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,9 @@ def make_windows(features: np.ndarray, target: np.ndarray | None, window: int, h
                  *, dtype: Any = np.float32, what: str = "the data") -> Windows:
     """Cut ``features`` (rows, F) into (S, window, F) inputs and their ``horizon``-ahead targets.
 
+    ``x`` is a read-only strided view of ``features`` cast once to ``dtype`` (S windows cost
+    the memory of the rows, not ``window`` times it); index it (``x[batch]``) to get a copy.
+
     With ``target=None`` every complete input window is returned (``rows - window + 1`` of
     them, for forecasting past the data); ``y`` is then empty-width (S, 0) and ``pos`` still
     names the row each forecast is for (which may lie past the last row).
@@ -71,8 +75,11 @@ def make_windows(features: np.ndarray, target: np.ndarray | None, window: int, h
             + (f" and horizon {horizon} need at least {need}" if target is not None
                else f" needs at least {window}")
         )
-    idx = np.arange(n)[:, None] + np.arange(window)[None, :]
-    x = np.ascontiguousarray(features[idx], dtype=dtype)
+    flat = np.asarray(features, dtype=dtype)
+    if flat.ndim != 2:
+        raise DataError(f"features must be (rows, F), got shape {flat.shape}")
+    # a read-only view: window s is rows s .. s + window - 1, nothing copied
+    x = np.lib.stride_tricks.sliding_window_view(flat, window, axis=0)[:n].transpose(0, 2, 1)
     pos = np.arange(n) + window - 1 + horizon
     if target is None:
         return Windows(x, np.zeros((n, 0), dtype=dtype), pos)
@@ -97,23 +104,55 @@ class Scaler:
         if v.ndim != 2 or v.shape[1] != len(names) or v.shape[0] < 1:
             raise DataError(f"Scaler.fit: expected ({'rows'}, {len(names)}) values, got shape {v.shape}")
         u = _forward(v, transform, tuple(names))
-        mean = u.mean(axis=0)
-        std = u.std(axis=0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            mean = u.mean(axis=0)
+            std = u.std(axis=0)
+        for k, name in enumerate(names):
+            if not (np.isfinite(mean[k]) and np.isfinite(std[k])):
+                big = float(np.max(np.abs(v[:, k])))
+                raise DataError(
+                    f"column {name!r}: its values are too large to standardise (the largest magnitude "
+                    f"is {big:.3g}; its mean or standard deviation overflows float64); rescale the column")
         std = np.where(std > 0, std, 1.0)
         return cls(tuple(names), mean, std, transform)
 
+    def __post_init__(self) -> None:
+        mean, std = np.asarray(self.mean, np.float64), np.asarray(self.std, np.float64)
+        if mean.shape != (len(self.names),) or std.shape != (len(self.names),):
+            raise DataError(f"Scaler: expected {len(self.names)} means and standard deviations, got "
+                            f"shapes {mean.shape} and {std.shape}")
+        if not (np.isfinite(mean).all() and np.isfinite(std).all() and (std > 0).all()):
+            raise DataError(f"Scaler: means must be finite and standard deviations finite and > 0, got "
+                            f"mean {mean.tolist()}, std {std.tolist()}")
+        if self.transform not in TRANSFORMS:
+            raise DataError(f"Scaler: transform must be one of {', '.join(TRANSFORMS)}, "
+                            f"got {self.transform!r}")
+
     def apply(self, values: np.ndarray) -> np.ndarray:
-        """Scale (rows, F) values (float64 out)."""
+        """Scale (rows, F) values (float64 out). A scaled value beyond float32's range (the
+        network's input type) is a DataError naming the column and the row (0-based)."""
         u = _forward(np.asarray(values, dtype=np.float64), self.transform, self.names)
-        return (u - self.mean) / self.std
+        with np.errstate(over="ignore", invalid="ignore"):
+            z = (u - self.mean) / self.std
+        bad = ~(np.abs(z) <= F32_MAX)      # NaN (missing) passes only where the value was NaN
+        bad &= ~np.isnan(u)
+        if bad.any():
+            r, c = (int(i) for i in np.argwhere(bad.reshape(len(z), -1))[0])
+            raise DataError(f"column {self.names[c]!r}: row {r} holds {float(u.reshape(len(z), -1)[r, c]):.3g}, "
+                            f"which scales to {float(z.reshape(len(z), -1)[r, c]):.3g} (mean "
+                            f"{self.mean[c]:.3g}, std {self.std[c]:.3g}), beyond float32's range "
+                            f"{F32_MAX:.3g}")
+        return z
 
     def invert(self, scaled: np.ndarray) -> np.ndarray:
-        """Back to data units (float64 out)."""
-        u = np.asarray(scaled, dtype=np.float64) * self.std + self.mean
-        if self.transform == "sqrt":
-            return np.square(np.maximum(u, 0.0))
-        if self.transform == "log1p":
-            return np.expm1(u)
+        """Back to data units (float64 out; an overflow gives inf, see
+        :meth:`ForecastSpec.to_levels`)."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            u = np.asarray(scaled, dtype=np.float64) * self.std + self.mean
+            if self.transform == "sqrt":
+                return np.square(np.maximum(u, 0.0))
+            if self.transform == "log1p":
+                return np.expm1(u)
         return u
 
     def to_dict(self) -> dict[str, Any]:
@@ -211,11 +250,19 @@ class ForecastSpec:
 
     def to_levels(self, z: np.ndarray, target: np.ndarray | None, pos: np.ndarray) -> np.ndarray:
         """Network outputs (S, 1) or (S,) -> forecasts of the target at data rows ``pos`` in data
-        units; with ``difference`` the change is added to ``target[pos - horizon]``."""
+        units; with ``difference`` the change is added to ``target[pos - horizon]``. A forecast
+        that is not finite (NaN, or an overflow mapping back) is a DataError, never returned."""
         out = self.y_scaler.invert(np.asarray(z, dtype=np.float64).reshape(-1, 1))[:, 0]
         if self.difference:
             if target is None:
                 raise DataError(f"this model forecasts changes of {self.target!r}; the data must "
                                 f"hold the {self.target!r} column")
             out = out + np.asarray(target, dtype=np.float64)[np.asarray(pos) - self.horizon]
+        bad = np.flatnonzero(~np.isfinite(out))
+        if bad.size:
+            k = int(bad[0])
+            raise DataError(f"the forecast for data row {int(np.asarray(pos)[k])} is not finite (network "
+                            f"output {float(np.asarray(z).reshape(-1)[k]):.3g} in scaled units, "
+                            f"{bad.size} such forecast(s)); the data or the model is outside the range "
+                            f"the scaler can map back")
         return out
