@@ -46,7 +46,8 @@ def frames(pd: Any) -> dict[str, tuple[Any, dict[str, Any]]]:
                                      "load": [3.0, 2.5, 2.0, 2.5, 4.0, 5.5]}), {"index": False}),
         # monthly periods, written "1959-01"
         "monthly.csv": (pd.DataFrame({"v": np.arange(6.0)},
-                                     index=pd.period_range("1959-01", periods=6, freq="M").rename("month")), {}),
+                                     index=pd.period_range("1959-01", periods=6, freq="M").rename("month")),
+                        {}),
         # two columns with one name
         "duplicate_names.csv": (pd.DataFrame([[1.0, 2.0], [3.0, 4.0]], columns=["a", "a"]), {"index": False}),
     }

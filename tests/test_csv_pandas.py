@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pandas_frames import FIXTURES, NILE, frames, write
+from pandas_frames import FIXTURES, NILE, write
 from rnnkit.timeseries import DataError, read_csv, read_header
 
 NAMES = sorted(p.name for p in FIXTURES.glob("*.csv"))

@@ -18,6 +18,7 @@ Everything is seeded (:data:`SEED`), so two runs print the same numbers.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from rnnkit import datasets
-from rnnkit.cli._common import ensure_dir, metrics_table
+from rnnkit.cli._common import compile_status, ensure_dir, metrics_table
 from rnnkit.cli._model import TrainConfig, build_network, predict_values, save_forecaster, train_network
 from rnnkit.cli._plots import forecast_plot, have_matplotlib, loss_curve, remove_pictures
 from rnnkit.cli._prepare import Comparison, compare, prepare
@@ -77,7 +78,8 @@ def run_demo(out: str | Path = "rnnkit_out", *, verbose: bool = True, plots: boo
         f"({len(prep.val)}, early stopping), held-out test {yr(prep.test)} ({len(prep.test)})", flush=True)
     model = build_network(cfg, WINDOW, 1)
     t0 = time.perf_counter()
-    history = train_network(model, cfg, prep.train, prep.val)
+    with compile_status() if cfg.verbose else contextlib.nullcontext():
+        history = train_network(model, cfg, prep.train, prep.val)
     secs = time.perf_counter() - t0
     pred = predict_values(model, prep.spec, prep.test, prep.target)
     fit_pos = np.concatenate([prep.train.pos, prep.val.pos])

@@ -13,15 +13,23 @@ under ``--no-plots``). ``DATA`` is a CSV path or a bundled data set's name (``su
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from rnnkit.cli._common import CliError, data_path, ensure_dir, metrics_table, write_text_atomic
+from rnnkit.cli._common import (
+    CliError,
+    compile_status,
+    data_path,
+    ensure_dir,
+    metrics_table,
+    write_text_atomic,
+)
 from rnnkit.cli._model import TrainConfig, build_network, predict_values, save_forecaster, train_network
 from rnnkit.cli._plots import forecast_plot, have_matplotlib, loss_curve, remove_pictures
 from rnnkit.cli._prepare import Comparison, compare, prepare
@@ -76,7 +84,7 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
     args.data = data_path(args.data)
     features = parse_columns(args.features, args.target)
     cols = features + ([args.target] if args.target not in features else [])
-    date_col = False if args.date_col == "none" else args.date_col
+    date_col: str | Literal[False] | None = False if args.date_col == "none" else args.date_col
     table = read_csv(args.data, cols, date_col=date_col, missing=args.missing)
     x_raw = table.matrix(features)
     y_raw = table.columns[args.target]
@@ -95,8 +103,9 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
               f"{len(prep.val)} validation" + (" (the last ones)" if len(prep.val) else ""), flush=True)
     model = build_network(cfg, args.window, len(features))
     t0 = time.perf_counter()
-    history = train_network(model, cfg, prep.train, prep.val if len(prep.val) else None,
-                            checkpoint=out / "checkpoint.safetensors", distributed=dist)
+    with compile_status() if cfg.verbose and root else contextlib.nullcontext():
+        history = train_network(model, cfg, prep.train, prep.val if len(prep.val) else None,
+                                checkpoint=out / "checkpoint.safetensors", distributed=dist)
     secs = time.perf_counter() - t0
     if not root:
         return 0

@@ -71,11 +71,11 @@ def _qr_r(target: np.ndarray, pos: np.ndarray, p: int, horizon: int) -> np.ndarr
     the target's coordinates on the orthonormalised lags, so the residual sum of squares of
     the first ``j + 1`` columns is the sum of the squares of ``R[j + 1:, -1]``."""
     t = np.asarray(target, dtype=np.float64)
-    r = np.zeros((0, p + 2))
+    r: np.ndarray = np.zeros((0, p + 2))
     for a in range(0, len(pos), BLOCK):
         blk = pos[a:a + BLOCK]
         m = np.concatenate([_lag_matrix(t, blk, p, horizon), t[blk, None]], axis=1)
-        r = np.linalg.qr(np.concatenate([r, m]), mode="r")
+        r = np.asarray(np.linalg.qr(np.concatenate([r, m]), mode="r"))
     return r
 
 
@@ -162,7 +162,7 @@ def season_of(index: np.ndarray, kind: str) -> int | None:
         return SEASONS["quarter"]
     if idx.dtype.kind != "M" or len(idx) < 3:
         return None
-    step = np.median(np.diff(idx.astype("datetime64[s]").astype(np.int64)))
+    step = float(np.median(np.diff(idx.astype("datetime64[s]").astype(np.int64))))
     for name, secs, slack in (("hour", 3600, 0), ("day", 86400, 0), ("week", 7 * 86400, 0),
                               ("month", 30.44 * 86400, 3 * 86400), ("quarter", 91.3 * 86400, 3 * 86400)):
         if abs(step - secs) <= slack:

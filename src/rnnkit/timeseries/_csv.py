@@ -48,6 +48,7 @@ from __future__ import annotations
 import csv
 import os
 from array import array
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -99,7 +100,7 @@ class Table:
 
     def matrix(self, names: list[str], dtype: type = np.float64) -> np.ndarray:
         """The named columns side by side, shape (rows, len(names)), in ``dtype``."""
-        out = np.empty((len(self), len(names)), dtype=dtype)
+        out: np.ndarray = np.empty((len(self), len(names)), dtype=dtype)
         for k, n in enumerate(names):
             out[:, k] = self.columns[n]
         return out
@@ -111,7 +112,8 @@ class Table:
         idx = self.index
         n = len(idx)
         if idx.dtype.kind == "M":
-            step = idx[-1] - idx[-2] if n >= 2 else np.timedelta64(1, np.datetime_data(idx.dtype)[0])
+            unit: str = np.datetime_data(idx.dtype)[0]
+            step = idx[-1] - idx[-2] if n >= 2 else np.timedelta64(1, unit)  # type: ignore[call-overload]
         else:
             step = idx[-1] - idx[-2] if n >= 2 else 1
         pos = np.asarray(positions, dtype=np.int64)
@@ -258,9 +260,10 @@ def _candidates(header: tuple[str, ...], unnamed: bool, columns: list[str],
     return ([UNNAMED_INDEX] if unnamed and UNNAMED_INDEX not in columns else []) + named[:1]
 
 
-def _read(reader: csv._reader, spath: str, columns: list[str],
+def _read(reader: Iterator[list[str]], spath: str, columns: list[str],
           date_col: str | Literal[False] | None, missing: str) -> Table:
     header, unnamed = _header(next(reader, []), spath)
+    line_num: Callable[[], int] = lambda: reader.line_num  # type: ignore[attr-defined]  # noqa: E731
     cands = _candidates(header, unnamed, columns, date_col, spath)
     width = len(header)
     want = list(dict.fromkeys(columns + cands))
@@ -287,11 +290,11 @@ def _read(reader: csv._reader, spath: str, columns: list[str],
         if len(row) != width or not any(row):
             if not any(f.strip() for f in row):
                 continue
-            raise DataError(f"{spath}: line {reader.line_num} has {len(row)} fields, the header "
+            raise DataError(f"{spath}: line {line_num()} has {len(row)} fields, the header "
                             f"has {width}")
         for dst, k in zip(block, pos, strict=True):
             dst.append(row[k])
-        block_lines.append(reader.line_num)
+        block_lines.append(line_num())
         if len(block_lines) >= BLOCK_ROWS:
             flush()
     flush()
@@ -301,12 +304,12 @@ def _read(reader: csv._reader, spath: str, columns: list[str],
     index_name, index, kind = "row", np.arange(len(lines), dtype=np.int64), "row"
     for c, parser in parsers.items():
         try:
-            idx, k = parser.result(lines)
+            idx, found = parser.result(lines)
         except IndexParseError as e:
             notes.append(str(e))
             continue
         if index_name == "row":
-            index_name, index, kind = c, idx, k
+            index_name, index, kind = c, idx, found
     return _apply_missing(Table(spath, index_name, index, cols, lines, header, kind, tuple(notes)), missing)
 
 

@@ -68,7 +68,7 @@ def format_index(values: np.ndarray, kind: str, *, as_in_file: bool = False) -> 
         m = v.astype("datetime64[M]").astype(np.int64)
         return [f"{1970 + int(k) // 12}Q{int(k) % 12 // 3 + 1}" for k in m]
     unit = {"datetime": "s", "month": "M"}.get(kind, "D")
-    text = [str(s) for s in np.datetime_as_string(v, unit=unit)]
+    text = [str(s) for s in np.datetime_as_string(v, unit=unit)]  # type: ignore[call-overload]
     if kind == "yyyymmdd" and as_in_file:
         return [s.replace("-", "") for s in text]
     return text
@@ -148,9 +148,9 @@ class IndexParser:
             raise IndexParseError(msg + ": it is not used")
         if same.size:
             k = int(same[0])
-            shown = format_index(idx[k:k + 1], kind, as_in_file=True)[0]
+            value = format_index(idx[k:k + 1], kind, as_in_file=True)[0]
             raise IndexParseError(
                 f"{self.path}: the {self._what()} repeats values (line {lines[k]} and line {lines[k + 1]} "
-                f"both have {shown}), so it does not tell the rows apart: it is not used as the index "
+                f"both have {value}), so it does not tell the rows apart: it is not used as the index "
                 "(rows are numbered)")
         return idx, kind

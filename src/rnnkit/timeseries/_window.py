@@ -138,8 +138,9 @@ class Scaler:
         bad &= ~np.isnan(u)
         if bad.any():
             r, c = (int(i) for i in np.argwhere(bad.reshape(len(z), -1))[0])
-            raise DataError(f"column {self.names[c]!r}: row {r} holds {float(u.reshape(len(z), -1)[r, c]):.3g}, "
-                            f"which scales to {float(z.reshape(len(z), -1)[r, c]):.3g} (mean "
+            u2, z2 = u.reshape(len(z), -1), z.reshape(len(z), -1)
+            raise DataError(f"column {self.names[c]!r}: row {r} holds {float(u2[r, c]):.3g}, "
+                            f"which scales to {float(z2[r, c]):.3g} (mean "
                             f"{self.mean[c]:.3g}, std {self.std[c]:.3g}), beyond float32's range "
                             f"{F32_MAX:.3g}")
         return z
