@@ -58,7 +58,8 @@ def test_repeated_names_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     one_error_line(capsys.readouterr().err, "used more than once in the header: a")
 
 
-def test_values_whose_scaling_overflows_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_values_whose_scaling_overflows_are_refused(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
     p = tmp_path / "huge.csv"
     p.write_text("v\n" + "".join(f"{(-1) ** k * 1e300 * (1 + k / 10)}\n" for k in range(40)))
     assert main(["train", str(p), "--target", "v", *TRAIN, "--out", str(tmp_path / "o")]) == 2
@@ -91,7 +92,8 @@ def test_a_scaler_with_an_infinite_std_is_refused(tmp_path: Path, capsys: pytest
     assert not out.exists()
 
 
-def test_predict_never_writes_a_non_finite_forecast(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_predict_never_writes_a_non_finite_forecast(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
     data, model = _trained(tmp_path, capsys)
     big = tmp_path / "big.csv"
     big.write_text("v\n" + "".join(f"{v}\n" for v in (0.1, 0.2, 1e300, 0.3, 0.2)))

@@ -27,9 +27,9 @@ import numpy as np
 
 from rnnkit import datasets
 from rnnkit.cli._common import compile_status, ensure_dir, metrics_table
-from rnnkit.cli._model import TrainConfig, build_network, predict_values, save_forecaster, train_network
+from rnnkit.cli._model import TrainConfig, build_network, save_forecaster, train_network
 from rnnkit.cli._plots import forecast_plot, have_matplotlib, loss_curve, remove_pictures
-from rnnkit.cli._prepare import Comparison, compare, prepare
+from rnnkit.cli._prepare import Comparison, compare, predict_blocks, prepare
 
 WINDOW = 9
 TEST_YEARS = 50
@@ -81,7 +81,7 @@ def run_demo(out: str | Path = "rnnkit_out", *, verbose: bool = True, plots: boo
     with compile_status() if cfg.verbose else contextlib.nullcontext():
         history = train_network(model, cfg, prep.train, prep.val)
     secs = time.perf_counter() - t0
-    pred = predict_values(model, prep.spec, prep.test, prep.target)
+    pred = predict_blocks(model, prep.spec, prep.test, prep.target)
     fit_pos = np.concatenate([prep.train.pos, prep.val.pos])
     cmp = compare(f"LSTM({cfg.units}) rnnkit", pred, prep.target, prep.test.pos, fit_pos, WINDOW, 1)
     epochs_run = len(history.get("loss", []))
@@ -100,7 +100,7 @@ def run_demo(out: str | Path = "rnnkit_out", *, verbose: bool = True, plots: boo
                               title=f"rnnkit demo: LSTM({cfg.units}) on sunspots, loss per epoch")
         ty = years[prep.test.pos]
         vy = years[prep.val.pos]
-        val_pred = predict_values(model, prep.spec, prep.val, prep.target)
+        val_pred = predict_blocks(model, prep.spec, prep.val, prep.target)
         forecast_png = forecast_plot(
             years[prep.train.pos[0]:], values[prep.train.pos[0]:],
             {f"LSTM (test RMSE {cmp.rows[0][1]:.1f})": (ty, pred),

@@ -31,7 +31,7 @@ from rnnkit.io._weights import WEIGHTS_FORMAT, read_safetensors
 from rnnkit.timeseries import ForecastSpec, Table, Windows, read_csv, read_header
 
 #: windows predicted, and output rows formatted, at once
-CHUNK = 1 << 16
+CHUNK = 1 << 14
 
 
 def _one_step_rows(table: Table, w: Windows, pred: np.ndarray, target: np.ndarray | None) -> Iterator[str]:

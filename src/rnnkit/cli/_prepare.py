@@ -12,9 +12,11 @@ baselines are fitted on every position before the test part (train and validatio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from rnnkit.cli._model import predict_values
 from rnnkit.timeseries import (
     ARModel,
     DataError,
@@ -87,11 +89,23 @@ def prepare(features: np.ndarray, target: np.ndarray, feature_names: list[str], 
     ys = Scaler.fit(tfit[~np.isnan(tfit), None], [target_name], transform)
     spec = ForecastSpec(target_name, tuple(feature_names), window, horizon, xs, ys, index_name,
                         difference=difference)
-    w = make_windows(xs.apply(xin), ys.apply(tin[:, None])[:, 0], window, horizon, what=what)
+    w = make_windows(xs.apply(xin, np.float32), ys.apply(tin[:, None], np.float32)[:, 0], window, horizon,
+                     what=what)
     if difference:
         w = Windows(w.x, w.y, w.pos + 1)
     return Prepared(spec, np.asarray(target, dtype=np.float64), w.take(slice(0, n_train)),
                     w.take(slice(n_train, n_train + n_val)), w.take(slice(n_train + n_val, n)))
+
+
+#: windows predicted at once (the network's activations for a block, not for every window)
+PREDICT_BLOCK = 1 << 14
+
+
+def predict_blocks(model: Any, spec: ForecastSpec, windows: Windows, target: np.ndarray) -> np.ndarray:
+    """:func:`~rnnkit.cli._model.predict_values` a block of :data:`PREDICT_BLOCK` windows at a time."""
+    parts = [predict_values(model, spec, windows.take(slice(a, a + PREDICT_BLOCK)), target)
+             for a in range(0, len(windows), PREDICT_BLOCK)]
+    return np.concatenate(parts) if parts else np.zeros(0)
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,9 @@ from rnnkit.cli._common import (
     metrics_table,
     write_text_atomic,
 )
-from rnnkit.cli._model import TrainConfig, build_network, predict_values, save_forecaster, train_network
+from rnnkit.cli._model import TrainConfig, build_network, save_forecaster, train_network
 from rnnkit.cli._plots import forecast_plot, have_matplotlib, loss_curve, remove_pictures
-from rnnkit.cli._prepare import Comparison, compare, prepare
+from rnnkit.cli._prepare import Comparison, compare, predict_blocks, prepare
 from rnnkit.timeseries import Windows, read_csv, season_of
 
 
@@ -111,7 +111,7 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
         return 0
     part = prep.val if len(prep.val) else prep.train
     label = "validation" if len(prep.val) else "training (no validation part: --val-split 0)"
-    pred = predict_values(model, prep.spec, part, prep.target)
+    pred = predict_blocks(model, prep.spec, part, prep.target)
     # the baselines are fitted on the training positions only, like the network
     season = season_of(table.index, table.index_kind) if args.season is None else (args.season or None)
     model_name = f"{args.cell.upper()} ({args.units} units x {args.layers})"

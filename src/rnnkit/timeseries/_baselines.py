@@ -56,7 +56,7 @@ def persistence_forecast(target: np.ndarray, pos: np.ndarray, horizon: int = 1) 
 
 
 #: rows of the lag matrix formed at once
-BLOCK = 1 << 15
+BLOCK = 1 << 13
 
 
 def _lag_matrix(target: np.ndarray, pos: np.ndarray, p: int, horizon: int) -> np.ndarray:

@@ -66,7 +66,7 @@ MissingPolicy = Literal["error", "drop", "interpolate", "keep"]
 MISSING_POLICIES = ("error", "drop", "interpolate", "keep")
 #: the name given to pandas' unnamed index column (an empty first header field)
 UNNAMED_INDEX = "index"
-BLOCK_ROWS = 1 << 16
+BLOCK_ROWS = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,12 @@ class Table:
         return self.index_name != "row"
 
     def matrix(self, names: list[str], dtype: type = np.float64) -> np.ndarray:
-        """The named columns side by side, shape (rows, len(names)), in ``dtype``."""
+        """The named columns side by side, shape (rows, len(names)), in ``dtype`` (for one
+        float64 column, a read-only view of it)."""
+        if len(names) == 1 and np.dtype(dtype) == np.float64:
+            view = self.columns[names[0]][:, None]
+            view.flags.writeable = False
+            return view
         out: np.ndarray = np.empty((len(self), len(names)), dtype=dtype)
         for k, n in enumerate(names):
             out[:, k] = self.columns[n]

@@ -31,6 +31,8 @@ from rnnkit.timeseries._csv import DataError
 
 TRANSFORMS = ("none", "sqrt", "log1p")
 F32_MAX = float(np.finfo(np.float32).max)
+#: rows scaled at once
+BLOCK = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -128,22 +130,25 @@ class Scaler:
             raise DataError(f"Scaler: transform must be one of {', '.join(TRANSFORMS)}, "
                             f"got {self.transform!r}")
 
-    def apply(self, values: np.ndarray) -> np.ndarray:
-        """Scale (rows, F) values (float64 out). A scaled value beyond float32's range (the
-        network's input type) is a DataError naming the column and the row (0-based)."""
-        u = _forward(np.asarray(values, dtype=np.float64), self.transform, self.names)
-        with np.errstate(over="ignore", invalid="ignore"):
-            z = (u - self.mean) / self.std
-        bad = ~(np.abs(z) <= F32_MAX)      # NaN (missing) passes only where the value was NaN
-        bad &= ~np.isnan(u)
-        if bad.any():
-            r, c = (int(i) for i in np.argwhere(bad.reshape(len(z), -1))[0])
-            u2, z2 = u.reshape(len(z), -1), z.reshape(len(z), -1)
-            raise DataError(f"column {self.names[c]!r}: row {r} holds {float(u2[r, c]):.3g}, "
-                            f"which scales to {float(z2[r, c]):.3g} (mean "
-                            f"{self.mean[c]:.3g}, std {self.std[c]:.3g}), beyond float32's range "
-                            f"{F32_MAX:.3g}")
-        return z
+    def apply(self, values: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
+        """Scale (rows, F) values into a new ``dtype`` array, a block of rows at a time (no
+        full-size temporaries). A scaled value beyond float32's range (the network's input
+        type) is a DataError naming the column and the row (0-based); NaN stays NaN."""
+        v = np.asarray(values, dtype=np.float64)
+        flat = v.reshape(len(v), -1)
+        out = np.empty(flat.shape, dtype=dtype)
+        for a in range(0, len(flat), BLOCK):
+            u = _forward(flat[a:a + BLOCK], self.transform, self.names)
+            with np.errstate(over="ignore", invalid="ignore"):
+                z = (u - self.mean) / self.std
+            bad = ~(np.abs(z) <= F32_MAX) & ~np.isnan(u)
+            if bad.any():
+                r, c = (int(i) for i in np.argwhere(bad)[0])
+                raise DataError(f"column {self.names[c]!r}: row {a + r} holds {float(u[r, c]):.3g}, "
+                                f"which scales to {float(z[r, c]):.3g} (mean {self.mean[c]:.3g}, std "
+                                f"{self.std[c]:.3g}), beyond float32's range {F32_MAX:.3g}")
+            out[a:a + BLOCK] = z
+        return out.reshape(v.shape)
 
     def invert(self, scaled: np.ndarray) -> np.ndarray:
         """Back to data units (float64 out; an overflow gives inf, see
@@ -233,11 +238,11 @@ class ForecastSpec:
         """Data rows one input window reads (``window``, plus 1 with ``difference``)."""
         return self.window + (1 if self.difference else 0)
 
-    def prepare(self, features: np.ndarray) -> np.ndarray:
+    def prepare(self, features: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
         """Network input rows from raw feature rows (rows, F): scaled, or with ``difference``
-        the scaled first differences (row j of the result is data row j + 1). float64."""
+        the scaled first differences (row j of the result is data row j + 1), in ``dtype``."""
         v = np.asarray(features, dtype=np.float64)
-        return self.x_scaler.apply(np.diff(v, axis=0) if self.difference else v)
+        return self.x_scaler.apply(np.diff(v, axis=0) if self.difference else v, dtype)
 
     def input_windows(self, features: np.ndarray, *, what: str = "the data") -> Windows:
         """Every complete input window of ``features`` (raw rows); ``pos`` = the DATA row each
@@ -246,7 +251,7 @@ class ForecastSpec:
         if features.shape[0] < self.rows_needed:
             raise DataError(f"too few rows in {what}: {features.shape[0]} row(s), but window "
                             f"{self.window} needs at least {self.rows_needed}")
-        w = make_windows(self.prepare(features), None, self.window, self.horizon, what=what)
+        w = make_windows(self.prepare(features, np.float32), None, self.window, self.horizon, what=what)
         return Windows(w.x, w.y, w.pos + 1) if self.difference else w
 
     def to_levels(self, z: np.ndarray, target: np.ndarray | None, pos: np.ndarray) -> np.ndarray:
