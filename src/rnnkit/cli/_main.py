@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from rnnkit import __version__
 from rnnkit._errors import Error
 from rnnkit.cli._common import CliError
 
@@ -63,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rnnkit", description="rnnkit: recurrent neural networks on NumPy.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=f"rnnkit {__version__}",
+                   help="print the version and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     sub.required = True
 

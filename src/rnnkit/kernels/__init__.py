@@ -156,7 +156,7 @@ def _load() -> ModuleType | None:
     try:
         _watch_compiles()
         import rnnkit.kernels._driver as drv
-    except ModuleNotFoundError as e:  # numba (or its llvmlite) is missing
+    except (ImportError, OSError) as e:  # numba (or llvmlite) missing, or failing to load
         _unavailable = str(e)
         warnings.warn(
             f"rnnkit: the fast kernels need numba (pip install 'rnnkit[fast]'); "
