@@ -88,17 +88,21 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
     table = read_csv(args.data, cols, date_col=date_col, missing=args.missing)
     x_raw = table.matrix(features)
     y_raw = table.columns[args.target]
+    # keep what training needs, not the line numbers (8 bytes a row of a long file)
+    rows, index, index_name, index_kind, notes = (len(table), table.index, table.index_name,
+                                                  table.index_kind, table.notes)
+    del table
     prep = prepare(x_raw, y_raw, features, args.target, window=args.window, horizon=args.horizon,
-                   val_split=args.val_split, transform=args.transform, index_name=table.index_name,
+                   val_split=args.val_split, transform=args.transform, index_name=index_name,
                    what=str(args.data), difference=args.difference)
     out = ensure_dir(args.out) if root else Path(args.out)
     cfg = TrainConfig(cell=args.cell, units=args.units, layers=args.layers, epochs=args.epochs,
                       batch_size=args.batch_size, lr=args.lr, patience=args.patience, seed=args.seed,
                       verbose=not args.quiet)
     if root:
-        for note in table.notes:
+        for note in notes:
             print(f"note: {note}")
-        print(f"{args.data}: {len(table)} rows, {len(prep.train) + len(prep.val)} windows of "
+        print(f"{args.data}: {rows} rows, {len(prep.train) + len(prep.val)} windows of "
               f"{args.window} -> {args.target!r} {args.horizon} ahead: {len(prep.train)} train, "
               f"{len(prep.val)} validation" + (" (the last ones)" if len(prep.val) else ""), flush=True)
     model = build_network(cfg, args.window, len(features))
@@ -113,7 +117,7 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
     label = "validation" if len(prep.val) else "training (no validation part: --val-split 0)"
     pred = predict_blocks(model, prep.spec, part, prep.target)
     # the baselines are fitted on the training positions only, like the network
-    season = season_of(table.index, table.index_kind) if args.season is None else (args.season or None)
+    season = season_of(index, index_kind) if args.season is None else (args.season or None)
     model_name = f"{args.cell.upper()} ({args.units} units x {args.layers})"
     cmp = compare(model_name, pred, prep.target, part.pos, prep.train.pos, args.window, args.horizon,
                   season=season)
@@ -122,7 +126,7 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
     best = int(np.argmin(monitored)) + 1 if monitored and args.patience > 0 else None
     spec = dataclasses.replace(prep.spec, extra={
         "cell": args.cell, "units": args.units, "layers": args.layers, "epochs_run": epochs_run,
-        "seed": args.seed, "data": str(args.data), "rows": len(table), "missing": args.missing,
+        "seed": args.seed, "data": str(args.data), "rows": rows, "missing": args.missing,
         "transform": args.transform})
     model_path = save_forecaster(model, spec, out / "model.safetensors")
     write_text_atomic(out / "history.csv", history_csv(history))
@@ -130,8 +134,8 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
         {"part": "validation" if len(prep.val) else "training", "windows": int(len(part)),
          "metrics": cmp.as_dict(), "epochs_run": epochs_run, "best_epoch": best,
          "beats_every_baseline": not cmp.not_beaten_by_model(), "seconds": round(secs, 3)}, indent=1))
-    pictures = draw_pictures(out, history, table.index, y_raw, part, pred, cmp, label.split()[0],
-                             table.index_name, args.target, plots=not args.no_plots)
+    pictures = draw_pictures(out, history, index, y_raw, part, pred, cmp, label.split()[0],
+                             index_name, args.target, plots=not args.no_plots)
     which = "validation" if len(prep.val) else "training"
     print(f"trained {epochs_run} epoch(s) in {secs:.1f} s " + (
         f"(best {which} epoch {best}, weights restored)" if best is not None
