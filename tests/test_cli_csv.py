@@ -123,14 +123,14 @@ def test_compile_status_says_it_is_alive() -> None:
     import time
 
     log = io.StringIO()
-    with compile_status(log, poll=0.01, line_every=0.0, seconds=_Clock(30)):
+    with compile_status(log, poll=0.01, line_every=0.0, quiet_after=0.05, seconds=_Clock(30)):
         time.sleep(0.6)
     lines = log.getvalue().splitlines()
     assert lines[0].startswith("rnnkit: compiling the kernels for this machine (first run only): ")
     assert lines[0].endswith(" s") and len(lines) >= 10            # one line per poll here
     assert lines[-1] == "rnnkit: kernels compiled in 1.5 s; later runs load them from the cache"
     tty = _Tty()
-    with compile_status(tty, poll=0.01, seconds=_Clock(30)):
+    with compile_status(tty, poll=0.01, quiet_after=0.05, seconds=_Clock(30)):
         time.sleep(0.6)
     text = tty.getvalue()
     assert text.count("\r\x1b[Krnnkit: compiling") >= 10 and text.count("\n") == 1   # rewritten in place

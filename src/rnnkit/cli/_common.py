@@ -116,35 +116,44 @@ FIRST_RUN = "about 35 s on 2 cores"
 
 @contextlib.contextmanager
 def compile_status(stream: TextIO | None = None, *, poll: float = 0.25, line_every: float = 5.0,
+                   quiet_after: float = 15.0,
                    seconds: Callable[[], float] = kernels.compile_seconds) -> Iterator[None]:
     """While the block runs, a thread watches ``seconds()`` (the process's compile time so far)
     and, while it grows, says so on ``stream`` (default stderr): on a terminal one line
     ``rnnkit: compiling the kernels for this machine (first run only): 12 s`` rewritten in place
     every ``poll`` seconds; elsewhere (a log, a pipe) that line once every ``line_every`` seconds.
-    When the compiling stops, one line says how long it took. Nothing is shown when the kernels
+    The seconds count from the first compilation and keep counting through the gaps between one
+    kernel and the next. When nothing has compiled for ``quiet_after`` seconds, or the block
+    ends, one line says how long the compiling itself took. Nothing is shown when the kernels
     come from the cache."""
     out = stream if stream is not None else sys.stderr
     tty = bool(getattr(out, "isatty", lambda: False)())
     done = threading.Event()
 
-    state: dict[str, float | None] = {"began": None}
+    state: dict[str, float | None] = {"first": None, "active": None}
 
     def finish(total: float) -> None:
         out.write(("\r\x1b[K" if tty else "") + f"rnnkit: kernels compiled in {total:.1f} s; later runs "
                   "load them from the cache\n")
         out.flush()
-        state["began"] = None
+        state["active"] = None
 
     def watch() -> None:
         last = seconds()
         said, idle = -line_every, 0.0
         while not done.wait(poll):
             now = seconds()
-            began = state["began"]
             if now > last:
-                if began is None:
-                    began = state["began"] = time.perf_counter() - (now - last)
-                el, idle = time.perf_counter() - began, 0.0
+                if state["first"] is None:
+                    state["first"] = time.perf_counter() - (now - last)
+                state["active"], idle = state["first"], 0.0
+            elif state["active"] is not None:
+                idle += poll
+                if idle >= quiet_after:     # long enough without compiling: done, not a gap
+                    finish(now)
+            first = state["first"]
+            if state["active"] is not None and first is not None:
+                el = time.perf_counter() - first
                 msg = f"rnnkit: compiling the kernels for this machine (first run only): {el:.0f} s"
                 if tty:
                     out.write("\r\x1b[K" + msg)
@@ -152,13 +161,8 @@ def compile_status(stream: TextIO | None = None, *, poll: float = 0.25, line_eve
                     out.write(msg + "\n")
                     said = el
                 out.flush()
-            elif began is not None:
-                idle += poll
-                if idle >= 1.0:             # a second without compiling: done (not a gap between two)
-                    finish(now)
-                    said = -line_every
             last = now
-        if state["began"] is not None:
+        if state["active"] is not None:
             finish(seconds())
 
     thread = threading.Thread(target=watch, name="rnnkit-compile-status", daemon=True)
