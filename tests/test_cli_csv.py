@@ -126,7 +126,7 @@ def test_compile_status_says_it_is_alive() -> None:
     with compile_status(log, poll=0.01, line_every=0.0, quiet_after=0.05, seconds=_Clock(30)):
         time.sleep(0.6)
     lines = log.getvalue().splitlines()
-    assert lines[0].startswith("rnnkit: compiling the kernels for this machine (first run only): ")
+    assert lines[0].startswith("rnnkit: compiling the kernels for this machine (first run only, about ")
     assert lines[0].endswith(" s") and len(lines) >= 10            # one line per poll here
     assert lines[-1] == "rnnkit: kernels compiled in 1.5 s; later runs load them from the cache"
     tty = _Tty()
@@ -138,3 +138,26 @@ def test_compile_status_says_it_is_alive() -> None:
     with compile_status(quiet, poll=0.01, seconds=lambda: 0.0):   # from the cache: nothing shown
         time.sleep(0.1)
     assert quiet.getvalue() == ""
+
+
+def test_every_page_gives_the_same_first_run_figure() -> None:
+    import inspect
+
+    import rnnkit.kernels
+    from rnnkit.cli._common import FIRST_RUN
+
+    root = Path(__file__).resolve().parents[1]
+    pages = {"README.md": (root / "README.md").read_text(),
+             "docs/cli.md": (root / "docs" / "cli.md").read_text(),
+             "the compile message": inspect.getsource(rnnkit.kernels)}
+    for name, text in pages.items():
+        flat = " ".join(text.replace('" "', "").replace('"\n', "").split())
+        assert FIRST_RUN in flat, name
+        for other in ("10-30 s", "about 15 s", "a few seconds:"):
+            assert other not in flat, (name, other)
+    log = io.StringIO()
+    with compile_status(log, poll=0.01, line_every=0.0, quiet_after=0.05, seconds=_Clock(5)):
+        import time
+
+        time.sleep(0.2)
+    assert f"(first run only, {FIRST_RUN}): " in log.getvalue()

@@ -110,8 +110,9 @@ def metrics_table(rows: list[tuple[str, float, float]], title: str) -> str:
     return "\n".join(lines)
 
 
-#: the measured first-run figure every page quotes (a cold ``rnnkit demo``, empty Numba cache)
-FIRST_RUN = "about 35 s on 2 cores"
+#: the first-run figure every page quotes: a cold ``rnnkit demo`` (empty Numba cache) took 28 s of
+#: CPU, nearly all of it compiling, which is its wall time on an idle 2-core machine
+FIRST_RUN = "about 30 s on an idle 2-core machine"
 
 
 @contextlib.contextmanager
@@ -154,7 +155,8 @@ def compile_status(stream: TextIO | None = None, *, poll: float = 0.25, line_eve
             first = state["first"]
             if state["active"] is not None and first is not None:
                 el = time.perf_counter() - first
-                msg = f"rnnkit: compiling the kernels for this machine (first run only): {el:.0f} s"
+                msg = (f"rnnkit: compiling the kernels for this machine (first run only, {FIRST_RUN}): "
+                       f"{el:.0f} s")
                 if tty:
                     out.write("\r\x1b[K" + msg)
                 elif el - said >= line_every:
