@@ -151,7 +151,7 @@ def test_every_page_gives_the_same_first_run_figure() -> None:
              "docs/cli.md": (root / "docs" / "cli.md").read_text(),
              "the compile message": inspect.getsource(rnnkit.kernels)}
     for name, text in pages.items():
-        flat = " ".join(text.replace('" "', "").replace('"\n', "").split())
+        flat = " ".join(text.split()).replace('" "', "")      # string literals split over lines joined
         assert FIRST_RUN in flat, name
         for other in ("10-30 s", "about 15 s", "a few seconds:"):
             assert other not in flat, (name, other)
