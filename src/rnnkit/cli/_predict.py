@@ -87,9 +87,10 @@ def predict_command(args: argparse.Namespace) -> int:
     buf = io.StringIO()
     if args.steps is None:
         w = spec.input_windows(table.matrix(feats), what=str(args.data))
-        parts = [predict_values(model, spec, w.take(slice(a, a + CHUNK)), target)   # all checked first:
-                 for a in range(0, len(w), CHUNK)]                                  # no partial output
-        _emit_chunks(_one_step_rows(table, w, np.concatenate(parts), target), args.output)
+        pred = np.empty(len(w))                  # every forecast checked before any is written
+        for a in range(0, len(w), CHUNK):
+            pred[a:a + CHUNK] = predict_values(model, spec, w.take(slice(a, a + CHUNK)), target)
+        _emit_chunks(_one_step_rows(table, w, pred, target), args.output)
         return 0
     else:
         if feats != [spec.target] or spec.horizon != 1:
