@@ -89,9 +89,13 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
     x_raw = table.matrix(features)
     y_raw = table.columns[args.target]
     # keep what training needs, not the line numbers (8 bytes a row of a long file)
-    rows, index, index_name, index_kind, notes = (len(table), table.index, table.index_name,
-                                                  table.index_kind, table.notes)
+    rows, index_name, notes = len(table), table.index_name, table.notes
+    index: np.ndarray | None = table.index
+    season = season_of(table.index, table.index_kind) if args.season is None else (args.season or None)
     del table
+    plots = not args.no_plots and root and have_matplotlib()
+    if not plots:
+        index = None                      # only the pictures need it (8 bytes a row)
     prep = prepare(x_raw, y_raw, features, args.target, window=args.window, horizon=args.horizon,
                    val_split=args.val_split, transform=args.transform, index_name=index_name,
                    what=str(args.data), difference=args.difference)
@@ -117,7 +121,6 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
     label = "validation" if len(prep.val) else "training (no validation part: --val-split 0)"
     pred = predict_blocks(model, prep.spec, part, prep.target)
     # the baselines are fitted on the training positions only, like the network
-    season = season_of(index, index_kind) if args.season is None else (args.season or None)
     model_name = f"{args.cell.upper()} ({args.units} units x {args.layers})"
     cmp = compare(model_name, pred, prep.target, part.pos, prep.train.pos, args.window, args.horizon,
                   season=season)
@@ -149,7 +152,8 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
     return 0
 
 
-def draw_pictures(out: Path, history: dict[str, list[float]], index: np.ndarray, actual: np.ndarray,
+def draw_pictures(out: Path, history: dict[str, list[float]], index: np.ndarray | None,
+                  actual: np.ndarray,
                   part: Windows, pred: np.ndarray, cmp: Comparison, part_name: str, index_name: str,
                   target: str, *, plots: bool) -> list[str]:
     """This run's loss.png and forecast.png in ``out`` (replacing an earlier run's), or none
@@ -158,6 +162,7 @@ def draw_pictures(out: Path, history: dict[str, list[float]], index: np.ndarray,
         said = [f"removed {p} (a picture of an earlier run)" for p in remove_pictures(out)]
         return said + ([] if not plots else ['no pictures: matplotlib is not installed '
                                              '(pip install "rnnkit[plot]")'])
+    assert index is not None             # kept whenever pictures can be drawn
     val = history.get("val_loss", [])
     best = int(np.argmin(val)) + 1 if val else None
     loss = loss_curve(history, out / "loss.png", best_epoch=best, title="rnnkit train: loss per epoch")
