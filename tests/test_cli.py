@@ -78,7 +78,12 @@ def test_demo_beats_both_baselines_and_draws_two_pictures(tmp_path: Path) -> Non
     # the baselines are the numbers an independent computation gives (test_datasets checks them)
     assert pers == (30.346, 23.602) and ar == (16.953, 14.081)
     assert "held-out test, last 50 years (1959-2008)" in out
-    assert "the LSTM beats both baselines" in out
+    assert "the LSTM beats every baseline on RMSE and MAE" in out
+    y = datasets.sunspots().values
+    mean = np.mean(y[9:259])                     # the targets of the years before the test part
+    assert table["training mean"] == (round(float(np.sqrt(np.mean((y[259:] - mean) ** 2))), 3),
+                                      round(float(np.mean(np.abs(y[259:] - mean))), 3))
+    assert not any(k.startswith("seasonal") for k in table)        # yearly data: no calendar season
     assert re.search(r"\d+%\|", res.stderr) and "epoch" in res.stderr    # the tqdm progress bar
     names = ("model.safetensors", "loss.png", "forecast.png")
     model, loss_png, fc_png = (tmp_path / "out" / n for n in names)

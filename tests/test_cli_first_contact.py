@@ -132,3 +132,25 @@ def test_forecast_picture_labels_validation_and_test_parts_apart() -> None:
     assert min(top_lines["LSTM (test RMSE 1.0)"]) == 15  # the "test" label covers test years only
     assert "start of the held-out test part" in top_lines
     assert bottom.get_title() == "held-out test part"
+
+
+@pytest.mark.skipif(not have_matplotlib(), reason="needs matplotlib")
+def test_forecast_legends_cover_no_data_point() -> None:
+    from rnnkit.cli._plots import forecast_figure
+
+    x = np.arange(1950.0, 2020.0)
+    y = np.sin(x / 3.0)
+    y[3] = y[55] = 6.0                          # the highest peaks under the old upper-left legends
+    fig = forecast_figure(x, y, {f"model {k} with a long label (test RMSE 0.1)": (x[50:], y[50:] + 0.01 * k)
+                                 for k in range(3)},
+                          title="t", ylabel="y", split_at=1999.5,
+                          before=("LSTM, validation years (early stopping)", x[40:50], y[40:50]))
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        box = ax.get_legend().get_window_extent(renderer)
+        for line in ax.get_lines():
+            if line.get_transform() is not ax.transData:
+                continue                         # the vertical split marker spans the axes
+            pts = ax.transData.transform(np.column_stack([line.get_xdata(), line.get_ydata()]))
+            inside = [(px, py) for px, py in pts if box.contains(px, py)]
+            assert not inside, (ax.get_title(), line.get_label(), inside[:3])

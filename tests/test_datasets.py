@@ -115,8 +115,11 @@ def test_read_csv_bad_input_names_the_problem(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"'date' must increase row by row: line 4 \(20200105\) does "
                                         r"not come after line 3 \(20200108\)"):
         read_csv(_write(tmp_path, "date,v\n20200101,1\n20200108,2\n20200105,3\n", "unsorted.csv"), ["v"])
-    with pytest.raises(DataError, match="'year' must increase"):
-        read_csv(_write(tmp_path, "year,v\n2000,1\n2000,2\n", "dup.csv"), ["v"])
+    dup = _write(tmp_path, "year,v\n2000,1\n2000,2\n", "dup.csv")
+    with pytest.raises(DataError, match="'year' must increase"):           # asked for: refused
+        read_csv(dup, ["v"], date_col="year")
+    found = read_csv(dup, ["v"])                                            # found by name: not used
+    assert found.index_name == "row" and "repeats values" in found.notes[0]
     with pytest.raises(DataError, match="non-finite value 'inf' at line 2"):
         read_csv(_write(tmp_path, "v\ninf\n", "inf.csv"), ["v"])
 

@@ -1,11 +1,14 @@
 """Every ```python block of the user guide (docs/*.md) runs; the blocks of one page run in order
-in one namespace, and a page whose blocks do not each run alone says so once, at its top. A
+in one namespace, and a page whose blocks do not each run alone says so once, at its top. Every
+block can be pasted into the interactive prompt as it is (no blank line inside an indented
+body, a blank line after each one before the next statement). A
 block that needs an optional package (torch, keras, h5py, matplotlib, onnx) that is not installed
 skips the rest of its page. Every ``rnnkit ...`` line of a ```bash block parses with the real
 parser, and the ones that need no network, no PyTorch and little time run as written."""
 
 from __future__ import annotations
 
+import codeop
 import importlib
 import os
 import re
@@ -74,6 +77,38 @@ def test_python_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
                 f"{page.name}: python block {k} failed: {type(e).__name__}: {e}\n{code}"
             ) from e
     capsys.readouterr()
+
+
+def paste_error(code: str) -> str | None:
+    """What the interactive prompt says when ``code`` is pasted into it line by line, or None.
+    Like the prompt, each line is added to the statement being typed, which runs as soon as it
+    is complete (``codeop``, what ``code.InteractiveConsole`` uses): a blank line inside a
+    function or class body ends it early, and a statement right after an indented block, with
+    no blank line between, is a syntax error."""
+    typed: list[str] = []
+    for n, line in enumerate(code.splitlines(), 1):
+        typed.append(line)
+        try:
+            done = codeop.compile_command("\n".join(typed), "<stdin>", "single")
+        except (SyntaxError, OverflowError, ValueError) as e:
+            return f"line {n}: {getattr(e, 'msg', e)}: {line!r}"
+        if done is not None:
+            typed = []
+    return None
+
+
+def test_paste_error_is_the_prompts() -> None:
+    assert paste_error("x = 1\nfor i in range(2):\n    x += i\n\nprint(x)\n") is None
+    assert paste_error('s = """a\n\nb"""\n') is None                     # a blank line in a string
+    assert "unexpected indent" in str(paste_error("class A:\n    a = 1\n\n    b = 2\n"))
+    assert "line 3" in str(paste_error("for i in range(2):\n    pass\nx = 1\n"))
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p, "python")], ids=lambda p: p.name)
+def test_python_blocks_paste_into_the_interactive_prompt(page: Path) -> None:
+    for k, code in enumerate(blocks(page, "python")):
+        err = paste_error(code)
+        assert err is None, f"{page.name}: python block {k} cannot be pasted into the prompt: {err}"
 
 
 def test_cli_lines_in_bash_blocks_parse() -> None:

@@ -3,6 +3,11 @@
 The benchmark is ``benchmarks/bench.py`` of the source checkout (it is not part of an installed
 wheel); every argument after ``bench`` goes to it (``rnnkit bench --help`` shows them). It needs
 PyTorch; without it the command says so in one line and exits with status 2.
+
+Its results file goes to :data:`RESULTS_DIR` (``./rnnkit_out/bench/``, relative to the current
+folder) unless ``--results DIR`` says where, so running it from an installed or editable package
+never writes into the checkout. ``--update-latest`` (replacing the tracked reference
+``benchmarks/results/latest.json``) without ``--results`` writes beside the script, as meant.
 """
 
 from __future__ import annotations
@@ -12,6 +17,18 @@ import os
 from pathlib import Path
 
 from rnnkit.cli._common import CliError
+
+#: where ``rnnkit bench`` writes its results unless told otherwise (relative to the cwd)
+RESULTS_DIR = Path("rnnkit_out") / "bench"
+
+
+def bench_args(argv: list[str]) -> list[str]:
+    """``argv`` with ``--results ./rnnkit_out/bench`` added when it names no results folder,
+    saves results and does not update the tracked reference."""
+    given = {a.split("=", 1)[0] for a in argv}
+    if given & {"--results", "--no-save", "--update-latest", "--markdown", "-h", "--help"}:
+        return list(argv)
+    return [*argv, "--results", str(Path.cwd() / RESULTS_DIR)]
 
 
 def find_bench_script() -> Path:
@@ -46,6 +63,6 @@ def run_bench(argv: list[str]) -> int:
     old = sys.argv[0]
     sys.argv[0] = "rnnkit bench"  # the script's argparse names itself after argv[0]
     try:
-        return int(module.main(argv) or 0)
+        return int(module.main(bench_args(argv)) or 0)
     finally:
         sys.argv[0] = old

@@ -1,12 +1,19 @@
-"""Shared pieces of the command line: the error type, atomic text writes, the metrics table."""
+"""Shared pieces of the command line: the error type, atomic text writes, the metrics table, and
+the status line shown while the kernels compile."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TextIO
 
-from rnnkit import datasets
-from rnnkit.io._atomic import atomic_write_bytes
+from rnnkit import datasets, kernels
+from rnnkit.io._atomic import atomic_write_bytes, atomic_write_with
 
 
 class CliError(Exception):
@@ -68,9 +75,100 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     atomic_write_bytes(path, data)
 
 
+def write_chunks(output: str | os.PathLike[str] | None, chunks: Iterable[str]) -> int:
+    """Write the text ``chunks`` one after another to ``output`` (atomically: a temporary file,
+    fsynced, renamed over it, so an error half-way leaves no partial file) or, for None, to
+    stdout as they come; never the whole text in memory. Returns the number of lines written."""
+    count = 0
+    if output is None:
+        for text in chunks:
+            sys.stdout.write(text)
+            count += text.count("\n")
+        sys.stdout.flush()
+        return count
+
+    def fill(tmp: str) -> None:
+        nonlocal count
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            for text in chunks:
+                fh.write(text)
+                count += text.count("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    atomic_write_with(output, fill)
+    return count
+
+
 def metrics_table(rows: list[tuple[str, float, float]], title: str) -> str:
     """A fixed-width table: one row per model, columns RMSE and MAE (data units)."""
     width = max(len(r[0]) for r in rows)
     lines = [title, f"  {'model':<{width}}  {'RMSE':>9}  {'MAE':>9}"]
     lines += [f"  {name:<{width}}  {r:9.3f}  {m:9.3f}" for name, r, m in rows]
     return "\n".join(lines)
+
+
+#: the first-run figure every page quotes: a cold ``rnnkit demo`` (empty Numba cache) took 28 s of
+#: CPU, nearly all of it compiling, which is its wall time on an idle 2-core machine
+FIRST_RUN = "about 30 s on an idle 2-core machine"
+
+
+@contextlib.contextmanager
+def compile_status(stream: TextIO | None = None, *, poll: float = 0.25, line_every: float = 5.0,
+                   quiet_after: float = 15.0,
+                   seconds: Callable[[], float] = kernels.compile_seconds) -> Iterator[None]:
+    """While the block runs, a thread watches ``seconds()`` (the process's compile time so far)
+    and, while it grows, says so on ``stream`` (default stderr): on a terminal one line
+    ``rnnkit: compiling the kernels for this machine (first run only): 12 s`` rewritten in place
+    every ``poll`` seconds; elsewhere (a log, a pipe) that line once every ``line_every`` seconds.
+    The seconds count from the first compilation and keep counting through the gaps between one
+    kernel and the next. When nothing has compiled for ``quiet_after`` seconds, or the block
+    ends, one line says how long the compiling itself took. Nothing is shown when the kernels
+    come from the cache."""
+    out = stream if stream is not None else sys.stderr
+    tty = bool(getattr(out, "isatty", lambda: False)())
+    done = threading.Event()
+
+    state: dict[str, float | None] = {"first": None, "active": None}
+
+    def finish(total: float) -> None:
+        out.write(("\r\x1b[K" if tty else "") + f"rnnkit: kernels compiled in {total:.1f} s; later runs "
+                  "load them from the cache\n")
+        out.flush()
+        state["active"] = None
+
+    def watch() -> None:
+        last = seconds()
+        said, idle = -line_every, 0.0
+        while not done.wait(poll):
+            now = seconds()
+            if now > last:
+                if state["first"] is None:
+                    state["first"] = time.perf_counter() - (now - last)
+                state["active"], idle = state["first"], 0.0
+            elif state["active"] is not None:
+                idle += poll
+                if idle >= quiet_after:     # long enough without compiling: done, not a gap
+                    finish(now)
+            first = state["first"]
+            if state["active"] is not None and first is not None:
+                el = time.perf_counter() - first
+                msg = (f"rnnkit: compiling the kernels for this machine (first run only, {FIRST_RUN}): "
+                       f"{el:.0f} s")
+                if tty:
+                    out.write("\r\x1b[K" + msg)
+                elif el - said >= line_every:
+                    out.write(msg + "\n")
+                    said = el
+                out.flush()
+            last = now
+        if state["active"] is not None:
+            finish(seconds())
+
+    thread = threading.Thread(target=watch, name="rnnkit-compile-status", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()

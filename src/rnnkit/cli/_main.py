@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from rnnkit import __version__
 from rnnkit._errors import Error
 from rnnkit.cli._bench import run_bench
 from rnnkit.cli._common import CliError
@@ -69,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rnnkit", description="rnnkit: recurrent neural networks on NumPy.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=f"rnnkit {__version__}",
+                   help="print the version and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     sub.required = True
 
@@ -85,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--features", default=None, metavar="A,B,...",
                    help="comma-separated input columns (default: the target alone)")
     t.add_argument("--date-col", default=None, metavar="COL",
-                   help="the date column (default: a column named date/time/year/...)")
+                   help="the date column; 'none': no date column, rows are numbered (default: "
+                        "a column named date/time/year/..., else pandas' unnamed index)")
     t.add_argument("--window", type=_positive, default=12, help="timesteps per input (default 12)")
     t.add_argument("--horizon", type=_positive, default=1, help="rows ahead to forecast (default 1)")
     t.add_argument("--cell", choices=("lstm", "gru", "rnn"), default="lstm",
@@ -107,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read first differences and forecast the change (for trending series)")
     t.add_argument("--missing", choices=("error", "drop", "interpolate"), default="error",
                    help="what to do with empty fields (default error, naming the rows)")
+    t.add_argument("--season", type=_nonneg, default=None, metavar="ROWS",
+                   help="rows per season for the seasonal-naive baseline, 0 = none (default: from "
+                        "the dates: 24 hourly, 7 daily, 52 weekly, 12 monthly, 4 quarterly)")
     t.add_argument("--seed", type=_nonneg, default=0, help="seeds the weights and the shuffling (default 0)")
     t.add_argument("--out", default="rnnkit_out", metavar="DIR",
                    help="output directory for the model, checkpoint, history, metrics and pictures "

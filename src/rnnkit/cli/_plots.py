@@ -89,9 +89,34 @@ def forecast_figure(x: np.ndarray, actual: np.ndarray, lines: dict[str, tuple[np
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(loc="upper left", fontsize="small")
+        ax.legend(loc="upper left", fontsize="small", ncols=2)
     fig.tight_layout()
+    for ax in (top, bottom):
+        clear_legend(ax)
     return fig
+
+
+def clear_legend(ax: Any, margin: float = 0.03) -> None:
+    """Raise the top of ``ax``'s y-axis until every data point lies below its legend (drawn in
+    the upper-left corner), so the legend covers only empty space, never a peak."""
+    legend = ax.get_legend()
+    if legend is None:
+        return
+    canvas = ax.figure.canvas
+    canvas.draw()
+    box = legend.get_window_extent(canvas.get_renderer()).transformed(ax.transAxes.inverted())
+    ys = [np.asarray(ln.get_ydata(), dtype=np.float64) for ln in ax.get_lines()
+          if ln.get_transform() is ax.transData]      # not the split marker (axes coordinates)
+    ys = [y[np.isfinite(y)] for y in ys if y.size]
+    if not ys or not any(y.size for y in ys):
+        return
+    hi = max(float(y.max()) for y in ys if y.size)
+    lo, top = ax.get_ylim()
+    room = box.y0 - margin                      # the axes fraction left below the legend
+    if room <= 0.05 or hi <= lo:
+        return
+    if (hi - lo) / (top - lo) > room:
+        ax.set_ylim(lo, lo + (hi - lo) / room)
 
 
 def forecast_plot(x: np.ndarray, actual: np.ndarray, lines: dict[str, tuple[np.ndarray, np.ndarray]],

@@ -19,29 +19,36 @@ from __future__ import annotations
 import argparse
 import io
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
-from rnnkit.cli._common import CliError, check_output_file, data_path, write_text_atomic
+from rnnkit.cli._common import CliError, check_output_file, data_path, write_chunks, write_text_atomic
 from rnnkit.cli._model import describe_spec, load_forecaster, predict_values, read_metadata
 from rnnkit.io._weights import WEIGHTS_FORMAT, read_safetensors
-from rnnkit.timeseries import ForecastSpec, Table, WindowArrays, read_csv
+from rnnkit.timeseries import ForecastSpec, Table, WindowArrays, read_csv, read_header
+
+#: windows predicted, and output rows formatted, at once
+CHUNK = 1 << 14
 
 
-def _index_labels(table: Table, positions: np.ndarray) -> list[str]:
-    """Labels of data rows ``positions`` (past the end: the last spacing continued)."""
-    idx = table.index
-    n = len(idx)
-    step = idx[-1] - idx[-2] if n >= 2 else (np.timedelta64(1, "D") if idx.dtype.kind == "M" else 1)
-    out = []
-    for p in positions:
-        v = idx[p] if p < n else idx[-1] + step * int(p - n + 1)
-        if idx.dtype.kind == "M":
-            out.append(str(np.datetime_as_string(v)))
-        else:
-            out.append(str(int(v)))
-    return out
+def _one_step_rows(table: Table, w: WindowArrays, pred: np.ndarray,
+                   target: np.ndarray | None) -> Iterator[str]:
+    """The one-step CSV, a block of rows at a time."""
+    yield f"{table.index_name},prediction,actual\n"
+    for a in range(0, len(w), CHUNK):
+        pos = w.pos[a:a + CHUNK]
+        act = [target[q] if target is not None and q < len(table) else np.nan for q in pos]
+        yield "".join(f"{label},{_fmt(p)},{_fmt(v)}\n"
+                      for label, p, v in zip(table.labels(pos), pred[a:a + CHUNK], act, strict=True))
+
+
+def _emit_chunks(chunks: Iterator[str], output: str | None) -> None:
+    n = write_chunks(output, chunks)
+    if output is not None:
+        print(f"wrote {n - 1} forecast(s) to {output}", file=sys.stderr)
 
 
 def _fmt(v: float) -> str:
@@ -71,20 +78,21 @@ def predict_command(args: argparse.Namespace) -> int:
     model, spec_or_none = load_forecaster(args.model)
     spec = _require_spec(spec_or_none, args.model)
     feats = list(spec.features)
-    header = read_csv(args.data, [], date_col=None, missing="keep").all_columns
+    header = read_header(args.data)
     want_target = spec.target in header and spec.target not in feats
-    date_col = spec.index_name if spec.index_name in header else None
+    date_col: str | Literal[False] | None = (spec.index_name if spec.index_name in header
+                                             else False if spec.index_name == "row" else None)
     table = read_csv(args.data, feats + ([spec.target] if want_target else []), date_col=date_col,
                      missing=args.missing)
     target = table.columns.get(spec.target)
     buf = io.StringIO()
     if args.steps is None:
         w = spec.input_windows(table.matrix(feats), what=str(args.data))
-        pred = predict_values(model, spec, w, target)
-        buf.write(f"{table.index_name},prediction,actual\n")
-        for label, p, pos in zip(_index_labels(table, w.pos), pred, w.pos, strict=True):
-            a = target[pos] if target is not None and pos < len(table) else np.nan
-            buf.write(f"{label},{_fmt(p)},{_fmt(a)}\n")
+        pred = np.empty(len(w))                  # every forecast checked before any is written
+        for a in range(0, len(w), CHUNK):
+            pred[a:a + CHUNK] = predict_values(model, spec, w.take(slice(a, a + CHUNK)), target)
+        _emit_chunks(_one_step_rows(table, w, pred, target), args.output)
+        return 0
     else:
         if feats != [spec.target] or spec.horizon != 1:
             raise CliError(
@@ -106,7 +114,7 @@ def predict_command(args: argparse.Namespace) -> int:
             hist.append(v)
         positions = np.arange(len(table), len(table) + args.steps)
         buf.write(f"{table.index_name},prediction\n")
-        for label, p in zip(_index_labels(table, positions), preds, strict=True):
+        for label, p in zip(table.labels(positions), preds, strict=True):
             buf.write(f"{label},{_fmt(p)}\n")
     _emit(buf.getvalue(), args.output)
     return 0

@@ -12,9 +12,11 @@ baselines are fitted on every position before the test part (train and validatio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from rnnkit.cli._model import predict_values
 from rnnkit.timeseries import (
     ARModel,
     DataError,
@@ -24,8 +26,10 @@ from rnnkit.timeseries import (
     count_windows,
     mae,
     make_windows,
+    mean_forecast,
     persistence_forecast,
     rmse,
+    seasonal_naive_forecast,
     select_ar_order,
 )
 
@@ -85,16 +89,31 @@ def prepare(features: np.ndarray, target: np.ndarray, feature_names: list[str], 
     ys = Scaler.fit(tfit[~np.isnan(tfit), None], [target_name], transform)
     spec = ForecastSpec(target_name, tuple(feature_names), window, horizon, xs, ys, index_name,
                         difference=difference)
-    w = make_windows(xs.apply(xin), ys.apply(tin[:, None])[:, 0], window, horizon, what=what)
+    w = make_windows(xs.apply(xin, np.float32), ys.apply(tin[:, None], np.float32)[:, 0], window, horizon,
+                     what=what)
     if difference:
         w = WindowArrays(w.x, w.y, w.pos + 1)
     return Prepared(spec, np.asarray(target, dtype=np.float64), w.take(slice(0, n_train)),
                     w.take(slice(n_train, n_train + n_val)), w.take(slice(n_train + n_val, n)))
 
 
+#: windows predicted at once (the network's activations for a block, not for every window)
+PREDICT_BLOCK = 1 << 14
+
+
+def predict_blocks(model: Any, spec: ForecastSpec, windows: WindowArrays, target: np.ndarray) -> np.ndarray:
+    """:func:`~rnnkit.cli._model.predict_values` a block of :data:`PREDICT_BLOCK` windows at a time."""
+    parts = [predict_values(model, spec, windows.take(slice(a, a + PREDICT_BLOCK)), target)
+             for a in range(0, len(windows), PREDICT_BLOCK)]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
 @dataclass(frozen=True)
 class Comparison:
-    """RMSE / MAE of the model and both baselines on one set of positions (data units)."""
+    """RMSE / MAE of the model and every baseline on one set of positions (data units).
+
+    ``rows``: the model, persistence, AR(p), the training mean, then (with a season) the
+    seasonal-naive forecast; ``keys`` name them in :meth:`as_dict`."""
 
     rows: list[tuple[str, float, float]]
     ar_order: int
@@ -102,6 +121,8 @@ class Comparison:
     predicted: np.ndarray
     persistence: np.ndarray
     ar: np.ndarray
+    keys: tuple[str, ...] = ()
+    season: int | None = None
 
     def metric(self, name: str) -> tuple[float, float]:
         for n, r, m in self.rows:
@@ -110,14 +131,32 @@ class Comparison:
         raise KeyError(name)
 
     def as_dict(self) -> dict[str, dict[str, float]]:
-        keys = ["model", "persistence", f"ar({self.ar_order})"]
-        return {k: {"rmse": r, "mae": m} for k, (_, r, m) in zip(keys, self.rows, strict=True)}
+        return {k: {"rmse": r, "mae": m} for k, (_, r, m) in zip(self.keys, self.rows, strict=True)}
+
+    def not_beaten_by_model(self) -> list[tuple[str, float, float]]:
+        """The baselines the model does not beat on RMSE or on MAE (a NaN baseline, one that
+        could not be fitted, is beaten by any number)."""
+        (_, m_r, m_m), others = self.rows[0], self.rows[1:]
+        return [row for row in others if not (m_r < row[1] or np.isnan(row[1]))
+                or not (m_m < row[2] or np.isnan(row[2]))]
+
+    def verdict(self, model: str) -> str:
+        """One sentence: the model beats every baseline, or it does NOT beat these (named, with
+        their RMSE / MAE beside the model's)."""
+        lost = self.not_beaten_by_model()
+        _, m_r, m_m = self.rows[0]
+        if not lost:
+            return f"the {model} beats every baseline on RMSE and MAE"
+        names = "; ".join(f"{n} (RMSE {r:.4g}, MAE {m:.4g})" for n, r, m in lost)
+        return (f"the {model} does NOT beat {len(lost)} of {len(self.rows) - 1} baselines "
+                f"(its RMSE {m_r:.4g}, MAE {m_m:.4g}): {names}")
 
 
 def compare(model_name: str, predicted: np.ndarray, target: np.ndarray, eval_pos: np.ndarray,
-            fit_pos: np.ndarray, window: int, horizon: int) -> Comparison:
-    """The model's forecasts at ``eval_pos`` beside persistence and AR(p), p <= ``window`` by
-    AIC, the AR fitted by least squares on ``fit_pos``."""
+            fit_pos: np.ndarray, window: int, horizon: int, season: int | None = None) -> Comparison:
+    """The model's forecasts at ``eval_pos`` beside persistence, AR(p) (p <= ``window`` by AIC,
+    fitted by least squares on ``fit_pos``), the mean of ``target[fit_pos]`` and, with a
+    ``season`` (rows), the seasonal-naive forecast."""
     actual = target[eval_pos]
     per = persistence_forecast(target, eval_pos, horizon)
     try:
@@ -126,7 +165,17 @@ def compare(model_name: str, predicted: np.ndarray, target: np.ndarray, eval_pos
         ar_name = f"AR({p}) least squares"
     except DataError:  # too few training positions for any AR fit: report it, do not fail
         p, ar, ar_name = 0, np.full(actual.shape, np.nan), "AR(p): too few training rows"
+    mean = mean_forecast(target, fit_pos, eval_pos)
     rows = [(model_name, rmse(predicted, actual), mae(predicted, actual)),
             ("persistence", rmse(per, actual), mae(per, actual)),
-            (ar_name, rmse(ar, actual), mae(ar, actual))]
-    return Comparison(rows, p, actual, np.asarray(predicted, dtype=np.float64), per, ar)
+            (ar_name, rmse(ar, actual), mae(ar, actual)),
+            ("training mean", rmse(mean, actual), mae(mean, actual))]
+    keys = ["model", "persistence", f"ar({p})", "mean"]
+    lag = season * -(-horizon // season) if season else 0
+    if season and len(eval_pos) and int(np.min(eval_pos)) >= lag:
+        sn = seasonal_naive_forecast(target, eval_pos, season, horizon)
+        rows.append((f"seasonal naive ({season} rows)", rmse(sn, actual), mae(sn, actual)))
+        keys.append("seasonal_naive")
+    else:
+        season = None
+    return Comparison(rows, p, actual, np.asarray(predicted, dtype=np.float64), per, ar, tuple(keys), season)

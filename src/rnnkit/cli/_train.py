@@ -1,6 +1,7 @@
 """``rnnkit train DATA.csv --target COL``: window, split in time order, scale on the training
 rows, fit with early stopping and a best-weights checkpoint, report validation metrics beside
-persistence and AR(p), and save the model with its forecast settings.
+persistence, AR(p), the training mean and (with a season) the seasonal-naive forecast, say
+plainly which of them the model does not beat, and save the model with its forecast settings.
 
 Writes into ``--out`` (default ``./rnnkit_out``): ``model.safetensors`` (the model; the scaler
 and windowing settings in its metadata), ``checkpoint.safetensors`` (best weights seen during
@@ -12,20 +13,28 @@ under ``--no-plots``). ``DATA`` is a CSV path or a bundled data set's name (``su
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from rnnkit.cli._common import CliError, data_path, ensure_dir, metrics_table, write_text_atomic
-from rnnkit.cli._model import TrainConfig, build_network, predict_values, save_forecaster, train_network
+from rnnkit.cli._common import (
+    CliError,
+    compile_status,
+    data_path,
+    ensure_dir,
+    metrics_table,
+    write_text_atomic,
+)
+from rnnkit.cli._model import TrainConfig, build_network, save_forecaster, train_network
 from rnnkit.cli._plots import forecast_plot, have_matplotlib, loss_curve, remove_pictures
-from rnnkit.cli._prepare import Comparison, compare, prepare
+from rnnkit.cli._prepare import Comparison, compare, predict_blocks, prepare
 from rnnkit.distributed import MPI, DistributedError
-from rnnkit.timeseries import WindowArrays, read_csv
+from rnnkit.timeseries import WindowArrays, read_csv, season_of
 
 
 def parse_columns(text: str | None, target: str) -> list[str]:
@@ -75,47 +84,67 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
     args.data = data_path(args.data)
     features = parse_columns(args.features, args.target)
     cols = features + ([args.target] if args.target not in features else [])
-    table = read_csv(args.data, cols, date_col=args.date_col, missing=args.missing)
+    date_col: str | Literal[False] | None = False if args.date_col == "none" else args.date_col
+    table = read_csv(args.data, cols, date_col=date_col, missing=args.missing)
     x_raw = table.matrix(features)
     y_raw = table.columns[args.target]
+    # keep what training needs, not the line numbers (8 bytes a row of a long file)
+    rows, index_name, notes = len(table), table.index_name, table.notes
+    index: np.ndarray | None = table.index
+    season = season_of(table.index, table.index_kind) if args.season is None else (args.season or None)
+    del table
+    plots = not args.no_plots and root and have_matplotlib()
+    if not plots:
+        index = None                      # only the pictures need it (8 bytes a row)
     prep = prepare(x_raw, y_raw, features, args.target, window=args.window, horizon=args.horizon,
-                   val_split=args.val_split, transform=args.transform, index_name=table.index_name,
+                   val_split=args.val_split, transform=args.transform, index_name=index_name,
                    what=str(args.data), difference=args.difference)
     out = ensure_dir(args.out) if root else Path(args.out)
     cfg = TrainConfig(cell=args.cell, units=args.units, layers=args.layers, epochs=args.epochs,
                       batch_size=args.batch_size, lr=args.lr, patience=args.patience, seed=args.seed,
                       verbose=not args.quiet)
     if root:
-        print(f"{args.data}: {len(table)} rows, {len(prep.train) + len(prep.val)} windows of "
+        for note in notes:
+            print(f"note: {note}")
+        print(f"{args.data}: {rows} rows, {len(prep.train) + len(prep.val)} windows of "
               f"{args.window} -> {args.target!r} {args.horizon} ahead: {len(prep.train)} train, "
               f"{len(prep.val)} validation" + (" (the last ones)" if len(prep.val) else ""), flush=True)
     model = build_network(cfg, args.window, len(features))
     t0 = time.perf_counter()
-    history = train_network(model, cfg, prep.train, prep.val if len(prep.val) else None,
-                            checkpoint=out / "checkpoint.safetensors", distributed=dist)
+    with compile_status() if cfg.verbose and root else contextlib.nullcontext():
+        history = train_network(model, cfg, prep.train, prep.val if len(prep.val) else None,
+                                checkpoint=out / "checkpoint.safetensors", distributed=dist)
     secs = time.perf_counter() - t0
     if not root:
         return 0
     part = prep.val if len(prep.val) else prep.train
     label = "validation" if len(prep.val) else "training (no validation part: --val-split 0)"
-    pred = predict_values(model, prep.spec, part, prep.target)
+    pred = predict_blocks(model, prep.spec, part, prep.target)
     # the baselines are fitted on the training positions only, like the network
-    cmp = compare(f"{args.cell.upper()} ({args.units} units x {args.layers})", pred, prep.target,
-                  part.pos, prep.train.pos, args.window, args.horizon)
+    model_name = f"{args.cell.upper()} ({args.units} units x {args.layers})"
+    cmp = compare(model_name, pred, prep.target, part.pos, prep.train.pos, args.window, args.horizon,
+                  season=season)
     epochs_run = len(history.get("loss", []))
+    monitored = history.get("val_loss" if len(prep.val) else "loss", [])
+    best = int(np.argmin(monitored)) + 1 if monitored and args.patience > 0 else None
     spec = dataclasses.replace(prep.spec, extra={
         "cell": args.cell, "units": args.units, "layers": args.layers, "epochs_run": epochs_run,
-        "seed": args.seed, "data": str(args.data), "rows": len(table), "missing": args.missing,
+        "seed": args.seed, "data": str(args.data), "rows": rows, "missing": args.missing,
         "transform": args.transform})
     model_path = save_forecaster(model, spec, out / "model.safetensors")
     write_text_atomic(out / "history.csv", history_csv(history))
     write_text_atomic(out / "metrics.json", json.dumps(
         {"part": "validation" if len(prep.val) else "training", "windows": int(len(part)),
-         "metrics": cmp.as_dict(), "epochs_run": epochs_run, "seconds": round(secs, 3)}, indent=1))
-    pictures = draw_pictures(out, history, table.index, y_raw, part, pred, cmp, label.split()[0],
-                             table.index_name, args.target, plots=not args.no_plots)
-    print(f"trained {epochs_run} epoch(s) in {secs:.1f} s")
+         "metrics": cmp.as_dict(), "epochs_run": epochs_run, "best_epoch": best,
+         "beats_every_baseline": not cmp.not_beaten_by_model(), "seconds": round(secs, 3)}, indent=1))
+    pictures = draw_pictures(out, history, index, y_raw, part, pred, cmp, label.split()[0],
+                             index_name, args.target, plots=not args.no_plots)
+    which = "validation" if len(prep.val) else "training"
+    print(f"trained {epochs_run} epoch(s) in {secs:.1f} s " + (
+        f"(best {which} epoch {best}, weights restored)" if best is not None
+        else "(early stopping off: the last epoch's weights)"))
     print(metrics_table(cmp.rows, f"{label} metrics on {len(part)} window(s), in data units:"))
+    print(cmp.verdict(model_name))
     print(f"model saved to {model_path} (scaler and window settings inside); best weights in "
           f"{out / 'checkpoint.safetensors'}; loss per epoch in {out / 'history.csv'}")
     for line in pictures:
@@ -123,7 +152,8 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
     return 0
 
 
-def draw_pictures(out: Path, history: dict[str, list[float]], index: np.ndarray, actual: np.ndarray,
+def draw_pictures(out: Path, history: dict[str, list[float]], index: np.ndarray | None,
+                  actual: np.ndarray,
                   part: WindowArrays, pred: np.ndarray, cmp: Comparison, part_name: str, index_name: str,
                   target: str, *, plots: bool) -> list[str]:
     """This run's loss.png and forecast.png in ``out`` (replacing an earlier run's), or none
@@ -132,6 +162,7 @@ def draw_pictures(out: Path, history: dict[str, list[float]], index: np.ndarray,
         said = [f"removed {p} (a picture of an earlier run)" for p in remove_pictures(out)]
         return said + ([] if not plots else ['no pictures: matplotlib is not installed '
                                              '(pip install "rnnkit[plot]")'])
+    assert index is not None             # kept whenever pictures can be drawn
     val = history.get("val_loss", [])
     best = int(np.argmin(val)) + 1 if val else None
     loss = loss_curve(history, out / "loss.png", best_epoch=best, title="rnnkit train: loss per epoch")

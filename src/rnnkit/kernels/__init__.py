@@ -135,8 +135,9 @@ def _watch_compiles() -> None:
                         st["announced"] = True
                         from tqdm import tqdm  # (writes above an active progress bar)
 
-                        tqdm.write("rnnkit: compiling the kernels for this machine, once (about 10-30 s on "
-                                   "2 cores; later runs load them from the cache)", file=sys.stderr)
+                        tqdm.write("rnnkit: compiling the kernels for this machine, once (about 30 s "
+                                   "on an idle 2-core machine; later runs load them from the cache)",
+                                   file=sys.stderr)
                 st["depth"] = int(st["depth"]) + 1
 
         def on_end(self, ev: Any) -> None:
@@ -156,7 +157,7 @@ def _load() -> ModuleType | None:
     try:
         _watch_compiles()
         import rnnkit.kernels._driver as drv
-    except ModuleNotFoundError as e:  # numba (or its llvmlite) is missing
+    except (ImportError, OSError) as e:  # numba (or llvmlite) missing, or failing to load
         _unavailable = str(e)
         warnings.warn(
             f"rnnkit: the fast kernels need numba (pip install 'rnnkit[fast]'); "

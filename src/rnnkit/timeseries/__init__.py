@@ -1,12 +1,16 @@
 """Time-series preparation for recurrent forecasters: CSV reading (dates, missing values),
 windowing into (samples, window, features), scaling fitted on training rows, the forecast
-settings saved with a model, and the persistence and least-squares AR(p) baselines."""
+settings saved with a model, and the baselines a forecaster must beat: persistence,
+least-squares AR(p), the training mean and the seasonal-naive forecast."""
 
 from rnnkit.timeseries._baselines import (
     ARModel,
     mae,
+    mean_forecast,
     persistence_forecast,
     rmse,
+    season_of,
+    seasonal_naive_forecast,
     select_ar_order,
 )
 from rnnkit.timeseries._csv import (
@@ -15,7 +19,9 @@ from rnnkit.timeseries._csv import (
     DataError,
     Table,
     read_csv,
+    read_header,
 )
+from rnnkit.timeseries._dates import format_index
 from rnnkit.timeseries._window import (
     TRANSFORMS,
     ForecastSpec,
@@ -26,7 +32,8 @@ from rnnkit.timeseries._window import (
 )
 
 __all__ = [
-    "ARModel", "mae", "persistence_forecast", "rmse", "select_ar_order",
-    "DATE_COLUMN_NAMES", "MISSING_POLICIES", "DataError", "Table", "read_csv",
+    "ARModel", "mae", "mean_forecast", "persistence_forecast", "rmse", "season_of",
+    "seasonal_naive_forecast", "select_ar_order",
+    "DATE_COLUMN_NAMES", "MISSING_POLICIES", "DataError", "Table", "format_index", "read_csv", "read_header",
     "TRANSFORMS", "ForecastSpec", "Scaler", "WindowArrays", "count_windows", "make_windows",
 ]

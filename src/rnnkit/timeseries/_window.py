@@ -30,6 +30,9 @@ import numpy as np
 from rnnkit.timeseries._csv import DataError
 
 TRANSFORMS = ("none", "sqrt", "log1p")
+F32_MAX = float(np.finfo(np.float32).max)
+#: rows scaled at once
+BLOCK = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,9 @@ def make_windows(features: np.ndarray, target: np.ndarray | None, window: int, h
                  *, dtype: Any = np.float32, what: str = "the data") -> WindowArrays:
     """Cut ``features`` (rows, F) into (S, window, F) inputs and their ``horizon``-ahead targets.
 
+    ``x`` is a read-only strided view of ``features`` cast once to ``dtype`` (S windows cost
+    the memory of the rows, not ``window`` times it); index it (``x[batch]``) to get a copy.
+
     With ``target=None`` every complete input window is returned (``rows - window + 1`` of
     them, for forecasting past the data); ``y`` is then empty-width (S, 0) and ``pos`` still
     names the row each forecast is for (which may lie past the last row).
@@ -73,8 +79,11 @@ def make_windows(features: np.ndarray, target: np.ndarray | None, window: int, h
             + (f" and horizon {horizon} need at least {need}" if target is not None
                else f" needs at least {window}")
         )
-    idx = np.arange(n)[:, None] + np.arange(window)[None, :]
-    x = np.ascontiguousarray(features[idx], dtype=dtype)
+    flat = np.asarray(features, dtype=dtype)
+    if flat.ndim != 2:
+        raise DataError(f"features must be (rows, F), got shape {flat.shape}")
+    # a read-only view: window s is rows s .. s + window - 1, nothing copied
+    x = np.lib.stride_tricks.sliding_window_view(flat, window, axis=0)[:n].transpose(0, 2, 1)
     pos = np.arange(n) + window - 1 + horizon
     if target is None:
         return WindowArrays(x, np.zeros((n, 0), dtype=dtype), pos)
@@ -99,23 +108,59 @@ class Scaler:
         if v.ndim != 2 or v.shape[1] != len(names) or v.shape[0] < 1:
             raise DataError(f"Scaler.fit: expected ({'rows'}, {len(names)}) values, got shape {v.shape}")
         u = _forward(v, transform, tuple(names))
-        mean = u.mean(axis=0)
-        std = u.std(axis=0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            mean = u.mean(axis=0)
+            std = u.std(axis=0)
+        for k, name in enumerate(names):
+            if not (np.isfinite(mean[k]) and np.isfinite(std[k])):
+                big = float(np.max(np.abs(v[:, k])))
+                raise DataError(
+                    f"column {name!r}: its values are too large to standardise (the largest magnitude "
+                    f"is {big:.3g}; its mean or standard deviation overflows float64); rescale the column")
         std = np.where(std > 0, std, 1.0)
         return cls(tuple(names), mean, std, transform)
 
-    def apply(self, values: np.ndarray) -> np.ndarray:
-        """Scale (rows, F) values (float64 out)."""
-        u = _forward(np.asarray(values, dtype=np.float64), self.transform, self.names)
-        return (u - self.mean) / self.std
+    def __post_init__(self) -> None:
+        mean, std = np.asarray(self.mean, np.float64), np.asarray(self.std, np.float64)
+        if mean.shape != (len(self.names),) or std.shape != (len(self.names),):
+            raise DataError(f"Scaler: expected {len(self.names)} means and standard deviations, got "
+                            f"shapes {mean.shape} and {std.shape}")
+        if not (np.isfinite(mean).all() and np.isfinite(std).all() and (std > 0).all()):
+            raise DataError(f"Scaler: means must be finite and standard deviations finite and > 0, got "
+                            f"mean {mean.tolist()}, std {std.tolist()}")
+        if self.transform not in TRANSFORMS:
+            raise DataError(f"Scaler: transform must be one of {', '.join(TRANSFORMS)}, "
+                            f"got {self.transform!r}")
+
+    def apply(self, values: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
+        """Scale (rows, F) values into a new ``dtype`` array, a block of rows at a time (no
+        full-size temporaries). A scaled value beyond float32's range (the network's input
+        type) is a DataError naming the column and the row (0-based); NaN stays NaN."""
+        v = np.asarray(values, dtype=np.float64)
+        flat = v.reshape(len(v), -1)
+        out = np.empty(flat.shape, dtype=dtype)
+        for a in range(0, len(flat), BLOCK):
+            u = _forward(flat[a:a + BLOCK], self.transform, self.names)
+            with np.errstate(over="ignore", invalid="ignore"):
+                z = (u - self.mean) / self.std
+            bad = ~(np.abs(z) <= F32_MAX) & ~np.isnan(u)
+            if bad.any():
+                r, c = (int(i) for i in np.argwhere(bad)[0])
+                raise DataError(f"column {self.names[c]!r}: row {a + r} holds {float(u[r, c]):.3g}, "
+                                f"which scales to {float(z[r, c]):.3g} (mean {self.mean[c]:.3g}, std "
+                                f"{self.std[c]:.3g}), beyond float32's range {F32_MAX:.3g}")
+            out[a:a + BLOCK] = z
+        return out.reshape(v.shape)
 
     def invert(self, scaled: np.ndarray) -> np.ndarray:
-        """Back to data units (float64 out)."""
-        u = np.asarray(scaled, dtype=np.float64) * self.std + self.mean
-        if self.transform == "sqrt":
-            return np.square(np.maximum(u, 0.0))
-        if self.transform == "log1p":
-            return np.expm1(u)
+        """Back to data units (float64 out; an overflow gives inf, see
+        :meth:`ForecastSpec.to_levels`)."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            u = np.asarray(scaled, dtype=np.float64) * self.std + self.mean
+            if self.transform == "sqrt":
+                return np.square(np.maximum(u, 0.0))
+            if self.transform == "log1p":
+                return np.expm1(u)
         return u
 
     def to_dict(self) -> dict[str, Any]:
@@ -195,11 +240,11 @@ class ForecastSpec:
         """Data rows one input window reads (``window``, plus 1 with ``difference``)."""
         return self.window + (1 if self.difference else 0)
 
-    def prepare(self, features: np.ndarray) -> np.ndarray:
+    def prepare(self, features: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
         """Network input rows from raw feature rows (rows, F): scaled, or with ``difference``
-        the scaled first differences (row j of the result is data row j + 1). float64."""
+        the scaled first differences (row j of the result is data row j + 1), in ``dtype``."""
         v = np.asarray(features, dtype=np.float64)
-        return self.x_scaler.apply(np.diff(v, axis=0) if self.difference else v)
+        return self.x_scaler.apply(np.diff(v, axis=0) if self.difference else v, dtype)
 
     def input_windows(self, features: np.ndarray, *, what: str = "the data") -> WindowArrays:
         """Every complete input window of ``features`` (raw rows); ``pos`` = the DATA row each
@@ -208,16 +253,24 @@ class ForecastSpec:
         if features.shape[0] < self.rows_needed:
             raise DataError(f"too few rows in {what}: {features.shape[0]} row(s), but window "
                             f"{self.window} needs at least {self.rows_needed}")
-        w = make_windows(self.prepare(features), None, self.window, self.horizon, what=what)
+        w = make_windows(self.prepare(features, np.float32), None, self.window, self.horizon, what=what)
         return WindowArrays(w.x, w.y, w.pos + 1) if self.difference else w
 
     def to_levels(self, z: np.ndarray, target: np.ndarray | None, pos: np.ndarray) -> np.ndarray:
         """Network outputs (S, 1) or (S,) -> forecasts of the target at data rows ``pos`` in data
-        units; with ``difference`` the change is added to ``target[pos - horizon]``."""
+        units; with ``difference`` the change is added to ``target[pos - horizon]``. A forecast
+        that is not finite (NaN, or an overflow mapping back) is a DataError, never returned."""
         out = self.y_scaler.invert(np.asarray(z, dtype=np.float64).reshape(-1, 1))[:, 0]
         if self.difference:
             if target is None:
                 raise DataError(f"this model forecasts changes of {self.target!r}; the data must "
                                 f"hold the {self.target!r} column")
             out = out + np.asarray(target, dtype=np.float64)[np.asarray(pos) - self.horizon]
+        bad = np.flatnonzero(~np.isfinite(out))
+        if bad.size:
+            k = int(bad[0])
+            raise DataError(f"the forecast for data row {int(np.asarray(pos)[k])} is not finite (network "
+                            f"output {float(np.asarray(z).reshape(-1)[k]):.3g} in scaled units, "
+                            f"{bad.size} such forecast(s)); the data or the model is outside the range "
+                            f"the scaler can map back")
         return out
