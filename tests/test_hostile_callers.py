@@ -200,3 +200,92 @@ def test_windows_refuse_values_that_would_become_inf() -> None:
     assert wide[2][0][2, 3, 0] == wide[2][0][3, 2, 0] == 1e300
     series[13] = np.inf                  # the data's own inf is the data's, as before (fit refuses it)
     assert np.isinf(rk.data.windows(series, 4, 1, batch_size=4)[2][0]).any()
+
+
+# -- non-finite weights ----------------------------------------------------------------------------
+def _two_dense() -> rk.Sequential:
+    m = rk.Sequential([rk.Dense(3, seed=0), rk.Dense(2, seed=1)], input_shape=(None, 2))
+    m.compile("sgd", "mse")
+    return m
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_set_weight_refuses_non_finite_values(bad: float) -> None:
+    d = rk.Dense(3, seed=0)
+    d.build(rk.Shape((None, 2)))
+    before = np.array(d.weight("kernel"))
+    w = np.zeros((2, 3), np.float32)
+    w[1, 2] = bad
+    with pytest.raises(rk.InvalidInputError, match=rf"{d.name}\.kernel: the weight holds {bad} at \(1, 2\)"):
+        d.set_weight("kernel", w)
+    np.testing.assert_array_equal(d.weight("kernel"), before)
+    d.set_weight("kernel", w, check_finite=False)      # the explicit switch the optimizer uses
+    assert np.array_equal(np.isnan(d.weight("kernel")), np.isnan(w))
+
+
+def test_model_set_weights_checks_every_value_before_changing_any() -> None:
+    m = _two_dense()
+    before = m.get_weights()
+    new = [np.full_like(a, 0.5) for a in before]
+    new[-1][0] = np.nan                                  # the last weight: nothing before it changes
+    with pytest.raises(rk.InvalidInputError,
+                       match=r"set_weights: weight 1\.bias: the weight holds nan at \(0,\)"):
+        m.set_weights(new)
+    for a, b in zip(before, m.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_layer_set_weights_check_every_value_before_changing_any() -> None:
+    d = rk.Dense(2, seed=0)
+    with pytest.raises(rk.InvalidInputError, match="bias: the weight holds inf"):
+        d.set_weights(np.ones((3, 2)), np.array([0.0, np.inf]))
+    assert not d.built
+    lstm = rk.LSTM(2, seed=0)
+    k, u, b = np.ones((3, 8)), np.ones((2, 8)), np.ones(8)
+    u[0, 0] = np.nan
+    with pytest.raises(rk.InvalidInputError, match="recurrent_kernel: the weight holds nan"):
+        lstm.set_weights(k, u, b)
+    assert not lstm.built
+    lstm.build(rk.Shape((None, None, 3)))
+    before = [np.array(e.value) for e in lstm.weights()]
+    with pytest.raises(rk.InvalidInputError, match="recurrent_kernel"):
+        lstm.set_weights(k * 0.5, u, b)
+    for a, e in zip(before, lstm.weights(), strict=True):
+        np.testing.assert_array_equal(a, e.value)
+
+
+def test_bidirectional_set_weight_refuses_non_finite() -> None:
+    bi = rk.Bidirectional(rk.SimpleRNN(2, seed=0))
+    bi.build(rk.Shape((None, 4, 3)))
+    name = bi.weight_names[0]
+    bad = np.array(bi.weight(name))
+    bad.flat[0] = np.nan
+    with pytest.raises(rk.InvalidInputError, match="the weight holds nan"):
+        bi.set_weight(name, bad)
+
+
+def test_rnn_net_load_state_dict_refuses_non_finite_and_changes_nothing() -> None:
+    net = rk.rnn.lstm(3, 2)
+    before = net.state_dict()
+    state = {k: v * 0.5 for k, v in before.items()}
+    last = sorted(state)[-1]
+    state[last].flat[-1] = np.inf
+    with pytest.raises(rk.InvalidInputError, match=rf"load_state_dict: '{last}': the weight holds inf"):
+        net.load_state_dict(state)
+    for k, v in net.state_dict().items():
+        np.testing.assert_array_equal(v, before[k])
+    with pytest.raises(TypeError, match="state must be a mapping"):
+        net.load_state_dict([("weight_ih_l0", before["weight_ih_l0"])])  # type: ignore[arg-type]
+    ragged = dict(before, weight_ih_l0=[[1.0, 2.0], [3.0]])
+    with pytest.raises(rk.InvalidInputError, match="'weight_ih_l0': not an array"):
+        net.load_state_dict(ragged)
+    net.load_state_dict({k: v * 0.5 for k, v in before.items()})   # finite: installed, and used
+    np.testing.assert_array_equal(net.state_dict()["weight_ih_l0"], before["weight_ih_l0"] * 0.5)
+
+
+def test_an_optimizer_step_that_overflows_still_names_the_epoch() -> None:
+    m = rk.Sequential([rk.Dense(2, seed=1)], input_shape=(None, 2))
+    m.compile(rk.SGD(3e38), "mse")      # finite loss and gradients; the step itself overflows
+    with pytest.raises(rk.NonFiniteError, match=r"epoch 1/3 .*first at weight 0\.kernel \(Dense\) after the "
+                                                r"optimizer step"):
+        m.fit(np.ones((4, 2), np.float32), np.zeros((4, 2), np.float32), 3)

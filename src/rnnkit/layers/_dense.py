@@ -10,7 +10,7 @@ from rnnkit._activations import ActivationLike
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, WeightShapeError
 from rnnkit._initializers import glorot_uniform, zeros
-from rnnkit._layer import Layer, check_bool, check_positive_int
+from rnnkit._layer import Layer, check_bool, check_finite_weight, check_positive_int
 from rnnkit._penalties import attach, config_of
 from rnnkit._shape import Shape
 from rnnkit.layers._common import activation_config, activation_from, check_activation_axis
@@ -93,7 +93,8 @@ class Dense(Layer):
 
     def set_weights(self, kernel: Any, bias: Any = None) -> None:
         """Install ``kernel`` (F, units) and ``bias`` (units,); an unbuilt layer builds from
-        ``kernel``'s rows. Shapes are checked before anything changes."""
+        ``kernel``'s rows. Shapes and finiteness (no NaN or Inf) are checked before anything
+        changes."""
         k = np.asarray(kernel)
         if k.ndim != 2 or k.shape[1] != self.units or k.shape[0] < 1:
             raise WeightShapeError("kernel", ("input_dim", self.units), k.shape, f"layer {self.name}")
@@ -108,6 +109,8 @@ class Dense(Layer):
                 raise WeightShapeError("bias", (self.units,), b.shape, f"layer {self.name}")
         elif bias is not None:
             raise WeightShapeError("bias", None, np.shape(bias), f"layer {self.name} has use_bias=False")
+        for n, a in (("kernel", k), ("bias", b)) if self.use_bias else (("kernel", k),):
+            check_finite_weight(a, f"{self.name}.{n}")
         if not self.built:
             self.build(Shape((None, k.shape[0])))
         self.set_weight("kernel", k)

@@ -15,7 +15,7 @@ import numpy as np
 from rnnkit._activations import ActivationFn
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
-from rnnkit._layer import Layer, check_bool, check_positive_int
+from rnnkit._layer import Layer, check_bool, check_finite_weight, check_positive_int
 from rnnkit._shape import Shape
 from rnnkit.recurrent._cell import Arrays, Cell
 from rnnkit.recurrent._streaming import Streaming
@@ -175,8 +175,9 @@ class RecurrentLayer(Streaming, Layer):
     def set_weights(self, *arrays: Any, **named: Any) -> None:
         """Install every weight at once, positionally in :meth:`weights` order (for the built-in
         cells ``kernel, recurrent_kernel[, bias][, projection_kernel]``) or by name. An unbuilt
-        layer is built from the first array's rows. Every shape is checked before anything
-        changes (WeightShapeError names the first misfit)."""
+        layer is built from the first array's rows. Every shape and every value is checked before
+        anything changes (WeightShapeError names the first misfit; NaN or Inf is an
+        InvalidInputError naming the weight)."""
         if not self.built:
             first = np.asarray(arrays[0] if arrays else next(iter(named.values()), None))
             if first.ndim < 1 or first.shape[0] < 1:
@@ -205,6 +206,7 @@ class RecurrentLayer(Streaming, Layer):
         for n in names:  # check all before changing anything
             if arrs[n].shape != expected[n]:
                 raise WeightShapeError(n, expected[n], arrs[n].shape, f"layer {self.name}")
+            check_finite_weight(arrs[n], f"{self.name}.{n}")
         if not self.built:   # built from these arrays: nothing is drawn only to be replaced
             for n in names:
                 if arrs[n].dtype.kind not in "biuf":
