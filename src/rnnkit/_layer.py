@@ -57,6 +57,15 @@ def check_bool(value: object, what: str, where: str) -> bool:
     return bool(value)
 
 
+def as_weight_array(value: Any, where: str) -> np.ndarray:
+    """``value`` as an array (``np.asarray``), or InvalidInputError naming ``where`` when numpy
+    cannot make one (a ragged list, a tensor that requires grad)."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError, RuntimeError) as e:
+        raise InvalidInputError(f"{where}: not an array ({type(value).__name__}: {e})") from None
+
+
 def check_finite_weight(value: np.ndarray, where: str) -> None:
     """InvalidInputError when the weight ``value`` holds NaN or Inf, naming ``where`` (the layer
     and weight, or the model's key) and the first such position: what the file loaders refuse."""
@@ -285,7 +294,7 @@ class Layer:
         constraints write with it, since ``fit`` checks every weight after each step and names
         the epoch (:class:`~rnnkit.NonFiniteError`)."""
         old = self.weight(name)
-        arr = np.asarray(value)
+        arr = as_weight_array(value, f"{self.name}.{name}")
         if arr.shape != old.shape:
             raise WeightShapeError(name, old.shape, arr.shape, f"layer {self.name}")
         if arr.dtype.kind not in "biuf":

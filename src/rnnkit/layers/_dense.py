@@ -10,7 +10,7 @@ from rnnkit._activations import ActivationLike
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, WeightShapeError
 from rnnkit._initializers import glorot_uniform, zeros
-from rnnkit._layer import Layer, check_bool, check_finite_weight, check_positive_int
+from rnnkit._layer import Layer, as_weight_array, check_bool, check_finite_weight, check_positive_int
 from rnnkit._penalties import attach, config_of
 from rnnkit._shape import Shape
 from rnnkit.layers._common import activation_config, activation_from, check_activation_axis
@@ -95,7 +95,7 @@ class Dense(Layer):
         """Install ``kernel`` (F, units) and ``bias`` (units,); an unbuilt layer builds from
         ``kernel``'s rows. Shapes and finiteness (no NaN or Inf) are checked before anything
         changes."""
-        k = np.asarray(kernel)
+        k = as_weight_array(kernel, f"{self.name}.kernel")
         if k.ndim != 2 or k.shape[1] != self.units or k.shape[0] < 1:
             raise WeightShapeError("kernel", ("input_dim", self.units), k.shape, f"layer {self.name}")
         if self.built and k.shape[0] != self.input_shape[-1]:
@@ -104,7 +104,7 @@ class Dense(Layer):
         if self.use_bias:
             if bias is None:
                 raise WeightShapeError("bias", (self.units,), None, f"layer {self.name}")
-            b = np.asarray(bias)
+            b = as_weight_array(bias, f"{self.name}.bias")
             if b.shape != (self.units,):
                 raise WeightShapeError("bias", (self.units,), b.shape, f"layer {self.name}")
         elif bias is not None:

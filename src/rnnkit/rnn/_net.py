@@ -34,7 +34,7 @@ import numpy as np
 
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
-from rnnkit._layer import Layer, check_bool, check_finite_weight, check_positive_int
+from rnnkit._layer import Layer, as_weight_array, check_bool, check_finite_weight, check_positive_int
 from rnnkit._layouts import from_torch, grads_to_torch
 from rnnkit._shape import Shape
 from rnnkit.layers import register_layer
@@ -43,15 +43,6 @@ from rnnkit.rnn._config import RNNConfig
 
 _GATES = {"rnn": 1, "lstm": 4, "gru": 3}
 
-
-
-def _as_weight(value: Any, where: str) -> np.ndarray:
-    """``value`` as an array (a torch tensor through ``np.asarray``), or InvalidInputError."""
-    try:
-        return np.asarray(value)
-    except (ValueError, TypeError, RuntimeError) as e:  # ragged; a tensor that requires grad
-        raise InvalidInputError(f"{where}: not an array ({type(value).__name__}: {e}); pass numpy arrays "
-                                f"(a torch tensor: .detach().cpu().numpy())") from None
 
 class RNNNet(Layer):
     """A stack of recurrent layers in PyTorch layout. Build with :func:`lstm`, :func:`gru` or
@@ -129,7 +120,7 @@ class RNNNet(Layer):
         if missing or extra:
             raise InvalidInputError(f"{self.name}.load_state_dict: missing {missing}, unexpected {extra}")
         where = f"{self.name}.load_state_dict"
-        arrs = {name: _as_weight(state[name], f"{where}: {name!r}") for name in self._weights}
+        arrs = {name: as_weight_array(state[name], f"{where}: {name!r}") for name in self._weights}
         for name, a in arrs.items():
             old = self._weights[name]
             if a.shape != old.shape:
