@@ -53,9 +53,29 @@ def odd(r: random.Random) -> Any:
     return r.choice(ODD)
 
 
+#: the least probability of a valid value in the case being drawn (see :func:`surface`)
+_VALID = [0.0]
+
+
+def surface(fn: Callable[[random.Random], Any]) -> Callable[[random.Random], Any]:
+    """A surface whose cases are of four kinds, equally often: every argument valid (the deep
+    paths, checked by value), few hostile (3 %, 10 % of the draws) and as many as drawn."""
+    @functools.wraps(fn)
+    def run(r: random.Random) -> Any:
+        _VALID[0] = r.choice([1.0, 0.97, 0.9, 0.0])
+        return fn(r)
+    return run
+
+
+def valid(r: random.Random, p: float) -> bool:
+    """True with probability ``p`` (at least the case's, :func:`surface`): take the valid value."""
+    return r.random() < max(p, _VALID[0])
+
+
 def either(r: random.Random, valid: Any, p: float = 0.6) -> Any:
-    """``valid`` (a value, or a callable making one) with probability ``p``, else a hostile value."""
-    if r.random() < p:
+    """``valid`` (a value, or a callable making one) with probability ``p`` (at least the case's,
+    :func:`surface`), else a hostile value."""
+    if r.random() < max(p, _VALID[0]):
         return valid() if callable(valid) and not isinstance(valid, type) else valid
     return odd(r)
 
@@ -174,6 +194,7 @@ def pending(check: str) -> bool:
 
 
 # -- surfaces --------------------------------------------------------------------------------------
+@surface
 def case_bucket(r: random.Random) -> None:
     n = r.randint(1, 6)
     feat = r.choice([(), (2,)])
@@ -210,6 +231,7 @@ def case_bucket(r: random.Random) -> None:
             pass
 
 
+@surface
 def case_windows(r: random.Random) -> None:
     n = r.randint(0, 30)
     shape = (n,) if r.random() < 0.5 else (n, r.randint(1, 3))
@@ -245,15 +267,16 @@ class _OddDataset(rk.data.Dataset):
         return self.items[i % len(self.items)]
 
 
+@surface
 def case_dataset(r: random.Random) -> str | None:
     def batch() -> Any:
         k = r.randint(1, 5)
-        x = either(r, lambda: X[:k], 0.7) if r.random() < 0.7 else hostile_array(r, 3)
-        y = either(r, lambda: Y[:k], 0.7) if r.random() < 0.7 else hostile_array(r, 2)
+        x = either(r, lambda: X[:k], 0.7) if valid(r, 0.7) else hostile_array(r, 3)
+        y = either(r, lambda: Y[:k], 0.7) if valid(r, 0.7) else hostile_array(r, 2)
         sw = either(r, np.ones(k))
         if not _numeric(sw) and pending(SW_CHECK):
             sw = None
-        return r.choice([(x, y), (x, y), (x,), (x, y, sw), x, None, (x, y, 1, 2)])
+        return (x, y) if valid(r, 0.5) else r.choice([(x,), (x, y, sw), x, None, (x, y, 1, 2)])
     n = either(r, r.randint(1, 3), 0.85)
     check = "Dataset.__len__ check (negative / huge) in models/_fit_batches.py"
     if isinstance(n, (int, np.integer)) and not isinstance(n, bool) and not 0 <= n < 2**62 and pending(check):
@@ -302,6 +325,7 @@ def _callback(r: random.Random, d: str) -> Any:
     return getattr(rk, kind)(**kw)
 
 
+@surface
 def case_callbacks(r: random.Random) -> None:
     """A callback built from hostile arguments either refuses them at once or runs through fit."""
     with tempfile.TemporaryDirectory() as d:
@@ -310,6 +334,7 @@ def case_callbacks(r: random.Random) -> None:
         m.fit(X, Y, 2, batch_size=4, validation_split=r.choice([0.0, 0.25]), callbacks=cbs, verbose=0)
 
 
+@surface
 def case_mask(r: random.Random) -> None:
     m = _model()
     if r.random() < 0.5:
@@ -333,13 +358,14 @@ def _finite(model: rk.Sequential) -> bool:
     return all(np.isfinite(w).all() for w in model.get_weights())
 
 
+@surface
 def case_weights(r: random.Random) -> None:
     """Weights installed by hand: NaN/Inf, wrong shapes, dtypes, counts. Whatever happens, the
     model's weights stay finite and, when refused, unchanged."""
     m = _model()
     before = m.get_weights()
     op = r.choice(["model", "layer", "dense", "lstm", "net"])
-    refused = False
+    refused: BaseException | None = None
     try:
         if op == "model":
             ws = [np.array(w) for w in before]
@@ -365,7 +391,7 @@ def case_weights(r: random.Random) -> None:
             value = np.array(layer.weight(name)) if known else None
             if value is not None and value.size and r.random() < 0.6:
                 value.flat[0] = r.choice([math.nan, math.inf, -math.inf])
-            layer.set_weight(name, value if value is not None and r.random() < 0.7 else hostile_array(r))
+            layer.set_weight(name, value if value is not None and valid(r, 0.7) else hostile_array(r))
         elif op == "dense":
             d: Any = m.layers[1]
             kern, bias = np.array(d.weight("kernel")), np.array(d.weight("bias"))
@@ -401,14 +427,16 @@ def case_weights(r: random.Random) -> None:
             assert all(np.isfinite(v).all() for v in net.state_dict().values())
             net.seq(np.ones((1, 2, 2), np.float32))
             return
-    except TYPED:
-        refused = True
+    except TYPED as e:
+        refused = e
     after = m.get_weights()
     assert _finite(m), f"non-finite weights got in through {op}"
     if refused and op in ("model", "dense", "lstm"):
         for a, b2 in zip(before, after, strict=True):
             assert np.array_equal(a, b2), f"a refused {op} set_weights changed a weight"
     m.predict(X)
+    if refused is not None:
+        raise refused         # counted as the typed refusal it was
 
 
 def _mutate_state(r: random.Random, state: dict[str, Any], tensors: dict[str, np.ndarray]) -> str:
@@ -473,6 +501,7 @@ def _jsonable(v: Any) -> bool:
         return False
 
 
+@surface
 def case_checkpoint(r: random.Random) -> str | None:
     """A mutated fit checkpoint: refused with a typed error before resuming, or resumed whole."""
     tensors, state = _saved()
@@ -481,7 +510,7 @@ def case_checkpoint(r: random.Random) -> str | None:
     try:
         _resume(tensors, state)
     except TYPED:
-        return None
+        raise
     except Exception:
         if pending(check):
             return f"pending:{check}"
@@ -519,6 +548,7 @@ def _size_ok(v: Any) -> bool:
     return not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 10**5 < v < 2**63)
 
 
+@surface
 def case_layers(r: random.Random) -> str | None:
     make, spec, rank = r.choice(LAYERS)
     kw = {k: either(r, v, 0.8) for k, v in spec}
@@ -529,25 +559,26 @@ def case_layers(r: random.Random) -> str | None:
     if make is rk.RepeatVector and isinstance(kw["n"], int) and kw["n"] > 2**20 and pending(check):
         return f"pending:{check}"
     layer = make(**kw)
-    shape = ((None, *([3] * (rank - 1))) if r.random() < 0.8
+    shape = ((None, *([3] * (rank - 1))) if valid(r, 0.8)
              else tuple(either(r, 3) for _ in range(r.randint(0, 4))))
     layer.build(shape)
     training = r.random() < 0.5
     ctx = rk.Ctx.training(0) if training else rk.Ctx.inference()
     x = (np.random.default_rng(r.randint(0, 9)).uniform(-1, 1, (2, *([3] * (rank - 1))))
-         if r.random() < 0.6 else hostile_array(r, rank if r.random() < 0.7 else None))
+         if valid(r, 0.6) else hostile_array(r, rank if r.random() < 0.7 else None))
     if make is rk.Embedding and r.random() < 0.8:
         x = np.random.default_rng(0).integers(0, 5, (2, 3))
     y = layer.forward(x, ctx)
     if training:
-        layer.backward(np.ones_like(y) if r.random() < 0.7 else hostile_array(r), ctx)
+        layer.backward(np.ones_like(y) if valid(r, 0.7) else hostile_array(r), ctx)
     return None
 
 
+@surface
 def case_passes(r: random.Random) -> None:
     m = _model()
-    x = X if r.random() < 0.6 else hostile_array(r, r.choice([None, 3]))
-    y = Y if r.random() < 0.6 else hostile_array(r, r.choice([None, 2]))
+    x = X if valid(r, 0.6) else hostile_array(r, r.choice([None, 3]))
+    y = Y if valid(r, 0.6) else hostile_array(r, r.choice([None, 2]))
     kw: dict[str, Any] = {}
     options: list[tuple[str, Any]] = [("batch_size", 4), ("validation_split", 0.25), ("seed", 0),
                                       ("shuffle", True), ("verbose", 0), ("initial_epoch", 0),
