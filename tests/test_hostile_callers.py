@@ -289,3 +289,18 @@ def test_an_optimizer_step_that_overflows_still_names_the_epoch() -> None:
     with pytest.raises(rk.NonFiniteError, match=r"epoch 1/3 .*first at weight 0\.kernel \(Dense\) after the "
                                                 r"optimizer step"):
         m.fit(np.ones((4, 2), np.float32), np.zeros((4, 2), np.float32), 3)
+
+
+def test_ragged_weight_arrays_are_typed() -> None:
+    ragged = [[1.0, 2.0], [3.0]]
+    d = rk.Dense(2, seed=0)
+    with pytest.raises(rk.InvalidInputError, match=r"\.kernel: not an array"):
+        d.set_weights(ragged, np.zeros(2))
+    lstm = rk.LSTM(2, seed=0)
+    with pytest.raises(rk.InvalidInputError, match="not an array"):
+        lstm.set_weights(np.ones((3, 8)), ragged, np.ones(8))
+    m = _two_dense()
+    with pytest.raises(rk.InvalidInputError, match=r"set_weights: weight 0\.bias: not an array"):
+        m.set_weights([m.get_weights()[0], ragged, *m.get_weights()[2:]])
+    with pytest.raises(rk.InvalidInputError, match=r"\.kernel: not an array"):
+        m.layers[0].set_weight("kernel", ragged)
