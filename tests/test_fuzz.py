@@ -57,7 +57,8 @@ CONSTRUCTORS: dict[str, Callable[..., Any]] = {
     "Shape": rk.Shape, "Sequential": rk.Sequential, "LearningRateScheduler": rk.LearningRateScheduler,
     "GraphBuilder": rk.GraphBuilder, "ReduceLROnPlateau": rk.ReduceLROnPlateau, "CSVLogger": rk.CSVLogger,
     "TerminateOnNaN": rk.TerminateOnNaN, "LambdaCallback": rk.LambdaCallback,
-    "ProgbarLogger": rk.ProgbarLogger, "Mask": rk.Mask, "bucket_by_length": rk.data.bucket_by_length, "windows": rk.data.windows,
+    "ProgbarLogger": rk.ProgbarLogger, "Mask": rk.Mask, "bucket_by_length": rk.data.bucket_by_length,
+    "windows": rk.data.windows,
 }
 KEYWORDS = ["name", "dtype", "seed", "use_bias", "monitor", "patience", "min_delta", "mode",
             "restore_best_weights", "save_best_only", "learning_rate", "momentum", "clipnorm",
