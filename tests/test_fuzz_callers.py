@@ -468,8 +468,9 @@ def _mutate_state(r: random.Random, state: dict[str, Any], tensors: dict[str, np
             return "structure"
         elif mut == "extra":
             tensors["slot/9.kernel/m"] = np.zeros(3, np.float32)
-        else:
+        else:                   # a wider float: casting it back loses nothing, so either answer is right
             tensors[k] = tensors[k].astype(np.float64)
+            return "structure"
         return "range"
     # JSON structure: a leaf replaced, a key dropped or added, anywhere in the tree
     node: Any = state

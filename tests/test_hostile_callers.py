@@ -304,3 +304,10 @@ def test_ragged_weight_arrays_are_typed() -> None:
         m.set_weights([m.get_weights()[0], ragged, *m.get_weights()[2:]])
     with pytest.raises(rk.InvalidInputError, match=r"\.kernel: not an array"):
         m.layers[0].set_weight("kernel", ragged)
+
+
+def test_early_stopping_patience_takes_numpy_ints_and_refuses_the_rest() -> None:
+    assert rk.EarlyStopping(patience=np.int64(2)).patience == 2
+    for bad in (-1, 2.0, True, "2"):
+        with pytest.raises(rk.InvalidParameterError, match="patience must be an int >= 0"):
+            rk.EarlyStopping(patience=bad)  # type: ignore[arg-type]

@@ -298,7 +298,8 @@ def render(rep: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cases", type=int, default=1000)
+    ap.add_argument("--cases", type=int, default=20000 if os.environ.get("RNNKIT_FUZZ") == "long" else 1000,
+                    help="cases in all (default 1000; 20000 with RNNKIT_FUZZ=long)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds a case may run")
     ap.add_argument("--mem-mb", type=int, default=1024, help="resident memory a worker may reach")

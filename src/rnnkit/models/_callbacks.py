@@ -119,7 +119,7 @@ class EarlyStopping(Callback):
 
     def __init__(self, monitor: str = "val_loss", patience: int = 0, min_delta: float = 0.0,
                  restore_best_weights: bool = False, mode: str = "auto") -> None:
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+        if isinstance(patience, bool) or not isinstance(patience, (int, np.integer)) or patience < 0:
             raise InvalidParameterError(f"EarlyStopping: patience must be an int >= 0, got {patience!r}")
         if (isinstance(min_delta, bool) or not isinstance(min_delta, (int, float, np.floating))
                 or not math.isfinite(min_delta)):
@@ -127,7 +127,7 @@ class EarlyStopping(Callback):
                 f"EarlyStopping: min_delta must be a finite number, got {min_delta!r}"
             )
         self.monitor = monitor
-        self.patience = patience
+        self.patience = int(patience)
         self.min_delta = abs(float(min_delta))
         self.restore_best_weights = check_bool(restore_best_weights, "restore_best_weights",
                                                "EarlyStopping")
