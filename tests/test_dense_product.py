@@ -124,3 +124,20 @@ def test_empty_products() -> None:
     assert _product.matmul(a, np.ones((4, 3), np.float32)).shape == (0, 3)
     out = _product.matmul_tn(a, np.zeros((0, 3), np.float32))
     np.testing.assert_array_equal(out, np.zeros((4, 3), np.float32))
+
+
+def test_a_weight_is_packed_once_and_never_stale() -> None:
+    rng = np.random.default_rng(7)
+    d = rk.Dense(33, seed=3)
+    d.build(rk.Shape((None, 20)))
+    x = rng.standard_normal((5, 20)).astype(np.float32)
+    writable = np.array(d.weight("kernel"))
+    # the kept panels (read-only weight) give the bits of a fresh packing (writable copy)
+    np.testing.assert_array_equal(_product.matmul(x, d.weight("kernel")), _product.matmul(x, writable))
+    before = len(_product._PANELS)
+    for _ in range(20):                        # each new weight replaces the old one's panels
+        new = rng.standard_normal((20, 33)).astype(np.float32)
+        d.set_weight("kernel", new)
+        want = _ref_matmul(x, new) + np.asarray(d.weight("bias"), np.float64)
+        np.testing.assert_allclose(d.forward(x, rk.Ctx.inference()), want, rtol=1e-5, atol=1e-5)
+    assert len(_product._PANELS) <= before + 1

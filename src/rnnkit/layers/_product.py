@@ -16,7 +16,9 @@ bits: about 1e-7 relative in float32).
 
 from __future__ import annotations
 
+import weakref
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -45,10 +47,34 @@ def _operand(a: np.ndarray, writable: bool) -> np.ndarray:
     return np.array(a, order="C")
 
 
+#: packed panels of read-only right-hand sides, by ``id``: {id: (weak reference, panels)}
+_PANELS: dict[int, tuple[weakref.ref[np.ndarray], np.ndarray]] = {}
+
+
+def _panels(pk: ModuleType, b: np.ndarray) -> np.ndarray:
+    """``b`` (read-only, so its values never change: a layer's weight) packed once while it
+    lives (a new weight is a new array). The entry goes when ``b`` does."""
+    key = id(b)
+    hit = _PANELS.get(key)
+    if hit is not None and hit[0]() is b:
+        return hit[1]
+    P: np.ndarray = pk.pack(b)
+
+    def drop(_ref: Any, key: int = key) -> None:
+        got = _PANELS.get(key)
+        if got is not None and got[0] is _ref:
+            del _PANELS[key]
+
+    _PANELS[key] = (weakref.ref(b, drop), P)
+    return P
+
+
 def matmul(a: np.ndarray, b: np.ndarray, trans_b: bool = False) -> np.ndarray:
     """``a @ b`` (``a @ b.T`` when ``trans_b``) for a 2-D ``a`` (M, K) and ``b`` (K, N) (or
     (N, K)) of one float dtype; a new C-contiguous (M, N) array. Row ``i`` of the result depends
-    on row ``i`` of ``a`` and on ``b`` only (bit for bit, in the fast mode)."""
+    on row ``i`` of ``a`` and on ``b`` only (bit for bit, in the fast mode). A read-only ``b``
+    (a weight) is packed once and the panels kept while ``b`` lives, so a run of small products
+    (``predict`` with a small ``batch_size``) does not lay it out again each time."""
     pk = _packed()
     if pk is None:
         return a @ (b.T if trans_b else b)
@@ -59,9 +85,17 @@ def matmul(a: np.ndarray, b: np.ndarray, trans_b: bool = False) -> np.ndarray:
     if M == 0 or N == 0:
         return out
     pk.ready(A.dtype)
+    big = M * K * N >= PARALLEL_PRODUCT and CORES > 1
+    if not trans_b and not B.flags.writeable:     # a weight: laid out once, for every call
+        P = _panels(pk, B)
+        if big and M >= 4 * CORES:
+            run_parts(M, lambda lo, hi: pk.rgemm(A[lo:hi], P, out[lo:hi], 0.0))
+        else:
+            pk.rgemm(A, P, out, 0.0)
+        return out
     nr = pk.nr_of(A.dtype)
     npan = -(-N // nr)
-    if M * K * N < PARALLEL_PRODUCT or CORES == 1:
+    if not big:
         pk.gemm(A, B, trans_b, out, False, 0, N)
     elif npan >= 4 * CORES:   # many columns: each part packs only its own columns of B
         run_parts(npan, lambda lo, hi: pk.gemm(A, B, trans_b, out, False, lo * nr, min(hi * nr, N)))
