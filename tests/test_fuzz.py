@@ -55,11 +55,16 @@ CONSTRUCTORS: dict[str, Callable[..., Any]] = {
     "RMSprop": rk.RMSprop, "MeanSquaredError": rk.MeanSquaredError,
     "BinaryCrossEntropy": rk.BinaryCrossEntropy, "CategoricalCrossEntropy": rk.CategoricalCrossEntropy,
     "Shape": rk.Shape, "Sequential": rk.Sequential, "LearningRateScheduler": rk.LearningRateScheduler,
-    "GraphBuilder": rk.GraphBuilder,
+    "GraphBuilder": rk.GraphBuilder, "ReduceLROnPlateau": rk.ReduceLROnPlateau, "CSVLogger": rk.CSVLogger,
+    "TerminateOnNaN": rk.TerminateOnNaN, "LambdaCallback": rk.LambdaCallback,
+    "ProgbarLogger": rk.ProgbarLogger, "Mask": rk.Mask, "bucket_by_length": rk.data.bucket_by_length,
+    "windows": rk.data.windows,
 }
 KEYWORDS = ["name", "dtype", "seed", "use_bias", "monitor", "patience", "min_delta", "mode",
             "restore_best_weights", "save_best_only", "learning_rate", "momentum", "clipnorm",
-            "input_shape", "axis", "rate", "from_logits"]
+            "input_shape", "axis", "rate", "from_logits", "factor", "cooldown", "min_lr", "separator",
+            "append", "raise_error", "stream", "epochs", "lengths", "targets", "bucket_width", "shuffle",
+            "pad_value", "horizon", "batch_size", "on_epoch_end", "on_batch_end", "set_model"]
 
 
 @settings(suppress_health_check=SUPPRESS)

@@ -2,7 +2,8 @@
 
 A built layer holds its configuration and its weights, nothing else. Weights are stored as
 read-only arrays; only :meth:`Layer.set_weight` (used by ``set_weights``, optimizers and
-loaders) replaces them, after checking the shape. Everything a pass produces lives in the
+loaders) replaces them, after checking the shape and (unless told not to) that every value is
+finite. Everything a pass produces lives in the
 :class:`~rnnkit.Ctx` handed to ``forward`` / ``backward``.
 """
 
@@ -54,6 +55,24 @@ def check_bool(value: object, what: str, where: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{where}: {what} must be a bool (True or False), got {value!r}")
     return bool(value)
+
+
+def as_weight_array(value: Any, where: str) -> np.ndarray:
+    """``value`` as an array (``np.asarray``), or InvalidInputError naming ``where`` when numpy
+    cannot make one (a ragged list, a tensor that requires grad)."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError, RuntimeError) as e:
+        raise InvalidInputError(f"{where}: not an array ({type(value).__name__}: {e})") from None
+
+
+def check_finite_weight(value: np.ndarray, where: str) -> None:
+    """InvalidInputError when the weight ``value`` holds NaN or Inf, naming ``where`` (the layer
+    and weight, or the model's key) and the first such position: what the file loaders refuse."""
+    if value.dtype.kind in "fc" and not np.isfinite(value).all():
+        pos = tuple(int(i) for i in np.argwhere(~np.isfinite(value))[0])
+        raise InvalidInputError(f"{where}: the weight holds {value[pos]} at {pos}; expected finite numbers "
+                                f"(nothing was changed)")
 
 
 def check_real(value: object, what: str, where: str) -> float:
@@ -268,14 +287,20 @@ class Layer:
             raise UnknownWeightError(
                 f"{self.name} has no weight {name!r}; it has {list(self._weights)}") from None
 
-    def set_weight(self, name: str, value: Any) -> None:
-        """Replace one weight; the shape must match exactly (WeightShapeError otherwise)."""
+    def set_weight(self, name: str, value: Any, *, check_finite: bool = True) -> None:
+        """Replace one weight; the shape must match exactly (WeightShapeError otherwise). NaN or
+        Inf is refused (InvalidInputError naming the weight; nothing changes), as the file
+        loaders refuse it. ``check_finite=False`` skips that check: the optimizer and the
+        constraints write with it, since ``fit`` checks every weight after each step and names
+        the epoch (:class:`~rnnkit.NonFiniteError`)."""
         old = self.weight(name)
-        arr = np.asarray(value)
+        arr = as_weight_array(value, f"{self.name}.{name}")
         if arr.shape != old.shape:
             raise WeightShapeError(name, old.shape, arr.shape, f"layer {self.name}")
         if arr.dtype.kind not in "biuf":
             raise InvalidInputError(f"{self.name}.{name}: weights must be real numbers, got {arr.dtype}")
+        if check_finite:
+            check_finite_weight(arr, f"{self.name}.{name}")
         self._add_weight(name, arr)
 
     def param_count(self) -> int:

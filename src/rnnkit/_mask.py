@@ -26,6 +26,18 @@ import numpy as np
 
 from rnnkit._errors import InvalidInputError
 
+#: the largest length a Mask holds (its lengths are int64)
+_MAX_LENGTH = int(np.iinfo(np.int64).max)
+
+
+def _array(value: Any, expected: str) -> np.ndarray:
+    """``value`` as an array, or InvalidInputError (a ragged list, ``[array, None]``, ...)."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as e:
+        raise InvalidInputError(f"Mask: expected {expected}, got {type(value).__name__} that is not "
+                                f"an array ({e})") from None
+
 
 class Mask:
     """``Mask(mask)`` (boolean (B, T)) or ``Mask(lengths=lengths)`` ((B,) ints in [0, T])."""
@@ -40,18 +52,21 @@ class Mask:
         self._mask: np.ndarray | None = None
         self._lengths: np.ndarray | None = None
         if mask is not None:
-            m = np.asarray(mask)
+            m = _array(mask, "a boolean (batch, timesteps) mask")
             if m.ndim != 2 or not (m.dtype == np.bool_ or m.dtype.kind in "iu" and np.isin(m, (0, 1)).all()):
                 raise InvalidInputError(
                     f"Mask: expected a boolean (batch, timesteps) mask, got dtype {m.dtype} shape {m.shape}")
             self.kind = "mask"
             self._mask = m.astype(bool)
         else:
-            n = np.asarray(lengths)
+            n = _array(lengths, "lengths as non-negative ints of shape (batch,)")
             if n.ndim != 1 or n.dtype.kind not in "iu" or (n.size and n.min() < 0):
                 raise InvalidInputError(
                     f"Mask: expected lengths as non-negative ints of shape (batch,), got dtype {n.dtype} "
                     f"shape {n.shape}")
+            if n.size and int(n.max()) > _MAX_LENGTH:
+                raise InvalidInputError(f"Mask: a length of {int(n.max())} is beyond any sequence "
+                                        f"(at most {_MAX_LENGTH})")
             self.kind = "lengths"
             self._lengths = n.astype(np.int64)
 

@@ -172,7 +172,7 @@ def apply_constraints(model: Model) -> None:
         w = owner.weight(name)
         flat = inner == "bias" and w.ndim == 2 and w.shape[0] == 1 and not _is_dense_like(holder)
         new = con(np.array(w[0] if flat else w))
-        owner.set_weight(name, new[None, :] if flat else new)
+        owner.set_weight(name, new[None, :] if flat else new, check_finite=False)  # fit checks after
 
 
 def _is_dense_like(layer: Layer) -> bool:

@@ -19,14 +19,18 @@ epoch.
 
 from __future__ import annotations
 
+import math
+import numbers
+import operator
 from typing import Any
 
 import numpy as np
 
-from rnnkit._errors import InvalidInputError
+from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit._layer import check_bool
 from rnnkit._mask import Mask
 from rnnkit._random import check_seed, make_rng
-from rnnkit.data._dataset import Dataset, check_batch_index, check_count
+from rnnkit.data._dataset import Dataset, as_array, check_batch_index, check_cast, check_count, check_dtype
 
 
 class Buckets(Dataset):
@@ -34,26 +38,38 @@ class Buckets(Dataset):
 
     def __init__(self, sequences: Any, batch_size: int, targets: Any, bucket_width: int | None,
                  shuffle: bool, seed: int | None, pad_value: float, dtype: Any) -> None:
+        where = "bucket_by_length"
         if not isinstance(sequences, (list, tuple)) or not sequences:
-            raise InvalidInputError("bucket_by_length: sequences must be a non-empty list of arrays")
-        self.sequences = [np.asarray(s) for s in sequences]
+            raise InvalidInputError(f"{where}: sequences must be a non-empty list of arrays, got "
+                                    f"{type(sequences).__name__}")
+        self.sequences = [as_array(s, f"sequence {i}", where) for i, s in enumerate(sequences)]
         tail = self.sequences[0].shape[1:]
         for i, s in enumerate(self.sequences):
             if s.ndim < 1 or s.shape[1:] != tail or s.dtype.kind not in "biuf":
-                raise InvalidInputError(f"bucket_by_length: sequence {i} has dtype {s.dtype} shape "
+                raise InvalidInputError(f"{where}: sequence {i} has dtype {s.dtype} shape "
                                         f"{s.shape}; expected real numbers of shape (T,{' ' if tail else ''}"
                                         f"{', '.join(map(str, tail))}) like sequence 0")
         self.lengths_all = np.array([s.shape[0] for s in self.sequences], dtype=np.int64)
-        self.targets = None if targets is None else np.asarray(targets)
-        if self.targets is not None and self.targets.shape[0] != len(self.sequences):
-            raise InvalidInputError(f"bucket_by_length: {self.targets.shape[0]} targets for "
-                                    f"{len(self.sequences)} sequences")
-        self.batch_size = check_count(batch_size, "batch_size", "bucket_by_length")
-        self.bucket_width = None if bucket_width is None else check_count(bucket_width, "bucket_width",
-                                                                            "bucket_by_length")
-        self.shuffle, self.pad_value = bool(shuffle), pad_value
-        self.dtype = None if dtype is None else np.dtype(dtype)
-        self._rng = make_rng(check_seed(seed, "bucket_by_length"))
+        self.targets = None if targets is None else as_array(targets, "targets", where)
+        if self.targets is not None:
+            if self.targets.ndim < 1 or self.targets.dtype.kind not in "biuf":
+                raise InvalidInputError(f"{where}: targets must be an array of real numbers with one row "
+                                        f"per sequence, got dtype {self.targets.dtype} shape "
+                                        f"{self.targets.shape}")
+            if self.targets.shape[0] != len(self.sequences):
+                raise InvalidInputError(f"{where}: {self.targets.shape[0]} targets for "
+                                        f"{len(self.sequences)} sequences")
+        self.batch_size = check_count(batch_size, "batch_size", where)
+        self.bucket_width = None if bucket_width is None else check_count(bucket_width, "bucket_width", where)
+        self.shuffle = check_bool(shuffle, "shuffle", where)
+        self.dtype = None if dtype is None else check_dtype(dtype, where)
+        out = self.dtype if self.dtype is not None else np.result_type(*(s.dtype for s in self.sequences))
+        if self.dtype is not None:
+            for i, s in enumerate(self.sequences):
+                check_cast(s, out, f"sequence {i}", where)
+        self.pad_value = _pad_value(pad_value, out, where)
+        self._out = out
+        self._rng = make_rng(check_seed(seed, where))
         self._batches: list[np.ndarray] = []
         self._plan()
 
@@ -64,7 +80,8 @@ class Buckets(Dataset):
             order = tie[np.argsort(self.lengths_all[tie], kind="stable")]
             batches = [order[a:a + bs] for a in range(0, n, bs)]
         else:
-            keys = self.lengths_all[tie] // self.bucket_width
+            width = min(self.bucket_width, int(self.lengths_all.max()) + 1)   # wider: one bucket, as this
+            keys = self.lengths_all[tie] // width
             batches = []
             for k in np.unique(keys):
                 members = tie[keys == k]
@@ -89,8 +106,7 @@ class Buckets(Dataset):
         idx = self.indices(index)
         lens = self.lengths_all[idx]
         first = self.sequences[0]
-        dt = self.dtype if self.dtype is not None else first.dtype
-        x = np.full((len(idx), int(lens.max()), *first.shape[1:]), self.pad_value, dtype=dt)
+        x = np.full((len(idx), int(lens.max()), *first.shape[1:]), self.pad_value, dtype=self._out)
         for row, i in enumerate(idx):
             x[row, :lens[row]] = self.sequences[i]
         if self.targets is None:
@@ -102,9 +118,40 @@ class Buckets(Dataset):
             self._plan()
 
 
+def _pad_value(value: Any, dt: np.dtype, where: str) -> Any:
+    """``pad_value`` as a number of the batches' dtype ``dt``: a finite real number (not a bool)
+    that ``dt`` holds exactly (0.5 in an int dtype, 1e40 in float32, 300 in uint8 are refused)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise InvalidParameterError(f"{where}: pad_value must be a real number, got {value!r}")
+    if not math.isfinite(float(value)):
+        raise InvalidParameterError(f"{where}: pad_value must be finite, got {value!r}")
+    if dt.kind == "b":
+        if float(value) not in (0.0, 1.0):
+            raise InvalidParameterError(f"{where}: pad_value {value!r} is not a value of the batches' dtype "
+                                        f"bool (0 or 1)")
+        return dt.type(float(value) == 1.0)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        fv = float(value)
+        iv = (operator.index(value) if isinstance(value, numbers.Integral)
+              else int(fv) if fv.is_integer() else None)
+        if iv is None or not info.min <= iv <= info.max:
+            raise InvalidParameterError(f"{where}: pad_value {value!r} is not a value of the batches' dtype "
+                                        f"{dt} (integers in [{info.min}, {info.max}])")
+        return dt.type(iv)
+    if abs(float(value)) > float(np.finfo(dt).max):
+        raise InvalidParameterError(f"{where}: pad_value {value!r} is beyond the batches' dtype {dt} "
+                                    f"(largest {float(np.finfo(dt).max)!r})")
+    return dt.type(value)
+
+
 def bucket_by_length(sequences: Any, batch_size: int, targets: Any = None, *, bucket_width: int | None = None,
                      shuffle: bool = True, seed: int | None = None, pad_value: float = 0,
                      dtype: Any = None) -> Buckets:
     """Batches of sequences of similar length (see the module docstring); pass the result to
-    ``fit`` / ``evaluate`` / ``predict``. ``dtype``: of ``x`` (default: the sequences')."""
+    ``fit`` / ``evaluate`` / ``predict``. ``dtype``: of ``x``, an int or float dtype (default: the
+    sequences' common dtype, ``np.result_type`` of theirs: ints and floats give floats). Every argument
+    is checked here: ``shuffle`` a bool, ``pad_value`` a finite number the dtype holds exactly,
+    ``targets`` one row per sequence, and with ``dtype`` every sequence's values must survive
+    the cast (no float truncated to an int, no int out of range, no finite value made inf)."""
     return Buckets(sequences, batch_size, targets, bucket_width, shuffle, seed, pad_value, dtype)

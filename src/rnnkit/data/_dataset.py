@@ -12,7 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from rnnkit._errors import InvalidParameterError
+import numpy as np
+
+from rnnkit._errors import InvalidInputError, InvalidParameterError
+
+
+class BatchIndexError(InvalidInputError, IndexError):
+    """A batch index out of range (also an ``IndexError``, as Python's sequences raise, so a
+    ``for`` loop over ``ds[i]`` ends there)."""
 
 
 class Dataset:
@@ -33,12 +40,13 @@ class Dataset:
 
 
 def check_batch_index(index: Any, n: int, where: str) -> int:
-    """``index`` as an int in ``[-n, n)`` (negative counts from the end), else IndexError."""
+    """``index`` as an int in ``[-n, n)`` (negative counts from the end), else
+    :class:`BatchIndexError` (TypeError for a non-int)."""
     if isinstance(index, bool) or not hasattr(index, "__index__"):
         raise TypeError(f"{where}: a batch index must be an int, got {index!r}")
     i = int(index)
     if not -n <= i < n:
-        raise IndexError(f"{where}: batch {i} out of range; there are {n} batches")
+        raise BatchIndexError(f"{where}: batch {i} out of range; there are {n} batches")
     return i % n
 
 
@@ -46,3 +54,50 @@ def check_count(value: Any, what: str, where: str, lo: int = 1) -> int:
     if isinstance(value, bool) or not hasattr(value, "__index__") or int(value) < lo:
         raise InvalidParameterError(f"{where}: {what} must be an int >= {lo}, got {value!r}")
     return int(value)
+
+
+def as_array(value: Any, what: str, where: str) -> np.ndarray:
+    """``value`` as an array (an ndarray, a memory map as it is), or InvalidInputError naming
+    ``what`` when numpy cannot make one (a ragged list)."""
+    if isinstance(value, np.ndarray):
+        return value
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as e:
+        raise InvalidInputError(f"{where}: {what} is not an array ({type(value).__name__}: {e})") from None
+
+
+def check_dtype(dtype: Any, where: str, kinds: str = "iuf") -> np.dtype:
+    """``dtype`` as a numpy dtype of one of ``kinds`` (``"iuf"``: ints and floats), else
+    InvalidParameterError naming it."""
+    try:
+        dt = np.dtype(dtype) if dtype is not None and not isinstance(dtype, bool) else None
+    except (TypeError, ValueError):
+        dt = None
+    if dt is None or dt.kind not in kinds:
+        allowed = "a float dtype" if kinds == "f" else "an int or float dtype"
+        raise InvalidParameterError(f"{where}: dtype must be {allowed} (e.g. 'float32'), got {dtype!r}")
+    return dt
+
+
+def check_cast(a: np.ndarray, dt: np.dtype, what: str, where: str) -> None:
+    """InvalidInputError unless every value of ``a`` survives the cast to ``dt``: a float to an
+    int dtype, an int outside ``dt``'s range, or a finite value beyond a float ``dt``'s range
+    (which would become inf) is refused; floats rounding to a narrower float is fine."""
+    if a.dtype == dt or a.size == 0 or a.dtype.kind == "b":
+        return
+    if dt.kind in "iu":
+        if a.dtype.kind == "f":
+            raise InvalidInputError(f"{where}: {what} holds floats ({a.dtype}); dtype {dt} would truncate "
+                                    f"them")
+        info = np.iinfo(dt)
+        lo, hi = int(a.min()), int(a.max())
+        if lo < info.min or hi > info.max:
+            raise InvalidInputError(f"{where}: {what} holds values in [{lo}, {hi}], outside dtype {dt}'s "
+                                    f"[{info.min}, {info.max}]")
+        return
+    with np.errstate(over="ignore", invalid="ignore"):
+        big = np.abs(a[np.isfinite(a)] if a.dtype.kind == "f" else a).max(initial=0)
+    if float(big) > float(np.finfo(dt).max):
+        raise InvalidInputError(f"{where}: {what} holds {float(big)!r}, beyond dtype {dt}'s largest value "
+                                f"{float(np.finfo(dt).max)!r} (it would become inf)")

@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 
 from rnnkit._errors import InvalidInputError
+from rnnkit._layer import check_bool
 from rnnkit._random import check_seed, make_rng
-from rnnkit.data._dataset import Dataset, check_batch_index, check_count
+from rnnkit.data._dataset import Dataset, as_array, check_batch_index, check_count, check_dtype
 
 
 def _as_rows(a: Any, what: str) -> np.ndarray:
-    if not isinstance(a, np.ndarray):
-        a = np.asarray(a)
+    a = as_array(a, what, "windows")
     if a.ndim not in (1, 2) or a.dtype.kind not in "biuf":
         raise InvalidInputError(f"windows: {what} must be a 1-D or 2-D array of real numbers (rows, "
                                 f"features), got dtype {a.dtype} shape {a.shape}")
@@ -55,8 +55,8 @@ class Windows(Dataset):
         if self.samples < 1:
             raise InvalidInputError(f"windows: {n} rows are too few for window {self.window} and horizon "
                                     f"{self.horizon} (need at least {self.window + self.horizon})")
-        self.shuffle = bool(shuffle)
-        self.dtype = np.dtype(dtype)
+        self.shuffle = check_bool(shuffle, "shuffle", "windows")
+        self.dtype = check_dtype(dtype, "windows", kinds="f")
         self._rng = make_rng(check_seed(seed, "windows"))
         self._order: np.ndarray | None = None
         if self.shuffle:
@@ -81,13 +81,30 @@ class Windows(Dataset):
     def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         s = self.starts(index)
         rows = s[:, None] + np.arange(self.window)[None, :]
-        x = np.asarray(self.series[rows], dtype=self.dtype)
-        y = np.asarray(self.targets[s + self.window - 1 + self.horizon], dtype=self.dtype)
+        x = self._cast(self.series[rows], "series", s)
+        y = self._cast(self.targets[s + self.window - 1 + self.horizon], "targets", s)
         if x.ndim == 2:
             x = x[:, :, None]
         if y.ndim == 1:
             y = y[:, None]
         return x, y
+
+    def _cast(self, src: np.ndarray, what: str, starts: np.ndarray) -> np.ndarray:
+        """``src`` (rows read for a batch) in the batches' dtype; InvalidInputError where a finite
+        value becomes inf (a float64 series beyond float32's range)."""
+        with np.errstate(over="ignore"):
+            out = np.asarray(src, dtype=self.dtype)
+        if (src.dtype.kind == "f" and out.dtype.itemsize < src.dtype.itemsize) or src.dtype.kind in "iu":
+            lost = np.isinf(out)
+            if src.dtype.kind == "f" and lost.any():
+                lost &= ~np.isinf(src)       # an inf of the data itself is the data's (fit refuses it)
+            if lost.any():
+                pos = tuple(int(i) for i in np.argwhere(lost)[0])
+                raise InvalidInputError(
+                    f"windows: {what} holds {src[pos].item()!r} (in the batch of windows starting at row "
+                    f"{int(starts[pos[0]])}), beyond dtype {self.dtype}'s largest value; pass "
+                    f"dtype='float64' or scale the data")
+        return out
 
     def on_epoch_end(self) -> None:
         if self.shuffle:
@@ -104,6 +121,8 @@ def windows(series: Any, window: int, horizon: int = 1, batch_size: int = 128, s
     module docstring); pass the result to ``fit`` / ``evaluate`` / ``predict``.
 
     ``series`` / ``targets``: arrays or ``np.memmap`` / ``np.load(..., mmap_mode="r")`` of
-    shape (N,) or (N, F). ``horizon=0`` targets the window's last row. ``dtype``: of the batches.
+    shape (N,) or (N, F) of real numbers. ``horizon=0`` targets the window's last row.
+    ``dtype``: of the batches, a float dtype; a value that does not fit it (it would become inf)
+    raises InvalidInputError when its batch is read. ``shuffle``: a bool (TypeError otherwise).
     """
     return Windows(series, window, horizon, batch_size, shuffle, seed, targets, dtype)

@@ -149,9 +149,9 @@ class Bidirectional(Layer):
         sub, inner = self._split(name)
         return sub.weight(inner)  # type: ignore[no-any-return]
 
-    def set_weight(self, name: str, value: Any) -> None:
+    def set_weight(self, name: str, value: Any, *, check_finite: bool = True) -> None:
         sub, inner = self._split(name)
-        sub.set_weight(inner, value)
+        sub.set_weight(inner, value, check_finite=check_finite)
 
     def param_count(self) -> int:
         return int(sum(sub.param_count() for _, sub in self._parts))

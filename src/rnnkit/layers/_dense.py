@@ -10,10 +10,11 @@ from rnnkit._activations import ActivationLike
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, WeightShapeError
 from rnnkit._initializers import glorot_uniform, zeros
-from rnnkit._layer import Layer, check_bool, check_positive_int
+from rnnkit._layer import Layer, as_weight_array, check_bool, check_finite_weight, check_positive_int
 from rnnkit._penalties import attach, config_of
 from rnnkit._shape import Shape
 from rnnkit.layers._common import activation_config, activation_from, check_activation_axis
+from rnnkit.layers._product import matmul, matmul_tn
 
 
 class Dense(Layer):
@@ -34,6 +35,10 @@ class Dense(Layer):
 
     Backward: ``da = act.vjp(y, g)``; ``dW = x^T @ da`` and ``db = sum(da)`` over every leading
     axis (one GEMM); returns ``dx = da @ W^T``.
+
+    The products run on :mod:`rnnkit.layers._product` (the compiled kernels' packed product in
+    the ``"fast"`` kernel mode): a sample's output does not depend on the other samples of the
+    batch, bit for bit, so ``predict`` gives the same values whatever its ``batch_size``.
 
     Masks: acts per timestep, so a mask passes through unchanged (Keras).
     """
@@ -88,8 +93,9 @@ class Dense(Layer):
 
     def set_weights(self, kernel: Any, bias: Any = None) -> None:
         """Install ``kernel`` (F, units) and ``bias`` (units,); an unbuilt layer builds from
-        ``kernel``'s rows. Shapes are checked before anything changes."""
-        k = np.asarray(kernel)
+        ``kernel``'s rows. Shapes and finiteness (no NaN or Inf) are checked before anything
+        changes."""
+        k = as_weight_array(kernel, f"{self.name}.kernel")
         if k.ndim != 2 or k.shape[1] != self.units or k.shape[0] < 1:
             raise WeightShapeError("kernel", ("input_dim", self.units), k.shape, f"layer {self.name}")
         if self.built and k.shape[0] != self.input_shape[-1]:
@@ -98,11 +104,13 @@ class Dense(Layer):
         if self.use_bias:
             if bias is None:
                 raise WeightShapeError("bias", (self.units,), None, f"layer {self.name}")
-            b = np.asarray(bias)
+            b = as_weight_array(bias, f"{self.name}.bias")
             if b.shape != (self.units,):
                 raise WeightShapeError("bias", (self.units,), b.shape, f"layer {self.name}")
         elif bias is not None:
             raise WeightShapeError("bias", None, np.shape(bias), f"layer {self.name} has use_bias=False")
+        for n, a in (("kernel", k), ("bias", b)) if self.use_bias else (("kernel", k),):
+            check_finite_weight(a, f"{self.name}.{n}")
         if not self.built:
             self.build(Shape((None, k.shape[0])))
         self.set_weight("kernel", k)
@@ -122,7 +130,8 @@ class Dense(Layer):
     def forward(self, x: Any, ctx: Ctx) -> np.ndarray:
         """``act(x @ W + b)``; (..., F) -> (..., units)."""
         arr = self._check_input(x)
-        a = arr @ self._weights["kernel"]
+        F = arr.shape[-1]
+        a = matmul(arr.reshape(-1, F), self._weights["kernel"]).reshape(*arr.shape[:-1], self.units)
         if self.use_bias:
             a += self._weights["bias"]
         y = self.activation(a, out=a)
@@ -138,10 +147,10 @@ class Dense(Layer):
         da = self.activation.vjp(y, g)
         F = x.shape[-1]
         da2 = da.reshape(-1, self.units)
-        ctx.add_grad(self, "kernel", x.reshape(-1, F).T @ da2)
+        ctx.add_grad(self, "kernel", matmul_tn(x.reshape(-1, F), da2))
         if self.use_bias:
             ctx.add_grad(self, "bias", da2.sum(axis=0))
-        return da @ self._weights["kernel"].T
+        return matmul(da2, self._weights["kernel"], trans_b=True).reshape(x.shape)
 
     def get_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {"units": self.units, "activation": activation_config(self.activation),

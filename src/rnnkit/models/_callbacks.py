@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import string
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -117,7 +119,7 @@ class EarlyStopping(Callback):
 
     def __init__(self, monitor: str = "val_loss", patience: int = 0, min_delta: float = 0.0,
                  restore_best_weights: bool = False, mode: str = "auto") -> None:
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+        if isinstance(patience, bool) or not isinstance(patience, (int, np.integer)) or patience < 0:
             raise InvalidParameterError(f"EarlyStopping: patience must be an int >= 0, got {patience!r}")
         if (isinstance(min_delta, bool) or not isinstance(min_delta, (int, float, np.floating))
                 or not math.isfinite(min_delta)):
@@ -125,7 +127,7 @@ class EarlyStopping(Callback):
                 f"EarlyStopping: min_delta must be a finite number, got {min_delta!r}"
             )
         self.monitor = monitor
-        self.patience = patience
+        self.patience = int(patience)
         self.min_delta = abs(float(min_delta))
         self.restore_best_weights = check_bool(restore_best_weights, "restore_best_weights",
                                                "EarlyStopping")
@@ -171,6 +173,34 @@ class EarlyStopping(Callback):
         self.best_weights = list(state["arrays"]) if state["has_best_weights"] else None
 
 
+def check_path(path: Any, arg: str, where: str) -> str:
+    """``path`` (a str or ``os.PathLike`` of a str) as a str: non-empty, without NUL bytes;
+    TypeError / InvalidParameterError naming ``arg`` otherwise."""
+    p = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+    if not isinstance(p, str):
+        raise TypeError(f"{where}: {arg} must be a str or path, got {path!r}")
+    if not p or "\x00" in p:
+        raise InvalidParameterError(f"{where}: {arg} must be a non-empty path without NUL bytes, got {p!r}")
+    return p
+
+
+def check_path_template(path: Any, arg: str, where: str) -> str:
+    """:func:`check_path`, and ``path`` must be a ``str.format`` template whose fields are named
+    (``{epoch}``, a log key): a malformed one (``"{"``, ``"{0}"``, ``"{epoch:zz}"``) is refused
+    here, not at the first epoch's end. Whether a named log key exists is known only then."""
+    p = check_path(path, arg, where)
+    try:
+        roots = {re.match(r"[^.\[]*", f).group() for _, f, _, _ in string.Formatter().parse(p)  # type: ignore[union-attr]
+                 if f is not None}
+        if "" in roots or any(r.isdigit() for r in roots):
+            raise ValueError("positional fields ({} or {0}) have nothing to fill them")
+        p.format(**{r: 1 if r == "epoch" else 0.0 for r in roots})   # a trial: the logs hold numbers
+    except (ValueError, KeyError, IndexError, AttributeError, TypeError) as e:
+        raise InvalidParameterError(f"{where}: {arg} {p!r} is not a usable template: {e}; fields are "
+                                    f"named, e.g. {{epoch:03d}} or {{val_loss:.4f}}") from None
+    return p
+
+
 class ModelCheckpoint(Callback):
     """Save the model after every epoch (``save_best_only=False``) or when ``monitor`` improves.
 
@@ -183,9 +213,7 @@ class ModelCheckpoint(Callback):
 
     def __init__(self, filepath: str, monitor: str = "val_loss", save_best_only: bool = False,
                  save_weights_only: bool = True, mode: str = "auto") -> None:
-        if not isinstance(filepath, (str, os.PathLike)):
-            raise TypeError(f"ModelCheckpoint: filepath must be a str or path, got {filepath!r}")
-        self.filepath = os.fspath(filepath)
+        self.filepath = check_path_template(filepath, "filepath", "ModelCheckpoint")
         self.monitor = monitor
         self.save_best_only = check_bool(save_best_only, "save_best_only", "ModelCheckpoint")
         self.save_weights_only = check_bool(save_weights_only, "save_weights_only", "ModelCheckpoint")

@@ -19,7 +19,7 @@ import numpy as np
 
 from rnnkit._errors import InvalidParameterError, NonFiniteError
 from rnnkit._layer import check_bool
-from rnnkit.models._callbacks import Callback, Logs, _monitor_op
+from rnnkit.models._callbacks import Callback, Logs, _monitor_op, check_path
 
 _Num = (int, float, np.integer, np.floating)
 
@@ -52,14 +52,14 @@ class ReduceLROnPlateau(Callback):
       cooldown``, ``wait = 0``.
 
     ``mode="auto"`` is max for accuracy names, min otherwise. A monitor missing from the logs
-    is skipped (Keras warns; so does this, once per fit). ``factor`` must be < 1.
+    is skipped (Keras warns; so does this, once per fit). ``factor`` must be in [0, 1).
     """
 
     def __init__(self, monitor: str = "val_loss", factor: float = 0.1, patience: int = 10,
                  verbose: int = 0, mode: str = "auto", min_delta: float = 1e-4, cooldown: int = 0,
                  min_lr: float = 0.0) -> None:
         where = "ReduceLROnPlateau"
-        self.factor = _number(factor, "factor", where)
+        self.factor = _number(factor, "factor", where, lo=0.0)
         if self.factor >= 1.0:
             raise InvalidParameterError(f"{where}: factor must be < 1.0, got {factor!r}")
         self.patience = _count(patience, "patience", where)
@@ -121,19 +121,19 @@ class CSVLogger(Callback):
     keys in sorted order, fixed by the first epoch (plus ``val_`` twins when the first epoch has
     none, written ``NA`` when missing — Keras' layout).
 
-    ``append=False`` starts a new file; ``append=True`` adds rows, writing the header only when
-    the file is empty. Every row is flushed as written. Resumable: under ``fit(checkpoint=DIR)``
-    the logger records how much of the file belongs to the saved epochs, and a resumed fit cuts
-    the file back to that (rows of an epoch whose state was never saved go; the cut is an
-    atomic rewrite) and appends from there, so the file ends as an uninterrupted run's.
+    ``separator``: one character, not ``"``, ``\\r``, ``\\n`` or NUL (those would make rows that
+    do not read back). ``append=False`` starts a new file; ``append=True`` adds rows, writing the
+    header only when the file is empty. Every row is flushed as written. Resumable: under
+    ``fit(checkpoint=DIR)`` the logger records how much of the file belongs to the saved epochs,
+    and a resumed fit cuts the file back to that (rows of an epoch whose state was never saved
+    go; the cut is an atomic rewrite) and appends from there, so the file ends as an uninterrupted run's.
     """
 
     def __init__(self, filename: str | os.PathLike[str], separator: str = ",", append: bool = False) -> None:
-        if not isinstance(filename, (str, os.PathLike)):
-            raise TypeError(f"CSVLogger: filename must be a str or path, got {filename!r}")
-        if not isinstance(separator, str) or len(separator) != 1:
-            raise InvalidParameterError(f"CSVLogger: separator must be one character, got {separator!r}")
-        self.filename = os.fspath(filename)
+        self.filename = check_path(filename, "filename", "CSVLogger")
+        if not isinstance(separator, str) or len(separator) != 1 or separator in _NOT_SEPARATORS:
+            raise InvalidParameterError(f"CSVLogger: separator must be one character other than a quote, "
+                                        f"a line break or NUL, got {separator!r}")
         self.sep = separator
         self.append = check_bool(append, "append", "CSVLogger")
         self.keys: list[str] | None = None
@@ -194,6 +194,9 @@ class CSVLogger(Callback):
         self._resumed = True
 
 
+_NOT_SEPARATORS = ('"', "\r", "\n", "\x00")
+
+
 def _cell(value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -227,11 +230,18 @@ class TerminateOnNaN(Callback):
             self._require_model().stop_training = True
 
 
+#: attribute names looked up on any callback by fit and its checkpoints, besides the class's own
+_RESERVED = ("model", "get_fit_state", "set_fit_state")
+
+
 class LambdaCallback(Callback):
     """A callback from plain functions (Keras' signatures): ``on_epoch_begin(epoch, logs)``,
     ``on_epoch_end(epoch, logs)``, ``on_train_begin(logs)``, ``on_train_end(logs)``,
     ``on_train_batch_begin(batch, logs)``, ``on_train_batch_end(batch, logs)``. Hooks left out
-    do nothing. Extra keywords become attributes (Keras' ``**kwargs``)."""
+    do nothing. Extra keywords become attributes (Keras' ``**kwargs``), except names the
+    callback machinery uses (``model``, ``set_model``, ``get_fit_state``, ...: those would replace
+    it) and other ``on_*`` names (hooks ``fit`` never calls, such as Keras' ``on_batch_end``
+    alias): both raise InvalidParameterError."""
 
     _HOOKS = ("on_epoch_begin", "on_epoch_end", "on_train_begin", "on_train_end",
               "on_train_batch_begin", "on_train_batch_end")
@@ -250,6 +260,14 @@ class LambdaCallback(Callback):
             if not callable(fn):
                 raise TypeError(f"LambdaCallback: {name} must be callable, got {fn!r}")
             setattr(self, name, fn)
+        for key in kwargs:
+            if key.startswith("on_"):
+                raise InvalidParameterError(
+                    f"LambdaCallback: {key} is not a hook fit calls; the hooks are {', '.join(self._HOOKS)}")
+            if key in _RESERVED or hasattr(LambdaCallback, key):
+                raise InvalidParameterError(
+                    f"LambdaCallback: the keyword {key!r} would replace the callback's own {key}; "
+                    f"use another name")
         self.__dict__.update(kwargs)
 
     def on_train_batch_begin(self, batch: int, logs: Logs | None = None) -> None:
@@ -259,9 +277,16 @@ class LambdaCallback(Callback):
 class ProgbarLogger(Callback):
     """What ``fit(verbose=2)`` prints (Keras' ``verbose=2``): one line per epoch on ``stream``
     (stdout by default), ``Epoch 3/10 - loss: 0.1234 - val_loss: 0.2345``, every log entry with
-    4 significant digits. ``verbose=1`` shows the live progress bar instead; 0 prints nothing."""
+    4 significant digits. ``verbose=1`` shows the live progress bar instead; 0 prints nothing.
+    ``epochs``: an int >= 1 (the total shown); ``stream``: None or an object with callable
+    ``write`` and ``flush`` (a text file), checked here."""
 
     def __init__(self, epochs: int, stream: TextIO | None = None) -> None:
+        if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 1:
+            raise InvalidParameterError(f"ProgbarLogger: epochs must be an int >= 1, got {epochs!r}")
+        if stream is not None and not all(callable(getattr(stream, m, None)) for m in ("write", "flush")):
+            raise TypeError(f"ProgbarLogger: stream must be None or a text stream with write() and flush(), "
+                            f"got {type(stream).__name__}")
         self.epochs = int(epochs)
         self.stream = stream
 

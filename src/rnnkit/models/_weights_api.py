@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit._errors import NotBuiltError, WeightShapeError
-from rnnkit._layer import Layer
+from rnnkit._layer import Layer, as_weight_array, check_finite_weight
 from rnnkit.models._summary import render_summary
 
 
@@ -46,15 +46,20 @@ class WeightsAPI:
         return [np.array(layer.weight(n)) for layer, n in self.trainable_weights()]
 
     def set_weights(self, weights: list[Any]) -> None:
-        """Install arrays in :meth:`named_weights` order; every shape is checked first."""
+        """Install arrays in :meth:`named_weights` order. Every shape, and that every value is
+        finite (NaN or Inf: InvalidInputError naming the weight, as the file loaders refuse
+        them), is checked before anything changes."""
         pairs = self.trainable_weights()
         if len(weights) != len(pairs):
             raise WeightShapeError("weights", f"{len(pairs)} arrays", f"{len(weights)} arrays",
                                    f"model {self.name}")
-        arrs = [np.asarray(w) for w in weights]
-        for key, (layer, n), a in zip(self.named_weights(), pairs, arrs, strict=True):
+        keys = list(self.named_weights())
+        arrs = [as_weight_array(w, f"{self.name}.set_weights: weight {key}")
+                for key, w in zip(keys, weights, strict=True)]
+        for key, (layer, n), a in zip(keys, pairs, arrs, strict=True):
             if a.shape != layer.weight(n).shape:
                 raise WeightShapeError(key, layer.weight(n).shape, a.shape, f"model {self.name}")
+            check_finite_weight(a, f"{self.name}.set_weights: weight {key}")
         for (layer, n), a in zip(pairs, arrs, strict=True):
             layer.set_weight(n, a)
 

@@ -193,7 +193,7 @@ class Optimizer:
                 state = {"t": 0, **self._init_state(w)}
                 self._state[key] = state
             state["t"] += 1
-            layer.set_weight(name, self._update(w, g, state, lr))
+            layer.set_weight(name, self._update(w, g, state, lr), check_finite=False)  # fit checks after
         self.iterations += 1
 
     # -- configuration -----------------------------------------------------------------------

@@ -16,7 +16,7 @@ from rnnkit._activations import ActivationFn
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
 from rnnkit._kind import builtin_kind
-from rnnkit._layer import Layer, check_bool, check_positive_int
+from rnnkit._layer import Layer, as_weight_array, check_bool, check_finite_weight, check_positive_int
 from rnnkit._mask import Mask
 from rnnkit._shape import Shape
 from rnnkit.recurrent._cell import Arrays, Cell
@@ -184,10 +184,12 @@ class RecurrentLayer(Streaming, Layer):
     def set_weights(self, *arrays: Any, **named: Any) -> None:
         """Install every weight at once, positionally in :meth:`weights` order (for the built-in
         cells ``kernel, recurrent_kernel[, bias][, projection_kernel]``) or by name. An unbuilt
-        layer is built from the first array's rows. Every shape is checked before anything
-        changes (WeightShapeError names the first misfit)."""
+        layer is built from the first array's rows. Every shape and every value is checked before
+        anything changes (WeightShapeError names the first misfit; NaN or Inf is an
+        InvalidInputError naming the weight)."""
         if not self.built:
-            first = np.asarray(arrays[0] if arrays else next(iter(named.values()), None))
+            first = as_weight_array(arrays[0] if arrays else next(iter(named.values()), None),
+                                    f"{self.name}.set_weights")
             if first.ndim < 1 or first.shape[0] < 1:
                 raise WeightShapeError("kernel", ("input_dim", "..."), first.shape, f"layer {self.name}")
             F = int(first.shape[0])
@@ -210,10 +212,11 @@ class RecurrentLayer(Streaming, Layer):
             raise InvalidInputError(
                 f"{self.name}.set_weights: expected {len(names)} arrays ({', '.join(names)}), "
                 f"missing {missing}")
-        arrs = {n: np.asarray(v) for n, v in given.items()}
+        arrs = {n: as_weight_array(v, f"{self.name}.{n}") for n, v in given.items()}
         for n in names:  # check all before changing anything
             if arrs[n].shape != expected[n]:
                 raise WeightShapeError(n, expected[n], arrs[n].shape, f"layer {self.name}")
+            check_finite_weight(arrs[n], f"{self.name}.{n}")
         if not self.built:   # built from these arrays: nothing is drawn only to be replaced
             for n in names:
                 if arrs[n].dtype.kind not in "biuf":

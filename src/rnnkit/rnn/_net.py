@@ -27,13 +27,14 @@ Dropout (``config.dropout``) acts on the outputs of every layer but the last, on
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from rnnkit._ctx import Ctx
-from rnnkit._errors import InvalidInputError, InvalidParameterError
-from rnnkit._layer import Layer, check_bool, check_positive_int
+from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
+from rnnkit._layer import Layer, as_weight_array, check_bool, check_finite_weight, check_positive_int
 from rnnkit._layouts import from_torch, grads_to_torch
 from rnnkit._shape import Shape
 from rnnkit.layers import register_layer
@@ -99,8 +100,8 @@ class RNNNet(Layer):
             for d in range(self.directions):
                 self._layers[(k, d)] = self._make_layer(k, d)
 
-    def set_weight(self, name: str, value: Any) -> None:
-        super().set_weight(name, value)
+    def set_weight(self, name: str, value: Any, *, check_finite: bool = True) -> None:
+        super().set_weight(name, value, check_finite=check_finite)
         m = re.fullmatch(r"\w+_l(\d+)(_reverse)?", name)
         assert m is not None
         k, d = int(m.group(1)), int(m.group(2) is not None)
@@ -108,13 +109,27 @@ class RNNNet(Layer):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Install PyTorch-named tensors (numpy arrays, or anything ``np.asarray`` reads, such as
-        CPU torch tensors after ``.detach().numpy()``). Every name must be present and fit."""
+        CPU torch tensors after ``.detach().numpy()``). Every name must be present and fit, and
+        every value be finite (NaN or Inf: InvalidInputError naming the tensor, as the file
+        loaders refuse them); all are checked before anything changes."""
+        if not isinstance(state, Mapping):
+            raise TypeError(f"{self.name}.load_state_dict: state must be a mapping of names to arrays, "
+                            f"got {type(state).__name__}")
         missing = sorted(set(self._weights) - set(state))
-        extra = sorted(set(state) - set(self._weights))
+        extra = sorted(map(str, set(state) - set(self._weights)))
         if missing or extra:
             raise InvalidInputError(f"{self.name}.load_state_dict: missing {missing}, unexpected {extra}")
-        for name in self._weights:
-            self.set_weight(name, np.asarray(state[name]))
+        where = f"{self.name}.load_state_dict"
+        arrs = {name: as_weight_array(state[name], f"{where}: {name!r}") for name in self._weights}
+        for name, a in arrs.items():
+            old = self._weights[name]
+            if a.shape != old.shape:
+                raise WeightShapeError(name, old.shape, a.shape, f"layer {self.name}")
+            if a.dtype.kind not in "biuf":
+                raise InvalidInputError(f"{where}: {name!r} must hold real numbers, got {a.dtype}")
+            check_finite_weight(a, f"{where}: {name!r}")
+        for name, a in arrs.items():
+            self.set_weight(name, a, check_finite=False)    # checked above
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Copies of every parameter under its PyTorch name."""
