@@ -157,10 +157,15 @@ def test_saved_in_model_files_and_configs(tmp_path: Path) -> None:
         rk.attach_regularization(rk.Dense(2), kernel_regulariser="l2")
 
 
-def test_distributed_fit_refuses_regularized_models_instead_of_ignoring_them() -> None:
-    m = rk.Sequential([rk.Dense(1, kernel_regularizer="l2")], input_shape=(None, 2))
+def test_distributed_fit_refuses_activity_regularizers_instead_of_ignoring_them() -> None:
+    # weight regularizers train over MPI (tests/test_distributed.py); activity ones are refused
+    from rnnkit.models._training import Parallel
+
+    m = rk.Sequential([rk.Dense(1, activity_regularizer="l2")], input_shape=(None, 2))
     m.compile("sgd", "mse")
-    with pytest.raises(rk.InvalidParameterError, match="not applied by distributed"):
+    with pytest.raises(rk.InvalidParameterError, match="distributed= does not apply activity regularizers"):
+        m.fit(np.zeros((4, 2)), np.zeros((4, 1)), 1, distributed=Parallel())
+    with pytest.raises(TypeError, match=r"distributed= must be an rnnkit\.distributed\.MPI object .* got object"):
         m.fit(np.zeros((4, 2)), np.zeros((4, 1)), 1, distributed=object())
 
 

@@ -28,7 +28,7 @@ class Ctx:
     (records nothing). ``grads`` maps ``(layer, weight_name)`` to the summed gradient.
     """
 
-    __slots__ = ("training_mode", "grads", "_caches", "_seed", "_rng", "_mask")
+    __slots__ = ("training_mode", "grads", "penalties", "_caches", "_seed", "_rng", "_mask")
 
     def __init__(self, training: bool, seed: int | None = None) -> None:
         if not isinstance(training, (bool, np.bool_)):
@@ -38,8 +38,15 @@ class Ctx:
         self.training_mode: bool = bool(training)
         self.grads: dict[tuple[Layer, str], np.ndarray] = {}
         self._caches: dict[int, list[tuple[Layer, Any]]] = {}
+        #: the activity-regularizer penalties of the passes run in this context, in order
+        self.penalties: list[float] = []
         self._seed = seed
         self._rng: np.random.Generator | None = None   # made on first use (costs ~13 us)
+
+    @property
+    def seed(self) -> int | None:
+        """The seed the context was made with (None: entropy)."""
+        return self._seed
 
     @property
     def rng(self) -> np.random.Generator:
@@ -114,6 +121,7 @@ class Ctx:
         """Drop every cache and gradient (the mode stays)."""
         self._caches.clear()
         self.grads.clear()
+        self.penalties.clear()
 
     # -- gradients ---------------------------------------------------------------------------
     def add_grad(self, layer: Layer, name: str, value: np.ndarray) -> None:

@@ -24,9 +24,6 @@ bias is constrained as Keras' flat ``(N,)`` vector. Metrics are not affected.
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -106,7 +103,7 @@ def check_layer(layer: Layer) -> None:
                     f"does not have; its weights: {layer.weight_names}")
 
 
-def _layers(model: Model) -> list[Layer]:
+def layers_of(model: Model) -> list[Layer]:
     """Every layer of the model, the layers inside a wrapper (Bidirectional's two directions)
     included."""
     seen: dict[int, Layer] = {}
@@ -141,7 +138,7 @@ def _entries(model: Model) -> list[tuple[Layer, str, Layer, str]]:
 
 def has_any(model: Model) -> bool:
     return any(getattr(la, "regularizers", None) or getattr(la, "constraints", None)
-               or getattr(la, "activity_regularizer", None) is not None for la in _layers(model))
+               or getattr(la, "activity_regularizer", None) is not None for la in layers_of(model))
 
 
 def weight_penalty(model: Model) -> float:
@@ -154,13 +151,23 @@ def weight_penalty(model: Model) -> float:
     return total
 
 
-def add_penalty_grads(model: Model, ctx: Ctx) -> None:
-    """Add each weight regularizer's gradient into ``ctx``."""
+def add_penalty_grads(model: Model, pairs: list[Any]) -> list[Any]:
+    """``pairs`` (``(layer, name, gradient)``) with each weight regularizer's gradient added:
+    into the pair's gradient in place, or as a new pair for a weight without one."""
+    index = {(id(la), n): k for k, (la, n, _) in enumerate(pairs)}
     for owner, name, holder, inner in _entries(model):
         reg = (getattr(holder, "regularizers", None) or {}).get(inner)
-        if reg is not None:
-            w = owner.weight(name)
-            ctx.add_grad(owner, name, reg.grad(w).astype(w.dtype))
+        if reg is None:
+            continue
+        w = owner.weight(name)
+        extra = reg.grad(w).astype(w.dtype)
+        k = index.get((id(owner), name))
+        if k is None:
+            index[(id(owner), name)] = len(pairs)
+            pairs.append((owner, name, extra))
+        else:
+            pairs[k][2][...] += extra
+    return pairs
 
 
 def apply_constraints(model: Model) -> None:
@@ -180,19 +187,9 @@ def _is_dense_like(layer: Layer) -> bool:
 
 
 # -- activity regularization -------------------------------------------------------------------
-_local = threading.local()
-
-
-@contextlib.contextmanager
-def collecting() -> Iterator[list[float]]:
-    """Collect the activity penalties of the forward passes run inside (this thread)."""
-    prev = getattr(_local, "acc", None)
-    acc: list[float] = []
-    _local.acc = acc
-    try:
-        yield acc
-    finally:
-        _local.acc = prev
+def activity_penalty(ctx: Ctx) -> float:
+    """The sum of the activity penalties the passes in ``ctx`` recorded (0.0 when none)."""
+    return float(sum(ctx.penalties)) if ctx.penalties else 0.0
 
 
 class _Token:
@@ -211,9 +208,7 @@ def _wrap_for_activity(layer: Layer) -> None:
         y = fwd(x, ctx, *args, **kwargs)
         reg = getattr(layer, "activity_regularizer", None)
         if reg is not None and isinstance(y, np.ndarray) and y.ndim > 0:
-            acc = getattr(_local, "acc", None)
-            if acc is not None:
-                acc.append(reg.penalty(y) / y.shape[0])
+            ctx.penalties.append(reg.penalty(y) / y.shape[0])
             ctx.save(token, y)  # type: ignore[arg-type]
         return y
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._mask import Mask
-from rnnkit.models._base import Model
+from rnnkit.models._checks import Trainable as Model
 
 
 def input_masks(model: Model, xs: list[np.ndarray], mask: Any, lengths: Any) -> list[Any] | None:
@@ -93,12 +93,13 @@ def sample_weights(model: Model, ys: list[np.ndarray], sample_weight: Any,
     return out
 
 
-def output_weights(preds: list[np.ndarray], masks: list[Any] | None,
-                   sws: list[Any] | None) -> tuple[list[Any], list[Any]]:
+def output_weights(preds: list[np.ndarray], masks: list[Any] | None, sws: list[Any] | None,
+                   valid_totals: Any = None) -> tuple[list[Any], list[Any]]:
     """(loss weights, metric weights) per output from the output masks and sample weights:
     Keras' ``apply_mask`` (``P / V`` at the V valid steps of the P positions) times the sample
     weights for the loss; the mask alone (0/1) for the metrics (Keras' ``metrics=`` are
-    unweighted: sample weights do not reach them)."""
+    unweighted: sample weights do not reach them). ``valid_totals[k]``, when given, is the V
+    of output ``k`` over the whole batch (several processes each hold a part of it)."""
     lw: list[Any] = []
     mw: list[Any] = []
     for k, p in enumerate(preds):
@@ -112,7 +113,7 @@ def output_weights(preds: list[np.ndarray], masks: list[Any] | None,
                     w = w[:, None]
                 elif w.ndim == 3 and w.shape[-1] == 1:
                     w = w[..., 0]
-            V = float(valid.sum())
+            V = float(valid.sum()) if valid_totals is None else float(valid_totals[k])
             scale = valid.size / V if V > 0 else 0.0
             lw.append(valid * scale * (w if sw is not None else 1.0))
             mw.append(valid)

@@ -1,0 +1,354 @@
+"""The one training loop: one STEP, one EVALUATOR and one EPOCH LOOP for every way ``fit`` runs
+(arrays, batch sources, the shards of an MPI job). Arguments and data are checked before any of
+this runs (:mod:`rnnkit.models._fit`); nothing here re-checks what cannot have changed.
+
+A :class:`Team` is the set of processes that train one model together. The base class is ONE
+process, and each of its hooks is the identity; ``rnnkit.distributed.MPI`` overrides them with
+collectives. One STEP on a :class:`Batch` (this process's part of the global batch)::
+
+    preds       = model forward(xb)                          in the step's training Ctx
+    totals      = team.totals([n_r, V_r per output])          n_b = sum n_r, V = sum V_r
+    loss_k      = Loss(y_k, pred_k, w_k) * s_k               this process's SHARE of the global loss
+                  masked sequence output: w = valid * sample_weight * P_r / V  (s = 1)
+                  otherwise:              w = sample_weight,                   s = n_r / n_b
+    loss        = sum_k loss_k + weight penalties + activity penalties (checked finite)
+    model backward(d loss / d pred)                          no checks on the way
+    grads       = team.sum_grads(...)                        the gradient of the GLOBAL loss
+    grads      += regularizer.grad(weight) per regularized weight
+    optimizer.apply_gradients(grads); constraints; every updated weight checked finite
+
+With one process ``n_r = n_b`` and ``V_r = V``: every share is the whole, nothing is scaled, and
+the step is the plain single-process step. A step that produced NaN or Inf anywhere is run again
+with every layer output and gradient checked, so the error names where it first appeared.
+The step's logs are the loss and the metrics on the pre-update predictions; metrics of a
+team are the means of the processes' values weighted by their sample counts.
+
+One EPOCH: the batches of :class:`Batches` (arrays: a permutation drawn each epoch when
+shuffling, from the fit generator, which then draws one Ctx seed per step; a batch source:
+its batches as given), callbacks around each batch and epoch, ``model.stop_training`` checked
+after each batch (Keras 3), the epoch's logs the sample-weighted means of the batch logs, then
+``val_*`` from :func:`evaluate`, the checkpoint, the progress bar.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from rnnkit import _penalties as _pen
+from rnnkit._ctx import Ctx
+from rnnkit._errors import NonFiniteError
+from rnnkit._mask import Mask
+from rnnkit.models._checks import NonFiniteAt
+from rnnkit.models._checks import Trainable as Model
+from rnnkit.models._batch import Batch
+from rnnkit.models._callbacks import CallbackList, History
+from rnnkit.models._progress import EpochBar
+from rnnkit.models._weighting import output_weights
+
+Arrays = list[np.ndarray]
+
+
+class Batches(Protocol):
+    """What the loop walks: ``epoch(e)`` yields the epoch's batches, ``steps()`` their number
+    when known, ``end_epoch()`` runs after the epoch's last batch."""
+
+    def epoch(self, epoch: int) -> Iterator[Batch]: ...
+
+    def steps(self) -> int | None: ...
+
+    def end_epoch(self) -> None: ...
+
+
+class Team:
+    """One process training alone: every hook is the identity (see the module docstring)."""
+
+    rank = 0
+    size = 1
+    is_root = True
+    #: whether this process holds an error for the next collective (never, alone)
+    failed = False
+
+    def start(self, model: Model, data: Batch, val: Batch | None, rng: np.random.Generator | None,
+              seed: int | None) -> None:
+        """Before the first step, with the checked data: nothing to agree on alone."""
+
+    def region(self, where: str) -> contextlib.AbstractContextManager[Any]:
+        """Where an exception goes: raised at once (a team holds it for the next collective)."""
+        return contextlib.nullcontext()
+
+    def step_seed(self, seed: int) -> int:
+        """This process's Ctx seed for a step whose single-process seed is ``seed``."""
+        return seed
+
+    def totals(self, local: np.ndarray) -> np.ndarray:
+        """The sums of ``local`` over the processes (alone: ``local``)."""
+        return local
+
+    def sum_grads(self, model: Model, ctx: Ctx, stats: np.ndarray) -> tuple[np.ndarray, list[Any]]:
+        """The summed ``stats`` and ``(layer, name, gradient)`` for every trainable weight with a
+        gradient, summed over the processes (alone: the Ctx's own arrays, no copies)."""
+        grads = ctx.grads
+        return stats, [(la, n, grads[(la, n)]) for la, n in model.trainable_weights() if (la, n) in grads]
+
+    def epoch_batches(self, n: int, bs: int, shuffle: bool, rng: np.random.Generator) -> list[Any]:
+        """The sample indices of this process's part of each batch of an epoch."""
+        return index_batches(n, bs, shuffle, rng)
+
+    def share(self, n: int) -> tuple[int, int]:
+        """``[lo, hi)``: the validation / evaluation samples this process takes."""
+        return 0, n
+
+    def stop_after_batch(self, model: Model) -> bool:
+        return bool(model.stop_training)
+
+    def hook(self, cbs: CallbackList, hook: str, *args: Any) -> None:
+        """Run a callback hook (a team runs them on its root process only)."""
+        cbs.call(hook, *args)
+
+    def sync(self, model: Model, history: History, final: bool = False) -> None:
+        """After the epoch's hooks: nothing to agree on alone."""
+
+    def finish(self, model: Model, history: History, cbs: CallbackList, logs: dict[str, float]) -> None:
+        """After the last epoch: ``on_train_end``."""
+        cbs.call("on_train_end", logs)
+
+
+SOLO = Team()
+
+
+def index_batches(n: int, bs: int, shuffle: bool, rng: np.random.Generator) -> list[Any]:
+    """One full batch (``slice(None)``) when ``bs >= n``, else ``ceil(n / bs)`` index arrays
+    over a permutation drawn from ``rng`` (``shuffle``) or the identity."""
+    if bs >= n:
+        return [slice(None)]
+    order = rng.permutation(n) if shuffle else np.arange(n)
+    return [order[a:a + bs] for a in range(0, n, bs)]
+
+
+def log_keys(model: Model) -> list[str]:
+    """``loss`` then the metric keys, in the order :func:`metric_values` makes them."""
+    ms = [m.name for m in model.metrics]
+    return ["loss", *(ms if model.n_outputs == 1 else
+                      [f"output_{k}_{m}" for k in range(model.n_outputs) for m in ms])]
+
+
+def loss_and_grads(model: Model, ys: Arrays, preds: Arrays, weights: list[Any] | None = None,
+                   scales: list[float] | None = None) -> tuple[float, Arrays]:
+    """The summed loss over the outputs and d(loss)/d(pred) per output (``weights``: one array
+    or None per output, see :class:`rnnkit.Loss`; ``scales``: a factor per output, 1 alone)."""
+    total = 0.0
+    grads: Arrays = []
+    for k, (y, p) in enumerate(zip(ys, preds, strict=True)):
+        w = None if weights is None else weights[k]
+        v, g = model.loss.value_and_grad(y, p) if w is None else model.loss.value_and_grad(y, p, w)
+        s = 1.0 if scales is None else scales[k]
+        if s != 1.0:
+            v, g = v * s, g * p.dtype.type(s)
+        total += float(v)
+        grads.append(np.asarray(g, p.dtype))
+    return total, grads
+
+
+def metric_values(model: Model, ys: Arrays, preds: Arrays, weights: list[Any] | None = None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for k, (y, p) in enumerate(zip(ys, preds, strict=True)):
+        w = None if weights is None else weights[k]
+        for m in model.metrics:
+            key = m.name if len(ys) == 1 else f"output_{k}_{m.name}"
+            out[key] = float(m(y, p) if w is None else m(y, p, sample_weight=w))
+    return out
+
+
+class NonFiniteLoss(NonFiniteAt):
+    """Internal: the batch's loss itself is NaN/Inf (``logs`` holds it); nothing was applied."""
+
+    def __init__(self, where: str, logs: dict[str, float]) -> None:
+        super().__init__(where)
+        self.logs = logs
+
+
+def _valid_counts(preds: Arrays, masks: list[Any]) -> list[float]:
+    return [float(m.valid(p.shape[1]).sum()) if isinstance(m, Mask) and p.ndim >= 3 else 0.0
+            for p, m in zip(preds, masks, strict=True)]
+
+
+def _first_non_finite(model: Model, batch: Batch, seed: int | None, lw: Any, scales: Any) -> str | None:
+    """Run the step's passes again in a Ctx of the same seed with every layer output and
+    gradient checked; where the first NaN/Inf appears (None: nowhere this time)."""
+    ctx = Ctx.training(seed)
+    try:
+        preds, _ = model._forward_masks(batch.xs, ctx, True, batch.masks)
+        _, grads = loss_and_grads(model, batch.ys, preds, lw, scales)
+        model._backward(grads, ctx, True)
+    except NonFiniteAt as e:
+        return e.where
+    return None
+
+
+def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str) -> tuple[int, dict[str, float]]:
+    """One optimizer step (see the module docstring); returns the global batch size and the
+    pre-update logs. Raises NonFiniteLoss when the loss is NaN/Inf (nothing applied), and
+    NonFiniteError naming ``at`` and the first NaN/Inf elsewhere."""
+    keys = log_keys(model)
+    n_out = model.n_outputs
+    local = np.zeros(2 + n_out)
+    preds: Arrays | None = None
+    out_masks: list[Any] = []
+    with team.region(at):
+        if batch.n and not team.failed:
+            preds, out_masks = model._forward_masks(batch.xs, ctx, False, batch.masks)
+            local[1] = batch.n
+            local[2:] = _valid_counts(preds, out_masks)
+    tot = team.totals(local)
+    n_b = int(tot[1])
+    stats = np.zeros(len(keys))
+    penalty = 0.0
+    with team.region(at):
+        if preds is not None and not team.failed:
+            lw, mw = output_weights(preds, out_masks, batch.sws, tot[2:])
+            share = batch.n / n_b
+            scales = [1.0 if tot[2 + k] > 0 else share for k in range(n_out)]
+            loss, grads = loss_and_grads(model, batch.ys, preds, lw, scales)
+            penalty = _pen.weight_penalty(model) + _pen.activity_penalty(ctx)
+            whole = loss + penalty
+            lname = type(model.loss).__name__
+            if not math.isfinite(whole):
+                raise NonFiniteLoss(f"the loss ({lname}) is {whole}",
+                                    {"loss": whole, **metric_values(model, batch.ys, preds, mw)})
+            metrics = metric_values(model, batch.ys, preds, mw)
+            stats[0] = loss
+            stats[1:] = [v * share for v in metrics.values()] if share != 1.0 else list(metrics.values())
+            for g in grads:
+                if not np.isfinite(g).all():
+                    raise _non_finite(model, at, f"the gradient of the loss ({lname}) w.r.t. the model output")
+            model._backward(grads, ctx, False)
+            for (layer, n), g in ctx.grads.items():
+                if not np.isfinite(g).all():
+                    where = _first_non_finite(model, batch, ctx.seed, lw, scales)
+                    raise _non_finite(model, at, where or f"the gradient of {layer.name}.{n}")
+    stats, pairs = team.sum_grads(model, ctx, stats)
+    with team.region(f"{at}, optimizer step"):
+        if not team.failed:
+            pairs = _pen.add_penalty_grads(model, pairs)
+            model.optimizer.apply_gradients(pairs)
+            _pen.apply_constraints(model)
+            for layer, n, _ in pairs:
+                if not np.isfinite(layer.weight(n)).all():
+                    key = next((k for k, v in model.named_weights().items() if v == (layer, n)), n)
+                    raise _non_finite(model, at, f"weight {key} ({type(layer).__name__}) after the "
+                                                 f"optimizer step")
+    logs = {"loss": float(stats[0]) + penalty}
+    logs.update({k: float(v) for k, v in zip(keys[1:], stats[1:], strict=True)})
+    return n_b, logs
+
+
+def _non_finite(model: Model, at: str, where: str) -> NonFiniteError:
+    return NonFiniteError(f"{model.name}: training produced NaN or Inf in {at}: first at {where}")
+
+
+def guarded_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
+                 nan_stops: bool) -> tuple[int, dict[str, float]]:
+    """:func:`train_step`; a NaN/Inf loss becomes NonFiniteError naming ``at`` and the first
+    layer output that was not finite, except when ``nan_stops`` (TerminateOnNaN is among the
+    callbacks): then the step's logs go to the callbacks, which stop training."""
+    with np.errstate(over="ignore", invalid="ignore"):  # reported as NonFiniteError
+        try:
+            return train_step(model, batch, ctx, team, at)
+        except NonFiniteLoss as e:
+            if nan_stops:
+                return batch.n, e.logs
+            where = _first_non_finite(model, batch, ctx.seed, None, None) or e.where
+    raise _non_finite(model, at, where)
+
+
+def evaluate(model: Model, batches: Iterator[Batch], team: Team = SOLO) -> dict[str, float]:
+    """Loss (penalties included, as Keras reports it) and metrics in inference passes: the
+    sample-weighted mean of the batch values over every process's batches. Empty: {}."""
+    keys = log_keys(model)
+    sums = np.zeros(1 + len(keys))
+    with team.region("evaluate"):
+        for b in batches:
+            if not b.n:
+                continue
+            ctx = Ctx.inference()
+            preds, out_masks = model._forward_masks(b.xs, ctx, False, b.masks)
+            lw, mw = output_weights(preds, out_masks, b.sws)
+            loss, _ = loss_and_grads(model, b.ys, preds, lw)
+            loss += _pen.weight_penalty(model) + _pen.activity_penalty(ctx)
+            vals = [loss, *metric_values(model, b.ys, preds, mw).values()]
+            sums[0] += b.n
+            sums[1:] += [b.n * v for v in vals]
+    tot = team.totals(sums)
+    if tot[0] == 0:
+        return {}
+    return {k: float(v) / tot[0] for k, v in zip(keys, tot[1:], strict=True)}
+
+
+@dataclass
+class Resume:
+    """A checkpoint's two hooks: ``restore(history, callbacks) -> epochs done or None`` after
+    ``on_train_begin``; ``save(epochs_done, history, callbacks)`` after each epoch."""
+
+    restore: Callable[[History, list[Any]], int | None]
+    save: Callable[[int, History, list[Any]], None]
+
+
+def run(model: Model, batches: Batches, rng: np.random.Generator, cbs: CallbackList, history: History, *,
+        epochs: int, initial_epoch: int, verbose: int, team: Team = SOLO,
+        validate: Callable[[], dict[str, float]] | None = None, resume: Resume | None = None,
+        nan_stops: bool = False, on_empty_epoch: Callable[[int], None] | None = None) -> History:
+    """The epoch loop (see the module docstring); every argument already checked."""
+    model.stop_training = False
+    team.hook(cbs, "on_train_begin", {})
+    team.sync(model, history)
+    start = initial_epoch
+    if resume is not None:
+        done = resume.restore(history, cbs.callbacks)
+        start = start if done is None else (epochs if model.stop_training else done)
+    logs: dict[str, float] = {}
+    bar = EpochBar(model.name, epochs, start, verbose if team.is_root else 0)
+    try:
+        for epoch in range(start, epochs):
+            team.hook(cbs, "on_epoch_begin", epoch, {})
+            team.sync(model, history)
+            epoch_batches = batches.epoch(epoch)  # (arrays: the epoch's permutation drawn here)
+            total = batches.steps()
+            of = "" if total is None else f"/{total}"
+            sums: dict[str, float] = {}
+            seen = 0
+            for b, batch in enumerate(epoch_batches):
+                ctx = Ctx.training(team.step_seed(int(rng.integers(0, 2**63 - 1))))
+                team.hook(cbs, "on_train_batch_begin", b, {})
+                nb, step_logs = guarded_step(model, batch, ctx, team,
+                                             f"epoch {epoch + 1}/{epochs} (batch {b + 1}{of})", nan_stops)
+                for k, v in step_logs.items():
+                    sums[k] = sums.get(k, 0.0) + nb * v
+                seen += nb
+                team.hook(cbs, "on_train_batch_end", b, step_logs)
+                if team.stop_after_batch(model):
+                    break
+            if seen == 0 and on_empty_epoch is not None:
+                on_empty_epoch(epoch)
+                break
+            logs = {k: v / seen for k, v in sums.items()}
+            if validate is not None:
+                logs.update({f"val_{k}": v for k, v in validate().items()})
+            team.hook(cbs, "on_epoch_end", epoch, logs)
+            batches.end_epoch()
+            if resume is not None:
+                resume.save(epoch + 1, history, cbs.callbacks)
+            bar.epoch_done(logs, model.stop_training)
+            team.sync(model, history)
+            if model.stop_training:
+                break
+    finally:
+        bar.close()
+    team.finish(model, history, cbs, logs)
+    model.history = history
+    return history
