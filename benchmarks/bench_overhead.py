@@ -88,7 +88,8 @@ def fit_overhead(repeats: int, steps: int) -> tuple[float, float]:
             p = dense.forward(h, ctx)
             _, g = loss.value_and_grad(y[a:a + 32], p)
             lstm.backward(dense.backward(g, ctx), ctx)
-            opt.apply_gradients([(la, n, ctx.grads[(la, n)]) for la in (lstm, dense) for n in la.weight_names])
+            opt.apply_gradients([(la, n, ctx.grads[(la, n)]) for la in (lstm, dense)
+                                 for n in la.weight_names])
 
     def fit() -> None:
         m.fit(x, y, epochs=1, batch_size=32, shuffle=False)

@@ -165,7 +165,7 @@ def test_distributed_fit_refuses_activity_regularizers_instead_of_ignoring_them(
     m.compile("sgd", "mse")
     with pytest.raises(rk.InvalidParameterError, match="distributed= does not apply activity regularizers"):
         m.fit(np.zeros((4, 2)), np.zeros((4, 1)), 1, distributed=Parallel())
-    with pytest.raises(TypeError, match=r"distributed= must be an rnnkit\.distributed\.MPI object .* got object"):
+    with pytest.raises(TypeError, match=r"distributed= must be an rnnkit\.distributed\.MPI .* got object"):
         m.fit(np.zeros((4, 2)), np.zeros((4, 1)), 1, distributed=object())
 
 

@@ -24,16 +24,19 @@ bias is constrained as Keras' flat ``(N,)`` vector. Metrics are not affected.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidParameterError
 from rnnkit._layer import Layer
 
-if TYPE_CHECKING:
-    from rnnkit._ctx import Ctx
-    from rnnkit.models._base import Model
+
+class Model(Protocol):
+    """What this module reads of a model: its weights by name (and ``layers``, when it has them)."""
+
+    def named_weights(self) -> dict[str, tuple[Layer, str]]: ...
 
 _ROLES = {"kernel": "kernel", "recurrent": "recurrent_kernel", "bias": "bias", "embeddings": "embeddings"}
 KEYWORDS = (*(f"{r}_{kind}" for kind in ("regularizer", "constraint") for r in _ROLES),

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rnnkit._ctx import Ctx
+from rnnkit._layer import Layer
+from rnnkit.models._checks import Trainable as Model
 
 if TYPE_CHECKING:
-    from rnnkit._layer import Layer
     from rnnkit.distributed._mpi import MPI
-    from rnnkit.models._base import Model
 
 
 class FlatLayout:

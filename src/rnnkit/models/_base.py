@@ -21,10 +21,10 @@ from rnnkit._errors import InvalidInputError, InvalidParameterError, NotBuiltErr
 from rnnkit._layer import Layer, check_bool
 from rnnkit._shape import Shape
 from rnnkit.models import _training
+from rnnkit.models._batch import Batch, take
 from rnnkit.models._callbacks import Callback, History
 from rnnkit.models._checks import Data, NonFiniteAt, as_list, check_finite, first_non_finite, unlist
 from rnnkit.models._fit_batches import check_steps, check_workers, is_batch_source, predict_source
-from rnnkit.models._batch import Batch, take
 from rnnkit.models._weighting import input_masks
 from rnnkit.models._weights_api import WeightsAPI
 

@@ -271,7 +271,8 @@ class CallbackList:
     def call(self, hook: str, *args: Any) -> None:
         """Call hook ``hook`` (one of :data:`HOOKS`) of each callback in order."""
         if hook not in HOOKS:
-            raise InvalidParameterError(f"CallbackList: {hook!r} is not a callback hook; hooks: {list(HOOKS)}")
+            raise InvalidParameterError(f"CallbackList: {hook!r} is not a callback hook; the hooks: "
+                                        f"{list(HOOKS)}")
         for cb in self.callbacks:
             getattr(cb, hook)(*args)
 

@@ -26,6 +26,7 @@ class Trainable(Protocol):
     loss: Any
     metrics: list[Any]
     stop_training: bool
+    history: Any
 
     def _forward_masks(self, xs: list[np.ndarray], ctx: Ctx, check: bool,
                        masks: list[Any] | None = None) -> tuple[list[np.ndarray], list[Any]]: ...

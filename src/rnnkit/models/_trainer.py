@@ -44,10 +44,10 @@ from rnnkit import _penalties as _pen
 from rnnkit._ctx import Ctx
 from rnnkit._errors import NonFiniteError
 from rnnkit._mask import Mask
-from rnnkit.models._checks import NonFiniteAt
-from rnnkit.models._checks import Trainable as Model
 from rnnkit.models._batch import Batch
 from rnnkit.models._callbacks import CallbackList, History
+from rnnkit.models._checks import NonFiniteAt
+from rnnkit.models._checks import Trainable as Model
 from rnnkit.models._progress import EpochBar
 from rnnkit.models._weighting import output_weights
 
@@ -71,8 +71,10 @@ class Team:
     rank = 0
     size = 1
     is_root = True
-    #: whether this process holds an error for the next collective (never, alone)
-    failed = False
+    @property
+    def failed(self) -> bool:
+        """Whether this process holds an error for the next collective (never, alone)."""
+        return False
 
     def start(self, model: Model, data: Batch, val: Batch | None, rng: np.random.Generator | None,
               seed: int | None) -> None:
@@ -81,6 +83,10 @@ class Team:
     def region(self, where: str) -> contextlib.AbstractContextManager[Any]:
         """Where an exception goes: raised at once (a team holds it for the next collective)."""
         return contextlib.nullcontext()
+
+    def at(self, epoch: int, epochs: int, batch: int, of: str) -> str:
+        """How errors name a step (``epoch``, ``batch`` from 1; ``of``: ``"/steps"`` or "")."""
+        return f"epoch {epoch}/{epochs} (batch {batch}{of})"
 
     def step_seed(self, seed: int) -> int:
         """This process's Ctx seed for a step whose single-process seed is ``seed``."""
@@ -96,7 +102,7 @@ class Team:
         grads = ctx.grads
         return stats, [(la, n, grads[(la, n)]) for la, n in model.trainable_weights() if (la, n) in grads]
 
-    def epoch_batches(self, n: int, bs: int, shuffle: bool, rng: np.random.Generator) -> list[Any]:
+    def epoch_batches(self, n: int, bs: int | None, shuffle: bool, rng: np.random.Generator) -> list[Any]:
         """The sample indices of this process's part of each batch of an epoch."""
         return index_batches(n, bs, shuffle, rng)
 
@@ -122,10 +128,10 @@ class Team:
 SOLO = Team()
 
 
-def index_batches(n: int, bs: int, shuffle: bool, rng: np.random.Generator) -> list[Any]:
-    """One full batch (``slice(None)``) when ``bs >= n``, else ``ceil(n / bs)`` index arrays
-    over a permutation drawn from ``rng`` (``shuffle``) or the identity."""
-    if bs >= n:
+def index_batches(n: int, bs: int | None, shuffle: bool, rng: np.random.Generator) -> list[Any]:
+    """One full batch (``slice(None)``) when ``bs`` is None or ``>= n``, else ``ceil(n / bs)``
+    index arrays over a permutation drawn from ``rng`` (``shuffle``) or the identity."""
+    if bs is None or bs >= n:
         return [slice(None)]
     order = rng.permutation(n) if shuffle else np.arange(n)
     return [order[a:a + bs] for a in range(0, n, bs)]
@@ -155,7 +161,8 @@ def loss_and_grads(model: Model, ys: Arrays, preds: Arrays, weights: list[Any] |
     return total, grads
 
 
-def metric_values(model: Model, ys: Arrays, preds: Arrays, weights: list[Any] | None = None) -> dict[str, float]:
+def metric_values(model: Model, ys: Arrays, preds: Arrays,
+                  weights: list[Any] | None = None) -> dict[str, float]:
     out: dict[str, float] = {}
     for k, (y, p) in enumerate(zip(ys, preds, strict=True)):
         w = None if weights is None else weights[k]
@@ -197,23 +204,23 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str) -> tup
     NonFiniteError naming ``at`` and the first NaN/Inf elsewhere."""
     keys = log_keys(model)
     n_out = model.n_outputs
-    local = np.zeros(2 + n_out)
+    local = np.zeros(1 + n_out)
     preds: Arrays | None = None
     out_masks: list[Any] = []
     with team.region(at):
         if batch.n and not team.failed:
             preds, out_masks = model._forward_masks(batch.xs, ctx, False, batch.masks)
-            local[1] = batch.n
-            local[2:] = _valid_counts(preds, out_masks)
+            local[0] = batch.n
+            local[1:] = _valid_counts(preds, out_masks)
     tot = team.totals(local)
-    n_b = int(tot[1])
+    n_b = int(tot[0])
     stats = np.zeros(len(keys))
     penalty = 0.0
     with team.region(at):
         if preds is not None and not team.failed:
-            lw, mw = output_weights(preds, out_masks, batch.sws, tot[2:])
+            lw, mw = output_weights(preds, out_masks, batch.sws, tot[1:])
             share = batch.n / n_b
-            scales = [1.0 if tot[2 + k] > 0 else share for k in range(n_out)]
+            scales = [1.0 if tot[1 + k] > 0 else share for k in range(n_out)]
             loss, grads = loss_and_grads(model, batch.ys, preds, lw, scales)
             penalty = _pen.weight_penalty(model) + _pen.activity_penalty(ctx)
             whole = loss + penalty
@@ -226,7 +233,8 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str) -> tup
             stats[1:] = [v * share for v in metrics.values()] if share != 1.0 else list(metrics.values())
             for g in grads:
                 if not np.isfinite(g).all():
-                    raise _non_finite(model, at, f"the gradient of the loss ({lname}) w.r.t. the model output")
+                    raise _non_finite(model, at, f"the gradient of the loss ({lname}) w.r.t. the model "
+                                                 f"output")
             model._backward(grads, ctx, False)
             for (layer, n), g in ctx.grads.items():
                 if not np.isfinite(g).all():
@@ -326,7 +334,7 @@ def run(model: Model, batches: Batches, rng: np.random.Generator, cbs: CallbackL
                 ctx = Ctx.training(team.step_seed(int(rng.integers(0, 2**63 - 1))))
                 team.hook(cbs, "on_train_batch_begin", b, {})
                 nb, step_logs = guarded_step(model, batch, ctx, team,
-                                             f"epoch {epoch + 1}/{epochs} (batch {b + 1}{of})", nan_stops)
+                                             team.at(epoch + 1, epochs, b + 1, of), nan_stops)
                 for k, v in step_logs.items():
                     sums[k] = sums.get(k, 0.0) + nb * v
                 seen += nb

@@ -36,13 +36,13 @@ from rnnkit import _penalties as _pen
 from rnnkit._errors import InvalidInputError, InvalidParameterError, ModelBusyError
 from rnnkit._layer import Layer, check_bool, check_real
 from rnnkit._random import check_seed, make_rng
+from rnnkit.models._batch import Batch, chunks, prepare, take
 from rnnkit.models._callbacks import Callback, CallbackList, History
 from rnnkit.models._callbacks_more import ProgbarLogger, TerminateOnNaN
 from rnnkit.models._checks import Data
 from rnnkit.models._checks import Trainable as Model
 from rnnkit.models._fit_batches import SourceBatches, check_steps, check_workers, is_batch_source
 from rnnkit.models._resume import fingerprint, restore_state, save_state
-from rnnkit.models._batch import Batch, chunks, prepare, take
 from rnnkit.models._trainer import SOLO, Resume, Team, evaluate, run
 from rnnkit.models._weighting import output_weights
 
@@ -75,7 +75,7 @@ class ArrayBatches:
     """The batches of arrays: each epoch, the team's index batches (a permutation drawn from
     the fit generator when shuffling)."""
 
-    def __init__(self, data: Batch, batch_size: int, shuffle: bool, rng: np.random.Generator,
+    def __init__(self, data: Batch, batch_size: int | None, shuffle: bool, rng: np.random.Generator,
                  team: Team) -> None:
         self.data, self.bs, self.shuffle, self.rng, self.team = data, batch_size, shuffle, rng, team
         self._steps = 0
@@ -174,7 +174,8 @@ def fit(model: Model, x: Data, y: Data, epochs: Any, *, batch_size: Any, validat
     cb_list = check_callbacks(callbacks, where)
     split = 0.0 if validation_split is None else check_real(validation_split, "validation_split", where)
     if not 0.0 <= split < 1.0:
-        raise InvalidParameterError(f"fit: validation_split must be a number in [0, 1), got {validation_split!r}")
+        raise InvalidParameterError(f"fit: validation_split must be a number in [0, 1), got "
+                                    f"{validation_split!r}")
     parallel = None if distributed is None else check_parallel(distributed, "fit")
     source = is_batch_source(x) or steps_per_epoch is not None
     if source:
@@ -182,9 +183,9 @@ def fit(model: Model, x: Data, y: Data, epochs: Any, *, batch_size: Any, validat
             raise InvalidParameterError(f"{where}: steps_per_epoch needs a batch source (a generator or a "
                                         f"Dataset) as x, got {type(x).__name__}")
         if any(v is not None for v in (sample_weight, class_weight, mask, lengths)):
-            raise InvalidParameterError(f"{where}: sample_weight= / class_weight= / mask= / lengths= cannot be "
-                                        f"given with a batch source as x (the batches carry sample weights; "
-                                        f"a source's mask(i) gives lengths)")
+            raise InvalidParameterError(f"{where}: sample_weight= / class_weight= / mask= / lengths= cannot "
+                                        f"be given with a batch source as x (the batches carry sample "
+                                        f"weights; a source's mask(i) gives lengths)")
         given = {"y": y is not None, "batch_size": bs is not None, "validation_split": bool(split),
                  "checkpoint": checkpoint is not None, "distributed": parallel is not None}
         bad = [k for k, v in given.items() if v]
@@ -193,7 +194,8 @@ def fit(model: Model, x: Data, y: Data, epochs: Any, *, batch_size: Any, validat
                                         f"(the batches carry the targets and their size; Keras' rule)")
         if validation_data is not None and not is_batch_source(validation_data) and (
                 not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2):
-            raise InvalidParameterError("fit: validation_data must be a pair (x_val, y_val) or a batch source")
+            raise InvalidParameterError("fit: validation_data must be a pair (x_val, y_val) or a batch "
+                                        "source")
     else:
         if y is None:
             raise InvalidInputError(f"{where}: y (the targets) is missing; give y beside the arrays x, or a "
@@ -210,8 +212,6 @@ def fit(model: Model, x: Data, y: Data, epochs: Any, *, batch_size: Any, validat
         if any(getattr(la, "activity_regularizer", None) is not None for la in _pen.layers_of(model)):
             raise InvalidParameterError(f"{where}: distributed= does not apply activity regularizers; remove "
                                         f"them (activity_regularizer=None) or train on one process")
-    for layer in _pen.layers_of(model):
-        _pen.check_layer(layer)
     assert n_epochs is not None and start is not None
     history = History()
     extra: list[Callback] = [ProgbarLogger(n_epochs)] if verbose == 2 else []
@@ -233,13 +233,16 @@ def fit(model: Model, x: Data, y: Data, epochs: Any, *, batch_size: Any, validat
 
         def body() -> History:
             team = SOLO if parallel is None else parallel.team(model, "fit")
+            data: Batch | None = None
+            val: Batch | None = None
             with team.region("checking the data"):
                 data = prepare(model, x, y, "fit", sample_weight=sample_weight, class_weight=class_weight,
-                               mask=mask, lengths=lengths)
+                               mask=mask, lengths=lengths)  # builds the model
+                for layer in _pen.layers_of(model):
+                    _pen.check_layer(layer)
                 if (data.masks is not None or data.sws is not None) and split:
                     raise InvalidParameterError("fit: validation_split with mask=/lengths=/sample_weight=/"
                                                 "class_weight= is not supported; pass validation_data")
-                val: Batch | None = None
                 if validation_data is not None:
                     vsw = validation_data[2] if len(validation_data) == 3 else None
                     val = prepare(model, validation_data[0], validation_data[1], "fit: validation_data",
@@ -247,13 +250,14 @@ def fit(model: Model, x: Data, y: Data, epochs: Any, *, batch_size: Any, validat
                 elif split:
                     data, val = split_validation(data, split)
             rng = make_rng(seed)
-            team.start(model, data, val, rng, seed)
+            team.start(model, data, val, rng, seed)  # a team: raises every rank's failure on every rank
+            assert data is not None
             n = data.n
             step_bs = n if bs is None else min(bs, n)
             resume = None if checkpoint is None else _resume(model, checkpoint, data, rng, {
                 "epochs": n_epochs, "batch_size": step_bs, "shuffle": bool(shuffle), "seed": seed,
                 "initial_epoch": start, "validation": val is not None, **_weighting(data)})
-            batches = ArrayBatches(data, step_bs, bool(shuffle), rng, team)
+            batches = ArrayBatches(data, bs, bool(shuffle), rng, team)
 
             def validate_arrays() -> dict[str, float]:
                 assert val is not None
@@ -265,7 +269,8 @@ def fit(model: Model, x: Data, y: Data, epochs: Any, *, batch_size: Any, validat
         return body() if parallel is None else parallel.run(body)
 
 
-def _resume(model: Model, checkpoint: Any, data: Batch, rng: np.random.Generator, run_: dict[str, Any]) -> Resume:
+def _resume(model: Model, checkpoint: Any, data: Batch, rng: np.random.Generator,
+            run_: dict[str, Any]) -> Resume:
     fp = fingerprint(model, data.xs, data.ys, run_)  # type: ignore[arg-type]
 
     def restore(history: History, callbacks: list[Any]) -> int | None:
@@ -294,9 +299,11 @@ def evaluate_arrays(model: Model, x: Data, y: Data, batch_size: int | None, *, s
 
     def body() -> dict[str, float]:
         team = SOLO if parallel is None else parallel.team(model, "evaluate")
+        data: Batch | None = None
         with team.region("checking the data"):
             data = prepare(model, x, y, "evaluate", sample_weight=sample_weight, mask=mask, lengths=lengths)
         team.start(model, data, None, None, None)
+        assert data is not None
         return evaluate(model, chunks(data, batch_size, *team.share(data.n)), team)
 
     return body() if parallel is None else parallel.run(body)
