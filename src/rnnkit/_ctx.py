@@ -125,7 +125,8 @@ class Ctx:
 
     # -- gradients ---------------------------------------------------------------------------
     def add_grad(self, layer: Layer, name: str, value: np.ndarray) -> None:
-        """Add ``value`` into the gradient store at ``(layer, name)`` (sums repeated calls)."""
+        """Add ``value`` into the gradient store at ``(layer, name)`` (sums repeated calls; the
+        first value is copied, so the caller may reuse its array)."""
         key = (layer, name)
         have = self.grads.get(key)
         if have is None:

@@ -278,6 +278,18 @@ class Layer:
             raise InvalidInputError(f"{self.name}.{name}: weights must be real numbers, got {arr.dtype}")
         self._add_weight(name, arr)
 
+    def _install(self, name: str, arr: np.ndarray) -> None:
+        """Make ``arr`` (a new array nobody else holds, of the weight's shape and dtype, e.g. an
+        optimizer's update) the weight ``name`` without copying it; anything else is copied as
+        :meth:`set_weight` copies."""
+        old = self._weights.get(name)
+        if (old is None or arr.shape != old.shape or arr.dtype != self.dtype or not arr.flags.owndata
+                or not arr.flags.c_contiguous or not arr.flags.writeable):
+            self.set_weight(name, arr)
+            return
+        arr.flags.writeable = False
+        self._weights[name] = arr.view()
+
     def param_count(self) -> int:
         """Number of scalar weights (0 before build)."""
         return int(sum(v.size for v in self._weights.values()))

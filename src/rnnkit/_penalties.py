@@ -144,45 +144,56 @@ def has_any(model: Model) -> bool:
                or getattr(la, "activity_regularizer", None) is not None for la in layers_of(model))
 
 
-def weight_penalty(model: Model) -> float:
-    """The sum of every weight regularizer's penalty (0.0 when none)."""
-    total = 0.0
-    for owner, name, holder, inner in _entries(model):
-        reg = (getattr(holder, "regularizers", None) or {}).get(inner)
-        if reg is not None:
+class Plan:
+    """The regularized and the constrained weights of a model, found once (a training run reads
+    them as they are when it starts): ``regs`` ``(owner, name, Regularizer)``, ``cons``
+    ``(owner, name, Constraint, flat)`` (``flat``: a recurrent layer's ``(1, N)`` bias,
+    constrained as Keras' ``(N,)``). Empty lists when the model has none, and then training
+    does nothing for them."""
+
+    def __init__(self, model: Model) -> None:
+        self.regs: list[tuple[Layer, str, Any]] = []
+        self.cons: list[tuple[Layer, str, Any, bool]] = []
+        for owner, name, holder, inner in _entries(model):
+            reg = (getattr(holder, "regularizers", None) or {}).get(inner)
+            if reg is not None:
+                self.regs.append((owner, name, reg))
+            con = (getattr(holder, "constraints", None) or {}).get(inner)
+            if con is not None:
+                w = owner.weight(name)
+                flat = inner == "bias" and w.ndim == 2 and w.shape[0] == 1 and not _is_dense_like(holder)
+                self.cons.append((owner, name, con, flat))
+
+    def weight_penalty(self) -> float:
+        """The sum of every weight regularizer's penalty (0.0 when none)."""
+        total = 0.0
+        for owner, name, reg in self.regs:
             total += reg.penalty(owner.weight(name))
-    return total
+        return total
 
+    def add_grads(self, pairs: list[Any]) -> list[Any]:
+        """``pairs`` (``(layer, name, gradient)``) with each weight regularizer's gradient added
+        (a new array; a new pair for a weight without a gradient)."""
+        if not self.regs:
+            return pairs
+        index = {(id(la), n): k for k, (la, n, _) in enumerate(pairs)}
+        for owner, name, reg in self.regs:
+            w = owner.weight(name)
+            extra = reg.grad(w).astype(w.dtype)
+            k = index.get((id(owner), name))
+            if k is None:
+                index[(id(owner), name)] = len(pairs)
+                pairs.append((owner, name, extra))
+            else:
+                pairs[k] = (owner, name, pairs[k][2] + extra)
+        return pairs
 
-def add_penalty_grads(model: Model, pairs: list[Any]) -> list[Any]:
-    """``pairs`` (``(layer, name, gradient)``) with each weight regularizer's gradient added:
-    into the pair's gradient in place, or as a new pair for a weight without one."""
-    index = {(id(la), n): k for k, (la, n, _) in enumerate(pairs)}
-    for owner, name, holder, inner in _entries(model):
-        reg = (getattr(holder, "regularizers", None) or {}).get(inner)
-        if reg is None:
-            continue
-        w = owner.weight(name)
-        extra = reg.grad(w).astype(w.dtype)
-        k = index.get((id(owner), name))
-        if k is None:
-            index[(id(owner), name)] = len(pairs)
-            pairs.append((owner, name, extra))
-        else:
-            pairs[k][2][...] += extra
-    return pairs
-
-
-def apply_constraints(model: Model) -> None:
-    """Replace every constrained weight by ``constraint(weight)`` (after the optimizer step)."""
-    for owner, name, holder, inner in _entries(model):
-        con = (getattr(holder, "constraints", None) or {}).get(inner)
-        if con is None:
-            continue
-        w = owner.weight(name)
-        flat = inner == "bias" and w.ndim == 2 and w.shape[0] == 1 and not _is_dense_like(holder)
-        new = con(np.array(w[0] if flat else w))
-        owner.set_weight(name, new[None, :] if flat else new)
+    def apply_constraints(self) -> None:
+        """Replace every constrained weight by ``constraint(weight)`` (after the optimizer step)."""
+        for owner, name, con, flat in self.cons:
+            w = owner.weight(name)
+            new = con(np.array(w[0] if flat else w))
+            owner.set_weight(name, new[None, :] if flat else new)
 
 
 def _is_dense_like(layer: Layer) -> bool:

@@ -54,7 +54,7 @@ from rnnkit.distributed._guard import Guard
 from rnnkit.models._batch import Batch
 from rnnkit.models._callbacks import CallbackList, History
 from rnnkit.models._checks import Trainable as Model
-from rnnkit.models._trainer import Team, index_batches
+from rnnkit.models._trainer import Plan, Team, index_batches
 
 if TYPE_CHECKING:
     from rnnkit.distributed._mpi import MPI
@@ -175,7 +175,7 @@ class MPITeam(Team):
             self.dist.raise_failures(self.guard, self.what)
         return buf[1:]
 
-    def sum_grads(self, model: Model, ctx: Ctx, stats: np.ndarray) -> tuple[np.ndarray, list[Any]]:
+    def sum_grads(self, plan: Plan, ctx: Ctx, stats: np.ndarray) -> tuple[np.ndarray, list[Any]]:
         layout = self.layout
         assert layout is not None
         present = layout.load_grads(None if self.guard.failed else ctx, 1.0)

@@ -65,6 +65,19 @@ class Batches(Protocol):
     def end_epoch(self) -> None: ...
 
 
+class Plan:
+    """What one training run finds once, when it starts: the log keys, every trainable weight
+    (``named_weights()`` order, each once) and its name, the regularized and constrained
+    weights (:class:`rnnkit._penalties.Plan`)."""
+
+    def __init__(self, model: Model) -> None:
+        self.keys = log_keys(model)
+        named = model.named_weights()
+        self.names = {(id(la), n): key for key, (la, n) in named.items()}
+        self.trainable = list(dict.fromkeys(named.values()))
+        self.penalties = _pen.Plan(model)
+
+
 class Team:
     """One process training alone: every hook is the identity (see the module docstring)."""
 
@@ -96,11 +109,11 @@ class Team:
         """The sums of ``local`` over the processes (alone: ``local``)."""
         return local
 
-    def sum_grads(self, model: Model, ctx: Ctx, stats: np.ndarray) -> tuple[np.ndarray, list[Any]]:
+    def sum_grads(self, plan: Plan, ctx: Ctx, stats: np.ndarray) -> tuple[np.ndarray, list[Any]]:
         """The summed ``stats`` and ``(layer, name, gradient)`` for every trainable weight with a
         gradient, summed over the processes (alone: the Ctx's own arrays, no copies)."""
         grads = ctx.grads
-        return stats, [(la, n, grads[(la, n)]) for la, n in model.trainable_weights() if (la, n) in grads]
+        return stats, [(la, n, grads[(la, n)]) for la, n in plan.trainable if (la, n) in grads]
 
     def epoch_batches(self, n: int, bs: int | None, shuffle: bool, rng: np.random.Generator) -> list[Any]:
         """The sample indices of this process's part of each batch of an epoch."""
@@ -198,11 +211,12 @@ def _first_non_finite(model: Model, batch: Batch, seed: int | None, lw: Any, sca
     return None
 
 
-def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str) -> tuple[int, dict[str, float]]:
+def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
+               plan: Plan) -> tuple[int, dict[str, float]]:
     """One optimizer step (see the module docstring); returns the global batch size and the
     pre-update logs. Raises NonFiniteLoss when the loss is NaN/Inf (nothing applied), and
     NonFiniteError naming ``at`` and the first NaN/Inf elsewhere."""
-    keys = log_keys(model)
+    keys = plan.keys
     n_out = model.n_outputs
     local = np.zeros(1 + n_out)
     preds: Arrays | None = None
@@ -222,7 +236,7 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str) -> tup
             share = batch.n / n_b
             scales = [1.0 if tot[1 + k] > 0 else share for k in range(n_out)]
             loss, grads = loss_and_grads(model, batch.ys, preds, lw, scales)
-            penalty = _pen.weight_penalty(model) + _pen.activity_penalty(ctx)
+            penalty = plan.penalties.weight_penalty() + _pen.activity_penalty(ctx)
             whole = loss + penalty
             lname = type(model.loss).__name__
             if not math.isfinite(whole):
@@ -240,15 +254,15 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str) -> tup
                 if not np.isfinite(g).all():
                     where = _first_non_finite(model, batch, ctx.seed, lw, scales)
                     raise _non_finite(model, at, where or f"the gradient of {layer.name}.{n}")
-    stats, pairs = team.sum_grads(model, ctx, stats)
+    stats, pairs = team.sum_grads(plan, ctx, stats)
     with team.region(f"{at}, optimizer step"):
         if not team.failed:
-            pairs = _pen.add_penalty_grads(model, pairs)
+            pairs = plan.penalties.add_grads(pairs)
             model.optimizer.apply_gradients(pairs)
-            _pen.apply_constraints(model)
+            plan.penalties.apply_constraints()
             for layer, n, _ in pairs:
                 if not np.isfinite(layer.weight(n)).all():
-                    key = next((k for k, v in model.named_weights().items() if v == (layer, n)), n)
+                    key = plan.names.get((id(layer), n), n)
                     raise _non_finite(model, at, f"weight {key} ({type(layer).__name__}) after the "
                                                  f"optimizer step")
     logs = {"loss": float(stats[0]) + penalty}
@@ -260,14 +274,14 @@ def _non_finite(model: Model, at: str, where: str) -> NonFiniteError:
     return NonFiniteError(f"{model.name}: training produced NaN or Inf in {at}: first at {where}")
 
 
-def guarded_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
-                 nan_stops: bool) -> tuple[int, dict[str, float]]:
+def guarded_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str, nan_stops: bool,
+                 plan: Plan) -> tuple[int, dict[str, float]]:
     """:func:`train_step`; a NaN/Inf loss becomes NonFiniteError naming ``at`` and the first
     layer output that was not finite, except when ``nan_stops`` (TerminateOnNaN is among the
     callbacks): then the step's logs go to the callbacks, which stop training."""
     with np.errstate(over="ignore", invalid="ignore"):  # reported as NonFiniteError
         try:
-            return train_step(model, batch, ctx, team, at)
+            return train_step(model, batch, ctx, team, at, plan)
         except NonFiniteLoss as e:
             if nan_stops:
                 return batch.n, e.logs
@@ -279,6 +293,7 @@ def evaluate(model: Model, batches: Iterator[Batch], team: Team = SOLO) -> dict[
     """Loss (penalties included, as Keras reports it) and metrics in inference passes: the
     sample-weighted mean of the batch values over every process's batches. Empty: {}."""
     keys = log_keys(model)
+    regs = _pen.Plan(model)
     sums = np.zeros(1 + len(keys))
     with team.region("evaluate"):
         for b in batches:
@@ -288,7 +303,7 @@ def evaluate(model: Model, batches: Iterator[Batch], team: Team = SOLO) -> dict[
             preds, out_masks = model._forward_masks(b.xs, ctx, False, b.masks)
             lw, mw = output_weights(preds, out_masks, b.sws)
             loss, _ = loss_and_grads(model, b.ys, preds, lw)
-            loss += _pen.weight_penalty(model) + _pen.activity_penalty(ctx)
+            loss += regs.weight_penalty() + _pen.activity_penalty(ctx)
             vals = [loss, *metric_values(model, b.ys, preds, mw).values()]
             sums[0] += b.n
             sums[1:] += [b.n * v for v in vals]
@@ -320,6 +335,7 @@ def run(model: Model, batches: Batches, rng: np.random.Generator, cbs: CallbackL
         done = resume.restore(history, cbs.callbacks)
         start = start if done is None else (epochs if model.stop_training else done)
     logs: dict[str, float] = {}
+    plan = Plan(model)
     bar = EpochBar(model.name, epochs, start, verbose if team.is_root else 0)
     try:
         for epoch in range(start, epochs):
@@ -334,7 +350,7 @@ def run(model: Model, batches: Batches, rng: np.random.Generator, cbs: CallbackL
                 ctx = Ctx.training(team.step_seed(int(rng.integers(0, 2**63 - 1))))
                 team.hook(cbs, "on_train_batch_begin", b, {})
                 nb, step_logs = guarded_step(model, batch, ctx, team,
-                                             team.at(epoch + 1, epochs, b + 1, of), nan_stops)
+                                             team.at(epoch + 1, epochs, b + 1, of), nan_stops, plan)
                 for k, v in step_logs.items():
                     sums[k] = sums.get(k, 0.0) + nb * v
                 seen += nb
