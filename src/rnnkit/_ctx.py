@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rnnkit._errors import ForwardPassNotRunError, InvalidInputError, UnknownWeightError
+from rnnkit._mask import Mask
 
 if TYPE_CHECKING:
     from rnnkit._layer import Layer
-    from rnnkit._mask import Mask
 
 
 class Ctx:
@@ -80,8 +80,9 @@ class Ctx:
         """Set :attr:`mask` for the passes that follow: a ``Mask``, a boolean (B, T) array
         (Keras' masking), ``lengths=`` (PyTorch's packed semantics), or None to clear it.
         Returns the context (chainable): ``layer.forward(x, ctx.set_mask(lengths=n))``."""
-        from rnnkit._mask import Mask
-
+        if lengths is None and (mask is None or isinstance(mask, Mask)):
+            self._mask = mask
+            return self
         self._mask = Mask(lengths=lengths) if lengths is not None else Mask.of(mask)
         if lengths is not None and mask is not None:
             raise InvalidInputError("Ctx.set_mask: give a mask or lengths, not both")

@@ -88,8 +88,9 @@ class Model(WeightsAPI):
         xs = as_list(x, self.n_inputs, "input")
         self._ensure_built(xs)
         for k, (a, shp) in enumerate(zip(xs, self.input_shapes(), strict=True)):
-            if a.ndim != shp.rank or not all(d is None or d == s for d, s in zip(shp[1:], a.shape[1:],
-                                                                                 strict=True)):
+            want = shp.dims
+            if a.shape[1:] != want[1:] and (a.ndim != len(want) or not all(  # (the quick test first)
+                    d is None or d == s for d, s in zip(want[1:], a.shape[1:], strict=True))):
                 which = f"input {k}" if self.n_inputs > 1 else "input"
                 raise InvalidInputError(
                     f"{self.name}: {which} has shape {a.shape}; the model was built for {shp} "
