@@ -107,6 +107,9 @@ class Layer:
 
     #: whether the layer accepts a masked input (see :meth:`compute_mask`)
     supports_masking: bool = False
+    #: whether ``forward`` itself refuses the values it cannot take (then :meth:`predict` and
+    #: ``layer(x)`` leave the NaN/Inf check to it)
+    checks_values: bool = False
 
     def compute_mask(self, x: Any, mask: Any) -> Any:
         """The mask of this layer's output given its input ``x`` and the input's ``mask`` (a
@@ -200,11 +203,27 @@ class Layer:
         return self.forward(x, ctx)
 
     def predict(self, x: Any) -> np.ndarray:
-        """An inference pass (records nothing)."""
-        return self.forward(x, Ctx.inference())
+        """An inference pass (records nothing). An input holding NaN or Inf is refused with
+        InvalidInputError naming the first, as ``Model.predict`` refuses it; ``forward`` is
+        the raw pass, which checks nothing of the values (NaN in, NaN out)."""
+        return self.forward(self._finite(x), Ctx.inference())
 
     def __call__(self, x: Any, ctx: Ctx | None = None) -> np.ndarray:
-        return self.forward(x, ctx if ctx is not None else Ctx.inference())
+        """:meth:`forward` in ``ctx`` (default: an inference Ctx), after refusing an input that
+        holds NaN or Inf (InvalidInputError naming the first), as :meth:`predict` does."""
+        return self.forward(self._finite(x), ctx if ctx is not None else Ctx.inference())
+
+    def _finite(self, x: Any) -> Any:
+        """``x``, refused when it (or, for a list of inputs, one of them) is an array of floats
+        holding NaN or Inf; other inputs are left to :meth:`forward` to convert and check."""
+        if self.checks_values:
+            return x
+        for a in (x if isinstance(x, (list, tuple)) else [x]):
+            if isinstance(a, np.ndarray) and a.dtype.kind in "fc" and not np.isfinite(a).all():
+                pos = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
+                raise InvalidInputError(f"{self.name}: input holds {a[pos]} at {pos}; expected finite "
+                                        f"numbers")
+        return x
 
     def _require_built(self, action: str = "forward") -> None:
         if self._input_shape is None:

@@ -60,14 +60,14 @@ def attach(layer: Layer, **keywords: Any) -> Layer:
         if key not in KEYWORDS:
             raise TypeError(f"{layer.name}: unknown keyword {key!r}; expected one of {list(KEYWORDS)}")
         if key == "activity_regularizer":
-            layer.activity_regularizer = regularizers.get(value)  # type: ignore[attr-defined]
+            layer.activity_regularizer = _get(regularizers.get, value, key, layer)  # type: ignore[attr-defined]
             if layer.activity_regularizer is not None:  # type: ignore[attr-defined]
                 _wrap_for_activity(layer)
             continue
         role, kind = key.rsplit("_", 1)
         name = _ROLES[role]
         table = regs if kind == "regularizer" else cons
-        obj: Any = regularizers.get(value) if kind == "regularizer" else constraints.get(value)
+        obj: Any = _get(regularizers.get if kind == "regularizer" else constraints.get, value, key, layer)
         if obj is None:
             table.pop(name, None)
         else:
@@ -77,6 +77,15 @@ def attach(layer: Layer, **keywords: Any) -> Layer:
     if layer.built:
         check_layer(layer)
     return layer
+
+
+def _get(getter: Any, value: Any, key: str, layer: Layer) -> Any:
+    """``getter(value)``; its InvalidParameterError names the layer and the keyword."""
+    try:
+        return getter(value)
+    except InvalidParameterError as e:
+        raise InvalidParameterError(f"{layer.name} ({type(layer).__name__}): {key}={value!r} is refused: "
+                                    f"{e}") from None
 
 
 def config_of(layer: Layer) -> dict[str, Any]:

@@ -31,7 +31,12 @@ def input_masks(model: Model, xs: list[np.ndarray], mask: Any, lengths: Any) -> 
         if item is None:
             out.append(None)
             continue
-        m = Mask(lengths=item) if kind == "lengths" else Mask.of(item)
+        try:
+            m = Mask(lengths=item) if kind == "lengths" else Mask.of(item)
+        except (ValueError, TypeError) as e:  # ragged or non-numeric (e.g. [array, None])
+            want = "(B,) ints" if kind == "lengths" else "a Mask or a boolean (B, T) array"
+            raise InvalidInputError(f"{model.name}: {kind} of input {k} must be {want}, got "
+                                    f"{type(item).__name__} that is not one ({e})") from None
         assert m is not None
         if a.ndim < 2:
             raise InvalidInputError(f"{model.name}: input {k} of shape {a.shape} has no time axis to mask")
@@ -85,10 +90,16 @@ def sample_weights(model: Model, ys: list[np.ndarray], sample_weight: Any,
         if w is None:
             out.append(None)
             continue
-        arr = np.asarray(w, np.float64)
+        try:
+            arr = np.asarray(w, np.float64)
+        except (ValueError, TypeError):
+            raise InvalidInputError(f"{model.name}: sample_weight must be an array of real numbers, got "
+                                    f"{type(w).__name__} {w!r:.60}") from None
         if arr.ndim < 1 or arr.shape[0] != n:
             raise InvalidInputError(f"{model.name}: sample_weight has shape {arr.shape}; expected {n} "
                                     f"samples on axis 0")
+        if not np.isfinite(arr).all():
+            raise InvalidInputError(f"{model.name}: sample_weight holds NaN or Inf; expected finite numbers")
         out.append(arr)
     return out
 
