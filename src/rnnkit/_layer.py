@@ -107,6 +107,9 @@ class Layer:
 
     #: whether the layer accepts a masked input (see :meth:`compute_mask`)
     supports_masking: bool = False
+    #: a Regularizer on the layer's output, applied by the model around forward / backward
+    #: (``rnnkit._penalties``; set with the ``activity_regularizer=`` keyword)
+    activity_regularizer: Any = None
     #: whether ``forward`` itself refuses the values it cannot take (then :meth:`predict` and
     #: ``layer(x)`` leave the NaN/Inf check to it)
     checks_values: bool = False

@@ -20,6 +20,14 @@ and the gradient gets ``regularizer.grad(weight)`` for each regularized weight (
 ``activity.grad(output) / batch`` on the layer's output gradient). After the optimizer step,
 every constrained weight is replaced by ``constraint(weight)``; a recurrent layer's ``(1, N)``
 bias is constrained as Keras' flat ``(N,)`` vector. Metrics are not affected.
+
+Who applies what: the trainer finds the regularized and constrained weights once per run
+(:class:`Plan`) and does nothing for a model without them; a model (Sequential, GraphModel)
+records a layer's activity penalty in the pass's Ctx after its forward
+(:func:`activity_forward`) and adds its gradient before its backward
+(:func:`activity_backward`). A layer's own ``forward`` / ``backward`` are never changed, so a
+bare ``layer.forward`` has no activity penalty (nor does a layer inside a wrapper such as
+Bidirectional).
 """
 
 from __future__ import annotations
@@ -60,9 +68,7 @@ def attach(layer: Layer, **keywords: Any) -> Layer:
         if key not in KEYWORDS:
             raise TypeError(f"{layer.name}: unknown keyword {key!r}; expected one of {list(KEYWORDS)}")
         if key == "activity_regularizer":
-            layer.activity_regularizer = _get(regularizers.get, value, key, layer)  # type: ignore[attr-defined]
-            if layer.activity_regularizer is not None:  # type: ignore[attr-defined]
-                _wrap_for_activity(layer)
+            layer.activity_regularizer = _get(regularizers.get, value, key, layer)
             continue
         role, kind = key.rsplit("_", 1)
         name = _ROLES[role]
@@ -216,32 +222,37 @@ def activity_penalty(ctx: Ctx) -> float:
 
 
 class _Token:
-    """Keys the output cache of a layer's activity regularizer in the Ctx."""
+    """Keys the saved output of a layer's activity regularizer in the Ctx."""
 
     def __init__(self, layer: Layer) -> None:
         self.name = f"{layer.name} (activity regularizer)"
 
 
-def _wrap_for_activity(layer: Layer) -> None:
-    if getattr(layer, "_activity_wrapped", False):
+def activity_forward(layer: Layer, y: Any, ctx: Ctx) -> None:
+    """After ``layer``'s forward in a model: record ``activity_regularizer(y) / batch`` in the
+    Ctx (and, in training, ``y`` for :func:`activity_backward`). Nothing without a regularizer."""
+    reg = layer.activity_regularizer
+    if reg is None or not isinstance(y, np.ndarray) or y.ndim == 0:
         return
-    fwd, bwd, token = layer.forward, layer.backward, _Token(layer)
+    ctx.penalties.append(reg.penalty(y) / y.shape[0])
+    ctx.save(_token_of(layer), y)  # type: ignore[arg-type]
 
-    def forward(x: Any, ctx: Ctx, *args: Any, **kwargs: Any) -> Any:
-        y = fwd(x, ctx, *args, **kwargs)
-        reg = getattr(layer, "activity_regularizer", None)
-        if reg is not None and isinstance(y, np.ndarray) and y.ndim > 0:
-            ctx.penalties.append(reg.penalty(y) / y.shape[0])
-            ctx.save(token, y)  # type: ignore[arg-type]
-        return y
 
-    def backward(grad: Any, ctx: Ctx, *args: Any, **kwargs: Any) -> Any:
-        reg = getattr(layer, "activity_regularizer", None)
-        if reg is not None and ctx.is_training and id(token) in ctx._caches:
-            y = ctx.load(token)  # type: ignore[arg-type]
-            grad = np.asarray(grad) + (reg.grad(y) / y.shape[0]).astype(y.dtype)
-        return bwd(grad, ctx, *args, **kwargs)
+def activity_backward(layer: Layer, grad: Any, ctx: Ctx) -> Any:
+    """Before ``layer``'s backward in a model: the upstream gradient plus the activity
+    regularizer's, ``activity.grad(y) / batch`` (``grad`` itself without a regularizer)."""
+    reg = layer.activity_regularizer
+    if reg is None or not ctx.is_training:
+        return grad
+    token = _token_of(layer)
+    if id(token) not in ctx._caches:
+        return grad
+    y = ctx.load(token)  # type: ignore[arg-type]
+    return np.asarray(grad) + (reg.grad(y) / y.shape[0]).astype(y.dtype)
 
-    layer.forward = forward  # type: ignore[method-assign]
-    layer.backward = backward  # type: ignore[method-assign]
-    layer._activity_wrapped = True  # type: ignore[attr-defined]
+
+def _token_of(layer: Layer) -> _Token:
+    token = layer.__dict__.get("_activity_token")
+    if token is None:
+        token = layer.__dict__["_activity_token"] = _Token(layer)
+    return token  # type: ignore[no-any-return]

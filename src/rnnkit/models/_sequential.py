@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit import _penalties as _pen
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError
 from rnnkit._layer import Layer
@@ -144,6 +145,8 @@ class Sequential(Model):
                 except InvalidInputError as e:
                     raise InvalidInputError(f"{self.name}: layer {i} ({type(layer).__name__}): {e}") from None
                 h = layer.forward(h, ctx.set_mask(mask))
+                if layer.activity_regularizer is not None:
+                    _pen.activity_forward(layer, h, ctx)
                 mask = out_mask
                 if check:
                     check_finite(h, f"the output of layer {i} ({type(layer).__name__})")
@@ -155,6 +158,8 @@ class Sequential(Model):
         g = grads[0]
         for i in range(len(self.layers) - 1, -1, -1):
             layer = self.layers[i]
+            if layer.activity_regularizer is not None:
+                g = _pen.activity_backward(layer, g, ctx)
             g = layer.backward(g, ctx)
             if check:
                 check_weight_grads(layer, ctx, str(i))
