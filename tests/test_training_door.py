@@ -173,3 +173,21 @@ def test_a_layer_trains_in_one_fit_at_a_time(how: str) -> None:
     if errors:
         raise errors[0]
     b.fit(x, y[:, :1] if b is not a else y, 1)  # free again once the first fit ended
+
+
+def test_trainable_weights_leave_out_frozen_params_and_fit_does_not_move_them() -> None:
+    from test_cells import ScaledElman
+
+    m = rk.Sequential([rk.RecurrentLayer(ScaledElman(3), seed=2), rk.Dense(1, seed=3)],
+                      input_shape=(None, 4, 2))
+    m.compile(rk.SGD(0.5), "mse")
+    names = [f"{m.layers.index(la)}.{n}" for la, n in m.trainable_weights()]
+    assert names == ["0.V", "0.a", "1.kernel", "1.bias"]
+    assert list(m.named_weights()) == ["0.V", "0.a", "0.frozen", "1.kernel", "1.bias"]
+    assert len(m.get_weights()) == 5 and m.param_count() == 2 * 3 + 3 + 1 + 3 + 1
+    before = m.get_weights()
+    x, y = _data()
+    m.fit(x.astype(np.float64), y[:, :1], 2)
+    after = m.get_weights()
+    np.testing.assert_array_equal(after[2], before[2])      # frozen: untouched
+    assert all(not np.array_equal(a, b) for k, (a, b) in enumerate(zip(after, before, strict=True)) if k != 2)

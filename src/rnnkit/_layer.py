@@ -281,6 +281,11 @@ class Layer:
     def weight_names(self) -> list[str]:
         return list(self._weights)
 
+    @property
+    def trainable_names(self) -> list[str]:
+        """The weights training updates (every weight, unless the layer says otherwise)."""
+        return list(self._weights)
+
     def weight(self, name: str) -> np.ndarray:
         """The live weight ``name`` (read-only view)."""
         self._require_built("weight")

@@ -74,7 +74,7 @@ class Plan:
         self.keys = log_keys(model)
         named = model.named_weights()
         self.names = {(id(la), n): key for key, (la, n) in named.items()}
-        self.trainable = list(dict.fromkeys(named.values()))
+        self.trainable = model.trainable_weights()
         self.penalties = _pen.Plan(model)
 
 
