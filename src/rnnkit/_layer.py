@@ -307,10 +307,11 @@ class Layer:
 
     def _install(self, name: str, arr: np.ndarray) -> None:
         """Make ``arr`` (a new array nobody else holds, of the weight's shape and dtype, e.g. an
-        optimizer's update) the weight ``name`` without copying it; anything else is copied as
-        :meth:`set_weight` copies."""
+        optimizer's update) the weight ``name`` without copying it; anything else, and any
+        weight of a layer whose :meth:`set_weight` does more (a wrapper keeping its parts in
+        step), goes through :meth:`set_weight`."""
         old = self._weights.get(name)
-        if (old is None or arr.shape != old.shape or arr.dtype != self.dtype or not arr.flags.owndata
+        if (type(self).set_weight is not Layer.set_weight or old is None or arr.shape != old.shape or arr.dtype != self.dtype or not arr.flags.owndata
                 or not arr.flags.c_contiguous or not arr.flags.writeable):
             self.set_weight(name, arr)
             return
