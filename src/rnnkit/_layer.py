@@ -311,8 +311,9 @@ class Layer:
         weight of a layer whose :meth:`set_weight` does more (a wrapper keeping its parts in
         step), goes through :meth:`set_weight`."""
         old = self._weights.get(name)
-        if (type(self).set_weight is not Layer.set_weight or old is None or arr.shape != old.shape or arr.dtype != self.dtype or not arr.flags.owndata
-                or not arr.flags.c_contiguous or not arr.flags.writeable):
+        if (type(self).set_weight is not Layer.set_weight or old is None or arr.shape != old.shape
+                or arr.dtype != self.dtype or not arr.flags.owndata or not arr.flags.c_contiguous
+                or not arr.flags.writeable):
             self.set_weight(name, arr)
             return
         arr.flags.writeable = False

@@ -21,6 +21,7 @@ from rnnkit._errors import InvalidInputError, InvalidParameterError, NotBuiltErr
 from rnnkit._layer import Layer, check_bool
 from rnnkit._shape import Shape
 from rnnkit.models import _training
+from rnnkit.models._aliases import FitAliases
 from rnnkit.models._batch import Batch, take
 from rnnkit.models._callbacks import Callback, History
 from rnnkit.models._checks import Data, NonFiniteAt, as_list, check_finite, first_non_finite, unlist
@@ -30,7 +31,7 @@ from rnnkit.models._weights_api import WeightsAPI
 
 __all__ = ["Data", "Model", "NonFiniteAt", "as_list", "check_finite", "unlist"]
 
-class Model(WeightsAPI):
+class Model(FitAliases, WeightsAPI):
     """Base class of :class:`Sequential` and :class:`GraphModel` (see the module docstring)."""
 
     def __init__(self, name: str) -> None:
@@ -201,10 +202,6 @@ class Model(WeightsAPI):
                              distributed=distributed, sample_weight=sample_weight, class_weight=class_weight,
                              mask=mask, lengths=lengths, steps_per_epoch=steps_per_epoch,
                              validation_steps=validation_steps, workers=workers)
-
-    def fit_with_batches(self, x: Data, y: Data, epochs: int, batch_size: int, **kwargs: Any) -> History:
-        """:meth:`fit` with mini-batches (the Rust library's argument order)."""
-        return self.fit(x, y, epochs, batch_size=_check_batch_size(batch_size), **kwargs)
 
     def evaluate(self, x: Data, y: Data = None, batch_size: int | None = None, return_dict: bool = False,
                  distributed: Any = None, *, sample_weight: Any = None, mask: Any = None,

@@ -1,4 +1,5 @@
-"""``Sequential`` and ``SequentialBuilder``: a stack of single-input layers."""
+"""``Sequential``: a stack of single-input layers, and ``SequentialBuilder``, its builder spelling
+(an alias: :mod:`rnnkit.models._aliases`)."""
 
 from __future__ import annotations
 
@@ -190,7 +191,8 @@ class Sequential(Model):
 
 
 class SequentialBuilder:
-    """The chainable builder: ``SequentialBuilder().add(a).add(b).build(shape) -> Sequential``."""
+    """``SequentialBuilder(name).add(a).add(b).build(shape)``: ``Sequential([a, b],
+    name=name).build(shape)`` (an alias: :mod:`rnnkit.models._aliases`)."""
 
     def __init__(self, name: str = "sequential") -> None:
         self._layers: list[Layer] = []
@@ -202,4 +204,4 @@ class SequentialBuilder:
 
     def build(self, shape: Shape | tuple[int | None, ...]) -> Sequential:
         """Build every layer for inputs of ``shape`` (batch axis free) and return the model."""
-        return Sequential(self._layers, name=self._name).build(shape)  # the batch axis given
+        return Sequential(self._layers, name=self._name).build(shape)
