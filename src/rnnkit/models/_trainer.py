@@ -258,10 +258,10 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
     with team.region(f"{at}, optimizer step"):
         if not team.failed:
             pairs = plan.penalties.add_grads(pairs)
-            model.optimizer.apply_gradients(pairs)
-            plan.penalties.apply_constraints()
-            for layer, n, _ in pairs:
-                if not np.isfinite(layer.weight(n)).all():
+            new = model.optimizer.apply_gradients(pairs)
+            plan.penalties.apply_constraints()  # (a constraint keeps finite weights finite)
+            for (layer, n, _), w in zip(pairs, new, strict=True):
+                if not np.isfinite(w).all():
                     key = plan.names.get((id(layer), n), n)
                     raise _non_finite(model, at, f"weight {key} ({type(layer).__name__}) after the "
                                                  f"optimizer step")

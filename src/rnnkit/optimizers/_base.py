@@ -182,8 +182,9 @@ class Optimizer:
             return [np.clip(g, -c, c) for g in grads]
         return grads
 
-    def apply_gradients(self, pairs: Iterable[GradPair]) -> None:
+    def apply_gradients(self, pairs: Iterable[GradPair]) -> list[np.ndarray]:
         """One step over ``pairs`` = [(layer, weight_name, gradient), ...] (see the module doc).
+        Returns the new values of the weights (the arrays the rule made), in pair order.
 
         Every pair is checked before anything changes: a bad pair raises InvalidInputError and
         leaves every weight, slot and ``iterations`` as they were.
@@ -191,6 +192,7 @@ class Optimizer:
         checked = self._check_pairs(pairs)
         grads = self._clip([g for *_, g in checked])
         lr = self.current_learning_rate
+        new: list[np.ndarray] = []
         for (layer, name, w, _), g in zip(checked, grads, strict=True):
             key = (layer, name)
             state = self._state.get(key)
@@ -198,8 +200,11 @@ class Optimizer:
                 state = {"t": 0, **self._init_state(w)}
                 self._state[key] = state
             state["t"] += 1
-            layer._install(name, self._update(w, g, state, lr))
+            value = self._update(w, g, state, lr)
+            layer._install(name, value)
+            new.append(value)
         self.iterations += 1
+        return new
 
     # -- configuration -----------------------------------------------------------------------
     def get_config(self) -> dict[str, Any]:
