@@ -147,6 +147,8 @@ def weighted_case(seq: bool, dist: Any = None) -> rk.Sequential:
     yy = np.repeat(y[:, None, :], 6, axis=1) * np.linspace(0.5, 1.5, 6)[None, :, None] if seq else y
     sw = np.linspace(0.2, 2.0, len(x))
     model.fit(x, yy, 2, batch_size=7, seed=6, lengths=lengths, sample_weight=sw, distributed=dist)
+    model.evaluation = model.evaluate(x, yy, sample_weight=sw, lengths=lengths, return_dict=True,  # type: ignore[attr-defined]
+                                      distributed=dist)
     return model
 
 
@@ -188,8 +190,10 @@ def run_equal(dist: Any, out: Path) -> None:
     for k, w in enumerate(stateful_case(dist).get_weights()):
         weights[f"stateful/{k}"] = w
     for seq in (True, False):
-        for k, w in enumerate(weighted_case(seq, dist).get_weights()):
+        wm = weighted_case(seq, dist)
+        for k, w in enumerate(wm.get_weights()):
             weights[f"weighted-{seq}/{k}"] = w
+        report[f"weighted-{seq}"] = wm.evaluation  # type: ignore[attr-defined]
     model, hist = graph_case(dist)
     report["graph"] = {"history": hist.history}
     for k, w in enumerate(model.get_weights()):

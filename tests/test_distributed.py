@@ -198,6 +198,10 @@ def test_masks_sample_weights_and_l2_equal_one_process(two_ranks: dict[str, Any]
     ref = w.weighted_case(seq)
     for rank in range(2):
         assert max_diff(rank_weights(two_ranks, rank, f"weighted-{seq}"), ref.get_weights()) <= 1e-10
+        got = two_ranks["json"][rank][f"weighted-{seq}"]
+        if not seq:  # sample-weighted batch means: over 2 parts as over the whole (no masked output)
+            assert got == pytest.approx(ref.evaluation, rel=1e-12, abs=0)
+        assert set(got) == {"loss", "mae"}
 
 
 @needs_mpi
