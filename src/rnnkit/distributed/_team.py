@@ -158,8 +158,13 @@ class MPITeam(Team):
         if self.local_rng is None:  # replicated: each rank's part of the single-process batches
             parts = []
             for idx in index_batches(self.n_total, bs, shuffle, rng):
-                lo, hi = self.dist.bounds(self.n_total if isinstance(idx, slice) else len(idx))
-                parts.append(slice(lo, hi) if isinstance(idx, slice) else idx[lo:hi])
+                if isinstance(idx, slice):
+                    start, stop, _ = idx.indices(self.n_total)
+                    lo, hi = self.dist.bounds(stop - start)
+                    parts.append(slice(start + lo, start + hi))
+                else:
+                    lo, hi = self.dist.bounds(len(idx))
+                    parts.append(idx[lo:hi])
             return parts
         steps = 1 if bs is None else min(math.ceil(self.n_total / bs), self.n_max)
         order = self.local_rng.permutation(n) if shuffle else np.arange(n)

@@ -143,10 +143,13 @@ SOLO = Team()
 
 def index_batches(n: int, bs: int | None, shuffle: bool, rng: np.random.Generator) -> list[Any]:
     """One full batch (``slice(None)``) when ``bs`` is None or ``>= n``, else ``ceil(n / bs)``
-    index arrays over a permutation drawn from ``rng`` (``shuffle``) or the identity."""
+    batches: index arrays over a permutation drawn from ``rng`` when ``shuffle``, consecutive
+    slices otherwise."""
     if bs is None or bs >= n:
         return [slice(None)]
-    order = rng.permutation(n) if shuffle else np.arange(n)
+    if not shuffle:  # consecutive samples: slices (views, no copies)
+        return [slice(a, min(a + bs, n)) for a in range(0, n, bs)]
+    order = rng.permutation(n)
     return [order[a:a + bs] for a in range(0, n, bs)]
 
 
