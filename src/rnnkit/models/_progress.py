@@ -13,21 +13,23 @@ class EpochBar:
     the epochs run). ``verbose`` other than 1 shows nothing."""
 
     def __init__(self, name: str, epochs: int, initial: int, verbose: int) -> None:
-        self.bar = tqdm(total=int(epochs), initial=int(initial), desc=name, unit="epoch",
-                        disable=verbose != 1, dynamic_ncols=True)
+        self.bar = None if verbose != 1 else tqdm(total=int(epochs), initial=int(initial), desc=name,
+                                                  unit="epoch", dynamic_ncols=True)
         self.compiled = kernels.compile_seconds()
 
     def epoch_done(self, logs: dict[str, float], stop: bool) -> None:
         bar = self.bar
+        if bar is None:
+            return
         bar.set_postfix({k: f"{v:.4g}" for k, v in logs.items()}, refresh=False)
         now = kernels.compile_seconds()   # compiling kernels is not training time
-        if not bar.disable:
-            bar.start_t += now - self.compiled
-            bar.last_print_t += now - self.compiled
+        bar.start_t += now - self.compiled
+        bar.last_print_t += now - self.compiled
         self.compiled = now
         bar.update(1)
         if stop:
             bar.total = bar.n
 
     def close(self) -> None:
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
