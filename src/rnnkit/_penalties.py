@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from rnnkit import constraints, regularizers
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidParameterError
 from rnnkit._layer import Layer
@@ -58,8 +59,6 @@ def attach(layer: Layer, **keywords: Any) -> Layer:
     ``recurrent_constraint``, ``bias_constraint``, ``embeddings_constraint``); each value is
     anything ``rnnkit.regularizers.get`` / ``rnnkit.constraints.get`` takes, None removes it.
     Returns the layer. A weight the (built) layer lacks is refused, typed."""
-    from rnnkit import constraints, regularizers
-
     if not isinstance(layer, Layer):
         raise TypeError(f"attach: expected a Layer, got {type(layer).__name__}")
     regs: dict[str, Any] = dict(getattr(layer, "regularizers", None) or {})
@@ -97,8 +96,6 @@ def _get(getter: Any, value: Any, key: str, layer: Layer) -> Any:
 def config_of(layer: Layer) -> dict[str, Any]:
     """The layer's regularizers and constraints as Keras keywords -> serialized dicts (only
     those set), for ``get_config`` and model files."""
-    from rnnkit import constraints, regularizers
-
     inv = {w: r for r, w in _ROLES.items()}
     out: dict[str, Any] = {}
     for name, reg in (getattr(layer, "regularizers", None) or {}).items():

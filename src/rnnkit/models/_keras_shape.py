@@ -16,14 +16,13 @@ from typing import Any
 
 from rnnkit._layer import Layer
 from rnnkit._shape import Shape
+from rnnkit.layers import Dense, Embedding
+from rnnkit.recurrent import RecurrentLayer
 
 
 def _first_rank(layers: list[Layer]) -> int | None:
     """The input rank the first layer needs at least (recurrent: 3; Embedding of a sequence
     model: 2; Dense: 2); None when unknown."""
-    from rnnkit.layers import Dense, Embedding
-    from rnnkit.recurrent import RecurrentLayer
-
     if not layers:
         return None
     first = layers[0]

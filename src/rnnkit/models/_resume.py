@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rnnkit import losses, optimizers
 from rnnkit._errors import FileFormatError, InvalidParameterError
 from rnnkit.models._resume_check import check_state
 
@@ -53,8 +54,6 @@ def _digest(arrays: list[np.ndarray]) -> str:
 def fingerprint(model: Model, xs: list[np.ndarray], ys: list[np.ndarray],
                 run: dict[str, Any]) -> dict[str, Any]:
     """What must be equal for a checkpoint to continue this run."""
-    from rnnkit import losses, optimizers
-
     return {
         "weights": {k: list(layer.weight(n).shape) for k, (layer, n) in model.named_weights().items()},
         "optimizer": optimizers.serialize(model.optimizer)["class_name"],

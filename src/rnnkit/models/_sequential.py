@@ -14,6 +14,7 @@ from rnnkit._layer import Layer
 from rnnkit._shape import Shape
 from rnnkit.layers import MergeLayer, layer_from_config, layer_to_config
 from rnnkit.models._base import Model, check_finite
+from rnnkit.models._keras_shape import with_batch_axis
 from rnnkit.models._summary import shape_text
 
 
@@ -54,8 +55,6 @@ class Sequential(Model):
         for layer in layers or []:
             self.add(layer)
         if input_shape is not None:  # Keras' convention (no batch axis) too: models/_keras_shape.py
-            from rnnkit.models._keras_shape import with_batch_axis
-
             self.build(with_batch_axis(self.layers, input_shape))
 
     def add(self, layer: Layer) -> Sequential:

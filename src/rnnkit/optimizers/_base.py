@@ -26,14 +26,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
-
-if TYPE_CHECKING:
-    from rnnkit._layer import Layer
+from rnnkit._layer import Layer
 
 GradPair = tuple["Layer", str, np.ndarray]
 
@@ -129,8 +127,6 @@ class Optimizer:
 
     # -- the step ----------------------------------------------------------------------------
     def _check_pairs(self, pairs: Iterable[GradPair]) -> list[tuple[Layer, str, np.ndarray, np.ndarray]]:
-        from rnnkit._layer import Layer as _Layer
-
         where = f"{type(self).__name__}.apply_gradients"
         out: list[tuple[Layer, str, np.ndarray, np.ndarray]] = []
         seen: set[tuple[int, str]] = set()
@@ -141,7 +137,7 @@ class Optimizer:
                 raise InvalidInputError(
                     f"{where}: expected (layer, weight_name, gradient) triples, got {item!r}"
                 ) from None
-            if not isinstance(layer, _Layer) or not isinstance(name, str):
+            if not isinstance(layer, Layer) or not isinstance(name, str):
                 raise TypeError(f"{where}: each pair must be (Layer, weight name str, gradient), got "
                                 f"({type(layer).__name__}, {name!r}, ...)")
             try:
