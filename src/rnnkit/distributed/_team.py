@@ -170,8 +170,25 @@ class MPITeam(Team):
         order = self.local_rng.permutation(n) if shuffle else np.arange(n)
         return list(np.array_split(order, steps))
 
-    def share(self, n: int) -> tuple[int, int]:
-        return self.dist.bounds(n) if self.dist.shard == "replicated" else (0, n)
+    def eval_batches(self, n: int, bs: int | None) -> list[slice]:
+        """Collective in ``"local"`` mode (the ranks' sample counts). ``"replicated"``: each
+        rank's part of the single-process batches; ``"local"``: ``ceil(N / bs)`` batches (at most
+        the largest shard's size; one when None), each rank contributing a near-equal part of
+        its shard to each."""
+        if self.dist.shard == "replicated":
+            parts = []
+            for whole in super().eval_batches(n, bs):
+                lo, hi = self.dist.bounds(whole.stop - whole.start)
+                parts.append(slice(whole.start + lo, whole.start + hi))
+            return parts
+        ns = [int(v) for v in self.dist.allgather(int(n))]
+        steps = 1 if bs is None else max(1, min(math.ceil(sum(ns) / bs), max(ns)))
+        edges = [len(a) for a in np.array_split(np.arange(n), steps)]
+        out, a = [], 0
+        for size in edges:
+            out.append(slice(a, a + size))
+            a += size
+        return out
 
     def totals(self, local: np.ndarray) -> np.ndarray:
         buf = np.concatenate([[1.0 if self.guard.failed else 0.0], local])

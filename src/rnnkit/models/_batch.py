@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,12 +59,3 @@ def take(data: Batch, idx: Any) -> Batch:
                                              for m, v in zip(data.masks, data.xs, strict=True)]
     sws = None if data.sws is None else [None if w is None else w[idx] for w in data.sws]
     return Batch(xs, [v[idx] for v in data.ys], masks, sws)
-
-
-def chunks(data: Batch, batch_size: int | None, lo: int, hi: int) -> Iterator[Batch]:
-    """``data[lo:hi]`` in consecutive batches of ``batch_size`` (all at once when None)."""
-    bs = max(1, hi - lo if batch_size is None else batch_size)
-    for a in range(lo, hi, bs):
-        yield take(data, slice(a, min(a + bs, hi)))
-
-

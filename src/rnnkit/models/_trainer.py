@@ -119,9 +119,11 @@ class Team:
         """The sample indices of this process's part of each batch of an epoch."""
         return index_batches(n, bs, shuffle, rng)
 
-    def share(self, n: int) -> tuple[int, int]:
-        """``[lo, hi)``: the validation / evaluation samples this process takes."""
-        return 0, n
+    def eval_batches(self, n: int, bs: int | None) -> list[slice]:
+        """This process's part of each evaluation batch of ``n`` samples (alone: consecutive
+        batches of ``bs``, all at once when None)."""
+        step = max(1, n if bs is None else bs)
+        return [slice(a, min(a + step, n)) for a in range(0, n, step)]
 
     def stop_after_batch(self, model: Model) -> bool:
         return bool(model.stop_training)
@@ -292,24 +294,40 @@ def guarded_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str, nan_
     raise _non_finite(model, at, where)
 
 
-def evaluate(model: Model, batches: Iterator[Batch], team: Team = SOLO) -> dict[str, float]:
+def evaluate(model: Model, batches: Iterator[Batch], team: Team = SOLO,
+             where: str = "evaluate") -> dict[str, float]:
     """Loss (penalties included, as Keras reports it) and metrics in inference passes: the
-    sample-weighted mean of the batch values over every process's batches. Empty: {}."""
+    sample-weighted mean of the batch values. In a team each batch is spread over the
+    processes (``batches`` yields this process's part of each, possibly empty) and each part's
+    loss is its share of the batch's loss, normalized as the step normalizes it, so the result
+    is the one process's on the same batches. Empty: {}."""
     keys = log_keys(model)
     regs = _pen.Plan(model)
+    n_out = model.n_outputs
     sums = np.zeros(1 + len(keys))
-    with team.region("evaluate"):
-        for b in batches:
-            if not b.n:
-                continue
-            ctx = Ctx.inference()
-            preds, out_masks = model._forward_masks(b.xs, ctx, False, b.masks)
-            lw, mw = output_weights(preds, out_masks, b.sws)
-            loss, _ = loss_and_grads(model, b.ys, preds, lw)
-            loss += regs.weight_penalty() + _pen.activity_penalty(ctx)
-            vals = [loss, *metric_values(model, b.ys, preds, mw).values()]
-            sums[0] += b.n
-            sums[1:] += [b.n * v for v in vals]
+    for b in batches:
+        ctx = Ctx.inference()
+        local = np.zeros(1 + n_out)
+        preds: Arrays | None = None
+        out_masks: list[Any] = []
+        with team.region(where):
+            if b.n and not team.failed:
+                preds, out_masks = model._forward_masks(b.xs, ctx, False, b.masks)
+                local[0] = b.n
+                local[1:] = _valid_counts(preds, out_masks)
+        tot = team.totals(local)
+        with team.region(where):
+            if preds is not None and not team.failed:
+                share = b.n / tot[0]
+                lw, mw = output_weights(preds, out_masks, b.sws, tot[1:])
+                scales = [1.0 if tot[1 + k] > 0 else share for k in range(n_out)]
+                loss, _ = loss_and_grads(model, b.ys, preds, lw, scales)
+                pen = regs.weight_penalty() + _pen.activity_penalty(ctx)
+                loss += pen if share == 1.0 else pen * share
+                mets = list(metric_values(model, b.ys, preds, mw).values())
+                vals = [loss, *(mets if share == 1.0 else [v * share for v in mets])]
+                sums[0] += b.n
+                sums[1:] += [tot[0] * v for v in vals]
     tot = team.totals(sums)
     if tot[0] == 0:
         return {}

@@ -36,7 +36,7 @@ from rnnkit import _penalties as _pen
 from rnnkit._errors import InvalidInputError, InvalidParameterError, ModelBusyError
 from rnnkit._layer import Layer, check_bool, check_real
 from rnnkit._random import check_seed, make_rng
-from rnnkit.models._batch import Batch, chunks, prepare, take
+from rnnkit.models._batch import Batch, prepare, take
 from rnnkit.models._callbacks import Callback, CallbackList, History
 from rnnkit.models._callbacks_more import ProgbarLogger, TerminateOnNaN
 from rnnkit.models._checks import Data
@@ -261,7 +261,8 @@ def fit(model: Model, x: Data, y: Data, epochs: Any, *, batch_size: Any, validat
 
             def validate_arrays() -> dict[str, float]:
                 assert val is not None
-                return evaluate(model, chunks(val, bs, *team.share(val.n)), team)
+                return evaluate(model, (take(val, i) for i in team.eval_batches(val.n, bs)), team,
+                                "validation")
 
             return run(model, batches, rng, cbs, history, team=team, resume=resume,
                        validate=None if val is None else validate_arrays, **common)  # type: ignore[arg-type]
@@ -304,6 +305,6 @@ def evaluate_arrays(model: Model, x: Data, y: Data, batch_size: int | None, *, s
             data = prepare(model, x, y, "evaluate", sample_weight=sample_weight, mask=mask, lengths=lengths)
         team.start(model, data, None, None, None)
         assert data is not None
-        return evaluate(model, chunks(data, batch_size, *team.share(data.n)), team)
+        return evaluate(model, (take(data, i) for i in team.eval_batches(data.n, batch_size)), team)
 
     return body() if parallel is None else parallel.run(body)
