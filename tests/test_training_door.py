@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 import rnnkit as rk
+import rnnkit.models._batch as batch_mod
+import rnnkit.models._sequential as seq_mod
 from rnnkit.io._weights import read_safetensors, write_safetensors
 from rnnkit.models._resume import STATE_FILE
 
@@ -191,3 +193,31 @@ def test_trainable_weights_leave_out_frozen_params_and_fit_does_not_move_them() 
     after = m.get_weights()
     np.testing.assert_array_equal(after[2], before[2])      # frozen: untouched
     assert all(not np.array_equal(a, b) for k, (a, b) in enumerate(zip(after, before, strict=True)) if k != 2)
+
+
+def test_a_healthy_step_checks_no_layer_output_and_data_is_checked_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+
+    calls = {"outputs": 0, "data": 0}
+    real_check, real_first = seq_mod.check_finite, batch_mod.first_non_finite
+
+    def counting_check(arr: np.ndarray, where: str) -> None:
+        calls["outputs"] += 1
+        real_check(arr, where)
+
+    def counting_first(arrs: list[np.ndarray], what: str) -> None:
+        calls["data"] += 1
+        real_first(arrs, what)
+
+    monkeypatch.setattr(seq_mod, "check_finite", counting_check)
+    monkeypatch.setattr(batch_mod, "first_non_finite", counting_first)
+    m = _model()
+    x, y = _data()
+    m.fit(x, y, 3, batch_size=2)        # 12 steps
+    assert calls == {"outputs": 0, "data": 2}   # x and y at the door, nothing per step
+    bad = _model()
+    bad.layers[1].set_weight("kernel", np.full((3, 2), 3e38, np.float32))  # overflows in the step
+    culprit = r"epoch 1/3 \(batch 1/4\).*first at the (input gradient|output) of layer 1 \(Dense\)"
+    with pytest.raises(rk.NonFiniteError, match=culprit):
+        bad.fit(x * 1e3, y, 3, batch_size=2)
+    assert calls["outputs"] > 0             # only then are the outputs checked, to name the culprit
