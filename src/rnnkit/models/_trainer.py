@@ -236,12 +236,13 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
     stats = np.zeros(len(keys))
     penalty = 0.0
     with team.region(at):
+        if not team.failed:  # the same on every process (the weights are), also with no part
+            penalty = plan.penalties.weight_penalty() + _pen.activity_penalty(ctx)
         if preds is not None and not team.failed:
             lw, mw = output_weights(preds, out_masks, batch.sws, tot[1:])
             share = batch.n / n_b
             scales = [1.0 if tot[1 + k] > 0 else share for k in range(n_out)]
             loss, grads = loss_and_grads(model, batch.ys, preds, lw, scales)
-            penalty = plan.penalties.weight_penalty() + _pen.activity_penalty(ctx)
             whole = loss + penalty
             lname = type(model.loss).__name__
             if not math.isfinite(whole):
