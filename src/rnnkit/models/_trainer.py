@@ -48,6 +48,7 @@ from rnnkit.models._batch import Batch
 from rnnkit.models._callbacks import CallbackList, History
 from rnnkit.models._checks import NonFiniteAt
 from rnnkit.models._checks import Trainable as Model
+from rnnkit.models._objective import log_keys, loss_and_grads, metric_values
 from rnnkit.models._progress import EpochBar
 from rnnkit.models._weighting import output_weights
 
@@ -155,41 +156,6 @@ def index_batches(n: int, bs: int | None, shuffle: bool, rng: np.random.Generato
     return [order[a:a + bs] for a in range(0, n, bs)]
 
 
-def log_keys(model: Model) -> list[str]:
-    """``loss`` then the metric keys, in the order :func:`metric_values` makes them."""
-    ms = [m.name for m in model.metrics]
-    return ["loss", *(ms if model.n_outputs == 1 else
-                      [f"output_{k}_{m}" for k in range(model.n_outputs) for m in ms])]
-
-
-def loss_and_grads(model: Model, ys: Arrays, preds: Arrays, weights: list[Any] | None = None,
-                   scales: list[float] | None = None) -> tuple[float, Arrays]:
-    """The summed loss over the outputs and d(loss)/d(pred) per output (``weights``: one array
-    or None per output, see :class:`rnnkit.Loss`; ``scales``: a factor per output, 1 alone)."""
-    total = 0.0
-    grads: Arrays = []
-    for k, (y, p) in enumerate(zip(ys, preds, strict=True)):
-        w = None if weights is None else weights[k]
-        v, g = model.loss.value_and_grad(y, p) if w is None else model.loss.value_and_grad(y, p, w)
-        s = 1.0 if scales is None else scales[k]
-        if s != 1.0:
-            v, g = v * s, g * p.dtype.type(s)
-        total += float(v)
-        grads.append(np.asarray(g, p.dtype))
-    return total, grads
-
-
-def metric_values(model: Model, ys: Arrays, preds: Arrays,
-                  weights: list[Any] | None = None) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for k, (y, p) in enumerate(zip(ys, preds, strict=True)):
-        w = None if weights is None else weights[k]
-        for m in model.metrics:
-            key = m.name if len(ys) == 1 else f"output_{k}_{m.name}"
-            out[key] = float(m(y, p) if w is None else m(y, p, sample_weight=w))
-    return out
-
-
 class NonFiniteLoss(NonFiniteAt):
     """Internal: the batch's loss itself is NaN/Inf (``logs`` holds it); nothing was applied."""
 
@@ -252,12 +218,12 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
             stats[0] = loss
             stats[1:] = [v * share for v in metrics.values()] if share != 1.0 else list(metrics.values())
             for g in grads:
-                if not np.isfinite(g).all():
+                if not _finite(g):
                     raise _non_finite(model, at, f"the gradient of the loss ({lname}) w.r.t. the model "
                                                  f"output")
             model._backward(grads, ctx, False)
             for (layer, n), g in ctx.grads.items():
-                if not np.isfinite(g).all():
+                if not _finite(g):
                     where = _first_non_finite(model, batch, ctx.seed, lw, scales)
                     raise _non_finite(model, at, where or f"the gradient of {layer.name}.{n}")
     stats, pairs = team.sum_grads(plan, ctx, stats)
@@ -267,13 +233,19 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
             new = model.optimizer.apply_gradients(pairs)
             plan.penalties.apply_constraints()  # (a constraint keeps finite weights finite)
             for (layer, n, _), w in zip(pairs, new, strict=True):
-                if not np.isfinite(w).all():
+                if not _finite(w):
                     key = plan.names.get((id(layer), n), n)
                     raise _non_finite(model, at, f"weight {key} ({type(layer).__name__}) after the "
                                                  f"optimizer step")
     logs = {"loss": float(stats[0]) + penalty}
     logs.update({k: float(v) for k, v in zip(keys[1:], stats[1:], strict=True)})
     return n_b, logs
+
+
+def _finite(a: np.ndarray) -> bool:
+    """Whether every value of ``a`` is finite: its sum first (one pass; NaN and Inf carry into
+    it), the elementwise test only when the sum is not (a finite sum can overflow)."""
+    return math.isfinite(np.add.reduce(a.ravel())) or bool(np.isfinite(a).all())
 
 
 def _non_finite(model: Model, at: str, where: str) -> NonFiniteError:
