@@ -18,8 +18,11 @@ collectives. One STEP on a :class:`Batch` (this process's part of the global bat
     optimizer.apply_gradients(grads); constraints; every updated weight checked finite
 
 With one process ``n_r = n_b`` and ``V_r = V``: every share is the whole, nothing is scaled, and
-the step is the plain single-process step. A step that produced NaN or Inf anywhere is run again
-with every layer output and gradient checked, so the error names where it first appeared.
+the step is the plain single-process step. Gradients and new weights are tested for NaN/Inf by
+their sums (one pass each; NaN and Inf carry into a sum, and only a sum that is not finite, which
+a finite array can give by overflowing, is followed by the elementwise test). A step that
+produced NaN or Inf anywhere is run again with every layer output and gradient checked, so the
+error names where it first appeared.
 The step's logs are the loss and the metrics on the pre-update predictions; metrics of a
 team are the means of the processes' values weighted by their sample counts.
 
@@ -218,12 +221,12 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
             stats[0] = loss
             stats[1:] = [v * share for v in metrics.values()] if share != 1.0 else list(metrics.values())
             for g in grads:
-                if not _finite(g):
+                if not (math.isfinite(np.add.reduce(g.ravel())) or np.isfinite(g).all()):
                     raise _non_finite(model, at, f"the gradient of the loss ({lname}) w.r.t. the model "
                                                  f"output")
             model._backward(grads, ctx, False)
             for (layer, n), g in ctx.grads.items():
-                if not _finite(g):
+                if not (math.isfinite(np.add.reduce(g.ravel())) or np.isfinite(g).all()):
                     where = _first_non_finite(model, batch, ctx.seed, lw, scales)
                     raise _non_finite(model, at, where or f"the gradient of {layer.name}.{n}")
     stats, pairs = team.sum_grads(plan, ctx, stats)
@@ -233,19 +236,13 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
             new = model.optimizer.apply_gradients(pairs)
             plan.penalties.apply_constraints()  # (a constraint keeps finite weights finite)
             for (layer, n, _), w in zip(pairs, new, strict=True):
-                if not _finite(w):
+                if not (math.isfinite(np.add.reduce(w.ravel())) or np.isfinite(w).all()):
                     key = plan.names.get((id(layer), n), n)
                     raise _non_finite(model, at, f"weight {key} ({type(layer).__name__}) after the "
                                                  f"optimizer step")
     logs = {"loss": float(stats[0]) + penalty}
     logs.update({k: float(v) for k, v in zip(keys[1:], stats[1:], strict=True)})
     return n_b, logs
-
-
-def _finite(a: np.ndarray) -> bool:
-    """Whether every value of ``a`` is finite: its sum first (one pass; NaN and Inf carry into
-    it), the elementwise test only when the sum is not (a finite sum can overflow)."""
-    return math.isfinite(np.add.reduce(a.ravel())) or bool(np.isfinite(a).all())
 
 
 def _non_finite(model: Model, at: str, where: str) -> NonFiniteError:
