@@ -83,7 +83,6 @@ def halves(repeats: int, out: str) -> None:
     import numpy as np
 
     import rnnkit as rk
-    from rnnkit.distributed._fit import local_step
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(B, T, F)).astype(np.float32)
@@ -95,27 +94,29 @@ def halves(repeats: int, out: str) -> None:
     for r in range(2 * repeats):
         for b in ((B, B // 2) if r % 2 == 0 else (B // 2, B)):
             t0 = time.perf_counter()
-            local_step(model, [x[:b]], [y[:b]], rk.Ctx.training(0), "bench")
+            ctx = rk.Ctx.training(0)
+            _, g = model.loss.value_and_grad(y[:b], model.forward(x[:b], ctx))
+            model.backward(g, ctx)
             got[b].append(time.perf_counter() - t0)
     Path(out).write_text(json.dumps({str(b): statistics.median(v) for b, v in got.items()}))
 
 
 def time_phases() -> dict[str, float]:
-    """Accumulate, per process, the seconds of each step spent in this rank's forward and
-    backward (``compute``) and in the step's two allreduces (``communicate``: the transfer plus
-    the wait for the slower rank)."""
-    import rnnkit.distributed._loop as loop
+    """Accumulate, per process, the seconds of each step (``compute``: the whole step less its
+    allreduces) and of the step's allreduces (``communicate``: the transfer plus the wait for the
+    slower rank)."""
+    import rnnkit.models._trainer as trainer
     from rnnkit.distributed._mpi import MPI
 
     spent = {"compute": 0.0, "communicate": 0.0, "steps": 0.0}
-    local_step, allreduce_sum = loop.local_step, MPI.allreduce_sum
+    train_step, allreduce_sum = trainer.train_step, MPI.allreduce_sum
 
     def timed_step(*args: Any) -> Any:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), spent["communicate"]
         try:
-            return local_step(*args)
+            return train_step(*args)
         finally:
-            spent["compute"] += time.perf_counter() - t0
+            spent["compute"] += time.perf_counter() - t0 - (spent["communicate"] - c0)
             spent["steps"] += 1
 
     def timed_allreduce(self: Any, buf: Any) -> None:
@@ -123,7 +124,7 @@ def time_phases() -> dict[str, float]:
         allreduce_sum(self, buf)
         spent["communicate"] += time.perf_counter() - t0
 
-    loop.local_step = timed_step  # type: ignore[assignment]
+    trainer.train_step = timed_step  # type: ignore[assignment]
     MPI.allreduce_sum = timed_allreduce  # type: ignore[method-assign]
     return spent
 

@@ -11,8 +11,8 @@ training modes, ``OUT/rank<rank>.npz`` (the weights of every case) and ``OUT/ran
   weights zeroed before ``fit`` (which starts from rank 0's); plus
   ``evaluate``, EarlyStopping, a callback that records which rank ran it, a ``"local"``
   shard case, ``seed=None`` under a global seed, a resume from rank 0's model and optimizer
-  state, a stateful LSTM, and a two-input, two-output graph model with a
-  shared LSTM.
+  state, a stateful LSTM, masks with sample weights and L2 (a sequence output and a last-step
+  output), and a two-input, two-output graph model with a shared LSTM.
 - ``raise``: rank 1's loss raises at its 3rd call (step 3); ``abort``: rank 1's gradient
   allreduce raises at step 3 (outside any guarded region); ``die``: rank 1 exits at step 3;
   ``callback``: a callback (on rank 0) raises after the 2nd step.
@@ -131,6 +131,27 @@ def graph_case(dist: Any = None) -> tuple[rk.GraphModel, rk.History]:
     return model, hist
 
 
+def weighted_case(seq: bool, dist: Any = None) -> rk.Sequential:
+    """Masks (``lengths=``), per-sample weights and L2 on every weight, float64, mini-batches of
+    7 of 17 (the last has 3 samples): ``seq`` a masked sequence output (the loss normalized by
+    the valid steps of the whole batch), else the last valid step's output."""
+    model = rk.Sequential([rk.LSTM(4, "tanh", seed=41, dtype="float64", return_sequences=seq),
+                           rk.Dense(2, "linear", seed=42, dtype="float64",
+                                    kernel_regularizer=rk.regularizers.L2(0.01),
+                                    bias_regularizer=rk.regularizers.L1(0.02))])
+    rk.attach_regularization(model.layers[0], kernel_regularizer=rk.regularizers.L2(0.03),
+                             recurrent_regularizer="l2")
+    model.compile(rk.Adam(0.02), "mse", metrics=["mae"])
+    x, y = data("float64")
+    lengths = np.random.default_rng(9).integers(1, 7, len(x))
+    yy = np.repeat(y[:, None, :], 6, axis=1) * np.linspace(0.5, 1.5, 6)[None, :, None] if seq else y
+    sw = np.linspace(0.2, 2.0, len(x))
+    model.fit(x, yy, 2, batch_size=7, seed=6, lengths=lengths, sample_weight=sw, distributed=dist)
+    model.evaluation = model.evaluate(x, yy, sample_weight=sw, lengths=lengths, return_dict=True,  # type: ignore[attr-defined]
+                                      distributed=dist)
+    return model
+
+
 class RankLog(rk.models._callbacks.Callback):
     """Appends this process's rank to a file at every epoch end."""
 
@@ -168,6 +189,11 @@ def run_equal(dist: Any, out: Path) -> None:
         weights[f"resume/{k}"] = w
     for k, w in enumerate(stateful_case(dist).get_weights()):
         weights[f"stateful/{k}"] = w
+    for seq in (True, False):
+        wm = weighted_case(seq, dist)
+        for k, w in enumerate(wm.get_weights()):
+            weights[f"weighted-{seq}/{k}"] = w
+        report[f"weighted-{seq}"] = wm.evaluation  # type: ignore[attr-defined]
     model, hist = graph_case(dist)
     report["graph"] = {"history": hist.history}
     for k, w in enumerate(model.get_weights()):

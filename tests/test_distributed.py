@@ -191,6 +191,21 @@ def test_stateful_layers_carry_each_ranks_rows_as_one_process(two_ranks: dict[st
 
 
 @needs_mpi
+@pytest.mark.parametrize("seq", [True, False])
+def test_masks_sample_weights_and_l2_equal_one_process(two_ranks: dict[str, Any], seq: bool) -> None:
+    import mpi_worker as w
+
+    ref = w.weighted_case(seq)
+    for rank in range(2):
+        assert max_diff(rank_weights(two_ranks, rank, f"weighted-{seq}"), ref.get_weights()) <= 1e-10
+        got = two_ranks["json"][rank][f"weighted-{seq}"]
+        assert set(got) == {"loss", "mae"}
+        assert got["loss"] == pytest.approx(ref.evaluation["loss"], rel=1e-12, abs=0)
+        if not seq:  # a metric is the parts' means weighted by their sizes: exact without a mask
+            assert got["mae"] == pytest.approx(ref.evaluation["mae"], rel=1e-12, abs=0)
+
+
+@needs_mpi
 def test_graph_model_with_a_shared_layer_and_two_outputs(two_ranks: dict[str, Any]) -> None:
     import mpi_worker as w
 

@@ -31,16 +31,12 @@ PKG = SRC / "rnnkit"
 PENDING: dict[tuple[str, str], str] = {
     # regularizers and constraints reach into the model
     ("rnnkit._penalties", "rnnkit.constraints"): "inside a function",
-    ("rnnkit._penalties", "rnnkit.models._base"): "upward",
     ("rnnkit._penalties", "rnnkit.regularizers"): "inside a function",
     # the compiled kernels load their driver lazily (numba is optional)
     ("rnnkit.kernels", "rnnkit.kernels._driver"): "inside a function",
     # the Keras writers of Sequential and functional models use each other
     ("rnnkit.io._keras_export", "rnnkit.io._keras_functional"): "inside a function",
     # the training loops: model <-> loops <-> callbacks, and the model calling the distributed loop
-    ("rnnkit.distributed._fit", "rnnkit.distributed._loop"): "inside a function",
-    ("rnnkit.models._base", "rnnkit._penalties"): "inside a function",
-    ("rnnkit.models._base", "rnnkit.distributed._fit"): "inside a function, upward",
     ("rnnkit.models._base", "rnnkit.losses"): "inside a function",
     ("rnnkit.models._base", "rnnkit.metrics"): "inside a function",
     ("rnnkit.models._base", "rnnkit.models._fit_batches"): "inside a function",
@@ -49,12 +45,6 @@ PENDING: dict[tuple[str, str], str] = {
     ("rnnkit.models._base", "rnnkit.optimizers"): "inside a function",
     ("rnnkit.models._callbacks", "rnnkit.models._base"): "cycle (TYPE_CHECKING)",
     ("rnnkit.models._fit_batches", "rnnkit._ctx"): "inside a function",
-    ("rnnkit.models._fit_batches", "rnnkit._penalties"): "inside a function",
-    ("rnnkit.models._fit_batches", "rnnkit._random"): "inside a function",
-    ("rnnkit.models._fit_batches", "rnnkit.models._base"): "inside a function",
-    ("rnnkit.models._fit_batches", "rnnkit.models._callbacks"): "inside a function",
-    ("rnnkit.models._fit_batches", "rnnkit.models._callbacks_more"): "inside a function",
-    ("rnnkit.models._fit_batches", "rnnkit.models._training"): "inside a function",
     ("rnnkit.models._fit_batches", "rnnkit.models._weighting"): "inside a function",
     ("rnnkit.models._resume", "rnnkit.losses"): "inside a function",
     ("rnnkit.models._resume", "rnnkit.optimizers"): "inside a function",

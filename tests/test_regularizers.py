@@ -131,6 +131,61 @@ def test_reported_loss_and_step_by_hand_on_dense() -> None:
     assert np.linalg.norm(m.get_weights()[0]) <= 0.1 + 1e-9
 
 
+@pytest.mark.parametrize("make", [rk.LSTM, rk.GRU, rk.SimpleRNN])
+def test_recurrent_keywords_enter_the_loss_and_the_step_by_hand(make: Any) -> None:
+    """``LSTM(..., kernel_regularizer=...)`` (Keras' keywords on every recurrent layer): the
+    reported loss is the plain loss plus the penalties, and one SGD step differs from the
+    unregularized step by exactly ``-lr * reg.grad(w)`` per weight; a constraint then holds."""
+    r = np.random.default_rng(4)
+    x, y = r.normal(size=(5, 4, 3)), r.normal(size=(5, 2))
+    regs = {"kernel": R.L2(0.05), "recurrent_kernel": R.L1(0.02), "bias": R.L1L2(0.01, 0.03)}
+
+    def model(**kw: Any) -> rk.Sequential:
+        m = rk.Sequential([make(3, seed=5, dtype="float64", **kw), rk.Dense(2, seed=6, dtype="float64")],
+                          input_shape=(None, 4, 3))
+        m.compile(rk.SGD(0.1), "mse")
+        return m
+
+    plain = model()
+    reg = model(kernel_regularizer=regs["kernel"], recurrent_regularizer=regs["recurrent_kernel"],
+                bias_regularizer=regs["bias"])
+    w0 = {n: np.array(reg.layers[0].weight(n)) for n in ("kernel", "recurrent_kernel", "bias")}
+    penalty = sum(regs[n].penalty(w) for n, w in w0.items())
+    loss_plain = plain.fit(x, y, 1).history["loss"][0]
+    loss_reg = reg.fit(x, y, 1).history["loss"][0]
+    assert penalty > 0.05 and loss_reg == pytest.approx(loss_plain + penalty, rel=1e-12)
+    for n, w in w0.items():
+        step = reg.layers[0].weight(n) - plain.layers[0].weight(n)
+        np.testing.assert_allclose(step, -0.1 * regs[n].grad(w), rtol=1e-9, atol=1e-14)
+    con = model(recurrent_constraint=C.MaxNorm(0.05))
+    con.fit(x, y, 1)
+    assert np.linalg.norm(con.layers[0].weight("recurrent_kernel"), axis=0).max() <= 0.05 + 1e-12
+
+
+def test_recurrent_keywords_train_as_keras(tmp_path: Path) -> None:
+    keras = keras_or_skip()
+    km = _keras_model(keras)
+    km.save(tmp_path / "m.keras")
+    loaded = rk.load_keras(tmp_path / "m.keras")
+    ours = rk.Sequential([
+        rk.LSTM(4, kernel_regularizer=R.L2(0.02), recurrent_regularizer=R.L1(0.01),
+                bias_regularizer=R.L1L2(0.01, 0.03), kernel_constraint=C.MaxNorm(0.6),
+                recurrent_constraint=C.UnitNorm(), bias_constraint=C.MaxNorm(0.3)),
+        rk.Dense(2, kernel_regularizer=R.L1(0.02), bias_regularizer="l2", kernel_constraint=C.MaxNorm(0.7),
+                 bias_constraint=C.NonNeg(), activity_regularizer=R.L2(0.05))], input_shape=(None, 5, 3))
+    ours.set_weights(loaded.get_weights())
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(6, 5, 3)).astype(np.float32)
+    y = rng.normal(size=(6, 2)).astype(np.float32)
+    km.compile(keras.optimizers.SGD(0.1), "mse")
+    theirs = [float(km.train_on_batch(x, y)) for _ in range(5)]
+    ours.compile(rk.SGD(0.1), "mse")
+    got = ours.fit(x, y, 5, shuffle=False).history["loss"]
+    assert max(abs(a - b) for a, b in zip(got, theirs, strict=True)) <= 1e-5
+    for a, b in zip(ours.get_weights(), [np.asarray(v) for v in km.get_weights()], strict=True):
+        np.testing.assert_allclose(a.reshape(b.shape), b, atol=1e-5)
+
+
 def test_saved_in_model_files_and_configs(tmp_path: Path) -> None:
     gru = rk.attach_regularization(rk.GRU(3, seed=1), recurrent_regularizer="l1",
                                    bias_constraint={"class_name": "NonNeg", "config": {}})
@@ -157,10 +212,15 @@ def test_saved_in_model_files_and_configs(tmp_path: Path) -> None:
         rk.attach_regularization(rk.Dense(2), kernel_regulariser="l2")
 
 
-def test_distributed_fit_refuses_regularized_models_instead_of_ignoring_them() -> None:
-    m = rk.Sequential([rk.Dense(1, kernel_regularizer="l2")], input_shape=(None, 2))
+def test_distributed_fit_refuses_activity_regularizers_instead_of_ignoring_them() -> None:
+    # weight regularizers train over MPI (tests/test_distributed.py); activity ones are refused
+    from rnnkit.models._training import Parallel
+
+    m = rk.Sequential([rk.Dense(1, activity_regularizer="l2")], input_shape=(None, 2))
     m.compile("sgd", "mse")
-    with pytest.raises(rk.InvalidParameterError, match="not applied by distributed"):
+    with pytest.raises(rk.InvalidParameterError, match="distributed= does not apply activity regularizers"):
+        m.fit(np.zeros((4, 2)), np.zeros((4, 1)), 1, distributed=Parallel())
+    with pytest.raises(TypeError, match=r"distributed= must be an rnnkit\.distributed\.MPI .* got object"):
         m.fit(np.zeros((4, 2)), np.zeros((4, 1)), 1, distributed=object())
 
 

@@ -34,7 +34,7 @@ class Ctx:
     (records nothing). ``grads`` maps ``(layer, weight_name)`` to the summed gradient.
     """
 
-    __slots__ = ("training_mode", "grads", "_caches", "_seed", "_rng", "_mask")
+    __slots__ = ("training_mode", "grads", "penalties", "_caches", "_seed", "_rng", "_mask")
 
     def __init__(self, training: bool, seed: int | None = None) -> None:
         if not isinstance(training, (bool, np.bool_)):
@@ -44,8 +44,15 @@ class Ctx:
         self.training_mode: bool = bool(training)
         self.grads: dict[tuple[Layer, str], np.ndarray] = {}
         self._caches: dict[int, list[tuple[Layer, Any]]] = {}
+        #: the activity-regularizer penalties of the passes run in this context, in order
+        self.penalties: list[float] = []
         self._seed = seed
         self._rng: np.random.Generator | None = None   # made on first use (costs ~13 us)
+
+    @property
+    def seed(self) -> int | None:
+        """The seed the context was made with (None: entropy)."""
+        return self._seed
 
     @property
     def rng(self) -> np.random.Generator:
@@ -79,6 +86,9 @@ class Ctx:
         """Set :attr:`mask` for the passes that follow: a ``Mask``, a boolean (B, T) array
         (Keras' masking), ``lengths=`` (PyTorch's packed semantics), or None to clear it.
         Returns the context (chainable): ``layer.forward(x, ctx.set_mask(lengths=n))``."""
+        if lengths is None and (mask is None or isinstance(mask, Mask)):
+            self._mask = mask
+            return self
         self._mask = Mask(lengths=lengths) if lengths is not None else Mask.of(mask)
         if lengths is not None and mask is not None:
             raise InvalidInputError("Ctx.set_mask: give a mask or lengths, not both")
@@ -118,10 +128,12 @@ class Ctx:
         """Drop every cache and gradient (the mode stays)."""
         self._caches.clear()
         self.grads.clear()
+        self.penalties.clear()
 
     # -- gradients ---------------------------------------------------------------------------
     def add_grad(self, layer: Layer, name: str, value: np.ndarray) -> None:
-        """Add ``value`` into the gradient store at ``(layer, name)`` (sums repeated calls)."""
+        """Add ``value`` into the gradient store at ``(layer, name)`` (sums repeated calls; the
+        first value is copied, so the caller may reuse its array)."""
         key = (layer, name)
         have = self.grads.get(key)
         if have is None:

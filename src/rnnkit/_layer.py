@@ -126,6 +126,12 @@ class Layer:
 
     #: whether the layer accepts a masked input (see :meth:`compute_mask`)
     supports_masking: bool = False
+    #: a Regularizer on the layer's output, applied by the model around forward / backward
+    #: (``rnnkit._penalties``; set with the ``activity_regularizer=`` keyword)
+    activity_regularizer: Any = None
+    #: whether ``forward`` itself refuses the values it cannot take (then :meth:`predict` and
+    #: ``layer(x)`` leave the NaN/Inf check to it)
+    checks_values: bool = False
 
     def compute_mask(self, x: Any, mask: Any) -> Any:
         """The mask of this layer's output given its input ``x`` and the input's ``mask`` (a
@@ -219,11 +225,27 @@ class Layer:
         return self.forward(x, ctx)
 
     def predict(self, x: Any) -> np.ndarray:
-        """An inference pass (records nothing)."""
-        return self.forward(x, Ctx.inference())
+        """An inference pass (records nothing). An input holding NaN or Inf is refused with
+        InvalidInputError naming the first, as ``Model.predict`` refuses it; ``forward`` is
+        the raw pass, which checks nothing of the values (NaN in, NaN out)."""
+        return self.forward(self._finite(x), Ctx.inference())
 
     def __call__(self, x: Any, ctx: Ctx | None = None) -> np.ndarray:
-        return self.forward(x, ctx if ctx is not None else Ctx.inference())
+        """:meth:`forward` in ``ctx`` (default: an inference Ctx), after refusing an input that
+        holds NaN or Inf (InvalidInputError naming the first), as :meth:`predict` does."""
+        return self.forward(self._finite(x), ctx if ctx is not None else Ctx.inference())
+
+    def _finite(self, x: Any) -> Any:
+        """``x``, refused when it (or, for a list of inputs, one of them) is an array of floats
+        holding NaN or Inf; other inputs are left to :meth:`forward` to convert and check."""
+        if self.checks_values:
+            return x
+        for a in (x if isinstance(x, (list, tuple)) else [x]):
+            if isinstance(a, np.ndarray) and a.dtype.kind in "fc" and not np.isfinite(a).all():
+                pos = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
+                raise InvalidInputError(f"{self.name}: input holds {a[pos]} at {pos}; expected finite "
+                                        f"numbers")
+        return x
 
     def _require_built(self, action: str = "forward") -> None:
         if self._input_shape is None:
@@ -278,6 +300,11 @@ class Layer:
     def weight_names(self) -> list[str]:
         return list(self._weights)
 
+    @property
+    def trainable_names(self) -> list[str]:
+        """The weights training updates (every weight, unless the layer says otherwise)."""
+        return list(self._weights)
+
     def weight(self, name: str) -> np.ndarray:
         """The live weight ``name`` (read-only view)."""
         self._require_built("weight")
@@ -302,6 +329,20 @@ class Layer:
         if check_finite:
             check_finite_weight(arr, f"{self.name}.{name}")
         self._add_weight(name, arr)
+
+    def _install(self, name: str, arr: np.ndarray) -> None:
+        """Make ``arr`` (a new array nobody else holds, of the weight's shape and dtype, e.g. an
+        optimizer's update) the weight ``name`` without copying it; anything else, and any
+        weight of a layer whose :meth:`set_weight` does more (a wrapper keeping its parts in
+        step), goes through :meth:`set_weight`."""
+        old = self._weights.get(name)
+        if (type(self).set_weight is not Layer.set_weight or old is None or arr.shape != old.shape
+                or arr.dtype != self.dtype or not arr.flags.owndata or not arr.flags.c_contiguous
+                or not arr.flags.writeable):
+            self.set_weight(name, arr, check_finite=False)  # the trainer checks the new weights
+            return
+        arr.flags.writeable = False
+        self._weights[name] = arr.view()
 
     def param_count(self) -> int:
         """Number of scalar weights (0 before build)."""

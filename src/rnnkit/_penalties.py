@@ -20,23 +20,32 @@ and the gradient gets ``regularizer.grad(weight)`` for each regularized weight (
 ``activity.grad(output) / batch`` on the layer's output gradient). After the optimizer step,
 every constrained weight is replaced by ``constraint(weight)``; a recurrent layer's ``(1, N)``
 bias is constrained as Keras' flat ``(N,)`` vector. Metrics are not affected.
+
+Who applies what: the trainer finds the regularized and constrained weights once per run
+(:class:`Plan`) and does nothing for a model without them; a model (Sequential, GraphModel)
+records a layer's activity penalty in the pass's Ctx after its forward
+(:func:`activity_forward`) and adds its gradient before its backward
+(:func:`activity_backward`). A layer's own ``forward`` / ``backward`` are never changed, so a
+bare ``layer.forward`` has no activity penalty (nor does a layer inside a wrapper such as
+Bidirectional).
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from rnnkit import constraints, regularizers
+from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidParameterError
 from rnnkit._layer import Layer
 
-if TYPE_CHECKING:
-    from rnnkit._ctx import Ctx
-    from rnnkit.models._base import Model
+
+class Model(Protocol):
+    """What this module reads of a model: its weights by name (and ``layers``, when it has them)."""
+
+    def named_weights(self) -> dict[str, tuple[Layer, str]]: ...
 
 _ROLES = {"kernel": "kernel", "recurrent": "recurrent_kernel", "bias": "bias", "embeddings": "embeddings"}
 KEYWORDS = (*(f"{r}_{kind}" for kind in ("regularizer", "constraint") for r in _ROLES),
@@ -50,8 +59,6 @@ def attach(layer: Layer, **keywords: Any) -> Layer:
     ``recurrent_constraint``, ``bias_constraint``, ``embeddings_constraint``); each value is
     anything ``rnnkit.regularizers.get`` / ``rnnkit.constraints.get`` takes, None removes it.
     Returns the layer. A weight the (built) layer lacks is refused, typed."""
-    from rnnkit import constraints, regularizers
-
     if not isinstance(layer, Layer):
         raise TypeError(f"attach: expected a Layer, got {type(layer).__name__}")
     regs: dict[str, Any] = dict(getattr(layer, "regularizers", None) or {})
@@ -60,14 +67,12 @@ def attach(layer: Layer, **keywords: Any) -> Layer:
         if key not in KEYWORDS:
             raise TypeError(f"{layer.name}: unknown keyword {key!r}; expected one of {list(KEYWORDS)}")
         if key == "activity_regularizer":
-            layer.activity_regularizer = regularizers.get(value)  # type: ignore[attr-defined]
-            if layer.activity_regularizer is not None:  # type: ignore[attr-defined]
-                _wrap_for_activity(layer)
+            layer.activity_regularizer = _get(regularizers.get, value, key, layer)
             continue
         role, kind = key.rsplit("_", 1)
         name = _ROLES[role]
         table = regs if kind == "regularizer" else cons
-        obj: Any = regularizers.get(value) if kind == "regularizer" else constraints.get(value)
+        obj: Any = _get(regularizers.get if kind == "regularizer" else constraints.get, value, key, layer)
         if obj is None:
             table.pop(name, None)
         else:
@@ -79,11 +84,18 @@ def attach(layer: Layer, **keywords: Any) -> Layer:
     return layer
 
 
+def _get(getter: Any, value: Any, key: str, layer: Layer) -> Any:
+    """``getter(value)``; its InvalidParameterError names the layer and the keyword."""
+    try:
+        return getter(value)
+    except InvalidParameterError as e:
+        raise InvalidParameterError(f"{layer.name} ({type(layer).__name__}): {key}={value!r} is refused: "
+                                    f"{e}") from None
+
+
 def config_of(layer: Layer) -> dict[str, Any]:
     """The layer's regularizers and constraints as Keras keywords -> serialized dicts (only
     those set), for ``get_config`` and model files."""
-    from rnnkit import constraints, regularizers
-
     inv = {w: r for r, w in _ROLES.items()}
     out: dict[str, Any] = {}
     for name, reg in (getattr(layer, "regularizers", None) or {}).items():
@@ -106,7 +118,7 @@ def check_layer(layer: Layer) -> None:
                     f"does not have; its weights: {layer.weight_names}")
 
 
-def _layers(model: Model) -> list[Layer]:
+def layers_of(model: Model) -> list[Layer]:
     """Every layer of the model, the layers inside a wrapper (Bidirectional's two directions)
     included."""
     seen: dict[int, Layer] = {}
@@ -141,38 +153,59 @@ def _entries(model: Model) -> list[tuple[Layer, str, Layer, str]]:
 
 def has_any(model: Model) -> bool:
     return any(getattr(la, "regularizers", None) or getattr(la, "constraints", None)
-               or getattr(la, "activity_regularizer", None) is not None for la in _layers(model))
+               or getattr(la, "activity_regularizer", None) is not None for la in layers_of(model))
 
 
-def weight_penalty(model: Model) -> float:
-    """The sum of every weight regularizer's penalty (0.0 when none)."""
-    total = 0.0
-    for owner, name, holder, inner in _entries(model):
-        reg = (getattr(holder, "regularizers", None) or {}).get(inner)
-        if reg is not None:
+class Plan:
+    """The regularized and the constrained weights of a model, found once (a training run reads
+    them as they are when it starts): ``regs`` ``(owner, name, Regularizer)``, ``cons``
+    ``(owner, name, Constraint, flat)`` (``flat``: a recurrent layer's ``(1, N)`` bias,
+    constrained as Keras' ``(N,)``). Empty lists when the model has none, and then training
+    does nothing for them."""
+
+    def __init__(self, model: Model) -> None:
+        self.regs: list[tuple[Layer, str, Any]] = []
+        self.cons: list[tuple[Layer, str, Any, bool]] = []
+        for owner, name, holder, inner in _entries(model):
+            reg = (getattr(holder, "regularizers", None) or {}).get(inner)
+            if reg is not None:
+                self.regs.append((owner, name, reg))
+            con = (getattr(holder, "constraints", None) or {}).get(inner)
+            if con is not None:
+                w = owner.weight(name)
+                flat = inner == "bias" and w.ndim == 2 and w.shape[0] == 1 and not _is_dense_like(holder)
+                self.cons.append((owner, name, con, flat))
+
+    def weight_penalty(self) -> float:
+        """The sum of every weight regularizer's penalty (0.0 when none)."""
+        total = 0.0
+        for owner, name, reg in self.regs:
             total += reg.penalty(owner.weight(name))
-    return total
+        return total
 
-
-def add_penalty_grads(model: Model, ctx: Ctx) -> None:
-    """Add each weight regularizer's gradient into ``ctx``."""
-    for owner, name, holder, inner in _entries(model):
-        reg = (getattr(holder, "regularizers", None) or {}).get(inner)
-        if reg is not None:
+    def add_grads(self, pairs: list[Any]) -> list[Any]:
+        """``pairs`` (``(layer, name, gradient)``) with each weight regularizer's gradient added
+        (a new array; a new pair for a weight without a gradient)."""
+        if not self.regs:
+            return pairs
+        index = {(id(la), n): k for k, (la, n, _) in enumerate(pairs)}
+        for owner, name, reg in self.regs:
             w = owner.weight(name)
-            ctx.add_grad(owner, name, reg.grad(w).astype(w.dtype))
+            extra = reg.grad(w).astype(w.dtype)
+            k = index.get((id(owner), name))
+            if k is None:
+                index[(id(owner), name)] = len(pairs)
+                pairs.append((owner, name, extra))
+            else:
+                pairs[k] = (owner, name, pairs[k][2] + extra)
+        return pairs
 
-
-def apply_constraints(model: Model) -> None:
-    """Replace every constrained weight by ``constraint(weight)`` (after the optimizer step)."""
-    for owner, name, holder, inner in _entries(model):
-        con = (getattr(holder, "constraints", None) or {}).get(inner)
-        if con is None:
-            continue
-        w = owner.weight(name)
-        flat = inner == "bias" and w.ndim == 2 and w.shape[0] == 1 and not _is_dense_like(holder)
-        new = con(np.array(w[0] if flat else w))
-        owner.set_weight(name, new[None, :] if flat else new, check_finite=False)  # fit checks after
+    def apply_constraints(self) -> None:
+        """Replace every constrained weight by ``constraint(weight)`` (after the optimizer step)."""
+        for owner, name, con, flat in self.cons:
+            w = owner.weight(name)
+            new = con(np.array(w[0] if flat else w))
+            owner.set_weight(name, new[None, :] if flat else new, check_finite=False)  # fit checks after
 
 
 def _is_dense_like(layer: Layer) -> bool:
@@ -180,50 +213,43 @@ def _is_dense_like(layer: Layer) -> bool:
 
 
 # -- activity regularization -------------------------------------------------------------------
-_local = threading.local()
-
-
-@contextlib.contextmanager
-def collecting() -> Iterator[list[float]]:
-    """Collect the activity penalties of the forward passes run inside (this thread)."""
-    prev = getattr(_local, "acc", None)
-    acc: list[float] = []
-    _local.acc = acc
-    try:
-        yield acc
-    finally:
-        _local.acc = prev
+def activity_penalty(ctx: Ctx) -> float:
+    """The sum of the activity penalties the passes in ``ctx`` recorded (0.0 when none)."""
+    return float(sum(ctx.penalties)) if ctx.penalties else 0.0
 
 
 class _Token:
-    """Keys the output cache of a layer's activity regularizer in the Ctx."""
+    """Keys the saved output of a layer's activity regularizer in the Ctx."""
 
     def __init__(self, layer: Layer) -> None:
         self.name = f"{layer.name} (activity regularizer)"
 
 
-def _wrap_for_activity(layer: Layer) -> None:
-    if getattr(layer, "_activity_wrapped", False):
+def activity_forward(layer: Layer, y: Any, ctx: Ctx) -> None:
+    """After ``layer``'s forward in a model: record ``activity_regularizer(y) / batch`` in the
+    Ctx (and, in training, ``y`` for :func:`activity_backward`). Nothing without a regularizer."""
+    reg = layer.activity_regularizer
+    if reg is None or not isinstance(y, np.ndarray) or y.ndim == 0:
         return
-    fwd, bwd, token = layer.forward, layer.backward, _Token(layer)
+    ctx.penalties.append(reg.penalty(y) / y.shape[0])
+    ctx.save(_token_of(layer), y)  # type: ignore[arg-type]
 
-    def forward(x: Any, ctx: Ctx, *args: Any, **kwargs: Any) -> Any:
-        y = fwd(x, ctx, *args, **kwargs)
-        reg = getattr(layer, "activity_regularizer", None)
-        if reg is not None and isinstance(y, np.ndarray) and y.ndim > 0:
-            acc = getattr(_local, "acc", None)
-            if acc is not None:
-                acc.append(reg.penalty(y) / y.shape[0])
-            ctx.save(token, y)  # type: ignore[arg-type]
-        return y
 
-    def backward(grad: Any, ctx: Ctx, *args: Any, **kwargs: Any) -> Any:
-        reg = getattr(layer, "activity_regularizer", None)
-        if reg is not None and ctx.is_training and id(token) in ctx._caches:
-            y = ctx.load(token)  # type: ignore[arg-type]
-            grad = np.asarray(grad) + (reg.grad(y) / y.shape[0]).astype(y.dtype)
-        return bwd(grad, ctx, *args, **kwargs)
+def activity_backward(layer: Layer, grad: Any, ctx: Ctx) -> Any:
+    """Before ``layer``'s backward in a model: the upstream gradient plus the activity
+    regularizer's, ``activity.grad(y) / batch`` (``grad`` itself without a regularizer)."""
+    reg = layer.activity_regularizer
+    if reg is None or not ctx.is_training:
+        return grad
+    token = _token_of(layer)
+    if id(token) not in ctx._caches:
+        return grad
+    y = ctx.load(token)  # type: ignore[arg-type]
+    return np.asarray(grad) + (reg.grad(y) / y.shape[0]).astype(y.dtype)
 
-    layer.forward = forward  # type: ignore[method-assign]
-    layer.backward = backward  # type: ignore[method-assign]
-    layer._activity_wrapped = True  # type: ignore[attr-defined]
+
+def _token_of(layer: Layer) -> _Token:
+    token = layer.__dict__.get("_activity_token")
+    if token is None:
+        token = layer.__dict__["_activity_token"] = _Token(layer)
+    return token  # type: ignore[no-any-return]

@@ -10,16 +10,14 @@ views. Because every rank sums the same numbers in the same order, every rank ge
 from __future__ import annotations
 
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from rnnkit._ctx import Ctx
-
-if TYPE_CHECKING:
-    from rnnkit._layer import Layer
-    from rnnkit.distributed._mpi import MPI
-    from rnnkit.models._base import Model
+from rnnkit._layer import Layer
+from rnnkit.distributed._comm import Comm
+from rnnkit.models._checks import Trainable as Model
 
 
 class FlatLayout:
@@ -69,7 +67,7 @@ class FlatLayout:
                 present.append(1.0)
         return present
 
-    def allreduce(self, dist: MPI) -> None:
+    def allreduce(self, dist: Comm) -> None:
         """Sum every buffer over the ranks, in place (one Allreduce per buffer)."""
         for b in self.buffers:
             dist.allreduce_sum(b)
@@ -81,7 +79,7 @@ class FlatLayout:
                                                                  strict=True) if p > 0]
 
     # -- weights -----------------------------------------------------------------------------
-    def bcast_weights(self, dist: MPI) -> None:
+    def bcast_weights(self, dist: Comm) -> None:
         """Every rank takes rank 0's weights (through the gradient buffers, then cleared)."""
         for (layer, n), view in zip(self.pairs, self.views, strict=True):
             view[...] = layer.weight(n)

@@ -27,7 +27,11 @@ import numpy as np
 
 from rnnkit._errors import InvalidParameterError
 from rnnkit.distributed._errors import DistributedError
+from rnnkit.distributed._guard import Guard
+from rnnkit.distributed._team import MPITeam
 from rnnkit.io._interop_errors import MissingDependencyError
+from rnnkit.models._checks import Trainable
+from rnnkit.models._training import Parallel
 
 SHARDS = ("replicated", "local")
 #: seconds a failing rank waits between writing its report and MPI_Abort (see ``abort``)
@@ -48,42 +52,7 @@ def import_mpi4py() -> Any:
     return mpi
 
 
-class Guard:
-    """A context manager that holds the first exception of a region instead of raising it.
-
-    ``with guard.region("epoch 2/5, batch 3/8"): ...`` runs the body; an ``Exception`` is kept
-    (with where it happened) for the next collective check, which raises it on every rank."""
-
-    def __init__(self) -> None:
-        self.error: BaseException | None = None
-        self.where = ""
-        self._where_next = ""
-
-    def region(self, where: str) -> Guard:
-        self._where_next = where
-        return self
-
-    def __enter__(self) -> Guard:
-        return self
-
-    def __exit__(self, et: Any, ev: BaseException | None, tb: Any) -> bool:
-        if ev is None or not isinstance(ev, Exception) or isinstance(ev, DistributedError):
-            return False
-        if self.error is None:
-            self.error, self.where = ev, self._where_next
-        return True
-
-    @property
-    def failed(self) -> bool:
-        return self.error is not None
-
-    def describe(self) -> str:
-        e = self.error
-        text = " ".join(str(e).split()) if e is not None else ""
-        return f"{self.where}: {type(e).__name__}: {text}" if self.where else f"{type(e).__name__}: {text}"
-
-
-class MPI:
+class MPI(Parallel):
     """Data-parallel training over the ranks of an MPI communicator (needs ``rnnkit[mpi]``).
 
     ``MPI(comm=None, shard="replicated")``: ``comm`` an ``mpi4py`` intra-communicator (default
@@ -121,6 +90,10 @@ class MPI:
 
     def __repr__(self) -> str:
         return f"MPI(rank={self.rank}, size={self.size}, shard={self.shard!r})"
+
+    def team(self, model: Trainable, what: str) -> MPITeam:
+        """The team hooks of one ``fit`` / ``evaluate`` (``what``) of ``model`` on these ranks."""
+        return MPITeam(self, model, what)
 
     # -- splitting ---------------------------------------------------------------------------
     def bounds(self, n: int, rank: int | None = None) -> tuple[int, int]:

@@ -54,6 +54,7 @@ class Embedding(Layer):
                activity_regularizer=activity_regularizer, embeddings_constraint=embeddings_constraint)
 
     supports_masking = True
+    checks_values = True  # its forward refuses a non-finite or non-integral index itself
 
     def compute_mask(self, x: Any, mask: Any) -> Mask | None:
         """The lookup acts per step, so an incoming mask (``lengths=`` given to the model)

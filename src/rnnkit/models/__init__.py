@@ -1,6 +1,7 @@
 """Models: ``Sequential`` / ``SequentialBuilder``, ``GraphBuilder`` / ``GraphModel``, the
-training loop (``compile``, ``fit``, ``fit_with_batches``, ``evaluate``, ``predict``), the
-callbacks and ``model_from_config``."""
+training loop (``compile``, ``fit``, ``evaluate``, ``predict``), the callbacks and
+``model_from_config``. The other spellings (``SequentialBuilder``, ``fit_with_batches``) are thin
+aliases, all in :mod:`rnnkit.models._aliases`."""
 
 from rnnkit.models._base import Model
 from rnnkit.models._callbacks import (

@@ -296,8 +296,33 @@ class CallbackList:
             cb.set_model(model)
         self.callbacks = callbacks
 
-    def __getattr__(self, hook: str) -> Callable[..., None]:
-        def call(*args: Any) -> None:
-            for cb in self.callbacks:
-                getattr(cb, hook)(*args)
-        return call
+    def call(self, hook: str, *args: Any) -> None:
+        """Call hook ``hook`` (one of :data:`HOOKS`) of each callback in order."""
+        if hook not in HOOKS:
+            raise InvalidParameterError(f"CallbackList: {hook!r} is not a callback hook; the hooks: "
+                                        f"{list(HOOKS)}")
+        for cb in self.callbacks:
+            getattr(cb, hook)(*args)
+
+    def on_train_begin(self, logs: Logs | None = None) -> None:
+        self.call("on_train_begin", logs)
+
+    def on_epoch_begin(self, epoch: int, logs: Logs | None = None) -> None:
+        self.call("on_epoch_begin", epoch, logs)
+
+    def on_train_batch_begin(self, batch: int, logs: Logs | None = None) -> None:
+        self.call("on_train_batch_begin", batch, logs)
+
+    def on_train_batch_end(self, batch: int, logs: Logs | None = None) -> None:
+        self.call("on_train_batch_end", batch, logs)
+
+    def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
+        self.call("on_epoch_end", epoch, logs)
+
+    def on_train_end(self, logs: Logs | None = None) -> None:
+        self.call("on_train_end", logs)
+
+
+#: the hooks a CallbackList dispatches, in the order a fit calls them first
+HOOKS = ("on_train_begin", "on_epoch_begin", "on_train_batch_begin", "on_train_batch_end", "on_epoch_end",
+         "on_train_end")

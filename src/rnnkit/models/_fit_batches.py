@@ -13,7 +13,7 @@ One EPOCH of ``fit``:
 - a source that runs out ends the epoch there; an epoch that gets no batch at all stops
   training with a warning (Keras: "your input ran out of data").
 
-Each step is :func:`rnnkit.models._training.train_step` on the batch as given (no reshuffle,
+Each step is :func:`rnnkit.models._trainer.train_step` on the batch as given (no reshuffle,
 no re-batching), with the training generator seeded by ``seed`` drawing one Ctx seed per step
 exactly as the array path does — so a generator yielding the batches of ``fit(x, y,
 batch_size=b, shuffle=False)`` in order ends with bit-identical weights. The epoch's logs are the
@@ -43,7 +43,12 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit._ctx import Ctx
 from rnnkit._errors import DataSourceError, InvalidInputError, InvalidParameterError
+from rnnkit.models._batch import Batch, prepare
+from rnnkit.models._checks import Trainable as Model
+from rnnkit.models._checks import first_non_finite, unlist
+from rnnkit.models._weighting import sample_weights
 
 
 def is_batch_source(x: Any) -> bool:
@@ -211,146 +216,61 @@ def mask_of(source: Source) -> Any:
     return fn if source.indexed and callable(fn) else None
 
 
-def _step_batch(model: Any, item: Any, where: str) -> tuple[list[np.ndarray], list[np.ndarray], Any]:
-    from rnnkit.models._training import _check_finite_data, _targets
+class SourceBatches:
+    """The batches of a source for the trainer's loop, each checked as it arrives (its ``x``
+    and ``y`` finite, its sample weights matching); a bad batch raises InvalidInputError naming
+    the batch (and the epoch, when ``epochs``)."""
 
-    x, y, sw = split_batch(model, item, where, True)
-    xs = model._inputs(x)
-    ys = _targets(model, y, xs[0].shape[0])
-    _check_finite_data(xs, f"{where}: x")
-    _check_finite_data(ys, f"{where}: y")
-    return xs, ys, sw
+    def __init__(self, model: Model, data: Any, steps: int | None, workers: int, where: str, *,
+                 epochs: bool = True) -> None:
+        self.model, self.where, self.workers, self.epochs = model, where, workers, epochs
+        self.source = Source(data, steps, where)
+        self.mask = mask_of(self.source)
 
+    def steps(self) -> int | None:
+        return self.source.epoch_steps()
 
-def _weights(model: Any, ys: list[np.ndarray], sw: Any) -> Any:
-    """The batch's sample weights, one per output (None when the batch has none)."""
-    from rnnkit.models._weighting import sample_weights
+    def epoch(self, epoch: int) -> Iterator[Batch]:
+        total = self.source.epoch_steps()
+        of = "" if total is None else f"/{total}"
+        for b, item in batches(self.source, self.workers, epoch):
+            at = (f"{self.where}: batch {b + 1}{of} of epoch {epoch + 1}" if self.epochs
+                  else f"{self.where}: batch {b + 1}")
+            try:
+                x, y, sw = split_batch(self.model, item, at, True)
+                data = prepare(self.model, x, y, at)
+                if sw is not None:
+                    data.sws = sample_weights(self.model, data.ys, sw, None)
+            except InvalidInputError as e:
+                if not self.epochs or str(e).startswith(at):
+                    raise
+                raise InvalidInputError(f"{at}: {e}") from None
+            data.masks = None if self.mask is None else [self.mask(b)]
+            yield data
 
-    return None if sw is None else sample_weights(model, ys, sw, None)
+    def end_epoch(self) -> None:
+        self.source.end_epoch()
 
-
-def _masks(masks: Any, b: int) -> Any:
-    return None if masks is None else [masks(b)]
-
-
-def run_fit_source(model: Any, data: Any, epochs: int, *, steps_per_epoch: int | None,
-                   validation_data: Any, validation_steps: int | None, callbacks: Any, verbose: int,
-                   seed: int | None, initial_epoch: int, workers: int) -> Any:
-    """``fit`` on a batch source (see the module docstring)."""
-    from rnnkit._ctx import Ctx
-    from rnnkit._random import make_rng
-    from rnnkit.models._callbacks import CallbackList, History
-    from rnnkit.models._callbacks_more import ProgbarLogger, TerminateOnNaN
-    from rnnkit.models._training import EpochBar, guarded_step
-
-    model._require_compiled("fit")
-    where = f"{model.name}.fit"
-    for arg, val_, lo in (("epochs", epochs, 1), ("initial_epoch", initial_epoch, 0)):
-        if isinstance(val_, bool) or not hasattr(val_, "__index__") or int(val_) < lo:
-            raise InvalidParameterError(f"fit: {arg} must be an int >= {lo}, got {val_!r}")
-    source = Source(data, check_steps(steps_per_epoch, "fit: steps_per_epoch"), where)
-    vsteps = check_steps(validation_steps, "fit: validation_steps")
-    if validation_data is not None and not is_batch_source(validation_data) and (
-            not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2):
-        raise InvalidParameterError("fit: validation_data must be a pair (x_val, y_val) or a batch source")
-    rng = make_rng(seed)
-    history = History()
-    extra = [ProgbarLogger(int(epochs))] if verbose == 2 else []
-    cbs = CallbackList([*(callbacks or []), *extra, history], model)
-    nan_stops = any(isinstance(cb, TerminateOnNaN) for cb in cbs.callbacks)
-    masks = mask_of(source)
-    model.stop_training = False
-    cbs.on_train_begin({})
-    logs: dict[str, float] = {}
-    bar = EpochBar(model.name, epochs, int(initial_epoch), verbose)
-    try:
-        for epoch in range(int(initial_epoch), int(epochs)):
-            cbs.on_epoch_begin(epoch, {})
-            sums: dict[str, float] = {}
-            seen = 0
-            total = source.epoch_steps()
-            of = "" if total is None else f"/{total}"
-            for b, item in batches(source, workers, epoch):
-                at = f"{where}: batch {b + 1}{of} of epoch {epoch + 1}"
-                try:
-                    xb, yb, sw = _step_batch(model, item, at)
-                    wb = _weights(model, yb, sw)
-                except InvalidInputError as e:
-                    raise InvalidInputError(f"{at}: {e}") from None
-                ctx = Ctx.training(int(rng.integers(0, 2**63 - 1)))
-                cbs.on_train_batch_begin(b, {})
-                step_logs = guarded_step(model, xb, yb, ctx, _masks(masks, b), wb, nan_stops,
-                                         f"epoch {epoch + 1}/{epochs} (batch {b + 1}{of})")
-                nb = int(xb[0].shape[0])
-                for k, v in step_logs.items():
-                    sums[k] = sums.get(k, 0.0) + nb * v
-                seen += nb
-                cbs.on_train_batch_end(b, step_logs)
-                if model.stop_training:
-                    break
-            if seen == 0:
-                warn_ran_out(where, epoch)
-                break
-            logs = {k: v / seen for k, v in sums.items()}
-            if validation_data is not None:
-                vlogs = evaluate_any(model, validation_data, None, vsteps, workers, f"{where} (validation)")
-                logs.update({f"val_{k}": v for k, v in vlogs.items()})
-            cbs.on_epoch_end(epoch, logs)
-            source.end_epoch()
-            bar.epoch_done(logs, model.stop_training)
-            if model.stop_training:
-                break
-    finally:
-        bar.close()
-    cbs.on_train_end(logs)
-    model.history = history
-    return history
+    def ran_out(self, epoch: int) -> None:
+        warn_ran_out(self.where, epoch)
 
 
-def evaluate_any(model: Any, data: Any, batch_size: int | None, steps: int | None, workers: int,
-                 where: str) -> dict[str, float]:
-    """Loss and metrics over a batch source (sample-weighted mean over batches), or over a
-    pair of arrays via :func:`rnnkit.models._training.evaluate_logs`."""
-    from rnnkit import _penalties as _pen
-    from rnnkit._ctx import Ctx
-    from rnnkit.models._training import evaluate_logs, loss_and_grads, metric_values
-    from rnnkit.models._weighting import output_weights
-
-    if not is_batch_source(data):
-        return evaluate_logs(model, data[0], data[1], batch_size)
-    source = Source(data, steps, where)
-    masks = mask_of(source)
-    sums: dict[str, float] = {}
-    seen = 0
-    for b, item in batches(source, workers, 0):
-        xb, yb, sw = _step_batch(model, item, f"{where}: batch {b + 1}")
-        wb = _weights(model, yb, sw)
-        with _pen.collecting() as activity:
-            preds, out_masks = model._forward_masks(xb, Ctx.inference(), False, _masks(masks, b))
-        lw, mw = output_weights(preds, out_masks, wb)
-        loss, _ = loss_and_grads(model, yb, preds, lw)
-        loss += _pen.weight_penalty(model) + sum(activity)
-        nb = int(xb[0].shape[0])
-        for k, v in {"loss": loss, **metric_values(model, yb, preds, mw)}.items():
-            sums[k] = sums.get(k, 0.0) + nb * v
-        seen += nb
-    if seen == 0:
-        raise InvalidInputError(f"{where}: the batch source gave no batch")
-    return {k: v / seen for k, v in sums.items()}
-
-
-def predict_source(model: Any, data: Any, steps: int | None, workers: int) -> Any:
-    """Outputs for every batch of a source, concatenated (``x`` of ``(x, y)`` batches too)."""
-    from rnnkit._ctx import Ctx
-    from rnnkit.models._base import unlist
-
+def predict_source(model: Model, data: Any, steps: int | None, workers: int) -> Any:
+    """Outputs for every batch of a source, concatenated (``x`` of ``(x, y)`` batches too);
+    each batch's inputs checked finite as it arrives."""
     where = f"{model.name}.predict"
     source = Source(data, check_steps(steps, "predict: steps"), where)
     masks = mask_of(source)
     parts: list[list[np.ndarray]] = []
+    n_out = 1
     for b, item in batches(source, check_workers(workers, where), 0):
-        x, _, _ = split_batch(model, item, f"{where}: batch {b + 1}", False)
-        parts.append(model._forward_masks(model._inputs(x), Ctx.inference(), False, _masks(masks, b))[0])
+        at = f"{where}: batch {b + 1}"
+        x, _, _ = split_batch(model, item, at, False)
+        xs = model._inputs(x)
+        first_non_finite(xs, f"{at}: x")
+        out = model._forward_masks(xs, Ctx.inference(), False, None if masks is None else [masks(b)])[0]
+        n_out = len(out)
+        parts.append(out)
     if not parts:
         raise InvalidInputError(f"{where}: the batch source gave no batch")
-    return unlist([np.concatenate([p[k] for p in parts]) for k in range(model.n_outputs)])
+    return unlist([np.concatenate([p[k] for p in parts]) for k in range(n_out)])

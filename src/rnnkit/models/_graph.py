@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit import _penalties as _pen
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError
 from rnnkit._layer import Layer
@@ -208,6 +209,8 @@ class GraphModel(Model):
                     out = n.layer.forward_masked(arg, m_in, ctx)
                 else:
                     out = n.layer.forward(arg, ctx)  # type: ignore[arg-type]
+                if n.layer.activity_regularizer is not None:
+                    _pen.activity_forward(n.layer, out, ctx)
                 if check:
                     for o in out if isinstance(out, list) else [out]:
                         check_finite(o, f"the output of node {n.name} ({type(n.layer).__name__})")
@@ -241,6 +244,8 @@ class GraphModel(Model):
                 g = [None] * n.n_outputs if n.n_outputs > 1 else None
             if g is None:  # no gradient reaches this node: nothing to do  # pragma: no cover
                 continue
+            if n.layer.activity_regularizer is not None:
+                g = _pen.activity_backward(n.layer, g, ctx)
             gin = n.layer.backward(g, ctx)
             listed = isinstance(n.layer, MergeLayer) or len(n.inbound) > 1
             gins = gin if listed else [gin]

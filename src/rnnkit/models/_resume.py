@@ -12,7 +12,9 @@ After every completed epoch ``fit`` writes ONE file, ``DIR/fit_state.safetensors
   (weight names and shapes, optimizer, loss, epochs, batch size, shuffle, seed, a SHA-256 of
   the data).
 
-A later ``fit`` with the same ``checkpoint`` and the same run restores all of it and continues
+A later ``fit`` with the same ``checkpoint`` and the same run checks all of it
+(:mod:`rnnkit.models._resume_check`: types, shapes, ranges; a damaged or tampered file is
+refused with FileFormatError naming the field, before anything changes), restores it and continues
 with the next epoch, so it ends bit-identical to a run that was never interrupted. A file from
 a different run (another model, data, seed, ...) is refused with InvalidParameterError naming
 what differs; a run that already completed returns its History without training again.
@@ -28,7 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rnnkit import losses, optimizers
 from rnnkit._errors import FileFormatError, InvalidParameterError
+from rnnkit.models._resume_check import check_state
 
 if TYPE_CHECKING:
     from rnnkit.models._base import Model
@@ -50,8 +54,6 @@ def _digest(arrays: list[np.ndarray]) -> str:
 def fingerprint(model: Model, xs: list[np.ndarray], ys: list[np.ndarray],
                 run: dict[str, Any]) -> dict[str, Any]:
     """What must be equal for a checkpoint to continue this run."""
-    from rnnkit import losses, optimizers
-
     return {
         "weights": {k: list(layer.weight(n).shape) for k, (layer, n) in model.named_weights().items()},
         "optimizer": optimizers.serialize(model.optimizer)["class_name"],
@@ -118,13 +120,17 @@ def restore_state(checkpoint: Any, model: Model, rng: np.random.Generator, histo
     if meta.get("format") != _FORMAT or "fit_state" not in meta:
         raise FileFormatError(f"{path}: not a fit checkpoint (metadata format {meta.get('format')!r})")
     state = parse_json(meta["fit_state"], str(path))
+    saved_fp = state.get("fingerprint") if isinstance(state, dict) else None
+    if not isinstance(saved_fp, dict):
+        raise FileFormatError(f"{path}: a damaged fit checkpoint: fingerprint must be an object, got "
+                              f"{saved_fp!r:.80}")
+    differ = sorted(k for k in set(fp) | set(saved_fp) if fp.get(k) != saved_fp.get(k))
+    if differ:
+        raise InvalidParameterError(
+            f"fit: checkpoint {path} belongs to another run (differs in {differ}); use a new "
+            f"checkpoint directory, or delete {path} to start over")
+    check_state(path, state, tensors, model, int(fp["epochs"]))  # before anything is restored
     try:
-        saved_fp = state["fingerprint"]
-        differ = sorted(k for k in set(fp) | set(saved_fp) if fp.get(k) != saved_fp.get(k))
-        if differ:
-            raise InvalidParameterError(
-                f"fit: checkpoint {path} belongs to another run (differs in {differ}); use a new "
-                f"checkpoint directory, or delete {path} to start over")
         named = model.named_weights()
         opt = model.optimizer
         model.set_weights([tensors[f"weight/{k}"] for k in named])

@@ -1,4 +1,5 @@
-"""``Sequential`` and ``SequentialBuilder``: a stack of single-input layers."""
+"""``Sequential``: a stack of single-input layers, and ``SequentialBuilder``, its builder spelling
+(an alias: :mod:`rnnkit.models._aliases`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit import _penalties as _pen
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError
 from rnnkit._layer import Layer
@@ -53,7 +55,6 @@ class Sequential(Model):
         for layer in layers or []:
             self.add(layer)
         if input_shape is not None:  # Keras' convention (no batch axis) too: models/_keras_shape.py
-
             self.build(with_batch_axis(self.layers, input_shape))
 
     def add(self, layer: Layer) -> Sequential:
@@ -144,6 +145,8 @@ class Sequential(Model):
                 except InvalidInputError as e:
                     raise InvalidInputError(f"{self.name}: layer {i} ({type(layer).__name__}): {e}") from None
                 h = layer.forward(h, ctx.set_mask(mask))
+                if layer.activity_regularizer is not None:
+                    _pen.activity_forward(layer, h, ctx)
                 mask = out_mask
                 if check:
                     check_finite(h, f"the output of layer {i} ({type(layer).__name__})")
@@ -155,6 +158,8 @@ class Sequential(Model):
         g = grads[0]
         for i in range(len(self.layers) - 1, -1, -1):
             layer = self.layers[i]
+            if layer.activity_regularizer is not None:
+                g = _pen.activity_backward(layer, g, ctx)
             g = layer.backward(g, ctx)
             if check:
                 check_weight_grads(layer, ctx, str(i))
@@ -185,7 +190,8 @@ class Sequential(Model):
 
 
 class SequentialBuilder:
-    """The chainable builder: ``SequentialBuilder().add(a).add(b).build(shape) -> Sequential``."""
+    """``SequentialBuilder(name).add(a).add(b).build(shape)``: ``Sequential([a, b],
+    name=name).build(shape)`` (an alias: :mod:`rnnkit.models._aliases`)."""
 
     def __init__(self, name: str = "sequential") -> None:
         self._layers: list[Layer] = []
@@ -197,4 +203,4 @@ class SequentialBuilder:
 
     def build(self, shape: Shape | tuple[int | None, ...]) -> Sequential:
         """Build every layer for inputs of ``shape`` (batch axis free) and return the model."""
-        return Sequential(self._layers, name=self._name).build(shape)  # the batch axis given
+        return Sequential(self._layers, name=self._name).build(shape)

@@ -1,321 +1,310 @@
-"""The training loop behind ``Model.fit`` and ``Model.evaluate``.
+"""``fit`` and ``evaluate`` at the door: every argument and the data are checked ONCE, here,
+then the one loop of :mod:`rnnkit.models._trainer` runs (nothing re-checked inside it).
 
-One STEP on a batch ``(xb, yb)`` (a fresh training Ctx each step)::
+What ``fit`` takes (each refused with a typed error naming it otherwise):
 
-    pred        = model forward(xb)                   every layer output checked finite
-    loss, dpred = loss.value_and_grad(yb, pred)       mean over the batch's samples
-    metrics     = m(yb, pred) for each metric         measured on the same, pre-update pred
-    model backward(dpred)                             every gradient checked finite
-    optimizer.apply_gradients([(layer, name, grad), ...])
+- arrays ``x``, ``y`` (finite numbers, one per model input / output, the same sample count),
+  with ``batch_size`` (None: one full-batch step per epoch), ``shuffle``, ``seed``,
+  ``sample_weight`` / ``class_weight`` (Keras' rules), ``mask=`` / ``lengths=`` (the inputs'
+  padding), ``validation_data`` (a pair or ``(x, y, sample_weight)``) or ``validation_split``
+  (the LAST ``ceil(f * N)`` samples, before any shuffling, as Keras holds out), ``checkpoint``;
+- or a batch source ``x`` (a generator, a :class:`rnnkit.data.Dataset`; each batch checked as
+  it arrives: :mod:`rnnkit.models._fit_batches`) with ``steps_per_epoch``,
+  ``validation_steps``, ``workers``;
+- ``distributed=rk.distributed.MPI()`` with arrays: the same training on every rank of an MPI
+  job, masks, sample and class weights and weight regularizers included, equal to one process
+  on the same global batches (:mod:`rnnkit.distributed._team`). It takes no ``checkpoint`` (a
+  ``ModelCheckpoint`` callback runs on rank 0), no batch source and no activity regularizer.
 
-One EPOCH: with ``batch_size=None`` (or >= the sample count) one full-batch step; otherwise
-``ceil(N / batch_size)`` steps over a permutation drawn each epoch (when ``shuffle``) from one
-generator seeded by ``seed``. The epoch's ``loss`` (and each metric) is the SAMPLE-WEIGHTED
-mean of the batch values, each measured before its update::
-
-    loss_epoch = sum_b n_b * loss_b / sum_b n_b
-
-(Keras' convention). Weights (Keras' rules): ``sample_weight`` (per sample, or per timestep
-for sequence outputs) or ``class_weight`` (``{class: weight}``, turned into per-sample
-weights from the targets) weight each loss position (:class:`rnnkit.Loss`); the mask of a
-sequence output (from ``Masking``, ``Embedding(mask_zero=True)`` or ``fit(mask=/lengths=)``)
-weights the valid steps by ``P / V`` and the rest by 0, so the loss is the mean over the
-valid steps; metrics take the mask as weights of a weighted mean (not the sample weights:
-Keras' ``metrics=`` are unweighted).
-``val_*`` entries: :func:`evaluate_logs` on the validation data after the
-epoch's last step. ``validation_split=f`` holds out the LAST ``ceil(f * N)`` samples (before
-any shuffling), as Keras does.
+``epochs`` >= 1, ``initial_epoch`` >= 0, ``verbose`` an int >= 0, ``callbacks`` a list of
+Callback. While a ``fit`` runs, every layer of the model is busy: a second ``fit`` of any model
+holding one of those layers (two models sharing a layer) raises ModelBusyError at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
-from typing import Any
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import numpy as np
-from tqdm import tqdm
 
 from rnnkit import _penalties as _pen
-from rnnkit import kernels
-from rnnkit._ctx import Ctx
-from rnnkit._errors import InvalidInputError, InvalidParameterError, NonFiniteError
-from rnnkit._random import make_rng
-from rnnkit.models._base import Data, Model, NonFiniteAt, as_list, check_finite
+from rnnkit._errors import InvalidInputError, InvalidParameterError, ModelBusyError
+from rnnkit._layer import Layer, check_bool, check_real
+from rnnkit._random import check_seed, make_rng
+from rnnkit.models._batch import Batch, prepare, take
 from rnnkit.models._callbacks import Callback, CallbackList, History
 from rnnkit.models._callbacks_more import ProgbarLogger, TerminateOnNaN
+from rnnkit.models._checks import Data
+from rnnkit.models._checks import Trainable as Model
+from rnnkit.models._fit_batches import SourceBatches, check_steps, check_workers, is_batch_source
 from rnnkit.models._resume import fingerprint, restore_state, save_state
-from rnnkit.models._weighting import input_masks, output_weights, sample_weights, take_mask
+from rnnkit.models._trainer import SOLO, Resume, Team, evaluate, run
+from rnnkit.models._weighting import output_weights
+
+__all__ = ["Parallel", "evaluate_arrays", "fit", "output_weights", "prepare"]
+T = TypeVar("T")
 
 
-def _targets(model: Model, y: Data, n: int) -> list[np.ndarray]:
-    ys = as_list(y, model.n_outputs, "target")
-    for k, a in enumerate(ys):
-        if a.ndim < 1 or a.shape[0] != n:
-            raise InvalidInputError(
-                f"{model.name}: target {k} has shape {a.shape}; expected {n} samples on axis 0 "
-                f"(as many as the inputs)"
-            )
-    return ys
+class Parallel:
+    """A way to run ``fit`` / ``evaluate`` on several processes (``rnnkit.distributed.MPI``):
+    :meth:`team` makes the :class:`~rnnkit.models._trainer.Team` of one call, :meth:`run`
+    runs the whole call on this process (ending the job when it fails outside a guarded
+    region)."""
+
+    def team(self, model: Model, what: str) -> Team:
+        raise NotImplementedError
+
+    def run(self, fn: Callable[[], T]) -> T:
+        return fn()
 
 
-def _check_finite_data(arrs: list[np.ndarray], what: str) -> None:
-    for k, a in enumerate(arrs):
-        if a.dtype.kind in "fc" and not np.isfinite(a).all():
-            pos = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
-            raise InvalidInputError(f"{what}{'' if len(arrs) == 1 else f' {k}'} holds {a[pos]} at {pos}; "
-                                    f"expected finite numbers")
+def check_parallel(obj: Any, where: str) -> Parallel:
+    if not isinstance(obj, Parallel):
+        raise TypeError(f"{where}: distributed= must be an rnnkit.distributed.MPI object (or None), "
+                        f"got {type(obj).__name__}")
+    return obj
 
 
-def loss_and_grads(model: Model, ys: list[np.ndarray], preds: list[np.ndarray],
-                   weights: list[Any] | None = None) -> tuple[float, list[np.ndarray]]:
-    """The summed loss over the outputs and d(loss)/d(pred) per output (``weights``: one
-    array or None per output, see :class:`rnnkit.Loss`)."""
-    total = 0.0
-    grads: list[np.ndarray] = []
-    for k, (y, p) in enumerate(zip(ys, preds, strict=True)):
-        w = None if weights is None else weights[k]
-        v, g = model.loss.value_and_grad(y, p) if w is None else model.loss.value_and_grad(y, p, w)
-        total += float(v)
-        grads.append(np.asarray(g, p.dtype))
-    return total, grads
+# -- the data ------------------------------------------------------------------------------
+class ArrayBatches:
+    """The batches of arrays: each epoch, the team's index batches (a permutation drawn from
+    the fit generator when shuffling)."""
+
+    def __init__(self, data: Batch, batch_size: int | None, shuffle: bool, rng: np.random.Generator,
+                 team: Team) -> None:
+        self.data, self.bs, self.shuffle, self.rng, self.team = data, batch_size, shuffle, rng, team
+        self._steps = 0
+
+    def epoch(self, epoch: int) -> Iterator[Batch]:
+        idx = self.team.epoch_batches(self.data.n, self.bs, self.shuffle, self.rng)
+        self._steps = len(idx)
+        return (take(self.data, i) for i in idx)
+
+    def steps(self) -> int | None:
+        return self._steps
+
+    def end_epoch(self) -> None:
+        pass
 
 
-def metric_values(model: Model, ys: list[np.ndarray], preds: list[np.ndarray],
-                  weights: list[Any] | None = None) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for k, (y, p) in enumerate(zip(ys, preds, strict=True)):
-        w = None if weights is None else weights[k]
-        for m in model.metrics:
-            key = m.name if len(ys) == 1 else f"output_{k}_{m.name}"
-            out[key] = float(m(y, p) if w is None else m(y, p, sample_weight=w))
-    return out
-
-
-class NonFiniteLoss(NonFiniteAt):
-    """Internal: the batch's loss itself is NaN/Inf (``logs`` holds it); nothing was applied."""
-
-    def __init__(self, where: str, logs: dict[str, float]) -> None:
-        super().__init__(where)
-        self.logs = logs
-
-
-def train_step(model: Model, xb: list[np.ndarray], yb: list[np.ndarray], ctx: Ctx,
-               masks: list[Any] | None = None, sws: list[Any] | None = None) -> dict[str, float]:
-    """One optimizer step (see the module docstring); returns the pre-update loss and metrics.
-    ``masks``: the input masks; ``sws``: the sample weights per output."""
-    with _pen.collecting() as activity:
-        preds, out_masks = model._forward_masks(xb, ctx, True, masks)
-    lw, mw = output_weights(preds, out_masks, sws)
-    loss, grads = loss_and_grads(model, yb, preds, lw)
-    loss += _pen.weight_penalty(model) + sum(activity)  # regularizers (rnnkit/_penalties.py)
-    lname = type(model.loss).__name__
-    if not math.isfinite(loss):
-        raise NonFiniteLoss(f"the loss ({lname}) is {loss}",
-                            {"loss": loss, **metric_values(model, yb, preds, mw)})
-    for g in grads:
-        check_finite(g, f"the gradient of the loss ({lname}) w.r.t. the model output")
-    logs = {"loss": loss, **metric_values(model, yb, preds, mw)}
-    model._backward(grads, ctx, True)
-    _pen.add_penalty_grads(model, ctx)
-    pairs = [(layer, n, ctx.grads[(layer, n)]) for layer, n in model.trainable_weights()
-             if (layer, n) in ctx.grads]
-    model.optimizer.apply_gradients(pairs)
-    _pen.apply_constraints(model)
-    for key, (layer, n) in model.named_weights().items():
-        check_finite(layer.weight(n), f"weight {key} ({type(layer).__name__}) after the optimizer step")
-    return logs
-
-
-def evaluate_logs(model: Model, x: Data, y: Data, batch_size: int | None, *, sample_weight: Any = None,
-                  mask: Any = None, lengths: Any = None) -> dict[str, float]:
-    """Loss and metrics in inference passes, sample-weighted over batches of ``batch_size``."""
-    xs = model._inputs(x)
-    n = xs[0].shape[0]
-    ys = _targets(model, y, n)
-    masks = input_masks(model, xs, mask, lengths)
-    sws = sample_weights(model, ys, sample_weight, None)
-    bs = n if batch_size is None else batch_size
-    sums: dict[str, float] = {}
-    for a in range(0, n, bs):
-        sl = slice(a, a + bs)
-        xb, yb = [v[sl] for v in xs], [v[sl] for v in ys]
-        mb = None if masks is None else [take_mask(m, sl, v.shape[1]) for m, v in zip(masks, xs, strict=True)]
-        wb = None if sws is None else [None if w is None else w[sl] for w in sws]
-        with _pen.collecting() as activity:
-            preds, out_masks = model._forward_masks(xb, Ctx.inference(), False, mb)
-        lw, mw = output_weights(preds, out_masks, wb)
-        loss, _ = loss_and_grads(model, yb, preds, lw)
-        loss += _pen.weight_penalty(model) + sum(activity)
-        nb = xb[0].shape[0]
-        for k, v in {"loss": loss, **metric_values(model, yb, preds, mw)}.items():
-            sums[k] = sums.get(k, 0.0) + nb * v
-    return {k: v / n for k, v in sums.items()}
-
-
-def _split(model: Model, xs: list[np.ndarray], ys: list[np.ndarray], split: float) -> tuple[Any, ...]:
-    if isinstance(split, bool) or not isinstance(split, (int, float, np.floating)) or not 0.0 <= split < 1.0:
-        raise InvalidParameterError(f"fit: validation_split must be a number in [0, 1), got {split!r}")
-    n = xs[0].shape[0]
+def split_validation(data: Batch, split: float) -> tuple[Batch, Batch]:
+    n = data.n
     n_val = math.ceil(split * n)
     if n_val >= n:
         raise InvalidInputError(f"fit: validation_split={split} leaves no training samples out of {n}")
-    cut = n - n_val
-    return [v[:cut] for v in xs], [v[:cut] for v in ys], [v[cut:] for v in xs], [v[cut:] for v in ys]
+    return take(data, slice(0, n - n_val)), take(data, slice(n - n_val, n))
 
 
-def _weighting(xs: list[np.ndarray], masks: list[Any] | None, sws: list[Any] | None) -> dict[str, str]:
+def _weighting(data: Batch) -> dict[str, str]:
     """A digest of the input masks and sample weights for a checkpoint's fingerprint (nothing
     when there are none, so an unweighted run's fingerprint is unchanged)."""
-    if masks is None and sws is None:
+    if data.masks is None and data.sws is None:
         return {}
     h = hashlib.sha256()
-    for m, x in zip(masks or [], xs, strict=False):
+    for m, x in zip(data.masks or [], data.xs, strict=False):
         h.update(b"-" if m is None else np.ascontiguousarray(m.valid(x.shape[1])).tobytes())
-    for w in sws or []:
+    for w in data.sws or []:
         h.update(b"-" if w is None else np.ascontiguousarray(w, np.float64).tobytes())
     return {"weighting": h.hexdigest()}
 
 
-def guarded_step(model: Any, xb: list[np.ndarray], yb: list[np.ndarray], ctx: Ctx, masks: Any, sws: Any,
-                 nan_stops: bool, at: str) -> dict[str, float]:
-    """One :func:`train_step`; NaN or Inf becomes a NonFiniteError naming ``at`` (the epoch and
-    batch) and where it first appeared, except a NaN loss when ``nan_stops`` (TerminateOnNaN is
-    among the callbacks): then the step's logs go to the callbacks, which stop training."""
+# -- the arguments -------------------------------------------------------------------------
+def check_count(value: Any, arg: str, lo: int, where: str, none_ok: bool = False) -> int | None:
+    if value is None and none_ok:
+        return None
+    if isinstance(value, bool) or not hasattr(value, "__index__") or int(value) < lo:
+        tail = " or None" if none_ok else ""
+        raise InvalidParameterError(f"{where}: {arg} must be an int >= {lo}{tail}, got {value!r}")
+    return int(value)
+
+
+def check_callbacks(callbacks: Any, where: str) -> list[Callback]:
+    if callbacks is None:
+        return []
+    if not isinstance(callbacks, (list, tuple)):
+        raise InvalidParameterError(f"{where}: callbacks must be a list of Callback instances (or None), "
+                                    f"got {type(callbacks).__name__}")
+    return list(callbacks)
+
+
+_BUSY: set[int] = set()
+_BUSY_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def busy(model: Model) -> Iterator[None]:
+    """Mark every layer of ``model`` busy for the block; ModelBusyError when one already is."""
+    layers: list[Layer] = _pen.layers_of(model)
+    ids = {id(la) for la in layers}
+    with _BUSY_LOCK:
+        taken = [la.name for la in layers if id(la) in _BUSY]
+        if taken:
+            raise ModelBusyError(f"{model.name}: fit was called while layer(s) {taken} of this model are "
+                                 f"already training (in another thread, or in another model sharing them); "
+                                 f"a layer trains in one fit at a time (build a second model from "
+                                 f"model.get_config() to train in parallel)")
+        _BUSY.update(ids)
     try:
-        with np.errstate(over="ignore", invalid="ignore"):  # reported as NonFiniteError
-            return train_step(model, xb, yb, ctx, masks, sws)
-    except NonFiniteLoss as e:
-        if nan_stops:
-            return e.logs
-        where = e.where
-    except NonFiniteAt as e:
-        where = e.where
-    raise NonFiniteError(f"{model.name}: training produced NaN or Inf in {at}: first at {where}")
+        yield
+    finally:
+        with _BUSY_LOCK:
+            _BUSY.difference_update(ids)
 
 
-class EpochBar:
-    """``fit``'s progress bar (``verbose=1``): it counts completed epochs, shows the last logs,
-    leaves the time spent compiling kernels out of its rate and estimates, and ends where training
-    stops (an early stop makes its total the epochs run)."""
-
-    def __init__(self, name: str, epochs: int, initial: int, verbose: int) -> None:
-        self.bar = tqdm(total=int(epochs), initial=int(initial), desc=name, unit="epoch",
-                        disable=verbose != 1, dynamic_ncols=True)
-        self.compiled = kernels.compile_seconds()
-
-    def epoch_done(self, logs: dict[str, float], stop: bool) -> None:
-        bar = self.bar
-        bar.set_postfix({k: f"{v:.4g}" for k, v in logs.items()}, refresh=False)
-        now = kernels.compile_seconds()   # compiling kernels is not training time
-        if not bar.disable:
-            bar.start_t += now - self.compiled
-            bar.last_print_t += now - self.compiled
-        self.compiled = now
-        bar.update(1)
-        if stop:
-            bar.total = bar.n
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def check_fit_counts(epochs: Any, initial_epoch: Any, batch_size: Any) -> None:
-    """``fit``'s counts: ``epochs`` >= 1, ``initial_epoch`` >= 0, ``batch_size`` >= 1 or None."""
-    for arg, val_, lo in (("epochs", epochs, 1), ("initial_epoch", initial_epoch, 0)):
-        if isinstance(val_, bool) or not hasattr(val_, "__index__") or int(val_) < lo:
-            raise InvalidParameterError(f"fit: {arg} must be an int >= {lo}, got {val_!r}")
-    if batch_size is not None and (isinstance(batch_size, bool) or not hasattr(batch_size, "__index__")
-                                   or int(batch_size) < 1):
-        raise InvalidParameterError(f"fit: batch_size must be an int >= 1 or None, got {batch_size!r}")
-
-
-def run_fit(model: Model, x: Data, y: Data, epochs: int, *, batch_size: int | None,
-            validation_data: tuple[Data, Data] | None, validation_split: float,
-            callbacks: list[Callback] | None, verbose: int, shuffle: bool, seed: int | None,
-            initial_epoch: int, checkpoint: Any = None, sample_weight: Any = None,
-            class_weight: Any = None, mask: Any = None, lengths: Any = None) -> History:
+def fit(model: Model, x: Data, y: Data, epochs: Any, *, batch_size: Any, validation_data: Any,
+        validation_split: Any, callbacks: Any, verbose: Any, shuffle: Any, seed: Any, initial_epoch: Any,
+        checkpoint: Any, distributed: Any, sample_weight: Any, class_weight: Any, mask: Any, lengths: Any,
+        steps_per_epoch: Any, validation_steps: Any, workers: Any) -> History:
     """``Model.fit`` (see the module docstring)."""
-    model._require_compiled("fit")
-    check_fit_counts(epochs, initial_epoch, batch_size)
-    xs = model._inputs(x)
-    ys = _targets(model, y, xs[0].shape[0])
-    for layer in _pen._layers(model):
-        _pen.check_layer(layer)
-    _check_finite_data(xs, "fit: x")
-    _check_finite_data(ys, "fit: y")
-    masks = input_masks(model, xs, mask, lengths)
-    sws = sample_weights(model, ys, sample_weight, class_weight)
-    if (masks is not None or sws is not None) and validation_split:
-        raise InvalidParameterError("fit: validation_split with mask=/lengths=/sample_weight=/class_weight= "
-                                    "is not supported; pass validation_data")
-    val: tuple[Any, Any] | None = None
-    val_sw: Any = None
-    if validation_data is not None:
-        if not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
+    where = f"{model.name}.fit"
+    model._require_compiled("fit")  # type: ignore[attr-defined]
+    n_epochs = check_count(epochs, "epochs", 1, "fit")
+    start = check_count(initial_epoch, "initial_epoch", 0, "fit")
+    bs = check_count(batch_size, "batch_size", 1, "fit", none_ok=True)
+    check_seed(seed, where)
+    check_bool(shuffle, "shuffle", where)
+    if not isinstance(verbose, (int, np.integer)) or verbose < 0:
+        raise InvalidParameterError(f"{where}: verbose must be an int >= 0 or a bool, got {verbose!r}")
+    n_workers = check_workers(workers, "fit")
+    cb_list = check_callbacks(callbacks, where)
+    split = 0.0 if validation_split is None else check_real(validation_split, "validation_split", where)
+    if not 0.0 <= split < 1.0:
+        raise InvalidParameterError(f"fit: validation_split must be a number in [0, 1), got "
+                                    f"{validation_split!r}")
+    parallel = None if distributed is None else check_parallel(distributed, "fit")
+    source = is_batch_source(x) or steps_per_epoch is not None
+    if source:
+        if not is_batch_source(x):
+            raise InvalidParameterError(f"{where}: steps_per_epoch needs a batch source (a generator or a "
+                                        f"Dataset) as x, got {type(x).__name__}")
+        if any(v is not None for v in (sample_weight, class_weight, mask, lengths)):
+            raise InvalidParameterError(f"{where}: sample_weight= / class_weight= / mask= / lengths= cannot "
+                                        f"be given with a batch source as x (the batches carry sample "
+                                        f"weights; a source's mask(i) gives lengths)")
+        given = {"y": y is not None, "batch_size": bs is not None, "validation_split": bool(split),
+                 "checkpoint": checkpoint is not None, "distributed": parallel is not None}
+        bad = [k for k, v in given.items() if v]
+        if bad:
+            raise InvalidParameterError(f"{where}: {', '.join(bad)} cannot be given with a batch source as x "
+                                        f"(the batches carry the targets and their size; Keras' rule)")
+        if validation_data is not None and not is_batch_source(validation_data) and (
+                not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2):
+            raise InvalidParameterError("fit: validation_data must be a pair (x_val, y_val) or a batch "
+                                        "source")
+    else:
+        if y is None:
+            raise InvalidInputError(f"{where}: y (the targets) is missing; give y beside the arrays x, or a "
+                                    f"batch source of (x, y) batches as x")
+        if validation_data is not None and (not isinstance(validation_data, (tuple, list))
+                                            or len(validation_data) not in (2, 3)):
             raise InvalidParameterError("fit: validation_data must be a pair (x_val, y_val) or a triple "
                                         "(x_val, y_val, sample_weight_val)")
-        val = (validation_data[0], validation_data[1])
-        val_sw = validation_data[2] if len(validation_data) == 3 else None
-    elif validation_split:
-        xs, ys, vx, vy = _split(model, xs, ys, validation_split)
-        val = (vx[0] if len(vx) == 1 else vx, vy[0] if len(vy) == 1 else vy)
-    n = xs[0].shape[0]
-    bs = n if batch_size is None else min(int(batch_size), n)
-    rng = make_rng(seed)
+    if parallel is not None:
+        if checkpoint is not None:
+            raise InvalidParameterError(
+                f"{where}: checkpoint= is not available with distributed=; use a ModelCheckpoint callback "
+                f"(it runs on rank 0) and load its file on rank 0 to resume")
+        if any(getattr(la, "activity_regularizer", None) is not None for la in _pen.layers_of(model)):
+            raise InvalidParameterError(f"{where}: distributed= does not apply activity regularizers; remove "
+                                        f"them (activity_regularizer=None) or train on one process")
+    assert n_epochs is not None and start is not None
     history = History()
-    extra: list[Callback] = [ProgbarLogger(int(epochs))] if verbose == 2 else []
-    cbs = CallbackList([*(callbacks or []), *extra, history], model)  # History last, as Keras
+    extra: list[Callback] = [ProgbarLogger(n_epochs)] if verbose == 2 else []
+    cbs = CallbackList([*cb_list, *extra, history], model)  # type: ignore[arg-type]  # History last
     nan_stops = any(isinstance(cb, TerminateOnNaN) for cb in cbs.callbacks)
-    model.stop_training = False
-    cbs.on_train_begin({})
-    start, fp = int(initial_epoch), None
-    if checkpoint is not None:  # resume after the last completed epoch (models/_resume.py)
-        fp = fingerprint(model, xs, ys, {"epochs": int(epochs), "batch_size": bs, "shuffle": bool(shuffle),
-                                         "seed": seed, "initial_epoch": start, "validation": val is not None,
-                                         **_weighting(xs, masks, sws)})
-        done = restore_state(checkpoint, model, rng, history, cbs.callbacks, fp)
-        start = start if done is None else (int(epochs) if model.stop_training else done)
-    logs: dict[str, float] = {}
-    bar = EpochBar(model.name, epochs, start, verbose)
-    try:
-        for epoch in range(start, int(epochs)):
-            cbs.on_epoch_begin(epoch, {})
-            if bs >= n:
-                batches: list[Any] = [slice(None)]
-            else:
-                order = rng.permutation(n) if shuffle else np.arange(n)
-                batches = [order[a:a + bs] for a in range(0, n, bs)]
-            sums: dict[str, float] = {}
-            seen = 0
-            for b, idx in enumerate(batches):
-                xb, yb = [v[idx] for v in xs], [v[idx] for v in ys]
-                mb = None if masks is None else [take_mask(m, idx, v.shape[1])
-                                                 for m, v in zip(masks, xs, strict=True)]
-                wb = None if sws is None else [None if w is None else w[idx] for w in sws]
-                ctx = Ctx.training(int(rng.integers(0, 2**63 - 1)))
-                cbs.on_train_batch_begin(b, {})
-                step_logs = guarded_step(model, xb, yb, ctx, mb, wb, nan_stops,
-                                         f"epoch {epoch + 1}/{epochs} (batch {b + 1}/{len(batches)})")
-                nb = int(xb[0].shape[0])
-                for k, v in step_logs.items():
-                    sums[k] = sums.get(k, 0.0) + nb * v
-                cbs.on_train_batch_end(b, step_logs)
-                seen += nb
-                if model.stop_training:  # Keras 3 checks after every batch
-                    break
-            logs = {k: v / seen for k, v in sums.items()}
-            if val is not None:
-                vlogs = evaluate_logs(model, val[0], val[1], batch_size, sample_weight=val_sw)
-                logs.update({f"val_{k}": v for k, v in vlogs.items()})
-            cbs.on_epoch_end(epoch, logs)
-            if checkpoint is not None:
-                save_state(checkpoint, model, rng, epoch + 1, history, cbs.callbacks, fp or {})
-            bar.epoch_done(logs, model.stop_training)
-            if model.stop_training:
-                break
-    finally:
-        bar.close()
-    cbs.on_train_end(logs)
-    model.history = history
-    return history
+    common = {"epochs": n_epochs, "initial_epoch": start, "verbose": int(verbose), "nan_stops": nan_stops}
+    with busy(model):
+        if source:
+            batches = SourceBatches(model, x, check_steps(steps_per_epoch, "fit: steps_per_epoch"), n_workers,
+                                    where)
+            vsteps = check_steps(validation_steps, "fit: validation_steps")
+
+            def validate_source() -> dict[str, float]:
+                return evaluate_source(model, validation_data, vsteps, n_workers, f"{where} (validation)")
+
+            return run(model, batches, make_rng(seed), cbs, history,
+                       validate=None if validation_data is None else validate_source,
+                       on_empty_epoch=batches.ran_out, **common)  # type: ignore[arg-type]
+
+        def body() -> History:
+            team = SOLO if parallel is None else parallel.team(model, "fit")
+            data: Batch | None = None
+            val: Batch | None = None
+            with team.region("checking the data"):
+                data = prepare(model, x, y, "fit", sample_weight=sample_weight, class_weight=class_weight,
+                               mask=mask, lengths=lengths)  # builds the model
+                for layer in _pen.layers_of(model):
+                    _pen.check_layer(layer)
+                if (data.masks is not None or data.sws is not None) and split:
+                    raise InvalidParameterError("fit: validation_split with mask=/lengths=/sample_weight=/"
+                                                "class_weight= is not supported; pass validation_data")
+                if validation_data is not None:
+                    vsw = validation_data[2] if len(validation_data) == 3 else None
+                    val = prepare(model, validation_data[0], validation_data[1], "fit: validation_data",
+                                  sample_weight=vsw)
+                elif split:
+                    data, val = split_validation(data, split)
+            rng = make_rng(seed)
+            team.start(model, data, val, rng, seed)  # a team: raises every rank's failure on every rank
+            assert data is not None
+            n = data.n
+            step_bs = n if bs is None else min(bs, n)
+            resume = None if checkpoint is None else _resume(model, checkpoint, data, rng, {
+                "epochs": n_epochs, "batch_size": step_bs, "shuffle": bool(shuffle), "seed": seed,
+                "initial_epoch": start, "validation": val is not None, **_weighting(data)})
+            batches = ArrayBatches(data, bs, bool(shuffle), rng, team)
+
+            def validate_arrays() -> dict[str, float]:
+                assert val is not None
+                return evaluate(model, (take(val, i) for i in team.eval_batches(val.n, bs)), team,
+                                "validation")
+
+            return run(model, batches, rng, cbs, history, team=team, resume=resume,
+                       validate=None if val is None else validate_arrays, **common)  # type: ignore[arg-type]
+
+        return body() if parallel is None else parallel.run(body)
+
+
+def _resume(model: Model, checkpoint: Any, data: Batch, rng: np.random.Generator,
+            run_: dict[str, Any]) -> Resume:
+    fp = fingerprint(model, data.xs, data.ys, run_)  # type: ignore[arg-type]
+
+    def restore(history: History, callbacks: list[Any]) -> int | None:
+        return restore_state(checkpoint, model, rng, history, callbacks, fp)  # type: ignore[arg-type]
+
+    def save(done: int, history: History, callbacks: list[Any]) -> None:
+        save_state(checkpoint, model, rng, done, history, callbacks, fp)  # type: ignore[arg-type]
+
+    return Resume(restore, save)
+
+
+def evaluate_source(model: Model, data: Any, steps: int | None, workers: int, where: str) -> dict[str, float]:
+    """Loss and metrics over a batch source, or over a pair of arrays."""
+    if not is_batch_source(data):
+        return evaluate_arrays(model, data[0], data[1], None)
+    logs = evaluate(model, SourceBatches(model, data, steps, workers, where, epochs=False).epoch(0))
+    if not logs:
+        raise InvalidInputError(f"{where}: the batch source gave no batch")
+    return logs
+
+
+def evaluate_arrays(model: Model, x: Data, y: Data, batch_size: int | None, *, sample_weight: Any = None,
+                    mask: Any = None, lengths: Any = None, distributed: Any = None) -> dict[str, float]:
+    """``Model.evaluate`` on arrays: loss and metrics, sample-weighted over batches."""
+    parallel = None if distributed is None else check_parallel(distributed, "evaluate")
+
+    def body() -> dict[str, float]:
+        team = SOLO if parallel is None else parallel.team(model, "evaluate")
+        data: Batch | None = None
+        with team.region("checking the data"):
+            data = prepare(model, x, y, "evaluate", sample_weight=sample_weight, mask=mask, lengths=lengths)
+        team.start(model, data, None, None, None)
+        assert data is not None
+        return evaluate(model, (take(data, i) for i in team.eval_batches(data.n, batch_size)), team)
+
+    return body() if parallel is None else parallel.run(body)

@@ -10,7 +10,7 @@ import numpy as np
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._mask import Mask
-from rnnkit.models._base import Model
+from rnnkit.models._checks import Trainable as Model
 
 
 def input_masks(model: Model, xs: list[np.ndarray], mask: Any, lengths: Any) -> list[Any] | None:
@@ -31,7 +31,12 @@ def input_masks(model: Model, xs: list[np.ndarray], mask: Any, lengths: Any) -> 
         if item is None:
             out.append(None)
             continue
-        m = Mask(lengths=item) if kind == "lengths" else Mask.of(item)
+        try:
+            m = Mask(lengths=item) if kind == "lengths" else Mask.of(item)
+        except (ValueError, TypeError) as e:  # ragged or non-numeric (e.g. [array, None])
+            want = "(B,) ints" if kind == "lengths" else "a Mask or a boolean (B, T) array"
+            raise InvalidInputError(f"{model.name}: {kind} of input {k} must be {want}, got "
+                                    f"{type(item).__name__} that is not one ({e})") from None
         assert m is not None
         if a.ndim < 2:
             raise InvalidInputError(f"{model.name}: input {k} of shape {a.shape} has no time axis to mask")
@@ -85,20 +90,27 @@ def sample_weights(model: Model, ys: list[np.ndarray], sample_weight: Any,
         if w is None:
             out.append(None)
             continue
-        arr = np.asarray(w, np.float64)
+        try:
+            arr = np.asarray(w, np.float64)
+        except (ValueError, TypeError):
+            raise InvalidInputError(f"{model.name}: sample_weight must be an array of real numbers, got "
+                                    f"{type(w).__name__} {w!r:.60}") from None
         if arr.ndim < 1 or arr.shape[0] != n:
             raise InvalidInputError(f"{model.name}: sample_weight has shape {arr.shape}; expected {n} "
                                     f"samples on axis 0")
+        if not np.isfinite(arr).all():
+            raise InvalidInputError(f"{model.name}: sample_weight holds NaN or Inf; expected finite numbers")
         out.append(arr)
     return out
 
 
-def output_weights(preds: list[np.ndarray], masks: list[Any] | None,
-                   sws: list[Any] | None) -> tuple[list[Any], list[Any]]:
+def output_weights(preds: list[np.ndarray], masks: list[Any] | None, sws: list[Any] | None,
+                   valid_totals: Any = None) -> tuple[list[Any], list[Any]]:
     """(loss weights, metric weights) per output from the output masks and sample weights:
     Keras' ``apply_mask`` (``P / V`` at the V valid steps of the P positions) times the sample
     weights for the loss; the mask alone (0/1) for the metrics (Keras' ``metrics=`` are
-    unweighted: sample weights do not reach them)."""
+    unweighted: sample weights do not reach them). ``valid_totals[k]``, when given, is the V
+    of output ``k`` over the whole batch (several processes each hold a part of it)."""
     lw: list[Any] = []
     mw: list[Any] = []
     for k, p in enumerate(preds):
@@ -112,7 +124,7 @@ def output_weights(preds: list[np.ndarray], masks: list[Any] | None,
                     w = w[:, None]
                 elif w.ndim == 3 and w.shape[-1] == 1:
                     w = w[..., 0]
-            V = float(valid.sum())
+            V = float(valid.sum()) if valid_totals is None else float(valid_totals[k])
             scale = valid.size / V if V > 0 else 0.0
             lw.append(valid * scale * (w if sw is not None else 1.0))
             mw.append(valid)

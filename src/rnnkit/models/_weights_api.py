@@ -31,9 +31,15 @@ class WeightsAPI:
         raise NotImplementedError
 
     # -- weights -----------------------------------------------------------------------------
-    def trainable_weights(self) -> list[tuple[Layer, str]]:
+    def all_weights(self) -> list[tuple[Layer, str]]:
         """Every (layer, weight name) once, in :meth:`named_weights` order."""
         return list(self.named_weights().values())
+
+    def trainable_weights(self) -> list[tuple[Layer, str]]:
+        """The (layer, weight name) pairs that training updates, in :meth:`named_weights` order:
+        each layer's ``trainable_names`` (every weight, except a cell's ``Param`` declared
+        ``trainable=False``)."""
+        return [(la, n) for la, n in self.named_weights().values() if n in la.trainable_names]
 
     def reset_states(self) -> None:
         """Clear the carried state of every stateful layer (Keras' ``reset_states``)."""
@@ -43,13 +49,13 @@ class WeightsAPI:
 
     def get_weights(self) -> list[np.ndarray]:
         """Copies of every weight, in :meth:`named_weights` order."""
-        return [np.array(layer.weight(n)) for layer, n in self.trainable_weights()]
+        return [np.array(layer.weight(n)) for layer, n in self.all_weights()]
 
     def set_weights(self, weights: list[Any]) -> None:
         """Install arrays in :meth:`named_weights` order. Every shape, and that every value is
         finite (NaN or Inf: InvalidInputError naming the weight, as the file loaders refuse
         them), is checked before anything changes."""
-        pairs = self.trainable_weights()
+        pairs = self.all_weights()
         if len(weights) != len(pairs):
             raise WeightShapeError("weights", f"{len(pairs)} arrays", f"{len(weights)} arrays",
                                    f"model {self.name}")
@@ -65,7 +71,7 @@ class WeightsAPI:
 
     def param_count(self) -> int:
         """Number of scalar weights; a shared layer counts once."""
-        return int(sum(layer.weight(n).size for layer, n in self.trainable_weights()))
+        return int(sum(layer.weight(n).size for layer, n in self.all_weights()))
 
     def save_weights(self, path: str) -> None:
         """Write every weight under its :meth:`named_weights` name (``rnnkit.io.save_weights``)."""

@@ -12,13 +12,14 @@ One call of :meth:`Optimizer.apply_gradients` is one training step::
     3. lr_t = learning_rate / (1 + decay * iterations)         time-based decay (Keras' legacy
                                                                 ``decay``); ``iterations`` counts
                                                                 the steps taken BEFORE this one
-    4. new = rule(weight, g, state, lr_t) for each pair; ``layer.set_weight(name, new)``
+    4. new = rule(weight, g, state, lr_t) for each pair, installed as the weight without a copy
     5. iterations += 1
 
 Per-parameter state (moments, velocities, the step count ``t``) lives in the optimizer, keyed by
 ``(layer, weight_name)``; a parameter seen for the first time starts with zero state and ``t = 1``.
-Computation happens in the weight's dtype. Weights are read-only arrays: ``set_weight`` is the
-only writer.
+Computation happens in the weight's dtype. Weights are read-only arrays: a step replaces each
+by the rule's new array (never copied, never written to afterwards); the gradients handed in are
+read, never written to or copied.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ class Optimizer:
             if g.shape != w.shape:
                 raise InvalidInputError(f"{where}: gradient of {layer.name}.{name} must have the "
                                         f"weight's shape {w.shape}, got {g.shape}")
-            out.append((layer, name, w, g.astype(w.dtype, copy=True)))
+            out.append((layer, name, w, g.astype(w.dtype, copy=False)))  # the rules never write to g
         return out
 
     def _clip(self, grads: list[np.ndarray]) -> list[np.ndarray]:
@@ -177,8 +178,9 @@ class Optimizer:
             return [np.clip(g, -c, c) for g in grads]
         return grads
 
-    def apply_gradients(self, pairs: Iterable[GradPair]) -> None:
+    def apply_gradients(self, pairs: Iterable[GradPair]) -> list[np.ndarray]:
         """One step over ``pairs`` = [(layer, weight_name, gradient), ...] (see the module doc).
+        Returns the new values of the weights (the arrays the rule made), in pair order.
 
         Every pair is checked before anything changes: a bad pair raises InvalidInputError and
         leaves every weight, slot and ``iterations`` as they were.
@@ -186,6 +188,7 @@ class Optimizer:
         checked = self._check_pairs(pairs)
         grads = self._clip([g for *_, g in checked])
         lr = self.current_learning_rate
+        new: list[np.ndarray] = []
         for (layer, name, w, _), g in zip(checked, grads, strict=True):
             key = (layer, name)
             state = self._state.get(key)
@@ -193,8 +196,11 @@ class Optimizer:
                 state = {"t": 0, **self._init_state(w)}
                 self._state[key] = state
             state["t"] += 1
-            layer.set_weight(name, self._update(w, g, state, lr), check_finite=False)  # fit checks after
+            value = self._update(w, g, state, lr)
+            layer._install(name, value)
+            new.append(value)
         self.iterations += 1
+        return new
 
     # -- configuration -----------------------------------------------------------------------
     def get_config(self) -> dict[str, Any]:

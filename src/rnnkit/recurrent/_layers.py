@@ -9,6 +9,7 @@ import numpy as np
 from rnnkit._activations import ActivationLike
 from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
 from rnnkit._layer import check_bool
+from rnnkit._penalties import attach
 from rnnkit.recurrent._base import RecurrentLayer, kind_config
 from rnnkit.recurrent._gated import GatedCell
 from rnnkit.recurrent._gru import GRUCell, GRUResetAfterCell
@@ -21,9 +22,25 @@ for _c in (SimpleRNNCell, LSTMCell, GRUCell, GRUResetAfterCell):
 
 
 class _Gated(RecurrentLayer):
-    """The constructor arguments every built-in recurrent layer shares."""
+    """The constructor arguments every built-in recurrent layer shares: RecurrentLayer's, and
+    Keras' ``kernel_regularizer``, ``recurrent_regularizer``, ``bias_regularizer``,
+    ``activity_regularizer``, ``kernel_constraint``, ``recurrent_constraint``,
+    ``bias_constraint`` (anything ``rnnkit.regularizers.get`` / ``rnnkit.constraints.get``
+    takes; see :func:`rnnkit.attach_regularization`)."""
 
     cell: GatedCell
+
+    def __init__(self, cell: GatedCell, *, kernel_regularizer: Any = None,
+                 recurrent_regularizer: Any = None, bias_regularizer: Any = None,
+                 activity_regularizer: Any = None, kernel_constraint: Any = None,
+                 recurrent_constraint: Any = None, bias_constraint: Any = None, **kwargs: Any) -> None:
+        super().__init__(cell, **kwargs)
+        given = {"kernel_regularizer": kernel_regularizer, "recurrent_regularizer": recurrent_regularizer,
+                 "bias_regularizer": bias_regularizer, "activity_regularizer": activity_regularizer,
+                 "kernel_constraint": kernel_constraint, "recurrent_constraint": recurrent_constraint,
+                 "bias_constraint": bias_constraint}
+        if any(v is not None for v in given.values()):
+            attach(self, **given)
 
     @property
     def use_bias(self) -> bool:

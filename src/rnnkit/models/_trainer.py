@@ -1,0 +1,369 @@
+"""The one training loop: one STEP, one EVALUATOR and one EPOCH LOOP for every way ``fit`` runs
+(arrays, batch sources, the shards of an MPI job). Arguments and data are checked before any of
+this runs (:mod:`rnnkit.models._fit`); nothing here re-checks what cannot have changed.
+
+A :class:`Team` is the set of processes that train one model together. The base class is ONE
+process, and each of its hooks is the identity; ``rnnkit.distributed.MPI`` overrides them with
+collectives. One STEP on a :class:`Batch` (this process's part of the global batch)::
+
+    preds       = model forward(xb)                          in the step's training Ctx
+    totals      = team.totals([n_r, V_r per output])          n_b = sum n_r, V = sum V_r
+    loss_k      = Loss(y_k, pred_k, w_k) * s_k               this process's SHARE of the global loss
+                  masked sequence output: w = valid * sample_weight * P_r / V  (s = 1)
+                  otherwise:              w = sample_weight,                   s = n_r / n_b
+    loss        = sum_k loss_k + weight penalties + activity penalties (checked finite)
+    model backward(d loss / d pred)                          no checks on the way
+    grads       = team.sum_grads(...)                        the gradient of the GLOBAL loss
+    grads      += regularizer.grad(weight) per regularized weight
+    optimizer.apply_gradients(grads); constraints; every updated weight checked finite
+
+With one process ``n_r = n_b`` and ``V_r = V``: every share is the whole, nothing is scaled, and
+the step is the plain single-process step. Gradients and new weights are tested for NaN/Inf by
+their sums (one pass each; NaN and Inf carry into a sum, and only a sum that is not finite, which
+a finite array can give by overflowing, is followed by the elementwise test). A step that
+produced NaN or Inf anywhere is run again with every layer output and gradient checked, so the
+error names where it first appeared.
+The step's logs are the loss and the metrics on the pre-update predictions; metrics of a
+team are the means of the processes' values weighted by their sample counts.
+
+One EPOCH: the batches of :class:`Batches` (arrays: a permutation drawn each epoch when
+shuffling, from the fit generator, which then draws one Ctx seed per step; a batch source:
+its batches as given), callbacks around each batch and epoch, ``model.stop_training`` checked
+after each batch (Keras 3), the epoch's logs the sample-weighted means of the batch logs, then
+``val_*`` from :func:`evaluate`, the checkpoint, the progress bar.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from rnnkit import _penalties as _pen
+from rnnkit._ctx import Ctx
+from rnnkit._errors import NonFiniteError
+from rnnkit._mask import Mask
+from rnnkit.models._batch import Batch
+from rnnkit.models._callbacks import CallbackList, History
+from rnnkit.models._checks import NonFiniteAt
+from rnnkit.models._checks import Trainable as Model
+from rnnkit.models._objective import log_keys, loss_and_grads, metric_values
+from rnnkit.models._progress import EpochBar
+from rnnkit.models._weighting import output_weights
+
+Arrays = list[np.ndarray]
+
+
+class Batches(Protocol):
+    """What the loop walks: ``epoch(e)`` yields the epoch's batches, ``steps()`` their number
+    when known, ``end_epoch()`` runs after the epoch's last batch."""
+
+    def epoch(self, epoch: int) -> Iterator[Batch]: ...
+
+    def steps(self) -> int | None: ...
+
+    def end_epoch(self) -> None: ...
+
+
+class Plan:
+    """What one training run finds once, when it starts: the log keys, every trainable weight
+    (``named_weights()`` order, each once) and its name, the regularized and constrained
+    weights (:class:`rnnkit._penalties.Plan`)."""
+
+    def __init__(self, model: Model) -> None:
+        self.keys = log_keys(model)
+        named = model.named_weights()
+        self.names = {(id(la), n): key for key, (la, n) in named.items()}
+        self.trainable = model.trainable_weights()
+        self.penalties = _pen.Plan(model)
+
+
+class Team:
+    """One process training alone: every hook is the identity (see the module docstring)."""
+
+    rank = 0
+    size = 1
+    is_root = True
+    @property
+    def failed(self) -> bool:
+        """Whether this process holds an error for the next collective (never, alone)."""
+        return False
+
+    def start(self, model: Model, data: Batch, val: Batch | None, rng: np.random.Generator | None,
+              seed: int | None) -> None:
+        """Before the first step, with the checked data: nothing to agree on alone."""
+
+    def region(self, where: str) -> contextlib.AbstractContextManager[Any]:
+        """Where an exception goes: raised at once (a team holds it for the next collective)."""
+        return contextlib.nullcontext()
+
+    def at(self, epoch: int, epochs: int, batch: int, of: str) -> str:
+        """How errors name a step (``epoch``, ``batch`` from 1; ``of``: ``"/steps"`` or "")."""
+        return f"epoch {epoch}/{epochs} (batch {batch}{of})"
+
+    def step_seed(self, seed: int) -> int:
+        """This process's Ctx seed for a step whose single-process seed is ``seed``."""
+        return seed
+
+    def totals(self, local: np.ndarray) -> np.ndarray:
+        """The sums of ``local`` over the processes (alone: ``local``)."""
+        return local
+
+    def sum_grads(self, plan: Plan, ctx: Ctx, stats: np.ndarray) -> tuple[np.ndarray, list[Any]]:
+        """The summed ``stats`` and ``(layer, name, gradient)`` for every trainable weight with a
+        gradient, summed over the processes (alone: the Ctx's own arrays, no copies)."""
+        grads = ctx.grads
+        return stats, [(la, n, grads[(la, n)]) for la, n in plan.trainable if (la, n) in grads]
+
+    def epoch_batches(self, n: int, bs: int | None, shuffle: bool, rng: np.random.Generator) -> list[Any]:
+        """The sample indices of this process's part of each batch of an epoch."""
+        return index_batches(n, bs, shuffle, rng)
+
+    def eval_batches(self, n: int, bs: int | None) -> list[slice]:
+        """This process's part of each evaluation batch of ``n`` samples (alone: consecutive
+        batches of ``bs``, all at once when None)."""
+        step = max(1, n if bs is None else bs)
+        return [slice(a, min(a + step, n)) for a in range(0, n, step)]
+
+    def stop_after_batch(self, model: Model) -> bool:
+        return bool(model.stop_training)
+
+    def hook(self, cbs: CallbackList, hook: str, *args: Any) -> None:
+        """Run a callback hook (a team runs them on its root process only)."""
+        cbs.call(hook, *args)
+
+    def sync(self, model: Model, history: History, final: bool = False) -> None:
+        """After the epoch's hooks: nothing to agree on alone."""
+
+    def finish(self, model: Model, history: History, cbs: CallbackList, logs: dict[str, float]) -> None:
+        """After the last epoch: ``on_train_end``."""
+        cbs.call("on_train_end", logs)
+
+
+SOLO = Team()
+
+
+def index_batches(n: int, bs: int | None, shuffle: bool, rng: np.random.Generator) -> list[Any]:
+    """One full batch (``slice(None)``) when ``bs`` is None or ``>= n``, else ``ceil(n / bs)``
+    batches: index arrays over a permutation drawn from ``rng`` when ``shuffle``, consecutive
+    slices otherwise."""
+    if bs is None or bs >= n:
+        return [slice(None)]
+    if not shuffle:  # consecutive samples: slices (views, no copies)
+        return [slice(a, min(a + bs, n)) for a in range(0, n, bs)]
+    order = rng.permutation(n)
+    return [order[a:a + bs] for a in range(0, n, bs)]
+
+
+class NonFiniteLoss(NonFiniteAt):
+    """Internal: the batch's loss itself is NaN/Inf (``logs`` holds it); nothing was applied."""
+
+    def __init__(self, where: str, logs: dict[str, float]) -> None:
+        super().__init__(where)
+        self.logs = logs
+
+
+def _valid_counts(preds: Arrays, masks: list[Any]) -> list[float]:
+    return [float(m.valid(p.shape[1]).sum()) if isinstance(m, Mask) and p.ndim >= 3 else 0.0
+            for p, m in zip(preds, masks, strict=True)]
+
+
+def _first_non_finite(model: Model, batch: Batch, seed: int | None, lw: Any, scales: Any) -> str | None:
+    """Run the step's passes again in a Ctx of the same seed with every layer output and
+    gradient checked; where the first NaN/Inf appears (None: nowhere this time)."""
+    ctx = Ctx.training(seed)
+    try:
+        preds, _ = model._forward_masks(batch.xs, ctx, True, batch.masks)
+        _, grads = loss_and_grads(model, batch.ys, preds, lw, scales)
+        model._backward(grads, ctx, True)
+    except NonFiniteAt as e:
+        return e.where
+    return None
+
+
+def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
+               plan: Plan) -> tuple[int, dict[str, float]]:
+    """One optimizer step (see the module docstring); returns the global batch size and the
+    pre-update logs. Raises NonFiniteLoss when the loss is NaN/Inf (nothing applied), and
+    NonFiniteError naming ``at`` and the first NaN/Inf elsewhere."""
+    keys = plan.keys
+    n_out = model.n_outputs
+    local = np.zeros(1 + n_out)
+    preds: Arrays | None = None
+    out_masks: list[Any] = []
+    with team.region(at):
+        if batch.n and not team.failed:
+            preds, out_masks = model._forward_masks(batch.xs, ctx, False, batch.masks)
+            local[0] = batch.n
+            local[1:] = _valid_counts(preds, out_masks)
+    tot = team.totals(local)
+    n_b = int(tot[0])
+    stats = np.zeros(len(keys))
+    penalty = 0.0
+    with team.region(at):
+        if not team.failed:  # the same on every process (the weights are), also with no part
+            penalty = plan.penalties.weight_penalty() + _pen.activity_penalty(ctx)
+        if preds is not None and not team.failed:
+            lw, mw = output_weights(preds, out_masks, batch.sws, tot[1:])
+            share = batch.n / n_b
+            scales = [1.0 if tot[1 + k] > 0 else share for k in range(n_out)]
+            loss, grads = loss_and_grads(model, batch.ys, preds, lw, scales)
+            whole = loss + penalty
+            lname = type(model.loss).__name__
+            if not math.isfinite(whole):
+                raise NonFiniteLoss(f"the loss ({lname}) is {whole}",
+                                    {"loss": whole, **metric_values(model, batch.ys, preds, mw)})
+            metrics = metric_values(model, batch.ys, preds, mw)
+            stats[0] = loss
+            stats[1:] = [v * share for v in metrics.values()] if share != 1.0 else list(metrics.values())
+            for g in grads:
+                if not (math.isfinite(np.add.reduce(g.ravel())) or np.isfinite(g).all()):
+                    raise _non_finite(model, at, f"the gradient of the loss ({lname}) w.r.t. the model "
+                                                 f"output")
+            model._backward(grads, ctx, False)
+            for (layer, n), g in ctx.grads.items():
+                if not (math.isfinite(np.add.reduce(g.ravel())) or np.isfinite(g).all()):
+                    where = _first_non_finite(model, batch, ctx.seed, lw, scales)
+                    raise _non_finite(model, at, where or f"the gradient of {layer.name}.{n}")
+    stats, pairs = team.sum_grads(plan, ctx, stats)
+    with team.region(f"{at}, optimizer step"):
+        if not team.failed:
+            pairs = plan.penalties.add_grads(pairs)
+            new = model.optimizer.apply_gradients(pairs)
+            plan.penalties.apply_constraints()  # (a constraint keeps finite weights finite)
+            for (layer, n, _), w in zip(pairs, new, strict=True):
+                if not (math.isfinite(np.add.reduce(w.ravel())) or np.isfinite(w).all()):
+                    key = plan.names.get((id(layer), n), n)
+                    raise _non_finite(model, at, f"weight {key} ({type(layer).__name__}) after the "
+                                                 f"optimizer step")
+    logs = {"loss": float(stats[0]) + penalty}
+    logs.update({k: float(v) for k, v in zip(keys[1:], stats[1:], strict=True)})
+    return n_b, logs
+
+
+def _non_finite(model: Model, at: str, where: str) -> NonFiniteError:
+    return NonFiniteError(f"{model.name}: training produced NaN or Inf in {at}: first at {where}")
+
+
+def guarded_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str, nan_stops: bool,
+                 plan: Plan) -> tuple[int, dict[str, float]]:
+    """:func:`train_step`; a NaN/Inf loss becomes NonFiniteError naming ``at`` and the first
+    layer output that was not finite, except when ``nan_stops`` (TerminateOnNaN is among the
+    callbacks): then the step's logs go to the callbacks, which stop training."""
+    with np.errstate(over="ignore", invalid="ignore"):  # reported as NonFiniteError
+        try:
+            return train_step(model, batch, ctx, team, at, plan)
+        except NonFiniteLoss as e:
+            if nan_stops:
+                return batch.n, e.logs
+            where = _first_non_finite(model, batch, ctx.seed, None, None) or e.where
+    raise _non_finite(model, at, where)
+
+
+def evaluate(model: Model, batches: Iterator[Batch], team: Team = SOLO,
+             where: str = "evaluate") -> dict[str, float]:
+    """Loss (penalties included, as Keras reports it) and metrics in inference passes: the
+    sample-weighted mean of the batch values. In a team each batch is spread over the
+    processes (``batches`` yields this process's part of each, possibly empty) and each part's
+    loss is its share of the batch's loss, normalized as the step normalizes it, so the result
+    is the one process's on the same batches. Empty: {}."""
+    keys = log_keys(model)
+    regs = _pen.Plan(model)
+    n_out = model.n_outputs
+    sums = np.zeros(1 + len(keys))
+    for b in batches:
+        ctx = Ctx.inference()
+        local = np.zeros(1 + n_out)
+        preds: Arrays | None = None
+        out_masks: list[Any] = []
+        with team.region(where):
+            if b.n and not team.failed:
+                preds, out_masks = model._forward_masks(b.xs, ctx, False, b.masks)
+                local[0] = b.n
+                local[1:] = _valid_counts(preds, out_masks)
+        tot = team.totals(local)
+        with team.region(where):
+            if preds is not None and not team.failed:
+                share = b.n / tot[0]
+                lw, mw = output_weights(preds, out_masks, b.sws, tot[1:])
+                scales = [1.0 if tot[1 + k] > 0 else share for k in range(n_out)]
+                loss, _ = loss_and_grads(model, b.ys, preds, lw, scales)
+                pen = regs.weight_penalty() + _pen.activity_penalty(ctx)
+                loss += pen if share == 1.0 else pen * share
+                mets = list(metric_values(model, b.ys, preds, mw).values())
+                vals = [loss, *(mets if share == 1.0 else [v * share for v in mets])]
+                sums[0] += b.n
+                sums[1:] += [tot[0] * v for v in vals]
+    tot = team.totals(sums)
+    if tot[0] == 0:
+        return {}
+    return {k: float(v) / tot[0] for k, v in zip(keys, tot[1:], strict=True)}
+
+
+@dataclass
+class Resume:
+    """A checkpoint's two hooks: ``restore(history, callbacks) -> epochs done or None`` after
+    ``on_train_begin``; ``save(epochs_done, history, callbacks)`` after each epoch."""
+
+    restore: Callable[[History, list[Any]], int | None]
+    save: Callable[[int, History, list[Any]], None]
+
+
+def run(model: Model, batches: Batches, rng: np.random.Generator, cbs: CallbackList, history: History, *,
+        epochs: int, initial_epoch: int, verbose: int, team: Team = SOLO,
+        validate: Callable[[], dict[str, float]] | None = None, resume: Resume | None = None,
+        nan_stops: bool = False, on_empty_epoch: Callable[[int], None] | None = None) -> History:
+    """The epoch loop (see the module docstring); every argument already checked."""
+    model.stop_training = False
+    team.hook(cbs, "on_train_begin", {})
+    team.sync(model, history)
+    start = initial_epoch
+    if resume is not None:
+        done = resume.restore(history, cbs.callbacks)
+        start = start if done is None else (epochs if model.stop_training else done)
+    logs: dict[str, float] = {}
+    plan = Plan(model)
+    bar = EpochBar(model.name, epochs, start, verbose if team.is_root else 0)
+    try:
+        for epoch in range(start, epochs):
+            team.hook(cbs, "on_epoch_begin", epoch, {})
+            team.sync(model, history)
+            epoch_batches = batches.epoch(epoch)  # (arrays: the epoch's permutation drawn here)
+            total = batches.steps()
+            of = "" if total is None else f"/{total}"
+            sums: dict[str, float] = {}
+            seen = 0
+            for b, batch in enumerate(epoch_batches):
+                ctx = Ctx.training(team.step_seed(int(rng.integers(0, 2**63 - 1))))
+                team.hook(cbs, "on_train_batch_begin", b, {})
+                nb, step_logs = guarded_step(model, batch, ctx, team,
+                                             team.at(epoch + 1, epochs, b + 1, of), nan_stops, plan)
+                for k, v in step_logs.items():
+                    sums[k] = sums.get(k, 0.0) + nb * v
+                seen += nb
+                team.hook(cbs, "on_train_batch_end", b, step_logs)
+                if team.stop_after_batch(model):
+                    break
+            if seen == 0 and on_empty_epoch is not None:
+                on_empty_epoch(epoch)
+                break
+            logs = {k: v / seen for k, v in sums.items()}
+            if validate is not None:
+                logs.update({f"val_{k}": v for k, v in validate().items()})
+            team.hook(cbs, "on_epoch_end", epoch, logs)
+            batches.end_epoch()
+            if resume is not None:
+                resume.save(epoch + 1, history, cbs.callbacks)
+            bar.epoch_done(logs, model.stop_training)
+            team.sync(model, history)
+            if model.stop_training:
+                break
+    finally:
+        bar.close()
+    team.finish(model, history, cbs, logs)
+    model.history = history
+    return history
