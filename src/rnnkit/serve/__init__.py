@@ -1,0 +1,1 @@
+"""Serving a model over HTTP: ``rnnkit serve MODEL`` or ``rnnkit.serve.app(model)``."""
