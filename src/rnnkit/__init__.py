@@ -17,6 +17,7 @@ from rnnkit import (
     optimizers,
     regularizers,  # L1, L2, L1L2 (Keras' definitions)
     rnn,  # the tch-rs nn::rnn face: rnnkit.rnn.lstm / gru
+    serve,  # HTTP serving: rnnkit.serve.app(model) / rnnkit serve MODEL (rnnkit[serve])
     timeseries,  # CSV reading, windows, scaler, baselines for forecasting
 )
 from rnnkit._activations import Activation, HardSigmoid, Linear, ReLU, Sigmoid, Softmax, Tanh
@@ -142,5 +143,5 @@ __all__ = [
     "models", "EarlyStopping", "GraphBuilder", "GraphModel", "History", "LearningRateScheduler",
     "ModelCheckpoint", "Sequential", "SequentialBuilder", "model_from_config",
     "CSVLogger", "LambdaCallback", "ProgbarLogger", "ReduceLROnPlateau", "TerminateOnNaN",
-    "datasets", "timeseries", "distributed", "regularizers", "constraints", "attach_regularization", "data",
+    "datasets", "timeseries", "distributed", "serve", "regularizers", "constraints", "attach_regularization", "data",
 ]

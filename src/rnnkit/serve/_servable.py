@@ -183,17 +183,19 @@ class Servable:
         return pairs
 
     # -- passes ------------------------------------------------------------------------------
-    def predict(self, x: np.ndarray, lengths: np.ndarray | None) -> list[np.ndarray]:
+    def predict(self, x: np.ndarray, lengths: np.ndarray | None,
+                mask: np.ndarray | None = None) -> list[np.ndarray]:
         """The model's outputs (each (B, ...)) for a checked batch ``x`` (B, T, ...), with
-        ``lengths`` ((B,) ints, PyTorch's packed semantics) or None."""
+        ``lengths`` ((B,) ints, PyTorch's packed semantics), or ``mask`` ((B, T) booleans,
+        Keras' masking), or neither."""
         if self.is_net:
             net: RNNNet = self.model
             xin = x if net.config.batch_first else x.transpose(1, 0, 2)
-            ctx = Ctx.inference() if lengths is None else Ctx.inference().set_mask(lengths=lengths)
+            ctx = Ctx.inference().set_mask(mask, lengths=lengths)
             y = net.forward(xin, ctx)
             y = y[0] if isinstance(y, list) else y
             return [np.ascontiguousarray(y if net.config.batch_first else y.transpose(1, 0, 2))]
-        out = self.model.predict(x, lengths=lengths)
+        out = self.model.predict(x, lengths=lengths, mask=mask)
         return list(out) if isinstance(out, list) else [out]
 
     def describe(self) -> dict[str, Any]:

@@ -1,0 +1,132 @@
+"""The micro-batcher: requests that arrive within a few milliseconds of each other are computed
+in one call.
+
+Each job has a ``key`` (only jobs with equal keys can share a call: same timesteps, same kind of
+mask) and a row count. A collector task takes the oldest waiting job and gathers more until
+``max_wait_s`` after that job's arrival or until ``max_rows`` rows are gathered, groups them by
+key and hands each group to ``run_group`` on the one worker thread, where every kernel call of
+the server happens (one at a time, so a batch never competes with another for the cores).
+While the worker computes, new jobs queue; they are collected at once when it is free, the
+oldest having already waited. With batching off (``max_rows == 1``) every job is its own call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from rnnkit.serve._errors import RequestError
+from rnnkit.serve._metrics import Metrics
+
+
+@dataclass
+class Job:
+    """One request's work: ``payload`` for ``run_group``; ``future`` gets its result."""
+
+    key: Hashable
+    rows: int
+    payload: Any
+    future: asyncio.Future[Any]
+    arrived: float = field(default_factory=time.perf_counter)
+
+
+class Batcher:
+    """Gathers :class:`Job` s of one kind (``name``, for the metrics) into calls of
+    ``run_group(list of payloads) -> list of results`` (a result may be an exception, which is
+    raised to that job's caller alone)."""
+
+    def __init__(self, name: str, run_group: Callable[[list[Any]], list[Any]], executor: ThreadPoolExecutor,
+                 metrics: Metrics, *, max_wait_s: float, max_rows: int, max_queue_rows: int) -> None:
+        self.name = name
+        self.run_group = run_group
+        self.executor = executor
+        self.metrics = metrics
+        self.max_wait_s = float(max_wait_s)
+        self.max_rows = int(max_rows)
+        self.max_queue_rows = int(max_queue_rows)
+        self.queue: asyncio.Queue[Job] = asyncio.Queue()
+        self.queued_rows = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the collector on the running event loop."""
+        self._task = asyncio.get_running_loop().create_task(self._collect())
+
+    async def stop(self) -> None:
+        """Stop the collector; jobs still queued are answered with a 503."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        while not self.queue.empty():
+            job = self.queue.get_nowait()
+            if not job.future.done():
+                job.future.set_exception(RequestError(503, "shutting_down", "the server is stopping"))
+
+    async def submit(self, key: Hashable, rows: int, payload: Any) -> Any:
+        """Queue a job and wait for its result. A 429 when the queue already holds
+        ``max_queue_rows`` rows."""
+        if self.queued_rows + rows > self.max_queue_rows and self.queued_rows > 0:
+            raise RequestError(429, "busy", f"the server's {self.name} queue is full ({self.queued_rows} "
+                                            f"rows waiting, at most {self.max_queue_rows}); retry later")
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.queued_rows += rows
+        self.queue.put_nowait(Job(key, rows, payload, fut))
+        return await fut
+
+    async def _collect(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            first = await self.queue.get()
+            jobs = [first]
+            rows = first.rows
+            deadline = first.arrived + self.max_wait_s
+            while rows < self.max_rows:
+                if self.queue.empty():
+                    left = deadline - time.perf_counter()
+                    if left <= 0:
+                        break
+                    try:
+                        job = await asyncio.wait_for(self.queue.get(), left)
+                    except asyncio.TimeoutError:
+                        break
+                else:
+                    job = self.queue.get_nowait()
+                jobs.append(job)
+                rows += job.rows
+            self.queued_rows -= rows
+            groups: dict[Hashable, list[Job]] = {}
+            for job in jobs:
+                groups.setdefault(job.key, []).append(job)
+            for group in groups.values():
+                live = [j for j in group if not j.future.cancelled()]
+                if not live:
+                    continue
+                start = time.perf_counter()
+                for j in live:
+                    self.metrics.observe("rnnkit_serve_batch_wait_seconds", start - j.arrived, kind=self.name)
+                try:
+                    results = await loop.run_in_executor(self.executor, self.run_group,
+                                                         [j.payload for j in live])
+                except Exception as e:  # noqa: BLE001 - one failed call fails its own jobs only
+                    results = [e] * len(live)
+                self.metrics.observe("rnnkit_serve_batch_rows", sum(j.rows for j in live), kind=self.name)
+                self.metrics.observe("rnnkit_serve_batch_requests", len(live), kind=self.name)
+                self.metrics.observe("rnnkit_serve_compute_seconds", time.perf_counter() - start,
+                                     kind=self.name)
+                for j, r in zip(live, results, strict=True):
+                    if j.future.done():
+                        continue
+                    if isinstance(r, BaseException):
+                        j.future.set_exception(r)
+                    else:
+                        j.future.set_result(r)
+
+
+__all__ = ["Batcher", "Job"]
