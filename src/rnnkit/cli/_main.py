@@ -128,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_convert(sub)
 
+    from rnnkit.serve._cli import add_parser as add_serve
+
+    add_serve(sub)
+
     sub.add_parser("bench", help="time rnnkit against PyTorch (needs torch; arguments go to "
                                  "benchmarks/bench.py)", add_help=False)
     return p
@@ -155,6 +159,10 @@ def _dispatch(argv: list[str]) -> int:
         from rnnkit.cli._predict import summary_command
 
         return summary_command(args)
+    if args.command == "serve":
+        from rnnkit.serve._cli import serve_command
+
+        return serve_command(args)
     if args.command == "convert":
         from rnnkit.cli._convert import convert_command
 

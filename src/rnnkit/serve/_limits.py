@@ -30,6 +30,7 @@ class ServeConfig:
     - ``synchronous``: ``"FULL"`` (a commit survives a power cut) or ``"NORMAL"`` (it survives a
       killed server process).
     - ``token``: the bearer token every request but ``/healthz`` must carry (None: no auth).
+    - ``streams``: False serves predict only (several worker processes cannot share streams).
     """
 
     max_wait_ms: float = 2.0
@@ -44,11 +45,12 @@ class ServeConfig:
     state_db: str | None = None
     synchronous: str = "FULL"
     token: str | None = None
+    streams: bool = True
 
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name in ("state_db", "token", "synchronous"):
+            if f.name in ("state_db", "token", "synchronous", "streams"):
                 continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise InvalidParameterError(f"ServeConfig: {f.name} must be a finite number, got {v!r}")

@@ -44,7 +44,7 @@ class Server:
         self.metrics = Metrics()
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="rnnkit-serve")
         self.store: StreamStore | None = None
-        if sv.streams is not None:
+        if sv.streams is not None and cfg.streams:
             self.store = StreamStore(sv.streams, sv.sha256, cfg.state_db, synchronous=cfg.synchronous)
         self.locks: dict[str, asyncio.Lock] = {}
         wait = cfg.max_wait_ms / 1000.0
@@ -142,7 +142,8 @@ class Server:
     # -- streams -----------------------------------------------------------------------------
     def _store(self) -> StreamStore:
         if self.store is None:
-            raise RequestError(409, "streams_unavailable", f"this model has no streams: {self.sv.stream_reason}")
+            why = self.sv.stream_reason or "this server runs several worker processes (predict only)"
+            raise RequestError(409, "streams_unavailable", f"this server has no streams: {why}")
         return self.store
 
     async def create(self) -> Stream:
