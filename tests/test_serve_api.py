@@ -21,7 +21,7 @@ warnings.filterwarnings("ignore", message=".*httpx2.*")
 
 from starlette.testclient import TestClient  # noqa: E402
 
-from rnnkit.serve import ServeConfig, Servable  # noqa: E402
+from rnnkit.serve import Servable, ServeConfig  # noqa: E402
 
 F = 4
 
@@ -77,7 +77,8 @@ def test_concurrent_predicts_are_batched_and_each_equals_predict_alone() -> None
         lens = np.array([1 + (k + i) % 5 for i in range(x.shape[0])]) if with_len else None
         want = model.predict(x, lengths=lens)
         assert f32(r.json()["outputs"]).tobytes() == want.tobytes()
-    counts = [line for line in metrics.splitlines() if line.startswith('rnnkit_serve_batch_requests_count{kind="predict"}')]
+    name = 'rnnkit_serve_batch_requests_count{kind="predict"}'
+    counts = [line for line in metrics.splitlines() if line.startswith(name)]
     assert counts and float(counts[0].split()[-1]) < len(reqs)  # fewer calls than requests: batched
 
 
@@ -92,7 +93,7 @@ def test_predict_npy_in_and_out_and_lengths_in_the_query() -> None:
         assert r.status_code == 200, r.text
         got = np.load(__import__("io").BytesIO(r.content))
         assert got.tobytes() == model.predict(x, lengths=np.array([6, 2, 4])).tobytes()
-        r = c.post("/v1/predict", content=np.save.__name__.encode(), headers={"content-type": "application/x-npy"})
+        r = c.post("/v1/predict", content=b"not npy", headers={"content-type": "application/x-npy"})
         assert r.status_code == 400 and r.json()["error"]["code"] == "bad_npy"
         buf64 = __import__("io").BytesIO()
         np.save(buf64, x.astype(np.float64))
@@ -116,8 +117,10 @@ def test_a_model_whose_rows_depend_on_the_batch_is_computed_request_by_request()
     xs = [rng.standard_normal((2, 3, F)).astype(np.float32) for _ in range(8)]
     out: dict[int, Any] = {}
     with client(sv, max_wait_ms=40) as c:
-        ts = [threading.Thread(target=lambda k=k: out.__setitem__(k, c.post("/v1/predict", json={"x": xs[k].tolist()})))
-              for k in range(8)]
+        def call(k: int) -> None:
+            out[k] = c.post("/v1/predict", json={"x": xs[k].tolist()})
+
+        ts = [threading.Thread(target=call, args=(k,)) for k in range(8)]
         for t in ts:
             t.start()
         for t in ts:
@@ -147,7 +150,8 @@ def test_stream_steps_over_http_follow_the_sequence_numbers() -> None:
         # the whole model on the 4 timesteps so far: every output is the prediction of its prefix
         seq_all = np.concatenate(xs[:2])[None]
         want = [model.predict(seq_all[:, :t + 1]) for t in range(4)]
-        got = f32(r1["outputs"]).tolist() + f32(c.post(url, json={"seq": 2, "x": xs[1].tolist()}).json()["outputs"]).tolist()
+        r2 = c.post(url, json={"seq": 2, "x": xs[1].tolist()}).json()
+        got = f32(r1["outputs"]).tolist() + f32(r2["outputs"]).tolist()
         np.testing.assert_allclose(f32(got), np.concatenate(want), rtol=0, atol=1e-6)
         _, st = reference_steps(model, xs[:2])
         assert f32(state["state"]["0.h"]).tobytes() == st[0][0].tobytes()
@@ -189,7 +193,8 @@ def test_websocket_steps_of_many_streams_are_batched_and_equal_each_stream_alone
     for i in range(n):
         want, _ = reference_steps(model, xs[i])
         assert all(g.tobytes() == w.tobytes() for g, w in zip(got[i], want, strict=True))
-    line = next(x for x in metrics.splitlines() if x.startswith('rnnkit_serve_batch_requests_count{kind="step"}'))
+    name = 'rnnkit_serve_batch_requests_count{kind="step"}'
+    line = next(x for x in metrics.splitlines() if x.startswith(name))
     assert float(line.split()[-1]) < n * steps
 
 
@@ -303,7 +308,8 @@ def test_models_that_cannot_be_stepped_refuse_streams_and_still_predict() -> Non
         r = c.post("/v1/streams")
         assert r.status_code == 409 and "GraphModel" in r.json()["error"]["message"]
         x = np.random.default_rng(5).standard_normal((2, 3, F)).astype(np.float32)
-        assert f32(c.post("/v1/predict", json={"x": x.tolist()}).json()["outputs"]).tobytes() == model.predict(x).tobytes()
+        got = f32(c.post("/v1/predict", json={"x": x.tolist()}).json()["outputs"])
+        assert got.tobytes() == model.predict(x).tobytes()
 
 
 def test_serve_config_is_checked() -> None:

@@ -43,7 +43,8 @@ def app(model: Any, config: ServeConfig | None = None, **settings: Any) -> Any:
     try:
         from rnnkit.serve._app import build_app  # the optional dependency (Starlette) lives there
     except ImportError as e:
-        raise MissingDependencyError(f"rnnkit.serve needs Starlette ({e}); pip install 'rnnkit[serve]'") from None
+        raise MissingDependencyError(f"rnnkit.serve needs Starlette ({e}); "
+                                     f"pip install 'rnnkit[serve]'") from None
     if isinstance(model, (str, os.PathLike)):
         sv = load(model, max_rows=cfg.max_rows)
     elif isinstance(model, Servable):

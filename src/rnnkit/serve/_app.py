@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -196,7 +196,7 @@ class Api:
         x = np.frombuffer(data, plan.dtype, offset=8).reshape(-1, plan.features)
         return as_seq(seq), as_input(x, self.sv, self.cfg, "x", stream=True)
 
-    async def _ws_message(self, sid: str, msg: dict[str, Any]) -> tuple[str | bytes, str]:
+    async def _ws_message(self, sid: str, msg: Mapping[str, Any]) -> tuple[str | bytes, str]:
         seq: Any = None
         try:
             data = msg.get("bytes")
@@ -205,7 +205,8 @@ class Api:
             else:
                 text = msg.get("text") or ""
                 if len(text) > self.cfg.max_body_bytes:
-                    raise RequestError(413, "body_too_large", f"the message exceeds {self.cfg.max_body_bytes} bytes")
+                    raise RequestError(413, "body_too_large",
+                                       f"the message exceeds {self.cfg.max_body_bytes} bytes")
                 doc = parse_json(text.encode("utf-8", "surrogatepass"))
                 seq = field_of(doc, "seq")
                 seq = as_seq(seq)
@@ -270,7 +271,8 @@ def build_app(sv: Servable, cfg: ServeConfig) -> ASGIApp:
         Route("/v1/streams/{sid}/step", e("step", api.step), methods=["POST"]),
         WebSocketRoute("/v1/streams/{sid}/ws", api.ws),
     ]
-    app = Starlette(routes=routes, lifespan=server.lifespan, exception_handlers={HTTPException: api.http_error})
+    app = Starlette(routes=routes, lifespan=server.lifespan,
+                    exception_handlers={HTTPException: api.http_error})
     app.state.server = server
     outer: ASGIApp = app
     if cfg.token is not None:

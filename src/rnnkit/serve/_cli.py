@@ -80,7 +80,8 @@ def serve_command(args: argparse.Namespace) -> int:
     try:
         import uvicorn
     except ImportError as e:
-        raise MissingDependencyError(f"rnnkit serve needs uvicorn ({e}); pip install 'rnnkit[serve]'") from None
+        raise MissingDependencyError(f"rnnkit serve needs uvicorn ({e}); "
+                                     f"pip install 'rnnkit[serve]'") from None
     cfg = config_from(args)
     if args.host not in ("127.0.0.1", "localhost", "::1") and cfg.token is None:
         print(f"rnnkit serve: warning: binding {args.host} without --token-file: anyone who can reach "
@@ -93,7 +94,8 @@ def serve_command(args: argparse.Namespace) -> int:
         uvicorn.run("rnnkit.serve._cli:factory", factory=True, workers=args.workers, **opts)
         return 0
     application = app(args.model, cfg)
-    where = cfg.state_db if cfg.state_db is not None else "memory only (lost on exit; --state-db FILE keeps them)"
+    where = cfg.state_db if cfg.state_db is not None else \
+        "memory only (lost on exit; --state-db FILE keeps them)"
     print(f"rnnkit serve: {args.model} on http://{args.host}:{args.port}; streams: {where}", file=sys.stderr,
           flush=True)
     uvicorn.run(application, **opts)

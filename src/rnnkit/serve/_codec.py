@@ -58,7 +58,8 @@ def as_input(value: Any, sv: Servable, cfg: ServeConfig, what: str, *, stream: b
     if isinstance(value, np.ndarray):
         arr = value
         if arr.dtype != sv.input_dtype:
-            raise unprocessable("bad_dtype", f"{what} has dtype {arr.dtype}; the model takes {sv.input_dtype}",
+            raise unprocessable("bad_dtype", f"{what} has dtype {arr.dtype}; the model takes "
+                                             f"{sv.input_dtype}",
                                 expected=sv.input_dtype.name, got=str(arr.dtype))
     else:
         if not isinstance(value, list):
@@ -72,8 +73,9 @@ def as_input(value: Any, sv: Servable, cfg: ServeConfig, what: str, *, stream: b
         if arr.dtype.kind not in "iuf" or arr.dtype.kind == "f" and sv.input_dtype.kind in "iu":
             got = {"b": "booleans", "U": "strings", "O": "mixed values or huge integers"}.get(
                 arr.dtype.kind, "non-integers" if arr.dtype.kind == "f" else str(arr.dtype))
-            raise unprocessable("bad_dtype", f"{what} must hold {sv.input_dtype.kind in 'iu' and 'integers' or 'numbers'}, "
-                                             f"got {got}", expected=sv.input_dtype.name, got=got)
+            kind = "integers" if sv.input_dtype.kind in "iu" else "numbers"
+            raise unprocessable("bad_dtype", f"{what} must hold {kind}, got {got}",
+                                expected=sv.input_dtype.name, got=got)
     if arr.ndim != len(want) or any(w is not None and w != g for w, g in zip(want, arr.shape, strict=False)):
         raise unprocessable("bad_shape", f"{what} has shape {arr.shape}; expected {want_text}",
                             expected=want_text, got=list(arr.shape))
@@ -188,5 +190,5 @@ def to_npy(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-__all__ = ["NPY_TYPES", "as_input", "as_lengths", "as_mask", "as_seq", "field_of", "parse_json", "parse_npy", "to_json",
-           "to_npy"]
+__all__ = ["NPY_TYPES", "as_input", "as_lengths", "as_mask", "as_seq", "field_of", "parse_json", "parse_npy",
+           "to_json", "to_npy"]

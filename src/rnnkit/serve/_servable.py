@@ -108,29 +108,30 @@ class Servable:
             raise InvalidParameterError(
                 f"serve: expected an rnnkit model (Sequential, GraphModel) or an rnnkit.rnn.RNNNet, got "
                 f"{type(model).__name__}; wrap a layer in a Sequential")
-        self.model = model
+        self.model: Any = model
+        m: Any = model
         self.source = source
         self.is_net = isinstance(model, RNNNet)
         if not self.is_net:
-            if not model.built:
+            if not m.built:
                 raise InvalidParameterError("serve: the model is not built; call build(shape) first")
-            if model.n_inputs != 1:
-                raise InvalidParameterError(f"serve: the model takes {model.n_inputs} inputs; the server "
+            if m.n_inputs != 1:
+                raise InvalidParameterError(f"serve: the model takes {m.n_inputs} inputs; the server "
                                             f"serves models with one input")
-            stateful = [lay.name for lay in model.layers if getattr(lay, "stateful", False)]
+            stateful = [lay.name for lay in m.layers if getattr(lay, "stateful", False)]
             if stateful:
                 raise InvalidParameterError(
                     f"serve: layer(s) {stateful} are stateful (they carry state from one call to the "
                     f"next, which would mix clients); serve a copy built with stateful=False and use "
                     f"streams")
-        self.sha256 = sha256 if sha256 is not None else weights_sha256(model)
+        self.sha256 = sha256 if sha256 is not None else weights_sha256(m)
         if self.is_net:
-            self.sample_shape: tuple[int | None, ...] = (None, model.in_dim)
-            self.dtype = np.dtype(model.dtype)
+            self.sample_shape: tuple[int | None, ...] = (None, m.in_dim)
+            self.dtype = np.dtype(m.dtype)
             self.input_dtype = self.dtype
         else:
-            self.sample_shape = tuple(model.input_shapes()[0])[1:]
-            first = model.layers[0]
+            self.sample_shape = tuple(m.input_shapes()[0])[1:]
+            first = m.layers[0]
             self.dtype = np.dtype(first.dtype)
             self.input_dtype = np.dtype(np.int64) if isinstance(first, Embedding) else self.dtype
         if len(self.sample_shape) < 2:
@@ -189,7 +190,7 @@ class Servable:
         ``lengths`` ((B,) ints, PyTorch's packed semantics), or ``mask`` ((B, T) booleans,
         Keras' masking), or neither."""
         if self.is_net:
-            net: RNNNet = self.model
+            net = self.model
             xin = x if net.config.batch_first else x.transpose(1, 0, 2)
             ctx = Ctx.inference().set_mask(mask, lengths=lengths)
             y = net.forward(xin, ctx)

@@ -105,7 +105,8 @@ class Server:
             return await asyncio.wait_for(asyncio.shield(task), self.cfg.request_timeout_s)
         except asyncio.TimeoutError:
             raise RequestError(503, "timeout", f"no answer within {self.cfg.request_timeout_s} s; a stream "
-                                               f"step may still be applied: retry it with the same seq") from None
+                                               f"step may still be applied: retry it with the same "
+                                               f"seq") from None
 
     # -- predict -----------------------------------------------------------------------------
     def _run_predicts(self, payloads: list[tuple[np.ndarray, Any, Any]]) -> list[Any]:
@@ -132,9 +133,11 @@ class Server:
         except InvalidInputError as e:
             return RequestError(422, "model_refused", f"the model refused the input: {str(e)[:300]}")
 
-    async def predict(self, x: np.ndarray, lengths: np.ndarray | None, mask: np.ndarray | None) -> list[np.ndarray]:
+    async def predict(self, x: np.ndarray, lengths: np.ndarray | None,
+                      mask: np.ndarray | None) -> list[np.ndarray]:
         """The outputs for one request, computed with whatever else arrives in the same few ms."""
-        key: Hashable = (x.shape[1:], "lengths" if lengths is not None else "mask" if mask is not None else "")
+        kind = "lengths" if lengths is not None else "mask" if mask is not None else ""
+        key: Hashable = (x.shape[1:], kind)
         out: list[np.ndarray] = await self._waited(self.predicts.submit(key, int(x.shape[0] * x.shape[1]),
                                                                         (x, lengths, mask)))
         return out
@@ -176,7 +179,8 @@ class Server:
         y, new = plan.step(x, plan.stack([p[0].state for p in payloads]))
         states = plan.split(new, len(payloads))
         ys = [np.ascontiguousarray(y[i]) for i in range(len(payloads))]
-        store.commit([(s, seq, st, yi, dig) for (s, seq, _, dig), st, yi in zip(payloads, states, ys, strict=True)])
+        store.commit([(s, seq, st, yi, dig)
+                      for (s, seq, _, dig), st, yi in zip(payloads, states, ys, strict=True)])
         self.metrics.inc("rnnkit_serve_steps_total", len(payloads))
         return ys
 
@@ -203,8 +207,8 @@ class Server:
                                                      f"{s.seq}; only the last step can be answered again",
                                    expected=s.seq + 1, got=seq, stream_seq=s.seq)
             if seq > s.seq + 1:
-                raise RequestError(409, "seq_gap", f"step {seq} would skip step(s) {s.seq + 1}..{seq - 1}; the "
-                                                   f"stream's next step is {s.seq + 1}",
+                raise RequestError(409, "seq_gap", f"step {seq} would skip step(s) {s.seq + 1}..{seq - 1}; "
+                                                   f"the stream's next step is {s.seq + 1}",
                                    expected=s.seq + 1, got=seq, stream_seq=s.seq)
             s.busy = True
             try:

@@ -164,8 +164,8 @@ def _check_op(plan: StreamPlan, i: int, sizes: list[int]) -> bool:
             st = [0.5 * rng.standard_normal(e.shape if isinstance(plan.model, RNNNet) else (n, *e.shape))
                   for e in _entries_of(plan, i)]
             if isinstance(plan.model, RNNNet):
-                st = [np.repeat(s[:, None], n, axis=1) + 0.1 * rng.standard_normal((s.shape[0], n, s.shape[1]))
-                      for s in st]
+                st = [np.repeat(s[:, None], n, axis=1)
+                      + 0.1 * rng.standard_normal((s.shape[0], n, s.shape[1])) for s in st]
             st = [s.astype(plan.dtype) for s in st]
             run = (lambda xx, ss: plan._net_step(xx, ss, True)) if isinstance(plan.model, RNNNet) else \
                 (lambda xx, ss: plan._rec(_Op(op.layer, True, op.width), xx, ss))
@@ -198,13 +198,15 @@ def plan_streams(model: Any, sizes: list[int]) -> tuple[StreamPlan | None, str |
             return None, "a bidirectional network reads each sequence from its end; it cannot be stepped"
         cell = model._layers[(0, 0)].cell
         L = model.config.num_layers
-        entries = [StateEntry(n, (L, w), 1) for n, w in zip(cell.state_names, cell.state_sizes(), strict=True)]
-        plan = StreamPlan(model, [_Op(model, True, model.in_dim)], entries, model.in_dim, (model.out_dim,))
+        net_entries = [StateEntry(n, (L, w), 1)
+                       for n, w in zip(cell.state_names, cell.state_sizes(), strict=True)]
+        plan = StreamPlan(model, [_Op(model, True, model.in_dim)], net_entries, model.in_dim,
+                          (model.out_dim,))
         plan.ops[0].batched = _check_op(plan, 0, sizes)
         return plan, None
     if not isinstance(model, Sequential):
         return None, f"a {type(model).__name__} cannot be stepped; streams need a Sequential model"
-    shape = tuple(model.input_shapes()[0])
+    shape: tuple[Any, ...] = tuple(model.input_shapes()[0])
     if len(shape) != 3:
         return None, f"streams need an input (batch, timesteps, features); the model takes {shape}"
     ops: list[_Op] = []
@@ -230,7 +232,7 @@ def plan_streams(model: Any, sizes: list[int]) -> tuple[StreamPlan | None, str |
                           f"layers, Dense, ActivationLayer, Dropout)")
     if not any(op.recurrent for op in ops):
         return None, "the model has no recurrent layer; there is no state to keep"
-    out = tuple(int(d) for d in tuple(model.output_shape)[1 if flat else 2:])
+    out = tuple(int(d) for d in tuple[Any, ...](tuple(model.output_shape))[1 if flat else 2:])
     plan = StreamPlan(model, ops, entries, int(shape[2]), out)
     for i, op in enumerate(plan.ops):
         op.batched = _check_op(plan, i, sizes)
