@@ -33,7 +33,8 @@ CTYPES = ["application/json", "application/x-npy", "application/octet-stream", "
 
 
 def _number(r: random.Random) -> Any:
-    return r.choice([0, -0.0, 1, -1, 1e308, -1e308, 1e-320, 2 ** 64, -(2 ** 70), 3.5, True, None, "1", [], {}])
+    return r.choice([0, -0.0, 1, -1, 1e308, -1e308, 1e-320, 2 ** 64, -(2 ** 70), 3.5, True, None, "1", [],
+                     {}])
 
 
 def _array(r: random.Random, depth: int) -> Any:
@@ -89,7 +90,8 @@ async def _http(client: Any, r: random.Random, victims: list[tuple[str, int]], t
         path = "/v1/streams/" + v + "/step"
     headers = {"content-type": r.choice(CTYPES)}
     if r.random() < 0.2:
-        headers["authorization"] = r.choice(["Bearer", "Bearer " + "x" * 5000, "Basic Zm9vOmJhcg==", "Bearer  "])
+        headers["authorization"] = r.choice(["Bearer", "Bearer " + "x" * 5000, "Basic Zm9vOmJhcg==",
+                                             "Bearer  "])
     if r.random() < 0.1:
         headers["accept"] = r.choice(["application/x-npy", "*/*", "text/html"])
     body = _json_body(r, vseq)
@@ -122,7 +124,8 @@ async def _raw(port: int, r: random.Random, tally: Counter[str]) -> None:
         tally[f"raw error {type(e).__name__}"] += 1
 
 
-async def _ws(url: str, r: random.Random, victims: list[tuple[str, int]], tally: Counter[str], n: int) -> None:
+async def _ws(url: str, r: random.Random, victims: list[tuple[str, int]], tally: Counter[str],
+              n: int) -> None:
     from websockets.asyncio.client import connect
 
     v, vseq = r.choice(victims)
@@ -139,7 +142,8 @@ async def _ws(url: str, r: random.Random, victims: list[tuple[str, int]], tally:
                 else:
                     await ws.send(_json_body(r, vseq).decode("utf-8", "replace"))
                 reply = await asyncio.wait_for(ws.recv(), 10)
-                code = json.loads(reply).get("error", {}).get("code", "ok") if isinstance(reply, str) else "bytes"
+                code = "bytes" if not isinstance(reply, str) else \
+                    json.loads(reply).get("error", {}).get("code", "ok")
                 tally[f"ws {code}"] += 1
     except Exception as e:  # noqa: BLE001 - a dropped socket is what this counts
         tally[f"ws error {type(e).__name__}"] += 1

@@ -79,7 +79,8 @@ class ServerProcess:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+                raise RuntimeError(f"the server exited with {self.proc.returncode}: "
+                                   f"{self.log.read_text()[-2000:]}")
             try:
                 if httpx.get(self.url + "/healthz", timeout=1.0).status_code == 200:
                     return
