@@ -3,9 +3,10 @@ in one call.
 
 Each job has a ``key`` (only jobs with equal keys can share a call: same timesteps, same kind of
 mask) and a row count. A collector task takes the oldest waiting job and gathers more until
-``max_wait_s`` after that job's arrival or until ``max_rows`` rows are gathered, groups them by
-key and hands each group to ``run_group`` on the one worker thread, where every kernel call of
-the server happens (one at a time, so a batch never competes with another for the cores).
+``max_wait_s`` after that job's arrival or until ``max_rows`` rows are gathered (a job that
+would overfill the batch starts the next one), groups them by key and hands each group to
+``run_group`` on the one worker thread, where every kernel call of the server happens (one at
+a time, so a batch never competes with another for the cores).
 While the worker computes, new jobs queue; they are collected at once when it is free, the
 oldest having already waited. With batching off (``max_rows == 1``) every job is its own call.
 """
@@ -51,6 +52,7 @@ class Batcher:
         self.queue: asyncio.Queue[Job] = asyncio.Queue()
         self.queued_rows = 0
         self._task: asyncio.Task[None] | None = None
+        self._held: Job | None = None  # a job that would have overfilled the last batch
 
     def start(self) -> None:
         """Start the collector on the running event loop."""
@@ -64,8 +66,10 @@ class Batcher:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        left = [] if self._held is None else [self._held]
         while not self.queue.empty():
-            job = self.queue.get_nowait()
+            left.append(self.queue.get_nowait())
+        for job in left:
             if not job.future.done():
                 job.future.set_exception(RequestError(503, "shutting_down", "the server is stopping"))
 
@@ -83,23 +87,25 @@ class Batcher:
     async def _collect(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            first = await self.queue.get()
+            if self._held is not None:
+                first, self._held = self._held, None
+            else:
+                first = await self.queue.get()
             jobs = [first]
             rows = first.rows
             deadline = first.arrived + self.max_wait_s
-            while rows < self.max_rows:
-                if self.queue.empty():
-                    left = deadline - time.perf_counter()
-                    if left <= 0:
-                        break
-                    try:
-                        job = await asyncio.wait_for(self.queue.get(), left)
-                    except asyncio.TimeoutError:
-                        break
-                else:
+            while self._held is None:
+                while rows < self.max_rows and not self.queue.empty():
                     job = self.queue.get_nowait()
-                jobs.append(job)
-                rows += job.rows
+                    if rows + job.rows > self.max_rows:  # the next batch starts with it
+                        self._held = job
+                        break
+                    jobs.append(job)
+                    rows += job.rows
+                left = deadline - time.perf_counter()
+                if rows >= self.max_rows or left <= 0 or self._held is not None:
+                    break
+                await asyncio.sleep(left)
             self.queued_rows -= rows
             groups: dict[Hashable, list[Job]] = {}
             for job in jobs:
