@@ -115,7 +115,8 @@ async def _streams(url: str, ids: list[str], seconds: float, rate: float | None,
 
     async def one(sid: str) -> None:
         ws_url = url.replace("http", "ws") + (f"/v1/streams/{sid}/ws" if binary else f"/ws/{sid}")
-        async with connect(ws_url, max_size=None, open_timeout=60, ping_interval=None) as ws:
+        async with connect(ws_url, max_size=None, open_timeout=60, ping_interval=None,
+                           compression=None) as ws:
             seq = SEQS.get(sid, 0)
             await start_evt.wait()
             interval = len(ids) / rate if rate else 0.0

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,13 +35,23 @@ class Job:
     arrived: float = field(default_factory=time.perf_counter)
 
 
+Finish = Callable[[list[Any], list[Any]], Awaitable[list[Any]]]
+
+
 class Batcher:
     """Gathers :class:`Job` s of one kind (``name``, for the metrics) into calls of
     ``run_group(list of payloads) -> list of results`` (a result may be an exception, which is
-    raised to that job's caller alone)."""
+    raised to that job's caller alone).
+
+    ``inline``: call ``run_group`` on the event loop's thread instead of the worker (for short
+    calls whose kernels release the GIL: no hand-over between threads). ``finish(payloads,
+    results) -> results``, when given, runs as its own task after each call (e.g. a commit on the
+    worker thread) while the next batch is gathered and computed; the jobs are answered after it.
+    """
 
     def __init__(self, name: str, run_group: Callable[[list[Any]], list[Any]], executor: ThreadPoolExecutor,
-                 metrics: Metrics, *, max_wait_s: float, max_rows: int, max_queue_rows: int) -> None:
+                 metrics: Metrics, *, max_wait_s: float, max_rows: int, max_queue_rows: int,
+                 inline: bool = False, finish: Finish | None = None) -> None:
         self.name = name
         self.run_group = run_group
         self.executor = executor
@@ -53,6 +63,9 @@ class Batcher:
         self.queued_rows = 0
         self._task: asyncio.Task[None] | None = None
         self._held: Job | None = None  # a job that would have overfilled the last batch
+        self.inline = inline
+        self.finish = finish
+        self._finishing: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         """Start the collector on the running event loop."""
@@ -60,6 +73,8 @@ class Batcher:
 
     async def stop(self) -> None:
         """Stop the collector; jobs still queued are answered with a 503."""
+        for t in list(self._finishing):
+            await asyncio.gather(t, return_exceptions=True)
         if self._task is not None:
             self._task.cancel()
             try:
@@ -117,22 +132,42 @@ class Batcher:
                 start = time.perf_counter()
                 for j in live:
                     self.metrics.observe("rnnkit_serve_batch_wait_seconds", start - j.arrived, kind=self.name)
+                payloads = [j.payload for j in live]
                 try:
-                    results = await loop.run_in_executor(self.executor, self.run_group,
-                                                         [j.payload for j in live])
+                    if self.inline:
+                        results = self.run_group(payloads)
+                    else:
+                        results = await loop.run_in_executor(self.executor, self.run_group, payloads)
                 except Exception as e:  # noqa: BLE001 - one failed call fails its own jobs only
                     results = [e] * len(live)
                 self.metrics.observe("rnnkit_serve_batch_rows", sum(j.rows for j in live), kind=self.name)
                 self.metrics.observe("rnnkit_serve_batch_requests", len(live), kind=self.name)
                 self.metrics.observe("rnnkit_serve_compute_seconds", time.perf_counter() - start,
                                      kind=self.name)
-                for j, r in zip(live, results, strict=True):
-                    if j.future.done():
-                        continue
-                    if isinstance(r, BaseException):
-                        j.future.set_exception(r)
-                    else:
-                        j.future.set_result(r)
+                if self.finish is None:
+                    _answer(live, results)
+                else:
+                    task = loop.create_task(self._finish(live, payloads, results))
+                    self._finishing.add(task)
+                    task.add_done_callback(self._finishing.discard)
+
+    async def _finish(self, live: list[Job], payloads: list[Any], results: list[Any]) -> None:
+        assert self.finish is not None
+        try:
+            results = await self.finish(payloads, results)
+        except Exception as e:  # noqa: BLE001 - a failed commit fails the jobs of its batch only
+            results = [e] * len(live)
+        _answer(live, results)
+
+
+def _answer(jobs: list[Job], results: list[Any]) -> None:
+    for j, r in zip(jobs, results, strict=True):
+        if j.future.done():
+            continue
+        if isinstance(r, BaseException):
+            j.future.set_exception(r)
+        else:
+            j.future.set_result(r)
 
 
 __all__ = ["Batcher", "Job"]

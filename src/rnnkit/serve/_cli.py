@@ -87,7 +87,8 @@ def serve_command(args: argparse.Namespace) -> int:
         print(f"rnnkit serve: warning: binding {args.host} without --token-file: anyone who can reach "
               f"it can use the model", file=sys.stderr)
     opts: dict[str, Any] = {"host": args.host, "port": args.port, "log_level": args.log_level,
-                            "ws_max_size": cfg.max_body_bytes, "timeout_graceful_shutdown": 5,
+                            "ws_max_size": cfg.max_body_bytes, "ws_per_message_deflate": False,
+                            "timeout_graceful_shutdown": 5,
                             "access_log": args.access_log}
     if args.workers > 1:
         os.environ[CONFIG_ENV] = json.dumps({"model": os.path.abspath(args.model), "config": asdict(cfg)})

@@ -13,6 +13,7 @@ BUCKETS: dict[str, tuple[float, ...]] = {
                                               0.5, 1.0, 2.5, 5.0, 10.0),
     "rnnkit_serve_batch_wait_seconds": (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1),
     "rnnkit_serve_compute_seconds": (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
+    "rnnkit_serve_commit_seconds": (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
     "rnnkit_serve_batch_rows": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096),
     "rnnkit_serve_batch_requests": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
 }
@@ -22,8 +23,9 @@ HELP = {
                                                "messages count under route ws_step)."),
     "rnnkit_serve_request_duration_seconds": ("histogram", "Time from a request's arrival to its answer."),
     "rnnkit_serve_batch_wait_seconds": ("histogram", "Time a job waited in the micro-batcher."),
-    "rnnkit_serve_compute_seconds": ("histogram", "Time of one batched call (kernel, and for streams the "
-                                                  "commit of the new states)."),
+    "rnnkit_serve_compute_seconds": ("histogram", "Time of one batched call (the kernels)."),
+    "rnnkit_serve_commit_seconds": ("histogram", "Time to commit the new states of one batch of steps "
+                                                 "(the database transaction, or memory only)."),
     "rnnkit_serve_batch_rows": ("histogram", "Rows (sequences x timesteps) per batched call."),
     "rnnkit_serve_batch_requests": ("histogram", "Requests per batched call."),
     "rnnkit_serve_active_streams": ("gauge", "Streams open now."),

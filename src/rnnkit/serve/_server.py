@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import time
 from collections.abc import AsyncIterator, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -51,8 +52,9 @@ class Server:
         self.predicts = Batcher("predict", self._run_predicts, self.executor, self.metrics, max_wait_s=wait,
                                 max_rows=cfg.max_rows if sv.predict_batched else 1,
                                 max_queue_rows=cfg.max_queue_rows)
-        self.steps = Batcher("step", self._run_steps, self.executor, self.metrics, max_wait_s=wait,
-                             max_rows=cfg.max_rows, max_queue_rows=cfg.max_queue_rows)
+        self.steps = Batcher("step", self._compute_steps, self.executor, self.metrics, max_wait_s=wait,
+                             max_rows=cfg.max_rows, max_queue_rows=cfg.max_queue_rows, inline=True,
+                             finish=self._commit_steps)
         self.metrics.gauges["rnnkit_serve_active_streams"] = lambda: float(
             0 if self.store is None else len(self.store.streams))
         self._expiry: asyncio.Task[None] | None = None
@@ -171,18 +173,34 @@ class Server:
                 await self._call(store.delete, [sid])
         self.locks.pop(sid, None)
 
-    def _run_steps(self, payloads: list[tuple[Stream, int, np.ndarray, str]]) -> list[Any]:
+    def _compute_steps(self, payloads: list[tuple[Stream, int, np.ndarray, str]]) -> list[Any]:
+        """The new states and outputs of a batch of steps (on the event loop's thread: the
+        kernels release the GIL and use every core for a large batch)."""
         plan = self.sv.streams
-        store = self.store
-        assert plan is not None and store is not None
+        assert plan is not None
         x = np.stack([p[2] for p in payloads])
         y, new = plan.step(x, plan.stack([p[0].state for p in payloads]))
         states = plan.split(new, len(payloads))
-        ys = [np.ascontiguousarray(y[i]) for i in range(len(payloads))]
-        store.commit([(s, seq, st, yi, dig)
-                      for (s, seq, _, dig), st, yi in zip(payloads, states, ys, strict=True)])
+        return [(st, np.ascontiguousarray(y[i])) for i, st in enumerate(states)]
+
+    async def _commit_steps(self, payloads: list[tuple[Stream, int, np.ndarray, str]],
+                            results: list[Any]) -> list[Any]:
+        """Commit a computed batch (one transaction, on the worker thread when there is a
+        database); returns the outputs to answer with."""
+        store = self.store
+        assert store is not None
+        if isinstance(results[0], BaseException):
+            return results
+        updates = [(s, seq, st, yi, dig)
+                   for (s, seq, _, dig), (st, yi) in zip(payloads, results, strict=True)]
+        t0 = time.perf_counter()
+        if store.db is not None:
+            await self._call(store.commit, updates)
+        else:
+            store.commit(updates)
+        self.metrics.observe("rnnkit_serve_commit_seconds", time.perf_counter() - t0)
         self.metrics.inc("rnnkit_serve_steps_total", len(payloads))
-        return ys
+        return [yi for _, yi in results]
 
     async def step(self, sid: str, seq: int, x: np.ndarray) -> tuple[np.ndarray, bool]:
         """Apply step ``seq`` (timesteps ``x`` (T, features)) to stream ``sid``: (its outputs

@@ -152,7 +152,7 @@ class StreamStore:
     def idle(self, ttl_s: float, now: float | None = None) -> list[str]:
         """The ids of streams unused for more than ``ttl_s`` seconds and not stepping now."""
         t = time.time() if now is None else now
-        return [s.id for s in self.streams.values() if not s.busy and t - s.touched > ttl_s]
+        return [s.id for s in list(self.streams.values()) if not s.busy and t - s.touched > ttl_s]
 
     def close(self) -> None:
         """Close the database (every commit is already durable)."""
