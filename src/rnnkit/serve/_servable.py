@@ -134,7 +134,7 @@ class Servable:
             first = m.layers[0]
             self.dtype = np.dtype(first.dtype)
             self.input_dtype = np.dtype(np.int64) if isinstance(first, Embedding) else self.dtype
-        if len(self.sample_shape) < 2:
+        if len(self.sample_shape) < (1 if self.input_dtype.kind in "iu" else 2):
             raise InvalidParameterError(f"serve: the model's input {self.sample_shape} has no time axis; "
                                         f"expected (batch, timesteps, ...)")
         self.max_rows = int(max_rows)
