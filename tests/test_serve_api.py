@@ -319,3 +319,34 @@ def test_serve_config_is_checked() -> None:
         ServeConfig(token="short")
     with pytest.raises(rk.InvalidParameterError, match="stateful"):
         Servable(rk.Sequential([rk.LSTM(2, stateful=True)], input_shape=(None, 3, F)))
+
+
+def test_the_serve_command_refuses_bad_arguments_with_one_line(tmp_path: Any, capsys: Any) -> None:
+    from rnnkit.cli import main
+
+    model = tmp_path / "m.safetensors"
+    rk.save_model(lstm_model(), model)
+    (tmp_path / "short").write_text("abc\n")
+    cases = [
+        (["serve", str(tmp_path / "missing.safetensors")], "missing.safetensors"),
+        (["serve", str(model), "--token-file", str(tmp_path / "short")], "at least 16"),
+        (["serve", str(model), "--token-file", str(tmp_path / "nope")], "no such file"),
+        (["serve", str(model), "--workers", "2", "--state-db", str(tmp_path / "s.db")], "predict only"),
+        (["serve", str(model), "--max-rows", "0"], "max_rows"),
+    ]
+    for argv, words in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("rnnkit: error: ") and words in err[0], err
+
+
+def test_a_stream_database_refuses_another_model(tmp_path: Any) -> None:
+    db = str(tmp_path / "s.db")
+    with client(lstm_model(), state_db=db) as c:
+        sid = c.post("/v1/streams").json()["id"]
+        c.post(f"/v1/streams/{sid}/step", json={"seq": 1, "x": [[0.5] * F]})
+    with client(lstm_model(), state_db=db) as c:  # the same model: the stream is back
+        assert c.get(f"/v1/streams/{sid}").json()["seq"] == 1
+    other = rk.Sequential([rk.LSTM(8, "tanh", seed=9)], input_shape=(None, None, F))
+    with pytest.raises(rk.InvalidParameterError, match="another model"):
+        rk.serve.app(other, state_db=db)

@@ -18,8 +18,7 @@ import os
 import secrets
 import sqlite3
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -48,7 +47,6 @@ class Stream:
     last_y: np.ndarray | None = None
     last_digest: str | None = None
     busy: bool = False
-    waiters: list[Any] = field(default_factory=list)
 
 
 class StreamStore:
