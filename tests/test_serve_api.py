@@ -350,3 +350,35 @@ def test_a_stream_database_refuses_another_model(tmp_path: Any) -> None:
     other = rk.Sequential([rk.LSTM(8, "tanh", seed=9)], input_shape=(None, None, F))
     with pytest.raises(rk.InvalidParameterError, match="another model"):
         rk.serve.app(other, state_db=db)
+
+
+def test_a_job_timed_out_in_the_queue_is_answered_503_and_never_computed() -> None:
+    import asyncio
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rnnkit.serve._batcher import Batcher
+    from rnnkit.serve._errors import RequestError
+    from rnnkit.serve._metrics import Metrics
+
+    calls: list[list[str]] = []
+
+    def slow(payloads: list[str]) -> list[str]:
+        calls.append(payloads)
+        time.sleep(0.4)
+        return [p.upper() for p in payloads]
+
+    async def main() -> tuple[Any, Any]:
+        b = Batcher("t", slow, ThreadPoolExecutor(1), Metrics(), max_wait_s=0.0, max_rows=1,
+                    max_queue_rows=100, timeout_s=0.1)
+        b.start()
+        first = b.submit("k", 1, "a")
+        await asyncio.sleep(0.05)                   # "a" is being computed
+        second = b.submit("k", 1, "b")
+        out = await asyncio.gather(first, second, return_exceptions=True)
+        await b.stop()
+        return out[0], out[1]
+
+    a, b = asyncio.run(main())
+    assert a == "A" and isinstance(b, RequestError) and b.status == 503 and b.code == "timeout"
+    assert calls == [["a"]]

@@ -108,13 +108,14 @@ class ServerProcess:
 
 # -- kill -9 trials ---------------------------------------------------------------------------
 async def _stepper(url: str, sid: str, xs: np.ndarray, acked: list[int], answers: dict[int, bytes],
-                   stop: asyncio.Event) -> None:
+                   stop: asyncio.Event, connected: list[int]) -> None:
     """Step stream ``sid`` over its WebSocket until ``stop`` or the connection breaks; each
     answer (outputs bytes) is recorded under its seq, ``acked[0]`` is the last one received."""
     from websockets.asyncio.client import connect
 
     ws_url = url.replace("http://", "ws://") + f"/v1/streams/{sid}/ws"
-    async with connect(ws_url, max_size=None, open_timeout=10) as ws:
+    async with connect(ws_url, max_size=None, open_timeout=60, compression=None) as ws:
+        connected[0] += 1
         while not stop.is_set():
             seq = acked[0] + 1
             if seq > len(xs):
@@ -132,13 +133,20 @@ async def _stepper(url: str, sid: str, xs: np.ndarray, acked: list[int], answers
 
 async def _round(url: str, ids: list[str], xs: np.ndarray, acked: list[list[int]],
                  answers: list[dict[int, bytes]],
-                 server: ServerProcess, after_s: float, errors: list[str]) -> int:
+                 server: ServerProcess, after_s: float, errors: list[str], kill: bool = True) -> int:
+    """Step every stream; ``after_s`` seconds after all are connected, kill the server with
+    SIGKILL (``kill``) or stop the clients. Returns the steps acknowledged in the round."""
     stop = asyncio.Event()
     before = sum(a[0] for a in acked)
-    tasks = [asyncio.ensure_future(_stepper(url, sid, xs[i], acked[i], answers[i], stop))
+    connected = [0]
+    tasks = [asyncio.ensure_future(_stepper(url, sid, xs[i], acked[i], answers[i], stop, connected))
              for i, sid in enumerate(ids)]
+    end = time.monotonic() + 60
+    while connected[0] < len(ids) and time.monotonic() < end and not all(t.done() for t in tasks):
+        await asyncio.sleep(0.02)
     await asyncio.sleep(after_s)
-    server.kill9()
+    if kill:
+        server.kill9()
     stop.set()
     for r in await asyncio.gather(*tasks, return_exceptions=True):
         if isinstance(r, RuntimeError):
@@ -179,8 +187,7 @@ def kill_trials(workdir: Path, kills: int = 20, streams: int = 500, steps: int =
                 lost += max(0, acked[i][0] - seq)
                 ahead += max(0, seq - acked[i][0] - 1)
                 committed_unacked += int(seq == acked[i][0] + 1)
-    asyncio.run(_round(server.url, ids, xs, acked, answers, server, 0.5, errors))  # after the last kill
-    server.start()
+    after_last = asyncio.run(_round(server.url, ids, xs, acked, answers, server, 0.5, errors, kill=False))
     sv = load(model)
     plan = sv.streams
     assert plan is not None
@@ -199,7 +206,8 @@ def kill_trials(workdir: Path, kills: int = 20, streams: int = 500, steps: int =
             wrong_states += int(any(a.tobytes() != b.tobytes() for a, b in zip(mine, theirs, strict=True)))
     server.stop()
     return {"kills": kills, "streams": streams, "steps_acknowledged": sum(a[0] for a in acked),
-            "steps_acknowledged_in_kill_rounds": steps_during_kills, "lost": lost, "applied_twice": ahead,
+            "steps_acknowledged_in_kill_rounds": steps_during_kills,
+            "steps_after_the_last_kill": after_last, "lost": lost, "applied_twice": ahead,
             "committed_but_unacknowledged_then_replayed": committed_unacked, "wrong_answers": wrong_answers,
             "wrong_states": wrong_states, "seconds": round(time.monotonic() - t0, 1),
             "synchronous": synchronous, "client_errors": len(errors), "first_errors": errors[:3]}

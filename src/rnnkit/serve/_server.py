@@ -5,9 +5,9 @@ in front of it.
 Sequence numbers: a stream at ``seq = s`` (its last applied step; 0 when new) applies a step
 numbered ``s + 1``; a step numbered ``s`` with the same input is answered again with the
 stored outputs, without being applied (a retry); anything else is refused (409: a gap, an old
-step, or a retry with a different input). One step of a stream runs at a time, and a step that
-has reached the worker finishes (and is committed) even when its client stopped waiting, so a
-retry can never apply it twice.
+step, or a retry with a different input). One step of a stream runs at a time (a lock per
+stream, held until the step is committed or refused), so a retry can never apply it twice; a
+step timed out in the queue was never computed.
 """
 
 from __future__ import annotations
@@ -51,10 +51,10 @@ class Server:
         wait = cfg.max_wait_ms / 1000.0
         self.predicts = Batcher("predict", self._run_predicts, self.executor, self.metrics, max_wait_s=wait,
                                 max_rows=cfg.max_rows if sv.predict_batched else 1,
-                                max_queue_rows=cfg.max_queue_rows)
+                                max_queue_rows=cfg.max_queue_rows, timeout_s=cfg.request_timeout_s)
         self.steps = Batcher("step", self._compute_steps, self.executor, self.metrics, max_wait_s=wait,
-                             max_rows=cfg.max_rows, max_queue_rows=cfg.max_queue_rows, inline=True,
-                             finish=self._commit_steps)
+                             max_rows=cfg.max_rows, max_queue_rows=cfg.max_queue_rows,
+                             timeout_s=cfg.request_timeout_s, inline=True, finish=self._commit_steps)
         self.metrics.gauges["rnnkit_serve_active_streams"] = lambda: float(
             0 if self.store is None else len(self.store.streams))
         self._expiry: asyncio.Task[None] | None = None
@@ -100,16 +100,6 @@ class Server:
             self.metrics.inc("rnnkit_serve_streams_expired_total", len(ids))
         return ids
 
-    async def _waited(self, coro: Any) -> Any:
-        """``coro`` run to its end as a task; its caller waits at most ``request_timeout_s``."""
-        task = asyncio.ensure_future(coro)
-        try:
-            return await asyncio.wait_for(asyncio.shield(task), self.cfg.request_timeout_s)
-        except asyncio.TimeoutError:
-            raise RequestError(503, "timeout", f"no answer within {self.cfg.request_timeout_s} s; a stream "
-                                               f"step may still be applied: retry it with the same "
-                                               f"seq") from None
-
     # -- predict -----------------------------------------------------------------------------
     def _run_predicts(self, payloads: list[tuple[np.ndarray, Any, Any]]) -> list[Any]:
         if len(payloads) == 1:
@@ -140,8 +130,8 @@ class Server:
         """The outputs for one request, computed with whatever else arrives in the same few ms."""
         kind = "lengths" if lengths is not None else "mask" if mask is not None else ""
         key: Hashable = (x.shape[1:], kind)
-        out: list[np.ndarray] = await self._waited(self.predicts.submit(key, int(x.shape[0] * x.shape[1]),
-                                                                        (x, lengths, mask)))
+        rows = int(x.shape[0] * x.shape[1])
+        out: list[np.ndarray] = await self.predicts.submit(key, rows, (x, lengths, mask))
         return out
 
     # -- streams -----------------------------------------------------------------------------
@@ -205,10 +195,6 @@ class Server:
     async def step(self, sid: str, seq: int, x: np.ndarray) -> tuple[np.ndarray, bool]:
         """Apply step ``seq`` (timesteps ``x`` (T, features)) to stream ``sid``: (its outputs
         (T, ...), whether they are the stored answer to a retry)."""
-        out: tuple[np.ndarray, bool] = await self._waited(self._step_locked(sid, seq, x))
-        return out
-
-    async def _step_locked(self, sid: str, seq: int, x: np.ndarray) -> tuple[np.ndarray, bool]:
         store = self._store()
         store.get(sid)
         async with self.locks.setdefault(sid, asyncio.Lock()):
