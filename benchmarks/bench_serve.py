@@ -65,6 +65,7 @@ except ImportError:
     ws_route = lambda p: (lambda f: (app.add_websocket_route(p, f), f)[1])
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+torch.set_num_threads(1)  # one thread per call: the usual setting for a per-request server
 lstm = torch.nn.LSTM(%(F)d, %(H)d, batch_first=True)
 lstm.load_state_dict(load_file(os.environ["TORCH_WEIGHTS"]))
 lstm.eval()
@@ -199,6 +200,15 @@ def _breakdown(url: str) -> dict[str, float]:
     }
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process ``pid`` has used so far (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
 def run_server(name: str, server: ServerProcess, args: argparse.Namespace, binary: bool) -> dict[str, Any]:
     import httpx
 
@@ -212,7 +222,11 @@ def run_server(name: str, server: ServerProcess, args: argparse.Namespace, binar
         asyncio.run(_streams(server.url, ids[: min(n, 50)], 1.0, None, binary))  # warm up
         if binary:
             httpx.get(server.url + "/metrics")
+        assert server.proc is not None
+        cpu0 = _cpu_s(server.proc.pid)
         peak = asyncio.run(_streams(server.url, ids, args.seconds, None, binary))
+        peak["server_cpu_us_per_step"] = 1e6 * (_cpu_s(server.proc.pid) - cpu0) / max(
+            1.0, peak["throughput"] * args.seconds)
         where = _breakdown(server.url) if binary else {}
         half = asyncio.run(_streams(server.url, ids, args.seconds, peak["throughput"] / 2, binary))
         pred = asyncio.run(_predicts(server.url, args.clients, args.seconds))
@@ -303,6 +317,8 @@ def _print(rows: list[dict[str, Any]], a: argparse.Namespace) -> None:
         print(f"{r['server']:<30}{s['throughput']:>10.0f}{s['p50_ms']:>9.1f}{s['p99_ms']:>9.1f}"
               f"{h['p50_ms']:>11.1f}{h['p99_ms']:>11.1f}{q['throughput']:>11.0f}{q['p50_ms']:>9.1f}"
               f"{q['p99_ms']:>9.1f}")
+    for r in rows:
+        print(f"{r['server']}: server CPU per step at peak {r['streams']['server_cpu_us_per_step']:.0f} us")
     for r in rows:
         if r["where"]:
             w = r["where"]

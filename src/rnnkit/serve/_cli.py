@@ -49,6 +49,10 @@ def add_parser(sub: Any) -> None:
                         "process but not a power cut")
     s.add_argument("--workers", type=int, default=1,
                    help="worker processes sharing the port (>1: predict only, no streams)")
+    s.add_argument("--kernel-threads", type=int, default=None, metavar="N",
+                   help="threads per kernel call (default: $RNNKIT_KERNEL_THREADS, else 1: the event loop "
+                        "and the kernels share the cores, and small batches lose more to a hand-over "
+                        "between threads than they gain)")
     s.add_argument("--access-log", action="store_true", help="log every request (off by default; "
                                                              "/metrics counts them)")
     s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
@@ -83,6 +87,10 @@ def serve_command(args: argparse.Namespace) -> int:
         raise MissingDependencyError(f"rnnkit serve needs uvicorn ({e}); "
                                      f"pip install 'rnnkit[serve]'") from None
     cfg = config_from(args)
+    if args.kernel_threads is not None and args.kernel_threads < 1:
+        raise InvalidParameterError(f"--kernel-threads must be >= 1, got {args.kernel_threads}")
+    if args.kernel_threads is not None or "RNNKIT_KERNEL_THREADS" not in os.environ:
+        os.environ["RNNKIT_KERNEL_THREADS"] = str(args.kernel_threads or 1)  # read at the first kernel call
     if args.host not in ("127.0.0.1", "localhost", "::1") and cfg.token is None:
         print(f"rnnkit serve: warning: binding {args.host} without --token-file: anyone who can reach "
               f"it can use the model", file=sys.stderr)
