@@ -194,6 +194,8 @@ def _breakdown(url: str) -> dict[str, float]:
     calls = _metric(t, "rnnkit_serve_compute_seconds_count", 'kind="step"')
     return {
         "server_ms": 1000 * _metric(t, "rnnkit_serve_request_duration_seconds_sum", 'route="ws_step"') / n,
+        "parse_ms": 1000 * _metric(t, "rnnkit_serve_parse_seconds_sum", 'route="ws_step"') / n,
+        "commit_ms": 1000 * _metric(t, "rnnkit_serve_commit_seconds_sum", "") / calls,
         "batch_wait_ms": 1000 * _metric(t, "rnnkit_serve_batch_wait_seconds_sum", 'kind="step"') / n,
         "batched_call_ms": 1000 * _metric(t, "rnnkit_serve_compute_seconds_sum", 'kind="step"') / calls,
         "steps_per_call": _metric(t, "rnnkit_serve_batch_rows_sum", 'kind="step"') / calls,
@@ -322,9 +324,11 @@ def _print(rows: list[dict[str, Any]], a: argparse.Namespace) -> None:
     for r in rows:
         if r["where"]:
             w = r["where"]
-            print(f"{r['server']}: per step in the server {w['server_ms']:.2f} ms, of which waiting in the "
-                  f"batcher {w['batch_wait_ms']:.2f} ms; one batched call {w['batched_call_ms']:.2f} ms for "
-                  f"{w['steps_per_call']:.1f} steps")
+            print(f"{r['server']}: per step in the server {w['server_ms']:.2f} ms (message in, answer out): "
+                  f"reading and checking it {w['parse_ms']:.3f} ms, waiting in the batcher "
+                  f"{w['batch_wait_ms']:.2f} ms; one batched call {w['batched_call_ms']:.2f} ms for "
+                  f"{w['steps_per_call']:.1f} steps, its commit {w['commit_ms']:.2f} ms; the rest is the "
+                  f"event loop's queue (lock, answer, socket writes)")
     errs = {r["server"]: (r["streams"]["errors"], r["streams_half"]["errors"], r["predict"]["errors"])
             for r in rows}
     print("errors (streams, @half, predict):", errs)

@@ -198,6 +198,7 @@ class Api:
 
     async def _ws_message(self, sid: str, msg: Mapping[str, Any]) -> tuple[str | bytes, str]:
         seq: Any = None
+        t0 = time.perf_counter()
         try:
             data = msg.get("bytes")
             if data is not None:
@@ -211,6 +212,8 @@ class Api:
                 seq = field_of(doc, "seq")
                 seq = as_seq(seq)
                 x = as_input(field_of(doc, "x"), self.sv, self.cfg, "x", stream=True)
+            self.server.metrics.observe("rnnkit_serve_parse_seconds", time.perf_counter() - t0,
+                                        route="ws_step")
             y, replayed = await self.server.step(sid, seq, x)
             if data is not None:
                 return struct.pack("<QB", seq, int(replayed)) + np.ascontiguousarray(y).tobytes(), "200"

@@ -11,6 +11,7 @@ from collections.abc import Callable
 BUCKETS: dict[str, tuple[float, ...]] = {
     "rnnkit_serve_request_duration_seconds": (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                               0.5, 1.0, 2.5, 5.0, 10.0),
+    "rnnkit_serve_parse_seconds": (0.00001, 0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.005),
     "rnnkit_serve_batch_wait_seconds": (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1),
     "rnnkit_serve_compute_seconds": (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
     "rnnkit_serve_commit_seconds": (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
@@ -22,6 +23,7 @@ HELP = {
     "rnnkit_serve_requests_total": ("counter", "Requests answered, by route and HTTP status (WebSocket "
                                                "messages count under route ws_step)."),
     "rnnkit_serve_request_duration_seconds": ("histogram", "Time from a request's arrival to its answer."),
+    "rnnkit_serve_parse_seconds": ("histogram", "Time to read and check a WebSocket step message."),
     "rnnkit_serve_batch_wait_seconds": ("histogram", "Time a job waited in the micro-batcher."),
     "rnnkit_serve_compute_seconds": ("histogram", "Time of one batched call (the kernels)."),
     "rnnkit_serve_commit_seconds": ("histogram", "Time to commit the new states of one batch of steps "
