@@ -5,6 +5,7 @@ was given."""
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from typing import Any
@@ -44,6 +45,7 @@ def parse_npy(body: bytes) -> np.ndarray:
     return arr
 
 
+@functools.lru_cache(maxsize=64)
 def _shape_text(shape: tuple[Any, ...]) -> str:
     return "(" + ", ".join("any" if d is None else str(d) for d in shape) + ")"
 
