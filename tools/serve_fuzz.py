@@ -95,9 +95,13 @@ async def _http(client: Any, r: random.Random, victims: list[tuple[str, int]], t
     if r.random() < 0.1:
         headers["accept"] = r.choice(["application/x-npy", "*/*", "text/html"])
     body = _json_body(r, vseq)
+    import httpx
+
     try:
         resp = await client.request(method, path, content=body, headers=headers)
         tally[f"http {resp.status_code}"] += 1
+    except (httpx.LocalProtocolError, httpx.InvalidURL):  # the client refused to send it
+        tally["unsent (the client refused it)"] += 1
     except Exception as e:  # noqa: BLE001 - a broken connection is what this counts
         tally[f"http error {type(e).__name__}"] += 1
 
@@ -146,7 +150,8 @@ async def _ws(url: str, r: random.Random, victims: list[tuple[str, int]], tally:
                     json.loads(reply).get("error", {}).get("code", "ok")
                 tally[f"ws {code}"] += 1
     except Exception as e:  # noqa: BLE001 - a dropped socket is what this counts
-        tally[f"ws error {type(e).__name__}"] += 1
+        code = getattr(getattr(e, "rcvd", None), "code", None)
+        tally[f"ws error {type(e).__name__}" + ("" if code is None else f" (close code {code})")] += 1
 
 
 def fuzz(workdir: Path, requests: int = 5000, seed: int = 0, concurrency: int = 8) -> dict[str, Any]:
@@ -199,7 +204,8 @@ def fuzz(workdir: Path, requests: int = 5000, seed: int = 0, concurrency: int = 
         server.stop()
     five = sum(n for k, n in tally.items() if k.split()[-1].startswith("5"))
     errors = sum(n for k, n in tally.items() if " error " in k)
-    return {"requests": sum(tally.values()), "server_errors_5xx": five, "dropped_connections": errors,
+    sent = sum(n for k, n in tally.items() if not k.startswith("unsent"))
+    return {"requests": sent, "server_errors_5xx": five, "dropped_connections": errors,
             "server_alive": alive and healthy, "bystanders_changed": changed,
             "seconds": round(time.monotonic() - t0, 1), "tally": dict(sorted(tally.items()))}
 
