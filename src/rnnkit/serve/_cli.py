@@ -26,7 +26,8 @@ _FLAGS: dict[str, tuple[type, str]] = {
     "max_batch": (int, "the most sequences per predict request"),
     "max_streams": (int, "the most streams open at once"),
     "max_queue_rows": (int, "rows waiting for the worker beyond which requests get 429"),
-    "request_timeout_s": (float, "seconds before an unanswered request gets 503"),
+    "request_timeout_s": (float, "seconds a request may wait for the kernels before it gets 503 (it is "
+                                 "then never computed)"),
     "stream_ttl_s": (float, "seconds of idleness after which a stream is deleted"),
 }
 

@@ -23,8 +23,8 @@ class ServeConfig:
     - ``max_batch``: the most sequences in one predict request.
     - ``max_streams``: the most streams open at once (429 beyond).
     - ``max_queue_rows``: rows waiting for the worker beyond which requests get 429.
-    - ``request_timeout_s``: a request not answered by then gets 503 (a step may still be applied:
-      retry it with the same sequence number and it is answered without being applied twice).
+    - ``request_timeout_s``: a request still waiting for the kernels this long gets 503 and is
+      never computed (a step can be sent again with the same sequence number).
     - ``stream_ttl_s``: a stream unused this long is deleted.
     - ``state_db``: the SQLite file the streams persist in (None: memory only, lost on exit).
     - ``synchronous``: ``"FULL"`` (a commit survives a power cut) or ``"NORMAL"`` (it survives a
