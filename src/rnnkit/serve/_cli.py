@@ -56,7 +56,8 @@ def add_parser(sub: Any) -> None:
                         "between threads than they gain)")
     s.add_argument("--access-log", action="store_true", help="log every request (off by default; "
                                                              "/metrics counts them)")
-    s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
+                   help="uvicorn's log level (default info)")
     for name, (cast, text) in _FLAGS.items():
         s.add_argument("--" + name.replace("_", "-"), type=cast, default=getattr(defaults, name),
                        help=f"{text} (default {getattr(defaults, name)})")
