@@ -25,6 +25,8 @@ from rnnkit.cli._convert import convert_command
 from rnnkit.cli._demo import demo_command
 from rnnkit.cli._predict import predict_command, summary_command
 from rnnkit.cli._train import train_command
+from rnnkit.serve._cli import add_parser as add_serve
+from rnnkit.serve._cli import serve_command
 
 _EPILOG = """DATA.csv may also name a bundled data set: sunspots (column SUNACTIVITY, yearly) or
 co2 (column co2, weekly, 59 missing weeks), e.g.  rnnkit train sunspots --target SUNACTIVITY
@@ -139,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_convert(sub)
 
+    add_serve(sub)
+
     sub.add_parser("bench", help="time rnnkit against PyTorch (needs torch; arguments go to "
                                  "benchmarks/bench.py)", add_help=False)
     return p
@@ -156,6 +160,8 @@ def _dispatch(argv: list[str]) -> int:
         return predict_command(args)
     if args.command == "summary":
         return summary_command(args)
+    if args.command == "serve":
+        return serve_command(args)
     if args.command == "convert":
         return convert_command(args)
     raise CliError(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses it

@@ -1,0 +1,57 @@
+"""Serving a model over HTTP: batched ``predict`` and stateful streams, ``rnnkit serve MODEL``
+from the command line or :func:`app` from Python (an ASGI app for any ASGI server).
+
+Needs the optional ``serve`` extra (Starlette and uvicorn): ``pip install "rnnkit[serve]"``.
+
+::
+
+    import rnnkit as rk
+    application = rk.serve.app(model, max_wait_ms=2, state_db="streams.sqlite")
+    # uvicorn.run(application, host="127.0.0.1", port=8000)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rnnkit._errors import InvalidParameterError
+from rnnkit.io import MissingDependencyError
+from rnnkit.serve._errors import RequestError
+from rnnkit.serve._limits import ServeConfig, read_token_file
+from rnnkit.serve._servable import Servable, file_sha256, load_file
+
+
+def load(path: str | os.PathLike[str], *, max_rows: int = 1024) -> Servable:
+    """The model file at ``path`` (any file :func:`rnnkit.load_model`, :func:`rnnkit.load_keras` or
+    :func:`rnnkit.load_torch_rnn` reads, told apart by content) ready to serve; ``/v1/model``
+    reports the file's SHA-256."""
+    return Servable(load_file(path), max_rows=max_rows, source=os.fspath(path), sha256=file_sha256(path))
+
+
+def app(model: Any, config: ServeConfig | None = None, **settings: Any) -> Any:
+    """The ASGI app serving ``model`` (an rnnkit model, an :class:`rnnkit.rnn.RNNNet`, a
+    :class:`Servable` from :func:`load`, or a model file's path). ``config`` or keyword
+    ``settings`` (the fields of :class:`ServeConfig`, not both) set batching, limits, the stream
+    database and the auth token."""
+    if config is not None and settings:
+        raise InvalidParameterError("serve.app: pass a ServeConfig or keyword settings, not both")
+    try:
+        cfg = config if config is not None else ServeConfig(**settings)
+    except TypeError as e:
+        raise InvalidParameterError(f"serve.app: {e}") from None
+    try:
+        from rnnkit.serve._app import build_app  # the optional dependency (Starlette) lives there
+    except ImportError as e:
+        raise MissingDependencyError(f"rnnkit.serve needs Starlette ({e}); "
+                                     f"pip install 'rnnkit[serve]'") from None
+    if isinstance(model, (str, os.PathLike)):
+        sv = load(model, max_rows=cfg.max_rows)
+    elif isinstance(model, Servable):
+        sv = model
+    else:
+        sv = Servable(model, max_rows=cfg.max_rows)
+    return build_app(sv, cfg)
+
+
+__all__ = ["RequestError", "Servable", "ServeConfig", "app", "load", "read_token_file"]

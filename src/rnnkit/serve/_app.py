@@ -1,0 +1,286 @@
+"""The ASGI app (Starlette): the routes, the WebSocket of a stream, auth, error answers.
+
+Routes::
+
+    GET    /healthz                      {"status": "ok"} (no auth)
+    GET    /v1/model                     the model's contract (shapes, dtype, sha256, version)
+    GET    /metrics                      Prometheus text format
+    POST   /v1/predict                   {"x": (B, T, ...), "lengths"?: (B,), "mask"?: (B, T)}
+                                         or .npy bytes (?lengths=3,5,...) -> {"outputs": ...}
+    POST   /v1/streams                   -> {"id", "seq": 0}
+    GET    /v1/streams/{id}              -> {"id", "seq", "state": {...}}
+    DELETE /v1/streams/{id}
+    POST   /v1/streams/{id}/step         {"seq": n, "x": (T, features)} -> {"seq", "outputs", "replayed"}
+    WS     /v1/streams/{id}/ws           one step per message (JSON as above, or binary: 8-byte
+                                         little-endian seq, then the T x features values in the
+                                         model's dtype; answered with the seq, one byte 1/0 for
+                                         replayed, then the outputs' bytes)
+
+Every refusal is a 4xx with ``{"error": {"code", "message", "expected"?, "got"?}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import numpy as np
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from rnnkit.serve._codec import (
+    NPY_TYPES,
+    as_input,
+    as_lengths,
+    as_mask,
+    as_seq,
+    field_of,
+    parse_json,
+    parse_npy,
+    to_json,
+    to_npy,
+)
+from rnnkit.serve._errors import RequestError, bad_request
+from rnnkit.serve._limits import ServeConfig, token_ok
+from rnnkit.serve._servable import Servable
+from rnnkit.serve._server import Server
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _error(e: RequestError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with a 413 as soon as it exceeds ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise bad_request("bad_header", f"Content-Length {declared[:40]!r} is not a number")
+        if int(declared) > limit:
+            raise RequestError(413, "body_too_large", f"the body has {declared} bytes; at most {limit}",
+                               expected=limit, got=int(declared))
+    parts, total = [], 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        if total > limit:
+            raise RequestError(413, "body_too_large", f"the body exceeds {limit} bytes", expected=limit)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+class AuthMiddleware:
+    """Refuses (401; a WebSocket is closed with code 1008) every request but ``/healthz`` without
+    ``Authorization: Bearer <token>``."""
+
+    def __init__(self, app: ASGIApp, token: str, server: Server) -> None:
+        self.app, self.token, self.server = app, token, server
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket") and scope.get("path") != "/healthz":
+            header = next((v for k, v in scope.get("headers", []) if k == b"authorization"), None)
+            if not token_ok(header, self.token):
+                self.server.metrics.inc("rnnkit_serve_requests_total", route="auth", status="401")
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.close", "code": 1008})
+                    return
+                err = RequestError(401, "unauthorized", "this server needs 'Authorization: Bearer <token>'")
+                resp = JSONResponse(err.body(), status_code=401, headers={"WWW-Authenticate": "Bearer"})
+                await resp(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class Api:
+    """The HTTP and WebSocket face of a :class:`Server`."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.sv = server.sv
+        self.cfg = server.cfg
+
+    def endpoint(self, route: str, fn: Handler) -> Handler:
+        """``fn`` answering refusals as JSON errors, counted and timed under ``route``."""
+
+        async def handle(request: Request) -> Response:
+            t0 = time.perf_counter()
+            try:
+                resp = await fn(request)
+            except RequestError as e:
+                resp = _error(e)
+            m = self.server.metrics
+            m.inc("rnnkit_serve_requests_total", route=route, status=str(resp.status_code))
+            m.observe("rnnkit_serve_request_duration_seconds", time.perf_counter() - t0, route=route)
+            return resp
+
+        return handle
+
+    # -- plain routes ------------------------------------------------------------------------
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def model(self, request: Request) -> Response:
+        return JSONResponse(self.sv.describe())
+
+    async def metrics(self, request: Request) -> Response:
+        return PlainTextResponse(self.server.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    async def predict(self, request: Request) -> Response:
+        body = await read_body(request, self.cfg.max_body_bytes)
+        ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        lengths_raw: Any = None
+        mask_raw: Any = None
+        if ctype in NPY_TYPES:
+            x = as_input(parse_npy(body), self.sv, self.cfg, "x", stream=False)
+            lengths_raw = request.query_params.get("lengths")
+        elif ctype in ("application/json", "text/plain", ""):
+            doc = parse_json(body)
+            x = as_input(field_of(doc, "x"), self.sv, self.cfg, "x", stream=False)
+            lengths_raw, mask_raw = doc.get("lengths"), doc.get("mask")
+        else:
+            raise RequestError(415, "bad_content_type", f"Content-Type {ctype[:60]!r} is not served",
+                               expected=["application/json", *NPY_TYPES], got=ctype[:60])
+        if lengths_raw is not None and mask_raw is not None:
+            raise RequestError(422, "lengths_and_mask", "give lengths or mask, not both")
+        B, T = x.shape[0], x.shape[1]
+        lengths = None if lengths_raw is None else as_lengths(lengths_raw, B, T, self.sv)
+        mask = None if mask_raw is None else as_mask(mask_raw, B, T, self.sv)
+        outs = await self.server.predict(x, lengths, mask)
+        if "application/x-npy" in request.headers.get("accept", ""):
+            if len(outs) != 1:
+                raise RequestError(406, "npy_one_output", f"the model has {len(outs)} outputs; .npy answers "
+                                                          f"hold one, ask for JSON")
+            return Response(to_npy(outs[0]), media_type="application/x-npy")
+        return JSONResponse({"outputs": to_json(outs), "n_outputs": len(outs)})
+
+    async def create(self, request: Request) -> Response:
+        s = await self.server.create()
+        return JSONResponse({"id": s.id, "seq": s.seq}, status_code=201)
+
+    async def read(self, request: Request) -> Response:
+        return JSONResponse(self.server.state_doc(self.server.get(request.path_params["sid"])))
+
+    async def delete(self, request: Request) -> Response:
+        await self.server.delete(request.path_params["sid"])
+        return JSONResponse({"deleted": request.path_params["sid"]})
+
+    async def step(self, request: Request) -> Response:
+        sid = request.path_params["sid"]
+        self.server.get(sid)
+        doc = parse_json(await read_body(request, self.cfg.max_body_bytes))
+        seq = as_seq(field_of(doc, "seq"))
+        x = as_input(field_of(doc, "x"), self.sv, self.cfg, "x", stream=True)
+        y, replayed = await self.server.step(sid, seq, x)
+        return JSONResponse({"seq": seq, "outputs": to_json([y]), "replayed": replayed})
+
+    # -- the WebSocket of a stream -----------------------------------------------------------
+    def _binary_step(self, data: bytes) -> tuple[int, np.ndarray]:
+        plan = self.sv.streams
+        assert plan is not None
+        width = plan.features * plan.dtype.itemsize
+        if len(data) < 8 + width or (len(data) - 8) % width:
+            raise bad_request("bad_message", f"a binary step is 8 bytes of seq and then T x {plan.features} "
+                                             f"{plan.dtype.name} values ({width} bytes per timestep); got "
+                                             f"{len(data)} bytes", expected=f"8 + T * {width} bytes",
+                              got=len(data))
+        (seq,) = struct.unpack_from("<Q", data)
+        x = np.frombuffer(data, plan.dtype, offset=8).reshape(-1, plan.features)
+        return as_seq(seq), as_input(x, self.sv, self.cfg, "x", stream=True)
+
+    async def _ws_message(self, sid: str, msg: Mapping[str, Any]) -> tuple[str | bytes, str]:
+        seq: Any = None
+        t0 = time.perf_counter()
+        try:
+            data = msg.get("bytes")
+            if data is not None:
+                seq, x = self._binary_step(data)
+            else:
+                text = msg.get("text") or ""
+                if len(text) > self.cfg.max_body_bytes:
+                    raise RequestError(413, "body_too_large",
+                                       f"the message exceeds {self.cfg.max_body_bytes} bytes")
+                doc = parse_json(text.encode("utf-8", "surrogatepass"))
+                seq = field_of(doc, "seq")
+                seq = as_seq(seq)
+                x = as_input(field_of(doc, "x"), self.sv, self.cfg, "x", stream=True)
+            self.server.metrics.observe("rnnkit_serve_parse_seconds", time.perf_counter() - t0,
+                                        route="ws_step")
+            y, replayed = await self.server.step(sid, seq, x)
+            if data is not None:
+                return struct.pack("<QB", seq, int(replayed)) + np.ascontiguousarray(y).tobytes(), "200"
+            return json.dumps({"seq": seq, "outputs": to_json([y]), "replayed": replayed}), "200"
+        except RequestError as e:
+            reply = {"seq": seq if isinstance(seq, int) and not isinstance(seq, bool) else None, **e.body()}
+            return json.dumps(reply), str(e.status)
+
+    async def ws(self, websocket: WebSocket) -> None:
+        sid = websocket.path_params["sid"]
+        m = self.server.metrics
+        await websocket.accept()
+        try:
+            self.server.get(sid)
+        except RequestError as e:
+            m.inc("rnnkit_serve_requests_total", route="ws_open", status=str(e.status))
+            await websocket.send_text(json.dumps(e.body()))
+            await websocket.close(code=1008)
+            return
+        try:
+            while True:
+                msg = await websocket.receive()
+                if msg["type"] == "websocket.disconnect":
+                    return
+                t0 = time.perf_counter()
+                reply, status = await self._ws_message(sid, msg)
+                if isinstance(reply, bytes):
+                    await websocket.send_bytes(reply)
+                else:
+                    await websocket.send_text(reply)
+                m.inc("rnnkit_serve_requests_total", route="ws_step", status=status)
+                m.observe("rnnkit_serve_request_duration_seconds", time.perf_counter() - t0, route="ws_step")
+        except WebSocketDisconnect:
+            return
+
+    # -- errors outside the routes -----------------------------------------------------------
+    async def http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        self.server.metrics.inc("rnnkit_serve_requests_total", route="other", status=str(exc.status_code))
+        err = RequestError(exc.status_code, code, f"{request.method} {request.url.path[:100]}: {exc.detail}")
+        return JSONResponse(err.body(), status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+
+def build_app(sv: Servable, cfg: ServeConfig) -> ASGIApp:
+    """The ASGI app serving ``sv`` under ``cfg`` (its lifespan starts and stops the batchers)."""
+    server = Server(sv, cfg)
+    api = Api(server)
+    e = api.endpoint
+    routes = [
+        Route("/healthz", e("healthz", api.healthz), methods=["GET"]),
+        Route("/v1/model", e("model", api.model), methods=["GET"]),
+        Route("/metrics", e("metrics", api.metrics), methods=["GET"]),
+        Route("/v1/predict", e("predict", api.predict), methods=["POST"]),
+        Route("/v1/streams", e("create", api.create), methods=["POST"]),
+        Route("/v1/streams/{sid}", e("read", api.read), methods=["GET"]),
+        Route("/v1/streams/{sid}", e("delete", api.delete), methods=["DELETE"]),
+        Route("/v1/streams/{sid}/step", e("step", api.step), methods=["POST"]),
+        WebSocketRoute("/v1/streams/{sid}/ws", api.ws),
+    ]
+    app = Starlette(routes=routes, lifespan=server.lifespan,
+                    exception_handlers={HTTPException: api.http_error})
+    app.state.server = server
+    outer: ASGIApp = app
+    if cfg.token is not None:
+        outer = AuthMiddleware(app, cfg.token, server)
+    return outer
+
+
+__all__ = ["AuthMiddleware", "build_app", "read_body"]

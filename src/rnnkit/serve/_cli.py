@@ -1,0 +1,116 @@
+"""``rnnkit serve MODEL``: the server on uvicorn, its flags, and the app factory its worker
+processes build (``--workers N``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from rnnkit._errors import InvalidParameterError
+from rnnkit.io import MissingDependencyError
+from rnnkit.serve import app
+from rnnkit.serve._limits import ServeConfig, read_token_file
+
+#: the environment variable through which ``--workers`` processes get the model and settings
+CONFIG_ENV = "RNNKIT_SERVE_CONFIG"
+
+_FLAGS: dict[str, tuple[type, str]] = {
+    "max_wait_ms": (float, "how long the first request of a batch waits for others, in ms (0: no wait)"),
+    "max_rows": (int, "the most rows (sequences x timesteps) per batched call; 1 turns batching off"),
+    "max_body_bytes": (int, "the largest request body or WebSocket message, in bytes"),
+    "max_timesteps": (int, "the most timesteps per request"),
+    "max_batch": (int, "the most sequences per predict request"),
+    "max_streams": (int, "the most streams open at once"),
+    "max_queue_rows": (int, "rows waiting for the worker beyond which requests get 429"),
+    "request_timeout_s": (float, "seconds a request may wait for the kernels before it gets 503 (it is "
+                                 "then never computed)"),
+    "stream_ttl_s": (float, "seconds of idleness after which a stream is deleted"),
+}
+
+
+def add_parser(sub: Any) -> None:
+    """The ``serve`` subcommand's parser."""
+    defaults = ServeConfig()
+    s = sub.add_parser("serve", help="serve a model over HTTP: batched predict and stateful streams "
+                                     "(needs rnnkit[serve])")
+    s.add_argument("model", metavar="MODEL", help="a model file (rnnkit, .keras, or PyTorch LSTM/GRU "
+                                                  "safetensors; told apart by content)")
+    s.add_argument("--host", default="127.0.0.1", help="the address to bind (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8000, help="the port (default 8000)")
+    s.add_argument("--token-file", default=None, metavar="FILE",
+                   help="a file whose first line is the bearer token every request must carry")
+    s.add_argument("--state-db", default=None, metavar="FILE",
+                   help="persist the streams in this SQLite file (default: in memory, lost on exit)")
+    s.add_argument("--synchronous", choices=("FULL", "NORMAL"), default=defaults.synchronous,
+                   help="FULL: each commit reaches the disk (default); NORMAL: it survives a killed "
+                        "process but not a power cut")
+    s.add_argument("--workers", type=int, default=1,
+                   help="worker processes sharing the port (>1: predict only, no streams)")
+    s.add_argument("--kernel-threads", type=int, default=None, metavar="N",
+                   help="threads per kernel call (default: $RNNKIT_KERNEL_THREADS, else 1: the event loop "
+                        "and the kernels share the cores, and small batches lose more to a hand-over "
+                        "between threads than they gain)")
+    s.add_argument("--access-log", action="store_true", help="log every request (off by default; "
+                                                             "/metrics counts them)")
+    s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
+                   help="uvicorn's log level (default info)")
+    for name, (cast, text) in _FLAGS.items():
+        s.add_argument("--" + name.replace("_", "-"), type=cast, default=getattr(defaults, name),
+                       help=f"{text} (default {getattr(defaults, name)})")
+
+
+def config_from(args: argparse.Namespace) -> ServeConfig:
+    """The :class:`ServeConfig` of parsed ``serve`` flags."""
+    token = None if args.token_file is None else read_token_file(args.token_file)
+    if args.workers < 1:
+        raise InvalidParameterError(f"--workers must be >= 1, got {args.workers}")
+    if args.workers > 1 and args.state_db is not None:
+        raise InvalidParameterError("--workers > 1 serves predict only (a stream lives in one process); "
+                                    "drop --state-db, or run one server per port for streams")
+    return ServeConfig(token=token, state_db=args.state_db, synchronous=args.synchronous,
+                       streams=args.workers == 1, **{n: getattr(args, n) for n in _FLAGS})
+
+
+def factory() -> Any:
+    """The app of one ``--workers`` process (model path and settings from :data:`CONFIG_ENV`)."""
+    spec = json.loads(os.environ[CONFIG_ENV])
+    return app(spec["model"], ServeConfig(**spec["config"]))
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    """Run the server until interrupted; returns the exit status."""
+    try:
+        import uvicorn
+    except ImportError as e:
+        raise MissingDependencyError(f"rnnkit serve needs uvicorn ({e}); "
+                                     f"pip install 'rnnkit[serve]'") from None
+    cfg = config_from(args)
+    if args.kernel_threads is not None and args.kernel_threads < 1:
+        raise InvalidParameterError(f"--kernel-threads must be >= 1, got {args.kernel_threads}")
+    if args.kernel_threads is not None or "RNNKIT_KERNEL_THREADS" not in os.environ:
+        os.environ["RNNKIT_KERNEL_THREADS"] = str(args.kernel_threads or 1)  # read at the first kernel call
+    if args.host not in ("127.0.0.1", "localhost", "::1") and cfg.token is None:
+        print(f"rnnkit serve: warning: binding {args.host} without --token-file: anyone who can reach "
+              f"it can use the model", file=sys.stderr)
+    opts: dict[str, Any] = {"host": args.host, "port": args.port, "log_level": args.log_level,
+                            "ws_max_size": cfg.max_body_bytes, "ws_per_message_deflate": False,
+                            "timeout_graceful_shutdown": 5,
+                            "access_log": args.access_log}
+    if args.workers > 1:
+        os.environ[CONFIG_ENV] = json.dumps({"model": os.path.abspath(args.model), "config": asdict(cfg)})
+        uvicorn.run("rnnkit.serve._cli:factory", factory=True, workers=args.workers, **opts)
+        return 0
+    application = app(args.model, cfg)
+    where = cfg.state_db if cfg.state_db is not None else \
+        "memory only (lost on exit; --state-db FILE keeps them)"
+    print(f"rnnkit serve: {args.model} on http://{args.host}:{args.port}; streams: {where}", file=sys.stderr,
+          flush=True)
+    uvicorn.run(application, **opts)
+    return 0
+
+
+__all__ = ["CONFIG_ENV", "add_parser", "config_from", "factory", "serve_command"]

@@ -1,0 +1,196 @@
+"""Request bodies in, answers out: JSON (numbers as nested lists) and ``.npy`` bytes, each
+checked against the model's input contract before anything runs. Every refusal is a
+:class:`~rnnkit.serve._errors.RequestError` naming what was wrong, what was expected and what
+was given."""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+from typing import Any
+
+import numpy as np
+
+from rnnkit.serve._errors import RequestError, bad_request, unprocessable
+from rnnkit.serve._limits import ServeConfig
+from rnnkit.serve._servable import Servable
+
+NPY_TYPES = ("application/x-npy", "application/octet-stream")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_json(body: bytes) -> Any:
+    """The JSON document in ``body`` (UTF-8; ``NaN`` / ``Infinity`` are refused, as JSON has no
+    such numbers)."""
+    try:
+        return json.loads(body.decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise bad_request("bad_json", f"the body is not valid JSON: {str(e)[:200]}",
+                          expected="a UTF-8 JSON object") from None
+
+
+def parse_npy(body: bytes) -> np.ndarray:
+    """The array in ``.npy`` bytes (never unpickled)."""
+    try:
+        arr = np.load(io.BytesIO(body), allow_pickle=False)
+    except (ValueError, OSError, EOFError, TypeError) as e:
+        raise bad_request("bad_npy", f"the body is not a .npy array: {str(e)[:200]}",
+                          expected="the bytes np.save writes, without pickled objects") from None
+    if not isinstance(arr, np.ndarray):
+        raise bad_request("bad_npy", "the body holds several arrays (an .npz); send one .npy array")
+    return arr
+
+
+@functools.lru_cache(maxsize=64)
+def _shape_text(shape: tuple[Any, ...]) -> str:
+    return "(" + ", ".join("any" if d is None else str(d) for d in shape) + ")"
+
+
+def as_input(value: Any, sv: Servable, cfg: ServeConfig, what: str, *, stream: bool) -> np.ndarray:
+    """``value`` (nested lists from JSON, or an array from ``.npy``) as a checked input array in
+    the model's input dtype: a batch (B, T, ...) for predict, or the timesteps (T, features) of
+    one stream step (``stream=True``)."""
+    per_step = sv.sample_shape[1:]
+    want = (None, *per_step) if stream else (None, None, *per_step)
+    want_text = _shape_text(("T", *per_step) if stream else ("batch", "T", *per_step))
+    if isinstance(value, np.ndarray):
+        arr = value
+        if arr.dtype != sv.input_dtype:
+            raise unprocessable("bad_dtype", f"{what} has dtype {arr.dtype}; the model takes "
+                                             f"{sv.input_dtype}",
+                                expected=sv.input_dtype.name, got=str(arr.dtype))
+    else:
+        if not isinstance(value, list):
+            raise unprocessable("bad_input", f"{what} must be an array {want_text} of numbers, got a JSON "
+                                             f"{type(value).__name__}", expected=want_text)
+        try:
+            arr = np.asarray(value)
+        except (ValueError, TypeError, OverflowError, RecursionError):
+            raise unprocessable("bad_input", f"{what} is not a rectangular array of numbers (ragged rows, or "
+                                             f"mixed types)", expected=want_text) from None
+        if arr.dtype.kind not in "iuf" or arr.dtype.kind == "f" and sv.input_dtype.kind in "iu":
+            got = {"b": "booleans", "U": "strings", "O": "mixed values or huge integers"}.get(
+                arr.dtype.kind, "non-integers" if arr.dtype.kind == "f" else str(arr.dtype))
+            kind = "integers" if sv.input_dtype.kind in "iu" else "numbers"
+            raise unprocessable("bad_dtype", f"{what} must hold {kind}, got {got}",
+                                expected=sv.input_dtype.name, got=got)
+    if arr.ndim != len(want) or any(w is not None and w != g for w, g in zip(want, arr.shape, strict=False)):
+        raise unprocessable("bad_shape", f"{what} has shape {arr.shape}; expected {want_text}",
+                            expected=want_text, got=list(arr.shape))
+    t_axis = 0 if stream else 1
+    fixed_t = sv.sample_shape[0]
+    if arr.size == 0 or 0 in arr.shape:
+        raise unprocessable("empty", f"{what} has shape {arr.shape}: no samples or no timesteps",
+                            expected=want_text, got=list(arr.shape))
+    if arr.shape[t_axis] > cfg.max_timesteps:
+        raise RequestError(413, "too_many_timesteps", f"{what} has {arr.shape[t_axis]} timesteps; at most "
+                                                      f"{cfg.max_timesteps} per request",
+                           expected=cfg.max_timesteps, got=arr.shape[t_axis])
+    if not stream and fixed_t is not None and arr.shape[1] != fixed_t:
+        raise unprocessable("bad_shape", f"{what} has {arr.shape[1]} timesteps; the model was built for "
+                                         f"{fixed_t}", expected=fixed_t, got=arr.shape[1])
+    if not stream and arr.shape[0] > cfg.max_batch:
+        raise RequestError(413, "too_many_sequences", f"{what} holds {arr.shape[0]} sequences; at most "
+                                                      f"{cfg.max_batch} per request",
+                           expected=cfg.max_batch, got=arr.shape[0])
+    if sv.input_dtype.kind in "iu":
+        vocab = int(getattr(sv.model.layers[0], "input_dim", 0))
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < 0 or hi >= vocab:
+            raise unprocessable("out_of_range", f"{what} holds token ids in [{lo}, {hi}]; the model's "
+                                                f"vocabulary is [0, {vocab})", expected=[0, vocab - 1],
+                                got=[lo, hi])
+        return arr.astype(sv.input_dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = arr.astype(sv.dtype)
+    bad = ~np.isfinite(out)
+    if bad.any():
+        pos = [int(i) for i in np.argwhere(bad)[0]]
+        src = arr[tuple(pos)]
+        why = "not finite" if not np.isfinite(src) else f"beyond the {sv.dtype.name} range"
+        raise unprocessable("non_finite", f"{what}{pos} is {why}", expected="finite numbers", got=str(src))
+    return np.ascontiguousarray(out)
+
+
+def as_lengths(value: Any, batch: int, T: int, sv: Servable) -> np.ndarray:
+    """``lengths``: (batch,) integers in [1, T]."""
+    if not sv.lengths_ok:
+        raise unprocessable("lengths_unsupported", "this model cannot take lengths (a layer of it refuses "
+                                                   "masks)")
+    if isinstance(value, str):
+        value = [v for v in value.split(",") if v.strip()]
+        try:
+            value = [int(v) for v in value]
+        except ValueError:
+            raise unprocessable("bad_lengths", "lengths must be integers separated by commas") from None
+    arr = np.asarray(value) if isinstance(value, list) else None
+    if arr is None or arr.ndim != 1 or arr.dtype.kind not in "iu" or arr.shape[0] != batch:
+        raise unprocessable("bad_lengths", f"lengths must be {batch} integers (one per sequence)",
+                            expected=f"({batch},) integers in [1, {T}]",
+                            got=None if arr is None else f"shape {list(arr.shape)} of {arr.dtype}")
+    if arr.min() < 1 or arr.max() > T:
+        raise unprocessable("bad_lengths", f"lengths must lie in [1, {T}] (the timesteps), got "
+                                           f"[{int(arr.min())}, {int(arr.max())}]", expected=[1, T])
+    return arr.astype(np.int64)
+
+
+def as_mask(value: Any, batch: int, T: int, sv: Servable) -> np.ndarray:
+    """``mask``: (batch, T) booleans (or 0 / 1), True at the real timesteps."""
+    if not sv.lengths_ok:
+        raise unprocessable("mask_unsupported", "this model cannot take a mask (a layer of it refuses masks)")
+    try:
+        arr = np.asarray(value) if isinstance(value, list) else None
+    except (ValueError, TypeError):
+        arr = None
+    ok = arr is not None and arr.shape == (batch, T) and (
+        arr.dtype == np.bool_ or arr.dtype.kind in "iu" and bool(np.isin(arr, (0, 1)).all()))
+    if not ok:
+        raise unprocessable("bad_mask", f"mask must be ({batch}, {T}) booleans, one per timestep",
+                            expected=f"({batch}, {T}) booleans",
+                            got=None if arr is None else f"shape {list(arr.shape)} of {arr.dtype}")
+    assert arr is not None
+    return arr.astype(bool)
+
+
+def as_seq(value: Any) -> int:
+    """A step's sequence number: an integer >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2 ** 62:
+        raise unprocessable("bad_seq", f"seq must be an integer >= 1 (the step's sequence number, 1 for "
+                                       f"the first step), got {str(value)[:40]!r}",
+                            expected="an integer >= 1")
+    return value
+
+
+def field_of(doc: Any, name: str, *, required: bool = True) -> Any:
+    """``doc[name]`` of a JSON object (422 when ``doc`` is not an object or lacks a required key)."""
+    if not isinstance(doc, dict):
+        raise unprocessable("bad_body", f"the body must be a JSON object, got a {type(doc).__name__}",
+                            expected="a JSON object")
+    if required and name not in doc:
+        raise unprocessable("missing_field", f"the body has no {name!r}; it has {sorted(doc)[:10]}",
+                            expected=name)
+    return doc.get(name)
+
+
+def to_json(arrays: list[np.ndarray]) -> Any:
+    """The outputs as JSON values: one array as nested lists; several as a list of them."""
+    for a in arrays:
+        if not np.isfinite(a).all():
+            raise unprocessable("non_finite_output", "the model's output is not finite for this input")
+    vals = [a.tolist() for a in arrays]
+    return vals[0] if len(vals) == 1 else vals
+
+
+def to_npy(arr: np.ndarray) -> bytes:
+    """``arr`` as ``.npy`` bytes."""
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    return buf.getvalue()
+
+
+__all__ = ["NPY_TYPES", "as_input", "as_lengths", "as_mask", "as_seq", "field_of", "parse_json", "parse_npy",
+           "to_json", "to_npy"]

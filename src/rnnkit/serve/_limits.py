@@ -1,0 +1,91 @@
+"""The server's settings: micro-batching, bounds on what one request may ask, streams, auth."""
+
+from __future__ import annotations
+
+import hmac
+import math
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from rnnkit._errors import InvalidParameterError
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Settings of :func:`rnnkit.serve.app` (the ``rnnkit serve`` flags of the same names).
+
+    - ``max_wait_ms``: how long the micro-batcher holds the first request of a batch waiting for
+      others (0: compute whatever has arrived at once).
+    - ``max_rows``: the most rows (sequences x timesteps) in one batched call; 1 turns batching off.
+    - ``max_body_bytes``: the largest request body (413 beyond).
+    - ``max_timesteps``: the most timesteps in one request (predict or step).
+    - ``max_batch``: the most sequences in one predict request.
+    - ``max_streams``: the most streams open at once (429 beyond).
+    - ``max_queue_rows``: rows waiting for the worker beyond which requests get 429.
+    - ``request_timeout_s``: a request still waiting for the kernels this long gets 503 and is
+      never computed (a step can be sent again with the same sequence number).
+    - ``stream_ttl_s``: a stream unused this long is deleted.
+    - ``state_db``: the SQLite file the streams persist in (None: memory only, lost on exit).
+    - ``synchronous``: ``"FULL"`` (a commit survives a power cut) or ``"NORMAL"`` (it survives a
+      killed server process).
+    - ``token``: the bearer token every request but ``/healthz`` must carry (None: no auth).
+    - ``streams``: False serves predict only (several worker processes cannot share streams).
+    """
+
+    max_wait_ms: float = 2.0
+    max_rows: int = 1024
+    max_body_bytes: int = 8 << 20
+    max_timesteps: int = 4096
+    max_batch: int = 1024
+    max_streams: int = 10_000
+    max_queue_rows: int = 1 << 20
+    request_timeout_s: float = 30.0
+    stream_ttl_s: float = 3600.0
+    state_db: str | None = None
+    synchronous: str = "FULL"
+    token: str | None = None
+    streams: bool = True
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("state_db", "token", "synchronous", "streams"):
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise InvalidParameterError(f"ServeConfig: {f.name} must be a finite number, got {v!r}")
+            if f.type == "int" and (not isinstance(v, int) or v < 1):
+                raise InvalidParameterError(f"ServeConfig: {f.name} must be an integer >= 1, got {v!r}")
+            if f.type == "float" and (v < 0 or (v == 0 and f.name != "max_wait_ms")):
+                raise InvalidParameterError(f"ServeConfig: {f.name} must be a positive number, got {v!r}")
+        if self.synchronous.upper() not in ("FULL", "NORMAL"):
+            raise InvalidParameterError(f"ServeConfig: synchronous must be 'FULL' or 'NORMAL', "
+                                        f"got {self.synchronous!r}")
+        if self.token is not None and (not isinstance(self.token, str) or len(self.token) < 16):
+            raise InvalidParameterError("ServeConfig: token must be a string of at least 16 characters")
+
+
+def read_token_file(path: str | os.PathLike[str]) -> str:
+    """The bearer token in ``path`` (its first line, surrounding whitespace removed; at least 16
+    characters)."""
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidParameterError(f"--token-file {p}: no such file")
+    text = p.read_text(encoding="utf-8", errors="strict").strip().splitlines()
+    token = text[0].strip() if text else ""
+    if len(token) < 16:
+        raise InvalidParameterError(f"--token-file {p}: the token must be at least 16 characters, "
+                                    f"found {len(token)}")
+    return token
+
+
+def token_ok(header: bytes | None, token: str) -> bool:
+    """Whether an ``Authorization`` header value is ``Bearer <token>`` (compared in constant
+    time)."""
+    if header is None:
+        return False
+    want = b"Bearer " + token.encode()
+    return hmac.compare_digest(header, want)
+
+
+__all__ = ["ServeConfig", "read_token_file", "token_ok"]

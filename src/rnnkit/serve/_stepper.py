@@ -1,0 +1,242 @@
+"""Stepping a model a few timesteps at a time from a kept state: the streams of the server.
+
+A stream of a ``Sequential`` model keeps the state of each recurrent layer. A step feeds ``T``
+timesteps ``(T, features)`` through the layers in order: a recurrent layer runs from the kept
+state (``seq_init``) and yields its output at every timestep; the per-timestep layers after it
+(``Dense``, ``ActivationLayer``, ``Dropout``) map each of those outputs. So the output at a
+timestep is what the model gives for the whole sequence so far; a layer with
+``return_sequences=False`` hands its per-timestep outputs on as rows ``(T, units)``, exactly the
+2-D input that layer's successors get in ``predict``.
+
+An :class:`rnnkit.rnn.RNNNet` (unidirectional) keeps its ``(num_layers, width)`` state parts.
+
+Batching several streams into one call is used per layer only where it gives every stream the
+bits it gets alone (checked at start with random inputs of several batch sizes); other layers
+are run stream by stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rnnkit._ctx import Ctx
+from rnnkit.layers import ActivationLayer, Dense, Dropout
+from rnnkit.models import Sequential
+from rnnkit.recurrent import RecurrentLayer
+from rnnkit.rnn import RNNNet
+
+_ROWWISE = (Dense, ActivationLayer, Dropout)
+
+
+@dataclass(frozen=True)
+class StateEntry:
+    """One array of a stream's state: its name, its shape for one stream, and the axis along
+    which the states of several streams are stacked for one batched call."""
+
+    name: str
+    shape: tuple[int, ...]
+    axis: int
+
+
+@dataclass
+class _Op:
+    layer: Any
+    recurrent: bool
+    width: int  # the width of the layer's input
+    flat: bool = False  # a per-timestep layer that gets rows (B * T, width), not (B, T, width)
+    batched: bool = True
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def _rows(n: int) -> list[int]:
+    return sorted({0, 1 % n, n // 2, n - 1})
+
+
+class StreamPlan:
+    """How to step a model: the state entries, and :meth:`step` for a batch of streams."""
+
+    def __init__(self, model: Any, ops: list[_Op], entries: list[StateEntry], features: int,
+                 out_shape: tuple[int, ...]) -> None:
+        self.model = model
+        self.ops = ops
+        self.entries = entries
+        self.features = features
+        self.out_shape = out_shape
+        self.dtype = np.dtype(model.dtype if isinstance(model, RNNNet) else model.layers[0].dtype)
+
+    @property
+    def batched(self) -> bool:
+        """Whether every layer runs all the streams of a batch in one call."""
+        return all(op.batched for op in self.ops)
+
+    def zero(self) -> list[np.ndarray]:
+        """A new stream's state (zeros)."""
+        return [np.zeros(e.shape, self.dtype) for e in self.entries]
+
+    def stack(self, states: list[list[np.ndarray]]) -> list[np.ndarray]:
+        """The batched state of several streams (each a list of per-stream arrays)."""
+        return [np.stack([s[k] for s in states], axis=e.axis) for k, e in enumerate(self.entries)]
+
+    def split(self, batched: list[np.ndarray], n: int) -> list[list[np.ndarray]]:
+        """The per-stream states (contiguous copies) of a batched state of ``n`` streams."""
+        return [[np.ascontiguousarray(np.take(b, i, axis=e.axis)) for b, e in zip(batched, self.entries,
+                                                                                  strict=True)]
+                for i in range(n)]
+
+    def step(self, x: np.ndarray, states: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Advance ``B`` streams by the ``T`` timesteps of ``x`` (B, T, features) from their
+        batched ``states``: (outputs (B, T, *out_shape), new batched states)."""
+        if isinstance(self.model, RNNNet):
+            return self._net_step(x, states, self.ops[0].batched)
+        B, T = x.shape[0], x.shape[1]
+        h: np.ndarray = x
+        flat = False
+        k = 0
+        new: list[np.ndarray] = []
+        for op in self.ops:
+            if op.recurrent:
+                n = len(op.layer.cell.state_names)
+                seq, fin = self._rec(op, h, states[k:k + n])
+                new += [np.asarray(f) for f in fin]
+                k += n
+                if op.layer.return_sequences:
+                    h = seq
+                else:
+                    h, flat = np.ascontiguousarray(seq).reshape(B * T, seq.shape[2]), True
+            elif op.batched:
+                h = op.layer.forward(h, Ctx.inference())
+            else:
+                size = T if flat else 1
+                h = np.concatenate([op.layer.forward(h[b * size:(b + 1) * size], Ctx.inference())
+                                    for b in range(B)])
+        y = h.reshape(B, T, *h.shape[1:]) if flat else h
+        return y, new
+
+    @staticmethod
+    def _rec(op: _Op, h: np.ndarray, st: list[np.ndarray]) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+        layer: RecurrentLayer = op.layer
+        if op.batched:
+            seq, fin = layer.seq_init(h, tuple(st))
+            return seq, tuple(fin)
+        parts = [layer.seq_init(h[b:b + 1], tuple(s[b:b + 1] for s in st)) for b in range(h.shape[0])]
+        seq = np.concatenate([p[0] for p in parts])
+        return seq, tuple(np.concatenate([p[1][j] for p in parts]) for j in range(len(st)))
+
+    def _net_step(self, x: np.ndarray, states: list[np.ndarray],
+                  batched: bool) -> tuple[np.ndarray, list[np.ndarray]]:
+        net: RNNNet = self.model
+        if not batched and x.shape[0] > 1:
+            parts = [self._net_step(x[b:b + 1], [s[:, b:b + 1] for s in states], True)
+                     for b in range(x.shape[0])]
+            return (np.concatenate([p[0] for p in parts]),
+                    [np.concatenate([p[1][j] for p in parts], axis=1) for j in range(len(states))])
+        cell = net._layers[(0, 0)].cell
+        xin = x if net.config.batch_first else x.transpose(1, 0, 2)
+        y, fin = net.seq_init(xin, cell.make_state(tuple(states)))
+        y = y if net.config.batch_first else y.transpose(1, 0, 2)
+        return np.ascontiguousarray(y), [np.asarray(f) for f in fin]
+
+    def describe(self) -> dict[str, Any]:
+        """The streams part of ``/v1/model``."""
+        return {
+            "step_input": ["T", self.features],
+            "step_output": ["T", *self.out_shape],
+            "state": {e.name: list(e.shape) for e in self.entries},
+            "batching": "batched" if self.batched else
+                        "layer(s) " + ", ".join(op.layer.name for op in self.ops if not op.batched)
+                        + " run stream by stream (their rows are not batch-independent)",
+        }
+
+
+def _check_op(plan: StreamPlan, i: int, sizes: list[int]) -> bool:
+    """Whether op ``i`` gives each stream of a batch the bits it gets alone, for every size."""
+    op = plan.ops[i]
+    rng = np.random.default_rng(i)
+    for n in sizes:
+        if isinstance(plan.model, RNNNet) or op.recurrent:
+            x = rng.standard_normal((n, 2, op.width)).astype(plan.dtype)
+            st = [0.5 * rng.standard_normal(e.shape if isinstance(plan.model, RNNNet) else (n, *e.shape))
+                  for e in _entries_of(plan, i)]
+            if isinstance(plan.model, RNNNet):
+                st = [np.repeat(s[:, None], n, axis=1)
+                      + 0.1 * rng.standard_normal((s.shape[0], n, s.shape[1])) for s in st]
+            st = [s.astype(plan.dtype) for s in st]
+            run = (lambda xx, ss: plan._net_step(xx, ss, True)) if isinstance(plan.model, RNNNet) else \
+                (lambda xx, ss: plan._rec(_Op(op.layer, True, op.width), xx, ss))
+            ax = 1 if isinstance(plan.model, RNNNet) else 0
+            y, fin = run(x, st)
+            for b in _rows(n):
+                y1, f1 = run(x[b:b + 1], [np.take(s, [b], axis=ax) for s in st])
+                if not _same(y[b:b + 1], y1) or not all(_same(np.take(f, [b], axis=ax), g)
+                                                        for f, g in zip(fin, f1, strict=True)):
+                    return False
+        else:
+            x = rng.standard_normal((n, op.width) if op.flat else (n, 2, op.width)).astype(plan.dtype)
+            y = op.layer.forward(x, Ctx.inference())
+            if not all(_same(y[b:b + 1], op.layer.forward(x[b:b + 1], Ctx.inference())) for b in _rows(n)):
+                return False
+    return True
+
+
+def _entries_of(plan: StreamPlan, i: int) -> list[StateEntry]:
+    if isinstance(plan.model, RNNNet):
+        return plan.entries
+    k = sum(len(op.layer.cell.state_names) for op in plan.ops[:i] if op.recurrent)
+    return plan.entries[k:k + len(plan.ops[i].layer.cell.state_names)]
+
+
+def plan_streams(model: Any, sizes: list[int]) -> tuple[StreamPlan | None, str | None]:
+    """(the plan, None), or (None, why the model cannot be stepped)."""
+    if isinstance(model, RNNNet):
+        if model.config.bidirectional:
+            return None, "a bidirectional network reads each sequence from its end; it cannot be stepped"
+        cell = model._layers[(0, 0)].cell
+        L = model.config.num_layers
+        net_entries = [StateEntry(n, (L, w), 1)
+                       for n, w in zip(cell.state_names, cell.state_sizes(), strict=True)]
+        plan = StreamPlan(model, [_Op(model, True, model.in_dim)], net_entries, model.in_dim,
+                          (model.out_dim,))
+        plan.ops[0].batched = _check_op(plan, 0, sizes)
+        return plan, None
+    if not isinstance(model, Sequential):
+        return None, f"a {type(model).__name__} cannot be stepped; streams need a Sequential model"
+    shape: tuple[Any, ...] = tuple(model.input_shapes()[0])
+    if len(shape) != 3:
+        return None, f"streams need an input (batch, timesteps, features); the model takes {shape}"
+    ops: list[_Op] = []
+    entries: list[StateEntry] = []
+    flat = False
+    width = int(shape[2])
+    for i, layer in enumerate(model.layers):
+        if isinstance(layer, RecurrentLayer):
+            if layer.go_backwards:
+                return None, f"layer {i} ({layer.name}) reads backwards (go_backwards); it cannot be stepped"
+            if flat:
+                return None, f"layer {i} ({layer.name}) follows a layer that returns one output per sequence"
+            ops.append(_Op(layer, True, width))
+            width = int(layer.output_size)
+            entries += [StateEntry(f"{i}.{n}", (w,), 0)
+                        for n, w in zip(layer.cell.state_names, layer.cell.state_sizes(), strict=True)]
+            flat = not layer.return_sequences
+        elif isinstance(layer, _ROWWISE):
+            ops.append(_Op(layer, False, width, flat))
+            width = int(layer.units) if isinstance(layer, Dense) else width
+        else:
+            return None, (f"layer {i} ({type(layer).__name__}) is not one a stream can step (recurrent "
+                          f"layers, Dense, ActivationLayer, Dropout)")
+    if not any(op.recurrent for op in ops):
+        return None, "the model has no recurrent layer; there is no state to keep"
+    out = tuple(int(d) for d in tuple[Any, ...](tuple(model.output_shape))[1 if flat else 2:])
+    plan = StreamPlan(model, ops, entries, int(shape[2]), out)
+    for i, op in enumerate(plan.ops):
+        op.batched = _check_op(plan, i, sizes)
+    return plan, None
+
+
+__all__ = ["StateEntry", "StreamPlan", "plan_streams"]
