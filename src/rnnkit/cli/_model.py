@@ -25,6 +25,7 @@ from safetensors import SafetensorError, safe_open
 import rnnkit as rk
 from rnnkit._errors import FileFormatError
 from rnnkit.cli._common import CliError
+from rnnkit.io._files import check_regular
 from rnnkit.layers import Dense
 from rnnkit.models import EarlyStopping, ModelCheckpoint, SequentialBuilder
 from rnnkit.timeseries import DataError, ForecastSpec, Windows
@@ -106,8 +107,9 @@ def save_forecaster(model: Any, spec: ForecastSpec, path: str | os.PathLike[str]
 
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
     """The safetensors metadata of ``path`` (FileFormatError when it is not safetensors)."""
+    p = check_regular(path, "a model file")
     try:
-        with safe_open(os.fspath(path), framework="numpy") as f:
+        with safe_open(p, framework="numpy") as f:
             return dict(f.metadata() or {})
     except (SafetensorError, ValueError, TypeError, OSError) as e:
         raise FileFormatError(f"{path}: not a safetensors file ({e})") from None

@@ -2,6 +2,7 @@
 importers/exporters of one recurrent layer for PyTorch and Keras."""
 
 from rnnkit.io._atomic import atomic_write_bytes
+from rnnkit.io._files import UnreadableFileError
 from rnnkit.io._interop import from_keras_weights, from_torch_state, to_keras_weights, to_torch_state
 from rnnkit.io._interop_errors import MissingDependencyError, UnsupportedFeatureError
 from rnnkit.io._keras_export import save_keras, save_keras_weights
@@ -25,5 +26,5 @@ __all__ = [
     "MissingDependencyError", "UnsupportedFeatureError", "load_keras", "load_keras_weights",
     "load_torch_rnn", "load_torch_safetensors", "save_torch_safetensors", "save_onnx",
     "save_keras", "save_keras_weights",
-    "LIMITS", "Limits", "set_limits",
+    "LIMITS", "Limits", "set_limits", "UnreadableFileError",
 ]

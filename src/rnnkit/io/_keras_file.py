@@ -58,6 +58,7 @@ from typing import Any
 from rnnkit._budget import allocation_budget
 from rnnkit._errors import FileFormatError, WeightShapeError
 from rnnkit._layer import Layer
+from rnnkit.io._files import check_regular, read_head
 from rnnkit.io._keras_graph import Ref, inbound, layer_name, mask_ops, tensor
 from rnnkit.io._keras_graph import refs as tensor_refs
 from rnnkit.io._keras_h5 import WeightStore, unique_groups
@@ -72,17 +73,12 @@ from rnnkit.recurrent import RecurrentLayer
 _WEIGHTS = "model.weights.h5"
 
 
-def _head(p: str) -> bytes:
-    with open(p, "rb") as fh:
-        return fh.read(16)
-
-
 def _check_path(p: str) -> None:
-    if not os.path.exists(p):
-        raise FileNotFoundError(f"no such file: {p}")
+    """A regular readable file at ``p`` (see :func:`~rnnkit.io._files.check_regular`)."""
     if os.path.isdir(p):
         raise FileFormatError(f"{p}: expected a Keras '.keras' file, found a directory (a TensorFlow "
                               f"SavedModel cannot be read; re-save the model with model.save('m.keras'))")
+    check_regular(p, "a Keras file")
 
 
 def _read_entry(z: zipfile.ZipFile, name: str, p: str) -> bytes:
@@ -116,7 +112,7 @@ def _read_entry(z: zipfile.ZipFile, name: str, p: str) -> bytes:
 def _read_archive(p: str) -> tuple[dict[str, Any], bytes]:
     """``(config, weights h5 bytes)`` of a ``.keras`` zip archive, entry by entry, bounded."""
     _check_path(p)
-    head = _head(p)
+    head = read_head(p, 16, "a Keras file")
     if head.startswith(b"\x89HDF"):
         raise FileFormatError(f"{p}: an HDF5 file, not a '.keras' archive: a '.weights.h5' file (read it "
                               f"with load_keras_weights into a built model) or a Keras 2 '.h5' model "

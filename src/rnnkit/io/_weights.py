@@ -22,6 +22,7 @@ from safetensors import SafetensorError, safe_open
 
 from rnnkit._errors import FileFormatError, WeightShapeError
 from rnnkit.io._atomic import atomic_write_bytes
+from rnnkit.io._files import check_regular, read_head
 
 if TYPE_CHECKING:
     from rnnkit._layer import Layer
@@ -70,19 +71,14 @@ def write_safetensors(path: str | os.PathLike[str], tensors: Mapping[str, np.nda
 def read_safetensors(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """``(tensors, metadata)`` of a safetensors file; FileFormatError (naming the path and what
     its first bytes are) when it is not one. A missing file raises FileNotFoundError."""
-    p = os.fspath(path)
-    if not os.path.exists(p):
-        raise FileNotFoundError(f"no such file: {p}")
-    if os.path.isdir(p):
-        raise FileFormatError(f"{p}: expected a safetensors file, found a directory")
+    p = check_regular(path, "a safetensors file")
     try:
         with safe_open(p, framework="numpy") as f:
             meta = dict(f.metadata() or {})
             tensors = {k: np.array(f.get_tensor(k)) for k in f.keys()}  # noqa: SIM118
     except (SafetensorError, ValueError, TypeError) as e:
         size = os.path.getsize(p)
-        with open(p, "rb") as fh:
-            head = fh.read(16)
+        head = read_head(p, 16, "a safetensors file")
         raise FileFormatError(
             f"{p}: not a safetensors file that numpy can read ({e}); found {size} bytes "
             f"starting {head!r}"
