@@ -10,6 +10,10 @@ predict ``--steps K`` (recursive)
     needs a model whose only feature is its target and whose horizon is 1. CSV columns
     ``<index>,prediction``.
 
+``--steps`` is at most :data:`MAX_STEPS`; one prediction's input windows (rows x window x
+features numbers) at most :data:`MAX_WINDOW_NUMBERS` (a model file's window times a long CSV
+could otherwise ask for any amount of memory): a one-line error otherwise.
+
 ``<index>`` is the training file's date column (dates as YYYY-MM-DD, years as integers; rows
 past the end continue the last spacing) or ``row`` (0-based data-row numbers).
 """
@@ -17,6 +21,7 @@ past the end continue the last spacing) or ``row`` (0-based data-row numbers).
 from __future__ import annotations
 
 import argparse
+import collections
 import io
 import sys
 from pathlib import Path
@@ -27,6 +32,27 @@ from rnnkit.cli._common import CliError, check_output_file, data_path, write_tex
 from rnnkit.cli._model import describe_spec, load_forecaster, predict_values, read_metadata
 from rnnkit.io._weights import WEIGHTS_FORMAT, read_safetensors
 from rnnkit.timeseries import ForecastSpec, Table, Windows, read_csv
+
+#: the most forecasts ``--steps`` makes (each is one model call on one window)
+MAX_STEPS = 100_000
+#: the most numbers the input windows of one ``predict`` may hold (2**27: 1 GiB as float64)
+MAX_WINDOW_NUMBERS = 1 << 27
+
+
+def _check_steps(steps: object) -> int:
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
+        raise CliError(f"--steps must be a whole number from 1 to {MAX_STEPS}, got {steps!r}")
+    return steps
+
+
+def _check_windows(rows: int, spec: ForecastSpec, what: str) -> None:
+    per_window = spec.window * len(spec.features)
+    n = max(rows - spec.window + 1, 0) * per_window
+    if n > MAX_WINDOW_NUMBERS:
+        raise CliError(f"{what}: {rows} rows in windows of {spec.window} rows x {len(spec.features)} "
+                       f"feature(s) make {n} numbers, over the limit of {MAX_WINDOW_NUMBERS}; predict "
+                       f"from fewer rows (at most "
+                       f"{MAX_WINDOW_NUMBERS // max(per_window, 1) + spec.window - 1})")
 
 
 def _index_labels(table: Table, positions: np.ndarray) -> list[str]:
@@ -65,6 +91,8 @@ def _emit(text: str, output: str | None) -> None:
 
 
 def predict_command(args: argparse.Namespace) -> int:
+    if args.steps is not None:
+        _check_steps(args.steps)
     if args.output is not None:
         check_output_file(args.output, "--output")
     args.data = data_path(args.data)
@@ -79,6 +107,7 @@ def predict_command(args: argparse.Namespace) -> int:
     target = table.columns.get(spec.target)
     buf = io.StringIO()
     if args.steps is None:
+        _check_windows(len(table), spec, str(args.data))
         w = spec.input_windows(table.matrix(feats), what=str(args.data))
         pred = predict_values(model, spec, w, target)
         buf.write(f"{table.index_name},prediction,actual\n")
@@ -96,10 +125,10 @@ def predict_command(args: argparse.Namespace) -> int:
         if len(table) < need:
             raise CliError(f"too few rows in {args.data}: {len(table)} row(s), but window "
                            f"{spec.window} needs at least {need}")
-        hist = list(target[-need:])                 # raw levels; each forecast is appended
+        hist = collections.deque(target[-need:], maxlen=need)  # raw levels; forecasts appended
         preds = []
         for _ in range(args.steps):
-            levels = np.asarray(hist[-need:], dtype=np.float64)
+            levels = np.asarray(hist, dtype=np.float64)
             win = Windows(spec.prepare(levels[:, None])[None], np.zeros((1, 0)), np.array([need]))
             v = float(predict_values(model, spec, win, levels)[0])   # row `need` follows the window
             preds.append(v)
