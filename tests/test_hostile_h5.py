@@ -259,3 +259,75 @@ def test_mode_000_file_is_reported_unreadable() -> None:
         for name in os.listdir(d):
             os.unlink(os.path.join(d, name))
         os.rmdir(d)
+
+
+def _tensor(name: str) -> dict[str, Any]:
+    return {"class_name": "__keras_tensor__",
+            "config": {"shape": [None, 3], "dtype": "float32", "keras_history": [name, 0, 0]}}
+
+
+def functional_config() -> dict[str, Any]:
+    """A functional Keras model ``in -> dense`` as Keras 3 writes its config.json."""
+    return {"class_name": "Functional", "config": {"name": "f", "layers": [
+        {"class_name": "InputLayer", "name": "in", "inbound_nodes": [],
+         "config": {"name": "in", "batch_shape": [None, 3], "dtype": "float32"}},
+        {"class_name": "Dense", "name": "dense",
+         "config": {"name": "dense", "units": 2, "activation": "linear", "use_bias": True,
+                    "dtype": "float32"},
+         "inbound_nodes": [{"args": [_tensor("in")], "kwargs": {}}]}],
+        "input_layers": [["in", 0, 0]], "output_layers": [["dense", 0, 0]]}}
+
+
+def _archive(path: Path, cfg: dict[str, Any], h5: bytes) -> Path:
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("config.json", json.dumps(cfg))
+        z.writestr("model.weights.h5", h5)
+    return path
+
+
+def _dense(cfg: dict[str, Any]) -> dict[str, Any]:
+    return cfg["config"]["layers"][1]  # type: ignore[no-any-return]
+
+
+MALFORMED: list[tuple[Callable[[dict[str, Any]], None], str]] = [
+    (lambda c: _dense(c)["inbound_nodes"][0]["args"][0].update(config="x"), "unreadable inbound tensor"),
+    (lambda c: _dense(c)["inbound_nodes"][0]["args"][0]["config"].update(keras_history=["in", "a", 0]),
+     "unreadable inbound tensor"),
+    (lambda c: _dense(c)["inbound_nodes"][0]["args"][0]["config"].update(keras_history=["in", 0, 2.5]),
+     "unreadable inbound tensor"),
+    (lambda c: _dense(c)["inbound_nodes"][0].update(kwargs=[1]), "the call's kwargs are"),
+    (lambda c: _dense(c)["inbound_nodes"][0].update(args=[]), "call 0 of layer 'dense' reads no tensor"),
+    (lambda c: c["config"].update(output_layers=5), "output_layers is 5"),
+    (lambda c: c["config"].update(output_layers=[["dense", "x"]]), "output_layers holds"),
+    (lambda c: c["config"].update(output_layers=[["dense", 0, 3]]), "reads output 3 of layer 'dense'"),
+    (lambda c: c["config"].update(input_layers=[["nope", 0, 0]]), "call 0 of layer 'nope', which"),
+    (lambda c: c["config"].update(layers={"a": 1}), "layers are {'a': 1}, expected a list"),
+    (lambda c: c["config"]["layers"][0].update(config=[]), "malformed|InputLayer"),
+    (lambda c: _dense(c).update(config=["units"]), "dense|Dense"),
+]
+
+
+def test_functional_config_loads_with_its_values(tmp_path: Path) -> None:
+    model = rk.load_keras(_archive(tmp_path / "f.keras", functional_config(), dense_h5()))
+    x = np.array([[1.0, -2.0, 0.5]], np.float32)
+    np.testing.assert_allclose(model.predict(x), x @ KERNEL + BIAS, rtol=1e-6)
+
+
+@pytest.mark.parametrize("edit,match", MALFORMED)
+def test_malformed_functional_configs_are_file_format_errors(
+        tmp_path: Path, edit: Callable[[dict[str, Any]], None], match: str) -> None:
+    cfg = functional_config()
+    edit(cfg)
+    with pytest.raises(rk.Error, match=match) as e:
+        rk.load_keras(_archive(tmp_path / "f.keras", cfg, dense_h5()))
+    assert isinstance(e.value, (rk.FileFormatError, rk.io.UnsupportedFeatureError)), repr(e.value)
+
+
+@pytest.mark.parametrize("rename", ["00", "\u0660", "x", "0/0"])
+def test_renamed_weight_datasets_are_file_format_errors(tmp_path: Path, rename: str) -> None:
+    """A kernel stored as ``vars/00`` (or an Arabic-Indic zero, a name, a group) instead of
+    ``vars/0``."""
+    def edit(g: Any) -> None:
+        g.create_dataset(rename, data=KERNEL)
+
+    both_loaders(tmp_path, dense_h5(edit), r"the weights under 'layers/dense/vars' are not numbered 0..n-1")

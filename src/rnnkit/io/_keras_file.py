@@ -56,9 +56,10 @@ import zipfile
 from typing import Any
 
 from rnnkit._budget import allocation_budget
-from rnnkit._errors import FileFormatError, WeightShapeError
+from rnnkit._errors import Error, FileFormatError, WeightShapeError
 from rnnkit._layer import Layer
 from rnnkit.io._files import check_regular, read_head
+from rnnkit.io._interop_errors import UnsupportedFeatureError
 from rnnkit.io._keras_graph import Ref, inbound, layer_name, mask_ops, tensor
 from rnnkit.io._keras_graph import refs as tensor_refs
 from rnnkit.io._keras_h5 import WeightStore, unique_groups
@@ -157,6 +158,8 @@ def _call(b: GraphBuilder, m: Mapped, ins: list[Node], k: int) -> Node:
     """Add the k-th call of the mapped Keras layer ``m`` on ``ins`` to the graph."""
     name = _safe(m.name) + (f"__{k}" if k else "")
     assert m.layer is not None
+    if not ins:
+        raise FileFormatError(f"call {k} of layer {m.name!r} reads no tensor")
     return b.add(m.layer, ins if len(ins) > 1 or isinstance(m.layer, MergeLayer) else ins[0], name=name)
 
 
@@ -207,12 +210,8 @@ def _functional(cfg: dict[str, Any]) -> tuple[Any, list[Mapped], list[str]]:
             m, k, refs = p
             nodes[(m.name, k)] = _call(b, m, [tensor(nodes, r) for r in refs], k)
             pending.remove(p)
-    try:
-        outs = [tensor(nodes, r) for r in tensor_refs(cfg["output_layers"])]
-        ins = [tensor(nodes, r) for r in tensor_refs(cfg["input_layers"])]
-    except (KeyError, IndexError, TypeError) as e:
-        raise FileFormatError(f"the functional model's input_layers/output_layers are unreadable "
-                              f"({e!r})") from None
+    outs = [tensor(nodes, r) for r in tensor_refs(cfg.get("output_layers"), "output_layers")]
+    ins = [tensor(nodes, r) for r in tensor_refs(cfg.get("input_layers"), "input_layers")]
     model = b.build(outs if len(outs) > 1 else outs[0], ins)
     return model, mapped, unique_groups([m.class_name for m in mapped])
 
@@ -254,6 +253,34 @@ def _install(model: Any, entries: list[tuple[Layer, str]], store: WeightStore, s
     apply_strict(named, tensors, source)
 
 
+def _rebuild(top: dict[str, Any], data: bytes, p: str) -> tuple[Any, list[Mapped], list[str], WeightStore]:
+    """The model of a ``.keras`` archive's config, built within the allocation budget of its
+    weights, with its mapped layers, their h5 groups and the weights."""
+    cfg = top["config"]
+    kind = top.get("class_name")
+    functional = kind in ("Functional", "Model") and "input_layers" in cfg
+    if kind != "Sequential" and not functional:
+        raise UnsupportedFeatureError(str(cfg.get("name", kind)), "class_name",
+                                      f"Keras model class {kind!r}: only Sequential and functional "
+                                      f"models can be imported (subclassed models have no config)")
+    layers = cfg.get("layers", [])
+    if not isinstance(layers, list):
+        raise FileFormatError(f"{p}: config.json's layers are {str(layers)[:200]}, expected a list")
+    skip = mask_ops(layers) if functional else set()
+    for lc in layers:
+        if layer_name(lc) not in skip:
+            map_layer(lc)  # refuse a malformed or unsupported layer before reading any weight
+    store = WeightStore.read(data, f"{p}:{_WEIGHTS}")
+    # the config may declare no more weight numbers than the file holds: checked per weight
+    # before it is drawn, so LSTM(units=20000) in a small file costs nothing
+    with allocation_budget(sum(int(a.size) for a in store.arrays.values()), f"load_keras({p})"):
+        try:
+            model, mapped, groups = _functional(cfg) if functional else _sequential(cfg, top)
+        except RecursionError:
+            raise FileFormatError(f"{p}: config.json is nested too deeply to rebuild") from None
+    return model, mapped, groups, store
+
+
 def load_keras(path: str | os.PathLike[str]) -> Sequential | GraphModel:
     """Rebuild the Keras 3 model saved in ``path`` (``model.save("m.keras")``) as an rnnkit model
     with the same weights: a Sequential, or a GraphModel (functional models, Bidirectional).
@@ -265,28 +292,13 @@ def load_keras(path: str | os.PathLike[str]) -> Sequential | GraphModel:
     within ~1e-6)."""
     p = os.fspath(path)
     top, data = _read_archive(p)
-    cfg = top["config"]
-    kind = top.get("class_name")
-    functional = kind in ("Functional", "Model") and "input_layers" in cfg
-    if kind != "Sequential" and not functional:
-        from rnnkit.io._interop_errors import UnsupportedFeatureError
-
-        raise UnsupportedFeatureError(str(cfg.get("name", kind)), "class_name",
-                                      f"Keras model class {kind!r}: only Sequential and functional "
-                                      f"models can be imported (subclassed models have no config)")
-    layers = cfg.get("layers", [])
-    skip = mask_ops(layers) if functional else set()
-    for lc in layers if isinstance(layers, list) else []:
-        if layer_name(lc) not in skip:
-            map_layer(lc)  # refuse a malformed or unsupported layer before reading any weight
-    store = WeightStore.read(data, f"{p}:{_WEIGHTS}")
-    # the config may declare no more weight numbers than the file holds: checked per weight
-    # before it is drawn, so LSTM(units=20000) in a small file costs nothing
-    with allocation_budget(sum(int(a.size) for a in store.arrays.values()), f"load_keras({p})"):
-        try:
-            model, mapped, groups = _functional(cfg) if functional else _sequential(cfg, top)
-        except RecursionError:
-            raise FileFormatError(f"{p}: config.json is nested too deeply to rebuild") from None
+    try:
+        model, mapped, groups, store = _rebuild(top, data, p)
+    except Error:
+        raise
+    except (KeyError, IndexError, AttributeError, ValueError, TypeError) as e:
+        # a value of the wrong kind somewhere in config.json that no check above names
+        raise FileFormatError(f"{p}: config.json is malformed ({type(e).__name__}: {e})"[:500]) from None
     entries: list[tuple[Layer, str]] = []
     for m, group in zip(mapped, groups, strict=True):
         g = store.by_name.get(m.name, f"layers/{group}")

@@ -139,11 +139,11 @@ class WeightStore:
         keys = [k for k in self.arrays if k.startswith(prefix + "/")]
         if not keys:
             return None
-        idx = sorted(int(k[len(prefix) + 1:]) for k in keys if k[len(prefix) + 1:].isdigit())
-        if idx != list(range(len(keys))):
+        want = [f"{prefix}/{i}" for i in range(len(keys))]
+        if sorted(keys) != sorted(want):
             raise FileFormatError(f"{self.source}: the weights under {prefix!r} are not numbered 0..n-1: "
-                                  f"{sorted(keys)}")
-        return [self.arrays[f"{prefix}/{i}"] for i in idx]
+                                  f"{sorted(keys)[:20]}")
+        return [self.arrays[k] for k in want]
 
     def groups_with_weights(self) -> set[str]:
         """Every top-level layer group (``"layers/lstm"``) holding at least one array."""
