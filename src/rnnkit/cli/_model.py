@@ -26,6 +26,7 @@ import rnnkit as rk
 from rnnkit._errors import FileFormatError
 from rnnkit.cli._common import CliError
 from rnnkit.io._files import check_regular
+from rnnkit.io._sniff import sniff
 from rnnkit.layers import Dense
 from rnnkit.models import EarlyStopping, ModelCheckpoint, SequentialBuilder
 from rnnkit.timeseries import DataError, ForecastSpec, Windows
@@ -106,8 +107,11 @@ def save_forecaster(model: Any, spec: ForecastSpec, path: str | os.PathLike[str]
 
 
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
-    """The safetensors metadata of ``path`` (FileFormatError when it is not safetensors)."""
+    """The safetensors metadata of ``path``; ``{}`` for a model file of another format (a Keras
+    archive: it has none); FileFormatError when it is safetensors that cannot be read."""
     p = check_regular(path, "a model file")
+    if sniff(p) != "safetensors":
+        return {}
     try:
         with safe_open(p, framework="numpy") as f:
             return dict(f.metadata() or {})

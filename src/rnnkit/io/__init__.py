@@ -8,12 +8,11 @@ from rnnkit.io._interop_errors import MissingDependencyError, UnsupportedFeature
 from rnnkit.io._keras_export import save_keras, save_keras_weights
 from rnnkit.io._keras_file import load_keras, load_keras_weights
 from rnnkit.io._limits import LIMITS, Limits, set_limits
-from rnnkit.io._model import load_model, save_model
+from rnnkit.io._model import load_model, load_weights, save_model
 from rnnkit.io._onnx import save_onnx
 from rnnkit.io._torch_file import load_torch_rnn, load_torch_safetensors, save_torch_safetensors
 from rnnkit.io._weights import (
     load_layer_weights,
-    load_weights,
     read_safetensors,
     save_layer_weights,
     save_weights,

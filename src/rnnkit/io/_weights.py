@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from rnnkit._errors import FileFormatError, WeightShapeError
+from rnnkit._errors import FileFormatError, InvalidParameterError, WeightShapeError
 from rnnkit.io._atomic import atomic_write_bytes
 from rnnkit.io._files import check_regular, read_head
+from rnnkit.io._keras_export import save_keras_weights
 
 if TYPE_CHECKING:
     from rnnkit._layer import Layer
@@ -150,15 +151,30 @@ def _meta(kind: str) -> dict[str, str]:
     return {"format": kind, "format_version": FORMAT_VERSION, "rnnkit_version": __version__}
 
 
+def _refuse_foreign_name(p: str, what: str) -> None:
+    """A file's name never lies about its format: ``*.keras``, ``*.onnx`` and ``*.h5`` are not
+    names for the safetensors file ``what`` writes."""
+    low = p.lower()
+    if low.endswith((".keras", ".onnx", ".h5")):
+        suffix = ".weights.h5" if low.endswith(".weights.h5") else os.path.splitext(low)[1]
+        raise InvalidParameterError(
+            f"{what}: {p!r} ends with {suffix!r}, the name of another format, but {what} writes a "
+            f"safetensors file; name it '*.safetensors'"
+            + (" (or save the whole model with save_model)" if suffix in (".keras", ".onnx") else ""))
+
+
 def save_weights(model: Any, path: str | os.PathLike[str]) -> None:
-    """Write every weight of ``model`` under its ``named_weights()`` name (safetensors, atomic)."""
-    write_safetensors(path, collect(_named_of(model)), _meta(WEIGHTS_FORMAT))
+    """Write every weight of ``model`` under its ``named_weights()`` name (safetensors, atomic).
 
-
-def load_weights(model: Any, path: str | os.PathLike[str]) -> None:
-    """Read a weights (or model) file into ``model``, strictly (see :func:`apply_strict`)."""
-    tensors, _ = read_safetensors(path)
-    apply_strict(_named_of(model), tensors, f"load_weights({os.fspath(path)})")
+    A name ending ``.weights.h5`` (Keras' name for a weights file) writes Keras' HDF5 weights
+    format instead (:func:`~rnnkit.io.save_keras_weights`), which Keras and :func:`load_weights`
+    read; ``*.h5``, ``*.keras`` and ``*.onnx`` are refused with InvalidParameterError (a file's
+    name never lies about its format)."""
+    p = os.fspath(path)
+    if p.lower().endswith(".weights.h5"):
+        return save_keras_weights(model, p)
+    _refuse_foreign_name(p, "save_weights")
+    write_safetensors(p, collect(_named_of(model)), _meta(WEIGHTS_FORMAT))
 
 
 def _layer_named(layer: Layer) -> Named:
@@ -167,7 +183,9 @@ def _layer_named(layer: Layer) -> Named:
 
 
 def save_layer_weights(layer: Layer, path: str | os.PathLike[str]) -> None:
-    """Write one built layer's weights under their own names (``kernel``, ...)."""
+    """Write one built layer's weights under their own names (``kernel``, ...) as safetensors;
+    a name ending ``.keras``, ``.onnx`` or ``.h5`` is refused (InvalidParameterError)."""
+    _refuse_foreign_name(os.fspath(path), "save_layer_weights")
     write_safetensors(path, collect(_layer_named(layer)), _meta(WEIGHTS_FORMAT))
 
 
