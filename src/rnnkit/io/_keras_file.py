@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import os
 import zipfile
+import zlib
 from typing import Any
 
 from rnnkit._budget import allocation_budget
@@ -105,7 +106,7 @@ def _read_entry(z: zipfile.ZipFile, name: str, p: str) -> bytes:
                     raise FileFormatError(f"{p}: archive entry {name!r} holds more than it states "
                                           f"({info.file_size} bytes)")
                 chunks.append(chunk)
-    except (zipfile.BadZipFile, EOFError, OSError, NotImplementedError, RuntimeError) as e:
+    except (zipfile.BadZipFile, EOFError, OSError, NotImplementedError, RuntimeError, zlib.error) as e:
         raise FileFormatError(f"{p}: archive entry {name!r} cannot be read ({e})") from None
     return b"".join(chunks)
 
@@ -239,6 +240,9 @@ def _install(model: Any, entries: list[tuple[Layer, str]], store: WeightStore, s
             problems.append((prefix, f"{type(layer).__name__} {layer.name!r} weights", conv))
             continue
         for w, a in conv.items():
+            if (id(layer), w) not in key_of:
+                raise FileFormatError(f"{source}: layer {layer.name!r} is not on any path from the model's "
+                                      f"inputs to its outputs (a Keras model holds only such layers)")
             tensors[key_of[(id(layer), w)]] = a
     if strict_file:
         for k in sorted(set(store.arrays) - used):

@@ -23,7 +23,7 @@ import os
 from typing import Any
 
 from rnnkit._budget import allocation_budget
-from rnnkit._errors import FileFormatError, InvalidParameterError
+from rnnkit._errors import Error, FileFormatError, InvalidParameterError
 from rnnkit.io._keras_file import load_keras, load_keras_weights
 from rnnkit.io._limits import parse_json
 from rnnkit.io._sniff import describe, sniff
@@ -184,6 +184,12 @@ def load_model(path: str | os.PathLike[str]) -> Any:
             model = model_from_config(config)
         except RecursionError:
             raise FileFormatError(f"{p}: the model config is nested too deeply to rebuild") from None
+        except Error:
+            raise
+        except (KeyError, IndexError, AttributeError, ValueError, TypeError) as e:
+            # a value of the wrong kind somewhere in the stored config that no check names
+            raise FileFormatError(f"{p}: the model config is malformed ({type(e).__name__}: "
+                                  f"{e})"[:500]) from None
     apply_strict(dict(model.named_weights()), tensors, f"load_model({p})")
     if compiled is not None:
         model.compile(compiled[0], compiled[1], metrics=compiled[2])
