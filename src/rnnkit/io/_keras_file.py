@@ -124,7 +124,7 @@ def _read_archive(p: str) -> tuple[dict[str, Any], bytes]:
                               f"{os.path.getsize(p)} bytes starting {head!r}")
     try:
         z = zipfile.ZipFile(p)
-    except (zipfile.BadZipFile, OSError, ValueError) as e:
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as e:
         raise FileFormatError(f"{p}: a damaged zip archive ({e})") from None
     with z:
         names = z.namelist()

@@ -86,7 +86,7 @@ def sniff(path: str | os.PathLike[str]) -> str:
         try:
             with zipfile.ZipFile(p) as z:
                 names = z.namelist()
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError):
             return "zip"
         if "config.json" in names and "model.weights.h5" in names:
             return "keras"

@@ -63,7 +63,7 @@ def _sniff(p: str) -> None:
         try:
             with zipfile.ZipFile(p) as z:
                 names = z.namelist()
-        except (zipfile.BadZipFile, OSError, ValueError) as e:
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as e:
             raise FileFormatError(f"{p}: a damaged zip archive, not a safetensors file ({e})") from None
         if any(n.endswith("data.pkl") for n in names):
             raise FileFormatError(f"{p}: a torch.save file (a zip archive holding a pickle, "
