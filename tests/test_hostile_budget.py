@@ -128,3 +128,17 @@ def test_predict_windows_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert "make 148 numbers, over the limit of 100; predict from fewer rows (at most 28)" in err, err
     monkeypatch.setattr(_predict, "MAX_WINDOW_NUMBERS", 148)
     assert main(["predict", str(model), str(data), "--output", str(tmp_path / "o.csv")]) == 0
+
+
+@pytest.mark.parametrize("init", [{"kind": "const", "a": 0.5, "b": 0.0},
+                                  {"kind": "randn", "a": 0.0, "b": 1.0}])
+def test_rnn_net_initializers_count_against_the_budget(tmp_path: Path, init: dict[str, object]) -> None:
+    """RNNNet's constant and Gaussian initializers count their draws too (the recurrent weights
+    (4 * 100000, 100000) of a file holding 72 numbers)."""
+    from rnnkit.rnn import Init, RNNConfig, RNNNet
+
+    cfg = RNNConfig(w_hh_init=Init(**init))  # type: ignore[arg-type]
+    model = rk.Sequential([RNNNet("lstm", 3, 2, cfg, seed=0)], input_shape=(None, 2, 3))
+    path = _edited(tmp_path, model, 0, {"hidden_dim": 100_000})
+    with pytest.raises(rk.FileFormatError, match=r"declares a weight of shape \(400000, 100000\)"):
+        rk.load_model(path)
