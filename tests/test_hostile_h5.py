@@ -181,6 +181,19 @@ def test_non_standard_datasets_are_refused_naming_them(tmp_path: Path, make: Cal
     both_loaders(tmp_path, dense_h5(make), "dataset 'layers/dense/vars/0' " + match)
 
 
+def test_a_layers_link_to_another_file_is_not_followed(tmp_path: Path) -> None:
+    """``layers`` itself an external link to a file that is a FIFO: refused without opening it
+    (opening would block)."""
+    fifo = tmp_path / "other.h5"
+    os.mkfifo(fifo)
+    buf = io.BytesIO()
+    with h5py.File(buf, "w") as f:
+        f["layers"] = h5py.ExternalLink(str(fifo), "/layers")
+    path = dense_keras(tmp_path / "m.keras", buf.getvalue())
+    err = _load_or_unblock(fifo, lambda: rk.load_keras(path))
+    assert isinstance(err, rk.FileFormatError) and "'layers' is a soft or external link" in str(err), err
+
+
 NON_REGULAR = {"/dev/null": "a character device", "/dev/zero": "a character device"}
 
 

@@ -67,13 +67,15 @@ def unique_groups(class_names: list[str]) -> list[str]:
 
 def _read_layers(f: Any, h5py: Any, source: str, size: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """``(arrays, by_name)`` of an open weights file (see :class:`WeightStore`)."""
-    if "layers" not in f:
+    # the link itself, not what it names: `"layers" in f` would follow an external link
+    if not f.id.links.exists(b"layers"):
         raise FileFormatError(
             f"{source}: an HDF5 file without a 'layers' group is not a Keras 3 weights file "
             f"(top-level keys {sorted(f.keys())}); a Keras 2 '.h5' model must be re-saved "
             f"with Keras 3 as '.keras'")
-    if f.get("layers", getlink=True).__class__ is not h5py.HardLink:
-        raise FileFormatError(f"{source}: 'layers' is a link, not the file's own group")
+    if f.id.links.get_info(b"layers").type != h5py.h5l.TYPE_HARD:
+        raise FileFormatError(f"{source}: 'layers' is a soft or external link, not the file's own "
+                              f"group; refused before reading")
     group = f["layers"]
     if not isinstance(group, h5py.Group):
         raise FileFormatError(f"{source}: 'layers' is a dataset, not a group")
