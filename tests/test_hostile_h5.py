@@ -145,15 +145,17 @@ def test_virtual_dataset_is_refused(tmp_path: Path) -> None:
     (lambda p: h5py.SoftLink("/elsewhere"), r"'layers/dense/vars/0' is a soft link to '/elsewhere'"),
 ])
 def test_links_are_refused(tmp_path: Path, link: Callable[[Path], Any], match: str) -> None:
+    """The other file is a FIFO: following the link would block, refusing it does not."""
     other = tmp_path / "other.h5"
-    with h5py.File(other, "w") as f:
-        f["x"] = KERNEL
+    os.mkfifo(other)
 
     def edit(g: Any) -> None:
         g.file["elsewhere"] = KERNEL
         g["0"] = link(other)
 
-    both_loaders(tmp_path, dense_h5(edit), match)
+    h5 = dense_h5(edit)
+    err = _load_or_unblock(other, lambda: both_loaders(tmp_path, h5, match))
+    assert err is None, err
 
 
 @pytest.mark.parametrize("make,match", [

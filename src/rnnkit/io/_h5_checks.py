@@ -40,24 +40,30 @@ def _text(b: Any) -> str:
 
 
 def check_links(group: Any, h5py: Any, source: str, prefix: str) -> None:
-    """FileFormatError naming the first link under ``group`` that is not a hard link."""
-    found: list[tuple[str, Any]] = []
+    """FileFormatError naming the first link under ``group`` that is not a hard link.
 
-    def visit(name: str, link: Any) -> Any:
-        if not isinstance(link, h5py.HardLink):
-            found.append((name, link))
+    The walk reads each link's own record (H5Lvisit with its link info) and never resolves a
+    link: h5py's ``visititems_links`` tests ``name in group``, which follows an external link
+    into the file it names."""
+    found: list[tuple[str, int]] = []
+
+    def visit(name: bytes, info: Any) -> Any:
+        if info.type != h5py.h5l.TYPE_HARD:
+            found.append((name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name),
+                          int(info.type)))
             return True  # stop the walk
         return None
 
-    group.visititems_links(visit)
+    group.id.links.visit(visit, info=True)
     if found:
-        name, link = found[0]
-        if isinstance(link, h5py.ExternalLink):
-            what = f"an external link to {link.path!r} in file {link.filename!r}"
-        elif isinstance(link, h5py.SoftLink):
-            what = f"a soft link to {link.path!r}"
+        name, kind = found[0]
+        val = group.id.links.get_val(name.encode("utf-8", "surrogateescape"))
+        if kind == h5py.h5l.TYPE_EXTERNAL:
+            what = f"an external link to {_text(val[1])!r} in file {_text(val[0])!r}"
+        elif kind == h5py.h5l.TYPE_SOFT:
+            what = f"a soft link to {_text(val)!r}"
         else:
-            what = f"a link of kind {type(link).__name__}"
+            what = f"a user-defined link (type {kind})"
         raise FileFormatError(f"{source}: {prefix + name!r} is {what}; a weights file may hold only its "
                               f"own groups and datasets (hard links); refused before reading")
 

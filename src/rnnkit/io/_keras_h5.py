@@ -132,7 +132,8 @@ class WeightStore:
                     return cls(*_read_layers(f, h5py, source, size), source)
                 except FileFormatError:
                     raise
-                except (OSError, KeyError, ValueError, RuntimeError, TypeError) as e:
+                except (OSError, KeyError, ValueError, RuntimeError, TypeError, SystemError) as e:
+                    # SystemError: h5py's lock wrapper around an error inside a damaged file
                     raise FileFormatError(f"{source}: a damaged HDF5 weights file ({e})") from None
 
     def vars_at(self, prefix: str) -> list[np.ndarray] | None:
