@@ -7,7 +7,9 @@ Usage::
 Each file is loaded in a fresh child process (``python -c``), after rnnkit, numpy and h5py
 are imported there: the time is the load's wall time, the memory the growth of the child's
 peak resident set (``ru_maxrss``) over the load. The outcome is the error type and the start
-of its message (or ``loaded``). A load still running after 60 s is killed and reported as such.
+of its message (or ``loaded``). ``peak extra`` is the growth of the peak resident set (0 when
+the load stays below the peak the imports reached); ``traced`` is tracemalloc's peak of the
+Python and numpy allocations during a second, untimed load. A load still running after 60 s is killed and reported as such.
 Prints a Markdown table.
 """
 
@@ -39,16 +41,22 @@ from rnnkit.io._limits import parse_json
 kind, path = sys.argv[1], sys.argv[2]
 calls = {"load_keras": rk.load_keras, "load_model": rk.load_model,
          "parse_json": lambda p: parse_json(open(p, "rb").read(), p)}
+import tracemalloc
+def run():
+    try:
+        calls[kind](path)
+        return "loaded"
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()
-try:
-    calls[kind](path)
-    outcome = "loaded"
-except Exception as e:
-    outcome = f"{type(e).__name__}: {e}"
+outcome = run()
 dt = time.perf_counter() - t0
 peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
-print(json.dumps({"seconds": dt, "peak_mb": peak, "outcome": outcome}))
+tracemalloc.start()  # a second load, traced (tracing slows it: not timed)
+run()
+traced = tracemalloc.get_traced_memory()[1] / 2**20
+print(json.dumps({"seconds": dt, "peak_mb": peak, "traced_mb": traced, "outcome": outcome}))
 """
 
 KERNEL = np.arange(6, dtype=np.float32).reshape(3, 2)
@@ -115,11 +123,14 @@ def build(d: Path) -> list[tuple[str, str, Path]]:
     (d / "legit16.json").write_bytes(doc16[:-2] + b" " * ((16 << 20) - len(doc16)) + doc16[-2:])
     (d / "unterminated.json").write_bytes(b'"' + b'\\"' * 200_000)
     cases = [
-        ("external storage: /proc/self/environ", "load_keras", keras(d / "environ.keras", dense_h5(ext("/proc/self/environ")))),
-        ("external storage: a secret file", "load_keras", keras(d / "secret.keras", dense_h5(ext(str(secret))))),
+        ("external storage: /proc/self/environ", "load_keras",
+         keras(d / "environ.keras", dense_h5(ext("/proc/self/environ")))),
+        ("external storage: a secret file", "load_keras",
+         keras(d / "secret.keras", dense_h5(ext(str(secret))))),
         ("external storage: a FIFO", "load_keras", keras(d / "fifo.keras", dense_h5(ext(str(fifo))))),
         ("virtual dataset (another file)", "load_keras", keras(d / "vds.keras", dense_h5(vds))),
-        ("external link", "load_keras", keras(d / "elink.keras", dense_h5(link(h5py.ExternalLink(str(other), "/x"))))),
+        ("external link", "load_keras",
+         keras(d / "elink.keras", dense_h5(link(h5py.ExternalLink(str(other), "/x"))))),
         ("soft link", "load_keras", keras(d / "slink.keras", dense_h5(link(h5py.SoftLink("/elsewhere"))))),
         ("non-standard filter (scaleoffset)", "load_keras", keras(d / "filter.keras", dense_h5(
             lambda g: g.create_dataset("0", data=np.arange(6).reshape(3, 2), scaleoffset=0)))),
@@ -157,9 +168,11 @@ def measure(kind: str, path: Path) -> dict[str, Any]:
         out = subprocess.run([sys.executable, "-c", CHILD, kind, str(path)], capture_output=True, text=True,
                              env=env, timeout=60)
     except subprocess.TimeoutExpired:
-        return {"seconds": 60.0, "peak_mb": float("nan"), "outcome": "KILLED after 60 s"}
+        return {"seconds": 60.0, "peak_mb": float("nan"), "traced_mb": float("nan"),
+                "outcome": "KILLED after 60 s"}
     if out.returncode != 0:
-        return {"seconds": float("nan"), "peak_mb": float("nan"), "outcome": f"child failed: {out.stderr[-300:]}"}
+        return {"seconds": float("nan"), "peak_mb": float("nan"), "traced_mb": float("nan"),
+                "outcome": f"child failed: {out.stderr[-300:]}"}
     row: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     row["outcome"] = row["outcome"].replace(str(path), "FILE").replace(str(path.parent), "DIR")
     return row
@@ -175,11 +188,11 @@ def main() -> int:
             size = path.stat().st_size if path.is_file() else 0
             r = {"file": what, "bytes": size, "loader": kind, **measure(kind, path)}
             rows.append(r)
-    print("| hostile file | bytes | loader | time (s) | peak extra (MB) | outcome |")
-    print("|---|---:|---|---:|---:|---|")
+    print("| hostile file | bytes | loader | time (s) | peak extra RSS (MB) | traced (MB) | outcome |")
+    print("|---|---:|---|---:|---:|---:|---|")
     for r in rows:
         print(f"| {r['file']} | {r['bytes']} | {r['loader']} | {r['seconds']:.3f} | {r['peak_mb']:.1f} | "
-              f"{r['outcome'][:90].replace('|', '/')} |")
+              f"{r.get('traced_mb', float('nan')):.2f} | {r['outcome'][:70].replace('|', '/')} |")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0
