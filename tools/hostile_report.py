@@ -9,8 +9,8 @@ are imported there: the time is the load's wall time, the memory the growth of t
 peak resident set (``ru_maxrss``) over the load. The outcome is the error type and the start
 of its message (or ``loaded``). ``peak extra`` is the growth of the peak resident set (0 when
 the load stays below the peak the imports reached); ``traced`` is tracemalloc's peak of the
-Python and numpy allocations during a second, untimed load. A load still running after 60 s is killed and reported as such.
-Prints a Markdown table.
+Python and numpy allocations during a second, untimed load. A load still running after 60 s is
+killed and reported as such. Prints a Markdown table.
 """
 
 from __future__ import annotations
