@@ -67,15 +67,90 @@ def _dead_pid() -> int:
 
 def test_stale_temporaries_of_dead_writers_are_removed(tmp_path: Path) -> None:
     path = tmp_path / "m.safetensors"
-    dead = tmp_path / f".m.safetensors.{_dead_pid()}.abc123.tmp"
+    dead_pid = _dead_pid()
+    dead = tmp_path / f".rnnkit.{dead_pid}.abc123xy.tmp"
     dead.write_bytes(b"x" * 1000)
-    live = tmp_path / f".m.safetensors.{os.getppid()}.zzz.tmp"  # a running process: kept
+    live = tmp_path / f".rnnkit.{os.getppid()}.zzzzzzzz.tmp"  # a running process: kept
     live.write_bytes(b"y")
-    other = tmp_path / f".other.safetensors.{_dead_pid()}.q.tmp"  # another file's: not ours
-    other.write_bytes(b"z")
+    # not exactly the pattern: never touched
+    near = [tmp_path / f".rnnkit.{dead_pid}.abc.tmp", tmp_path / f".rnnkit.{dead_pid}.abc123xy.tmp.bak",
+            tmp_path / f".m.safetensors.{dead_pid}.abc123xy.tmp", tmp_path / f"rnnkit.{dead_pid}.abcd.tmp"]
+    for p in near:
+        p.write_bytes(b"z")
     _model().save(str(path))
-    assert not dead.exists() and live.exists() and other.exists()
-    assert remove_stale_temporaries(str(tmp_path / "other.safetensors")) == [str(other)]
+    assert not dead.exists() and live.exists() and all(p.exists() for p in near)
+    assert remove_stale_temporaries(str(tmp_path / "other.safetensors")) == []
+
+
+def test_a_locked_temporary_is_never_removed(tmp_path: Path) -> None:
+    """A temporary whose PID is not running here (a writer on another machine sharing the
+    folder) is kept while its lock is held, and removed once it is released."""
+    import fcntl
+
+    tmp = tmp_path / f".rnnkit.{_dead_pid()}.lockedxy.tmp"
+    tmp.write_bytes(b"x")
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert remove_stale_temporaries(str(tmp_path / "m.safetensors")) == []
+        assert tmp.exists()
+    finally:
+        os.close(fd)
+    assert remove_stale_temporaries(str(tmp_path / "m.safetensors")) == [str(tmp)]
+
+
+LOOP = textwrap.dedent("""
+    import sys
+    import rnnkit as rk
+    m = rk.Sequential([rk.Dense(256, seed=0)], input_shape=(None, 256))
+    for _ in range(int(sys.argv[2])):
+        m.save(sys.argv[1])
+    print("done")
+""")
+
+
+def test_concurrent_saves_of_overlapping_names_keep_each_others_temporaries(tmp_path: Path) -> None:
+    """Two processes save ``m`` and ``m.<N>.safetensors`` (N a PID that is not running) into one
+    folder at once; neither sweep takes the other's live temporary."""
+    names = [tmp_path / "m", tmp_path / f"m.{_dead_pid()}.safetensors"]
+    procs = [subprocess.Popen([sys.executable, "-c", LOOP, str(n), "60"], env=ENV, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for n in names]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0 and out.strip() == "done", err[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(n.name for n in names)
+
+
+def test_names_up_to_255_bytes_save(tmp_path: Path) -> None:
+    m = _model()
+    x = np.random.default_rng(0).standard_normal((2, 5, 3)).astype(np.float32)
+    for n in (240, 255):
+        path = tmp_path / ("a" * (n - len(".safetensors")) + ".safetensors")
+        assert len(path.name.encode()) == n
+        m.save(str(path))
+        np.testing.assert_array_equal(rk.load_model(path).predict(x), m.predict(x))
+    assert all(len(p.name) <= 255 for p in tmp_path.iterdir())
+
+
+def test_threads_saving_in_one_folder(tmp_path: Path) -> None:
+    import threading
+
+    errors: list[BaseException] = []
+
+    def loop(name: str) -> None:
+        m = _model()
+        try:
+            for _ in range(20):
+                m.save(str(tmp_path / name))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=loop, args=(n,)) for n in ("m", "m.2024.safetensors", "m")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert errors == [] and sorted(p.name for p in tmp_path.iterdir()) == ["m", "m.2024.safetensors"]
 
 
 SAVER = textwrap.dedent("""

@@ -1,5 +1,5 @@
-"""``rnnkit convert SRC DST``: formats by suffix, values checked against the other framework
-(Keras, torch, onnxruntime), and bad input as one line on stderr with exit status 2."""
+"""``rnnkit convert SRC DST``: SRC read by content, DST's format by suffix, values checked against
+the other framework (Keras, torch, onnxruntime), and bad input as one line on stderr with exit status 2."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
     src = model(tmp_path)
     bad(capsys, tmp_path / "none.keras", tmp_path / "o.safetensors", says="none.keras: no such file")
     (tmp_path / "m.pt").write_bytes(b"\x80\x04junk")
-    bad(capsys, tmp_path / "m.pt", tmp_path / "o.safetensors", says="unknown model format '.pt'")
+    bad(capsys, tmp_path / "m.pt", tmp_path / "o.safetensors", says="found a Python pickle")
     bad(capsys, src, tmp_path / "o.pb", says="unknown output format '.pb'; convert writes .onnx")
     bad(capsys, src, src, says="DST is SRC")
     bad(capsys, src, tmp_path / "t.safetensors", says="a PyTorch state dict holds one torch.nn.LSTM/GRU/RNN; "

@@ -5,6 +5,7 @@ allocated or decompressed (``rnnkit.io.set_limits``)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -75,7 +76,7 @@ def test_limits_are_overridable_and_checked() -> None:
         assert rk.io.LIMITS.max_json_depth == 5
         with pytest.raises(rk.InvalidParameterError, match="unknown limit 'nope'"):
             rk.io.set_limits(nope=1)
-        with pytest.raises(rk.InvalidParameterError, match="must be a number > 0"):
+        with pytest.raises(rk.InvalidParameterError, match="must be a whole number > 0"):
             rk.io.set_limits(max_json_bytes=0)
     finally:
         rk.io.set_limits(**old)
@@ -205,3 +206,115 @@ def test_damaged_files_are_file_format_errors(tmp_path: Path, blob: bytes) -> No
         (tmp_path / name).write_bytes(blob)
         with pytest.raises(rk.FileFormatError):
             load(tmp_path / name)
+
+
+def _depth_reference(doc: bytes) -> int:
+    """Nesting depth by a plain character loop: a quote after an even run of backslashes opens
+    or closes a string; brackets count outside strings only."""
+    depth = deepest = run = 0
+    inside = False
+    for c in doc.decode("latin-1"):
+        if c == '"' and run % 2 == 0:
+            inside = not inside
+        elif not inside and c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif not inside and c in "]}":
+            depth -= 1
+        run = run + 1 if c == "\\" else 0
+    return deepest
+
+
+def _random_json(rng: np.random.Generator, level: int) -> object:
+    kind = int(rng.integers(0, 4 if level < 12 else 2))
+    if kind == 0:
+        return "".join(rng.choice(list('ab"\\[]{}:, \n\t\u00e9'), size=int(rng.integers(0, 8))))
+    if kind == 1:
+        return float(rng.standard_normal())
+    if kind == 2:
+        return [_random_json(rng, level + 1) for _ in range(int(rng.integers(0, 4)))]
+    return {str(_random_json(rng, 99)): _random_json(rng, level + 1) for _ in range(int(rng.integers(0, 4)))}
+
+
+@pytest.mark.parametrize("block", [1 << 18, 1, 2, 7])
+def test_json_depth_matches_a_character_loop(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Documents json.dumps writes (strings full of quotes, backslashes and brackets) and byte
+    soups, scanned in blocks of ``block`` bytes (the state carried across block edges)."""
+    from rnnkit.io import _limits
+
+    monkeypatch.setattr(_limits, "_CHUNK", block)
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        doc = json.dumps(_random_json(rng, 0)).encode()
+        assert _limits.json_depth(doc) == _depth_reference(doc), doc
+        soup = bytes(rng.choice(list(b'[]{}"\\a,:'), size=int(rng.integers(0, 50))))
+        assert _limits.json_depth(soup) == _depth_reference(soup), soup
+
+
+def test_json_depth_memory_is_bounded_by_its_block() -> None:
+    """A legitimate 16 MiB config is accepted; the check's peak memory is a few MiB, not a
+    multiple of the document."""
+    import tracemalloc
+
+    from rnnkit.io._limits import json_depth, parse_json
+
+    layers = [{"class_name": "Dense", "config": {"name": f"d{i}", "units": 3, "v": [0.5] * 60}}
+              for i in range(40000)]
+    doc = json.dumps({"config": {"layers": layers}}).encode()
+    doc = doc[:-2] + b" " * ((16 << 20) - len(doc)) + doc[-2:]
+    assert len(doc) == 16 << 20
+    tracemalloc.start()
+    try:
+        assert json_depth(doc) == 6
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
+    assert parse_json(doc, "big")["config"]["layers"][39999]["config"]["name"] == "d39999"
+
+
+HANG = textwrap.dedent("""
+    import sys
+    import rnnkit as rk
+    from rnnkit.io._limits import parse_json
+    try:
+        parse_json(b'"' + b'\\\\"' * 200_000, "unterminated")
+    except rk.FileFormatError as e:
+        assert "not JSON" in str(e)
+    try:
+        rk.load_keras(sys.argv[1])
+    except rk.FileFormatError as e:
+        assert "not JSON (Unterminated string" in str(e), e
+    print("refused")
+""")
+
+
+def test_unterminated_escaped_strings_are_refused_without_hanging(tmp_path: Path) -> None:
+    """A 400 KB run of backslash-quote and a ~1 KB .keras whose config.json inflates to 512 KiB
+    of them (the nesting check once backtracked on these for minutes); run in a child so a
+    regression cannot hang the suite."""
+    path = tmp_path / "hang.keras"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+        z.writestr("config.json", b'{"config": {"a": "' + b'\\"' * ((1 << 18) - 10))
+        z.writestr("model.weights.h5", b"")
+    assert path.stat().st_size < 2000
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", HANG, str(path)], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.stdout.strip() == "refused", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("limit,value", [("max_json_bytes", math.inf), ("max_json_bytes", 0.5),
+                                         ("max_json_depth", 2.5), ("max_compression_ratio", math.nan),
+                                         ("max_archive_entry_bytes", -1), ("max_json_depth", "5")])
+def test_set_limits_refuses_what_is_not_a_finite_positive_number(limit: str, value: object) -> None:
+    before = rk.io.set_limits()
+    with pytest.raises(rk.InvalidParameterError, match=f"set_limits: {limit} must be a"):
+        rk.io.set_limits(**{limit: value})
+    assert rk.io.set_limits() == before
+    old = rk.io.set_limits(max_json_depth=7.0, max_compression_ratio=2.5)
+    try:
+        assert rk.io.LIMITS.max_json_depth == 7 and type(rk.io.LIMITS.max_json_depth) is int
+        assert rk.io.LIMITS.max_compression_ratio == 2.5
+    finally:
+        rk.io.set_limits(**old)

@@ -6,7 +6,11 @@ it. A config declaring far more weights than its file holds fails before the mem
 The budget is ``2 * numbers + SLACK``, not ``numbers``: some initializers draw a little more
 than they keep (an LSTM with ``proj_size`` draws square recurrent blocks and keeps a slice).
 The attacks it stops are orders of magnitude larger (``Embedding(200_000_000, 1)`` in a
-340-byte file)."""
+340-byte file).
+
+Weightless layers whose output size a config states (``RepeatVector(n)``: ``n`` copies of each
+sample) are bounded by the same budget per sample with :func:`bound`, which spends nothing: a
+file declaring ``RepeatVector(10**9)`` is refused when it is loaded, not when it predicts."""
 
 from __future__ import annotations
 
@@ -48,3 +52,17 @@ def reserve(shape: tuple[int, ...]) -> None:
             f"but the file holds only {budget[0]} weight numbers in all ({budget[1]} of the draws "
             f"allowed for them left); refused before allocating")
     budget[1] -= n
+
+
+def bound(shape: tuple[int, ...], what: str) -> None:
+    """Refuse, under an active budget, an array of ``shape`` per sample that is larger than
+    the draws still allowed (nothing is spent: it is not a weight); no-op without one."""
+    budget = _BUDGET.get()
+    if budget is None:
+        return
+    n = math.prod(int(d) for d in shape)
+    if n > budget[1]:
+        raise FileFormatError(
+            f"{_SOURCE.get()}: {what} makes {n} numbers per sample (shape {tuple(shape)}), but the "
+            f"file holds only {budget[0]} weight numbers ({budget[1]} allowed); refused before "
+            f"allocating")

@@ -54,7 +54,7 @@ def glorot_uniform(
 def orthogonal(rng: np.random.Generator, n: int, dtype: DTypeLike, gain: float = 1.0) -> np.ndarray:
     reserve((n, n))
     a = _alloc((n, n), lambda: rng.standard_normal((n, n)))
-    q, r = np.linalg.qr(a)
+    q, r = _alloc((n, n), lambda: np.linalg.qr(a))
     d = np.sign(np.diag(r))
     d[d == 0] = 1.0
     return (gain * q * d).astype(dtype)
@@ -65,8 +65,10 @@ def semi_orthogonal(rng: np.random.Generator, rows: int, cols: int, dtype: DType
     case draws exactly what :func:`orthogonal` draws."""
     if rows == cols:
         return orthogonal(rng, rows, dtype)
-    a = rng.standard_normal((max(rows, cols), min(rows, cols)))
-    q, r = np.linalg.qr(a)
+    shape = (max(rows, cols), min(rows, cols))
+    reserve(shape)  # the draw is the size of the result: counted before it and its QR happen
+    a = _alloc(shape, lambda: rng.standard_normal(shape))
+    q, r = _alloc(shape, lambda: np.linalg.qr(a))
     d = np.sign(np.diag(r))
     d[d == 0] = 1.0
     q = q * d

@@ -1,21 +1,24 @@
-"""``rnnkit convert SRC DST``: models in and out of rnnkit, the formats chosen by the names.
+"""``rnnkit convert SRC DST``: models in and out of rnnkit. SRC is read by its content, never
+its name; DST's format is chosen by its name.
 
-In (SRC)::
+In (SRC, by content)::
 
-    *.keras          a Keras 3 archive (rnnkit.load_keras)
-    *.weights.h5     Keras weights, installed into the architecture of --like MODEL (an rnnkit
-                     model file) with rnnkit.load_keras_weights
-    *.safetensors    an rnnkit model file (its metadata says so), or else a PyTorch
-                     LSTM/GRU/RNN state dict (rnnkit.load_torch_rnn; --batch-first, --prefix,
-                     --nonlinearity say what the weights do not)
+    a Keras 3 archive          (rnnkit.load_keras), whatever it is called
+    Keras HDF5 weights         installed into the architecture of --like MODEL (an rnnkit model
+                               file) with rnnkit.load_keras_weights
+    safetensors                an rnnkit model file (its metadata says so: ``m.safetensors``,
+                               ``sum3.rnnkit``), or else a PyTorch LSTM/GRU/RNN state dict
+                               (rnnkit.load_torch_rnn; --batch-first, --prefix, --nonlinearity
+                               say what the weights do not)
 
-Out (DST)::
+Out (DST, by name)::
 
     *.onnx           an ONNX graph (rnnkit.save_onnx; --opset, --lengths)
     *.keras          a Keras 3 archive (rnnkit.save_keras)
     *.weights.h5     Keras weights (rnnkit.save_keras_weights)
     *.safetensors    from a foreign file: an rnnkit model file; from an rnnkit model file: a
                      PyTorch state dict (the model must be one RNNNet or recurrent layer)
+    *.rnnkit         an rnnkit model file
 """
 
 from __future__ import annotations
@@ -27,14 +30,18 @@ from typing import Any
 import rnnkit as rk
 from rnnkit.cli._common import CliError
 from rnnkit.io._model import MODEL_FORMAT
-from rnnkit.io._torch_file import _sniff
+from rnnkit.io._sniff import describe, sniff
 from rnnkit.io._weights import read_safetensors
 from rnnkit.models import Sequential
 from rnnkit.recurrent import RecurrentLayer
 from rnnkit.rnn import RNNNet
 
-IN_FORMATS = ".keras, .weights.h5, .safetensors"
-OUT_FORMATS = ".onnx, .keras, .weights.h5, .safetensors"
+_WHAT = {"keras": "a Keras archive", "safetensors": "a safetensors file", "onnx": "an ONNX graph",
+         "torch": "a torch.save file", "pickle": "a pickle", "zip": "a zip archive",
+         "unknown": "of no format rnnkit reads"}
+
+IN_FORMATS = "Keras .keras archives, Keras HDF5 weights (with --like), safetensors files"
+OUT_FORMATS = ".onnx, .keras, .weights.h5, .safetensors, .rnnkit"
 
 
 def add_parser(sub: Any) -> None:
@@ -56,40 +63,40 @@ def add_parser(sub: Any) -> None:
 
 def _kind(path: str) -> str:
     low = path.lower()
-    for suffix in (".weights.h5", ".keras", ".safetensors", ".onnx"):
+    for suffix in (".weights.h5", ".keras", ".safetensors", ".onnx", ".rnnkit"):
         if low.endswith(suffix):
             return suffix
     return Path(path).suffix or "(no suffix)"
 
 
 def _is_rnnkit_model(path: str) -> bool:
-    _sniff(path)
     return read_safetensors(path)[1].get("format") == MODEL_FORMAT
 
 
 def _read(args: argparse.Namespace) -> tuple[Any, bool]:
-    """(the model, whether SRC was an rnnkit model file)."""
-    src, kind = args.src, _kind(args.src)
+    """(the model, whether SRC was an rnnkit model file), SRC read by its content."""
+    src = args.src
     if not Path(src).exists():
         raise CliError(f"{src}: no such file")
-    if args.like is not None and kind != ".weights.h5":
-        raise CliError("--like applies to a .weights.h5 SRC only")
-    if kind == ".keras":
+    kind = sniff(src)
+    if args.like is not None and kind != "hdf5":
+        raise CliError(f"--like applies to a Keras weights (HDF5) SRC only; {src} is {_WHAT.get(kind, kind)}")
+    if kind == "keras":
         return rk.load_keras(src), False
-    if kind == ".weights.h5":
+    if kind == "hdf5":
         if args.like is None:
             raise CliError(f"{src}: a Keras weights file holds no architecture; pass --like MODEL (an "
                            f"rnnkit model file of the same architecture)")
         model = rk.load_model(args.like)
         rk.load_keras_weights(model, src)
         return model, False
-    if kind == ".safetensors":
+    if kind == "safetensors":
         if _is_rnnkit_model(src):
             return rk.load_model(src), True
         net = rk.load_torch_rnn(src, prefix=args.prefix, batch_first=args.batch_first,
                                 nonlinearity=args.nonlinearity)
         return net, False
-    raise CliError(f"{src}: unknown model format {kind!r}; convert reads {IN_FORMATS}")
+    raise describe(src, kind, f"a model convert reads ({IN_FORMATS})")
 
 
 def _single(model: Any, dst: str) -> Any:
@@ -112,7 +119,7 @@ def _as_model(model: Any) -> Any:
 
 def convert_command(args: argparse.Namespace) -> int:
     dst, kind = args.dst, _kind(args.dst)
-    if kind not in (".onnx", ".keras", ".weights.h5", ".safetensors"):
+    if kind not in (".onnx", ".keras", ".weights.h5", ".safetensors", ".rnnkit"):
         raise CliError(f"{dst}: unknown output format {kind!r}; convert writes {OUT_FORMATS}")
     if Path(dst).resolve() == Path(args.src).resolve():
         raise CliError(f"{dst}: DST is SRC; write the conversion to another file")
@@ -129,7 +136,7 @@ def convert_command(args: argparse.Namespace) -> int:
     elif kind == ".weights.h5":
         rk.save_keras_weights(_as_model(model), dst)
         what = "Keras weights"
-    elif from_rnnkit:
+    elif from_rnnkit and kind == ".safetensors":
         rk.save_torch_safetensors(_single(model, dst), dst)
         what = "a PyTorch state dict"
     else:

@@ -26,6 +26,8 @@ import rnnkit as rk
 from rnnkit import io as rio
 from rnnkit._errors import FileFormatError
 from rnnkit.cli._common import CliError
+from rnnkit.io._files import check_regular
+from rnnkit.io._sniff import sniff
 from rnnkit.layers import Dense
 from rnnkit.models import EarlyStopping, ModelCheckpoint, SequentialBuilder
 from rnnkit.timeseries import DataError, ForecastSpec, WindowArrays
@@ -104,9 +106,13 @@ def save_forecaster(model: Any, spec: ForecastSpec, path: str | os.PathLike[str]
 
 
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
-    """The safetensors metadata of ``path`` (FileFormatError when it is not safetensors)."""
+    """The safetensors metadata of ``path``; ``{}`` for a model file of another format (a Keras
+    archive: it has none); FileFormatError when it is safetensors that cannot be read."""
+    p = check_regular(path, "a model file")
+    if sniff(p) != "safetensors":
+        return {}
     try:
-        with safe_open(os.fspath(path), framework="numpy") as f:
+        with safe_open(p, framework="numpy") as f:
             return dict(f.metadata() or {})
     except (SafetensorError, ValueError, TypeError, OSError) as e:
         raise FileFormatError(f"{path}: not a safetensors file ({e})") from None

@@ -10,6 +10,10 @@ predict ``--steps K`` (recursive)
     needs a model whose only feature is its target and whose horizon is 1. CSV columns
     ``<index>,prediction``.
 
+``--steps`` is at most :data:`MAX_STEPS` (a one-line error otherwise). The input windows are a
+strided view of the file's rows and are predicted and written :data:`CHUNK` at a time, so a
+long CSV costs memory in proportion to its rows, whatever the model's window.
+
 ``<index>`` is the training file's date column (dates as YYYY-MM-DD, years as integers; rows
 past the end continue the last spacing) or ``row`` (0-based data-row numbers).
 """
@@ -17,6 +21,7 @@ past the end continue the last spacing) or ``row`` (0-based data-row numbers).
 from __future__ import annotations
 
 import argparse
+import collections
 import io
 import sys
 from collections.abc import Iterator
@@ -32,6 +37,16 @@ from rnnkit.timeseries import ForecastSpec, Table, WindowArrays, read_csv, read_
 
 #: windows predicted, and output rows formatted, at once
 CHUNK = 1 << 14
+
+#: the most forecasts ``--steps`` makes (each is one model call on one window)
+MAX_STEPS = 100_000
+
+
+def _check_steps(steps: object) -> int:
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
+        raise CliError(f"--steps must be a whole number from 1 to {MAX_STEPS}, got {steps!r}")
+    return steps
+
 
 
 def _one_step_rows(table: Table, w: WindowArrays, pred: np.ndarray,
@@ -72,6 +87,8 @@ def _emit(text: str, output: str | None) -> None:
 
 
 def predict_command(args: argparse.Namespace) -> int:
+    if args.steps is not None:
+        _check_steps(args.steps)
     if args.output is not None:
         check_output_file(args.output, "--output")
     args.data = data_path(args.data)
@@ -104,10 +121,10 @@ def predict_command(args: argparse.Namespace) -> int:
         if len(table) < need:
             raise CliError(f"too few rows in {args.data}: {len(table)} row(s), but window "
                            f"{spec.window} needs at least {need}")
-        hist = list(target[-need:])                 # raw levels; each forecast is appended
+        hist = collections.deque(target[-need:], maxlen=need)  # raw levels; forecasts appended
         preds = []
         for _ in range(args.steps):
-            levels = np.asarray(hist[-need:], dtype=np.float64)
+            levels = np.asarray(hist, dtype=np.float64)
             win = WindowArrays(spec.prepare(levels[:, None])[None], np.zeros((1, 0)), np.array([need]))
             v = float(predict_values(model, spec, win, levels)[0])   # row `need` follows the window
             preds.append(v)

@@ -2,17 +2,17 @@
 importers/exporters of one recurrent layer for PyTorch and Keras."""
 
 from rnnkit.io._atomic import atomic_write_bytes
+from rnnkit.io._files import UnreadableFileError
 from rnnkit.io._interop import from_keras_weights, from_torch_state, to_keras_weights, to_torch_state
 from rnnkit.io._interop_errors import MissingDependencyError, UnsupportedFeatureError
 from rnnkit.io._keras_export import save_keras, save_keras_weights
 from rnnkit.io._keras_file import load_keras, load_keras_weights
 from rnnkit.io._limits import LIMITS, Limits, set_limits
-from rnnkit.io._model import load_model, save_model
+from rnnkit.io._model import load_model, load_weights, save_model
 from rnnkit.io._onnx import save_onnx
 from rnnkit.io._torch_file import load_torch_rnn, load_torch_safetensors, save_torch_safetensors
 from rnnkit.io._weights import (
     load_layer_weights,
-    load_weights,
     read_safetensors,
     save_layer_weights,
     save_weights,
@@ -25,5 +25,5 @@ __all__ = [
     "MissingDependencyError", "UnsupportedFeatureError", "load_keras", "load_keras_weights",
     "load_torch_rnn", "load_torch_safetensors", "save_torch_safetensors", "save_onnx",
     "save_keras", "save_keras_weights",
-    "LIMITS", "Limits", "set_limits",
+    "LIMITS", "Limits", "set_limits", "UnreadableFileError",
 ]

@@ -1,9 +1,14 @@
 """Atomic file writes: a temporary file in the target's directory, flushed and fsynced, then
 ``os.replace``. A crash at any point leaves the previous file whole.
 
-- The temporary file is named ``.NAME.PID.RANDOM.tmp``. A process killed mid-write (SIGKILL
-  cannot be caught) leaves its temporary file behind; the next write of ``NAME`` removes every
-  such file whose process no longer runs, so leftovers never accumulate.
+- The temporary file is named ``.rnnkit.PID.RANDOM.tmp`` (PID: the writer's process id,
+  RANDOM: 8 characters), short whatever the target's name (a 255-byte name saves), and the
+  writer holds an exclusive ``flock`` on it until the rename. A process killed mid-write
+  (SIGKILL cannot be caught) leaves its temporary behind; the next write into the directory
+  removes a file only when its whole name matches that pattern exactly, its process no longer
+  runs AND its lock can be taken (the kernel drops a dead writer's lock), so a live
+  temporary — of this process, of another, or of another machine on a shared folder — is never
+  removed, and leftovers never accumulate.
 - A symbolic link is followed: saving to ``link`` writes (atomically) the file it points to and
   keeps the link.
 - The new file gets the old file's permission bits (or ``0o666 & ~umask`` for a new file).
@@ -13,9 +18,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import stat
 import tempfile
 from collections.abc import Callable
+from types import ModuleType
 from typing import IO
+
+fcntl: ModuleType | None
+try:
+    import fcntl
+except ImportError:  # not POSIX: the PID alone tells a dead writer's temporary
+    fcntl = None
 
 _CHUNK = 1 << 20
 
@@ -43,24 +57,50 @@ def _alive(pid: int) -> bool:
     return True
 
 
+_TEMP = re.compile(r"\.rnnkit\.([0-9]{1,10})\.[A-Za-z0-9_]{8}\.tmp")
+_PREFIX = ".rnnkit."
+
+
+def _locked_by_someone(path: str) -> bool:
+    """Whether another open file holds the writer's lock on ``path`` (False when it could be
+    taken, or locks are not available; True when ``path`` cannot be opened as a regular file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return True
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return True
+        if fcntl is None:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        return False
+    finally:
+        os.close(fd)  # closing drops the probe's own lock
+
+
 def remove_stale_temporaries(target: str) -> list[str]:
-    """Delete ``.NAME.PID.*.tmp`` files next to ``target`` whose process is gone; returns them."""
-    directory, base = os.path.split(target)
-    prefix = f".{base}."
+    """Delete the temporaries of dead writers in ``target``'s directory (names matching
+    ``.rnnkit.PID.RANDOM.tmp`` exactly, PID not running, the lock free); returns them."""
+    directory = os.path.dirname(target) or "."
     removed: list[str] = []
     try:
-        names = os.listdir(directory or ".")
+        names = os.listdir(directory)
     except OSError:
         return removed
     for name in names:
-        if not (name.startswith(prefix) and name.endswith(".tmp")):
+        m = _TEMP.fullmatch(name)
+        if m is None or _alive(int(m.group(1))):
             continue
-        pid = name[len(prefix):].split(".", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            path = os.path.join(directory, name)
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-                removed.append(path)
+        path = os.path.join(directory, name)
+        if _locked_by_someone(path):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            removed.append(path)
     return removed
 
 
@@ -86,10 +126,11 @@ def atomic_write_with(path: str | os.PathLike[str], write: Callable[[str], None]
     except FileNotFoundError:
         mode = 0o666 & ~_umask()
     remove_stale_temporaries(target)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.{os.getpid()}.", suffix=".tmp",
-                               dir=directory)
-    os.close(fd)
+    fd, tmp = tempfile.mkstemp(prefix=f"{_PREFIX}{os.getpid()}.", suffix=".tmp", dir=directory)
     try:
+        if fcntl is not None:
+            with contextlib.suppress(OSError):  # a file system without locks: the PID still guards
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         write(tmp)
         os.chmod(tmp, mode)
         os.replace(tmp, target)
@@ -97,6 +138,8 @@ def atomic_write_with(path: str | os.PathLike[str], write: Callable[[str], None]
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    finally:
+        os.close(fd)  # held (with its lock) until the rename is done
     _fsync_dir(directory)
     return target
 

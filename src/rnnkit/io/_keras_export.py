@@ -174,7 +174,7 @@ def _shape(s: Any) -> Any:
 
 
 def _h5_bytes(groups: list[tuple[str, Vars]], model_name: str) -> bytes:
-    h5py = import_h5py()
+    h5py = import_h5py("writing")
     buf = io.BytesIO()
     with h5py.File(buf, "w") as f:
         f.create_group("layers")

@@ -53,11 +53,13 @@ from __future__ import annotations
 
 import os
 import zipfile
+import zlib
 from typing import Any
 
 from rnnkit._budget import allocation_budget
-from rnnkit._errors import FileFormatError, WeightShapeError
+from rnnkit._errors import Error, FileFormatError, WeightShapeError
 from rnnkit._layer import Layer
+from rnnkit.io._files import check_regular, read_head
 from rnnkit.io._interop_errors import UnsupportedFeatureError
 from rnnkit.io._keras_graph import Ref, inbound, layer_name, mask_ops, tensor
 from rnnkit.io._keras_graph import refs as tensor_refs
@@ -73,17 +75,12 @@ from rnnkit.recurrent import RecurrentLayer
 _WEIGHTS = "model.weights.h5"
 
 
-def _head(p: str) -> bytes:
-    with open(p, "rb") as fh:
-        return fh.read(16)
-
-
 def _check_path(p: str) -> None:
-    if not os.path.exists(p):
-        raise FileNotFoundError(f"no such file: {p}")
+    """A regular readable file at ``p`` (see :func:`~rnnkit.io._files.check_regular`)."""
     if os.path.isdir(p):
         raise FileFormatError(f"{p}: expected a Keras '.keras' file, found a directory (a TensorFlow "
                               f"SavedModel cannot be read; re-save the model with model.save('m.keras'))")
+    check_regular(p, "a Keras file")
 
 
 def _read_entry(z: zipfile.ZipFile, name: str, p: str) -> bytes:
@@ -109,7 +106,7 @@ def _read_entry(z: zipfile.ZipFile, name: str, p: str) -> bytes:
                     raise FileFormatError(f"{p}: archive entry {name!r} holds more than it states "
                                           f"({info.file_size} bytes)")
                 chunks.append(chunk)
-    except (zipfile.BadZipFile, EOFError, OSError, NotImplementedError, RuntimeError) as e:
+    except (zipfile.BadZipFile, EOFError, OSError, NotImplementedError, RuntimeError, zlib.error) as e:
         raise FileFormatError(f"{p}: archive entry {name!r} cannot be read ({e})") from None
     return b"".join(chunks)
 
@@ -117,7 +114,7 @@ def _read_entry(z: zipfile.ZipFile, name: str, p: str) -> bytes:
 def _read_archive(p: str) -> tuple[dict[str, Any], bytes]:
     """``(config, weights h5 bytes)`` of a ``.keras`` zip archive, entry by entry, bounded."""
     _check_path(p)
-    head = _head(p)
+    head = read_head(p, 16, "a Keras file")
     if head.startswith(b"\x89HDF"):
         raise FileFormatError(f"{p}: an HDF5 file, not a '.keras' archive: a '.weights.h5' file (read it "
                               f"with load_keras_weights into a built model) or a Keras 2 '.h5' model "
@@ -127,7 +124,7 @@ def _read_archive(p: str) -> tuple[dict[str, Any], bytes]:
                               f"{os.path.getsize(p)} bytes starting {head!r}")
     try:
         z = zipfile.ZipFile(p)
-    except (zipfile.BadZipFile, OSError, ValueError) as e:
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as e:
         raise FileFormatError(f"{p}: a damaged zip archive ({e})") from None
     with z:
         names = z.namelist()
@@ -162,6 +159,8 @@ def _call(b: GraphBuilder, m: Mapped, ins: list[Node], k: int) -> Node:
     """Add the k-th call of the mapped Keras layer ``m`` on ``ins`` to the graph."""
     name = _safe(m.name) + (f"__{k}" if k else "")
     assert m.layer is not None
+    if not ins:
+        raise FileFormatError(f"call {k} of layer {m.name!r} reads no tensor")
     return b.add(m.layer, ins if len(ins) > 1 or isinstance(m.layer, MergeLayer) else ins[0], name=name)
 
 
@@ -212,12 +211,8 @@ def _functional(cfg: dict[str, Any]) -> tuple[Any, list[Mapped], list[str]]:
             m, k, refs = p
             nodes[(m.name, k)] = _call(b, m, [tensor(nodes, r) for r in refs], k)
             pending.remove(p)
-    try:
-        outs = [tensor(nodes, r) for r in tensor_refs(cfg["output_layers"])]
-        ins = [tensor(nodes, r) for r in tensor_refs(cfg["input_layers"])]
-    except (KeyError, IndexError, TypeError) as e:
-        raise FileFormatError(f"the functional model's input_layers/output_layers are unreadable "
-                              f"({e!r})") from None
+    outs = [tensor(nodes, r) for r in tensor_refs(cfg.get("output_layers"), "output_layers")]
+    ins = [tensor(nodes, r) for r in tensor_refs(cfg.get("input_layers"), "input_layers")]
     model = b.build(outs if len(outs) > 1 else outs[0], ins)
     return model, mapped, unique_groups([m.class_name for m in mapped])
 
@@ -245,6 +240,9 @@ def _install(model: Any, entries: list[tuple[Layer, str]], store: WeightStore, s
             problems.append((prefix, f"{type(layer).__name__} {layer.name!r} weights", conv))
             continue
         for w, a in conv.items():
+            if (id(layer), w) not in key_of:
+                raise FileFormatError(f"{source}: layer {layer.name!r} is not on any path from the model's "
+                                      f"inputs to its outputs (a Keras model holds only such layers)")
             tensors[key_of[(id(layer), w)]] = a
     if strict_file:
         for k in sorted(set(store.arrays) - used):
@@ -259,6 +257,34 @@ def _install(model: Any, entries: list[tuple[Layer, str]], store: WeightStore, s
     apply_strict(named, tensors, source)
 
 
+def _rebuild(top: dict[str, Any], data: bytes, p: str) -> tuple[Any, list[Mapped], list[str], WeightStore]:
+    """The model of a ``.keras`` archive's config, built within the allocation budget of its
+    weights, with its mapped layers, their h5 groups and the weights."""
+    cfg = top["config"]
+    kind = top.get("class_name")
+    functional = kind in ("Functional", "Model") and "input_layers" in cfg
+    if kind != "Sequential" and not functional:
+        raise UnsupportedFeatureError(str(cfg.get("name", kind)), "class_name",
+                                      f"Keras model class {kind!r}: only Sequential and functional "
+                                      f"models can be imported (subclassed models have no config)")
+    layers = cfg.get("layers", [])
+    if not isinstance(layers, list):
+        raise FileFormatError(f"{p}: config.json's layers are {str(layers)[:200]}, expected a list")
+    skip = mask_ops(layers) if functional else set()
+    for lc in layers:
+        if layer_name(lc) not in skip:
+            map_layer(lc)  # refuse a malformed or unsupported layer before reading any weight
+    store = WeightStore.read(data, f"{p}:{_WEIGHTS}")
+    # the config may declare no more weight numbers than the file holds: checked per weight
+    # before it is drawn, so LSTM(units=20000) in a small file costs nothing
+    with allocation_budget(sum(int(a.size) for a in store.arrays.values()), f"load_keras({p})"):
+        try:
+            model, mapped, groups = _functional(cfg) if functional else _sequential(cfg, top)
+        except RecursionError:
+            raise FileFormatError(f"{p}: config.json is nested too deeply to rebuild") from None
+    return model, mapped, groups, store
+
+
 def load_keras(path: str | os.PathLike[str]) -> Sequential | GraphModel:
     """Rebuild the Keras 3 model saved in ``path`` (``model.save("m.keras")``) as an rnnkit model
     with the same weights: a Sequential, or a GraphModel (functional models, Bidirectional).
@@ -270,26 +296,13 @@ def load_keras(path: str | os.PathLike[str]) -> Sequential | GraphModel:
     within ~1e-6)."""
     p = os.fspath(path)
     top, data = _read_archive(p)
-    cfg = top["config"]
-    kind = top.get("class_name")
-    functional = kind in ("Functional", "Model") and "input_layers" in cfg
-    if kind != "Sequential" and not functional:
-        raise UnsupportedFeatureError(str(cfg.get("name", kind)), "class_name",
-                                      f"Keras model class {kind!r}: only Sequential and functional "
-                                      f"models can be imported (subclassed models have no config)")
-    layers = cfg.get("layers", [])
-    skip = mask_ops(layers) if functional else set()
-    for lc in layers if isinstance(layers, list) else []:
-        if layer_name(lc) not in skip:
-            map_layer(lc)  # refuse a malformed or unsupported layer before reading any weight
-    store = WeightStore.read(data, f"{p}:{_WEIGHTS}")
-    # the config may declare no more weight numbers than the file holds: checked per weight
-    # before it is drawn, so LSTM(units=20000) in a small file costs nothing
-    with allocation_budget(sum(int(a.size) for a in store.arrays.values()), f"load_keras({p})"):
-        try:
-            model, mapped, groups = _functional(cfg) if functional else _sequential(cfg, top)
-        except RecursionError:
-            raise FileFormatError(f"{p}: config.json is nested too deeply to rebuild") from None
+    try:
+        model, mapped, groups, store = _rebuild(top, data, p)
+    except Error:
+        raise
+    except (KeyError, IndexError, AttributeError, ValueError, TypeError) as e:
+        # a value of the wrong kind somewhere in config.json that no check above names
+        raise FileFormatError(f"{p}: config.json is malformed ({type(e).__name__}: {e})"[:500]) from None
     entries: list[tuple[Layer, str]] = []
     for m, group in zip(mapped, groups, strict=True):
         g = store.by_name.get(m.name, f"layers/{group}")

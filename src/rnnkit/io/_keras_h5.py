@@ -25,16 +25,19 @@ from typing import Any
 import numpy as np
 
 from rnnkit._errors import FileFormatError
+from rnnkit.io._files import open_regular
+from rnnkit.io._h5_checks import check_dataset, check_links
 from rnnkit.io._interop_errors import MissingDependencyError
 
 
-def import_h5py() -> Any:
-    """The h5py module, or MissingDependencyError saying how to install it."""
+def import_h5py(action: str = "reading") -> Any:
+    """The h5py module, or MissingDependencyError saying that ``action`` (``"reading"``,
+    ``"writing"``) Keras files needs it and how to install it."""
     try:
         import h5py
     except ImportError:
         raise MissingDependencyError(
-            "reading Keras files needs h5py, which is not installed; install it with "
+            f"{action} Keras files needs h5py, which is not installed; install it with "
             "`pip install rnnkit[interop]` (or `pip install h5py`)"
         ) from None
     return h5py
@@ -62,6 +65,42 @@ def unique_groups(class_names: list[str]) -> list[str]:
     return out
 
 
+def _read_layers(f: Any, h5py: Any, source: str, size: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """``(arrays, by_name)`` of an open weights file (see :class:`WeightStore`)."""
+    # the link itself, not what it names: `"layers" in f` would follow an external link
+    if not f.id.links.exists(b"layers"):
+        raise FileFormatError(
+            f"{source}: an HDF5 file without a 'layers' group is not a Keras 3 weights file "
+            f"(top-level keys {sorted(f.keys())}); a Keras 2 '.h5' model must be re-saved "
+            f"with Keras 3 as '.keras'")
+    if f.id.links.get_info(b"layers").type != h5py.h5l.TYPE_HARD:
+        raise FileFormatError(f"{source}: 'layers' is a soft or external link, not the file's own "
+                              f"group; refused before reading")
+    group = f["layers"]
+    if not isinstance(group, h5py.Group):
+        raise FileFormatError(f"{source}: 'layers' is a dataset, not a group")
+    check_links(group, h5py, source, "layers/")
+    arrays: dict[str, np.ndarray] = {}
+    by_name: dict[str, str] = {}
+    left = [size]  # the bytes the datasets may still claim: their data lies in the file
+
+    def visit(name: str, obj: Any) -> None:
+        full = "layers/" + name
+        if isinstance(obj, h5py.Dataset):
+            _, stored = check_dataset(obj, h5py, source, full, left[0])
+            left[0] -= stored
+            arrays[full] = np.array(obj[()])
+        elif name.count("/") == 1 and name.endswith("/vars"):
+            lname = obj.attrs.get("name")
+            if isinstance(lname, bytes):
+                lname = lname.decode("utf-8", "replace")
+            if isinstance(lname, str):
+                by_name[lname] = full[: -len("/vars")]
+
+    group.visititems(visit)
+    return arrays, by_name
+
+
 class WeightStore:
     """Every dataset under ``layers/`` of a Keras weights file, read into memory.
 
@@ -76,51 +115,26 @@ class WeightStore:
 
     @classmethod
     def read(cls, data: bytes | str, source: str) -> WeightStore:
+        """Every dataset under ``layers/`` of the HDF5 file ``data`` (its bytes, or a path to a
+        regular file), each checked by :func:`~rnnkit.io._h5_checks.check_dataset` before it
+        is read: nothing is read from outside the file. FileFormatError names the dataset or
+        link refused."""
         h5py = import_h5py()
-        arrays: dict[str, np.ndarray] = {}
-        by_name: dict[str, str] = {}
-        handle: Any = io.BytesIO(data) if isinstance(data, bytes) else data
-        size = len(data) if isinstance(data, bytes) else os.path.getsize(data)
-        try:
-            f = h5py.File(handle, "r")
-        except (OSError, ValueError) as e:
-            raise FileFormatError(f"{source}: not an HDF5 Keras weights file ({e})") from None
-        left = [size]  # the bytes the datasets may still claim: their data lies in the file
-        with f:
-            if "layers" not in f:
-                raise FileFormatError(
-                    f"{source}: an HDF5 file without a 'layers' group is not a Keras 3 weights file "
-                    f"(top-level keys {sorted(f.keys())}); a Keras 2 '.h5' model must be re-saved "
-                    f"with Keras 3 as '.keras'"
-                )
-
-            def visit(name: str, obj: Any) -> None:
-                full = "layers/" + name
-                if isinstance(obj, h5py.Dataset):
-                    if obj.dtype.kind not in "biuf":
-                        raise FileFormatError(f"{source}: dataset {full!r} holds {obj.dtype}, not numbers")
-                    nbytes = int(np.prod(obj.shape, dtype=object)) * obj.dtype.itemsize
-                    if nbytes > left[0]:
-                        raise FileFormatError(
-                            f"{source}: dataset {full!r} declares shape {obj.shape} ({nbytes} bytes) but "
-                            f"the file has {size} bytes, {left[0]} not claimed by earlier datasets; "
-                            f"refused before reading")
-                    left[0] -= nbytes
-                    arrays[full] = np.array(obj[()])
-                elif name.count("/") == 1 and name.endswith("/vars"):
-                    lname = obj.attrs.get("name")
-                    if isinstance(lname, bytes):
-                        lname = lname.decode()
-                    if isinstance(lname, str):
-                        by_name[lname] = full[: -len("/vars")]
-
+        handle: Any = io.BytesIO(data) if isinstance(data, bytes) else open_regular(data, "an HDF5 file")
+        with handle:
+            size = len(data) if isinstance(data, bytes) else os.fstat(handle.fileno()).st_size
             try:
-                f["layers"].visititems(visit)
-            except FileFormatError:
-                raise
-            except (OSError, KeyError, ValueError, RuntimeError, TypeError) as e:
-                raise FileFormatError(f"{source}: a damaged HDF5 weights file ({e})") from None
-        return cls(arrays, by_name, source)
+                f = h5py.File(handle, "r")
+            except (OSError, ValueError) as e:
+                raise FileFormatError(f"{source}: not an HDF5 Keras weights file ({e})") from None
+            with f:
+                try:
+                    return cls(*_read_layers(f, h5py, source, size), source)
+                except FileFormatError:
+                    raise
+                except (OSError, KeyError, ValueError, RuntimeError, TypeError, SystemError) as e:
+                    # SystemError: h5py's lock wrapper around an error inside a damaged file
+                    raise FileFormatError(f"{source}: a damaged HDF5 weights file ({e})") from None
 
     def vars_at(self, prefix: str) -> list[np.ndarray] | None:
         """The arrays ``prefix/0``, ``prefix/1``, ... in order; None when ``prefix`` holds none
@@ -128,11 +142,11 @@ class WeightStore:
         keys = [k for k in self.arrays if k.startswith(prefix + "/")]
         if not keys:
             return None
-        idx = sorted(int(k[len(prefix) + 1:]) for k in keys if k[len(prefix) + 1:].isdigit())
-        if idx != list(range(len(keys))):
+        want = [f"{prefix}/{i}" for i in range(len(keys))]
+        if sorted(keys) != sorted(want):
             raise FileFormatError(f"{self.source}: the weights under {prefix!r} are not numbered 0..n-1: "
-                                  f"{sorted(keys)}")
-        return [self.arrays[f"{prefix}/{i}"] for i in idx]
+                                  f"{sorted(keys)[:20]}")
+        return [self.arrays[k] for k in want]
 
     def groups_with_weights(self) -> set[str]:
         """Every top-level layer group (``"layers/lstm"``) holding at least one array."""

@@ -28,7 +28,7 @@ is drawn (:func:`rnnkit._budget.allocation_budget`).
 from __future__ import annotations
 
 import json
-import re
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -50,28 +50,64 @@ LIMITS = Limits()
 
 def set_limits(**changes: Any) -> dict[str, Any]:
     """Change reader limits (see the module doc); returns the previous values, so
-    ``set_limits(**old)`` restores them. Unknown names and non-positive values are refused."""
-    known = {f.name for f in fields(Limits)}
+    ``set_limits(**old)`` restores them. Unknown names are refused, and so is a value that is
+    not a finite number > 0, or not a whole number for the byte and depth limits (``0.5``,
+    ``inf``): InvalidParameterError naming the limit, the value and what it must be."""
+    known = {f.name: f for f in fields(Limits)}
     for k, v in changes.items():
         if k not in known:
             raise InvalidParameterError(f"set_limits: unknown limit {k!r}; the limits are {sorted(known)}")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-            raise InvalidParameterError(f"set_limits: {k} must be a number > 0, got {v!r}")
+        whole = known[k].type in (int, "int")
+        if (isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating))
+                or not math.isfinite(v) or not v > 0 or (whole and float(v) != int(v))):
+            kind = "a whole number" if whole else "a finite number"
+            raise InvalidParameterError(f"set_limits: {k} must be {kind} > 0, got {v!r}")
     old = asdict(LIMITS)
     for k, v in changes.items():
         setattr(LIMITS, k, type(getattr(LIMITS, k))(v))
     return old
 
 
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_CHUNK = 1 << 18
+_OPEN = np.zeros(256, np.int8)
+_OPEN[[ord("["), ord("{")]] = 1
+_OPEN[[ord("]"), ord("}")]] = -1
 
 
 def json_depth(data: bytes) -> int:
-    """The deepest nesting of arrays/objects in a JSON document (strings skipped)."""
-    bare = _STRING.sub(b"", data)
-    a = np.frombuffer(bare, dtype=np.uint8)
-    step = np.isin(a, (ord("["), ord("{"))).astype(np.int64) - np.isin(a, (ord("]"), ord("}")))
-    return int(np.cumsum(step).max()) if step.size else 0
+    """The deepest nesting of arrays/objects in a JSON document, brackets inside strings not
+    counted (a quote after an odd run of backslashes is escaped, as in JSON).
+
+    One pass over the bytes in blocks of 256 KiB, carrying the depth, whether a string is open
+    and the length of a trailing run of backslashes from block to block: time linear in the
+    input, memory a few bytes per byte of one block, whatever the document (an unterminated
+    string, a run of ``\\"``, deep nesting)."""
+    a_all = np.frombuffer(data, dtype=np.uint8)
+    depth, deepest, in_string, run = 0, 0, False, 0
+    for start in range(0, a_all.size, _CHUNK):
+        a = a_all[start:start + _CHUNK]
+        n = a.size
+        idx = np.arange(n, dtype=np.int32)
+        last_plain = np.maximum.accumulate(np.where(a != 92, idx, -1))  # last non-backslash <= i
+        q = np.flatnonzero(a == 34).astype(np.int32)
+        # the run of backslashes just before quote i: i-1 - last_plain[i-1], plus the carried
+        # run when the block up to i holds only backslashes
+        prev = np.where(q > 0, last_plain[np.maximum(q - 1, 0)], -1)
+        before = q - 1 - prev + np.where(prev < 0, run, 0)
+        real = np.zeros(n, np.int8)
+        real[q[before % 2 == 0]] = 1
+        parity = np.bitwise_xor.accumulate(real)
+        if in_string:
+            parity ^= 1
+        step = _OPEN[a]
+        step[parity == 1] = 0
+        if step.any():
+            levels = np.cumsum(step, dtype=np.int32)
+            deepest = max(deepest, depth + int(levels.max()))
+            depth += int(levels[-1])
+        in_string = bool(parity[-1])
+        run = n - 1 - int(last_plain[-1]) + (run if last_plain[-1] < 0 else 0)
+    return deepest
 
 
 def parse_json(data: bytes | str, where: str) -> Any:

@@ -27,11 +27,14 @@ from rnnkit._budget import allocation_budget
 from rnnkit._errors import Error, FileFormatError, InvalidParameterError
 from rnnkit._version import __version__
 from rnnkit.io._keras_export import save_keras
+from rnnkit.io._keras_file import load_keras, load_keras_weights
 from rnnkit.io._limits import parse_json
 from rnnkit.io._onnx import save_onnx
+from rnnkit.io._sniff import describe, sniff
 from rnnkit.io._weights import (
     FORMAT_VERSION,
     WEIGHTS_FORMAT,
+    _named_of,
     apply_strict,
     collect,
     read_safetensors,
@@ -62,7 +65,8 @@ def save_model(model: Any, path: str | os.PathLike[str], *, metadata: dict[str, 
     The name decides the format, never silently: ``*.keras`` writes a Keras 3 archive
     (:func:`~rnnkit.io.save_keras`), ``*.onnx`` an ONNX graph (:func:`~rnnkit.io.save_onnx`);
     each raises for what its format cannot hold; ``*.h5`` is refused (a Keras weights file:
-    :func:`~rnnkit.io.save_keras_weights`)."""
+    :func:`~rnnkit.io.save_keras_weights`); any other name (``m.safetensors``, ``m.rnnkit``)
+    an rnnkit model file. :func:`load_model` reads each of them back by content."""
     p = os.fspath(path)
     foreign = p.lower().endswith((".keras", ".onnx", ".h5"))
     if foreign and metadata:
@@ -139,10 +143,18 @@ def _compile_from(comp: Any, p: str) -> tuple[Any, Any, list[Any]]:
 def load_model(path: str | os.PathLike[str]) -> Any:
     """Rebuild the model saved by :func:`save_model`: architecture, weights (strict), compile.
 
-    Raises FileFormatError naming the path when the file is not safetensors, is a weights-only
-    file, or carries no rnnkit model metadata (it says what it found instead).
+    The file's content decides how, never its name (:func:`~rnnkit.io._sniff.sniff`): an rnnkit
+    model file (safetensors) is rebuilt here, a Keras ``.keras`` archive by
+    :func:`~rnnkit.io.load_keras`, whatever each is called. Raises FileFormatError naming the
+    path and what the file is otherwise (a weights-only file, Keras HDF5 weights, an ONNX graph,
+    a pickle, a safetensors file without rnnkit model metadata, ...).
     """
     p = os.fspath(path)
+    kind = sniff(p)
+    if kind == "keras":
+        return load_keras(p)
+    if kind != "safetensors":
+        raise describe(p, kind, "an rnnkit model file (safetensors) or a Keras '.keras' archive")
     tensors, meta = read_safetensors(p)
     fmt = meta.get("format")
     if fmt != MODEL_FORMAT:
@@ -165,7 +177,29 @@ def load_model(path: str | os.PathLike[str]) -> Any:
             model = model_from_config(config)
         except RecursionError:
             raise FileFormatError(f"{p}: the model config is nested too deeply to rebuild") from None
+        except Error:
+            raise
+        except (KeyError, IndexError, AttributeError, ValueError, TypeError) as e:
+            # a value of the wrong kind somewhere in the stored config that no check names
+            raise FileFormatError(f"{p}: the model config is malformed ({type(e).__name__}: "
+                                  f"{e})"[:500]) from None
     apply_strict(dict(model.named_weights()), tensors, f"load_model({p})")
     if compiled is not None:
         model.compile(compiled[0], compiled[1], metrics=compiled[2])
     return model
+
+
+def load_weights(model: Any, path: str | os.PathLike[str]) -> None:
+    """Read a weights (or model) file into ``model``, strictly (see :func:`~rnnkit.io._weights.apply_strict`).
+
+    By content, never by name: a safetensors file here, Keras HDF5 weights or a ``.keras``
+    archive with :func:`~rnnkit.io.load_keras_weights`; anything else is a FileFormatError
+    saying what it is."""
+    p = os.fspath(path)
+    kind = sniff(p)
+    if kind in ("hdf5", "keras"):
+        return load_keras_weights(model, p)
+    if kind != "safetensors":
+        raise describe(p, kind, "a weights file (safetensors, or Keras HDF5 weights)")
+    tensors, _ = read_safetensors(p)
+    apply_strict(_named_of(model), tensors, f"load_weights({p})")

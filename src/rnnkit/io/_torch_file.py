@@ -40,6 +40,7 @@ import numpy as np
 
 from rnnkit._errors import FileFormatError, InvalidInputError, InvalidParameterError
 from rnnkit._layer import check_bool, check_real, resolve_dtype
+from rnnkit.io._files import check_regular, read_head
 from rnnkit.io._interop import to_torch_state
 from rnnkit.io._interop_errors import UnsupportedFeatureError
 from rnnkit.io._weights import check_finite_weights, read_safetensors, write_safetensors
@@ -51,13 +52,9 @@ _NAME = re.compile(r"^(weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)_l(\d+)(_re
 
 def _sniff(p: str) -> None:
     """FileFormatError (without unpickling anything) when ``p`` is not a safetensors file."""
-    if not os.path.exists(p):
-        raise FileNotFoundError(f"no such file: {p}")
-    if os.path.isdir(p):
-        raise FileFormatError(f"{p}: expected a safetensors file, found a directory")
+    check_regular(p, "a safetensors file")
     size = os.path.getsize(p)
-    with open(p, "rb") as fh:
-        head = fh.read(16)
+    head = read_head(p, 16, "a safetensors file")
     if size >= 10 and 2 <= struct.unpack("<Q", head[:8])[0] <= size - 8 and head[8:9] == b"{":
         return  # a safetensors header (its length's low bytes can look like a pickle's "\x80\x04")
     advice = ("rnnkit never unpickles files (unpickling can run arbitrary code); in PyTorch, write "
@@ -66,7 +63,7 @@ def _sniff(p: str) -> None:
         try:
             with zipfile.ZipFile(p) as z:
                 names = z.namelist()
-        except (zipfile.BadZipFile, OSError, ValueError) as e:
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as e:
             raise FileFormatError(f"{p}: a damaged zip archive, not a safetensors file ({e})") from None
         if any(n.endswith("data.pkl") for n in names):
             raise FileFormatError(f"{p}: a torch.save file (a zip archive holding a pickle, "

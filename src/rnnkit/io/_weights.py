@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from rnnkit._errors import FileFormatError, WeightShapeError
+from rnnkit._errors import FileFormatError, InvalidParameterError, WeightShapeError
 from rnnkit._version import __version__
 from rnnkit.io._atomic import atomic_write_bytes
+from rnnkit.io._files import check_regular, read_head
+from rnnkit.io._keras_export import save_keras_weights
 
 if TYPE_CHECKING:
     from rnnkit._layer import Layer
@@ -71,19 +73,14 @@ def write_safetensors(path: str | os.PathLike[str], tensors: Mapping[str, np.nda
 def read_safetensors(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """``(tensors, metadata)`` of a safetensors file; FileFormatError (naming the path and what
     its first bytes are) when it is not one. A missing file raises FileNotFoundError."""
-    p = os.fspath(path)
-    if not os.path.exists(p):
-        raise FileNotFoundError(f"no such file: {p}")
-    if os.path.isdir(p):
-        raise FileFormatError(f"{p}: expected a safetensors file, found a directory")
+    p = check_regular(path, "a safetensors file")
     try:
         with safe_open(p, framework="numpy") as f:
             meta = dict(f.metadata() or {})
             tensors = {k: np.array(f.get_tensor(k)) for k in f.keys()}  # noqa: SIM118
     except (SafetensorError, ValueError, TypeError) as e:
         size = os.path.getsize(p)
-        with open(p, "rb") as fh:
-            head = fh.read(16)
+        head = read_head(p, 16, "a safetensors file")
         raise FileFormatError(
             f"{p}: not a safetensors file that numpy can read ({e}); found {size} bytes "
             f"starting {head!r}"
@@ -153,15 +150,30 @@ def _meta(kind: str) -> dict[str, str]:
     return {"format": kind, "format_version": FORMAT_VERSION, "rnnkit_version": __version__}
 
 
+def _refuse_foreign_name(p: str, what: str) -> None:
+    """A file's name never lies about its format: ``*.keras``, ``*.onnx`` and ``*.h5`` are not
+    names for the safetensors file ``what`` writes."""
+    low = p.lower()
+    if low.endswith((".keras", ".onnx", ".h5")):
+        suffix = ".weights.h5" if low.endswith(".weights.h5") else os.path.splitext(low)[1]
+        raise InvalidParameterError(
+            f"{what}: {p!r} ends with {suffix!r}, the name of another format, but {what} writes a "
+            f"safetensors file; name it '*.safetensors'"
+            + (" (or save the whole model with save_model)" if suffix in (".keras", ".onnx") else ""))
+
+
 def save_weights(model: Any, path: str | os.PathLike[str]) -> None:
-    """Write every weight of ``model`` under its ``named_weights()`` name (safetensors, atomic)."""
-    write_safetensors(path, collect(_named_of(model)), _meta(WEIGHTS_FORMAT))
+    """Write every weight of ``model`` under its ``named_weights()`` name (safetensors, atomic).
 
-
-def load_weights(model: Any, path: str | os.PathLike[str]) -> None:
-    """Read a weights (or model) file into ``model``, strictly (see :func:`apply_strict`)."""
-    tensors, _ = read_safetensors(path)
-    apply_strict(_named_of(model), tensors, f"load_weights({os.fspath(path)})")
+    A name ending ``.weights.h5`` (Keras' name for a weights file) writes Keras' HDF5 weights
+    format instead (:func:`~rnnkit.io.save_keras_weights`), which Keras and :func:`load_weights`
+    read; ``*.h5``, ``*.keras`` and ``*.onnx`` are refused with InvalidParameterError (a file's
+    name never lies about its format)."""
+    p = os.fspath(path)
+    if p.lower().endswith(".weights.h5"):
+        return save_keras_weights(model, p)
+    _refuse_foreign_name(p, "save_weights")
+    write_safetensors(p, collect(_named_of(model)), _meta(WEIGHTS_FORMAT))
 
 
 def _layer_named(layer: Layer) -> Named:
@@ -170,7 +182,9 @@ def _layer_named(layer: Layer) -> Named:
 
 
 def save_layer_weights(layer: Layer, path: str | os.PathLike[str]) -> None:
-    """Write one built layer's weights under their own names (``kernel``, ...)."""
+    """Write one built layer's weights under their own names (``kernel``, ...) as safetensors;
+    a name ending ``.keras``, ``.onnx`` or ``.h5`` is refused (InvalidParameterError)."""
+    _refuse_foreign_name(os.fspath(path), "save_layer_weights")
     write_safetensors(path, collect(_layer_named(layer)), _meta(WEIGHTS_FORMAT))
 
 

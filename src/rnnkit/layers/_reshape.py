@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit._budget import bound
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError
 from rnnkit._layer import Layer, check_positive_int
@@ -21,6 +22,10 @@ class RepeatVector(Layer):
     Every step holds the same vector (the encoder-decoder pattern: a constant context seeds
     the decoder). Only rank-2 inputs. Backward sums the gradient over the n steps. A masked
     input is refused (as in Keras: a (batch, features) input has no steps to mask).
+
+    Built from a file (``load_model``, ``load_keras``), ``n * features`` numbers per sample
+    must fit the file's allocation budget (:func:`rnnkit._budget.bound`): FileFormatError at
+    load otherwise.
     """
 
     def __init__(self, n: int, *, dtype: Any = "float32", name: str | None = None) -> None:
@@ -33,6 +38,8 @@ class RepeatVector(Layer):
                 f"{self.name}: expected a rank-2 input (batch, features), got {shape} "
                 f"(rank {shape.rank})"
             )
+        if shape[1] is not None:  # a model built from a file: n copies bounded by its budget
+            bound((self.n, int(shape[1])), f"{self.name}: RepeatVector({self.n})")
 
     def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
         shp = Shape.of(shape)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit._errors import InvalidParameterError
-from rnnkit._initializers import kaiming_uniform, orthogonal, uniform
+from rnnkit._initializers import kaiming_uniform, orthogonal, reserve, uniform
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,8 @@ class Init:
     def draw(self, rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype,
              blocks: int = 1) -> np.ndarray:
         """A tensor of ``shape`` (PyTorch layout: (G*H, in) for weights, (G*H,) for biases)."""
+        if self.kind in ("const", "randn"):  # the others count themselves against a loader's budget
+            reserve(shape)
         if self.kind == "const":
             return np.full(shape, self.a, dtype=dtype)
         if self.kind == "uniform":
