@@ -5,7 +5,8 @@ step is named by its first argument, a :class:`Handle`: its Numba type :class:`S
 only a key string (the step functions' qualified names and a hash of their source files), so a
 compiled walker is cached on disk per step like any kernel, and a new process that finds it in
 the cache compiles nothing. At compile time :func:`step_forward` / :func:`step_backward` look the
-key up and call that cell's functions (which Numba compiles into the walker).
+key up and call that cell's functions (compiled on their own and linked into the walker, as
+a call of any jitted function is).
 
 The handle reaches the dispatcher through ``_numba_type_`` (the fast path for a Python object,
 about a microsecond a call).
@@ -15,12 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import marshal
 import threading
 from typing import Any
 
 import numpy as np
 from numba import types
-from numba.extending import NativeValue, models, overload, register_model, unbox
+from numba.extending import NativeValue, intrinsic, models, overload, register_model, unbox
 
 _HANDLES: dict[str, Handle] = {}
 _lock = threading.Lock()
@@ -43,11 +45,13 @@ def _unbox(typ: Any, obj: Any, c: Any) -> Any:
 
 
 def _source_hash(*fns: Any) -> str:
-    """The first 16 hex digits of SHA-256 over the source files that define ``fns``."""
+    """The first 16 hex digits of SHA-256 over the code of ``fns`` and the source files that
+    define them (so a walker compiled for an older version of a step is not loaded)."""
     h = hashlib.sha256()
     for f in fns:
         py = getattr(f, "py_func", f)
         h.update(f"{py.__module__}.{py.__qualname__}\0".encode())
+        h.update(marshal.dumps(py.__code__))
         try:
             path = inspect.getsourcefile(py)
             if path is not None:
@@ -84,41 +88,37 @@ def handle(forward: Any, backward: Any) -> Handle:
 _BY_ID: dict[tuple[int, int], Handle] = {}
 
 
-def step_forward(step: Any, k: Any, a: Any, rec: Any, fed: Any, st: Any, i0: Any, i1: Any, pk: Any, j: Any,
-                 own: Any, tmp: Any, opts: Any) -> None:  # pragma: no cover - replaced by the overload
-    raise NotImplementedError
-
-
-@overload(step_forward)
-def _forward_ov(step: Any, k: Any, a: Any, rec: Any, fed: Any, st: Any, i0: Any, i1: Any, pk: Any, j: Any,
-                own: Any, tmp: Any, opts: Any) -> Any:
+def _call_step(typingctx: Any, step: Any, args: tuple[Any, ...], which: str) -> Any:
+    """Type a call of the handle's ``which`` function on ``args`` and lower it as a direct
+    call (the function compiled on its own and linked, as for any call of a jitted global)."""
     if not isinstance(step, StepType):
         return None
-    f = _HANDLES[step.skey].forward
+    f = getattr(_HANDLES[step.skey], which)
+    fnty = typingctx.resolve_value_type(f)
+    inner = typingctx.resolve_function_type(fnty, args, {})
 
-    def impl(step: Any, k: Any, a: Any, rec: Any, fed: Any, st: Any, i0: Any, i1: Any, pk: Any, j: Any,
-             own: Any, tmp: Any, opts: Any) -> None:
-        f(k, a, rec, fed, st, i0, i1, pk, j, own, tmp, opts)
-    return impl
+    def codegen(context: Any, builder: Any, signature: Any, llargs: Any) -> Any:
+        impl = context.get_function(fnty, inner)
+        impl(builder, llargs[1:])
+        return context.get_dummy_value()
 
-
-def step_backward(step: Any, k: Any, g: Any, d: Any, dr: Any, dfed: Any, fed: Any, dst: Any, dpk: Any, st: Any,
-                  i0: Any, i1: Any, pk: Any, j: Any, own: Any, gown: Any, tmp: Any,
-                  opts: Any) -> None:  # pragma: no cover - replaced by the overload
-    raise NotImplementedError
+    return types.void(step, *args), codegen
 
 
-@overload(step_backward)
-def _backward_ov(step: Any, k: Any, g: Any, d: Any, dr: Any, dfed: Any, fed: Any, dst: Any, dpk: Any, st: Any,
-                 i0: Any, i1: Any, pk: Any, j: Any, own: Any, gown: Any, tmp: Any, opts: Any) -> Any:
-    if not isinstance(step, StepType):
-        return None
-    f = _HANDLES[step.skey].backward
+@intrinsic
+def step_forward(typingctx: Any, step: Any, k: Any, a: Any, rec: Any, fed: Any, st: Any, i0: Any, i1: Any,
+                 pk: Any, j: Any, own: Any, tmp: Any, opts: Any) -> Any:
+    """``forward(k, a, rec, fed, st, i0, i1, pk, j, own, tmp, opts)`` of the step ``step``."""
+    return _call_step(typingctx, step, (k, a, rec, fed, st, i0, i1, pk, j, own, tmp, opts), "forward")
 
-    def impl(step: Any, k: Any, g: Any, d: Any, dr: Any, dfed: Any, fed: Any, dst: Any, dpk: Any, st: Any,
-             i0: Any, i1: Any, pk: Any, j: Any, own: Any, gown: Any, tmp: Any, opts: Any) -> None:
-        f(k, g, d, dr, dfed, fed, dst, dpk, st, i0, i1, pk, j, own, gown, tmp, opts)
-    return impl
+
+@intrinsic
+def step_backward(typingctx: Any, step: Any, k: Any, g: Any, d: Any, dr: Any, dfed: Any, fed: Any, dst: Any,
+                  dpk: Any, st: Any, i0: Any, i1: Any, pk: Any, j: Any, own: Any, gown: Any, tmp: Any,
+                  opts: Any) -> Any:
+    """``backward(k, g, d, dr, dfed, fed, dst, dpk, st, i0, i1, pk, j, own, gown, tmp, opts)``."""
+    return _call_step(typingctx, step, (k, g, d, dr, dfed, fed, dst, dpk, st, i0, i1, pk, j, own, gown, tmp,
+                                        opts), "backward")
 
 
 # -- tuples of arrays, whatever their length (the source written out once per length) -----------

@@ -1,8 +1,7 @@
 """What a compiled step is written with: the compile options and row helpers of the built-in ones.
 
 Importing this module imports numba. ``@jit`` compiles a step function the way the built-in
-steps are compiled (on-disk cache, NumPy's error model so that loops vectorise, FMA
-contraction). The helpers work on 2D arrays with contiguous rows (what a step receives):
+steps are compiled (NumPy's error model so that loops vectorise, FMA contraction). The helpers work on 2D arrays with contiguous rows (what a step receives):
 
 - ``row(a, b)``: row ``b`` of ``a`` as a contiguous 1D array (loops over it vectorise);
 - ``sig(x)``, ``fast_tanh(x)``, ``act(x, code)``: scalars, in the array's precision (float32
@@ -25,8 +24,9 @@ from rnnkit.kernels._walk import _zero_rows as zero_rows
 
 
 def jit(fn: Any) -> Any:
-    """Compile a step function (``numba.njit`` with the built-in steps' options)."""
-    return njit(**OPTS)(fn)
+    """Compile a step function (``numba.njit`` with the built-in steps' options, without an
+    on-disk cache of its own: the walker that calls it is cached, keyed on its source)."""
+    return njit(**{k: v for k, v in OPTS.items() if k != "cache"})(fn)
 
 
 __all__ = ["OPTS", "act", "act_cols", "act_ip", "copy_rows", "cst", "dact_cols", "dgate", "fast_tanh", "jit", "row",
