@@ -22,8 +22,7 @@ from rnnkit.kernels._gemm import project, reductions
 from rnnkit.kernels._packed import gemm, nr_of, pack
 from rnnkit.kernels._steps import handle
 from rnnkit.kernels._threads import blocks, run_blocks, run_parts
-from rnnkit.kernels._walk import walk_back as _walk_back
-from rnnkit.kernels._walk import walk_infer, walk_train
+from rnnkit.kernels import _walk
 
 Arrays = tuple[np.ndarray, ...]
 
@@ -89,6 +88,8 @@ class _Plan:
         self.step = step
         fwd, bwd = step.functions()
         self.handle = handle(fwd, bwd)
+        loops = _walk.__dict__ if self.handle.cacheable else _walk.UNCACHED
+        self.train, self.infer, self.back = loops["walk_train"], loops["walk_infer"], loops["walk_back"]
         self.W = _ro(np.asarray(w[cell.input_kernel]))
         self.U = _ro(np.asarray(w[cell.recurrent_kernel]))
         self.N = self.W.shape[1]
@@ -149,7 +150,7 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
         parks = {n: np.empty((T, B, wd), dt) for n, wd in pl.park_sizes.items()}
         pk = (*parks.values(), np.empty((T, B, 0), dt))
         ht = tuple(hist)
-        run_blocks(B, lambda lo, hi: walk_train(
+        run_blocks(B, lambda lo, hi: pl.train(
             pl.handle, xw, ht, pk, mk, mask is not None, rm, rd, PU, pl.srcs, pl.cols, pl.apart, pl.b1, pl.proj,
             PWp, pl.own, pl.opts, lo, hi))
         if step.input_park is not None:
@@ -166,7 +167,7 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
     def infer(lo: int, hi: int) -> None:
         xb = x_tm if hi - lo == B else np.ascontiguousarray(x_tm[:, lo:hi])
         buf = np.empty((_chunk(T, hi - lo, N * dt.itemsize) * (hi - lo), N), dt)
-        walk_infer(pl.handle, xb, PW, pl.b0, ring, pk1, seq_view, keep_seq, buf, mk, mask is not None, PU,
+        pl.infer(pl.handle, xb, PW, pl.b0, ring, pk1, seq_view, keep_seq, buf, mk, mask is not None, PU,
                    pl.srcs, pl.cols, pl.apart, pl.b1, pl.proj, PWp, pl.own, pl.opts, lo, hi)
 
     run_blocks(B, infer)
@@ -196,7 +197,7 @@ def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.n
     dh_seq = np.empty((T, B, cell.output_size if pl.proj >= 0 else 0), dt)
     gown = (*(np.empty((T, B, w[n].size), dt) for n in step.own), np.empty((T, B, 0), dt))
     ht = tuple(states)
-    run_blocks(B, lambda lo, hi: _walk_back(
+    run_blocks(B, lambda lo, hi: pl.back(
         pl.handle, g3, full, ht, pk, gates, dxw, drec, d_init, mk, mask is not None, rm, rd, PUT, pl.srcs,
         pl.cols, pl.apart, pl.proj, PWpT, dh_seq, pl.own, gown, pl.opts, lo, hi))
     state0 = cell.state_names[0]

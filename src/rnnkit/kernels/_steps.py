@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import marshal
+import sys
 import threading
 from typing import Any
 
@@ -65,10 +66,14 @@ def _source_hash(*fns: Any) -> str:
 class Handle:
     """One cell's compiled step functions, as the walker's first argument."""
 
-    __slots__ = ("forward", "backward", "key", "_numba_type_")
+    __slots__ = ("forward", "backward", "key", "cacheable", "_numba_type_")
 
     def __init__(self, forward: Any, backward: Any) -> None:
         self.forward, self.backward = forward, backward
+        #: whether a later process can import the functions' modules (a walker loaded from the
+        #: disk cache imports them); code run by ``exec`` in a namespace of its own cannot
+        self.cacheable = all(getattr(sys.modules.get(f.py_func.__module__), "__dict__", None)
+                             is f.py_func.__globals__ for f in (forward, backward))
         names = "/".join(f"{f.py_func.__module__}.{f.py_func.__qualname__}" for f in (forward, backward))
         self.key = f"{names}#{_source_hash(forward, backward)}"
         self._numba_type_ = StepType(self.key)

@@ -197,3 +197,9 @@ def walk_back(step: Any, g3: Any, full: bool, hist: Any, parks: Any, gates: Any,
         if masked:
             for p in range(len(dst)):
                 release(dst[p], save[p], mask[s])
+
+
+#: the same loops without the on-disk cache, for steps whose module cannot be imported by a later
+#: process (code run by ``exec``): a cached walker names the module of every function it calls
+UNCACHED = {f.__name__: njit(**{k: v for k, v in OPTS.items() if k != "cache"})(f.py_func)
+            for f in (walk_train, walk_infer, walk_back)}
