@@ -191,7 +191,7 @@ def _broken(**change: Any) -> Any:
     ({"recurrent_kernel": None}, "must name an input_kernel and a recurrent_kernel"),
     ({"step": {"input_park": "fh"}}, "park names must differ"),
 ])
-def test_a_step_that_breaks_a_rule_is_refused_when_the_layer_is_built(change: dict[str, Any], match: str) -> None:
+def test_a_step_that_breaks_a_rule_is_refused_when_built(change: dict[str, Any], match: str) -> None:
     cls = _broken(**change)
     with pytest.raises(rk.InvalidParameterError, match=match):
         rk.RecurrentLayer(cls(4))

@@ -17,12 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels import Step
+from rnnkit.kernels import Step, _walk
 from rnnkit.kernels._gemm import project, reductions
 from rnnkit.kernels._packed import gemm, nr_of, pack
 from rnnkit.kernels._steps import handle
 from rnnkit.kernels._threads import blocks, run_blocks, run_parts
-from rnnkit.kernels import _walk
 
 Arrays = tuple[np.ndarray, ...]
 
@@ -109,7 +108,9 @@ class _Plan:
         self.Wp = _ro(np.asarray(w[self.proj_name])) if self.proj_name else None
         self.own_names = step.own
         self.own = (*(_ro(np.ascontiguousarray(w[n]).reshape(-1)) for n in step.own), _empty_own(dt))
-        self.opts = tuple(int(v) for v in step.options(cell))
+        opts = step.options(cell)
+        assert opts is not None, "the walker runs only cells that kernels.find accepted"
+        self.opts = tuple(int(v) for v in opts)
 
     def packed_u(self) -> tuple[np.ndarray, ...]:
         if len(self.cols) == 1:
@@ -151,8 +152,8 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
         pk = (*parks.values(), np.empty((T, B, 0), dt))
         ht = tuple(hist)
         run_blocks(B, lambda lo, hi: pl.train(
-            pl.handle, xw, ht, pk, mk, mask is not None, rm, rd, PU, pl.srcs, pl.cols, pl.apart, pl.b1, pl.proj,
-            PWp, pl.own, pl.opts, lo, hi))
+            pl.handle, xw, ht, pk, mk, mask is not None, rm, rd, PU, pl.srcs, pl.cols, pl.apart, pl.b1,
+            pl.proj, PWp, pl.own, pl.opts, lo, hi))
         if step.input_park is not None:
             parks = {step.input_park: xw, **parks}
         return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), (hist, parks)
@@ -226,6 +227,7 @@ def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.n
     if cell.bias is not None:
         grads[cell.bias] = db
     if pl.proj >= 0:                           # dWp = m^T @ dh over every step, one product
+        assert step.projects is not None
         m = parks[step.projects]
         dWp = np.empty(pl.Wp.shape, dt)        # type: ignore[union-attr]
         gemm(m.reshape(T * B, m.shape[2]).T, dh_seq.reshape(T * B, dh_seq.shape[2]), False, dWp, False, 0,

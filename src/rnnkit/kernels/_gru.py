@@ -53,8 +53,8 @@ def _dz_dn(g: Any, d: Any, dh: Any, hp_: Any, code: int) -> None:
 
 
 @njit(**OPTS)
-def forward(k: int, a: Any, rec: Any, fed: Any, st: Any, i0: int, i1: int, pk: Any, j: int, own: Any, tmp: Any,
-            opts: Any) -> None:
+def forward(k: int, a: Any, rec: Any, fed: Any, st: Any, i0: int, i1: int, pk: Any, j: int,
+            own: Any, tmp: Any, opts: Any) -> None:
     """reset_after=False (see the module)."""
     code, rcode = opts[0], opts[1]
     B, G = a.shape
@@ -78,8 +78,8 @@ def forward(k: int, a: Any, rec: Any, fed: Any, st: Any, i0: int, i1: int, pk: A
 
 
 @njit(**OPTS)
-def backward(k: int, g: Any, d: Any, dr: Any, dfed: Any, fed: Any, dst: Any, dpk: Any, st: Any, i0: int, i1: int,
-             pk: Any, j: int, own: Any, gown: Any, tmp: Any, opts: Any) -> None:
+def backward(k: int, g: Any, d: Any, dr: Any, dfed: Any, fed: Any, dst: Any, dpk: Any, st: Any,
+             i0: int, i1: int, pk: Any, j: int, own: Any, gown: Any, tmp: Any, opts: Any) -> None:
     """reset_after=False (see the module)."""
     code, rcode = opts[0], opts[1]
     B, G = d.shape
@@ -104,8 +104,8 @@ def backward(k: int, g: Any, d: Any, dr: Any, dfed: Any, fed: Any, dst: Any, dpk
 
 
 @njit(**OPTS)
-def forward_ra(k: int, a: Any, rec: Any, fed: Any, st: Any, i0: int, i1: int, pk: Any, j: int, own: Any,
-               tmp: Any, opts: Any) -> None:
+def forward_ra(k: int, a: Any, rec: Any, fed: Any, st: Any, i0: int, i1: int, pk: Any, j: int,
+               own: Any, tmp: Any, opts: Any) -> None:
     """reset_after=True (see the module)."""
     code, rcode = opts[0], opts[1]
     B, G = a.shape
@@ -130,8 +130,8 @@ def forward_ra(k: int, a: Any, rec: Any, fed: Any, st: Any, i0: int, i1: int, pk
 
 
 @njit(**OPTS)
-def backward_ra(k: int, g: Any, d: Any, dr: Any, dfed: Any, fed: Any, dst: Any, dpk: Any, st: Any, i0: int,
-                i1: int, pk: Any, j: int, own: Any, gown: Any, tmp: Any, opts: Any) -> None:
+def backward_ra(k: int, g: Any, d: Any, dr: Any, dfed: Any, fed: Any, dst: Any, dpk: Any, st: Any,
+                i0: int, i1: int, pk: Any, j: int, own: Any, gown: Any, tmp: Any, opts: Any) -> None:
     """reset_after=True (see the module)."""
     rcode = opts[1]
     B, G = d.shape

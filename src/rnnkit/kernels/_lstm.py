@@ -15,8 +15,8 @@ from rnnkit.kernels._walk import _zero_rows
 
 
 @njit(**OPTS)
-def forward(k: int, a: Any, rec: Any, fed: Any, st: Any, i0: int, i1: int, pk: Any, j: int, own: Any, tmp: Any,
-            opts: Any) -> None:
+def forward(k: int, a: Any, rec: Any, fed: Any, st: Any, i0: int, i1: int, pk: Any, j: int,
+            own: Any, tmp: Any, opts: Any) -> None:
     """Steps 2-4 on (B, 4H) pre-activations ``a`` (in place -> gates [i|f|g|o])."""
     code, rcode = opts[0], opts[1]
     B, G = a.shape
@@ -50,8 +50,8 @@ def forward(k: int, a: Any, rec: Any, fed: Any, st: Any, i0: int, i1: int, pk: A
 
 
 @njit(**OPTS)
-def backward(k: int, g: Any, d: Any, dr: Any, dfed: Any, fed: Any, dst: Any, dpk: Any, st: Any, i0: int, i1: int,
-             pk: Any, j: int, own: Any, gown: Any, tmp: Any, opts: Any) -> None:
+def backward(k: int, g: Any, d: Any, dr: Any, dfed: Any, fed: Any, dst: Any, dpk: Any, st: Any,
+             i0: int, i1: int, pk: Any, j: int, own: Any, gown: Any, tmp: Any, opts: Any) -> None:
     """Steps 4b-2b: ``d`` = dL/da from dh (dm with a projection) and dc; dc becomes dc_prev."""
     code, rcode = opts[0], opts[1]
     B, G = d.shape

@@ -54,8 +54,8 @@ def check_step(cell: Any, step: Any, where: str) -> None:
         _fail(cell, where, f"rec_groups must be one or two contiguous groups covering columns 0..{N}", groups)
     for src, _, _ in groups:
         if src != cell.state_names[0] and parks.get(src) != S:
-            _fail(cell, where, f"each group's source must be state part 0 ({cell.state_names[0]!r}) or a park "
-                  f"{S} wide (U has {S} rows)", f"{src!r} (parks {parks})")
+            _fail(cell, where, f"each group's source must be state part 0 ({cell.state_names[0]!r}) or a "
+                  f"park {S} wide (U has {S} rows)", f"{src!r} (parks {parks})")
     if cell.bias is not None:
         rows = shapes[cell.bias][0] if len(shapes[cell.bias]) == 2 else 0
         if shapes[cell.bias][-1] != N or rows not in (1, 2) or (rows == 2 and not step.rec_apart):
@@ -63,8 +63,9 @@ def check_step(cell: Any, step: Any, where: str) -> None:
     proj = getattr(cell, "projection", None)
     if proj is not None:
         if step.projects not in parks or shapes.get(proj) != (parks[step.projects], S):
-            _fail(cell, where, f"with an output projection, projects must name a park w wide and the projection "
-                  f"parameter be (w, {S})", f"projects={step.projects!r}, {proj}={shapes.get(proj)}")
+            _fail(cell, where, f"with an output projection, projects must name a park w wide and the "
+                  f"projection parameter be (w, {S})",
+                  f"projects={step.projects!r}, {proj}={shapes.get(proj)}")
     taken = {cell.input_kernel, cell.recurrent_kernel, cell.bias, proj}
     bad = [n for n in step.own if n not in shapes or n in taken]
     if bad:

@@ -110,20 +110,22 @@ def _call_step(typingctx: Any, step: Any, args: tuple[Any, ...], which: str) -> 
     return types.void(step, *args), codegen
 
 
-@intrinsic
-def step_forward(typingctx: Any, step: Any, k: Any, a: Any, rec: Any, fed: Any, st: Any, i0: Any, i1: Any,
-                 pk: Any, j: Any, own: Any, tmp: Any, opts: Any) -> Any:
+def _forward_typing(typingctx: Any, step: Any, k: Any, a: Any, rec: Any, fed: Any, st: Any, i0: Any,
+                    i1: Any, pk: Any, j: Any, own: Any, tmp: Any, opts: Any) -> Any:
     """``forward(k, a, rec, fed, st, i0, i1, pk, j, own, tmp, opts)`` of the step ``step``."""
     return _call_step(typingctx, step, (k, a, rec, fed, st, i0, i1, pk, j, own, tmp, opts), "forward")
 
 
-@intrinsic
-def step_backward(typingctx: Any, step: Any, k: Any, g: Any, d: Any, dr: Any, dfed: Any, fed: Any, dst: Any,
-                  dpk: Any, st: Any, i0: Any, i1: Any, pk: Any, j: Any, own: Any, gown: Any, tmp: Any,
-                  opts: Any) -> Any:
+def _backward_typing(typingctx: Any, step: Any, k: Any, g: Any, d: Any, dr: Any, dfed: Any, fed: Any,
+                     dst: Any, dpk: Any, st: Any, i0: Any, i1: Any, pk: Any, j: Any, own: Any, gown: Any,
+                     tmp: Any, opts: Any) -> Any:
     """``backward(k, g, d, dr, dfed, fed, dst, dpk, st, i0, i1, pk, j, own, gown, tmp, opts)``."""
     return _call_step(typingctx, step, (k, g, d, dr, dfed, fed, dst, dpk, st, i0, i1, pk, j, own, gown, tmp,
                                         opts), "backward")
+
+
+step_forward: Any = intrinsic(_forward_typing)
+step_backward: Any = intrinsic(_backward_typing)
 
 
 # -- tuples of arrays, whatever their length (the source written out once per length) -----------

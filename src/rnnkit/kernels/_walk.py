@@ -182,8 +182,8 @@ def walk_back(step: Any, g3: Any, full: bool, hist: Any, parks: Any, gates: Any,
         _zero_rows(dfed)
         d, dr = dxw[s], drec[s]
         for k in range(len(PUT) - 1, -1, -1):
-            step_backward(step, k, gates[s], d, dr, dfed, fed, dst, dpk, st, s, s + 1, pk, s, own, gown, tmp,
-                          opts)
+            step_backward(step, k, gates[s], d, dr, dfed, fed, dst, dpk, st, s, s + 1, pk, s, own, gown,
+                          tmp, opts)
             c0, c1 = cols[k]
             dcols = dr[:, c0:c1] if apart else d[:, c0:c1]
             if srcs[k] < 0:

@@ -1,7 +1,8 @@
-"""What a compiled step is written with: the compile options and row helpers of the built-in ones.
+"""What a compiled step is written with: the built-in steps' compile options and row helpers.
 
 Importing this module imports numba. ``@jit`` compiles a step function the way the built-in
-steps are compiled (NumPy's error model so that loops vectorise, FMA contraction). The helpers work on 2D arrays with contiguous rows (what a step receives):
+steps are compiled (NumPy's error model so that loops vectorise, FMA contraction). The helpers
+work on 2D arrays with contiguous rows (what a step receives):
 
 - ``row(a, b)``: row ``b`` of ``a`` as a contiguous 1D array (loops over it vectorise);
 - ``sig(x)``, ``fast_tanh(x)``, ``act(x, code)``: scalars, in the array's precision (float32
@@ -19,7 +20,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from rnnkit.kernels._jit import OPTS, act, act_cols, act_ip, copy_rows, cst, dact_cols, dgate, fast_tanh, njit, row, sig
+from rnnkit.kernels._jit import (
+    OPTS,
+    act,
+    act_cols,
+    act_ip,
+    copy_rows,
+    cst,
+    dact_cols,
+    dgate,
+    fast_tanh,
+    njit,
+    row,
+    sig,
+)
 from rnnkit.kernels._walk import _zero_rows as zero_rows
 
 
@@ -29,5 +43,5 @@ def jit(fn: Any) -> Any:
     return njit(**{k: v for k, v in OPTS.items() if k != "cache"})(fn)
 
 
-__all__ = ["OPTS", "act", "act_cols", "act_ip", "copy_rows", "cst", "dact_cols", "dgate", "fast_tanh", "jit", "row",
-           "sig", "zero_rows"]
+__all__ = ["OPTS", "act", "act_cols", "act_ip", "copy_rows", "cst", "dact_cols", "dgate", "fast_tanh", "jit",
+           "row", "sig", "zero_rows"]

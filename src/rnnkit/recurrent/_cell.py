@@ -50,10 +50,10 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from rnnkit.kernels import Step
 from rnnkit._activations import ActivationFn, ActivationLike, resolve_activation
 from rnnkit._errors import InvalidParameterError
 from rnnkit._layer import check_positive_int
+from rnnkit.kernels import Step
 
 Arrays = tuple[np.ndarray, ...]
 #: an initialiser: ``init(rng, shape, dtype) -> array`` (drawn in float64, cast to ``dtype``)

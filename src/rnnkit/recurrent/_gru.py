@@ -41,8 +41,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from rnnkit.kernels import Step
 from rnnkit._activations import ActivationLike
+from rnnkit.kernels import Step
 from rnnkit.recurrent._cell import Arrays, StepBack
 from rnnkit.recurrent._gated import GatedCell, fed_back, fed_back_grad, gate_codes, resolve_gate_activation
 from rnnkit.recurrent._states import GRUState
@@ -96,7 +96,8 @@ class GRUCell(GatedCell):
         return (h,)
 
     def step_back(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None, prev: Arrays,
-                  new: Arrays, park: Mapping[str, np.ndarray], *, rdrop: np.ndarray | None = None) -> StepBack:
+                  new: Arrays, park: Mapping[str, np.ndarray], *,
+                  rdrop: np.ndarray | None = None) -> StepBack:
         H, U, sg = self.units, w["recurrent_kernel"], self.recurrent_activation
         (dh,) = d
         (h_prev,) = prev
@@ -122,8 +123,8 @@ class GRUResetAfterCell(GRUCell):
     bias_rows: ClassVar[int] = 2
     #: the gate arithmetic compiled: the product apart (with bias row 1), parks hu_n, the gates
     compiled_step: ClassVar[Step | None] = Step(
-        "rnnkit.kernels._gru:forward_ra", "rnnkit.kernels._gru:backward_ra", parks=lambda cell: {"hu_n": cell.units},
-        input_park="gates", rec_apart=True, options=gate_codes)
+        "rnnkit.kernels._gru:forward_ra", "rnnkit.kernels._gru:backward_ra",
+        parks=lambda cell: {"hu_n": cell.units}, input_park="gates", rec_apart=True, options=gate_codes)
 
     def rec_groups(self, width: int) -> list[tuple[str, int, int]]:
         return [("h", 0, width)]
@@ -151,7 +152,8 @@ class GRUResetAfterCell(GRUCell):
         return (h,)
 
     def step_back(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None, prev: Arrays,
-                  new: Arrays, park: Mapping[str, np.ndarray], *, rdrop: np.ndarray | None = None) -> StepBack:
+                  new: Arrays, park: Mapping[str, np.ndarray], *,
+                  rdrop: np.ndarray | None = None) -> StepBack:
         H, sg = self.units, self.recurrent_activation
         (dh,) = d
         (h_prev,) = prev

@@ -28,9 +28,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from rnnkit.kernels import Step
 from rnnkit._activations import ActivationLike
 from rnnkit._errors import InvalidParameterError
+from rnnkit.kernels import Step
 from rnnkit.recurrent._cell import Arrays, Param, StepBack
 from rnnkit.recurrent._gated import (
     GatedCell,
@@ -55,7 +55,7 @@ class LSTMCell(GatedCell):
     #: the gate arithmetic compiled (rnnkit.kernels._lstm); parks act_c (and m), the gates
     compiled_step: ClassVar[Step | None] = Step(
         "rnnkit.kernels._lstm:forward", "rnnkit.kernels._lstm:backward",
-        parks=lambda cell: {"act_c": cell.units, "m": cell.units} if cell.proj_size else {"act_c": cell.units},
+        parks=lambda cell: {"act_c": cell.units, **({"m": cell.units} if cell.proj_size else {})},
         input_park="gates", projects="m",
         options=lambda cell: gate_codes(cell, (1 if cell.proj_size else 0,)))
 
@@ -119,7 +119,8 @@ class LSTMCell(GatedCell):
         return (h, c)
 
     def step_back(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None, prev: Arrays,
-                  new: Arrays, park: Mapping[str, np.ndarray], *, rdrop: np.ndarray | None = None) -> StepBack:
+                  new: Arrays, park: Mapping[str, np.ndarray], *,
+                  rdrop: np.ndarray | None = None) -> StepBack:
         H, ra = self.units, self.recurrent_activation
         dh, dc = d
         _, c_prev = prev
