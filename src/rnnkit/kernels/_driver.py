@@ -12,7 +12,9 @@ compiled call. Each entry point splits the batch into row blocks (:mod:`._thread
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import weakref
 from typing import Any
 
 import numpy as np
@@ -66,10 +68,13 @@ def _no_panels(dt: np.dtype) -> np.ndarray:
     return np.zeros((1, 1, nr_of(dt)), dt)
 
 
+_NO_MASK = np.ones((0, 0), np.uint8)
+
+
 def _mask_arg(mask: np.ndarray | None, T: int, B: int) -> np.ndarray:
-    """The (T, B) uint8 mask the compiled loops read (all ones, never read, without a mask)."""
+    """The (T, B) uint8 mask the compiled loops read (an empty one, never read, without a mask)."""
     if mask is None:
-        return np.ones((T, B), np.uint8)
+        return _NO_MASK
     return np.ascontiguousarray(mask, dtype=np.uint8)
 
 
@@ -79,38 +84,66 @@ def _rdrop_arg(rdrop: np.ndarray | None, B: int, dt: np.dtype) -> tuple[np.ndarr
     return np.ascontiguousarray(rdrop, dtype=dt), True
 
 
-class _Plan:
-    """What a pass of one cell needs besides the data: weights (read-only views), the groups,
-    the parks, the options (read once per pass)."""
+class _Layout:
+    """What the compiled loops need of a cell's declarations (the step's handle and loops, the
+    parks, the groups, the projection): read once per cell object, input width and options."""
 
-    def __init__(self, cell: Any, step: Step, w: Any, dt: np.dtype) -> None:
-        self.step = step
+    def __init__(self, cell: Any, step: Step, N: int, opts: tuple[int, ...]) -> None:
         fwd, bwd = step.functions()
         self.handle = handle(fwd, bwd)
         loops = _walk.__dict__ if self.handle.cacheable else _walk.UNCACHED
         self.train, self.infer, self.back = loops["walk_train"], loops["walk_infer"], loops["walk_back"]
-        self.W = _ro(np.asarray(w[cell.input_kernel]))
-        self.U = _ro(np.asarray(w[cell.recurrent_kernel]))
-        self.N = self.W.shape[1]
-        bias = None if cell.bias is None else _ro(np.asarray(w[cell.bias]))
-        self.bias_rows = 0 if bias is None else bias.shape[0]
-        self.b0 = _zeros(self.N, dt) if bias is None else bias[0]
-        self.apart = step.rec_apart
-        self.b1 = bias[1] if bias is not None and bias.shape[0] == 2 else _zeros(self.N, dt)
         self.park_sizes = step.parks(cell)
         self.park_names = tuple(self.park_sizes)
-        self.groups = cell.rec_groups(self.N)
+        self.groups = cell.rec_groups(N)
         state0 = cell.state_names[0]
         self.srcs = tuple(-1 if src == state0 else self.park_names.index(src) for src, _, _ in self.groups)
         self.cols = tuple((c0, c1) for _, c0, c1 in self.groups)
         self.proj_name = getattr(cell, "projection", None)
         self.proj = self.park_names.index(step.projects) if self.proj_name else -1
+        self.opts = opts
+
+
+_layouts: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], _Layout]] = weakref.WeakKeyDictionary()
+
+
+def _layout(cell: Any, step: Step, N: int) -> _Layout:
+    opts = step.options(cell)
+    assert opts is not None, "the walker runs only cells that kernels.find accepted"
+    key = (step, N, tuple(int(v) for v in opts), getattr(cell, "projection", None))
+    try:
+        per = _layouts[cell]
+    except (KeyError, TypeError):   # (TypeError: a cell that cannot be weakly referenced)
+        per = {}
+        with contextlib.suppress(TypeError):
+            _layouts[cell] = per
+    got = per.get(key)
+    if got is None:
+        got = per[key] = _Layout(cell, step, N, key[2])
+    return got
+
+
+class _Plan:
+    """What a pass of one cell needs besides the data: its layout and the weights (read-only
+    views, no copies)."""
+
+    def __init__(self, cell: Any, step: Step, w: Any, dt: np.dtype) -> None:
+        self.step = step
+        self.W = _ro(np.asarray(w[cell.input_kernel]))
+        self.U = _ro(np.asarray(w[cell.recurrent_kernel]))
+        self.N = N = self.W.shape[1]
+        lay = _layout(cell, step, N)
+        self.handle, self.train, self.infer, self.back = lay.handle, lay.train, lay.infer, lay.back
+        self.park_sizes, self.park_names, self.groups = lay.park_sizes, lay.park_names, lay.groups
+        self.srcs, self.cols, self.proj, self.opts = lay.srcs, lay.cols, lay.proj, lay.opts
+        self.proj_name = lay.proj_name
+        bias = None if cell.bias is None else _ro(np.asarray(w[cell.bias]))
+        self.bias_rows = 0 if bias is None else bias.shape[0]
+        self.b0 = _zeros(N, dt) if bias is None else bias[0]
+        self.apart = step.rec_apart
+        self.b1 = bias[1] if bias is not None and bias.shape[0] == 2 else _zeros(N, dt)
         self.Wp = _ro(np.asarray(w[self.proj_name])) if self.proj_name else None
-        self.own_names = step.own
         self.own = (*(_ro(np.ascontiguousarray(w[n]).reshape(-1)) for n in step.own), _empty_own(dt))
-        opts = step.options(cell)
-        assert opts is not None, "the walker runs only cells that kernels.find accepted"
-        self.opts = tuple(int(v) for v in opts)
 
     def packed_u(self) -> tuple[np.ndarray, ...]:
         if len(self.cols) == 1:
@@ -158,9 +191,10 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
             parks = {step.input_park: xw, **parks}
         return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), (hist, parks)
     # inference: the state in a ring of two rows, one chunk of projections; the output in (B, T, out)
-    ring = tuple(np.empty((2, B, n), dt) for n in sizes)
-    for k, r in enumerate(ring):
-        r[0] = 0.0 if init is None else init[k]
+    ring = tuple(np.zeros((2, B, n), dt) for n in sizes)
+    if init is not None:
+        for k, r in enumerate(ring):
+            r[0] = init[k]
     pk1 = (*(np.empty((1, B, wd), dt) for wd in pl.park_sizes.values()), np.empty((1, B, 0), dt))
     out = np.empty((B, T if keep_seq else 1, sizes[0]), dt)
     seq_view = out.transpose(1, 0, 2)
