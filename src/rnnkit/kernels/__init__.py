@@ -42,8 +42,8 @@ contiguous rows (any row stride: a block of the batch), B the rows of the block:
   end of phase 0 it must hold the part of dL/d(state entering) that does not pass through the
   products (zero if none). ``dfed`` (B, S) accumulates dL/d(fed) (the walker adds the products'
   share and then applies the dropout mask); ``dpk[q]`` (B, w) holds dL/d(park q) from the
-  product that read it (or from the output projection). ``gown[n][j]`` (B, size) receives each
-  row's contribution to the gradient of ``own[n]`` (the walker sums over rows and steps).
+  product that read it (or from the output projection). ``gown[n]`` (B, size) accumulates each
+  row's contributions to the gradient of ``own[n]`` over the steps (the walker sums the rows).
 
 Rules (checked when a layer is built, an :class:`~rnnkit.InvalidParameterError` naming the
 rule otherwise): the cell names an ``input_kernel`` and a ``recurrent_kernel``; one or two
@@ -54,7 +54,7 @@ runs on whatever the state holds and the walker puts the carried state back afte
 backward, those rows arrive with a zero gradient and what the step returns for them is
 discarded, so the step must stay finite there. The step must write only what it is given to
 write (``a``, ``rec``, ``st[.][i1]``, ``pk[.][j]``, ``tmp``; ``d``, ``dr``, ``dfed``, ``dst``,
-``gown[.][j]``, ``tmp``, and ``dpk`` of the parks it reads back), and nothing across rows.
+``gown``, ``tmp``, and ``dpk`` of the parks it reads back), and nothing across rows.
 
 Select the path::
 

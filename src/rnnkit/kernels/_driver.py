@@ -230,7 +230,7 @@ def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.n
     pk = (*(parks[n] for n in names), np.empty((T, B, 0), dt))
     gates = parks[step.input_park] if step.input_park is not None else np.empty((T, B, 0), dt)
     dh_seq = np.empty((T, B, cell.output_size if pl.proj >= 0 else 0), dt)
-    gown = (*(np.empty((T, B, w[n].size), dt) for n in step.own), np.empty((T, B, 0), dt))
+    gown = (*(np.zeros((B, w[n].size), dt) for n in step.own), np.zeros((B, 0), dt))
     ht = tuple(states)
     run_blocks(B, lambda lo, hi: pl.back(
         pl.handle, g3, full, ht, pk, gates, dxw, drec, d_init, mk, mask is not None, rm, rd, PUT, pl.srcs,
@@ -268,5 +268,5 @@ def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.n
              dWp.shape[1])
         grads[pl.proj_name] = dWp
     for n, a in zip(step.own, gown, strict=False):
-        grads[n] = a.reshape(T * B, a.shape[2]).sum(axis=0).reshape(w[n].shape)
+        grads[n] = a.sum(axis=0).reshape(w[n].shape)   # over the rows, in one fixed order
     return dx_tm, grads, d_init
