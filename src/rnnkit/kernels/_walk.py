@@ -153,7 +153,8 @@ def walk_back(step: Any, g3: Any, full: bool, hist: Any, parks: Any, gates: Any,
     entry, accumulate each row's contributions to the gradients of the step's own parameters.
     ``g3`` is the upstream gradient (B, T, out) when ``full`` (return_sequences), else
     (B, 1, out); ``d_init`` (B, w) per state part holds dL/d(final state) on entry and
-    dL/d(initial state) on exit. With an output projection ``dh_seq`` (T, B, out) receives dL/d(state part 0) of every step."""
+    dL/d(initial state) on exit. With an output projection ``dh_seq`` (T, B, out) receives
+    dL/d(state part 0) of every step."""
     st, pk, gown = cols_block(hist, lo, hi), cols_block(parks, lo, hi), rows_block(gowns, lo, hi)
     g3, gates, dxw, drec, dh_seq = g3[lo:hi], gates[:, lo:hi], dxw[:, lo:hi], drec[:, lo:hi], dh_seq[:, lo:hi]
     mask, rm = mask[:, lo:hi], rm[lo:hi]
