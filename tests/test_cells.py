@@ -1,5 +1,5 @@
 """The cell as the one extension point: the cell options against PyTorch and finite differences,
-``rnn.rnn``, ``RNNNet`` inside models, cells without the batched reductions, the kernel registry.
+``rnn.rnn``, ``RNNNet`` inside models, cells without the batched reductions, kernel dispatch.
 
 Parity with torch 2.13.0 (copied weights): float32 outputs and final states <= 1e-5, every
 gradient <= 1e-4 relative to the largest of its kind; float64 <= 1e-12 (gradients 1e-11)."""
@@ -223,17 +223,25 @@ def test_a_cell_without_batched_reductions() -> None:
     assert type(layer.zero_state(2)).__name__ == "ScaledElmanState"
 
 
-def test_registry_is_by_exact_cell_type() -> None:
-    class MyLSTMCell(rk.LSTMCell):   # a subclass may change the arithmetic: not the LSTM kernel
+def test_kernels_dispatch_on_the_compiled_step_not_the_type() -> None:
+    class MyLSTMCell(rk.LSTMCell):   # the LSTM's arithmetic, kept: its compiled step runs
         pass
 
+    class MyGRUCell(rk.GRUResetAfterCell):   # changes step, declares no compiled step: the reference
+        def step(self, w: Any, inp: Any, prev: Any, park: Any, *, rdrop: Any = None) -> Any:
+            (h,) = super().step(w, inp, prev, park, rdrop=rdrop)
+            return (np.tanh(h),)
+
     layer = rk.RecurrentLayer(MyLSTMCell(3), seed=1, input_dim=2, dtype="float64")
-    assert rk.kernels.find(layer.cell) is None
-    assert rk.kernels.find(rk.LSTM(3).cell) is not None or not rk.kernels.available()
+    assert (rk.kernels.find(layer.cell) is not None) == rk.kernels.available()
+    assert rk.kernels.find(MyGRUCell(3)) is None
     ref = rk.LSTM(3, seed=1, input_dim=2, dtype="float64")
     x = _x((2, 5, 2))
     np.testing.assert_allclose(layer.predict(x), ref.predict(x), atol=1e-14)
     assert_gradcheck(layer, x)
+    gru = rk.RecurrentLayer(MyGRUCell(3), seed=1, input_dim=2, dtype="float64")
+    plain = rk.GRU(3, reset_after=True, seed=1, input_dim=2, dtype="float64")
+    assert np.abs(gru.predict(x) - plain.predict(x)).max() > 1e-3   # its own arithmetic ran
 
 
 def test_custom_cell_step_returning_a_wrong_shape_is_named() -> None:
@@ -257,7 +265,7 @@ def test_custom_cell_layer_saves_and_loads(tmp_path: Path) -> None:
 
 
 def test_kernels_package_never_imports_the_cells() -> None:
-    """The kernels package knows cells only through the registry and the KernelCell protocol."""
+    """The kernels package knows cells only through their declarations (the KernelCell protocol)."""
     root = Path(rk.__file__).parent / "kernels"
     for path in root.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -52,9 +52,9 @@ def run(layer: rk.RecurrentLayer, x: np.ndarray, init: Any) -> dict[str, Any]:
     """Everything a pass produces, by name."""
     ctx = rk.Ctx.training()
     y = layer.forward(x, ctx)
-    cache = ctx._caches[id(layer)][-1][1]
-    saved = {"x_tm": cache["x_tm"].copy(), **{f"state{k}": a.copy() for k, a in enumerate(cache["states"])},
-             **{f"park_{n}": a.copy() for n, a in cache["parks"].items()}}
+    cache = ctx.peek(layer).walk
+    saved = {"x_tm": cache.x_tm.copy(), **{f"state{k}": a.copy() for k, a in enumerate(cache.states)},
+             **{f"park_{n}": a.copy() for n, a in cache.parks.items()}}
     g = np.random.default_rng(5).standard_normal(y.shape)
     dx = layer.backward(g, ctx)
     out = {"y_train": y, "dx": dx, **saved, **{f"d_{n}": ctx.grad(layer, n) for n in layer.weight_names}}

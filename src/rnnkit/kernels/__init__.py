@@ -1,22 +1,60 @@
-"""Fast paths of the recurrent layers: compiled time loops beside the NumPy reference.
+"""Fast paths of the recurrent layers: one compiled walker over each cell's compiled step.
 
-The cells stay the readable reference. Compiled loops are REGISTERED for a cell type
-(:func:`register`: ``{cell type -> kernel}``); this package never imports the cells. When the
-mode is ``"fast"`` (the default) and the kernel's :meth:`supports` accepts the cell, the walker
-hands it the whole time loop (:func:`find`); a cell without a kernel (a user's own, or a
-built-in one with a softmax activation) runs the reference, with no warning. The built-in
-kernels cover SimpleRNN, LSTM (with or without projection) and GRU (either ``reset_after``)
-with activations tanh, sigmoid, hard_sigmoid, relu or linear, with or without bias. A kernel
-produces the reference's caches, so either backward can follow either forward.
+The cells stay the readable reference (:meth:`rnnkit.Cell.step` / ``step_back``). A cell may
+also give its step's gate arithmetic as compiled functions over rows (:class:`Step`, the class
+attribute :attr:`rnnkit.Cell.compiled_step`); then, when the mode is ``"fast"`` (the default),
+ONE compiled walker runs the time loop of every such cell: the input projection, the recurrent
+product of each group of :meth:`~rnnkit.Cell.rec_groups` on packed weights, the output
+projection, direction, masks, recurrent dropout, initial and final states, batch-block
+threading, the cache, and the batched weight-gradient reductions; the cell's functions only
+compute what happens between the products. SimpleRNN, LSTM (with ``proj_size``) and GRU (both
+forms) are such cells. A cell without a compiled step (or whose :meth:`Step.options` returns
+None for its configuration, e.g. a softmax activation) runs the reference, with no warning.
+:func:`find` decides; it never looks at the cell's type: a subclass that overrides ``step``,
+``step_back`` or ``rec_groups`` below the class that declares ``compiled_step`` runs the
+reference until it declares a compiled step of its own.
 
-A kernel is any object with::
+The compiled step
+-----------------
 
-    supports(cell) -> bool
-    walk(cell, weights, x_tm, init, record, keep_seq) -> (seq | None, final states, cache | None)
-    walk_back(cell, weights, cache, grad, full) -> (dx_tm, {weight name: gradient}, d_init)
+``forward(k, a, rec, fed, st, i0, i1, pk, j, own, tmp, opts)`` runs after the product of group
+``k`` (for ``k`` = 0, 1, ... in order) of each step; ``backward(k, g, d, dr, dfed, fed, dst,
+dpk, st, i0, i1, pk, j, own, gown, tmp, opts)`` runs before the gradient goes back through
+that product (``k`` = ..., 1, 0). Both are ``numba.njit`` functions (``rnnkit.kernels.ops``
+has the options and helpers of the built-in ones); every 2D array below is (B, width) with
+contiguous rows (any row stride: a block of the batch), B the rows of the block:
 
-with the meaning of :func:`rnnkit.recurrent._walker.walk` / ``walk_back``; the cell's options
-are read from its public attributes (:class:`KernelCell`) and the weights arrive as a mapping.
+- ``a`` (B, N): the step input ``x_s @ W + b[0]``, to which the products of the groups up to
+  ``k`` are added (unless ``rec_apart``); the step may overwrite it (it is parked under
+  ``input_park`` as the step leaves it). ``rec`` (B, N): with ``rec_apart``, the products go
+  here instead, onto row 1 of the bias (zeros without one); (B, 0) otherwise.
+- ``fed`` (B, S): state part 0 as the products see it (times the recurrent dropout mask).
+- ``st``: the state parts, 3D arrays; the step reads ``st[p][i0]`` (entering) and writes
+  ``st[p][i1]`` (leaving) for every part, except part 0 under an output projection, which the
+  walker writes as ``pk[projects][j] @ P`` after the last group.
+- ``pk``: the parks, 3D arrays in :meth:`Step.parks` order; the step writes ``pk[q][j]``. A
+  group whose source is a park reads the park written by an earlier group's step.
+- ``own``: the parameters named by :attr:`Step.own`, flattened (read-only). ``opts``: the ints
+  of :meth:`Step.options`. ``tmp`` (B, N): scratch for this call only.
+- backward: ``g`` = the parked step input (B, N); ``d`` (B, N) receives dL/d(step input)
+  (every column of group ``k`` by the end of phase ``k``), ``dr`` dL/d(rec) with ``rec_apart``.
+  ``dst`` (B, w) per state part holds dL/d(state leaving) on entry to the first phase; by the
+  end of phase 0 it must hold the part of dL/d(state entering) that does not pass through the
+  products (zero if none). ``dfed`` (B, S) accumulates dL/d(fed) (the walker adds the products'
+  share and then applies the dropout mask); ``dpk[q]`` (B, w) holds dL/d(park q) from the
+  product that read it (or from the output projection). ``gown[n]`` (B, size) accumulates each
+  row's contributions to the gradient of ``own[n]`` over the steps (the walker sums the rows).
+
+Rules (checked when a layer is built, an :class:`~rnnkit.InvalidParameterError` naming the
+rule otherwise): the cell names an ``input_kernel`` and a ``recurrent_kernel``; one or two
+groups, contiguous from column 0 to N, each from state part 0 or a park as wide as U has
+rows; a bias has 1 row, or 2 with ``rec_apart``; ``own`` names parameters that are none of
+those; parks have distinct names, none a state part's or ``input_park``. On masked rows the step
+runs on whatever the state holds and the walker puts the carried state back afterwards;
+backward, those rows arrive with a zero gradient and what the step returns for them is
+discarded, so the step must stay finite there. The step must write only what it is given to
+write (``a``, ``rec``, ``st[.][i1]``, ``pk[.][j]``, ``tmp``; ``d``, ``dr``, ``dfed``, ``dst``,
+``gown``, ``tmp``, and ``dpk`` of the parks it reads back), and nothing across rows.
 
 Select the path::
 
@@ -37,26 +75,30 @@ size: a row's result is computed the same way whatever rows share its block.
 Numba is imported on the first call that needs a kernel, never by ``import rnnkit``; if it is
 missing, one ``RuntimeWarning`` says so and every layer runs the reference.
 
-Compilation: the first call of a kernel for a dtype compiles it for this machine (Numba) and
-stores it in Numba's on-disk cache; later processes load it (well under a second). The first
-compilation of a process says so once on stderr; :func:`compile_seconds` counts the time spent
-compiling, which the training progress bar leaves out of its rate and time estimates.
+Compilation: the walker is compiled once per compiled step and dtype that a process uses (a
+model compiles only its own cells), and stored in Numba's on-disk cache keyed on the step's
+source files; later processes load it (well under a second). The first compilation of a
+process says so once on stderr; :func:`compile_seconds` counts the time spent compiling, which
+the training progress bar leaves out of its rate and time estimates.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import importlib
 import os
 import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
 
 from rnnkit._errors import InvalidParameterError
+from rnnkit.kernels._rules import check_step
 
 MODES = ("fast", "reference")
 _ENV = "RNNKIT_KERNELS"
@@ -167,64 +209,127 @@ def _load() -> ModuleType | None:
     return drv
 
 
+#: the activation codes of the compiled steps (``rnnkit.kernels.ops.act`` and friends)
+ACTIVATION_CODES = {"tanh": 0, "sigmoid": 1, "relu": 2, "linear": 3, "hard_sigmoid": 4}
+
+
+def activation_code(fn: Any) -> int | None:
+    """The code of an activation (anything with a ``name``) for the compiled steps, or None."""
+    return ACTIVATION_CODES.get(getattr(fn, "name", None))  # type: ignore[arg-type]
+
+
 class KernelCell(Protocol):
-    """What a kernel may read of a cell: its public configuration."""
+    """Everything the compiled walker reads of a cell: its public declarations."""
 
     units: int
     state_names: tuple[str, ...]
     input_kernel: str | None
     recurrent_kernel: str | None
     bias: str | None
+    compiled_step: Step | None
 
     def state_sizes(self) -> tuple[int, ...]: ...
 
+    @property
+    def output_size(self) -> int: ...
 
-#: the key under which the weights mapping a walk receives carries the pass's recurrent dropout
-#: mask (B, S) (the state is multiplied by it where it enters the recurrent products)
-RECURRENT_DROPOUT = "__recurrent_dropout__"
+    def rec_groups(self, width: int) -> list[tuple[str, int, int]]: ...
 
-_REGISTRY: dict[type, Any] = {}
-_resolved: dict[str, Any] = {}   # "module:attribute" -> the kernel it names, once imported
-
-
-def register(cell_type: type, kernel: Any) -> None:
-    """Run ``cell_type``'s time loops with ``kernel`` (an object, or ``"module:attribute"``,
-    imported on first use). Exactly this type: a subclass of a registered cell runs the
-    reference until it registers a kernel of its own."""
-    if not isinstance(cell_type, type):
-        raise InvalidParameterError(f"rnnkit.kernels.register: expected a cell class, got {cell_type!r}")
-    _REGISTRY[cell_type] = kernel
+    def params(self, input_dim: int) -> list[Any]: ...
 
 
-def _resolve(cell_type: type) -> Any:
-    impl = _REGISTRY.get(cell_type)
-    if isinstance(impl, str):      # a built-in kernel: compiled with numba, imported lazily
-        if _load() is None:        # numba missing: warned once
-            return None
-        import importlib
-
-        got = _resolved.get(impl)
-        if got is None:
-            mod, _, attr = impl.partition(":")
-            got = _resolved[impl] = getattr(importlib.import_module(mod), attr)
-        return got
-    return impl
+def _no_parks(cell: Any) -> dict[str, int]:
+    return {}
 
 
-def find(cell: Any) -> Any:
-    """The registered kernel that runs ``cell`` here, or None (the reference)."""
-    if mode() != "fast" or type(cell) not in _REGISTRY:
+def _no_options(cell: Any) -> tuple[int, ...]:
+    return ()
+
+
+def _resolve_fn(f: Any) -> Any:
+    if isinstance(f, str):
+        mod, _, attr = f.partition(":")
+        return getattr(importlib.import_module(mod), attr)
+    return f
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """A cell's compiled step (see the module docstring for the functions' arguments).
+
+    ``forward`` / ``backward``: ``numba.njit`` functions, or ``"module:attribute"`` strings
+    imported on first use. ``parks(cell)``: ``{name: width}`` of what the step parks, in order.
+    ``input_park``: the name the step input is parked under (None: not parked). ``rec_apart``:
+    the products go to ``rec``, not onto the step input. ``projects``: the park that the
+    cell's output projection (its ``projection`` attribute names the parameter, (width, S))
+    multiplies into state part 0. ``own``: parameters the step reads, whose gradients it writes
+    per row. ``options(cell)``: the ints handed to the step (activation codes...), or None when
+    this configuration has no compiled step (the reference runs)."""
+
+    forward: Any
+    backward: Any
+    parks: Callable[[Any], dict[str, int]] = _no_parks
+    input_park: str | None = None
+    rec_apart: bool = False
+    projects: str | None = None
+    own: tuple[str, ...] = ()
+    options: Callable[[Any], tuple[int, ...] | None] = _no_options
+
+    def functions(self) -> tuple[Any, Any]:
+        """(forward, backward) as compiled functions (imports them on first use)."""
+        return _resolve_fn(self.forward), _resolve_fn(self.backward)
+
+
+_OVERRIDABLE = ("step", "step_back", "rec_groups")
+_by_type: dict[type, Step | None] = {}
+
+
+def _owner(cls: type, name: str) -> type | None:
+    return next((c for c in cls.__mro__ if name in c.__dict__), None)
+
+
+def compiled_step(cell: Any) -> Step | None:
+    """The cell's compiled step, or None: none declared, or ``step`` / ``step_back`` /
+    ``rec_groups`` overridden below the class that declares it (the override is not compiled)."""
+    cls = type(cell)
+    if cls in _by_type:
+        return _by_type[cls]
+    step = getattr(cls, "compiled_step", None)
+    got: Step | None = None
+    if isinstance(step, Step):
+        where = _owner(cls, "compiled_step")
+        assert where is not None
+        if all((o := _owner(cls, n)) is None or issubclass(where, o) for n in _OVERRIDABLE):
+            got = step
+    _by_type[cls] = got
+    return got
+
+
+def driver() -> ModuleType:
+    """The compiled walker's glue (:mod:`._driver`); only after :func:`find` returned a step."""
+    drv = _load()
+    assert drv is not None, "kernels.driver() without numba"
+    return drv
+
+
+def find(cell: Any) -> Step | None:
+    """The compiled step that runs ``cell`` here, or None (the reference)."""
+    if mode() != "fast":
         return None
-    impl = _resolve(type(cell))
-    if impl is None or not impl.supports(cell):
+    step = compiled_step(cell)
+    if step is None or step.options(cell) is None or _load() is None:
         return None
-    return impl
+    return step
 
 
-def registered() -> dict[type, Any]:
-    """A copy of the registry ``{cell type: kernel or "module:attribute"}``."""
-    return dict(_REGISTRY)
+
+def check(cell: Any, where: str) -> None:
+    """Raise :class:`~rnnkit.InvalidParameterError` when the cell's compiled step (if it gives
+    one) breaks a rule (the module docstring lists them); called when a layer is built."""
+    step = compiled_step(cell)
+    if step is not None:
+        check_step(cell, step, where)
 
 
-__all__ = ["MODES", "RECURRENT_DROPOUT", "KernelCell", "available", "compile_seconds", "find", "mode",
-           "register", "registered", "set_mode", "use"]
+__all__ = ["ACTIVATION_CODES", "MODES", "KernelCell", "Step", "activation_code", "available", "check",
+           "compile_seconds", "compiled_step", "find", "mode", "set_mode", "use"]

@@ -1,30 +1,28 @@
-"""The built-in kernels: Python glue between the walker and the compiled loops.
+"""Python glue between the walker and the compiled loops of :mod:`._walk`, for every cell.
 
-One object per cell type (:data:`SIMPLE`, :data:`LSTM`, :data:`GRU`, :data:`GRU_RESET_AFTER`),
-registered by the cells themselves (``rnnkit.kernels.register``); this module never imports
-them. The cell is read through its public attributes (the names of its input kernel, recurrent
-kernel and bias; units; activations; options) and the weights arrive as a mapping.
-
-``walk`` returns exactly what the reference walker returns (the same cache: ``x_tm``,
-``states`` (T+1, B, size) per state part, ``parks`` by the cell's names), so either backward
-can follow either forward; ``walk_back`` runs the backward walk (``_back``, filling ``dxw`` /
-``drec``), then the batched reductions in one compiled call. Each entry point splits the batch
-into row blocks (:mod:`._threads`). The training loops get the whole (C-contiguous) arrays and
-their block's rows ``lo, hi``, and slice inside: one compiled version serves a whole batch and a
-block of it alike (handing them the slices made two, compiled twice on a new machine).
+:func:`walk` / :func:`walk_back` take a cell and its compiled step (an
+:class:`rnnkit.kernels.Step`); the cell is read through its public declarations only (the
+names of its input kernel, recurrent kernel, bias and output projection, ``rec_groups``,
+``state_sizes``), the weights arrive as a mapping and are read in place (read-only views: one
+compiled version whatever the caller). ``walk`` returns exactly what the reference walker
+returns (the same :class:`~rnnkit.recurrent._walker.WalkCache`), so either backward can follow
+either forward; ``walk_back`` runs the backward walk, then the batched reductions in one
+compiled call. Each entry point splits the batch into row blocks (:mod:`._threads`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import weakref
 from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels import RECURRENT_DROPOUT, _gru, _lstm, _simple
+from rnnkit.kernels import Step, _walk
 from rnnkit.kernels._gemm import project, reductions
-from rnnkit.kernels._jit import ACT_CODES
-from rnnkit.kernels._packed import gemm, pack
+from rnnkit.kernels._packed import gemm, nr_of, pack
+from rnnkit.kernels._steps import handle
 from rnnkit.kernels._threads import blocks, run_blocks, run_parts
 
 Arrays = tuple[np.ndarray, ...]
@@ -33,9 +31,9 @@ Arrays = tuple[np.ndarray, ...]
 #: bytes (a bound independent of T: inference keeps no per-step arrays)
 CHUNK_BYTES = 1 << 22
 
-#: from this many multiply-adds ((T*B) * G*H * (F+H)) on, the reductions run in parts on the
+#: from this many multiply-adds ((T*B) * N * (F+S)) on, the reductions run in parts on the
 #: cores (gate columns of dW/dU/db, rows of dx; one packed product each) instead of one call;
-#: likewise the training projection (rows), from (T*B) * F * G*H
+#: likewise the training projection (rows), from (T*B) * F * N
 PARALLEL_REDUCTIONS = 1 << 24
 
 
@@ -44,294 +42,231 @@ def _chunk(T: int, B: int, row_bytes: int) -> int:
     return max(1, min(T, CHUNK_BYTES // max(B * row_bytes, 1)))
 
 
-def _mask_arg(mask: np.ndarray | None, T: int, B: int) -> np.ndarray:
-    """The (T, B) uint8 mask the compiled loops read (all ones, never read, without a mask)."""
-    if mask is None:
-        return np.ones((T, B), np.uint8)
-    return np.ascontiguousarray(mask, dtype=np.uint8)
-
-
-def _rdrop_arg(w: Any, B: int, dt: np.dtype) -> tuple[np.ndarray, bool]:
-    """The recurrent dropout mask (B, S) of the pass and whether there is one."""
-    rm = w.get(RECURRENT_DROPOUT) if hasattr(w, "get") else None
-    if rm is None:
-        return np.empty((B, 0), dt), False
-    return np.ascontiguousarray(rm, dtype=dt), True
+def _ro(a: np.ndarray) -> np.ndarray:
+    """A read-only view (no copy): every weight reaches the compiled code as one array type."""
+    if not a.flags.writeable:
+        return a
+    v = a.view()
+    v.flags.writeable = False
+    return v
 
 
 @functools.cache
-def _no_projection(dt: np.dtype) -> np.ndarray:
-    """The placeholder the LSTM loops get for the projection of a layer without one."""
-    return pack(np.zeros((1, 1), dt))
+def _zeros(n: int, dt: np.dtype) -> np.ndarray:
+    """A read-only zero row (bias rows of a cell without a bias)."""
+    return _ro(np.zeros(n, dt))
 
 
-def _codes(cell: Any) -> tuple[int, int]:
-    rec = getattr(cell, "recurrent_activation", None)
-    return ACT_CODES[cell.activation.name], ACT_CODES[rec.name if rec is not None else "sigmoid"]
+@functools.cache
+def _empty_own(dt: np.dtype) -> np.ndarray:
+    return _ro(np.zeros(0, dt))
 
 
-class _Kernel:
-    """Shared glue; subclasses run one cell type's compiled loops on a block of batch rows."""
+@functools.cache
+def _no_panels(dt: np.dtype) -> np.ndarray:
+    """The packed placeholder of a cell without an output projection."""
+    return np.zeros((1, 1, nr_of(dt)), dt)
 
-    #: parked arrays besides ``gates`` (which is the projection buffer itself), each H wide
-    parks: tuple[str, ...] = ()
-    #: whether the gates (the projection buffer, overwritten in place) are parked
-    park_gates = True
 
-    def supports(self, cell: Any) -> bool:
-        rec = getattr(cell, "recurrent_activation", None)
-        return cell.activation.name in ACT_CODES and (rec is None or rec.name in ACT_CODES)
+_NO_MASK = np.ones((0, 0), np.uint8)
 
-    def _arrays(self, cell: Any, w: Any, dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        # writable copies (the layer's weights are read-only): packing reads them once per pass, and a
-        # read-only array would be a second type, compiled a second time on a new machine
-        W = np.array(w[cell.input_kernel])
-        U = np.array(w[cell.recurrent_kernel])
-        b = np.array(w[cell.bias]) if cell.bias is not None else np.zeros((cell.bias_rows, W.shape[1]), dt)
-        return W, U, b
 
-    def walk(self, cell: Any, w: Any, x_tm: np.ndarray, init: Arrays | None, record: bool,
-             keep_seq: bool, mask: np.ndarray | None = None
-             ) -> tuple[np.ndarray | None, Arrays, dict[str, Any] | None]:
-        T, B, F = x_tm.shape
-        dt = x_tm.dtype
-        mk = _mask_arg(mask, T, B)
-        rm, rdrop = _rdrop_arg(w, B, dt)
-        W, U, bias = self._arrays(cell, w, dt)
-        GH, H = W.shape[1], cell.units
-        PW, PU = pack(W), self._pack(cell, U)    # laid out once for every step's product
-        sizes = cell.state_sizes()
-        ex = self._extra(cell, w)
-        codes = _codes(cell)
-        if record:
-            xw = np.empty((T, B, GH), dt)
-            x2, xw2, b0 = x_tm.reshape(T * B, F), xw.reshape(T * B, GH), bias[0]
-            if T * B * F * GH >= PARALLEL_REDUCTIONS:   # rows in parts on the cores
-                run_parts(T * B, lambda lo, hi: project(x2[lo:hi], PW, b0, xw2[lo:hi]))
-            else:
-                project(x2, PW, b0, xw2)
-            hist = [np.empty((T + 1, B, n), dt) for n in sizes]
-            for k, a in enumerate(hist):
-                a[0] = 0.0 if init is None else init[k]
-            parks = {n: np.empty((T, B, H), dt) for n in self._park_names(cell)}
-            if self.park_gates:
-                parks = {"gates": xw, **parks}
-            run_blocks(B, lambda lo, hi: self._train(
-                cell, xw, PU, bias, hist, parks, ex, codes, (mk, mask is not None, rm, rdrop, lo, hi)))
-            cache = {"x_tm": x_tm, "states": hist, "parks": parks, "mask": mask}
-            return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), cache
-        # inference: the state and one chunk of projections; the output written in (B, T, out) order
-        st = [np.zeros((B, n), dt) if init is None else np.array(init[k], dt, order="C")
-              for k, n in enumerate(sizes)]
-        out = np.empty((B, T if keep_seq else 1, sizes[0]), dt)
-        seq_view = out.transpose(1, 0, 2)
+def _mask_arg(mask: np.ndarray | None, T: int, B: int) -> np.ndarray:
+    """The (T, B) uint8 mask the compiled loops read (an empty one, never read, without a mask)."""
+    if mask is None:
+        return _NO_MASK
+    return np.ascontiguousarray(mask, dtype=np.uint8)
 
-        def infer(lo: int, hi: int) -> None:
-            xb = x_tm if hi - lo == B else np.ascontiguousarray(x_tm[:, lo:hi])
-            buf = np.empty((_chunk(T, hi - lo, GH * dt.itemsize) * (hi - lo), GH), dt)
-            self._infer(cell, xb, PW, bias, PU, [a[lo:hi] for a in st], seq_view[:, lo:hi], keep_seq,
-                        buf, ex, codes, (np.ascontiguousarray(mk[:, lo:hi]), mask is not None))
 
-        run_blocks(B, infer)
-        return (seq_view if keep_seq else None), tuple(st), None
+def _rdrop_arg(rdrop: np.ndarray | None, B: int, dt: np.dtype) -> tuple[np.ndarray, bool]:
+    if rdrop is None:
+        return np.empty((B, 0), dt), False
+    return np.ascontiguousarray(rdrop, dtype=dt), True
 
-    def walk_back(self, cell: Any, w: Any, cache: dict[str, Any], g: np.ndarray, full: bool,
-                  d_final: Arrays | None = None) -> tuple[np.ndarray, dict[str, np.ndarray], Arrays]:
-        x_tm, hist, parks = cache["x_tm"], cache["states"], cache["parks"]
-        T, B, F = x_tm.shape
-        dt = x_tm.dtype
-        W, U = np.array(w[cell.input_kernel]), w[cell.recurrent_kernel]
-        GH = W.shape[1]
-        PUT = self._pack_back(cell, np.array(U))     # U^T (or its blocks), laid out once
-        dxw = np.empty((T, B, GH), dt)
-        drec = np.empty((T, B, GH), dt) if self.separate_rec else dxw
-        d_init = [np.zeros((B, n), dt) if d_final is None else np.array(d_final[k], dt, order="C")
-                  for k, n in enumerate(cell.state_sizes())]
-        mask = cache.get("mask")
-        mk = _mask_arg(mask, T, B)
-        rm, rdrop = _rdrop_arg(w, B, dt)
-        g3 = np.ascontiguousarray(g).reshape(B, T if full else 1, cell.output_size)
-        ex = self._extra_back(cell, w, T, B, dt)
-        codes = _codes(cell)
-        run_blocks(B, lambda lo, hi: self._back(
-            cell, g3, full, hist, parks, PUT, ex, codes, d_init, dxw, drec,
-            (mk, mask is not None, rm, rdrop, lo, hi)))
-        names, groups = cell.state_names, cell.rec_groups(GH)
-        P = [(hist[names.index(src)][:T] * (rm if rdrop else 1)) if src in names else parks[src]
-             for src, _, _ in groups]
-        P = [p.reshape(T * B, p.shape[-1]) for p in P]
-        dW = np.empty((F, GH), dt)
-        db = np.empty((w[cell.bias].shape[0] if cell.bias is not None else 1, GH), dt)
-        dU = np.empty(U.shape, dt)
-        dx_tm = np.empty((T, B, F), dt)
-        args = (x_tm.reshape(T * B, F), dxw.reshape(T * B, GH), drec.reshape(T * B, GH), drec is dxw,
-                P[0], P[-1],
-                groups[0][2], W, dW, db, dU, dx_tm.reshape(T * B, F))
-        big = T * B * GH * (F + U.shape[0]) >= PARALLEL_REDUCTIONS
-        starts = [lo for lo, _ in blocks(T * B)] if big else [0]
-        n_parts = len(starts)
 
-        def part(lo: int, hi: int) -> None:   # rows [lo, hi) of dx; the matching share of columns
-            k = starts.index(lo)
-            reductions(*args, GH * k // n_parts, GH * (k + 1) // n_parts, lo, hi)
+class _Layout:
+    """What the compiled loops need of a cell's declarations (the step's handle and loops, the
+    parks, the groups, the projection): read once per cell object, input width and options."""
 
-        if n_parts == 1:
-            reductions(*args, 0, GH, 0, T * B)
+    def __init__(self, cell: Any, step: Step, N: int, opts: tuple[int, ...]) -> None:
+        fwd, bwd = step.functions()
+        self.handle = handle(fwd, bwd)
+        loops = _walk.__dict__ if self.handle.cacheable else _walk.UNCACHED
+        self.train, self.infer, self.back = loops["walk_train"], loops["walk_infer"], loops["walk_back"]
+        self.park_sizes = step.parks(cell)
+        self.park_names = tuple(self.park_sizes)
+        self.groups = cell.rec_groups(N)
+        state0 = cell.state_names[0]
+        self.srcs = tuple(-1 if src == state0 else self.park_names.index(src) for src, _, _ in self.groups)
+        self.cols = tuple((c0, c1) for _, c0, c1 in self.groups)
+        self.proj_name = getattr(cell, "projection", None)
+        self.proj = self.park_names.index(step.projects) if self.proj_name else -1
+        self.opts = opts
+
+
+_layouts: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], _Layout]] = weakref.WeakKeyDictionary()
+
+
+def _layout(cell: Any, step: Step, N: int) -> _Layout:
+    opts = step.options(cell)
+    assert opts is not None, "the walker runs only cells that kernels.find accepted"
+    key = (step, N, tuple(int(v) for v in opts), getattr(cell, "projection", None))
+    try:
+        per = _layouts[cell]
+    except (KeyError, TypeError):   # (TypeError: a cell that cannot be weakly referenced)
+        per = {}
+        with contextlib.suppress(TypeError):
+            _layouts[cell] = per
+    got = per.get(key)
+    if got is None:
+        got = per[key] = _Layout(cell, step, N, key[2])
+    return got
+
+
+class _Plan:
+    """What a pass of one cell needs besides the data: its layout and the weights (read-only
+    views, no copies)."""
+
+    def __init__(self, cell: Any, step: Step, w: Any, dt: np.dtype) -> None:
+        self.step = step
+        self.W = _ro(np.asarray(w[cell.input_kernel]))
+        self.U = _ro(np.asarray(w[cell.recurrent_kernel]))
+        self.N = N = self.W.shape[1]
+        lay = _layout(cell, step, N)
+        self.handle, self.train, self.infer, self.back = lay.handle, lay.train, lay.infer, lay.back
+        self.park_sizes, self.park_names, self.groups = lay.park_sizes, lay.park_names, lay.groups
+        self.srcs, self.cols, self.proj, self.opts = lay.srcs, lay.cols, lay.proj, lay.opts
+        self.proj_name = lay.proj_name
+        bias = None if cell.bias is None else _ro(np.asarray(w[cell.bias]))
+        self.bias_rows = 0 if bias is None else bias.shape[0]
+        self.b0 = _zeros(N, dt) if bias is None else bias[0]
+        self.apart = step.rec_apart
+        self.b1 = bias[1] if bias is not None and bias.shape[0] == 2 else _zeros(N, dt)
+        self.Wp = _ro(np.asarray(w[self.proj_name])) if self.proj_name else None
+        self.own = (*(_ro(np.ascontiguousarray(w[n]).reshape(-1)) for n in step.own), _empty_own(dt))
+
+    def packed_u(self) -> tuple[np.ndarray, ...]:
+        if len(self.cols) == 1:
+            return (pack(self.U),)
+        return tuple(pack(self.U, cols=c) for c in self.cols)
+
+    def packed_ut(self) -> tuple[np.ndarray, ...]:
+        if len(self.cols) == 1:
+            return (pack(self.U, trans=True),)
+        UT = _ro(np.ascontiguousarray(self.U.T))
+        return tuple(pack(UT[c0:c1]) for c0, c1 in self.cols)
+
+
+def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, record: bool, keep_seq: bool,
+         mask: np.ndarray | None = None, rdrop: np.ndarray | None = None
+         ) -> tuple[np.ndarray | None, Arrays, tuple[list[np.ndarray], dict[str, np.ndarray]] | None]:
+    """The forward walk (see :func:`rnnkit.recurrent._walker.walk`); returns (seq, final,
+    (states, parks) when ``record``)."""
+    T, B, F = x_tm.shape
+    dt = x_tm.dtype
+    pl = _Plan(cell, step, w, dt)
+    N = pl.N
+    mk = _mask_arg(mask, T, B)
+    PW, PU = pack(pl.W), pl.packed_u()       # laid out once for every step's product
+    PWp = pack(pl.Wp) if pl.Wp is not None else _no_panels(dt)
+    sizes = cell.state_sizes()
+    if record:
+        rm, rd = _rdrop_arg(rdrop, B, dt)
+        xw = np.empty((T, B, N), dt)
+        x2, xw2 = x_tm.reshape(T * B, F), xw.reshape(T * B, N)
+        if T * B * F * N >= PARALLEL_REDUCTIONS:   # rows in parts on the cores
+            run_parts(T * B, lambda lo, hi: project(x2[lo:hi], PW, pl.b0, xw2[lo:hi]))
         else:
-            run_parts(T * B, part)
-        grads = {cell.input_kernel: dW, cell.recurrent_kernel: dU}
-        if cell.bias is not None:
-            grads[cell.bias] = db
-        grads.update(self._extra_grads(cell, cache, ex))
-        return dx_tm, grads, tuple(d_init)
+            project(x2, PW, pl.b0, xw2)
+        hist = [np.empty((T + 1, B, n), dt) for n in sizes]
+        for k, a in enumerate(hist):
+            a[0] = 0.0 if init is None else init[k]
+        parks = {n: np.empty((T, B, wd), dt) for n, wd in pl.park_sizes.items()}
+        pk = (*parks.values(), np.empty((T, B, 0), dt))
+        ht = tuple(hist)
+        run_blocks(B, lambda lo, hi: pl.train(
+            pl.handle, xw, ht, pk, mk, mask is not None, rm, rd, PU, pl.srcs, pl.cols, pl.apart, pl.b1,
+            pl.proj, PWp, pl.own, pl.opts, lo, hi))
+        if step.input_park is not None:
+            parks = {step.input_park: xw, **parks}
+        return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), (hist, parks)
+    # inference: the state in a ring of two rows, one chunk of projections; the output in (B, T, out)
+    ring = tuple(np.zeros((2, B, n), dt) for n in sizes)
+    if init is not None:
+        for k, r in enumerate(ring):
+            r[0] = init[k]
+    pk1 = (*(np.empty((1, B, wd), dt) for wd in pl.park_sizes.values()), np.empty((1, B, 0), dt))
+    out = np.empty((B, T if keep_seq else 1, sizes[0]), dt)
+    seq_view = out.transpose(1, 0, 2)
 
-    # -- per cell type ------------------------------------------------------------------------
-    separate_rec = False
+    def infer(lo: int, hi: int) -> None:
+        xb = x_tm if hi - lo == B else np.ascontiguousarray(x_tm[:, lo:hi])
+        buf = np.empty((_chunk(T, hi - lo, N * dt.itemsize) * (hi - lo), N), dt)
+        pl.infer(pl.handle, xb, PW, pl.b0, ring, pk1, seq_view, keep_seq, buf, mk, mask is not None, PU,
+                   pl.srcs, pl.cols, pl.apart, pl.b1, pl.proj, PWp, pl.own, pl.opts, lo, hi)
 
-    def _pack(self, cell: Any, U: np.ndarray) -> Any:
-        """The recurrent kernel as the forward loops read it (packed panels)."""
-        return pack(U)
-
-    def _pack_back(self, cell: Any, U: np.ndarray) -> Any:
-        """U^T as the backward loops read it (packed panels)."""
-        return pack(U, trans=True)
-
-    def _park_names(self, cell: Any) -> tuple[str, ...]:
-        return self.parks
-
-    def _extra(self, cell: Any, w: Any) -> Any:
-        return None
-
-    def _extra_back(self, cell: Any, w: Any, T: int, B: int, dt: np.dtype) -> Any:
-        return None
-
-    def _extra_grads(self, cell: Any, cache: dict[str, Any], ex: Any) -> dict[str, np.ndarray]:
-        return {}
-
-    def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
-               ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
-        raise NotImplementedError
-
-    def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
-               buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
-        raise NotImplementedError
-
-    def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
-              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any,
-              mm: tuple[Any, ...]) -> None:
-        raise NotImplementedError
+    run_blocks(B, infer)
+    return (seq_view if keep_seq else None), tuple(r[T % 2] for r in ring), None
 
 
-class _SimpleKernel(_Kernel):
-    park_gates = False
+def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.ndarray],
+              parks: dict[str, np.ndarray], mask: np.ndarray | None, rdrop: np.ndarray | None, g: np.ndarray,
+              full: bool, d_final: Arrays | None = None) -> tuple[np.ndarray, dict[str, np.ndarray], Arrays]:
+    """The backward walk and the batched reductions (see ``rnnkit.recurrent._walker.walk_back``)."""
+    T, B, F = x_tm.shape
+    dt = x_tm.dtype
+    pl = _Plan(cell, step, w, dt)
+    N = pl.N
+    PUT = pl.packed_ut()                      # U^T (or its blocks), laid out once
+    PWpT = pack(pl.Wp, trans=True) if pl.Wp is not None else _no_panels(dt)
+    dxw = np.empty((T, B, N), dt)
+    drec = np.empty((T, B, N), dt) if pl.apart else dxw
+    d_init = tuple(np.zeros((B, n), dt) if d_final is None else np.array(d_final[k], dt, order="C")
+                   for k, n in enumerate(cell.state_sizes()))
+    mk = _mask_arg(mask, T, B)
+    rm, rd = _rdrop_arg(rdrop, B, dt)
+    g3 = np.ascontiguousarray(g).reshape(B, T if full else 1, cell.output_size)
+    names = pl.park_names
+    pk = (*(parks[n] for n in names), np.empty((T, B, 0), dt))
+    gates = parks[step.input_park] if step.input_park is not None else np.empty((T, B, 0), dt)
+    dh_seq = np.empty((T, B, cell.output_size if pl.proj >= 0 else 0), dt)
+    gown = (*(np.zeros((B, w[n].size), dt) for n in step.own), np.zeros((B, 0), dt))
+    ht = tuple(states)
+    run_blocks(B, lambda lo, hi: pl.back(
+        pl.handle, g3, full, ht, pk, gates, dxw, drec, d_init, mk, mask is not None, rm, rd, PUT, pl.srcs,
+        pl.cols, pl.apart, pl.proj, PWpT, dh_seq, pl.own, gown, pl.opts, lo, hi))
+    state0 = cell.state_names[0]
+    P = [(states[0][:T] * rm if rd else states[0][:T]) if src == state0 else parks[src]
+         for src, _, _ in pl.groups]
+    P = [p.reshape(T * B, p.shape[-1]) for p in P]
+    dW = np.empty((F, N), dt)
+    db = np.empty((max(pl.bias_rows, 1), N), dt)
+    dU = np.empty(pl.U.shape, dt)
+    dx_tm = np.empty((T, B, F), dt)
+    args = (x_tm.reshape(T * B, F), dxw.reshape(T * B, N), drec.reshape(T * B, N), drec is dxw,
+            P[0], P[-1], pl.groups[0][2], pl.W, dW, db, dU, dx_tm.reshape(T * B, F))
+    big = T * B * N * (F + pl.U.shape[0]) >= PARALLEL_REDUCTIONS
+    starts = [lo for lo, _ in blocks(T * B)] if big else [0]
+    n_parts = len(starts)
 
-    def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
-               ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
-        _simple.simple_train(xw, U, hist[0], codes[0], *mm)
+    def part(lo: int, hi: int) -> None:   # rows [lo, hi) of dx; the matching share of columns
+        k = starts.index(lo)
+        reductions(*args, N * k // n_parts, N * (k + 1) // n_parts, lo, hi)
 
-    def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
-               buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
-        _simple.simple_infer(xb, W, bias[0], U, st[0], seq, keep, buf, codes[0], *mm)
-
-    def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
-              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any,
-              mm: tuple[Any, ...]) -> None:
-        _simple.simple_back(g3, full, hist[0], U, codes[0], d_init[0], dxw, *mm)
-
-
-class _LSTMKernel(_Kernel):
-    """With ``proj_size``: parks ``m`` too, and ``projection_kernel``'s gradient is one GEMM
-    ``m^T @ dh`` over every step after the walk."""
-
-    def _park_names(self, cell: Any) -> tuple[str, ...]:
-        return ("act_c", "m") if cell.proj_size else ("act_c",)
-
-    def _extra(self, cell: Any, w: Any) -> Any:
-        dt = w[cell.input_kernel].dtype
-        return pack(np.array(w[cell.projection])) if cell.proj_size else _no_projection(dt)
-
-    def _extra_back(self, cell: Any, w: Any, T: int, B: int, dt: np.dtype) -> Any:
-        if not cell.proj_size:
-            return _no_projection(dt), np.empty((T, B, 0), dt)
-        return pack(np.array(w[cell.projection]), trans=True), np.empty((T, B, cell.proj_size), dt)
-
-    def _extra_grads(self, cell: Any, cache: dict[str, Any], ex: Any) -> dict[str, np.ndarray]:
-        if not cell.proj_size:
-            return {}
-        m, dh_seq = cache["parks"]["m"], ex[1]
-        T, B, H = m.shape
-        P = cell.proj_size
-        dWp = np.empty((H, P), m.dtype)
-        gemm(m.reshape(T * B, H).T, dh_seq.reshape(T * B, P), False, dWp, False, 0, P)
-        return {cell.projection: dWp}
-
-    def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
-               ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
-        m = parks["m"] if cell.proj_size else parks["act_c"]   # (unused without a projection)
-        _lstm.lstm_train(xw, U, hist[0], hist[1], parks["act_c"], bool(cell.proj_size), ex, m, *codes, *mm)
-
-    def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
-               buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
-        _lstm.lstm_infer(xb, W, bias[0], U, st[0], st[1], seq, keep, buf, bool(cell.proj_size), ex, *codes,
-                         *mm)
-
-    def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
-              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any,
-              mm: tuple[Any, ...]) -> None:
-        WpT, dh_seq = ex
-        _lstm.lstm_back(g3, full, hist[1], parks["gates"], parks["act_c"], U,
-                        bool(cell.proj_size), WpT, dh_seq, d_init[0], d_init[1], *codes, dxw, *mm)
-
-
-class _GRUKernel(_Kernel):
-    """reset_after=False multiplies by two blocks of U (``U_zr``, ``U_n``), each packed apart."""
-
-    parks = ("rh",)
-
-    def _pack(self, cell: Any, U: np.ndarray) -> Any:
-        H = cell.units
-        return pack(U, cols=(0, 2 * H)), pack(U, cols=(2 * H, 3 * H))
-
-    def _pack_back(self, cell: Any, U: np.ndarray) -> Any:
-        UT = np.ascontiguousarray(U.T)
-        H = cell.units
-        return pack(UT[2 * H:]), pack(UT[:2 * H])   # (U_n)^T, (U_zr)^T
-
-    def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
-               ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
-        _gru.gru_train(xw, U[0], U[1], hist[0], parks["rh"], *codes, *mm)
-
-    def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
-               buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
-        _gru.gru_infer(xb, W, bias[0], U[0], U[1], bias[0], False, st[0], seq, keep, buf,
-                       *codes, *mm)
-
-    def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
-              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any,
-              mm: tuple[Any, ...]) -> None:
-        _gru.gru_back(g3, full, hist[0], parks["gates"], parks["rh"], U[0], U[1], *codes, d_init[0], dxw, *mm)
-
-
-class _GRUResetAfterKernel(_Kernel):
-    parks = ("hu_n",)
-    separate_rec = True
-
-    def _train(self, cell: Any, xw: Any, U: Any, bias: Any, hist: list[Any], parks: dict[str, Any],
-               ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
-        _gru.gru_ra_train(xw, U, bias[1], hist[0], parks["hu_n"], *codes, *mm)
-
-    def _infer(self, cell: Any, xb: Any, W: Any, bias: Any, U: Any, st: list[Any], seq: Any, keep: bool,
-               buf: Any, ex: Any, codes: tuple[int, int], mm: tuple[Any, ...]) -> None:
-        _gru.gru_infer(xb, W, bias[0], U, U, bias[1], True, st[0], seq, keep, buf, *codes, *mm)
-
-    def _back(self, cell: Any, g3: Any, full: bool, hist: list[Any], parks: dict[str, Any], U: Any, ex: Any,
-              codes: tuple[int, int], d_init: list[Any], dxw: Any, drec: Any,
-              mm: tuple[Any, ...]) -> None:
-        _gru.gru_ra_back(g3, full, hist[0], parks["gates"], parks["hu_n"], U, *codes,
-                         d_init[0], dxw, drec, *mm)
-
-
-SIMPLE = _SimpleKernel()
-LSTM = _LSTMKernel()
-GRU = _GRUKernel()
-GRU_RESET_AFTER = _GRUResetAfterKernel()
+    if n_parts == 1:
+        reductions(*args, 0, N, 0, T * B)
+    else:
+        run_parts(T * B, part)
+    grads = {cell.input_kernel: dW, cell.recurrent_kernel: dU}
+    if cell.bias is not None:
+        grads[cell.bias] = db
+    if pl.proj >= 0:                           # dWp = m^T @ dh over every step, one product
+        assert step.projects is not None
+        m = parks[step.projects]
+        dWp = np.empty(pl.Wp.shape, dt)        # type: ignore[union-attr]
+        gemm(m.reshape(T * B, m.shape[2]).T, dh_seq.reshape(T * B, dh_seq.shape[2]), False, dWp, False, 0,
+             dWp.shape[1])
+        grads[pl.proj_name] = dWp
+    for n, a in zip(step.own, gown, strict=False):
+        grads[n] = a.sum(axis=0).reshape(w[n].shape)   # over the rows, in one fixed order
+    return dx_tm, grads, d_init

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit import kernels
 from rnnkit._activations import ActivationFn
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
@@ -22,7 +23,7 @@ from rnnkit._shape import Shape
 from rnnkit.recurrent._cell import Arrays, Cell
 from rnnkit.recurrent._registry import cell_from_config, cell_to_config
 from rnnkit.recurrent._streaming import Streaming
-from rnnkit.recurrent._walker import walk, walk_back
+from rnnkit.recurrent._walker import PassCache, walk, walk_back
 
 
 def kind_config(cell: Cell, walk_config: dict[str, Any]) -> dict[str, Any]:
@@ -71,6 +72,7 @@ class RecurrentLayer(Streaming, Layer):
             raise TypeError(f"RecurrentLayer: cell must be an rnnkit.Cell, got {type(cell).__name__}")
         super().__init__(seed=seed, dtype=dtype, name=name if name is not None else cell.name)
         cell.check(self.name)
+        kernels.check(cell, self.name)
         self.cell = cell
         self.return_sequences = check_bool(return_sequences, "return_sequences", self.name)
         self.go_backwards = check_bool(go_backwards, "go_backwards", self.name)
@@ -276,13 +278,13 @@ class RecurrentLayer(Streaming, Layer):
         ``return_state``, ``grad`` is a list ``[d_output, *d_final_state_parts]`` (any entry None:
         zero)."""
         self._require_built("backward")
-        cache = ctx.peek(self)
-        if cache["api"] == "seq":     # recorded by seq_init: (d_seq, d_final_state)
+        cache: PassCache = ctx.peek(self)
+        if cache.api == "seq":     # recorded by seq_init: (d_seq, d_final_state)
             if not isinstance(grad, tuple) or len(grad) != 2:
                 raise InvalidInputError(f"{self.name}: a pass recorded by seq_init takes backward((d_seq, "
                                         f"d_final_state), ctx); got {type(grad).__name__}")
             out = self._back(cache, grad[0], None if grad[1] is None else tuple(grad[1]), ctx)
-            dx, d_init = (out[0], self.cell.make_state(tuple(out[1:]))) if cache["given"] else (out, None)
+            dx, d_init = (out[0], self.cell.make_state(tuple(out[1:]))) if cache.given else (out, None)
             return dx, d_init
         g_state = None
         if self.return_state:
@@ -324,22 +326,18 @@ class RecurrentLayer(Streaming, Layer):
             x_tm = np.ascontiguousarray(xt[::-1] if self.go_backwards else xt)
         else:
             x_tm = arr[np.arange(B)[None, :], idx]
-        w: Any = self._weights
         rdrop = None
         if ctx.training_mode and self.recurrent_dropout > 0.0:
             S = self.cell.state_sizes()[0]
             rdrop = (ctx.rng.random((B, S)) >= self.recurrent_dropout).astype(self.dtype)
             rdrop /= self.dtype.type(1.0 - self.recurrent_dropout)
-            w = {**self._weights, self.cell.RECURRENT_DROPOUT: rdrop}
-        seq, final, cache = walk(self.cell, w, x_tm, parts, ctx.training_mode, keep_seq, m_tm)
+        seq, final, wc = walk(self.cell, self._weights, x_tm, parts, ctx.training_mode, keep_seq, m_tm, rdrop)
         if self.stateful and api == "layer":
             self._state = tuple(np.array(f) for f in final)
         lengths = mask is not None and mask.kind == "lengths"
-        if cache is not None:
-            cache.update(out_shape=(B, T, self.output_size) if keep_seq else (B, self.output_size), idx=idx,
-                         zero_pad=lengths and keep_seq, drop=drop, given=given, api=api, rdrop=rdrop,
-                         in_shape=arr.shape)
-            ctx.save(self, cache)
+        if wc is not None:
+            ctx.save(self, PassCache(wc, (B, T, self.output_size) if keep_seq else (B, self.output_size),
+                                     arr.shape, idx, lengths and keep_seq, drop, given, api))
         if keep_seq:
             assert seq is not None
             out = seq.transpose(1, 0, 2).copy()  # never a view of the cache (B == 1, T == 1)
@@ -348,6 +346,8 @@ class RecurrentLayer(Streaming, Layer):
                 out *= m_tm.T[:, :, None]
         else:
             out = np.array(final[0])
+        if not (self.return_state or api != "layer"):   # the final state is not handed out
+            return out, ()
         return out, tuple(np.array(f) for f in final)
 
     def _order(self, mask: Any, B: int, T: int) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -361,36 +361,34 @@ class RecurrentLayer(Streaming, Layer):
         idx = np.ascontiguousarray(mask.reverse_index(T).T)   # reversed within each length
         return idx, np.ascontiguousarray(np.take_along_axis(valid, idx.T, axis=1).T)
 
-    def _back(self, cache: dict[str, Any], grad: Any, g_state: Any, ctx: Ctx) -> Any:
+    def _back(self, cache: PassCache, grad: Any, g_state: Any, ctx: Ctx) -> Any:
         # no gradient for the output (only the states are used downstream): zero
-        shape = cache["out_shape"]
+        shape = cache.out_shape
         g = np.zeros(shape, self.dtype) if grad is None else self._as_grad(grad, shape)
         d_final = None
         if g_state is not None:
-            B = cache["in_shape"][0]
+            B = cache.in_shape[0]
             d_final = tuple(np.zeros((B, n), self.dtype) if d is None else self._as_grad(d, (B, n))
                             for d, n in zip(g_state, self.cell.state_sizes(), strict=True))
         ctx.load(self)  # consumed only once the gradient fits
-        full = len(cache["out_shape"]) == 3
-        if cache["zero_pad"]:   # outputs past each sequence's end are constant zeros
-            g = g * cache["mask"].T[:, :, None]
-        w: Any = self._weights
-        if cache["rdrop"] is not None:
-            w = {**self._weights, self.cell.RECURRENT_DROPOUT: cache["rdrop"]}
-        dx_tm, grads, d_init = walk_back(self.cell, w, cache, g, full, d_final)
+        full = len(cache.out_shape) == 3
+        if cache.zero_pad:   # outputs past each sequence's end are constant zeros
+            assert cache.walk.mask is not None
+            g = g * cache.walk.mask.T[:, :, None]
+        dx_tm, grads, d_init = walk_back(self.cell, self._weights, cache.walk, g, full, d_final)
         for name in self._trainable:
             ctx.add_grad(self, name, grads[name])
-        idx = cache["idx"]
+        idx = cache.idx
         if idx is None:
             if self.go_backwards:
                 dx_tm = dx_tm[::-1]
             dx = np.ascontiguousarray(dx_tm.transpose(1, 0, 2))
         else:
-            dx = np.empty(cache["in_shape"], self.dtype)
+            dx = np.empty(cache.in_shape, self.dtype)
             dx[np.arange(dx.shape[0])[None, :], idx] = dx_tm
-        if cache["drop"] is not None:
-            dx *= cache["drop"]
-        return [dx, *d_init] if cache["given"] else dx
+        if cache.drop is not None:
+            dx *= cache.drop
+        return [dx, *d_init] if cache.given else dx
 
     # -- configuration -----------------------------------------------------------------------
     def get_config(self) -> dict[str, Any]:

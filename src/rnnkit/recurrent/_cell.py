@@ -35,8 +35,10 @@ What a cell declares:
   :attr:`StepBack.params`.
 
 A cell holds configuration only (units, activations, options): no weights and nothing of a
-pass. Compiled kernels can be registered for a cell type (:func:`rnnkit.kernels.register`);
-a cell without one runs this reference arithmetic.
+pass. A cell may also give its step compiled (:attr:`Cell.compiled_step`, a
+:class:`rnnkit.kernels.Step`: the gate arithmetic between the walker's products, forward and
+backward, as numba functions over rows); the compiled walker then runs it. A cell without one
+runs this reference arithmetic.
 """
 
 from __future__ import annotations
@@ -48,10 +50,10 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from rnnkit import kernels
 from rnnkit._activations import ActivationFn, ActivationLike, resolve_activation
 from rnnkit._errors import InvalidParameterError
 from rnnkit._layer import check_positive_int
+from rnnkit.kernels import Step
 
 Arrays = tuple[np.ndarray, ...]
 #: an initialiser: ``init(rng, shape, dtype) -> array`` (drawn in float64, cast to ``dtype``)
@@ -117,11 +119,16 @@ class Cell:
     input_kernel: str | None = None
     recurrent_kernel: str | None = None
     bias: str | None = None
+    #: the parameter (width, S) an output projection multiplies into state part 0 (compiled steps)
+    projection: str | None = None
     #: whether the cell applies a recurrent dropout mask: in a training pass of a layer with
-    #: ``recurrent_dropout``, ``w[RECURRENT_DROPOUT]`` (B, S) multiplies the state where it
-    #: enters the recurrent products (not where it is carried), forward and backward
+    #: ``recurrent_dropout``, ``step`` and ``step_back`` get the keyword ``rdrop`` (B, S), which
+    #: multiplies state part 0 where it enters the recurrent products (not where it is carried)
     supports_recurrent_dropout: ClassVar[bool] = False
-    RECURRENT_DROPOUT: ClassVar[str] = kernels.RECURRENT_DROPOUT
+    #: the step compiled (:class:`rnnkit.kernels.Step`), or None: the reference runs. It counts
+    #: only for the class that declares it and its subclasses that keep its ``step``,
+    #: ``step_back`` and ``rec_groups``
+    compiled_step: ClassVar[Step | None] = None
 
     def __init__(self, units: int, activation: ActivationLike = "tanh") -> None:
         self.units = check_positive_int(units, "units", self.name)
@@ -164,7 +171,8 @@ class Cell:
              park: dict[str, np.ndarray] | None) -> Arrays:
         """Forward one step: return the new state parts. ``w`` maps parameter names to arrays;
         ``park`` is a dict to fill with whatever :meth:`step_back` needs later (training), or
-        None (inference: park nothing)."""
+        None (inference: park nothing). A cell with :attr:`supports_recurrent_dropout` also
+        takes the keyword ``rdrop`` (the pass's mask, or None), here and in :meth:`step_back`."""
         raise NotImplementedError(f"{type(self).__name__}.step")
 
     def step_back(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None, prev: Arrays,

@@ -21,6 +21,7 @@ from rnnkit._activations import ActivationFn, ActivationLike, resolve_activation
 from rnnkit._errors import InvalidParameterError
 from rnnkit._initializers import glorot_uniform, semi_orthogonal
 from rnnkit._layer import check_bool
+from rnnkit.kernels import activation_code
 from rnnkit.recurrent._cell import Cell, Param, check_softmax_axis
 
 #: recurrent (gate) activations a gated cell accepts
@@ -92,14 +93,22 @@ class GatedCell(Cell):
         return cfg
 
 
-def fed_back(w: Any, h_prev: np.ndarray) -> np.ndarray:
+def fed_back(rdrop: np.ndarray | None, h_prev: np.ndarray) -> np.ndarray:
     """The state as the recurrent products see it: ``h_prev``, or ``h_prev`` times the pass's
-    recurrent dropout mask."""
-    rm = w.get(Cell.RECURRENT_DROPOUT)
-    return h_prev if rm is None else h_prev * rm
+    recurrent dropout mask ``rdrop``."""
+    return h_prev if rdrop is None else h_prev * rdrop
 
 
-def fed_back_grad(w: Any, d: np.ndarray) -> np.ndarray:
+def fed_back_grad(rdrop: np.ndarray | None, d: np.ndarray) -> np.ndarray:
     """dL/dh_prev from dL/d(the state as the recurrent products saw it)."""
-    rm = w.get(Cell.RECURRENT_DROPOUT)
-    return d if rm is None else d * rm
+    return d if rdrop is None else d * rdrop
+
+
+def gate_codes(cell: Any, extra: tuple[int, ...] = ()) -> tuple[int, ...] | None:
+    """The compiled steps' options of a gated cell: (activation code, gate activation code,
+    *extra), or None when an activation has no compiled form (the reference runs)."""
+    code = activation_code(cell.activation)
+    rcode = activation_code(getattr(cell, "recurrent_activation", None) or cell.activation)
+    if code is None or rcode is None:
+        return None
+    return (code, rcode, *extra)

@@ -41,10 +41,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from rnnkit import kernels
 from rnnkit._activations import ActivationLike
+from rnnkit.kernels import Step
 from rnnkit.recurrent._cell import Arrays, StepBack
-from rnnkit.recurrent._gated import GatedCell, fed_back, fed_back_grad, resolve_gate_activation
+from rnnkit.recurrent._gated import GatedCell, fed_back, fed_back_grad, gate_codes, resolve_gate_activation
 from rnnkit.recurrent._states import GRUState
 
 
@@ -57,6 +57,10 @@ class GRUCell(GatedCell):
     gates: ClassVar[int] = 3
     state_type: ClassVar[type | None] = GRUState
     reset_after: ClassVar[bool] = False
+    #: the gate arithmetic compiled (rnnkit.kernels._gru): two groups, parks rh, the gates
+    compiled_step: ClassVar[Step | None] = Step(
+        "rnnkit.kernels._gru:forward", "rnnkit.kernels._gru:backward", parks=lambda cell: {"rh": cell.units},
+        input_park="gates", options=gate_codes)
 
     def __init__(self, units: int, activation: ActivationLike = "tanh", *,
                  recurrent_activation: ActivationLike = "sigmoid", use_bias: bool = True) -> None:
@@ -73,10 +77,10 @@ class GRUCell(GatedCell):
         return cfg
 
     def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
-             park: dict[str, np.ndarray] | None) -> Arrays:
+             park: dict[str, np.ndarray] | None, *, rdrop: np.ndarray | None = None) -> Arrays:
         H, U = self.units, w["recurrent_kernel"]
         (h_prev,) = prev
-        hm = fed_back(w, h_prev)                           # (h_prev under recurrent dropout)
+        hm = fed_back(rdrop, h_prev)                           # (h_prev under recurrent dropout)
         gates = hm @ U[:, :2 * H]                          # 1.
         gates += inp[:, :2 * H]
         self.recurrent_activation(gates, out=gates)        # 2.
@@ -93,7 +97,8 @@ class GRUCell(GatedCell):
         return (h,)
 
     def step_back(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None, prev: Arrays,
-                  new: Arrays, park: Mapping[str, np.ndarray]) -> StepBack:
+                  new: Arrays, park: Mapping[str, np.ndarray], *,
+                  rdrop: np.ndarray | None = None) -> StepBack:
         H, U, sg = self.units, w["recurrent_kernel"], self.recurrent_activation
         (dh,) = d
         (h_prev,) = prev
@@ -105,10 +110,10 @@ class GRUCell(GatedCell):
         dxw = np.empty_like(gates)
         dxw[:, 2 * H:] = da_n = self.activation.vjp(n, dn)  # 4b.
         drh = da_n @ U[:, 2 * H:].T
-        dr = drh * fed_back(w, h_prev)                     # 3b.
+        dr = drh * fed_back(rdrop, h_prev)                     # 3b.
         dxw[:, :H] = sg.vjp(z, dz)                         # 2b.
         dxw[:, H:2 * H] = sg.vjp(r, dr)
-        dh_prev += fed_back_grad(w, drh * r + dxw[:, :2 * H] @ U[:, :2 * H].T)   # 1b.
+        dh_prev += fed_back_grad(rdrop, drh * r + dxw[:, :2 * H] @ U[:, :2 * H].T)   # 1b.
         return StepBack((dh_prev,), dxw)
 
 
@@ -118,15 +123,19 @@ class GRUResetAfterCell(GRUCell):
     kind: ClassVar[str | None] = "GRU"
     reset_after: ClassVar[bool] = True
     bias_rows: ClassVar[int] = 2
+    #: the gate arithmetic compiled: the product apart (with bias row 1), parks hu_n, the gates
+    compiled_step: ClassVar[Step | None] = Step(
+        "rnnkit.kernels._gru:forward_ra", "rnnkit.kernels._gru:backward_ra",
+        parks=lambda cell: {"hu_n": cell.units}, input_park="gates", rec_apart=True, options=gate_codes)
 
     def rec_groups(self, width: int) -> list[tuple[str, int, int]]:
         return [("h", 0, width)]
 
     def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
-             park: dict[str, np.ndarray] | None) -> Arrays:
+             park: dict[str, np.ndarray] | None, *, rdrop: np.ndarray | None = None) -> Arrays:
         H = self.units
         (h_prev,) = prev
-        hu = fed_back(w, h_prev) @ w["recurrent_kernel"]   # 1.
+        hu = fed_back(rdrop, h_prev) @ w["recurrent_kernel"]   # 1.
         if self.use_bias:
             hu += w["bias"][1]
         gates = inp + hu                                   # (the n block is replaced below)
@@ -145,7 +154,8 @@ class GRUResetAfterCell(GRUCell):
         return (h,)
 
     def step_back(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None, prev: Arrays,
-                  new: Arrays, park: Mapping[str, np.ndarray]) -> StepBack:
+                  new: Arrays, park: Mapping[str, np.ndarray], *,
+                  rdrop: np.ndarray | None = None) -> StepBack:
         H, sg = self.units, self.recurrent_activation
         (dh,) = d
         (h_prev,) = prev
@@ -162,9 +172,6 @@ class GRUResetAfterCell(GRUCell):
         dxw[:, :H] = sg.vjp(z, dz)                         # 2b.
         dxw[:, H:2 * H] = sg.vjp(r, dr)
         drec[:, :2 * H] = dxw[:, :2 * H]
-        dh_prev += fed_back_grad(w, drec @ w["recurrent_kernel"].T)   # 1b.
+        dh_prev += fed_back_grad(rdrop, drec @ w["recurrent_kernel"].T)   # 1b.
         return StepBack((dh_prev,), dxw, drec)
 
-
-kernels.register(GRUCell, "rnnkit.kernels._driver:GRU")
-kernels.register(GRUResetAfterCell, "rnnkit.kernels._driver:GRU_RESET_AFTER")

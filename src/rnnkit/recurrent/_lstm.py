@@ -28,11 +28,18 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from rnnkit import kernels
 from rnnkit._activations import ActivationLike
 from rnnkit._errors import InvalidParameterError
+from rnnkit.kernels import Step
 from rnnkit.recurrent._cell import Arrays, Param, StepBack
-from rnnkit.recurrent._gated import GatedCell, fed_back, fed_back_grad, glorot_gates, resolve_gate_activation
+from rnnkit.recurrent._gated import (
+    GatedCell,
+    fed_back,
+    fed_back_grad,
+    gate_codes,
+    glorot_gates,
+    resolve_gate_activation,
+)
 from rnnkit.recurrent._states import LSTMState
 
 
@@ -46,6 +53,12 @@ class LSTMCell(GatedCell):
     gates: ClassVar[int] = 4
     state_names: ClassVar[tuple[str, ...]] = ("h", "c")
     state_type: ClassVar[type | None] = LSTMState
+    #: the gate arithmetic compiled (rnnkit.kernels._lstm); parks act_c (and m), the gates
+    compiled_step: ClassVar[Step | None] = Step(
+        "rnnkit.kernels._lstm:forward", "rnnkit.kernels._lstm:backward",
+        parks=lambda cell: {"act_c": cell.units, **({"m": cell.units} if cell.proj_size else {})},
+        input_park="gates", projects="m",
+        options=lambda cell: gate_codes(cell, (1 if cell.proj_size else 0,)))
 
     def __init__(self, units: int, activation: ActivationLike = "tanh", *,
                  recurrent_activation: ActivationLike = "sigmoid", use_bias: bool = True,
@@ -86,10 +99,10 @@ class LSTMCell(GatedCell):
         return cfg
 
     def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
-             park: dict[str, np.ndarray] | None) -> Arrays:
+             park: dict[str, np.ndarray] | None, *, rdrop: np.ndarray | None = None) -> Arrays:
         H, ra = self.units, self.recurrent_activation
         h_prev, c_prev = prev
-        a = fed_back(w, h_prev) @ w["recurrent_kernel"]   # 1.
+        a = fed_back(rdrop, h_prev) @ w["recurrent_kernel"]   # 1.
         a += inp
         ra(a[:, :2 * H], out=a[:, :2 * H])                # 2. i, f
         self.activation(a[:, 2 * H:3 * H], out=a[:, 2 * H:3 * H])  # g
@@ -107,7 +120,8 @@ class LSTMCell(GatedCell):
         return (h, c)
 
     def step_back(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None, prev: Arrays,
-                  new: Arrays, park: Mapping[str, np.ndarray]) -> StepBack:
+                  new: Arrays, park: Mapping[str, np.ndarray], *,
+                  rdrop: np.ndarray | None = None) -> StepBack:
         H, ra = self.units, self.recurrent_activation
         dh, dc = d
         _, c_prev = prev
@@ -124,7 +138,5 @@ class LSTMCell(GatedCell):
         da[:, H:2 * H] = ra.vjp(f, dc * c_prev)
         da[:, 2 * H:3 * H] = self.activation.vjp(g, dc * i)
         da[:, 3 * H:] = ra.vjp(o, do)
-        return StepBack((fed_back_grad(w, da @ w["recurrent_kernel"].T), dc * f), da, None, grads)   # 1b.
+        return StepBack((fed_back_grad(rdrop, da @ w["recurrent_kernel"].T), dc * f), da, None, grads)   # 1b.
 
-
-kernels.register(LSTMCell, "rnnkit.kernels._driver:LSTM")

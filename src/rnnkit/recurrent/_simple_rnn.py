@@ -20,10 +20,16 @@ from typing import ClassVar
 
 import numpy as np
 
-from rnnkit import kernels
+from rnnkit.kernels import Step, activation_code
 from rnnkit.recurrent._cell import Arrays, StepBack
 from rnnkit.recurrent._gated import GatedCell, fed_back, fed_back_grad
 from rnnkit.recurrent._states import SimpleRNNState
+
+
+def act_code(cell: GatedCell) -> tuple[int, ...] | None:
+    """The compiled step's options: (activation code,), or None (no compiled form)."""
+    code = activation_code(cell.activation)
+    return None if code is None else (code,)
 
 
 class SimpleRNNCell(GatedCell):
@@ -31,20 +37,22 @@ class SimpleRNNCell(GatedCell):
     kind: ClassVar[str | None] = "SimpleRNN"
     gates: ClassVar[int] = 1
     state_type: ClassVar[type | None] = SimpleRNNState
+    #: the arithmetic compiled (rnnkit.kernels._simple): h = act(a), parks nothing
+    compiled_step: ClassVar[Step | None] = Step(
+        "rnnkit.kernels._simple:forward", "rnnkit.kernels._simple:backward", options=act_code)
 
     def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
-             park: dict[str, np.ndarray] | None) -> Arrays:
+             park: dict[str, np.ndarray] | None, *, rdrop: np.ndarray | None = None) -> Arrays:
         (h_prev,) = prev
-        a = fed_back(w, h_prev) @ w["recurrent_kernel"]   # 1.
+        a = fed_back(rdrop, h_prev) @ w["recurrent_kernel"]   # 1.
         a += inp
         return (self.activation(a, out=a),)  # 2.
 
     def step_back(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None, prev: Arrays,
-                  new: Arrays, park: Mapping[str, np.ndarray]) -> StepBack:
+                  new: Arrays, park: Mapping[str, np.ndarray], *,
+                  rdrop: np.ndarray | None = None) -> StepBack:
         (dh,) = d
         (h,) = new
         da = self.activation.vjp(h, dh)                             # 2b.
-        return StepBack((fed_back_grad(w, da @ w["recurrent_kernel"].T),), da)   # 1b.
+        return StepBack((fed_back_grad(rdrop, da @ w["recurrent_kernel"].T),), da)   # 1b.
 
-
-kernels.register(SimpleRNNCell, "rnnkit.kernels._driver:SIMPLE")

@@ -3,12 +3,12 @@
 It owns the input projection of all timesteps in one GEMM (for a cell with an input kernel),
 the walk along time, the per-step caches, the backward walk and the batched weight-gradient
 GEMMs. It knows no parameter name: the cell names its input kernel, recurrent kernel and bias.
-A compiled kernel registered for the cell's type (:mod:`rnnkit.kernels`) runs instead of the
-reference loop below when the kernel mode is ``"fast"``; both produce the same cache, so either
-backward can follow either forward.
+When the kernel mode is ``"fast"`` and the cell gives a compiled step (:func:`rnnkit.kernels.find`),
+the compiled walker runs instead of the reference loop below; both produce the same
+:class:`WalkCache`, so either backward can follow either forward.
 
 Everything here is time-major and in PROCESSING order: row ``s`` of ``x_tm`` (T, B, F) is the
-input step ``s`` consumes. The cache of a training pass::
+input step ``s`` consumes. The cache of a training pass (:class:`WalkCache`)::
 
     x_tm     (T, B, F)             the input
     states   [(T+1, B, size_k)]    per state part: row s enters step s, row s+1 leaves it
@@ -16,6 +16,8 @@ input step ``s`` consumes. The cache of a training pass::
     mask     (T, B) bool or None   which steps are real; a masked step carries every state
                                    part over unchanged (its backward passes the gradient
                                    straight through and contributes nothing else)
+    rdrop    (B, S) or None        the pass's recurrent dropout mask: state part 0 times it
+                                   is what the recurrent products see (``rdrop=`` of a step)
 
 Backward, after the walk has filled ``dinp`` (T, B, N) and ``drec``::
 
@@ -28,7 +30,7 @@ Backward, after the walk has filled ``dinp`` (T, B, N) and ``drec``::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,29 +38,59 @@ from rnnkit import kernels
 from rnnkit._errors import InvalidParameterError
 from rnnkit.recurrent._cell import Arrays, Cell
 
-Walk = tuple[np.ndarray | None, Arrays, dict[str, Any] | None]
+
+@dataclass(eq=False)
+class WalkCache:
+    """What a training walk keeps for its backward (see the module docstring)."""
+
+    x_tm: np.ndarray
+    states: list[np.ndarray]
+    parks: dict[str, np.ndarray]
+    mask: np.ndarray | None
+    rdrop: np.ndarray | None
+
+
+@dataclass(eq=False)
+class PassCache:
+    """What a recurrent layer keeps of one training pass in the ``Ctx``: the walk's cache and
+    how the layer arranged the pass (output shape, time order, masks, dropout, the API)."""
+
+    walk: WalkCache
+    out_shape: tuple[int, ...]
+    in_shape: tuple[int, ...]
+    idx: np.ndarray | None        # (T, B) input timestep of each processing step, or None
+    zero_pad: bool                # outputs past each sequence's end are zeros (lengths)
+    drop: np.ndarray | None       # the input dropout mask (B, 1, F)
+    given: bool                   # the pass started from a given initial state
+    api: str                      # "layer" (forward) or "seq" (seq / seq_init)
+
+
+Walk = tuple[np.ndarray | None, Arrays, WalkCache | None]
 
 
 def walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, init: Arrays | None, record: bool,
-         keep_seq: bool, mask: np.ndarray | None = None) -> Walk:
+         keep_seq: bool, mask: np.ndarray | None = None, rdrop: np.ndarray | None = None) -> Walk:
     """Run the recurrence on ``x_tm`` (T, B, F) from ``init`` (None: zeros), ``mask`` (T, B)
-    marking the real steps (None: all). Returns (the output of every step (T, B, out) when
-    ``keep_seq``, the final state parts, the cache when ``record``)."""
-    impl = kernels.find(cell)
-    if impl is not None:
-        return impl.walk(cell, w, x_tm, init, record, keep_seq, mask)  # type: ignore[no-any-return]
-    return reference_walk(cell, w, x_tm, init, record, keep_seq, mask)
+    marking the real steps (None: all), ``rdrop`` (B, S) the recurrent dropout mask (None:
+    none). Returns (the output of every step (T, B, out) when ``keep_seq``, the final state
+    parts (views: copy before changing them), the cache when ``record``)."""
+    step = kernels.find(cell)
+    if step is None:
+        return reference_walk(cell, w, x_tm, init, record, keep_seq, mask, rdrop)
+    seq, final, kept = kernels.driver().walk(cell, step, w, x_tm, init, record, keep_seq, mask, rdrop)
+    return seq, final, None if kept is None else WalkCache(x_tm, kept[0], kept[1], mask, rdrop)
 
 
-def walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: dict[str, Any], g: np.ndarray,
+def walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCache, g: np.ndarray,
               full: bool, d_final: Arrays | None = None) -> tuple[np.ndarray, dict[str, np.ndarray], Arrays]:
     """BPTT from the upstream gradient ``g`` ((B, T, out) when ``full``, else (B, out) of the
     last step) and ``d_final``, the gradient of the final state parts (None: zero). Returns
     (dL/dx_tm (T, B, F), {parameter name: gradient}, dL/d(initial state))."""
-    impl = kernels.find(cell)
-    if impl is not None:
-        return impl.walk_back(cell, w, cache, g, full, d_final)  # type: ignore[no-any-return]
-    return reference_walk_back(cell, w, cache, g, full, d_final)
+    step = kernels.find(cell)
+    if step is None:
+        return reference_walk_back(cell, w, cache, g, full, d_final)
+    return kernels.driver().walk_back(  # type: ignore[no-any-return]
+        cell, step, w, cache.x_tm, cache.states, cache.parks, cache.mask, cache.rdrop, g, full, d_final)
 
 
 def project(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray) -> np.ndarray:
@@ -89,8 +121,10 @@ def _carry(new: Arrays, prev: Arrays, m: np.ndarray | None) -> Arrays:
 
 
 def reference_walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, init: Arrays | None,
-                   record: bool, keep_seq: bool, mask: np.ndarray | None = None) -> Walk:
+                   record: bool, keep_seq: bool, mask: np.ndarray | None = None,
+                   rdrop: np.ndarray | None = None) -> Walk:
     """The plain NumPy time loop (see :func:`walk`)."""
+    kw = {} if rdrop is None else {"rdrop": rdrop}
     T, B, _ = x_tm.shape
     dt = x_tm.dtype
     sizes = cell.state_sizes()
@@ -105,7 +139,7 @@ def reference_walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, in
         for s in range(T):
             park: dict[str, np.ndarray] = {}
             prev = tuple(a[s] for a in hist)
-            new = cell.step(w, inp[s], prev, park)
+            new = cell.step(w, inp[s], prev, park, **kw)
             if s == 0:
                 _check_new(cell, new, B)
             for k, a in enumerate(_carry(new, prev, None if mask is None else mask[s])):
@@ -114,28 +148,29 @@ def reference_walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, in
                 if name not in parks:
                     parks[name] = np.empty((T, *v.shape), dt)
                 parks[name][s] = v
-        cache = {"x_tm": x_tm, "states": hist, "parks": parks, "mask": mask}
+        cache = WalkCache(x_tm, hist, parks, mask, rdrop)
         return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), cache
     # inference: O(B * width) state; the sequence only when it is the output
     seq = np.empty((T, B, sizes[0]), dt) if keep_seq else None
     state = start
     for s in range(T):
-        new = cell.step(w, inp[s], state, None)
+        new = cell.step(w, inp[s], state, None, **kw)
         if s == 0:
             _check_new(cell, new, B)
         state = _carry(new, state, None if mask is None else mask[s])
         if seq is not None:
             seq[s] = state[0]
-    return seq, tuple(np.array(a, dt) for a in state), None
+    return seq, tuple(np.asarray(a, dt) for a in state), None
 
 
-def reference_walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: dict[str, Any], g: np.ndarray,
+def reference_walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCache, g: np.ndarray,
                         full: bool, d_final: Arrays | None = None
                         ) -> tuple[np.ndarray, dict[str, np.ndarray], Arrays]:
     """The plain NumPy backward walk (see :func:`walk_back`). A masked row of a step goes into
     the cell's ``step_back`` with a zero gradient (so it contributes nothing, to any parameter)
     and its gradient passes straight to the step before."""
-    x_tm, hist, parks, mask = cache["x_tm"], cache["states"], cache["parks"], cache.get("mask")
+    x_tm, hist, parks, mask = cache.x_tm, cache.states, cache.parks, cache.mask
+    kw = {} if cache.rdrop is None else {"rdrop": cache.rdrop}
     T, B, _ = x_tm.shape
     dt = x_tm.dtype
     raw_inp = cell.input_kernel is None
@@ -151,7 +186,7 @@ def reference_walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: dict[str
         m = None if mask is None else mask[s][:, None]
         d_in = d_raw if m is None else tuple(np.where(m, a, 0.0) for a in d_raw)
         r = cell.step_back(w, d_in, x_tm[s] if raw_inp else None, tuple(a[s] for a in hist),
-                           tuple(a[s + 1] for a in hist), {n: p[s] for n, p in parks.items()})
+                           tuple(a[s + 1] for a in hist), {n: p[s] for n, p in parks.items()}, **kw)
         if dinp is None:
             dinp = np.empty((T, *r.d_inp.shape), dt)
             if r.d_rec is not None:
@@ -173,10 +208,10 @@ def reference_walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: dict[str
     return dx_tm, grads, d
 
 
-def batched_grads(cell: Cell, w: Mapping[str, np.ndarray], cache: dict[str, Any], dinp: np.ndarray,
+def batched_grads(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCache, dinp: np.ndarray,
                   drec: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The walker's reductions for the parameters the cell named: (gradients, dL/dx_tm)."""
-    x_tm, hist, parks = cache["x_tm"], cache["states"], cache["parks"]
+    x_tm, hist, parks = cache.x_tm, cache.states, cache.parks
     T, B, F = x_tm.shape
     N = dinp.shape[2]
     d2 = dinp.reshape(T * B, N)
@@ -196,7 +231,7 @@ def batched_grads(cell: Cell, w: Mapping[str, np.ndarray], cache: dict[str, Any]
     if cell.recurrent_kernel is not None:
         U = w[cell.recurrent_kernel]
         dU = np.empty(U.shape, dinp.dtype)
-        rm = w.get(kernels.RECURRENT_DROPOUT)   # the products saw the state times this mask
+        rm = cache.rdrop   # the products saw the state times this mask
         for src, c0, c1 in cell.rec_groups(U.shape[1]):
             if src in cell.state_names:
                 P = hist[cell.state_names.index(src)][:T]

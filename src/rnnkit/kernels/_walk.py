@@ -1,0 +1,206 @@
+"""The compiled walker: ONE time loop, forward and backward, for every cell with a compiled step.
+
+The walker owns everything but the gate arithmetic: the time loop, the products (the recurrent
+products of each group of :meth:`rnnkit.Cell.rec_groups` on packed panels, the output
+projection, the inference projection of the inputs a chunk at a time), the masks (a masked row
+carries every state part over; backward, its gradient passes straight through), recurrent
+dropout (the state part 0 times the pass's mask where it enters the products: ``fed``), and
+the row block ``[lo, hi)`` of the batch it runs on (the caller's arrays are whole; one compiled
+version serves the whole batch and a block of it). The cell's step (``step``, a
+:class:`._steps.Handle`) runs after each group's product, forward, and before it, backward
+(its phase ``k``); what it receives is specified in :mod:`rnnkit.kernels`.
+
+Arguments shared by the loops: ``PU`` / ``PUT`` the packed column blocks of U (U^T) per group,
+``srcs`` each group's source (-1: the fed state part 0, else a park index), ``cols`` its columns
+``(c0, c1)``, ``apart`` whether the products go to ``rec`` instead of adding into the step
+input, ``b1`` the row added to ``rec`` first (bias row 1, or zeros), ``proj`` the park the
+output projection ``PWp`` multiplies into state part 0 (-1: none). ``pk``, ``own`` and
+``gown`` end with one empty array, so that an index into them always types.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rnnkit.kernels._gemm import project
+from rnnkit.kernels._jit import OPTS, add_upstream, carry, copy_rows, hold, mul_rows, njit, release, row
+from rnnkit.kernels._packed import rgemm
+from rnnkit.kernels._steps import cols_block, rows_block, scratch_rows, step_backward, step_forward
+
+
+@njit(inline="always", **OPTS)
+def _fill_rows(dst: Any, v: Any) -> None:
+    """Every row of ``dst`` = ``v``."""
+    for b in range(dst.shape[0]):
+        d = row(dst, b)
+        for j in range(d.shape[0]):
+            d[j] = v[j]
+
+
+@njit(inline="always", **OPTS)
+def _zero_rows(dst: Any) -> None:
+    for b in range(dst.shape[0]):
+        d = row(dst, b)
+        for j in range(d.shape[0]):
+            d[j] = 0
+
+
+@njit(inline="always", **OPTS)
+def _add_rows(acc: Any, a: Any) -> None:
+    for b in range(a.shape[0]):
+        r, ar = row(acc, b), row(a, b)
+        for j in range(ar.shape[0]):
+            r[j] += ar[j]
+
+
+@njit(inline="always", **OPTS)
+def _add_mul_rows(acc: Any, a: Any, m: Any) -> None:
+    for b in range(a.shape[0]):
+        r, ar, mr = row(acc, b), row(a, b), row(m, b)
+        for j in range(ar.shape[0]):
+            r[j] += ar[j] * mr[j]
+
+
+@njit(inline="always", **OPTS)
+def _one_step(step: Any, a: Any, rec: Any, fedbuf: Any, st: Any, i0: int, i1: int, pk: Any, j: int,
+              rm: Any, rdrop: bool, PU: Any, srcs: Any, cols: Any, apart: bool, b1: Any, proj: int,
+              PWp: Any, own: Any, tmp: Any, opts: Any) -> None:
+    """Step ``i0 -> i1`` of the state arrays ``st`` on the step input ``a`` (parks at ``j``)."""
+    fed = st[0][i0]
+    if rdrop:
+        mul_rows(st[0][i0], rm, fedbuf)
+        fed = fedbuf
+    if apart:
+        _fill_rows(rec, b1)
+    for k in range(len(PU)):
+        c0, c1 = cols[k]
+        src = fed if srcs[k] < 0 else pk[srcs[k]][j]
+        rgemm(src, PU[k], rec[:, c0:c1] if apart else a[:, c0:c1], 1.0)
+        step_forward(step, k, a, rec, fed, st, i0, i1, pk, j, own, tmp, opts)
+    if proj >= 0:
+        rgemm(pk[proj][j], PWp, st[0][i1], 0.0)
+
+
+@njit(**OPTS)
+def walk_train(step: Any, xw: Any, hist: Any, parks: Any, mask: Any, masked: bool, rm: Any, rdrop: bool,
+               PU: Any, srcs: Any, cols: Any, apart: bool, b1: Any, proj: int, PWp: Any, own: Any, opts: Any,
+               lo: int, hi: int) -> None:
+    """Training forward over rows ``[lo, hi)``: ``xw`` (T, B, N) holds the projections on entry
+    (the step input of each step, as the step leaves it, on exit); ``hist`` the state parts
+    (T+1, B, w) with row 0 set; ``parks`` (T, B, w) receive what each step parks."""
+    xw, mask, rm = xw[:, lo:hi], mask[:, lo:hi], rm[lo:hi]
+    st, pk = cols_block(hist, lo, hi), cols_block(parks, lo, hi)
+    T, B, N = xw.shape
+    dt = xw.dtype
+    S = st[0].shape[2]
+    fedbuf = np.empty((B, S), dt)[:, 0:S]
+    nr = N if apart else 0
+    rec = np.empty((B, nr), dt)[:, 0:nr]
+    tmp = np.empty((B, N), dt)[:, 0:N]
+    for s in range(T):
+        _one_step(step, xw[s], rec, fedbuf, st, s, s + 1, pk, s, rm, rdrop, PU, srcs, cols, apart, b1, proj,
+                  PWp, own, tmp, opts)
+        if masked:                                  # a masked step carries every state part over
+            for p in range(len(st)):
+                carry(st[p][s], st[p][s + 1], mask[s])
+
+
+@njit(**OPTS)
+def walk_infer(step: Any, x_tm: Any, PW: Any, b0: Any, ring: Any, parks: Any, seq: Any, keep: bool, buf: Any,
+               mask: Any, masked: bool, PU: Any, srcs: Any, cols: Any, apart: bool, b1: Any, proj: int,
+               PWp: Any, own: Any, opts: Any, lo: int, hi: int) -> None:
+    """Inference over rows ``[lo, hi)`` of ``ring`` (2, B, w) per state part (row 0 the initial
+    state on entry; the final state is row ``T % 2`` on exit), ``parks`` (1, B, w), ``seq`` and
+    ``mask``; ``x_tm`` holds these rows only. The inputs are projected ``chunk`` steps at a time into ``buf``
+    (chunk*B, N); with ``keep`` step ``s`` writes state part 0 into ``seq[s]``."""
+    st, pk = cols_block(ring, lo, hi), cols_block(parks, lo, hi)
+    seq, mask = seq[:, lo:hi], mask[:, lo:hi]
+    T, B, F = x_tm.shape
+    N = buf.shape[1]
+    dt = x_tm.dtype
+    S = st[0].shape[2]
+    chunk = max(1, buf.shape[0] // max(B, 1))   # (an empty batch: any chunk)
+    fedbuf = np.empty((B, S), dt)[:, 0:S]
+    nr = N if apart else 0
+    rec = np.empty((B, nr), dt)[:, 0:nr]
+    tmp = np.empty((B, N), dt)[:, 0:N]
+    rm = fedbuf[:, 0:0]
+    for t0 in range(0, T, chunk):
+        n = min(chunk, T - t0)
+        xp = buf[:n * B]
+        project(x_tm[t0:t0 + n].reshape((n * B, F)), PW, b0, xp)
+        for s in range(n):
+            i0 = (t0 + s) & 1
+            i1 = 1 - i0
+            _one_step(step, xp[s * B:(s + 1) * B, 0:N], rec, fedbuf, st, i0, i1, pk, 0, rm, False, PU, srcs,
+                      cols, apart, b1, proj, PWp, own, tmp, opts)
+            if masked:
+                for p in range(len(st)):
+                    carry(st[p][i0], st[p][i1], mask[t0 + s])
+            if keep:
+                copy_rows(st[0][i1], seq[t0 + s])
+
+
+@njit(**OPTS)
+def walk_back(step: Any, g3: Any, full: bool, hist: Any, parks: Any, gates: Any, dxw: Any, drec: Any,
+              d_init: Any, mask: Any, masked: bool, rm: Any, rdrop: bool, PUT: Any, srcs: Any, cols: Any,
+              apart: bool, proj: int, PWpT: Any, dh_seq: Any, own: Any, gowns: Any, opts: Any, lo: int,
+              hi: int) -> None:
+    """The backward walk over rows ``[lo, hi)``: fills ``dxw`` (T, B, N) with dL/d(step input)
+    and, with ``apart``, ``drec`` with dL/d(recurrent product); ``gowns`` (B, w), zeros on
+    entry, accumulate each row's contributions to the gradients of the step's own parameters.
+    ``g3`` is the upstream gradient (B, T, out) when ``full`` (return_sequences), else
+    (B, 1, out); ``d_init`` (B, w) per state part holds dL/d(final state) on entry and
+    dL/d(initial state) on exit. With an output projection ``dh_seq`` (T, B, out) receives
+    dL/d(state part 0) of every step."""
+    st, pk, gown = cols_block(hist, lo, hi), cols_block(parks, lo, hi), rows_block(gowns, lo, hi)
+    g3, gates, dxw, drec, dh_seq = g3[lo:hi], gates[:, lo:hi], dxw[:, lo:hi], drec[:, lo:hi], dh_seq[:, lo:hi]
+    mask, rm = mask[:, lo:hi], rm[lo:hi]
+    dst = rows_block(d_init, lo, hi)
+    T, B, N = dxw.shape
+    dt = dxw.dtype
+    S = st[0].shape[2]
+    fedbuf = np.empty((B, S), dt)[:, 0:S]
+    dfed = np.empty((B, S), dt)[:, 0:S]
+    tmp = np.empty((B, N), dt)[:, 0:N]
+    dpk = scratch_rows(pk, B)
+    save = scratch_rows(st, B)
+    for s in range(T - 1, -1, -1):
+        if full or s == T - 1:
+            add_upstream(dst[0], g3, s if full else 0)
+        if masked:                               # masked rows: the gradient passes straight through
+            for p in range(len(dst)):
+                hold(dst[p], save[p], mask[s])
+        fed = st[0][s]
+        if rdrop:
+            mul_rows(st[0][s], rm, fedbuf)
+            fed = fedbuf
+        if proj >= 0:                            # the output projection, undone first
+            copy_rows(dst[0], dh_seq[s])
+            rgemm(dst[0], PWpT, dpk[proj], 0.0)
+        _zero_rows(dfed)
+        d, dr = dxw[s], drec[s]
+        for k in range(len(PUT) - 1, -1, -1):
+            step_backward(step, k, gates[s], d, dr, dfed, fed, dst, dpk, st, s, s + 1, pk, s, own, gown,
+                          tmp, opts)
+            c0, c1 = cols[k]
+            dcols = dr[:, c0:c1] if apart else d[:, c0:c1]
+            if srcs[k] < 0:
+                rgemm(dcols, PUT[k], dfed, 1.0)
+            else:
+                rgemm(dcols, PUT[k], dpk[srcs[k]], 0.0)
+        if rdrop:
+            _add_mul_rows(dst[0], dfed, rm)
+        else:
+            _add_rows(dst[0], dfed)
+        if masked:
+            for p in range(len(dst)):
+                release(dst[p], save[p], mask[s])
+
+
+#: the same loops without the on-disk cache, for steps whose module cannot be imported by a later
+#: process (code run by ``exec``): a cached walker names the module of every function it calls
+UNCACHED = {f.__name__: njit(**{k: v for k, v in OPTS.items() if k != "cache"})(f.py_func)
+            for f in (walk_train, walk_infer, walk_back)}
