@@ -143,5 +143,6 @@ __all__ = [
     "models", "EarlyStopping", "GraphBuilder", "GraphModel", "History", "LearningRateScheduler",
     "ModelCheckpoint", "Sequential", "SequentialBuilder", "model_from_config",
     "CSVLogger", "LambdaCallback", "ProgbarLogger", "ReduceLROnPlateau", "TerminateOnNaN",
-    "datasets", "timeseries", "distributed", "serve", "regularizers", "constraints", "attach_regularization", "data",
+    "datasets", "timeseries", "distributed", "regularizers", "constraints", "attach_regularization", "data",
+    "serve",
 ]
