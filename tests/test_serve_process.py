@@ -71,7 +71,7 @@ def test_kill_9_and_restart_lose_no_step_and_apply_none_twice(tmp_path: Path) ->
 
 
 def test_hostile_requests_never_get_a_5xx_nor_change_a_bystander(tmp_path: Path) -> None:
-    report = fuzz(tmp_path, requests=300)
+    report = fuzz(tmp_path, requests=330)  # a few of them the HTTP client itself refuses to send
     assert report["server_errors_5xx"] == 0, report["tally"]
     assert report["server_alive"], report
     assert report["bystanders_changed"] == 0, report

@@ -12,15 +12,15 @@ modules import one another in no cycle, counting imports inside functions and un
                  datasets
     2  layers    recurrent layers rnn
     3  models    models
-    4  outside   io distributed testing
+    4  outside   io distributed testing serve
     5  surface   rnnkit
-    6  apps      cli serve __main__
+    6  apps      cli __main__
 
 ``base`` holds the errors and the small shared types; ``core`` the passes' state (``Ctx``), the
 ``Layer`` base, activations, initialisers, compiled kernels, losses, optimizers, metrics and
 data sources; ``layers`` the recurrent and other layers; ``models`` Sequential and graph models
-and their training; ``outside`` what talks to files, other libraries and other processes;
-``surface`` this module; ``apps`` the command line and the model server, users of the surface.
+and their training; ``outside`` what talks to files, other libraries and other processes (the model server
+included); ``surface`` this module; ``apps`` the command line, a user of the surface.
 
 One way per task. The canonical spellings are Keras' where Keras has one (``Sequential([...],
 input_shape=...)``, ``fit(x, y, epochs, batch_size=...)``, ``seed=`` and the other constructor
@@ -55,6 +55,7 @@ from rnnkit import (
     optimizers,
     regularizers,  # L1, L2, L1L2 (Keras' definitions)
     rnn,  # whole networks in PyTorch layout: rnnkit.rnn.lstm / gru / rnn
+    serve,  # HTTP serving: rnnkit.serve.app(model) / rnnkit serve MODEL (rnnkit[serve])
     testing,  # the layer checker: rnnkit.testing.check_layer(make_layer, make_input)
     timeseries,  # CSV reading, windows, scaler, baselines for forecasting
 )
@@ -185,5 +186,5 @@ __all__ = [
     "ModelCheckpoint", "Sequential", "SequentialBuilder", "model_from_config",
     "CSVLogger", "LambdaCallback", "ProgbarLogger", "ReduceLROnPlateau", "TerminateOnNaN",
     "datasets", "timeseries", "distributed", "regularizers", "constraints", "attach_regularization", "data",
-    "activations", "initializers", "testing",
+    "activations", "initializers", "testing", "serve",
 ]

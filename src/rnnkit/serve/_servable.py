@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-import rnnkit
 from rnnkit._ctx import Ctx
 from rnnkit._errors import FileFormatError, InvalidInputError, InvalidParameterError
+from rnnkit._version import __version__
 from rnnkit.io import load_keras, load_model, load_torch_rnn
 from rnnkit.io._model import MODEL_FORMAT
 from rnnkit.io._torch_file import _sniff
@@ -207,7 +207,7 @@ class Servable:
             "source": None if self.source is None else Path(self.source).name,
             "sha256": self.sha256,
             "sha256_of": "file" if self.source is not None else "weights",
-            "rnnkit_version": rnnkit.__version__,
+            "rnnkit_version": __version__,
             "input_shape": [None, *self.sample_shape],
             "input_dtype": self.input_dtype.name,
             "output_shapes": [list(s) for s in self.output_shapes],
