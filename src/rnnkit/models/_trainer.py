@@ -185,14 +185,11 @@ def _first_non_finite(model: Model, batch: Batch, seed: int | None, lw: Any, sca
     return None
 
 
-def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
-               plan: Plan) -> tuple[int, dict[str, float]]:
-    """One optimizer step (see the module docstring); returns the global batch size and the
-    pre-update logs. Raises NonFiniteLoss when the loss is NaN/Inf (nothing applied), and
-    NonFiniteError naming ``at`` and the first NaN/Inf elsewhere."""
-    keys = plan.keys
-    n_out = model.n_outputs
-    local = np.zeros(1 + n_out)
+def _forward_counted(model: Model, batch: Batch, ctx: Ctx, team: Team,
+                     at: str) -> tuple[Arrays | None, list[Any], np.ndarray]:
+    """This process's forward pass on its part of ``batch`` (none for an empty part) and the
+    team's totals ``[samples, valid positions of each output...]`` over every part."""
+    local = np.zeros(1 + model.n_outputs)
     preds: Arrays | None = None
     out_masks: list[Any] = []
     with team.region(at):
@@ -200,7 +197,17 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
             preds, out_masks = model._forward_masks(batch.xs, ctx, False, batch.masks)
             local[0] = batch.n
             local[1:] = _valid_counts(preds, out_masks)
-    tot = team.totals(local)
+    return preds, out_masks, team.totals(local)
+
+
+def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
+               plan: Plan) -> tuple[int, dict[str, float]]:
+    """One optimizer step (see the module docstring); returns the global batch size and the
+    pre-update logs. Raises NonFiniteLoss when the loss is NaN/Inf (nothing applied), and
+    NonFiniteError naming ``at`` and the first NaN/Inf elsewhere."""
+    keys = plan.keys
+    n_out = model.n_outputs
+    preds, out_masks, tot = _forward_counted(model, batch, ctx, team, at)
     n_b = int(tot[0])
     stats = np.zeros(len(keys))
     penalty = 0.0
@@ -277,15 +284,7 @@ def evaluate(model: Model, batches: Iterator[Batch], team: Team = SOLO,
     sums = np.zeros(1 + len(keys))
     for b in batches:
         ctx = Ctx.inference()
-        local = np.zeros(1 + n_out)
-        preds: Arrays | None = None
-        out_masks: list[Any] = []
-        with team.region(where):
-            if b.n and not team.failed:
-                preds, out_masks = model._forward_masks(b.xs, ctx, False, b.masks)
-                local[0] = b.n
-                local[1:] = _valid_counts(preds, out_masks)
-        tot = team.totals(local)
+        preds, out_masks, tot = _forward_counted(model, b, ctx, team, where)
         with team.region(where):
             if preds is not None and not team.failed:
                 share = b.n / tot[0]
