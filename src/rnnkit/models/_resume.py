@@ -129,33 +129,31 @@ def restore_state(checkpoint: Any, model: Model, rng: np.random.Generator, histo
         raise InvalidParameterError(
             f"fit: checkpoint {path} belongs to another run (differs in {differ}); use a new "
             f"checkpoint directory, or delete {path} to start over")
-    check_state(path, state, tensors, model, int(fp["epochs"]))  # before anything is restored
-    try:
-        named = model.named_weights()
-        opt = model.optimizer
-        model.set_weights([tensors[f"weight/{k}"] for k in named])
-        opt._state.clear()
-        for key, (layer, name) in named.items():
-            if key not in state["steps"]:
-                continue
-            slots: dict[str, Any] = dict(state["steps"][key])
-            prefix = f"slot/{key}/"
-            for t, arr in tensors.items():
-                if t.startswith(prefix):
-                    slots[t[len(prefix):]] = np.array(arr)
-            opt._state[(layer, name)] = slots
-        opt.iterations = int(state["iterations"])
-        opt.learning_rate = float(state["learning_rate"])
-        rng.bit_generator.state = state["rng"]
-        history.history = {k: [float(v) for v in vs] for k, vs in state["history"].items()}
-        history.epoch = [int(e) for e in state["history_epochs"]]
-        model.stop_training = bool(state["stop_training"])
+    check_state(path, state, tensors, model, int(fp["epochs"]), int(fp.get("initial_epoch", 0)))
+    try:  # the callbacks first: their own checks are the last that can refuse the file
         for i, cb in enumerate(callbacks):
             st = state["callbacks"].get(str(i))
             if st is not None and hasattr(cb, "set_fit_state"):
                 st = dict(st)
                 st["arrays"] = [np.array(tensors[f"callback/{i}/{k}"]) for k in range(st.pop("n_arrays", 0))]
                 cb.set_fit_state(st)
+        named = model.named_weights()
+        opt = model.optimizer
+        model.set_weights([tensors[f"weight/{k}"] for k in named])
+        opt._state.clear()
+        slots: dict[str, dict[str, Any]] = {key: dict(sc) for key, sc in state["steps"].items()}
+        for t, arr in tensors.items():
+            if t.startswith("slot/"):
+                key, _, slot = t[len("slot/"):].rpartition("/")
+                slots[key][slot] = np.array(arr)
+        for key, st in slots.items():
+            opt._state[named[key]] = st
+        opt.iterations = int(state["iterations"])
+        opt.learning_rate = float(state["learning_rate"])
+        rng.bit_generator.state = state["rng"]
+        history.history = {k: [float(v) for v in vs] for k, vs in state["history"].items()}
+        history.epoch = [int(e) for e in state["history_epochs"]]
+        model.stop_training = bool(state["stop_training"])
         return int(state["epochs_done"])
     except (KeyError, TypeError, ValueError) as e:
         if isinstance(e, InvalidParameterError):
