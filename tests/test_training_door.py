@@ -143,12 +143,15 @@ class _Kill(rk.models._callbacks.Callback):
     (_slot_edit(lambda t: t.pop("slot/1.kernel/v")),
      r"the slots of 1\.kernel must be \['m', 'v'\] \(Adam\), got \['m'\]"),
     (_slot_edit(lambda t: t.__setitem__("slot/1.kernel/v", t["slot/1.kernel/v"].astype(np.float64))),
-     r"tensor slot/1\.kernel/v must be of shape \(3, 2\) and dtype float32, got 'shape \(3, 2\), dtype float64'"),
+     r"tensor slot/1\.kernel/v must be of shape \(3, 2\) and dtype float32, got 'shape \(3, 2\), "
+     r"dtype float64'"),
     (_steps_edit(lambda s: s["1.kernel"].pop("t")), r"steps\[1\.kernel\] must be \{\"t\""),
     (_steps_edit(lambda s: s["1.kernel"].__setitem__("lr", 1)), r"steps\[1\.kernel\] must be \{\"t\""),
-    (_steps_edit(lambda s: s["1.kernel"].__setitem__("t", 3)), r"steps\[1\.kernel\]\.t must be an int in \[0, iterations = 2\]"),
+    (_steps_edit(lambda s: s["1.kernel"].__setitem__("t", 3)),
+     r"steps\[1\.kernel\]\.t must be an int in \[0, iterations = 2\]"),
     (_steps_edit(lambda s: s["1.kernel"].__setitem__("t", -1)), r"steps\[1\.kernel\]\.t must be an int"),
-    (_steps_edit(lambda s: s.pop("1.kernel")), r"tensor slot/1\.kernel/m must be the slot of a weight listed in steps"),
+    (_steps_edit(lambda s: s.pop("1.kernel")),
+     r"tensor slot/1\.kernel/m must be the slot of a weight listed in steps"),
 ])
 def test_a_tampered_checkpoint_is_refused_before_anything_is_restored(tmp_path: Path, edit: Any,
                                                                        field: str) -> None:

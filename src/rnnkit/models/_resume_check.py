@@ -96,7 +96,7 @@ class _Checker:
     def history(self, state: dict[str, Any]) -> None:
         done, eps, hist = state["epochs_done"], state["history_epochs"], state["history"]
         if (not isinstance(eps, list) or not all(_int(e, 0, done - 1) for e in eps)
-                or any(a >= b for a, b in zip(eps, eps[1:]))):
+                or any(a >= b for a, b in zip(eps, eps[1:], strict=False))):
             raise self.bad("history_epochs", f"strictly increasing ints in [0, {done})", eps)
         if not isinstance(hist, dict):
             raise self.bad("history", "an object {key: [floats]}", hist)
