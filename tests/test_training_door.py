@@ -169,16 +169,19 @@ def test_a_tampered_checkpoint_is_refused_before_anything_is_restored(tmp_path: 
     assert m.optimizer.iterations == 0
 
 
-def test_a_bad_callback_state_is_refused_before_the_model_changes(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("field", "value", "error"), [("best", "x", "ValueError"),
+                                                    ("wait", float("inf"), "OverflowError")])
+def test_a_bad_callback_state_is_refused_before_the_model_changes(tmp_path: Path, field: str, value: Any,
+                                                                  error: str) -> None:
     x, y = _data()
     ckpt = tmp_path / "ck"
     with pytest.raises(RuntimeError, match="killed"):
         _model().fit(x, y, 3, batch_size=4, seed=3, checkpoint=ckpt,
                      callbacks=[rk.EarlyStopping(monitor="loss"), _Kill()])
-    _tamper(ckpt, lambda st, _t: st["callbacks"]["0"].__setitem__("best", "x"))
+    _tamper(ckpt, lambda st, _t: st["callbacks"]["0"].__setitem__(field, value))
     m = _model()
     before = [w.copy() for w in m.get_weights()]
-    with pytest.raises(rk.FileFormatError, match="damaged fit checkpoint .ValueError"):
+    with pytest.raises(rk.FileFormatError, match=f"damaged fit checkpoint .{error}"):
         m.fit(x, y, 3, batch_size=4, seed=3, checkpoint=ckpt, callbacks=[rk.EarlyStopping(monitor="loss")])
     for a, b in zip(m.get_weights(), before, strict=True):
         np.testing.assert_array_equal(a, b)

@@ -155,7 +155,7 @@ def restore_state(checkpoint: Any, model: Model, rng: np.random.Generator, histo
         history.epoch = [int(e) for e in state["history_epochs"]]
         model.stop_training = bool(state["stop_training"])
         return int(state["epochs_done"])
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, OverflowError) as e:  # a callback's own checks
         if isinstance(e, InvalidParameterError):
             raise
         raise FileFormatError(f"{path}: a damaged fit checkpoint ({type(e).__name__}: {e})") from None
