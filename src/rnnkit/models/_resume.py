@@ -13,8 +13,9 @@ After every completed epoch ``fit`` writes ONE file, ``DIR/fit_state.safetensors
   the data).
 
 A later ``fit`` with the same ``checkpoint`` and the same run checks all of it
-(:mod:`rnnkit.models._resume_check`: types, shapes, ranges; a damaged or tampered file is
-refused with FileFormatError naming the field, before anything changes), restores it and continues
+(:mod:`rnnkit.models._resume_check`: types, shapes, dtypes, ranges, the optimizer's slots; a
+damaged or tampered file is refused with FileFormatError naming the field, before anything
+changes), restores it and continues
 with the next epoch, so it ends bit-identical to a run that was never interrupted. A file from
 a different run (another model, data, seed, ...) is refused with InvalidParameterError naming
 what differs; a run that already completed returns its History without training again.

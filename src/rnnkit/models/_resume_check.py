@@ -11,8 +11,9 @@ nothing. Every entry is checked for its type, shape, dtype and range:
   a schedule may set 0); ``stop_training``: a bool;
 - ``rng``: a state of the generator numpy makes, in its layout (keys, ints >= 0, names);
 - ``history_epochs``: strictly increasing ints in ``[0, epochs_done)``; ``history``:
-  ``{key: [floats]}`` (JSON floats: ``1.0``, never ``1`` or ``true``; NaN/Inf only as a fit
-  logs them, a step that TerminateOnNaN stopped), each list no longer than ``history_epochs``;
+  ``{key: [floats]}`` (JSON floats: ``1.0``, never ``1`` or ``true``; NaN and Inf are floats a
+  fit logs: a validation loss that overflowed, the step TerminateOnNaN stopped), each list no
+  longer than ``history_epochs``;
 - ``callbacks``: ``{index: {field: JSON scalar or list}}`` with ``n_arrays`` an int >= 0
   whose tensors exist;
 - tensor ``weight/{name}`` for every weight of the model: its shape and dtype, finite;
@@ -104,9 +105,8 @@ class _Checker:
             if not isinstance(values, list) or len(values) > len(eps):
                 raise self.bad(f"history[{key!r}]", f"a list of at most {len(eps)} floats", values)
             for x in values:
-                if not isinstance(x, float) or not (math.isfinite(x) or state["stop_training"]):
-                    raise self.bad(f"history[{key!r}]", "a list of floats (finite unless the run "
-                                   "stopped on a non-finite step)", x)
+                if not isinstance(x, float):
+                    raise self.bad(f"history[{key!r}]", "a list of floats", x)
 
     def callbacks(self, state: dict[str, Any]) -> None:
         cbs = state["callbacks"]
