@@ -117,6 +117,8 @@ def _mutate_state(r: random.Random, state: dict[str, Any], tensors: dict[str, np
         mut = r.choice(["neg", "shape", "nan_weight", "drop", "extra", "dtype"])
         if mut == "neg":
             tensors[k] = -np.abs(tensors[k]) - 1
+            if not k.endswith("/v"):  # a first moment (a running mean of gradients) takes any sign
+                return "structure"
         elif mut == "shape":
             tensors[k] = np.zeros(tensors[k].shape[:-1] + (tensors[k].shape[-1] + 1,), tensors[k].dtype)
         elif mut == "nan_weight":

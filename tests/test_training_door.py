@@ -101,6 +101,18 @@ def _wrong_shape(_st: dict[str, Any], t: dict[str, np.ndarray]) -> None:
     t["slot/1.kernel/m"] = np.zeros((7,), np.float32)
 
 
+def _rng_inf(st: dict[str, Any], _t: dict[str, np.ndarray]) -> None:
+    st["rng"]["has_uint32"] = float("-inf")
+
+
+def _slot_edit(edit: Any) -> Any:
+    return lambda _st, t: edit(t)
+
+
+def _steps_edit(edit: Any) -> Any:
+    return lambda st, _t: edit(st["steps"])
+
+
 class _Kill(rk.models._callbacks.Callback):
     def on_epoch_begin(self, epoch: int, logs: dict[str, float] | None = None) -> None:
         if epoch == 1:
@@ -111,16 +123,35 @@ class _Kill(rk.models._callbacks.Callback):
     (_set("epochs_done", -3), "epochs_done must be an int in \\[0, 3\\]"),
     (_set("epochs_done", 10**9), "epochs_done must be an int"),
     (_set("epochs_done", True), "epochs_done must be an int"),
-    (_set("iterations", "x"), "iterations must be an int >= 0"),
+    (_set("iterations", "x"), r"iterations must be an int in \[0, 9223372036854775807\]"),
+    (_set("iterations", -1), r"iterations must be an int in \[0, "),
     (_set("learning_rate", -1.0), "learning_rate must be a finite number >= 0"),
-    (_set("rng", {"bit_generator": "PCG64", "state": 3}), "rng must be a numpy generator state"),
+    (_set("rng", {"bit_generator": "PCG64", "state": 3}), r"rng must be a PCG64 state \(the layout"),
+    (_rng_inf, r"rng must be a PCG64 state"),
+    (_set("unexpected", 1), "fit_state must be an object with the keys"),
     (_set("history", [1, 2]), "history must be"),
+    (_set("history", {"loss": [1]}), r"history\['loss'\] must be a list of floats"),
+    (_set("history", {"loss": [0.5, 0.4]}), r"history\['loss'\] must be a list of at most 1 floats"),
+    (_set("history", {"loss": [True]}), r"history\['loss'\] must be a list of floats, got True"),
+    (_set("history_epochs", [5]), r"history_epochs must be strictly increasing ints in \[0, 1\)"),
     (_set("stop_training", "no"), "stop_training must be true or false"),
     (_set("steps", {"9.nope": {"t": 1}}), "steps must be an object keyed by the model's weight names"),
     (_set("callbacks", {"0": {"n_arrays": 5}}), r"callbacks\[0\]\.n_arrays"),
     (_neg_v, r"tensor slot/1\.kernel/v must be numbers >= 0"),
     (_nan_weight, r"tensor weight/0\.kernel must be finite numbers"),
-    (_wrong_shape, r"tensor slot/1\.kernel/m must be finite numbers of shape \(3, 2\)"),
+    (_wrong_shape, r"tensor slot/1\.kernel/m must be of shape \(3, 2\) and dtype float32, got 'shape \(7,\)"),
+    (_slot_edit(lambda t: t.pop("slot/1.kernel/v")),
+     r"the slots of 1\.kernel must be \['m', 'v'\] \(Adam\), got \['m'\]"),
+    (_slot_edit(lambda t: t.__setitem__("slot/1.kernel/v", t["slot/1.kernel/v"].astype(np.float64))),
+     r"tensor slot/1\.kernel/v must be of shape \(3, 2\) and dtype float32, got 'shape \(3, 2\), "
+     r"dtype float64'"),
+    (_steps_edit(lambda s: s["1.kernel"].pop("t")), r"steps\[1\.kernel\] must be \{\"t\""),
+    (_steps_edit(lambda s: s["1.kernel"].__setitem__("lr", 1)), r"steps\[1\.kernel\] must be \{\"t\""),
+    (_steps_edit(lambda s: s["1.kernel"].__setitem__("t", 3)),
+     r"steps\[1\.kernel\]\.t must be an int in \[0, iterations = 2\]"),
+    (_steps_edit(lambda s: s["1.kernel"].__setitem__("t", -1)), r"steps\[1\.kernel\]\.t must be an int"),
+    (_steps_edit(lambda s: s.pop("1.kernel")),
+     r"tensor slot/1\.kernel/m must be the slot of a weight listed in steps"),
 ])
 def test_a_tampered_checkpoint_is_refused_before_anything_is_restored(tmp_path: Path, edit: Any,
                                                                        field: str) -> None:
@@ -136,6 +167,54 @@ def test_a_tampered_checkpoint_is_refused_before_anything_is_restored(tmp_path: 
     for a, b in zip(m.get_weights(), before, strict=True):
         np.testing.assert_array_equal(a, b)   # nothing was restored
     assert m.optimizer.iterations == 0
+
+
+@pytest.mark.parametrize(("field", "value", "error"), [("best", "x", "ValueError"),
+                                                    ("wait", float("inf"), "OverflowError")])
+def test_a_bad_callback_state_is_refused_before_the_model_changes(tmp_path: Path, field: str, value: Any,
+                                                                  error: str) -> None:
+    x, y = _data()
+    ckpt = tmp_path / "ck"
+    with pytest.raises(RuntimeError, match="killed"):
+        _model().fit(x, y, 3, batch_size=4, seed=3, checkpoint=ckpt,
+                     callbacks=[rk.EarlyStopping(monitor="loss"), _Kill()])
+    _tamper(ckpt, lambda st, _t: st["callbacks"]["0"].__setitem__(field, value))
+    m = _model()
+    before = [w.copy() for w in m.get_weights()]
+    with pytest.raises(rk.FileFormatError, match=f"damaged fit checkpoint .{error}"):
+        m.fit(x, y, 3, batch_size=4, seed=3, checkpoint=ckpt, callbacks=[rk.EarlyStopping(monitor="loss")])
+    for a, b in zip(m.get_weights(), before, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert m.optimizer.iterations == 0 and m.optimizer.get_state(m.layers[1], "kernel") == {}
+
+
+def test_a_logged_nan_is_a_history_value_that_resumes(tmp_path: Path) -> None:
+    """A loss can overflow with finite weights (a validation loss is not checked); a NaN/Inf a
+    fit logged stays in the History it resumes."""
+    x, y = _data()
+    ckpt = tmp_path / "ck"
+    with pytest.raises(RuntimeError, match="killed"):
+        _model().fit(x, y, 3, batch_size=4, seed=3, checkpoint=ckpt, callbacks=[_Kill()])
+    _tamper(ckpt, lambda st, _t: st["history"].__setitem__("loss", [float("inf")]))
+    h = _model().fit(x, y, 3, batch_size=4, seed=3, checkpoint=ckpt)
+    assert h.history["loss"][0] == float("inf") and np.isfinite(h.history["loss"][1:]).all()
+    assert h.epoch == [0, 1, 2]
+
+
+def test_the_slots_checked_are_the_optimizers_own(tmp_path: Path) -> None:
+    """SGD without momentum keeps only ``t``: a momentum slot in its checkpoint is refused."""
+    x, y = _data()
+
+    def sgd() -> rk.Sequential:
+        m = _model()
+        m.compile(rk.SGD(0.01), "mse")
+        return m
+    ckpt = tmp_path / "ck"
+    with pytest.raises(RuntimeError, match="killed"):
+        sgd().fit(x, y, 3, batch_size=4, seed=3, checkpoint=ckpt, callbacks=[_Kill()])
+    _tamper(ckpt, lambda _st, t: t.__setitem__("slot/1.kernel/m", np.zeros((3, 2), np.float32)))
+    with pytest.raises(rk.FileFormatError, match=r"the slots of 1\.kernel must be \[\] \(SGD\), got \['m'\]"):
+        sgd().fit(x, y, 3, batch_size=4, seed=3, checkpoint=ckpt)
 
 
 # -- one fit per layer at a time ---------------------------------------------------------------

@@ -13,8 +13,9 @@ After every completed epoch ``fit`` writes ONE file, ``DIR/fit_state.safetensors
   the data).
 
 A later ``fit`` with the same ``checkpoint`` and the same run checks all of it
-(:mod:`rnnkit.models._resume_check`: types, shapes, ranges; a damaged or tampered file is
-refused with FileFormatError naming the field, before anything changes), restores it and continues
+(:mod:`rnnkit.models._resume_check`: types, shapes, dtypes, ranges, the optimizer's slots; a
+damaged or tampered file is refused with FileFormatError naming the field, before anything
+changes), restores it and continues
 with the next epoch, so it ends bit-identical to a run that was never interrupted. A file from
 a different run (another model, data, seed, ...) is refused with InvalidParameterError naming
 what differs; a run that already completed returns its History without training again.
@@ -129,35 +130,33 @@ def restore_state(checkpoint: Any, model: Model, rng: np.random.Generator, histo
         raise InvalidParameterError(
             f"fit: checkpoint {path} belongs to another run (differs in {differ}); use a new "
             f"checkpoint directory, or delete {path} to start over")
-    check_state(path, state, tensors, model, int(fp["epochs"]))  # before anything is restored
-    try:
-        named = model.named_weights()
-        opt = model.optimizer
-        model.set_weights([tensors[f"weight/{k}"] for k in named])
-        opt._state.clear()
-        for key, (layer, name) in named.items():
-            if key not in state["steps"]:
-                continue
-            slots: dict[str, Any] = dict(state["steps"][key])
-            prefix = f"slot/{key}/"
-            for t, arr in tensors.items():
-                if t.startswith(prefix):
-                    slots[t[len(prefix):]] = np.array(arr)
-            opt._state[(layer, name)] = slots
-        opt.iterations = int(state["iterations"])
-        opt.learning_rate = float(state["learning_rate"])
-        rng.bit_generator.state = state["rng"]
-        history.history = {k: [float(v) for v in vs] for k, vs in state["history"].items()}
-        history.epoch = [int(e) for e in state["history_epochs"]]
-        model.stop_training = bool(state["stop_training"])
+    check_state(path, state, tensors, model, int(fp["epochs"]), int(fp.get("initial_epoch", 0)))
+    try:  # the callbacks first: their own checks are the last that can refuse the file
         for i, cb in enumerate(callbacks):
             st = state["callbacks"].get(str(i))
             if st is not None and hasattr(cb, "set_fit_state"):
                 st = dict(st)
                 st["arrays"] = [np.array(tensors[f"callback/{i}/{k}"]) for k in range(st.pop("n_arrays", 0))]
                 cb.set_fit_state(st)
+        named = model.named_weights()
+        opt = model.optimizer
+        model.set_weights([tensors[f"weight/{k}"] for k in named])
+        opt._state.clear()
+        slots: dict[str, dict[str, Any]] = {key: dict(sc) for key, sc in state["steps"].items()}
+        for t, arr in tensors.items():
+            if t.startswith("slot/"):
+                key, _, slot = t[len("slot/"):].rpartition("/")
+                slots[key][slot] = np.array(arr)
+        for key, st in slots.items():
+            opt._state[named[key]] = st
+        opt.iterations = int(state["iterations"])
+        opt.learning_rate = float(state["learning_rate"])
+        rng.bit_generator.state = state["rng"]
+        history.history = {k: [float(v) for v in vs] for k, vs in state["history"].items()}
+        history.epoch = [int(e) for e in state["history_epochs"]]
+        model.stop_training = bool(state["stop_training"])
         return int(state["epochs_done"])
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, OverflowError) as e:  # a callback's own checks
         if isinstance(e, InvalidParameterError):
             raise
         raise FileFormatError(f"{path}: a damaged fit checkpoint ({type(e).__name__}: {e})") from None
