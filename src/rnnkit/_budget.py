@@ -40,12 +40,17 @@ def allocation_budget(numbers: int, source: str) -> Iterator[None]:
         _SOURCE.reset(tok_src)
 
 
+def _active(shape: tuple[int, ...]) -> tuple[list[int] | None, int]:
+    """The active budget ``[file numbers, draws left]`` (None without one) and ``shape``'s size."""
+    budget = _BUDGET.get()
+    return budget, (0 if budget is None else math.prod(int(d) for d in shape))
+
+
 def reserve(shape: tuple[int, ...]) -> None:
     """Count ``shape``'s elements against the active budget (no-op without one)."""
-    budget = _BUDGET.get()
+    budget, n = _active(shape)
     if budget is None:
         return
-    n = math.prod(int(d) for d in shape)
     if n > budget[1]:
         raise FileFormatError(
             f"{_SOURCE.get()}: the architecture declares a weight of shape {tuple(shape)} ({n} numbers) "
@@ -57,10 +62,9 @@ def reserve(shape: tuple[int, ...]) -> None:
 def bound(shape: tuple[int, ...], what: str) -> None:
     """Refuse, under an active budget, an array of ``shape`` per sample that is larger than
     the draws still allowed (nothing is spent: it is not a weight); no-op without one."""
-    budget = _BUDGET.get()
+    budget, n = _active(shape)
     if budget is None:
         return
-    n = math.prod(int(d) for d in shape)
     if n > budget[1]:
         raise FileFormatError(
             f"{_SOURCE.get()}: {what} makes {n} numbers per sample (shape {tuple(shape)}), but the "
