@@ -29,13 +29,12 @@ From |x| = 9.010914 on, where the correctly rounded float32 tanh is exactly +-1,
 exactly +-1, so a saturated unit passes no gradient (``1 - y*y == 0``), as the reference does.
 
 Numba's on-disk cache of every kernel is keyed on the contents of ALL the ``.py`` files of this
-package (:func:`key_cache_on_sources`), not only on the kernel's own file: after an edit of any
-of them (a helper here that the loops elsewhere inline, say) the next process recompiles.
+package (:mod:`._cache`), not only on the kernel's own file: after an edit of any of them (a
+helper here that the loops elsewhere inline, say) the next process recompiles.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from typing import Any
@@ -43,62 +42,12 @@ from typing import Any
 import numba
 import numpy as np
 from numba import types
-from numba.core import caching as _caching
 from numba.core import cgutils
 from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic, overload
 
-# -- the on-disk cache, keyed on every kernel source ---------------------------------------------
-_KEYED: dict[str, bytes] = {}   # a directory (real path) -> the hash of all its .py files
+from rnnkit.kernels._cache import key_cache_on_sources
 
-
-def sources_hash(directory: str) -> bytes:
-    """SHA-256 of the names and contents of every ``.py`` file directly in ``directory``."""
-    h = hashlib.sha256()
-    for name in sorted(os.listdir(directory)):
-        if name.endswith(".py"):
-            with open(os.path.join(directory, name), "rb") as fh:
-                h.update(name.encode() + b"\0" + fh.read() + b"\0")
-    return h.digest()
-
-
-def key_cache_on_sources(directory: str) -> None:
-    """Key Numba's on-disk cache of every function defined in a ``.py`` file of ``directory`` on
-    the contents of ALL the directory's ``.py`` files (hashed now), not only on the function's
-    own file: a cached kernel compiled against an older helper (inlined from another module) is
-    recompiled instead of loaded. Call it before the functions are decorated."""
-    _KEYED[os.path.realpath(directory)] = sources_hash(directory)
-
-
-class _SourcesKeyed:
-    """Mixin for Numba's file-backed cache locators: for a function in a keyed directory, the
-    source stamp also holds the directory's hash (a mismatch makes Numba recompile)."""
-
-    _py_file: str
-
-    @classmethod
-    def from_function(cls, py_func: Any, py_file: str) -> Any:
-        if os.path.dirname(os.path.realpath(py_file)) not in _KEYED:
-            return None   # not ours: Numba's own locators follow
-        return super().from_function(py_func, py_file)  # type: ignore[misc]
-
-    def get_source_stamp(self) -> Any:
-        return (super().get_source_stamp(), _KEYED[os.path.dirname(os.path.realpath(self._py_file))])  # type: ignore[misc]
-
-
-def _install_locators() -> None:
-    """Put a keyed variant of each of Numba's file-backed locators first, in Numba's order (a
-    Numba without this list of locators keeps its own keying, per file)."""
-    known: list[Any] | None = getattr(_caching.CacheImpl, "_locator_classes", None)
-    if not isinstance(known, list) or any(issubclass(c, _SourcesKeyed) for c in known):
-        return
-    keyed = [type(f"SourcesKeyed{c.__name__}", (_SourcesKeyed, c), {})
-             for c in (_caching.UserProvidedCacheLocator, _caching.InTreeCacheLocator,
-                       _caching.UserWideCacheLocator)]
-    known[:0] = keyed
-
-
-_install_locators()
 key_cache_on_sources(os.path.dirname(os.path.abspath(__file__)))
 
 #: compile options of every kernel: on-disk cache, numpy error model (lets loops vectorise),
