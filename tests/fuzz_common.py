@@ -1,7 +1,8 @@
 """What the fuzz surfaces (``tests/test_fuzz_*.py``) share: the hostile values, how a case mixes
 them with valid ones, a small compiled model and its data, and the checks that other modules own
 (:data:`PENDING`): a hostile input that still needs one of them is drawn only once it exists
-(:func:`pending`); until then the case returns a ``"pending:<check>"`` tag instead of failing,
+(:func:`pending`); until then the case returns a ``"pending:<check>"`` tag instead of failing
+(``tests/test_fuzz_state.py`` fails while any is missing),
 and ``tools/fuzz_supervisor.py`` counts those apart.
 
 A case passes when it returns or raises an ``rnnkit.Error`` / ``TypeError``; any other exception

@@ -321,3 +321,10 @@ def test_an_intact_checkpoint_resumes_to_the_uninterrupted_run() -> None:
     for a, b in zip(m.get_weights(), whole.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
 
+
+
+def test_no_check_the_fuzz_relies_on_is_missing() -> None:
+    """Every check in PENDING exists: a hostile input whose check is missing is counted apart
+    as 'pending' instead of failing its case, so a check that disappears again fails here."""
+    missing = sorted(check for check in PENDING if pending(check))
+    assert not missing, f"checks the fuzz surfaces need are missing: {missing}"

@@ -49,6 +49,12 @@ class RepeatVector(Layer):
     def forward(self, x: Any, ctx: Ctx) -> np.ndarray:
         arr = self._as_input(x)
         self._check_build_shape(Shape(arr.shape))
+        numbers = arr.shape[0] * self.n * arr.shape[1]
+        if numbers * arr.itemsize > np.iinfo(np.intp).max:
+            raise InvalidInputError(
+                f"{self.name}: RepeatVector({self.n}) of a {arr.shape} input makes {numbers} numbers, "
+                f"more than one array can address; expected n * batch * features * {arr.itemsize} "
+                f"bytes below {np.iinfo(np.intp).max}")
         ctx.save(self, arr.shape)
         return np.repeat(arr[:, None, :], self.n, axis=1)
 

@@ -87,14 +87,23 @@ class Source:
                         and hasattr(data, "__len__"))
         self.iterator: Any = data if hasattr(data, "__next__") else None
         if self.indexed:
-            n = len(data)
+            n = self._len()
             if steps is not None and steps > n:
                 raise InvalidParameterError(f"{where}: steps {steps} exceed the {n} batches of the dataset")
 
     def epoch_steps(self) -> int | None:
         if self.indexed:
-            return self.steps if self.steps is not None else len(self.data)
+            return self.steps if self.steps is not None else self._len()
         return self.steps
+
+    def _len(self) -> int:
+        """The dataset's batch count; a ``__len__`` that Python refuses (negative, past
+        ``sys.maxsize``, not an int) is a typed error naming the source."""
+        try:
+            return len(self.data)
+        except (ValueError, OverflowError, TypeError) as e:
+            raise InvalidInputError(f"{self.where}: the dataset's __len__ must give its number of "
+                                    f"batches, an int from 0 to sys.maxsize; {e}") from None
 
     def raw(self) -> Iterator[Any]:
         """The batches of one epoch, produced lazily."""
