@@ -128,6 +128,8 @@ from rnnkit.models import (
     GraphBuilder,
     GraphModel,
     History,
+    Input,
+    InputLayer,
     LambdaCallback,
     LearningRateScheduler,
     ModelCheckpoint,
@@ -138,6 +140,7 @@ from rnnkit.models import (
     TerminateOnNaN,
     model_from_config,
 )
+from rnnkit.models import FunctionalModel as Model  # Keras' functional API: rk.Model(inputs, outputs)
 from rnnkit.optimizers import SGD, Adam, AdamW, Optimizer, RMSprop
 from rnnkit.recurrent import (
     GRU,
@@ -187,4 +190,5 @@ __all__ = [
     "CSVLogger", "LambdaCallback", "ProgbarLogger", "ReduceLROnPlateau", "TerminateOnNaN",
     "datasets", "timeseries", "distributed", "regularizers", "constraints", "attach_regularization", "data",
     "activations", "initializers", "testing", "serve",
+    "Input", "InputLayer", "Model",
 ]

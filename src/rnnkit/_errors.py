@@ -80,3 +80,8 @@ class ModelBusyError(Error, RuntimeError):
 class DataSourceError(Error, RuntimeError):
     """A batch source (generator, Dataset) raised while producing a batch; the message names
     the batch and epoch, ``__cause__`` is the original exception."""
+
+
+class GraphCallError(Error, AttributeError):
+    """``layer.input`` / ``layer.output`` of a layer not called exactly once on graph nodes (an
+    AttributeError too, so ``hasattr(layer, "output")`` says whether there is one)."""

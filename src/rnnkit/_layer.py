@@ -19,6 +19,7 @@ import numpy as np
 from rnnkit._arrays import as_real_array
 from rnnkit._ctx import Ctx
 from rnnkit._errors import (
+    GraphCallError,
     InvalidInputError,
     InvalidParameterError,
     NotBuiltError,
@@ -230,10 +231,50 @@ class Layer:
         the raw pass, which checks nothing of the values (NaN in, NaN out)."""
         return self.forward(self._finite(x), Ctx.inference())
 
-    def __call__(self, x: Any, ctx: Ctx | None = None) -> np.ndarray:
-        """:meth:`forward` in ``ctx`` (default: an inference Ctx), after refusing an input that
-        holds NaN or Inf (InvalidInputError naming the first), as :meth:`predict` does."""
+    def __call__(self, x: Any, ctx: Ctx | None = None, *, initial_state: Any = None) -> Any:
+        """On arrays: :meth:`forward` in ``ctx`` (default: an inference Ctx) after refusing an
+        input holding NaN or Inf (as :meth:`predict`); an unbuilt layer is first built for one
+        array's shape (batch free). ``initial_state=[h, c]`` starts a recurrent layer there.
+
+        On graph nodes (``rk.Input(...)``, another call's output; Keras' functional API): a
+        symbolic call building the layer for the nodes' shapes. Returns a node, or the list of
+        a multi-output call's nodes (``out, h, c = rk.LSTM(8, return_state=True)(x)``)."""
+        states = initial_state if isinstance(initial_state, (list, tuple)) else [initial_state]
+        for a in [*(x if isinstance(x, (list, tuple)) else [x]), *states]:
+            if getattr(type(a), "_symbolic", False):
+                if ctx is not None:
+                    raise TypeError(f"{self.name}: a call on graph nodes takes no ctx")
+                return type(a)._call_layer(self, x, initial_state)
+        if initial_state is not None and isinstance(x, (list, tuple)):
+            raise InvalidInputError(f"{self.name}: initial_state= came with a list input; pass x "
+                                    f"alone, or [x, *initial_state] without initial_state=")
+        if not self.built and not isinstance(x, (list, tuple)):
+            if not np.shape(x):
+                raise InvalidInputError(f"{self.name}: expected an array input, got a scalar")
+            self.build(Shape.with_free_batch(np.shape(x)))
+        x = x if initial_state is None else [x, *states]
         return self.forward(self._finite(x), ctx if ctx is not None else Ctx.inference())
+
+    def _record_call(self, inputs: Any, outputs: Any) -> None:
+        """Note a call on graph nodes (nodes read, node(s) made) for :attr:`input` / :attr:`output`."""
+        self.__dict__.setdefault("_graph_calls", []).append((inputs, outputs))
+
+    def _one_call(self, what: str) -> tuple[Any, Any]:
+        calls = self.__dict__.get("_graph_calls", [])
+        if len(calls) != 1:
+            raise GraphCallError(f"{self.name}: layer.{what} is defined for a layer called once on "
+                                 f"graph nodes; this one was called {len(calls)} times")
+        return calls[0]
+
+    @property
+    def input(self) -> Any:
+        """The node(s) the one call on graph nodes read (a list for several; Keras' ``layer.input``)."""
+        return self._one_call("input")[0]
+
+    @property
+    def output(self) -> Any:
+        """The node of the one call on graph nodes, a list for several outputs (Keras' ``layer.output``)."""
+        return self._one_call("output")[1]
 
     def _finite(self, x: Any) -> Any:
         """``x``, refused when it (or, for a list of inputs, one of them) is an array of floats

@@ -19,11 +19,15 @@ from rnnkit.models._callbacks_more import (
     TerminateOnNaN,
 )
 from rnnkit.models._config import model_from_config
+from rnnkit.models._functional import Input
+from rnnkit.models._functional import Model as FunctionalModel
 from rnnkit.models._graph import GraphBuilder, GraphModel, Node
+from rnnkit.models._node import InputLayer
 from rnnkit.models._sequential import Sequential, SequentialBuilder
 
 __all__ = [
     "Callback", "EarlyStopping", "GraphBuilder", "GraphModel", "History", "LearningRateScheduler",
     "Model", "ModelCheckpoint", "Node", "Sequential", "SequentialBuilder", "model_from_config",
     "CSVLogger", "LambdaCallback", "ProgbarLogger", "ReduceLROnPlateau", "TerminateOnNaN",
+    "Input", "FunctionalModel", "InputLayer",
 ]

@@ -20,7 +20,8 @@ from rnnkit._layer import Layer
 from rnnkit._shape import Shape
 from rnnkit.layers import MergeLayer, layer_from_config, layer_to_config
 from rnnkit.models._base import Model, check_finite
-from rnnkit.models._node import Node, check_state_shapes, state_shapes, takes_states
+from rnnkit.models._graph_order import keras_layer_order
+from rnnkit.models._node import Node, call_node, check_arity, record
 from rnnkit.models._sequential import check_weight_grads, layer_label
 from rnnkit.models._summary import shape_text
 
@@ -64,12 +65,17 @@ class GraphBuilder:
             raise InvalidInputError(f"GraphBuilder: node name {name!r} is already used")
         return name
 
-    def input(self, shape: Shape | tuple[int | None, ...], name: str | None = None) -> Node:
-        """A model input of ``shape`` (its batch axis is made free)."""
+    def input(self, shape: Shape | tuple[int | None, ...], name: str | None = None,
+              dtype: str | None = None) -> Node:
+        """A model input of ``shape`` (its batch axis is made free); ``dtype`` as
+        :func:`rnnkit.Input` records it."""
         shp = Shape.of(shape)
         if shp.rank < 1:
             raise InvalidInputError(f"GraphBuilder.input: expected a shape of rank >= 1, got {shp}")
-        node = Node(self._name("input", name), None, (), Shape((None, *shp[1:])), self)
+        if dtype is not None and dtype not in ("float32", "float64", "int32", "int64"):
+            raise InvalidInputError(f"GraphBuilder.input: dtype must be float32, float64, int32, int64 or "
+                                    f"None, got {dtype!r}")
+        node = Node(self._name("input", name), None, (), Shape((None, *shp[1:])), self, dtype=dtype)
         self._nodes.append(node)
         return node
 
@@ -84,29 +90,12 @@ class GraphBuilder:
         for n in ins:
             if not isinstance(n, Node) or n.builder is not self:
                 raise InvalidInputError(f"GraphBuilder.add: {n!r} is not a node of this builder")
-            if isinstance(n.shape, list):
-                raise InvalidInputError(
-                    f"GraphBuilder.add: node {n.name!r} has {n.n_outputs} outputs; pass one of them "
-                    f"({n.name}[0], ...) or unpack it (out, *states = node)")
-        multi = isinstance(layer, MergeLayer)
-        states = not multi and len(ins) > 1 and takes_states(layer)
-        if (multi and len(ins) < 2) or (not multi and not states and len(ins) != 1):
-            want = "at least 2 input nodes" if multi else "exactly 1 input node (a recurrent layer: " \
-                "[x, *initial_state])"
-            raise InvalidInputError(f"GraphBuilder.add: {type(layer).__name__} takes {want}, got {len(ins)}")
+        check_arity(layer, ins, "GraphBuilder.add")
         node_name = self._name(layer.name.lower(), name)
-        shapes: Any = [n.shape for n in ins] if multi else ins[0].shape
-        try:
-            layer.build(shapes)
-            out = layer.compute_output_shape(shapes)
-            if states:
-                check_state_shapes(layer, [n.shape for n in ins[1:]], node_name)
-        except InvalidInputError as e:
-            raise InvalidInputError(f"GraphBuilder.add: node {node_name!r}: {e}") from None
-        if getattr(layer, "return_state", False) and not isinstance(out, list) and takes_states(layer):
-            out = [out, *state_shapes(layer)[1]]  # type: ignore[assignment]
+        out = call_node(layer, ins, f"GraphBuilder.add: node {node_name!r}")
         node = Node(node_name, layer, tuple(ins), out, self)
         self._nodes.append(node)
+        record(layer, node)
         return node
 
     def build(self, outputs: Node | list[Node], inputs: list[Node] | None = None) -> GraphModel:
@@ -161,13 +150,55 @@ class GraphModel(Model):
         return [n.shape for n in self.inputs]
 
     @property
-    def layers(self) -> list[Layer]:
-        """Each layer once, in order of first use."""
+    def called_layers(self) -> list[Layer]:
+        """Each layer once, in order of first use (no input layers)."""
         seen: list[Layer] = []
         for n in self.nodes:
             if n.layer is not None and all(n.layer is not s for s in seen):
                 seen.append(n.layer)
         return seen
+
+    @property
+    def layers(self) -> list[Layer]:
+        """Keras' ``model.layers``: each input's :class:`~rnnkit.models.InputLayer` and each layer
+        once, in Keras' order (by depth from the outputs, deepest first), so ``model.layers[i]``
+        is what Keras' functional model of the same graph has at ``i``."""
+        return [op.input_layer if isinstance(op, Node) else op for op in keras_layer_order(self.outputs)]
+
+    @property
+    def input(self) -> Node | list[Node]:
+        """Keras' ``model.input``: the input node, or the list of them for several inputs
+        (call layers on them to make new models from this one's layers)."""
+        return self.inputs[0] if len(self.inputs) == 1 else list(self.inputs)
+
+    @property
+    def output(self) -> Node | list[Node]:
+        """Keras' ``model.output``: the output node, or the list of them for several."""
+        return self.outputs[0] if len(self.outputs) == 1 else list(self.outputs)
+
+    def get_layer(self, name: str | None = None, index: int | None = None) -> Layer:
+        """Keras' ``get_layer``: the layer of ``model.layers`` at ``index``, or the one whose node
+        is named ``name`` (a layer's first node; an input's name gives its InputLayer), or else
+        the one layer whose own ``name`` is ``name``. InvalidInputError lists the names otherwise."""
+        if (name is None) == (index is None):
+            raise InvalidInputError(f"{self.name}.get_layer: give exactly one of name= and index=")
+        layers = self.layers
+        if index is not None:
+            n = len(layers)
+            if isinstance(index, bool) or not isinstance(index, int) or not -n <= index < n:
+                raise InvalidInputError(f"{self.name}.get_layer: index {index!r} is out of range; the "
+                                        f"model has {len(layers)} layers")
+            return layers[index]
+        for n in self.nodes:
+            if n.name == name and (n.is_input or n.layer is not None):
+                return n.input_layer if n.is_input else n.layer  # type: ignore[return-value]
+        hits = [lay for lay in layers if lay.name == name]
+        if len(hits) == 1:
+            return hits[0]
+        names = [n.name for n in self.nodes if n.is_input or n.layer is not None]
+        raise InvalidInputError(
+            f"{self.name}.get_layer: {'several layers are' if hits else 'no layer is'} named {name!r}; "
+            f"the model's node names are {names}")
 
     def _forward(self, xs: list[np.ndarray], ctx: Ctx, check: bool) -> list[np.ndarray]:
         return self._forward_masks(xs, ctx, check)[0]
@@ -282,7 +313,9 @@ class GraphModel(Model):
             count = "shared" if shared else f"{n.layer.param_count():,}"
             shp = (", ".join(shape_text(x) for x in n.shape) if isinstance(n.shape, list)
                    else shape_text(n.shape))
-            rows.append([layer_label(n.name, n.layer), shp, count,
+            label = f"{n.name} ({type(n.layer).__name__})" if n.layer.name == n.name \
+                else layer_label(n.name, n.layer)
+            rows.append([label, shp, count,
                          ", ".join(p.name for p in n.inbound)])
         return ["Layer (type)", "Output Shape", "Param #", "Connected to"], rows
 
@@ -290,11 +323,12 @@ class GraphModel(Model):
         """``{"class_name": "GraphModel", "config": {"name", "layers", "nodes", "inputs",
         "outputs"}}``; a node refers to its layer by index into ``layers`` (shared layers
         appear once) and to its inputs by node name."""
-        layers = self.layers
+        layers = self.called_layers
         nodes: list[dict[str, Any]] = []
         for n in self.nodes:
             if n.is_input:
-                nodes.append({"name": n.name, "input_shape": list(n.shape.dims)})
+                nodes.append({"name": n.name, "input_shape": list(n.shape.dims)}
+                             | ({} if n.dtype is None else {"dtype": n.dtype}))
             elif n.layer is None:
                 nodes.append({"name": n.name, "output_of": n.inbound[0].name, "index": n.index})
             else:
@@ -313,7 +347,8 @@ class GraphModel(Model):
         by_name: dict[str, Node] = {}
         for spec in config["nodes"]:
             if "input_shape" in spec:
-                by_name[spec["name"]] = b.input(spec["input_shape"], name=spec["name"])
+                by_name[spec["name"]] = b.input(spec["input_shape"], name=spec["name"],
+                                                dtype=spec.get("dtype"))
             elif "output_of" in spec:
                 by_name[spec["name"]] = by_name[spec["output_of"]][int(spec["index"])]
             else:

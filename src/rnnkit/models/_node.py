@@ -1,13 +1,18 @@
-"""``Node``: one value of a graph model, and what a recurrent node's state inputs look like."""
+"""``Node``: one value of a graph model, and what a recurrent node's state inputs look like.
+
+A node made by :class:`~rnnkit.GraphBuilder` belongs to that builder; a node made by calling a
+layer on nodes (``rk.LSTM(8)(x)``, the functional API) belongs to none and is named when the
+first model holding it is made (:func:`rnnkit.Model`). :func:`call_node` is the one place a
+layer call is checked and its output shape worked out, for both."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
 from rnnkit._errors import InvalidInputError
-from rnnkit._layer import Layer
+from rnnkit._layer import Layer, resolve_dtype
 from rnnkit._shape import Shape
-from rnnkit.layers import Bidirectional
+from rnnkit.layers import Bidirectional, MergeLayer
 from rnnkit.recurrent import RecurrentLayer
 from rnnkit.rnn import RNNNet
 
@@ -28,13 +33,52 @@ class Node:
     shapes for a layer with several outputs (``return_state=True``, ``merge_mode=None``): such a
     node is indexed (``enc[1]``) or unpacked (``out, h, c = enc``) to use its outputs."""
 
-    __slots__ = ("name", "layer", "inbound", "shape", "builder", "index", "_picks")
+    __slots__ = ("name", "layer", "inbound", "shape", "builder", "index", "_picks", "dtype", "_input_layer")
 
-    def __init__(self, name: str, layer: Layer | None, inbound: tuple[Node, ...], shape: Any,
-                 builder: Builder, index: int | None = None) -> None:
-        self.name, self.layer, self.inbound, self.shape, self.builder = name, layer, inbound, shape, builder
+    def __init__(self, name: str | None, layer: Layer | None, inbound: tuple[Node, ...], shape: Any,
+                 builder: Builder | None, index: int | None = None, dtype: str | None = None) -> None:
+        self.name: str = name  # type: ignore[assignment]  # None until a model names it (functional)
+        self.layer, self.inbound, self.shape, self.builder = layer, inbound, shape, builder
         self.index = index
+        #: an input's declared dtype (``rk.Input(dtype=...)``), None when not declared
+        self.dtype = dtype
         self._picks: dict[int, Node] = {}
+        self._input_layer: InputLayer | None = None
+
+    @property
+    def input_layer(self) -> InputLayer:
+        """The :class:`InputLayer` standing for this input node in ``model.layers``."""
+        if not self.is_input:
+            raise TypeError(f"node {self.name!r} is not an input")
+        if self._input_layer is None:
+            self._input_layer = InputLayer(self)
+        return self._input_layer
+
+    #: what :meth:`rnnkit.Layer.__call__` looks for to tell a symbolic call from an array one
+    _symbolic = True
+
+    @staticmethod
+    def _call_layer(layer: Layer, x: Any, initial_state: Any) -> Any:
+        """``layer(x, initial_state=...)`` on nodes (Keras' functional API): a new node, or the
+        list of its outputs' nodes for a layer with several (``return_state=True``: ``[out, h,
+        c]``). ``x`` is a node, or a list of them for a merge layer (``[x, *states]`` for a
+        recurrent one, as ``initial_state=`` gives)."""
+        ins = list(x) if isinstance(x, (list, tuple)) else [x]
+        if initial_state is not None:
+            ins += list(initial_state) if isinstance(initial_state, (list, tuple)) else [initial_state]
+        label = f"calling {type(layer).__name__} {layer.name!r}"
+        for n in ins:
+            if not isinstance(n, Node):
+                raise InvalidInputError(
+                    f"{label}: every input of a call on graph nodes must be a node (rk.Input(...) or "
+                    f"a layer call's output), got {type(n).__name__}")
+        if initial_state is not None and (isinstance(layer, MergeLayer) or not takes_states(layer)):
+            raise InvalidInputError(f"{label}: initial_state= is for recurrent layers; "
+                                    f"{type(layer).__name__} takes none")
+        out = call_node(layer, ins, label)
+        node = Node(None, layer, tuple(ins), out, None)
+        record(layer, node)
+        return list(node) if isinstance(out, list) else node
 
     @property
     def is_input(self) -> bool:
@@ -53,9 +97,13 @@ class Node:
             raise IndexError(f"node {self.name!r} has {n} outputs; got index {k!r}")
         k %= n
         if k not in self._picks:
-            pick = Node(self.builder._name(f"{self.name}[{k}]", None, exact=True), None, (self,),
-                        self.shape[k], self.builder, k)
-            self.builder._nodes.append(pick)
+            if self.builder is None:  # a functional node: named with its parent by the model
+                pick = Node(None if self.name is None else f"{self.name}[{k}]", None, (self,),
+                            self.shape[k], None, k)
+            else:
+                pick = Node(self.builder._name(f"{self.name}[{k}]", None, exact=True), None, (self,),
+                            self.shape[k], self.builder, k)
+                self.builder._nodes.append(pick)
             self._picks[k] = pick
         return self._picks[k]
 
@@ -108,3 +156,71 @@ def takes_states(layer: Layer) -> bool:
     """A recurrent layer (``RecurrentLayer``, ``RNNNet``, ``Bidirectional``) takes
     ``[x, *initial_state]``."""
     return isinstance(layer, (RecurrentLayer, RNNNet, Bidirectional))
+
+
+class InputLayer(Layer):
+    """A model input as Keras lists it in ``model.layers``: no weights; ``output`` (and
+    ``input``) is the input node, ``batch_shape`` its shape, ``name`` its name."""
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(name=node.name)
+        self.node = node
+        if node.dtype is not None and node.dtype in ("float32", "float64"):
+            self.dtype = resolve_dtype(node.dtype, node.name)
+        self._input_shape = node.shape
+        self._record_call(node, node)
+
+    @property
+    def batch_shape(self) -> tuple[int | None, ...]:
+        return tuple(self.node.shape.dims)
+
+    def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
+        return Shape.of(shape)
+
+    def __repr__(self) -> str:
+        return f"InputLayer(name={self.name!r}, batch_shape={self.batch_shape})"
+
+
+def check_arity(layer: Layer, ins: list[Node], label: str) -> bool:
+    """Refuse a call of ``layer`` on ``ins`` that reads a node with several outputs whole, or
+    the wrong number of nodes: a merge layer takes >= 2, a recurrent layer ``[x,
+    *initial_state]``, any other layer one. Returns whether the call passes initial states."""
+    for n in ins:
+        if isinstance(n.shape, list):
+            raise InvalidInputError(
+                f"{label}: node {n.name!r} has {n.n_outputs} outputs; pass one of them "
+                f"({n.name}[0], ...) or unpack it (out, *states = node)")
+    multi = isinstance(layer, MergeLayer)
+    states = not multi and len(ins) > 1 and takes_states(layer)
+    if (multi and len(ins) < 2) or (not multi and not states and len(ins) != 1):
+        want = "at least 2 input nodes" if multi else "exactly 1 input node (a recurrent layer: " \
+            "[x, *initial_state])"
+        raise InvalidInputError(f"{label}: {type(layer).__name__} takes {want}, got {len(ins)}")
+    return states
+
+
+def call_node(layer: Layer, ins: list[Node], label: str) -> Any:
+    """Build ``layer`` for a call on nodes ``ins`` (checked by :func:`check_arity`; each
+    initial state of its shape) and return the call's output shape (a list of shapes for a
+    layer with several outputs). InvalidInputError names ``label`` (the call) and what was
+    wrong: a built layer called on a node of another feature width is refused here."""
+    states = check_arity(layer, ins, label)
+    shapes: Any = [n.shape for n in ins] if isinstance(layer, MergeLayer) else ins[0].shape
+    try:
+        layer.build(shapes)
+        out = layer.compute_output_shape(shapes)
+        if states:
+            check_state_shapes(layer, [n.shape for n in ins[1:]], label)
+    except InvalidInputError as e:
+        raise InvalidInputError(f"{label}: {e}") from None
+    if getattr(layer, "return_state", False) and not isinstance(out, list) and takes_states(layer):
+        out = [out, *state_shapes(layer)[1]]
+    return out
+
+
+def record(layer: Layer, node: Node) -> None:
+    """Note call ``node`` on ``layer`` (for ``layer.input`` / ``layer.output``): its input is
+    the node read (a list when it reads several), its output the node, or the list of its
+    outputs' nodes when it has several."""
+    ins: Any = list(node.inbound) if len(node.inbound) > 1 else node.inbound[0]
+    layer._record_call(ins, list(node) if isinstance(node.shape, list) else node)
