@@ -327,6 +327,32 @@ def _entries(layer: Layer, group: str) -> list[tuple[Layer, str]]:
     return [(layer, f"{group}/{_rel(layer)}")]
 
 
+def _graph_entries(model: GraphModel, store: WeightStore) -> list[tuple[Layer, str]]:
+    """Where each weighted layer of a GraphModel finds its weights in ``store``: by name when
+    the file names a Keras layer after every such layer's node, else by position as Keras
+    writes them (the k-th layer of a class in ``model.layers`` order, InputLayers included,
+    in the group ``lstm``, ``lstm_1``, ...)."""
+    groups = {_safe(k): v for k, v in store.by_name.items()}
+    first: dict[int, str] = {}
+    for n in model.nodes:
+        if n.layer is not None and id(n.layer) not in first:
+            first[id(n.layer)] = n.name
+    weighted = [lay for lay in model.called_layers if lay.weight_names]
+    if all(first[id(lay)] in groups for lay in weighted):
+        where = {id(lay): groups[first[id(lay)]] for lay in weighted}
+    else:
+        order = model.layers
+        classes = [_KERAS_CLASS.get(type(lay), type(lay).__name__) for lay in order]
+        where = {id(lay): f"layers/{g}" for lay, g in zip(order, unique_groups(classes), strict=True)}
+    entries: list[tuple[Layer, str]] = []
+    for lay in weighted:
+        group, rel = where[id(lay)], _rel(lay)
+        if store.vars_at(f"{group}/{rel}") is None and store.vars_at(f"{group}/layer/{rel}") is not None:
+            group = f"{group}/layer"  # a Keras TimeDistributed
+        entries.extend(_entries(lay, group))
+    return entries
+
+
 def load_keras_weights(model: Any, path: str | os.PathLike[str]) -> None:
     """Read a Keras 3 weights file (``model.save_weights("w.weights.h5")``, or the weights of a
     ``.keras`` archive) into a built rnnkit ``model`` of the same architecture, all or nothing.
@@ -334,9 +360,13 @@ def load_keras_weights(model: Any, path: str | os.PathLike[str]) -> None:
     Sequential: the k-th rnnkit layer of a class (Dense, Embedding, SimpleRNN, LSTM, GRU,
     Bidirectional) takes the weights of the k-th Keras layer of that class (Keras' groups
     ``lstm``, ``lstm_1``, ...; weightless layers do not matter; a Keras TimeDistributed needs
-    the model :func:`load_keras` builds). GraphModel: a node named ``N`` takes the Keras layer
-    named ``N`` (the names :func:`load_keras` gives). Every array of the file must be used and every weight
-    of the model found with its exact shape; WeightShapeError lists each problem otherwise."""
+    the model :func:`load_keras` builds). GraphModel: a layer whose first node is named ``N``
+    takes the Keras layer named ``N`` when the file names one after every layer (the names
+    :func:`load_keras` and :func:`rnnkit.Model` give), else the k-th layer of a class in
+    ``model.layers`` (Keras' order, input layers included) takes the k-th Keras layer of that
+    class, as a Keras-written ``model.save_weights`` file lays them out. Every array of the
+    file must be used and every weight of the model found with its exact shape;
+    WeightShapeError lists each problem otherwise."""
     p = os.fspath(path)
     _check_path(p)
     data: bytes | str = _read_archive(p)[1] if zipfile.is_zipfile(p) else p
@@ -348,17 +378,7 @@ def load_keras_weights(model: Any, path: str | os.PathLike[str]) -> None:
             if layer.weight_names:
                 entries.extend(_entries(layer, f"layers/{group}"))
     elif isinstance(model, GraphModel):
-        groups = {_safe(k): v for k, v in store.by_name.items()}
-        seen: list[Layer] = []
-        for n in model.nodes:
-            if n.layer is None or not n.layer.weight_names or any(n.layer is s for s in seen):
-                continue
-            seen.append(n.layer)
-            group = groups.get(n.name, "layers/" + n.name)
-            rel = _rel(n.layer)
-            if store.vars_at(f"{group}/{rel}") is None and store.vars_at(f"{group}/layer/{rel}") is not None:
-                group = f"{group}/layer"  # a Keras TimeDistributed
-            entries.extend(_entries(n.layer, group))
+        entries = _graph_entries(model, store)
     else:
         raise TypeError(f"load_keras_weights: expected a Sequential or GraphModel, got "
                         f"{type(model).__name__}")

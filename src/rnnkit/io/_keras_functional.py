@@ -63,7 +63,7 @@ def functional_config(model: Any) -> tuple[dict[str, Any], list[tuple[str, Vars]
         if found is not None:
             bidi[id(n)] = found[:3]
             skip.update(id(a) for a in found[3])
-    dtype = model.layers[0].dtype.name if model.layers else "float32"
+    dtype = model.called_layers[0].dtype.name if model.called_layers else "float32"
     entries: list[dict[str, Any]] = []
     vars_all: list[tuple[str, Vars]] = []
     ref: dict[int, list[Any]] = {}            # node -> [keras layer name, node index, 0]
@@ -80,8 +80,8 @@ def functional_config(model: Any) -> tuple[dict[str, Any], list[tuple[str, Vars]
         if n.layer is None:
             entries.append({"module": "keras.layers", "class_name": "InputLayer", "name": n.name,
                             "registered_name": None, "inbound_nodes": [],
-                            "config": {"batch_shape": list(n.shape.dims), "dtype": dtype, "sparse": False,
-                                       "name": n.name}})
+                            "config": {"batch_shape": list(n.shape.dims), "sparse": False,
+                                       "dtype": getattr(n, "dtype", None) or dtype, "name": n.name}})
             vars_all.append(("InputLayer", [("vars", n.name, [])]))
             ref[id(n)] = [n.name, 0, 0]
             continue

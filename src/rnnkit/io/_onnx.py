@@ -236,7 +236,8 @@ def _output_ranks(model: Any, single: bool) -> list[int]:
 
 
 def _layers(model: Any) -> list[Layer]:
-    return [model] if isinstance(model, Layer) else list(model.layers)
+    # a GraphModel's model.layers lists its InputLayers too (Keras' indices): the called ones
+    return [model] if isinstance(model, Layer) else list(getattr(model, "called_layers", model.layers))
 
 
 def _version() -> str:

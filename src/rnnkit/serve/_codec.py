@@ -98,7 +98,7 @@ def as_input(value: Any, sv: Servable, cfg: ServeConfig, what: str, *, stream: b
                                                       f"{cfg.max_batch} per request",
                            expected=cfg.max_batch, got=arr.shape[0])
     if sv.input_dtype.kind in "iu":
-        vocab = int(getattr(sv.model.layers[0], "input_dim", 0))
+        vocab = int(getattr(getattr(sv.model, "called_layers", sv.model.layers)[0], "input_dim", 0))
         lo, hi = int(arr.min()), int(arr.max())
         if lo < 0 or hi >= vocab:
             raise unprocessable("out_of_range", f"{what} holds token ids in [{lo}, {hi}]; the model's "

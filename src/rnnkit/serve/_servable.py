@@ -131,7 +131,7 @@ class Servable:
             self.input_dtype = self.dtype
         else:
             self.sample_shape = tuple(m.input_shapes()[0])[1:]
-            first = m.layers[0]
+            first = getattr(m, "called_layers", m.layers)[0]  # a GraphModel's layers start with inputs
             self.dtype = np.dtype(first.dtype)
             self.input_dtype = np.dtype(np.int64) if isinstance(first, Embedding) else self.dtype
         if len(self.sample_shape) < (1 if self.input_dtype.kind in "iu" else 2):
@@ -154,7 +154,7 @@ class Servable:
         """``n`` random samples of ``T`` timesteps in the model's input dtype."""
         shape = (n, T, *[d if d is not None else 2 for d in self.sample_shape[1:]])
         if self.input_dtype.kind in "iu":
-            vocab = int(getattr(self.model.layers[0], "input_dim", 2))
+            vocab = int(getattr(getattr(self.model, "called_layers", self.model.layers)[0], "input_dim", 2))
             return rng.integers(0, vocab, size=shape).astype(self.input_dtype)
         return rng.standard_normal(shape).astype(self.dtype)
 
