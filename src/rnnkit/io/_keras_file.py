@@ -328,22 +328,22 @@ def _entries(layer: Layer, group: str) -> list[tuple[Layer, str]]:
 
 
 def _graph_entries(model: GraphModel, store: WeightStore) -> list[tuple[Layer, str]]:
-    """Where each weighted layer of a GraphModel finds its weights in ``store``: by name when
-    the file names a Keras layer after every such layer's node, else by position as Keras
-    writes them (the k-th layer of a class in ``model.layers`` order, InputLayers included,
-    in the group ``lstm``, ``lstm_1``, ...)."""
-    groups = {_safe(k): v for k, v in store.by_name.items()}
-    first: dict[int, str] = {}
-    for n in model.nodes:
-        if n.layer is not None and id(n.layer) not in first:
-            first[id(n.layer)] = n.name
+    """Where each weighted layer of a GraphModel finds its weights in ``store``: by position
+    as Keras writes and reads them (the k-th layer of a class in ``model.layers`` order,
+    InputLayers included, in the group ``lstm``, ``lstm_1``, ...); when a group that order
+    names holds no weights (a Keras TimeDistributed or Bidirectional has its own group), by
+    the Keras layer name the file gives each group, a layer's first node's name."""
     weighted = [lay for lay in model.called_layers if lay.weight_names]
-    if all(first[id(lay)] in groups for lay in weighted):
-        where = {id(lay): groups[first[id(lay)]] for lay in weighted}
-    else:
-        order = model.layers
-        classes = [_KERAS_CLASS.get(type(lay), type(lay).__name__) for lay in order]
-        where = {id(lay): f"layers/{g}" for lay, g in zip(order, unique_groups(classes), strict=True)}
+    order = model.layers
+    classes = [_KERAS_CLASS.get(type(lay), type(lay).__name__) for lay in order]
+    where = {id(lay): f"layers/{g}" for lay, g in zip(order, unique_groups(classes), strict=True)}
+    if not all(store.vars_at(at) is not None for lay in weighted for _, at in _entries(lay, where[id(lay)])):
+        groups = {_safe(k): v for k, v in store.by_name.items()}
+        first: dict[int, str] = {}
+        for n in model.nodes:
+            if n.layer is not None and id(n.layer) not in first:
+                first[id(n.layer)] = n.name
+        where = {id(lay): groups.get(first[id(lay)], "layers/" + first[id(lay)]) for lay in weighted}
     entries: list[tuple[Layer, str]] = []
     for lay in weighted:
         group, rel = where[id(lay)], _rel(lay)
@@ -360,11 +360,11 @@ def load_keras_weights(model: Any, path: str | os.PathLike[str]) -> None:
     Sequential: the k-th rnnkit layer of a class (Dense, Embedding, SimpleRNN, LSTM, GRU,
     Bidirectional) takes the weights of the k-th Keras layer of that class (Keras' groups
     ``lstm``, ``lstm_1``, ...; weightless layers do not matter; a Keras TimeDistributed needs
-    the model :func:`load_keras` builds). GraphModel: a layer whose first node is named ``N``
-    takes the Keras layer named ``N`` when the file names one after every layer (the names
-    :func:`load_keras` and :func:`rnnkit.Model` give), else the k-th layer of a class in
+    the model :func:`load_keras` builds). GraphModel: the k-th layer of a class in
     ``model.layers`` (Keras' order, input layers included) takes the k-th Keras layer of that
-    class, as a Keras-written ``model.save_weights`` file lays them out. Every array of the
+    class, as Keras' own ``load_weights`` reads the file; where that finds no weights (a
+    Keras TimeDistributed or Bidirectional), a layer whose first node is named ``N`` takes the
+    Keras layer named ``N`` (the names :func:`load_keras` gives). Every array of the
     file must be used and every weight of the model found with its exact shape;
     WeightShapeError lists each problem otherwise."""
     p = os.fspath(path)

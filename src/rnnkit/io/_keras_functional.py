@@ -12,9 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from rnnkit._layer import Layer
 from rnnkit.io._keras_export import Vars, _shape, bidirectional_entry, keras_layer
+from rnnkit.io._keras_graph import inbound
 from rnnkit.io._keras_h5 import unique_groups
 from rnnkit.layers import Concatenate, MergeLayer, Reverse
+from rnnkit.models._graph_order import keras_layer_order
+from rnnkit.models._node import Node
 from rnnkit.recurrent import RecurrentLayer
 
 
@@ -114,9 +118,14 @@ def functional_config(model: Any) -> tuple[dict[str, Any], list[tuple[str, Vars]
         else:
             call = {"args": [tensors if len(tensors) > 1 else tensors[0]], "kwargs": {}}
         entry["inbound_nodes"].append(call)
-    groups = unique_groups([c for c, _ in vars_all])
     ins = [ref[id(n)] for n in model.inputs]
     outs = [ref[id(n)] for n in model.outputs]
+    # Keras reads a layer's weights from the group its class and position in ITS model.layers
+    # order give (lstm, lstm_1, ...), so the groups follow the order Keras lists these layers in
+    order = keras_order(entries, outs)
+    order += [i for i in range(len(entries)) if i not in order]
+    group_of = dict(zip(order, unique_groups([vars_all[i][0] for i in order]), strict=True))
+    groups = [group_of[i] for i in range(len(entries))]
     cfg = {"module": "keras.src.models.functional", "class_name": "Functional",
            "registered_name": "Functional",
            "config": {"name": model.name, "trainable": True, "layers": entries,
@@ -124,6 +133,38 @@ def functional_config(model: Any) -> tuple[dict[str, Any], list[tuple[str, Vars]
                       "output_layers": outs if len(outs) > 1 else outs[0]},
            "build_config": {"input_shape": None}, "compile_config": None}
     return cfg, [(g, v) for g, (_, v) in zip(groups, vars_all, strict=True)]
+
+
+def keras_order(entries: list[dict[str, Any]], outputs: list[list[Any]]) -> list[int]:
+    """The indices of a functional config's layer ``entries`` in the order Keras lists the
+    layers of the model it builds from them (:func:`~rnnkit.models._graph_order.keras_layer_order`
+    on the config's own call graph)."""
+    index = {str(e["name"]): i for i, e in enumerate(entries)}
+    ops: dict[int, int] = {}
+    calls: dict[tuple[str, int], Node] = {}
+
+    def call(name: str, k: int) -> Node:
+        if (name, k) not in calls:
+            e = entries[index[name]]
+            if e["class_name"] == "InputLayer":
+                node = Node(name, None, (), None, None)
+                ops[id(node)] = index[name]
+            else:
+                token = e.setdefault("_op", Layer(name="op"))  # one operation per entry
+                ops[id(token)] = index[name]
+                node = Node(name, token, tuple(tensor(r) for r in inbound(e["inbound_nodes"][k], name)),
+                            None, None)
+            calls[(name, k)] = node
+        return calls[(name, k)]
+
+    def tensor(r: tuple[str, int, int]) -> Node:
+        parent = call(r[0], r[1])
+        return parent if r[2] == 0 else Node(None, None, (parent,), None, None, index=r[2])
+
+    order = keras_layer_order([tensor((str(o[0]), int(o[1]), int(o[2]))) for o in outputs])
+    for e in entries:
+        e.pop("_op", None)
+    return [ops[id(op)] for op in order]
 
 
 def _tensor(node: Any, history: list[Any], dtype: str) -> dict[str, Any]:
