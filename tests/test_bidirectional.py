@@ -77,7 +77,7 @@ def test_merge_none_is_a_node_with_two_outputs_with_float64_gradients(mode: Any)
         sub = _bi("GRU", "mul")
         sub.build((None, T, F))
         for n in sub.weight_names:
-            sub.set_weight(n, model.layers[0].weight(n))
+            sub.set_weight(n, model.called_layers[0].weight(n))
         np.testing.assert_allclose(model.predict(x), sub.predict(x), rtol=1e-12)
 
 
@@ -185,7 +185,7 @@ def test_encoder_decoder_gradients_reach_the_encoder(kind: str) -> None:
     ctx = rk.Ctx.training()
     model.forward(xs, ctx)
     model.backward(np.ones((2, 5, 2)), ctx)
-    assert np.abs(ctx.grad(model.layers[0], "kernel")).max() > 1e-3     # the encoder learns
+    assert np.abs(ctx.grad(model.called_layers[0], "kernel")).max() > 1e-3     # the encoder learns
 
 
 def test_state_nodes_index_save_and_refuse(tmp_path: Path) -> None:
@@ -241,7 +241,7 @@ def test_bidirectional_states_out_and_in_with_float64_gradients(mode: Any) -> No
     xs = [RNG.standard_normal((2, 4, 3)), RNG.standard_normal((2, 5, 2))]
     errs = model_gradcheck(model, xs)
     assert max(errs.values()) < 1e-6, errs
-    bi = model.layers[0]
+    bi = model.called_layers[0]
     ctx = rk.Ctx.inference()
     out = bi.forward(xs[0], ctx)
     fwd_h = rk.LSTM(3, dtype="float64")

@@ -28,7 +28,8 @@ def _lstm_ref(x: np.ndarray, W: np.ndarray, U: np.ndarray, b: np.ndarray, h: np.
     hs = []
     for t in range(x.shape[1]):
         z = x[:, t] @ W + h @ U + b.reshape(-1)
-        i, f, g, o = _sigmoid(z[:, :H]), _sigmoid(z[:, H:2 * H]), np.tanh(z[:, 2 * H:3 * H]), _sigmoid(z[:, 3 * H:])
+        i, f = _sigmoid(z[:, :H]), _sigmoid(z[:, H:2 * H])
+        g, o = np.tanh(z[:, 2 * H:3 * H]), _sigmoid(z[:, 3 * H:])
         c = f * c + i * g
         h = o * np.tanh(c)
         hs.append(h)

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from harness import keras_or_skip
 
 import rnnkit as rk
+from harness import keras_or_skip
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 ATOL = 2e-5

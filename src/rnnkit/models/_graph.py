@@ -184,8 +184,8 @@ class GraphModel(Model):
             raise InvalidInputError(f"{self.name}.get_layer: give exactly one of name= and index=")
         layers = self.layers
         if index is not None:
-            n = len(layers)
-            if isinstance(index, bool) or not isinstance(index, int) or not -n <= index < n:
+            count = len(layers)
+            if isinstance(index, bool) or not isinstance(index, int) or not -count <= index < count:
                 raise InvalidInputError(f"{self.name}.get_layer: index {index!r} is out of range; the "
                                         f"model has {len(layers)} layers")
             return layers[index]

@@ -208,7 +208,7 @@ def call_node(layer: Layer, ins: list[Node], label: str) -> Any:
     shapes: Any = [n.shape for n in ins] if isinstance(layer, MergeLayer) else ins[0].shape
     try:
         layer.build(shapes)
-        out = layer.compute_output_shape(shapes)
+        out: Any = layer.compute_output_shape(shapes)
         if states:
             check_state_shapes(layer, [n.shape for n in ins[1:]], label)
     except InvalidInputError as e:
