@@ -223,3 +223,18 @@ def test_input_dtype_and_batch_size_are_kept() -> None:
     assert spec == {"name": "ids", "input_shape": [4, None], "dtype": "int32"}
     again = rk.GraphModel.from_config(model.get_config()["config"])
     assert again.inputs[0].dtype == "int32"
+
+
+def test_a_graph_model_called_on_nodes_repeats_its_layer_calls() -> None:
+    x = rk.Input((4, 3))
+    inner = rk.Model(x, rk.Dense(2, dtype="float64")(rk.LSTM(5, dtype="float64")(x)))
+    a = rk.Input((4, 3))
+    head = rk.Dense(1, dtype="float64")
+    outer = rk.Model(a, head(inner(a)))
+    assert [lay.name for lay in outer.layers] == ["input_layer", "lstm", "dense", "dense_1"]
+    assert outer.layers[1] is inner.layers[1]          # the same layers, so the same weights
+    xa = _x(2, 4, 3)
+    W, b = np.asarray(head.weight("kernel")), np.asarray(head.weight("bias"))
+    np.testing.assert_allclose(outer.predict(xa), inner.predict(xa) @ W + b, atol=1e-12)
+    with pytest.raises(rk.InvalidInputError, match="one node per model input"):
+        inner([a, a])

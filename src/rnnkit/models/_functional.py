@@ -120,7 +120,9 @@ def _name_nodes(nodes: list[Node]) -> None:
             what = "inputs" if n.is_input and other.is_input else "nodes"
             raise InvalidInputError(f"rk.Model: two {what} are named {n.name!r}; names in one model must "
                                     f"be unique (give one of them another name=)")
-    used = set(named)
+    # no two layers of one name: those already named by a model keep theirs
+    used = set(named) | {n.layer.name for n in nodes if n.layer is not None
+                         and (n.name is not None or _call_names(n)[0] is not None)}
     for n in nodes:
         if n.name is not None:
             continue

@@ -176,6 +176,30 @@ class GraphModel(Model):
         """Keras' ``model.output``: the output node, or the list of them for several."""
         return self.outputs[0] if len(self.outputs) == 1 else list(self.outputs)
 
+    def __call__(self, x: Any, ctx: Ctx | None = None) -> Any:
+        """On arrays: :meth:`forward` (an inference pass unless ``ctx`` says otherwise). On graph
+        nodes (one per model input; Keras' nested-model call): this model's layer calls
+        repeated on those nodes — the same layers, so the same weights — giving the nodes of
+        its outputs (a list for several); the new model lists those layers, not this model."""
+        xs = list(x) if isinstance(x, (list, tuple)) else [x]
+        if not any(isinstance(a, Node) for a in xs):
+            return super().__call__(x, ctx)
+        if ctx is not None or len(xs) != len(self.inputs) or not all(isinstance(a, Node) for a in xs):
+            raise InvalidInputError(f"{self.name}: a call on graph nodes takes one node per model input "
+                                    f"({len(self.inputs)}) and no ctx, got {len(xs)} value(s)")
+        vals: dict[int, Any] = {id(n): a for n, a in zip(self.inputs, xs, strict=True)}
+        for n in self.nodes:
+            if n.is_input:
+                continue
+            if n.layer is None:
+                vals[id(n)] = vals[id(n.inbound[0])][int(n.index)]  # type: ignore[arg-type]
+                continue
+            args = [vals[id(p)] for p in n.inbound]
+            arg = args if isinstance(n.layer, MergeLayer) or len(args) > 1 else args[0]
+            vals[id(n)] = Node._call_layer(n.layer, arg, None)
+        outs = [vals[id(n)] for n in self.outputs]
+        return outs[0] if len(outs) == 1 else outs
+
     def get_layer(self, name: str | None = None, index: int | None = None) -> Layer:
         """Keras' ``get_layer``: the layer of ``model.layers`` at ``index``, or the one whose node
         is named ``name`` (a layer's first node; an input's name gives its InputLayer), or else
