@@ -238,3 +238,17 @@ def test_a_graph_model_called_on_nodes_repeats_its_layer_calls() -> None:
     np.testing.assert_allclose(outer.predict(xa), inner.predict(xa) @ W + b, atol=1e-12)
     with pytest.raises(rk.InvalidInputError, match="one node per model input"):
         inner([a, a])
+
+
+def test_evaluate_and_summary_of_a_functional_model() -> None:
+    a, b = rk.Input((3,), name="left"), rk.Input((2,), name="right")
+    dense = rk.Dense(1, seed=1, dtype="float64")
+    model = rk.Model([a, b], dense(rk.Concatenate(dtype="float64")([a, b])))
+    model.compile(rk.SGD(0.1), "mse")
+    xa, xb, y = _x(6, 3, seed=1), _x(6, 2, seed=2), _x(6, 1, seed=3)
+    W, bias = np.asarray(dense.weight("kernel")), np.asarray(dense.weight("bias"))
+    want = float(np.mean((np.concatenate([xa, xb], 1) @ W + bias - y) ** 2))
+    assert abs(float(model.evaluate([xa, xb], y)) - want) < 1e-12
+    text = model.summary(print_fn=None)
+    assert "left (Input)" in text and "concatenate (Concatenate)" in text and "dense (Dense)" in text
+    assert "left, right" in text and "Total params: 6" in text

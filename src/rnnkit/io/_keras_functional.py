@@ -140,6 +140,7 @@ def keras_order(entries: list[dict[str, Any]], outputs: list[list[Any]]) -> list
     layers of the model it builds from them (:func:`~rnnkit.models._graph_order.keras_layer_order`
     on the config's own call graph)."""
     index = {str(e["name"]): i for i, e in enumerate(entries)}
+    tokens = {name: Layer(name="op") for name in index}   # one operation per entry
     ops: dict[int, int] = {}
     calls: dict[tuple[str, int], Node] = {}
 
@@ -150,7 +151,7 @@ def keras_order(entries: list[dict[str, Any]], outputs: list[list[Any]]) -> list
                 node = Node(name, None, (), None, None)
                 ops[id(node)] = index[name]
             else:
-                token = e.setdefault("_op", Layer(name="op"))  # one operation per entry
+                token = tokens[name]
                 ops[id(token)] = index[name]
                 node = Node(name, token, tuple(tensor(r) for r in inbound(e["inbound_nodes"][k], name)),
                             None, None)
@@ -162,8 +163,6 @@ def keras_order(entries: list[dict[str, Any]], outputs: list[list[Any]]) -> list
         return parent if r[2] == 0 else Node(None, None, (parent,), None, None, index=r[2])
 
     order = keras_layer_order([tensor((str(o[0]), int(o[1]), int(o[2]))) for o in outputs])
-    for e in entries:
-        e.pop("_op", None)
     return [ops[id(op)] for op in order]
 
 

@@ -52,6 +52,8 @@ class Node:
             raise TypeError(f"node {self.name!r} is not an input")
         if self._input_layer is None:
             self._input_layer = InputLayer(self)
+        if self.name is not None:
+            self._input_layer.name = self.name   # named by the first model that holds it
         return self._input_layer
 
     #: what :meth:`rnnkit.Layer.__call__` looks for to tell a symbolic call from an array one
