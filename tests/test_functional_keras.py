@@ -189,3 +189,17 @@ def test_keras_files_round_trip_functional_models(keras: Any, tmp_path: Path) ->
     back = keras.models.load_model(tmp_path / "ours.keras")
     assert [lay.name for lay in back.layers] == [lay.name for lay in model.layers]
     _close(back.predict(xs[0], verbose=0), model.predict(xs[0]))
+
+
+def test_a_graph_builder_model_reads_a_keras_weights_file(keras: Any, tmp_path: Path) -> None:
+    """Node names ``lstm_0``, ``dense_0`` are not Keras' names: the file is read by position."""
+    L = keras.layers
+    ki = keras.Input((4, 2))
+    kmodel = keras.Model(ki, L.Dense(3)(L.GRU(5, return_sequences=True)(ki)))
+    b = rk.GraphBuilder()
+    x = b.input((None, 4, 2))
+    model = b.build(b.add(rk.Dense(3), b.add(rk.GRU(5, return_sequences=True, reset_after=True), x)))
+    assert [n.name for n in model.nodes] == ["input_0", "gru_0", "dense_0"]
+    _copy(kmodel, model, tmp_path, seed=16)
+    xs = _x(2, 4, 2, seed=17)
+    _close(kmodel.predict(xs, verbose=0), model.predict(xs))
