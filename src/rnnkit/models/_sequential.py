@@ -50,6 +50,7 @@ class Sequential(Model):
         self.layers: list[Layer] = []
         self._input_shape: Shape | None = None
         self._out_shapes: list[Shape] = []
+        self._declared = False   # built for the first layer's input_shape= (layers may still be added)
         if layers is not None and not isinstance(layers, (list, tuple)):
             raise TypeError(f"{name}: layers must be a list of Layers (or None), got {type(layers).__name__}")
         for layer in layers or []:
@@ -59,7 +60,7 @@ class Sequential(Model):
 
     def add(self, layer: Layer) -> Sequential:
         """Append a layer (chainable). Only before the model is built."""
-        if self._input_shape is not None:
+        if self._input_shape is not None and not self._declared:
             raise InvalidInputError(f"{self.name}: cannot add a layer to a built model")
         if not isinstance(layer, Layer):
             raise InvalidInputError(f"{self.name}: expected a Layer, got {type(layer).__name__}")
@@ -74,6 +75,11 @@ class Sequential(Model):
                 f"in a graph model instead"
             )
         self.layers.append(layer)
+        if self._input_shape is not None:  # built for a declared input shape: build the new layer
+            self._out_shapes.append(self._build_layer(len(self.layers) - 1, layer, self._out_shapes[-1]))
+        elif len(self.layers) == 1 and layer.declared_input_shape is not None:
+            self.build(layer.declared_input_shape)   # Keras: input_shape= on the first layer
+            self._declared = True
         return self
 
     @property
@@ -99,19 +105,31 @@ class Sequential(Model):
         first = cur
         outs: list[Shape] = []
         for i, layer in enumerate(self.layers):
-            try:
-                layer.build(cur)
-                cur = layer.compute_output_shape(cur)
-            except InvalidInputError as e:
-                raise InvalidInputError(f"{self.name}: layer {i} ({type(layer).__name__}): {e}") from None
-            if isinstance(cur, list) or getattr(layer, "return_state", False):
-                raise InvalidInputError(
-                    f"{self.name}: layer {i} ({type(layer).__name__}) has several outputs "
-                    f"(return_state, merge_mode=None); use a GraphBuilder and index its node")
+            cur = self._build_layer(i, layer, cur)
             outs.append(cur)
         self._out_shapes = outs
         self._input_shape = first
         return self
+
+    def _build_layer(self, i: int, layer: Layer, cur: Shape) -> Shape:
+        """Build layer ``i`` for inputs of ``cur``; its output shape. A layer that declared
+        Keras' ``input_shape=`` must be given that shape (None there matches any extent)."""
+        want = layer.declared_input_shape
+        if want is not None and (want.rank != cur.rank or any(
+                w is not None and c is not None and w != c for w, c in zip(want, cur, strict=True))):
+            raise InvalidInputError(
+                f"{self.name}: layer {i} ({type(layer).__name__}) declares input_shape={tuple(want[1:])} "
+                f"(batch shape {want}), but its input has shape {cur}")
+        try:
+            layer.build(cur)
+            out = layer.compute_output_shape(cur)
+        except InvalidInputError as e:
+            raise InvalidInputError(f"{self.name}: layer {i} ({type(layer).__name__}): {e}") from None
+        if isinstance(out, list) or getattr(layer, "return_state", False):
+            raise InvalidInputError(
+                f"{self.name}: layer {i} ({type(layer).__name__}) has several outputs "
+                f"(return_state, merge_mode=None); use a GraphBuilder and index its node")
+        return out
 
     def _ensure_built(self, xs: list[np.ndarray]) -> None:
         if self._input_shape is None:
