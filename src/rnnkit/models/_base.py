@@ -26,7 +26,7 @@ from rnnkit.models._batch import Batch, take
 from rnnkit.models._callbacks import Callback, History
 from rnnkit.models._checks import Data, NonFiniteAt, as_list, check_finite, first_non_finite, unlist
 from rnnkit.models._fit_batches import check_steps, check_workers, is_batch_source, predict_source
-from rnnkit.models._habits import check_verbose, report
+from rnnkit.models._habits import cast_inputs, check_verbose, report
 from rnnkit.models._weighting import input_masks
 from rnnkit.models._weights_api import WeightsAPI
 
@@ -87,7 +87,7 @@ class Model(FitAliases, WeightsAPI):
 
     # -- passes ------------------------------------------------------------------------------
     def _inputs(self, x: Data) -> list[np.ndarray]:
-        xs = as_list(x, self.n_inputs, "input")
+        xs = cast_inputs(self, as_list(x, self.n_inputs, "input"))
         self._ensure_built(xs)
         for k, (a, shp) in enumerate(zip(xs, self.input_shapes(), strict=True)):
             want = shp.dims
@@ -121,7 +121,8 @@ class Model(FitAliases, WeightsAPI):
         return self.forward(x, ctx if ctx is not None else Ctx.inference())
 
     def predict(self, x: Data, batch_size: int | None = None, *, mask: Any = None,
-                lengths: Any = None, steps: int | None = None, workers: int = 1, verbose: Any = 0) -> Data:
+                lengths: Any = None, steps: int | None = None, workers: int | None = None,
+                verbose: Any = 0) -> Data:
         """Outputs for ``x`` in an inference pass; with ``batch_size``, ``batch_size`` samples
         at a time, concatenated. Thread-safe. A padded batch: ``lengths=`` ((B,) ints,
         PyTorch's packed semantics) or ``mask=`` (boolean (B, T), Keras' semantics) — a list
@@ -182,7 +183,7 @@ class Model(FitAliases, WeightsAPI):
             distributed: Any = None, sample_weight: Any = None,
             class_weight: dict[int, float] | None = None, mask: Any = None,
             lengths: Any = None, steps_per_epoch: int | None = None,
-            validation_steps: int | None = None, workers: int = 1) -> History:
+            validation_steps: int | None = None, workers: int | None = None) -> History:
         """Train. ``fit(x, y, epochs)`` takes ONE full-batch step per epoch;
         ``batch_size=`` takes mini-batch steps, reshuffled each epoch (``shuffle``) by a
         generator seeded with ``seed`` (else the global seed, else entropy). What each argument
@@ -218,7 +219,7 @@ class Model(FitAliases, WeightsAPI):
     def evaluate(self, x: Data, y: Data = None, batch_size: int | None = None, return_dict: bool = False,
                  distributed: Any = None, *, sample_weight: Any = None, mask: Any = None,
                  lengths: Any = None, steps: int | None = None,
-                 workers: int = 1, verbose: Any = 0) -> float | list[float] | dict[str, float]:
+                 workers: int | None = None, verbose: Any = 0) -> float | list[float] | dict[str, float]:
         """Loss (and metrics) over ``x``/``y`` in inference passes; batches are combined as the
         sample-weighted mean. ``sample_weight``, ``mask``, ``lengths`` as in :meth:`fit`.
         Returns the loss alone when there are no metrics, else ``[loss, *metrics]``, or a dict

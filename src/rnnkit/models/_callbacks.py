@@ -253,12 +253,13 @@ class ModelCheckpoint(Callback):
         self.verbose = check_verbose(verbose, "ModelCheckpoint")
         if save_freq != "epoch":
             raise InvalidParameterError(f"ModelCheckpoint: save_freq must be 'epoch' (rnnkit saves at epoch "
-                                        f"ends; Keras' save_freq=N batches is not offered), got {save_freq!r}")
+                                        f"ends; Keras' save_freq=N batches is not offered), got "
+                                        f"{save_freq!r}")
         t = initial_value_threshold
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float, np.integer, np.floating))
                               or not math.isfinite(t)):
-            raise InvalidParameterError(f"ModelCheckpoint: initial_value_threshold must be a finite number or "
-                                        f"None, got {t!r}")
+            raise InvalidParameterError(f"ModelCheckpoint: initial_value_threshold must be a finite number "
+                                        f"or None, got {t!r}")
         self.initial_value_threshold = None if t is None else float(t)
         self.monitor = monitor
         self.save_best_only = check_bool(save_best_only, "save_best_only", "ModelCheckpoint")
@@ -283,7 +284,8 @@ class ModelCheckpoint(Callback):
             cur = _monitored(logs, self.monitor, "ModelCheckpoint")
             if self.best is not None and not self._better(cur, self.best):
                 if self.verbose:
-                    print(f"Epoch {epoch + 1}: {self.monitor} did not improve from {self.best:.5f}", flush=True)
+                    print(f"Epoch {epoch + 1}: {self.monitor} did not improve from {self.best:.5f}",
+                          flush=True)
                 return
             was = "inf" if self.best is None else f"{self.best:.5f}"
             said = f"{self.monitor} improved from {was} to {cur:.5f}, "
@@ -334,7 +336,8 @@ class LearningRateScheduler(Callback):
             )
         opt.learning_rate = float(lr)
         if self.verbose:
-            print(f"Epoch {epoch + 1}: LearningRateScheduler setting learning rate to {float(lr)}.", flush=True)
+            print(f"Epoch {epoch + 1}: LearningRateScheduler setting learning rate to {float(lr)}.",
+                  flush=True)
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
         if logs is not None:

@@ -277,7 +277,8 @@ class LambdaCallback(Callback):
 class ProgbarLogger(Callback):
     """What ``fit(verbose=2)`` prints (Keras' ``verbose=2``): one line per epoch on ``stream``
     (stdout by default), ``Epoch 3/10 - loss: 0.1234 - val_loss: 0.2345 (32 steps)``, every log
-    entry with 4 significant digits, then the optimizer steps the epoch took. ``verbose=1`` shows the live progress bar instead; 0 prints nothing.
+    entry with 4 significant digits, then the optimizer steps the epoch took. ``verbose=1``
+    shows the live progress bar instead; 0 prints nothing.
     ``epochs``: an int >= 1 (the total shown); ``stream``: None or an object with callable
     ``write`` and ``flush`` (a text file), checked here."""
 

@@ -16,7 +16,7 @@ import numpy as np
 from rnnkit import _penalties as _pen
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError
-from rnnkit._layer import Layer
+from rnnkit._layer import Layer, resolve_dtype
 from rnnkit._shape import Shape
 from rnnkit.layers import MergeLayer, layer_from_config, layer_to_config
 from rnnkit.models._base import Model, check_finite
@@ -64,12 +64,18 @@ class GraphBuilder:
             raise InvalidInputError(f"GraphBuilder: node name {name!r} is already used")
         return name
 
-    def input(self, shape: Shape | tuple[int | None, ...], name: str | None = None) -> Node:
-        """A model input of ``shape`` (its batch axis is made free)."""
+    def input(self, shape: Shape | tuple[int | None, ...], name: str | None = None,
+              dtype: Any = None) -> Node:
+        """A model input of ``shape`` (its batch axis is made free). ``dtype`` (``"float32"`` /
+        ``"float64"``, Keras' ``Input(dtype=)``): arrays given for this input are converted to
+        it at the model's door (a value it cannot hold is refused); the layers then compute in
+        their own dtype, as Keras' layers cast their inputs."""
+        dt = None if dtype is None else resolve_dtype(dtype, "GraphBuilder.input")
         shp = Shape.of(shape)
         if shp.rank < 1:
             raise InvalidInputError(f"GraphBuilder.input: expected a shape of rank >= 1, got {shp}")
         node = Node(self._name("input", name), None, (), Shape((None, *shp[1:])), self)
+        node.dtype = dt
         self._nodes.append(node)
         return node
 

@@ -6,6 +6,8 @@
 - a ``(B,)`` target against a ``(B, 1)`` output: the target gets the trailing axis of size 1
   (Keras aligns the ranks; :func:`align_target`) — only that case, for losses that compare
   values (a sparse loss takes class indices one rank below its output already);
+- ``GraphBuilder.input(shape, dtype=)``: arrays for that input are converted to its dtype
+  (:func:`cast_inputs`);
 - a full-batch ``fit`` (no ``batch_size``) on more than :data:`FULL_BATCH_WARN` samples warns
   once with :class:`FullBatchWarning` how to get mini-batches (:func:`warn_full_batch`).
 """
@@ -18,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit._errors import InvalidParameterError
+from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit.models._checks import Trainable as Model
 
 #: ``fit`` without ``batch_size`` on more samples than this warns (:class:`FullBatchWarning`)
@@ -92,3 +94,25 @@ def warn_full_batch(n: int, batch_size: int | None, where: str) -> None:
         warnings.warn(f"{where}: no batch_size, so each epoch is ONE full-batch step over {n} samples; "
                       f"pass batch_size=32 (or another size) for mini-batch steps, as Keras' default "
                       f"does", FullBatchWarning, stacklevel=5)
+
+
+def cast_inputs(model: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+    """Each input array in the dtype its graph input declared (``GraphBuilder.input(dtype=)``),
+    others as given; InvalidInputError where a finite value would become inf."""
+    nodes = getattr(model, "inputs", None)
+    if not isinstance(nodes, list) or len(nodes) != len(xs):
+        return xs
+    out = []
+    for k, (a, node) in enumerate(zip(xs, nodes, strict=True)):
+        dt = getattr(node, "dtype", None)
+        if dt is None or a.dtype == dt:
+            out.append(a)
+            continue
+        with np.errstate(over="ignore", invalid="ignore"):
+            b = a.astype(dt)
+        if a.dtype.kind == "f" and a.dtype.itemsize > dt.itemsize and (np.isinf(b) & np.isfinite(a)).any():
+            raise InvalidInputError(f"{model.name}: input {k} holds values beyond {dt.name}'s range (largest "
+                                    f"{float(np.finfo(dt).max):.4g}), the dtype its input declared; scale "
+                                    f"the data or declare dtype='float64'")
+        out.append(b)
+    return out

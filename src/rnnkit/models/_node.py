@@ -28,13 +28,14 @@ class Node:
     shapes for a layer with several outputs (``return_state=True``, ``merge_mode=None``): such a
     node is indexed (``enc[1]``) or unpacked (``out, h, c = enc``) to use its outputs."""
 
-    __slots__ = ("name", "layer", "inbound", "shape", "builder", "index", "_picks")
+    __slots__ = ("name", "layer", "inbound", "shape", "builder", "index", "_picks", "dtype")
 
     def __init__(self, name: str, layer: Layer | None, inbound: tuple[Node, ...], shape: Any,
                  builder: Builder, index: int | None = None) -> None:
         self.name, self.layer, self.inbound, self.shape, self.builder = name, layer, inbound, shape, builder
         self.index = index
         self._picks: dict[int, Node] = {}
+        self.dtype: Any = None  # a model input's dtype= (numpy float dtype), else None
 
     @property
     def is_input(self) -> bool:

@@ -18,7 +18,8 @@ What ``fit`` takes (each refused with a typed error naming it otherwise):
 
 ``epochs`` >= 1, ``initial_epoch`` >= 0, ``verbose`` 0 / 1 / 2 / ``"auto"`` (Keras' meanings:
 :mod:`rnnkit.models._habits`), ``callbacks`` a list of Callback. Without ``batch_size`` on more
-than 512 samples ``fit`` warns (``FullBatchWarning``) that each epoch is one full-batch step. While a ``fit`` runs, every layer of the model is busy: a second ``fit`` of any model
+than 512 samples ``fit`` warns (``FullBatchWarning``) that each epoch is one full-batch step.
+While a ``fit`` runs, every layer of the model is busy: a second ``fit`` of any model
 holding one of those layers (two models sharing a layer) raises ModelBusyError at once.
 """
 
@@ -286,7 +287,8 @@ def _resume(model: Model, checkpoint: Any, data: Batch, rng: np.random.Generator
     return Resume(restore, save)
 
 
-def evaluate_source(model: Model, data: Any, steps: int | None, workers: int, where: str) -> dict[str, float]:
+def evaluate_source(model: Model, data: Any, steps: int | None, workers: int | None,
+                    where: str) -> dict[str, float]:
     """Loss and metrics over a batch source, or over a pair of arrays."""
     if not is_batch_source(data):
         return evaluate_arrays(model, data[0], data[1], None)
