@@ -180,10 +180,10 @@ class EarlyStopping(Callback):
         if self.wait >= self.patience:
             self.stopped_epoch = epoch
             self._require_model().stop_training = True
-            if self.verbose:
-                print(f"Epoch {epoch + 1}: early stopping", flush=True)
 
     def on_train_end(self, logs: Logs | None = None) -> None:
+        if self.verbose and self.stopped_epoch >= 0:
+            print(f"Epoch {self.stopped_epoch + 1}: early stopping", flush=True)
         if self.restore_best_weights and self.best_weights is not None:
             if self.verbose:
                 print(f"Restoring model weights from the end of the best epoch: {self.best_epoch + 1}.",
@@ -239,9 +239,10 @@ class ModelCheckpoint(Callback):
     (the io functions write a temporary file, then rename). ``mode`` as in EarlyStopping.
     ``last_saved`` holds the path written last.
 
-    Keras' other keywords: ``verbose=1`` prints a line per epoch end (``Epoch 3: val_loss
-    improved from 0.5 to 0.4, saving model to PATH``, ``Epoch 3: val_loss did not improve from
-    0.4``, ``Epoch 3: saving model to PATH``); ``initial_value_threshold``: with
+    Keras' other keywords: ``verbose=1`` prints Keras' line at each epoch end (``Epoch 3:
+    val_loss improved from 0.50000 to 0.40000, saving model to PATH`` — ``from None`` the first
+    time —, ``Epoch 3: val_loss did not improve from 0.40000``, or without ``save_best_only``
+    ``Epoch 3: saving model to PATH``); ``initial_value_threshold``: with
     ``save_best_only``, the value to beat before the first save; ``save_freq="epoch"`` only
     (saving every N batches is refused: rnnkit saves at epoch ends).
     """
@@ -287,7 +288,7 @@ class ModelCheckpoint(Callback):
                     print(f"Epoch {epoch + 1}: {self.monitor} did not improve from {self.best:.5f}",
                           flush=True)
                 return
-            was = "inf" if self.best is None else f"{self.best:.5f}"
+            was = "None" if self.best is None else f"{self.best:.5f}"
             said = f"{self.monitor} improved from {was} to {cur:.5f}, "
             self.best = cur
         try:
