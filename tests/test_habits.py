@@ -113,7 +113,8 @@ def test_rank_one_targets_align_with_a_single_output_column() -> None:
 
 def test_other_target_mismatches_are_still_refused() -> None:
     two = rk.Sequential([rk.Dense(2)], input_shape=(None, 4)).compile("sgd", "mse")
-    with pytest.raises(rk.InvalidInputError, match=r"y_true shape \(12,\) does not match y_pred shape \(12, 2\)"):
+    with pytest.raises(rk.InvalidInputError, match=r"y_true shape \(12,\) does not match y_pred shape "
+                                                   r"\(12, 2\)"):
         two.fit(X2, Y1, 1)
     seq = rk.Sequential([rk.LSTM(1, return_sequences=True)], input_shape=(None, 5, 3)).compile("sgd", "mse")
     with pytest.raises(rk.InvalidInputError, match="does not match"):
@@ -166,7 +167,8 @@ def test_graph_input_dtype_converts_its_arrays_at_the_door() -> None:
 def test_full_batch_fit_on_many_samples_warns_once(capsys: pytest.CaptureFixture[str]) -> None:
     x = RNG.normal(size=(rk.models._habits.FULL_BATCH_WARN + 1, 4)).astype(np.float32)
     y = x.sum(axis=1, keepdims=True)
-    with pytest.warns(rk.FullBatchWarning, match="ONE full-batch step over 513 samples; pass batch_size=32") as rec:
+    with pytest.warns(rk.FullBatchWarning,
+                      match="ONE full-batch step over 513 samples; pass batch_size=32") as rec:
         _dense().fit(x, y, 3, verbose=2)
     assert len([r for r in rec if issubclass(r.category, rk.FullBatchWarning)]) == 1
     lines = capsys.readouterr().out.splitlines()
