@@ -91,7 +91,8 @@ def test_checkpoint_and_scheduler_verbose_print_keras_lines(tmp_path: Path,
     h = _model().fit(x, y, 5, batch_size=4, shuffle=False, callbacks=[lrs, ck])
     want, best = [], None
     for e, loss in enumerate(h.history["loss"]):
-        want.append(f"Epoch {e + 1}: LearningRateScheduler setting learning rate to {0.05 if e < 2 else 2.0}.")
+        rate = 0.05 if e < 2 else 2.0
+        want.append(f"Epoch {e + 1}: LearningRateScheduler setting learning rate to {rate}.")
         if best is None or loss < best:
             was = "None" if best is None else f"{best:.5f}"
             want.append(f"Epoch {e + 1}: loss improved from {was} to {loss:.5f}, saving model to {path}")
