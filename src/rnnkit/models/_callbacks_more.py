@@ -277,7 +277,8 @@ class LambdaCallback(Callback):
 class ProgbarLogger(Callback):
     """What ``fit(verbose=2)`` prints (Keras' ``verbose=2``): one line per epoch on ``stream``
     (stdout by default), ``Epoch 3/10 - loss: 0.1234 - val_loss: 0.2345 (32 steps)``, every log
-    entry with 4 significant digits, then the optimizer steps the epoch took. ``verbose=1``
+    entry with 4 significant digits, then the optimizer steps the epoch took (when it saw any
+    batch end). ``verbose=1``
     shows the live progress bar instead; 0 prints nothing.
     ``epochs``: an int >= 1 (the total shown); ``stream``: None or an object with callable
     ``write`` and ``flush`` (a text file), checked here."""
@@ -302,5 +303,6 @@ class ProgbarLogger(Callback):
         parts = [f"Epoch {epoch + 1}/{self.epochs}"]
         parts += [f"{k}: {float(v):.4g}" for k, v in (logs or {}).items()]
         n = self.steps
-        print(" - ".join(parts) + f" ({n} step{'' if n == 1 else 's'})",
-              file=self.stream if self.stream is not None else sys.stdout, flush=True)
+        tail = "" if not n else f" ({n} step{'' if n == 1 else 's'})"   # no batch seen: nothing to count
+        print(" - ".join(parts) + tail, file=self.stream if self.stream is not None else sys.stdout,
+              flush=True)
