@@ -4,8 +4,8 @@
   ``"auto"`` = 1 (:func:`check_verbose`); ``evaluate`` / ``predict`` print one line when
   ``verbose`` is not 0 (:func:`report`);
 - a ``(B,)`` target against a ``(B, 1)`` output: the target gets the trailing axis of size 1
-  (Keras aligns the ranks; :func:`align_target`) — only that case, for losses that compare
-  values (a sparse loss takes class indices one rank below its output already);
+  (Keras aligns the ranks; :func:`align_target`) — only that case, and not for a sparse
+  loss, whose targets are class indices one rank below its output already;
 - ``GraphBuilder.input(shape, dtype=)``: arrays for that input are converted to its dtype
   (:func:`cast_inputs`);
 - a full-batch ``fit`` (no ``batch_size``) on more than :data:`FULL_BATCH_WARN` samples warns
@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit.losses import SparseCategoricalCrossentropy
 from rnnkit.models._checks import Trainable as Model
 
 #: ``fit`` without ``batch_size`` on more samples than this warns (:class:`FullBatchWarning`)
@@ -55,28 +56,21 @@ def report(verbose: int, where: str, n: int | None, logs: dict[str, float] | Non
     print(" - ".join(parts), file=sys.stdout, flush=True)
 
 
-def _value_loss(model: Model) -> bool:
-    """Whether the model's loss compares targets and outputs value by value (not a sparse
-    loss, whose targets are class indices one rank below the output)."""
-    return "Sparse" not in type(model.loss).__name__
-
-
 def output_shapes(model: Any) -> list[Any] | None:
     """The built output shapes of a Sequential (``output_shape``) or graph model (its
-    output nodes' shapes); None when not known."""
+    output nodes' shapes); None when not known (not built, or another kind of model)."""
     outs = getattr(model, "outputs", None)
     if isinstance(outs, list):
         return [getattr(n, "shape", None) for n in outs]
-    try:
-        return [model.output_shape]
-    except Exception:  # not built, or no such property
+    if not getattr(model, "built", False) or not hasattr(type(model), "output_shape"):
         return None
+    return [model.output_shape]
 
 
 def align_target(model: Model, k: int, y: np.ndarray) -> np.ndarray:
     """Target ``k`` of shape ``(B,)`` as ``(B, 1)`` when output ``k`` is ``(None, 1)`` (Keras'
     rank alignment, that case only); any other array unchanged (the loss refuses a mismatch)."""
-    if y.ndim != 1 or model.loss is None or not _value_loss(model):
+    if y.ndim != 1 or model.loss is None or isinstance(model.loss, SparseCategoricalCrossentropy):
         return y
     shapes = output_shapes(model)
     if shapes is None or k >= len(shapes):
