@@ -140,7 +140,8 @@ class Model(FitAliases, WeightsAPI):
                 raise InvalidParameterError(f"{self.name}.predict: mask= / lengths= cannot be given with a "
                                             f"batch source as x (a source's mask(i) gives them)")
             out = predict_source(self, x, steps, workers)
-            report(shown, where, len(as_list(out, self.n_outputs, "output")[0]))
+            if shown:
+                report(shown, where, len(as_list(out, self.n_outputs, "output")[0]))
             return out
         xs = self._inputs(x)
         first_non_finite(xs, f"{self.name}.predict: x")
@@ -245,8 +246,9 @@ class Model(FitAliases, WeightsAPI):
         else:
             logs = _training.evaluate_arrays(self, x, y, bs, sample_weight=sample_weight, mask=mask,
                                              lengths=lengths, distributed=distributed)
-        report(shown, f"{self.name}.evaluate", None if is_batch_source(x) else len(as_list(x, self.n_inputs,
-                                                                                           "input")[0]), logs)
+        if shown:
+            n = None if is_batch_source(x) else len(as_list(x, self.n_inputs, "input")[0])
+            report(shown, f"{self.name}.evaluate", n, logs)
         if return_dict:
             return logs
         vals = list(logs.values())
