@@ -28,6 +28,8 @@ def test_input_shape_on_the_first_layer_builds_the_model_as_keras_does() -> None
     assert m.summary(print_fn=None) == ref.summary(print_fn=None)   # summary before any fit
     with pytest.raises(rk.InvalidInputError, match=r"built for \(None, 5, 3\)"):
         m.predict(X3[:, :4])
+    free = rk.Sequential([rk.GRU(2, input_shape=(None, 3), seed=1)])    # a free time axis stays free
+    assert free.input_shapes() == [rk.Shape((None, None, 3))] and free.predict(X3[:, :2]).shape == (12, 2)
     # add() one by one, Keras' other spelling: built after the first, later layers join it
     a = rk.Sequential()
     a.add(rk.Dense(3, input_dim=4, seed=3))
