@@ -27,7 +27,7 @@ from rnnkit._errors import (
     WeightShapeError,
 )
 from rnnkit._random import check_seed, make_rng
-from rnnkit._shape import Shape
+from rnnkit._shape import Shape, with_input_shape_keywords
 
 _DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
 
@@ -124,6 +124,7 @@ class Layer:
             fn = cls.__dict__.get(verb)
             if callable(fn) and not getattr(fn, "_checks_ctx", False):
                 setattr(cls, verb, _checks_ctx(fn, verb))
+        with_input_shape_keywords(cls)  # Keras' input_shape= / input_dim= (rnnkit._shape)
 
     #: whether the layer accepts a masked input (see :meth:`compute_mask`)
     supports_masking: bool = False
@@ -133,6 +134,9 @@ class Layer:
     #: whether ``forward`` itself refuses the values it cannot take (then :meth:`predict` and
     #: ``layer(x)`` leave the NaN/Inf check to it)
     checks_values: bool = False
+    #: the build shape Keras' ``input_shape=`` / ``input_dim=`` keyword declared (batch axis
+    #: free), or None; a Sequential whose first layer declares one is built for it
+    declared_input_shape: Shape | None = None
 
     def compute_mask(self, x: Any, mask: Any) -> Any:
         """The mask of this layer's output given its input ``x`` and the input's ``mask`` (a

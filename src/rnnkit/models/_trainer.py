@@ -335,8 +335,9 @@ def run(model: Model, batches: Batches, rng: np.random.Generator, cbs: CallbackL
             total = batches.steps()
             of = "" if total is None else f"/{total}"
             sums: dict[str, float] = {}
-            seen = 0
+            seen = steps_run = 0
             for b, batch in enumerate(epoch_batches):
+                steps_run = b + 1
                 ctx = Ctx.training(team.step_seed(int(rng.integers(0, 2**63 - 1))))
                 team.hook(cbs, "on_train_batch_begin", b, {})
                 nb, step_logs = guarded_step(model, batch, ctx, team,
@@ -357,7 +358,7 @@ def run(model: Model, batches: Batches, rng: np.random.Generator, cbs: CallbackL
             batches.end_epoch()
             if resume is not None:
                 resume.save(epoch + 1, history, cbs.callbacks)
-            bar.epoch_done(logs, model.stop_training)
+            bar.epoch_done(logs, model.stop_training, steps_run)
             team.sync(model, history)
             if model.stop_training:
                 break

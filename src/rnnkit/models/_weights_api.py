@@ -95,7 +95,9 @@ class WeightsAPI:
         layer, its output shape with the batch axis as ``None`` (a free time axis too), and its
         parameter count, then the totals. See :func:`rnnkit.models._summary.render_summary`."""
         if not self.built:
-            raise NotBuiltError(self.name, "summary (build the model, or fit/predict once)")
+            raise NotBuiltError(self.name, "summary", f"{self.name}: summary() needs a built model, and "
+                                f"this one is not built yet (its input shape is unknown); call "
+                                f"build(input_shape) or fit first, or give input_shape= to the first layer")
         header, rows = self._summary_rows()
         text = render_summary(self.name, header, rows, self.param_count())
         if print_fn is not None:
