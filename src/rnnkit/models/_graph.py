@@ -75,8 +75,8 @@ class GraphBuilder:
         if shp.rank < 1:
             raise InvalidInputError(f"GraphBuilder.input: expected a shape of rank >= 1, got {shp}")
         if dtype is not None and dtype not in ("float32", "float64", "int32", "int64"):
-            raise InvalidParameterError(f"GraphBuilder.input: dtype must be float32, float64, int32, int64 or "
-                                    f"None, got {dtype!r}")
+            raise InvalidParameterError(f"GraphBuilder.input: dtype must be float32, float64, int32, "
+                                        f"int64 or None, got {dtype!r}")
         node = Node(self._name("input", name), None, (), Shape((None, *shp[1:])), self, dtype=dtype)
         self._nodes.append(node)
         return node
