@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rnnkit.kernels._jit import OPTS, act, act_ip, cst, dact_cols, dgate, njit, row, sig
+from rnnkit.kernels._jit import OPTS, act, act_ip, cst, dact_cols, dgate, fast_tanh, njit, row, sig
 
 
 @njit(inline="always", **OPTS)
@@ -125,7 +125,11 @@ def forward_ra(k: int, a: Any, rec: Any, fed: Any, st: Any, i0: int, i1: int, pk
             hn[jj] = hu[2 * H + jj]
         for jj in range(H):
             x[2 * H + jj] = x[H + jj] * hn[jj] + x[2 * H + jj]
-    act_ip(a[:, 2 * H:3 * H], code)
+        if code == 0:                            # (the usual case, in the same pass over the row)
+            for jj in range(H):
+                x[2 * H + jj] = fast_tanh(x[2 * H + jj])
+    if code != 0:
+        act_ip(a[:, 2 * H:3 * H], code)
     _blend(a, st[0][i0], st[0][i1])
 
 

@@ -10,19 +10,40 @@ from __future__ import annotations
 
 from typing import Any
 
-from rnnkit.kernels._jit import OPTS, act_cols, act_ip, dact_cols, dgate, njit, row, sig
+from rnnkit.kernels._jit import OPTS, act_cols, act_ip, dact_cols, dgate, fast_tanh, njit, row, sig
 from rnnkit.kernels._walk import _zero_rows
 
 
 @njit(**OPTS)
 def forward(k: int, a: Any, rec: Any, fed: Any, st: Any, i0: int, i1: int, pk: Any, j: int,
             own: Any, tmp: Any, opts: Any) -> None:
-    """Steps 2-4 on (B, 4H) pre-activations ``a`` (in place -> gates [i|f|g|o])."""
+    """Steps 2-4 on (B, 4H) pre-activations ``a`` (in place -> gates [i|f|g|o]). (With the
+    default activations each row takes one pass of few short loops; the values are those of the
+    general passes below, operation for operation.)"""
     code, rcode = opts[0], opts[1]
     B, G = a.shape
     H = G // 4
     c_prev, c, act_c = st[1][i0], st[1][i1], pk[0][j]
     h = pk[1][j] if opts[2] else st[0][i1]
+    if rcode == 1 and code == 0:                 # the usual case: one pass over each row
+        for b in range(B):
+            ar = row(a, b)
+            for jj in range(H):                  # (in place on one row: it vectorises)
+                ar[jj] = sig(ar[jj])
+                ar[H + jj] = sig(ar[H + jj])
+                ar[2 * H + jj] = fast_tanh(ar[2 * H + jj])
+                ar[3 * H + jj] = sig(ar[3 * H + jj])
+            cp = row(c_prev, b)
+            cn = row(c, b)
+            for jj in range(H):
+                cn[jj] = ar[H + jj] * cp[jj] + ar[jj] * ar[2 * H + jj]
+            ac = row(act_c, b)
+            for jj in range(H):
+                ac[jj] = fast_tanh(cn[jj])
+            hr = row(h, b)
+            for jj in range(H):
+                hr[jj] = ar[3 * H + jj] * ac[jj]
+        return
     if rcode == 1:
         for b in range(B):
             ar = row(a, b)

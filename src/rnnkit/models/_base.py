@@ -129,7 +129,7 @@ class Model(FitAliases, WeightsAPI):
         :class:`rnnkit.data.Dataset`; ``steps`` batches of it, all when None; see
         :mod:`rnnkit.models._fit_batches`). Inputs holding NaN or Inf are refused with
         InvalidInputError naming the first (as ``fit`` and ``evaluate`` refuse them)."""
-        if is_batch_source(x):
+        if not isinstance(x, np.ndarray) and is_batch_source(x):
             if mask is not None or lengths is not None:
                 raise InvalidParameterError(f"{self.name}.predict: mask= / lengths= cannot be given with a "
                                             f"batch source as x (a source's mask(i) gives them)")
