@@ -13,6 +13,11 @@ ratios are rnnkit / peer (below 1: rnnkit faster). On a shared machine say so wi
 Usage::
 
     python benchmarks/bench_infer.py [--shapes S1,S2] [--cells lstm,gru] [--threads 1] [--repeats 7]
+    python benchmarks/bench_infer.py --threads-ab --shapes S3,S4   # rnnkit alone, 1 vs 2 threads
+
+``--threads-ab`` times rnnkit's inference (``layer.forward``) and training pass (forward +
+backward in a training ``Ctx``) with one and with two row blocks, alternating within each
+round (the block count is switched in place), and prints the speed-up of two over one.
 """
 
 from __future__ import annotations
@@ -90,6 +95,39 @@ def one(cell: str, shape: str, threads: int, repeats: int, budget: float) -> dic
     return {"t": t, "err": err}
 
 
+def threads_ab(cell: str, shape: str, repeats: int, budget: float) -> dict[str, float]:
+    """Seconds per call of rnnkit inference and training at one and two threads, interleaved."""
+    import numpy as np
+
+    import rnnkit as rk
+    from rnnkit.kernels import _threads
+
+    B, T, F, H = SHAPES[shape]
+    layer = rk.LSTM(H, seed=1) if cell == "lstm" else rk.GRU(H, seed=1, reset_after=True)
+    layer.build((None, T, F))
+    x = np.random.default_rng(0).standard_normal((B, T, F)).astype(np.float32)
+    g = np.ones((B, H), np.float32)
+
+    def train() -> None:
+        ctx = rk.Ctx.training(0)
+        layer.forward(x, ctx)
+        layer.backward(g, ctx)
+
+    def at(n: int, f: Callable[[], object]) -> Callable[[], object]:
+        def run() -> object:
+            _threads.CORES = n
+            return f()
+        return run
+
+    infer = lambda: layer.forward(x, rk.Ctx.inference())  # noqa: E731
+    saved = _threads.CORES
+    try:
+        return _rounds({"infer1": at(1, infer), "infer2": at(2, infer), "train1": at(1, train),
+                        "train2": at(2, train)}, repeats, budget)
+    finally:
+        _threads.CORES = saved
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--shapes", default="S1,S2,S3,S4")
@@ -97,7 +135,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--budget", type=float, default=0.05, help="seconds per function per round")
+    p.add_argument("--threads-ab", action="store_true", help="rnnkit alone: one vs two threads")
     args = p.parse_args(argv)
+    if args.threads_ab:
+        os.environ["RNNKIT_KERNEL_THREADS"] = "2"
+        print("rnnkit, milliseconds per call at 1 / 2 threads, interleaved; speed-up = t1 / t2")
+        for cell in args.cells.split(","):
+            for shape in args.shapes.split(","):
+                t = {k: v * 1e3 for k, v in threads_ab(cell, shape, args.repeats, args.budget).items()}
+                print(f"{cell:<5}{shape:<4} inference {t['infer1']:8.2f} / {t['infer2']:8.2f}  x"
+                      f"{t['infer1'] / t['infer2']:.2f}   training {t['train1']:8.2f} / {t['train2']:8.2f}  x"
+                      f"{t['train1'] / t['train2']:.2f}", flush=True)
+        return 0
     os.environ["RNNKIT_KERNEL_THREADS"] = str(args.threads)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import torch
