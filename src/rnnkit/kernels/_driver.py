@@ -124,11 +124,12 @@ def _layout(cell: Any, step: Step, N: int) -> _Layout:
 
 
 class _Plan:
-    """What a pass of one cell needs besides the data: its layout and the weights (read-only
-    views, no copies)."""
+    """What a pass of one cell needs besides the data: its layout, the weights (read-only
+    views, no copies) and, made on first use, their packed panels (see :func:`_plan`)."""
 
     def __init__(self, cell: Any, step: Step, w: Any, dt: np.dtype) -> None:
         self.step = step
+        self._packs: dict[str, Any] = {}
         self.W = _ro(np.asarray(w[cell.input_kernel]))
         self.U = _ro(np.asarray(w[cell.recurrent_kernel]))
         self.N = N = self.W.shape[1]
@@ -146,15 +147,79 @@ class _Plan:
         self.own = (*(_ro(np.ascontiguousarray(w[n]).reshape(-1)) for n in step.own), _empty_own(dt))
 
     def packed_u(self) -> tuple[np.ndarray, ...]:
-        if len(self.cols) == 1:
-            return (pack(self.U),)
-        return tuple(pack(self.U, cols=c) for c in self.cols)
+        """U as panels, one set per group of columns (made once per plan)."""
+        got = self._packs.get("u")
+        if got is None:
+            got = self._packs["u"] = (pack(self.U),) if len(self.cols) == 1 else \
+                tuple(pack(self.U, cols=c) for c in self.cols)
+        return got  # type: ignore[no-any-return]
 
     def packed_ut(self) -> tuple[np.ndarray, ...]:
-        if len(self.cols) == 1:
-            return (pack(self.U, trans=True),)
-        UT = _ro(np.ascontiguousarray(self.U.T))
-        return tuple(pack(UT[c0:c1]) for c0, c1 in self.cols)
+        """U^T as panels, one set per group (made once per plan)."""
+        got = self._packs.get("ut")
+        if got is None:
+            if len(self.cols) == 1:
+                got = (pack(self.U, trans=True),)
+            else:
+                UT = _ro(np.ascontiguousarray(self.U.T))
+                got = tuple(pack(UT[c0:c1]) for c0, c1 in self.cols)
+            self._packs["ut"] = got
+        return got  # type: ignore[no-any-return]
+
+    def packed(self, name: str) -> np.ndarray:
+        """``"w"``: W as panels; ``"p"`` / ``"pt"``: the output projection (or its transpose) as
+        panels, or the empty placeholder without one (each made once per plan)."""
+        got = self._packs.get(name)
+        if got is None:
+            if name == "w":
+                got = pack(self.W)
+            elif self.Wp is None:
+                got = _no_panels(self.W.dtype)
+            else:
+                got = pack(self.Wp, trans=name == "pt")
+            self._packs[name] = got
+        return got  # type: ignore[no-any-return]
+
+
+def _frozen(a: Any) -> bool:
+    """True when nothing can change ``a``'s values in place: it and every array under it
+    (``.base``) are read-only, down to an array that owns its memory. (A layer's weights are
+    such arrays, replaced, never written, when they change.)"""
+    while isinstance(a, np.ndarray):
+        if a.flags.writeable:
+            return False
+        if a.base is None:
+            return True
+        a = a.base
+    return False   # memory of another object (a buffer, a memory map): it may change
+
+
+_plans: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], _Plan]] = weakref.WeakKeyDictionary()
+
+
+def _plan(cell: Any, step: Step, w: Any, dt: np.dtype) -> _Plan:
+    """The plan of a pass, kept per cell while the weights it read are the very same arrays and
+    cannot have changed (:func:`_frozen`): then the packed panels of W, U and the projection are
+    laid out once for every later pass (forward and backward), not once per pass. A weight
+    replaced (``set_weight``, an optimizer step), another dtype, step or options: a new plan."""
+    names = (cell.input_kernel, cell.recurrent_kernel, cell.bias, getattr(cell, "projection", None),
+             *step.own)
+    arrays = tuple(w[n] if n else None for n in names)
+    opts = step.options(cell)
+    try:
+        per = _plans.get(cell)
+    except TypeError:   # a cell that cannot be weakly referenced: no reuse
+        return _Plan(cell, step, w, dt)
+    frozen = all(a is None or _frozen(a) for a in arrays)
+    if per is not None and frozen:
+        (k_step, k_dt, k_opts, *k_arrays), plan = per
+        if k_step is step and k_dt == dt and k_opts == opts and len(k_arrays) == len(arrays) \
+                and all(a is b for a, b in zip(k_arrays, arrays, strict=True)):
+            return plan
+    plan = _Plan(cell, step, w, dt)
+    if frozen:
+        _plans[cell] = ((step, dt, opts, *arrays), plan)
+    return plan
 
 
 def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, record: bool, keep_seq: bool,
@@ -164,11 +229,11 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
     (states, parks) when ``record``)."""
     T, B, F = x_tm.shape
     dt = x_tm.dtype
-    pl = _Plan(cell, step, w, dt)
+    pl = _plan(cell, step, w, dt)
     N = pl.N
     mk = _mask_arg(mask, T, B)
-    PW, PU = pack(pl.W), pl.packed_u()       # laid out once for every step's product
-    PWp = pack(pl.Wp) if pl.Wp is not None else _no_panels(dt)
+    PW, PU = pl.packed("w"), pl.packed_u()    # laid out once for every step's product
+    PWp = pl.packed("p")
     sizes = cell.state_sizes()
     if record:
         rm, rd = _rdrop_arg(rdrop, B, dt)
@@ -215,10 +280,10 @@ def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.n
     """The backward walk and the batched reductions (see ``rnnkit.recurrent._walker.walk_back``)."""
     T, B, F = x_tm.shape
     dt = x_tm.dtype
-    pl = _Plan(cell, step, w, dt)
+    pl = _plan(cell, step, w, dt)
     N = pl.N
     PUT = pl.packed_ut()                      # U^T (or its blocks), laid out once
-    PWpT = pack(pl.Wp, trans=True) if pl.Wp is not None else _no_panels(dt)
+    PWpT = pl.packed("pt")
     dxw = np.empty((T, B, N), dt)
     drec = np.empty((T, B, N), dt) if pl.apart else dxw
     d_init = tuple(np.zeros((B, n), dt) if d_final is None else np.array(d_final[k], dt, order="C")

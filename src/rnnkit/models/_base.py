@@ -135,7 +135,7 @@ class Model(FitAliases, WeightsAPI):
         (:func:`rnnkit.models._habits.report`)."""
         where = f"{self.name}.predict"
         shown = check_verbose(verbose, where)
-        if is_batch_source(x):
+        if not isinstance(x, np.ndarray) and is_batch_source(x):
             if mask is not None or lengths is not None:
                 raise InvalidParameterError(f"{self.name}.predict: mask= / lengths= cannot be given with a "
                                             f"batch source as x (a source's mask(i) gives them)")
