@@ -212,7 +212,10 @@ class Layer:
     def forward(self, x: np.ndarray, ctx: Ctx) -> np.ndarray:
         raise NotImplementedError
 
-    def backward(self, grad: np.ndarray, ctx: Ctx) -> np.ndarray:
+    def backward(self, grad: np.ndarray, ctx: Ctx) -> Any:
+        """Add the weights' gradients into ``ctx`` and return dL/dx (an array; a list for a
+        layer of several inputs); a layer may return None instead when
+        ``ctx.needs_input_grad(self)`` is False (nobody reads it)."""
         raise NotImplementedError
 
     def forward_mut(self, x: Any, ctx: Ctx) -> np.ndarray:

@@ -66,6 +66,11 @@ class Model(FitAliases, WeightsAPI):
     def _backward(self, grads: list[np.ndarray], ctx: Ctx, check: bool) -> list[np.ndarray]:
         raise NotImplementedError
 
+    def _unread_input_grads(self) -> tuple[Layer, ...]:
+        """The layers whose input gradient a training step never reads (the trainer tells them
+        to skip it, :meth:`rnnkit.Ctx.skip_input_grad`); none unless the model says so."""
+        return ()
+
     def _forward_masks(self, xs: list[np.ndarray], ctx: Ctx, check: bool,
                        masks: list[Any] | None = None) -> tuple[list[np.ndarray], list[Any]]:
         """``_forward`` with the input masks (default ``ctx.mask`` for the first input) and

@@ -375,9 +375,12 @@ class RecurrentLayer(Streaming, Layer):
         if cache.zero_pad:   # outputs past each sequence's end are constant zeros
             assert cache.walk.mask is not None
             g = g * cache.walk.mask.T[:, :, None]
-        dx_tm, grads, d_init = walk_back(self.cell, self._weights, cache.walk, g, full, d_final)
+        need_dx = cache.given or ctx.needs_input_grad(self)
+        dx_tm, grads, d_init = walk_back(self.cell, self._weights, cache.walk, g, full, d_final, need_dx)
         for name in self._trainable:
             ctx.add_grad(self, name, grads[name])
+        if dx_tm is None:   # nobody reads dL/dx (Ctx.skip_input_grad)
+            return None
         idx = cache.idx
         if idx is None:
             if self.go_backwards:
