@@ -48,7 +48,7 @@ class Ctx:
         self.penalties: list[float] = []
         self._seed = seed
         self._rng: np.random.Generator | None = None   # made on first use (costs ~13 us)
-        self._no_input_grad: tuple[Layer, ...] = ()
+        self._no_input_grad: frozenset[int] = frozenset()   # ids of the layers
 
     @property
     def seed(self) -> int | None:
@@ -136,12 +136,12 @@ class Ctx:
         """Say that nobody reads the input gradient of ``layers`` in this context (the trainer
         says it of a model's first layer): their ``backward`` adds the weights' gradients as
         always and computes no dL/dx, returning None in its place."""
-        self._no_input_grad = (*self._no_input_grad, *layers)
+        self._no_input_grad = self._no_input_grad.union(map(id, layers))
 
     def needs_input_grad(self, layer: Layer) -> bool:
         """Whether ``layer``'s backward must compute dL/dx (True unless :meth:`skip_input_grad`
         named it)."""
-        return not any(la is layer for la in self._no_input_grad)
+        return id(layer) not in self._no_input_grad
 
     def add_grad(self, layer: Layer, name: str, value: np.ndarray) -> None:
         """Add ``value`` into the gradient store at ``(layer, name)`` (sums repeated calls).

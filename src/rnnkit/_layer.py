@@ -9,9 +9,7 @@ finite. Everything a pass produces lives in the
 
 from __future__ import annotations
 
-import functools
 import numbers
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -85,18 +83,15 @@ def check_real(value: object, what: str, where: str) -> float:
     return out
 
 
-def _checks_ctx(method: Callable[..., Any], verb: str) -> Callable[..., Any]:
-    """Wrap a layer's forward/backward so a missing or wrong ``ctx`` is a TypeError naming it."""
-
-    @functools.wraps(method)
-    def wrapper(self: Layer, x: Any, ctx: Any, *args: Any, **kwargs: Any) -> Any:
-        if not isinstance(ctx, Ctx):
-            raise TypeError(f"{self.name}.{verb}: ctx must be an rnnkit.Ctx (Ctx.inference() or "
-                            f"Ctx.training(seed)), got {type(ctx).__name__}; layer(x) runs inference")
-        return method(self, x, ctx, *args, **kwargs)
-
-    wrapper._checks_ctx = True  # type: ignore[attr-defined]
-    return wrapper
+def check_ctx(ctx: Any, where: str) -> Ctx:
+    """``ctx``, or a TypeError naming ``where`` when it is not an :class:`~rnnkit.Ctx`. The doors
+    that take a caller's Ctx check it once (``layer(x, ctx)``, ``forward_mut``, a model's
+    ``forward`` / ``backward``); a layer's own ``forward`` / ``backward`` is the raw pass, which
+    expects a Ctx and checks nothing."""
+    if not isinstance(ctx, Ctx):
+        raise TypeError(f"{where}: ctx must be an rnnkit.Ctx (Ctx.inference() or Ctx.training(seed)), "
+                        f"got {type(ctx).__name__}; layer(x) runs inference")
+    return ctx
 
 
 class WeightEntry(NamedTuple):
@@ -116,13 +111,6 @@ class Layer:
     input (``ctx.mask`` during its ``forward``) and :meth:`compute_mask` says what mask its output
     carries; a layer without it that receives a mask raises, never ignores it.
     """
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        for verb in ("forward", "backward"):
-            fn = cls.__dict__.get(verb)
-            if callable(fn) and not getattr(fn, "_checks_ctx", False):
-                setattr(cls, verb, _checks_ctx(fn, verb))
 
     #: whether the layer accepts a masked input (see :meth:`compute_mask`)
     supports_masking: bool = False
@@ -225,7 +213,7 @@ class Layer:
             if arr.ndim == 0:
                 raise InvalidInputError(f"{self.name}: expected an array input, got a scalar")
             self.build(Shape.with_free_batch(arr.shape))
-        return self.forward(x, ctx)
+        return self.forward(x, check_ctx(ctx, f"{self.name}.forward"))
 
     def predict(self, x: Any) -> np.ndarray:
         """An inference pass (records nothing). An input holding NaN or Inf is refused with
@@ -236,7 +224,8 @@ class Layer:
     def __call__(self, x: Any, ctx: Ctx | None = None) -> np.ndarray:
         """:meth:`forward` in ``ctx`` (default: an inference Ctx), after refusing an input that
         holds NaN or Inf (InvalidInputError naming the first), as :meth:`predict` does."""
-        return self.forward(self._finite(x), ctx if ctx is not None else Ctx.inference())
+        run = Ctx.inference() if ctx is None else check_ctx(ctx, f"{self.name}.forward")
+        return self.forward(self._finite(x), run)
 
     def _finite(self, x: Any) -> Any:
         """``x``, refused when it (or, for a list of inputs, one of them) is an array of floats
