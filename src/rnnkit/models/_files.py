@@ -14,6 +14,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from rnnkit._errors import Error
+
 PathLike = str | os.PathLike[str]
 FileFunction = Callable[[Any, PathLike], None]
 
@@ -30,8 +32,8 @@ def _function(name: str) -> FileFunction:
     try:
         return _FUNCTIONS[name]
     except KeyError:
-        raise RuntimeError(f"{name}: rnnkit.io has not installed its file functions; "
-                           f"import rnnkit before saving or loading a model") from None
+        raise Error(f"{name}: rnnkit.io has not installed its file functions; import rnnkit "
+                    f"before saving or loading a model") from None
 
 
 def save_model(model: Any, path: PathLike) -> None:
