@@ -274,7 +274,8 @@ class RecurrentLayer(Streaming, Layer):
     def backward(self, grad: Any, ctx: Ctx) -> Any:
         """BPTT over the whole sequence. Adds the gradient of every trainable weight into
         ``ctx`` (``ctx.grad(layer, name)``) and returns dL/dx, shape (B, T, F) in input order
-        (``[dx, *d_initial_state_parts]`` when the forward had an initial state). With
+        (``[dx, *d_initial_state_parts]`` when the forward had an initial state; None when
+        ``ctx.needs_input_grad(self)`` is False and there was none). With
         ``return_state``, ``grad`` is a list ``[d_output, *d_final_state_parts]`` (any entry None:
         zero)."""
         self._require_built("backward")
