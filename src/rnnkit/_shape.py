@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Iterable, Iterator
-from typing import overload
+from typing import Any, overload
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 
@@ -129,28 +128,17 @@ def _accepts(cls: type, keyword: str) -> bool:
     return False
 
 
-def with_input_shape_keywords(cls: type) -> None:
-    """Give ``cls.__init__`` Keras' ``input_shape=`` keyword (and ``input_dim=n``, read as
-    ``input_shape=(n,)``, where the class has no ``input_dim`` of its own): after the original
-    ``__init__`` runs, ``self.declared_input_shape`` is the build shape with a free batch axis
-    (:func:`declared_input_shape`). A model whose first layer declares one is built for it."""
-    init = cls.__dict__.get("__init__")
-    if init is None or getattr(init, "_input_shape_keywords", False) or _accepts(cls, "input_shape"):
-        return
-    own_dim = _accepts(cls, "input_dim")
-
-    @functools.wraps(init)
-    def wrapper(self: object, *args: object, **kwargs: object) -> None:
-        shape = kwargs.pop("input_shape", None)
-        dim = None if own_dim else kwargs.pop("input_dim", None)
-        init(self, *args, **kwargs)
-        where = f"{cls.__name__}"
-        if shape is not None and dim is not None:
-            raise InvalidParameterError(f"{where}: give input_shape= or input_dim=, not both")
-        if dim is not None:
-            shape = (dim,)
-        if shape is not None:
-            self.declared_input_shape = declared_input_shape(shape, where)  # type: ignore[attr-defined]
-
-    wrapper._input_shape_keywords = True  # type: ignore[attr-defined]
-    cls.__init__ = wrapper  # type: ignore[misc]
+def pop_input_shape(cls: type, kwargs: dict[str, Any]) -> Shape | None:
+    """Take Keras' ``input_shape=`` (and ``input_dim=n``, read as ``input_shape=(n,)``, where
+    ``cls`` has no ``input_dim`` of its own) out of ``kwargs`` for constructing ``cls``: the
+    declared build shape with a free batch axis (:func:`declared_input_shape`), None when neither
+    is given. A class whose ``__init__`` takes ``input_shape`` itself keeps it."""
+    if _accepts(cls, "input_shape"):
+        return None
+    shape = kwargs.pop("input_shape", None)
+    dim = None if _accepts(cls, "input_dim") else kwargs.pop("input_dim", None)
+    if shape is not None and dim is not None:
+        raise InvalidParameterError(f"{cls.__name__}: give input_shape= or input_dim=, not both")
+    if dim is not None:
+        shape = (dim,)
+    return None if shape is None else declared_input_shape(shape, cls.__name__)

@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels import Step, _walk
+from rnnkit.kernels import _walk
 from rnnkit.kernels._gemm import project, reductions
 from rnnkit.kernels._packed import gemm, nr_of, pack
+from rnnkit.kernels._step import Step
 from rnnkit.kernels._steps import handle
 from rnnkit.kernels._threads import blocks, run_blocks, run_parts
 
@@ -276,8 +277,10 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
 
 def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.ndarray],
               parks: dict[str, np.ndarray], mask: np.ndarray | None, rdrop: np.ndarray | None, g: np.ndarray,
-              full: bool, d_final: Arrays | None = None) -> tuple[np.ndarray, dict[str, np.ndarray], Arrays]:
-    """The backward walk and the batched reductions (see ``rnnkit.recurrent._walker.walk_back``)."""
+              full: bool, d_final: Arrays | None = None,
+              need_dx: bool = True) -> tuple[np.ndarray | None, dict[str, np.ndarray], Arrays]:
+    """The backward walk and the batched reductions (see ``rnnkit.recurrent._walker.walk_back``);
+    without ``need_dx`` the reductions compute no dL/dx rows and None is returned for it."""
     T, B, F = x_tm.shape
     dt = x_tm.dtype
     pl = _plan(cell, step, w, dt)
@@ -307,19 +310,19 @@ def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.n
     dW = np.empty((F, N), dt)
     db = np.empty((max(pl.bias_rows, 1), N), dt)
     dU = np.empty(pl.U.shape, dt)
-    dx_tm = np.empty((T, B, F), dt)
+    dx_tm = np.empty((T, B, F) if need_dx else (T, B, 0), dt)
     args = (x_tm.reshape(T * B, F), dxw.reshape(T * B, N), drec.reshape(T * B, N), drec is dxw,
-            P[0], P[-1], pl.groups[0][2], pl.W, dW, db, dU, dx_tm.reshape(T * B, F))
+            P[0], P[-1], pl.groups[0][2], pl.W, dW, db, dU, dx_tm.reshape(T * B, dx_tm.shape[2]))
     big = T * B * N * (F + pl.U.shape[0]) >= PARALLEL_REDUCTIONS
     starts = [lo for lo, _ in blocks(T * B)] if big else [0]
     n_parts = len(starts)
 
     def part(lo: int, hi: int) -> None:   # rows [lo, hi) of dx; the matching share of columns
         k = starts.index(lo)
-        reductions(*args, N * k // n_parts, N * (k + 1) // n_parts, lo, hi)
+        reductions(*args, N * k // n_parts, N * (k + 1) // n_parts, lo, hi if need_dx else lo)
 
     if n_parts == 1:
-        reductions(*args, 0, N, 0, T * B)
+        reductions(*args, 0, N, 0, T * B if need_dx else 0)
     else:
         run_parts(T * B, part)
     grads = {cell.input_kernel: dW, cell.recurrent_kernel: dU}
@@ -334,4 +337,4 @@ def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.n
         grads[pl.proj_name] = dWp
     for n, a in zip(step.own, gown, strict=False):
         grads[n] = a.sum(axis=0).reshape(w[n].shape)   # over the rows, in one fixed order
-    return dx_tm, grads, d_init
+    return (dx_tm if need_dx else None), grads, d_init

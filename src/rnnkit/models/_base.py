@@ -18,7 +18,7 @@ from rnnkit import losses, optimizers
 from rnnkit import metrics as metrics_mod
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, NotBuiltError
-from rnnkit._layer import Layer, check_bool
+from rnnkit._layer import Layer, check_bool, check_ctx
 from rnnkit._shape import Shape
 from rnnkit.models import _training
 from rnnkit.models._aliases import FitAliases
@@ -67,6 +67,11 @@ class Model(FitAliases, WeightsAPI):
     def _backward(self, grads: list[np.ndarray], ctx: Ctx, check: bool) -> list[np.ndarray]:
         raise NotImplementedError
 
+    def _unread_input_grads(self) -> tuple[Layer, ...]:
+        """The layers whose input gradient a training step never reads (the trainer tells them
+        to skip it, :meth:`rnnkit.Ctx.skip_input_grad`); none unless the model says so."""
+        return ()
+
     def _forward_masks(self, xs: list[np.ndarray], ctx: Ctx, check: bool,
                        masks: list[Any] | None = None) -> tuple[list[np.ndarray], list[Any]]:
         """``_forward`` with the input masks (default ``ctx.mask`` for the first input) and
@@ -110,12 +115,13 @@ class Model(FitAliases, WeightsAPI):
         """Run the model in ``ctx`` (one input: an array; several: a list, same for outputs).
         ``ctx.mask`` (``ctx.set_mask(lengths=n)``) is the mask of the (first) input; the model
         hands masks from layer to layer and clears ``ctx.mask`` afterwards."""
-        return unlist(self._forward(self._inputs(x), ctx, False))
+        return unlist(self._forward(self._inputs(x), check_ctx(ctx, f"{self.name}.forward"), False))
 
     def backward(self, grad: Data, ctx: Ctx) -> Data:
         """Backpropagate the output gradient(s); weight gradients go into ``ctx``. Returns the
         input gradient(s)."""
-        return unlist(self._backward(as_list(grad, self.n_outputs, "gradient"), ctx, False))
+        grads = as_list(grad, self.n_outputs, "gradient")
+        return unlist(self._backward(grads, check_ctx(ctx, f"{self.name}.backward"), False))
 
     def __call__(self, x: Data, ctx: Ctx | None = None) -> Data:
         return self.forward(x, ctx if ctx is not None else Ctx.inference())

@@ -15,16 +15,15 @@ import os
 import re
 import string
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import check_bool
+from rnnkit.models import _files
+from rnnkit.models._checks import Trainable as Model
 from rnnkit.models._habits import check_verbose
-
-if TYPE_CHECKING:
-    from rnnkit.models._base import Model
 
 Logs = dict[str, float]
 
@@ -298,15 +297,13 @@ class ModelCheckpoint(Callback):
                 f"ModelCheckpoint: cannot fill {self.filepath!r} from epoch and logs "
                 f"{sorted(logs or {})}: {e}"
             ) from None
-        from rnnkit import io  # type: ignore[attr-defined]  # imported late: io imports models
-
         model = self._require_model()
         if self.verbose:
             print(f"Epoch {epoch + 1}: {said}saving model to {path}", flush=True)
         if self.save_weights_only:
-            io.save_weights(model, path)
+            _files.save_weights(model, path)
         else:
-            io.save_model(model, path)
+            _files.save_model(model, path)
         self.last_saved = path
 
 

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from rnnkit._atomic import atomic_write_bytes
 from rnnkit._errors import InvalidParameterError, NonFiniteError
 from rnnkit._layer import check_bool
 from rnnkit.models._callbacks import Callback, Logs, _monitor_op, check_path
@@ -182,8 +183,6 @@ class CSVLogger(Callback):
         return {"size": int(size), "keys": self.keys}
 
     def set_fit_state(self, state: dict[str, Any]) -> None:
-        from rnnkit.io._atomic import atomic_write_bytes
-
         self._close()
         size = int(state["size"])
         if os.path.exists(self.filename) and os.path.getsize(self.filename) > size:

@@ -16,8 +16,8 @@ Data = Any  # an array, or a list of arrays (one per model input / output)
 
 
 class Trainable(Protocol):
-    """What the trainer, the evaluator and the weighting helpers use of a model
-    (:class:`rnnkit.models.Model` has it all)."""
+    """What the trainer, the evaluator, the weighting helpers, the callbacks and the fit
+    checkpoints use of a model (:class:`rnnkit.models.Model` has it all)."""
 
     name: str
     n_inputs: int
@@ -38,6 +38,12 @@ class Trainable(Protocol):
     def named_weights(self) -> dict[str, tuple[Layer, str]]: ...
 
     def trainable_weights(self) -> list[tuple[Layer, str]]: ...
+
+    def _unread_input_grads(self) -> tuple[Layer, ...]: ...
+
+    def get_weights(self) -> list[np.ndarray]: ...
+
+    def set_weights(self, weights: list[Any]) -> None: ...
 
 
 class NonFiniteAt(Exception):

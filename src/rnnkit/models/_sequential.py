@@ -203,6 +203,10 @@ class Sequential(Model):
                 check_finite(g, f"the input gradient of layer {i} ({type(layer).__name__})")
         return [g]
 
+    def _unread_input_grads(self) -> tuple[Layer, ...]:
+        """The first layer (a Sequential holds a layer once): its input gradient is dL/d(data)."""
+        return (self.layers[0],) if self.layers else ()
+
     def named_weights(self) -> dict[str, tuple[Layer, str]]:
         """``{"{index}.{weight}": (layer, weight)}`` in layer order."""
         return {f"{i}.{n}": (layer, n) for i, layer in enumerate(self.layers) for n in layer.weight_names}

@@ -72,7 +72,8 @@ class Batches(Protocol):
 class Plan:
     """What one training run finds once, when it starts: the log keys, every trainable weight
     (``named_weights()`` order, each once) and its name, the regularized and constrained
-    weights (:class:`rnnkit._penalties.Plan`)."""
+    weights (:class:`rnnkit._penalties.Plan`), and the layers whose input gradient no step
+    reads (``unread``: each step tells them to skip it)."""
 
     def __init__(self, model: Model) -> None:
         self.keys = log_keys(model)
@@ -80,6 +81,7 @@ class Plan:
         self.names = {(id(la), n): key for key, (la, n) in named.items()}
         self.trainable = model.trainable_weights()
         self.penalties = _pen.Plan(model)
+        self.unread = model._unread_input_grads()
 
 
 class Team:
@@ -231,6 +233,7 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
                 if not (math.isfinite(np.add.reduce(g.ravel())) or np.isfinite(g).all()):
                     raise _non_finite(model, at, f"the gradient of the loss ({lname}) w.r.t. the model "
                                                  f"output")
+            ctx.skip_input_grad(*plan.unread)
             model._backward(grads, ctx, False)
             for (layer, n), g in ctx.grads.items():
                 if not (math.isfinite(np.add.reduce(g.ravel())) or np.isfinite(g).all()):
