@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 import rnnkit as rk
-from rnnkit.io._atomic import remove_stale_temporaries
+from rnnkit._atomic import remove_stale_temporaries
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 ENV = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}

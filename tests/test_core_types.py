@@ -70,12 +70,18 @@ def test_ctx_grad_store_sums_and_names_what_it_holds() -> None:
     ctx = rk.Ctx.training()
     g = np.array([1.0, 2.0])
     ctx.add_grad(a, "kernel", g)
-    g[0] = 100.0  # the store copied the first gradient
+    assert ctx.grad(a, "kernel") is g  # handed over, not copied: the caller leaves it alone
     ctx.add_grad(a, "kernel", np.array([0.5, 0.5]))
     ctx.add_grad(b, "kernel", np.array([3.0]))
     np.testing.assert_array_equal(ctx.grad(a, "kernel"), [1.5, 2.5])
-    assert set(ctx.grads) == {(a, "kernel"), (b, "kernel")}
-    with pytest.raises(KeyError, match=r"A\.bias.*A\.kernel.*B\.kernel"):
+    frozen = np.array([1.0])
+    frozen.flags.writeable = False
+    ctx.add_grad(b, "bias", frozen)
+    ctx.add_grad(b, "bias", np.array([2.0]))
+    np.testing.assert_array_equal(ctx.grad(b, "bias"), [3.0])
+    np.testing.assert_array_equal(frozen, [1.0])  # a read-only gradient is never written
+    assert set(ctx.grads) == {(a, "kernel"), (b, "kernel"), (b, "bias")}
+    with pytest.raises(KeyError, match=r"A\.bias.*A\.kernel.*B\.bias.*B\.kernel"):
         ctx.grad(a, "bias")
     with pytest.raises(KeyError, match="none"):
         rk.Ctx.training().grad(a, "bias")

@@ -145,10 +145,12 @@ def _callback(r: random.Random, d: str) -> Any:
                      "CSVLogger", "TerminateOnNaN", "LambdaCallback", "ProgbarLogger", "History"])
     spec: dict[str, list[tuple[str, Any]]] = {
         "EarlyStopping": [("monitor", "loss"), ("patience", 1), ("min_delta", 0.0),
-                          ("restore_best_weights", True), ("mode", "auto")],
+                          ("restore_best_weights", True), ("mode", "auto"), ("verbose", 0), ("baseline", 1.0),
+                          ("start_from_epoch", 1)],
         "ModelCheckpoint": [("filepath", os.path.join(d, "w-{epoch:02d}.safetensors")), ("monitor", "loss"),
-                            ("save_best_only", False), ("save_weights_only", True), ("mode", "min")],
-        "LearningRateScheduler": [("schedule", lambda e, lr: lr * 0.5)],
+                            ("save_best_only", False), ("save_weights_only", True), ("mode", "min"),
+                            ("verbose", 0), ("save_freq", "epoch"), ("initial_value_threshold", 10.0)],
+        "LearningRateScheduler": [("schedule", lambda e, lr: lr * 0.5), ("verbose", 0)],
         "ReduceLROnPlateau": [("monitor", "loss"), ("factor", 0.5), ("patience", 0), ("verbose", 0),
                               ("mode", "min"), ("min_delta", 1e-4), ("cooldown", 0), ("min_lr", 0.0)],
         "CSVLogger": [("filename", os.path.join(d, "log.csv")), ("separator", ","), ("append", False)],

@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import rnnkit as rk  # noqa: E402
-from rnnkit.io._weights import read_safetensors, safetensors_bytes  # noqa: E402
+from rnnkit._safetensors import read_safetensors, safetensors_bytes  # noqa: E402
 
 CI, LONG = 40, 6000
 _LONG = os.environ.get("RNNKIT_FUZZ") == "long"

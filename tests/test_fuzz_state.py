@@ -45,7 +45,7 @@ from fuzz_common import (  # noqa: E402
     typed_probe,
     valid,
 )
-from rnnkit.io._weights import read_safetensors, write_safetensors  # noqa: E402
+from rnnkit._safetensors import read_safetensors, write_safetensors  # noqa: E402
 
 RESUME_CHECK = "fit_state validation (types, shapes, ranges) in models/_resume.py restore_state"
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import rnnkit as rk
-from rnnkit.io._weights import read_safetensors, write_safetensors
+from rnnkit._safetensors import read_safetensors, write_safetensors
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import rnnkit as rk
-from rnnkit.io._weights import read_safetensors, write_safetensors
+from rnnkit._safetensors import read_safetensors, write_safetensors
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -240,7 +240,7 @@ def _random_json(rng: np.random.Generator, level: int) -> object:
 def test_json_depth_matches_a_character_loop(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Documents json.dumps writes (strings full of quotes, backslashes and brackets) and byte
     soups, scanned in blocks of ``block`` bytes (the state carried across block edges)."""
-    from rnnkit.io import _limits
+    from rnnkit import _limits
 
     monkeypatch.setattr(_limits, "_CHUNK", block)
     rng = np.random.default_rng(0)
@@ -256,7 +256,7 @@ def test_json_depth_memory_is_bounded_by_its_block() -> None:
     multiple of the document."""
     import tracemalloc
 
-    from rnnkit.io._limits import json_depth, parse_json
+    from rnnkit._limits import json_depth, parse_json
 
     layers = [{"class_name": "Dense", "config": {"name": f"d{i}", "units": 3, "v": [0.5] * 60}}
               for i in range(40000)]
@@ -276,7 +276,7 @@ def test_json_depth_memory_is_bounded_by_its_block() -> None:
 HANG = textwrap.dedent("""
     import sys
     import rnnkit as rk
-    from rnnkit.io._limits import parse_json
+    from rnnkit._limits import parse_json
     try:
         parse_json(b'"' + b'\\\\"' * 200_000, "unterminated")
     except rk.FileFormatError as e:

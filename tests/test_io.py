@@ -216,7 +216,7 @@ def test_safetensors_without_rnnkit_metadata_is_not_a_model(tmp_path: Path) -> N
 # -- atomic writes -------------------------------------------------------------------------------
 def test_a_crash_mid_write_leaves_the_previous_file_and_no_temp_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rnnkit.io import _atomic
+    from rnnkit import _atomic
 
     model = rnn_stack(1)
     path = tmp_path / "model.safetensors"
@@ -274,5 +274,5 @@ def test_no_pickle_anywhere_in_the_library() -> None:
                  for m in pattern.finditer(p.read_text(encoding="utf-8"))]
     assert offenders == []
     # and the files are read by safetensors, whose loader runs no code
-    assert "safe_open" in (src / "io" / "_weights.py").read_text(encoding="utf-8")
+    assert "safe_open" in (src / "_safetensors.py").read_text(encoding="utf-8")
     assert pattern.search("import pickle\n") and pattern.search("np.load(f, allow_pickle=True)")

@@ -15,7 +15,7 @@ import pytest
 import rnnkit as rk
 import rnnkit.models._batch as batch_mod
 import rnnkit.models._sequential as seq_mod
-from rnnkit.io._weights import read_safetensors, write_safetensors
+from rnnkit._safetensors import read_safetensors, write_safetensors
 from rnnkit.models._resume import STATE_FILE
 
 

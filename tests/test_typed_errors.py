@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import rnnkit as rk
-from rnnkit.io._weights import read_safetensors, write_safetensors
+from rnnkit._safetensors import read_safetensors, write_safetensors
 
 
 def _model() -> rk.Sequential:
@@ -97,13 +97,31 @@ def test_graph_builder_with_a_non_string_name() -> None:
 @pytest.mark.parametrize("layer", [rk.Dense(2, seed=0), rk.ActivationLayer("tanh"), rk.Dropout(0.5),
                                    rk.RepeatVector(2), rk.LSTM(2, seed=0)])
 def test_forward_and_backward_without_a_ctx(layer: rk.Layer) -> None:
+    """The doors that take a caller's Ctx refuse anything else, typed: ``layer(x, ctx)``,
+    ``forward_mut`` and a model's ``forward`` / ``backward`` (``layer.forward`` /
+    ``layer.backward`` are the raw passes, which expect a Ctx and check nothing)."""
     x = np.ones((2, 3, 3) if isinstance(layer, rk.LSTM) else (2, 3), np.float32)
     layer.build(rk.Shape.with_free_batch(x.shape))
+    with pytest.raises(TypeError, match=r"forward: ctx must be an rnnkit.Ctx .* got str"):
+        layer(x, "ctx")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"forward: ctx must be an rnnkit.Ctx .* got NoneType"):
-        layer.forward(x, None)  # type: ignore[arg-type]
+        layer.forward_mut(x, None)  # type: ignore[arg-type]
+    model = rk.Sequential([layer])
+    with pytest.raises(TypeError, match=r"forward: ctx must be an rnnkit.Ctx .* got NoneType"):
+        model.forward(x, None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"backward: ctx must be an rnnkit.Ctx .* got str"):
-        layer.backward(x, "ctx")  # type: ignore[arg-type]
+        model.backward(np.ones((2, 2)), "ctx")  # type: ignore[arg-type]
     assert np.array_equal(layer(x), layer.forward(x, rk.Ctx.inference()))
+
+
+def test_layer_classes_are_not_rewrapped() -> None:
+    """A subclass's forward / backward is the function it defines, not a wrapper of it."""
+    class Twice(rk.ActivationLayer):
+        def forward(self, x: np.ndarray, ctx: rk.Ctx) -> np.ndarray:
+            return 2 * super().forward(x, ctx)
+
+    assert not hasattr(Twice.__dict__["forward"], "__wrapped__")
+    assert rk.Dense.forward.__qualname__ == "Dense.forward" and not hasattr(rk.Dense.forward, "__wrapped__")
 
 
 def test_optimizer_pairs_must_name_a_layer() -> None:

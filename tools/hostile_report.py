@@ -37,7 +37,7 @@ CHILD = r"""
 import json, resource, sys, time
 import h5py, numpy
 import rnnkit as rk
-from rnnkit.io._limits import parse_json
+from rnnkit._limits import parse_json
 kind, path = sys.argv[1], sys.argv[2]
 calls = {"load_keras": rk.load_keras, "load_model": rk.load_model,
          "parse_json": lambda p: parse_json(open(p, "rb").read(), p)}

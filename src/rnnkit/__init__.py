@@ -7,11 +7,12 @@ modules import one another in no cycle, counting imports inside functions and un
 ``TYPE_CHECKING``; ``tests/test_layering.py`` checks both):
 
     0  base      _errors _kind _version _config _arrays _random _shape _mask _budget
+                 _files _atomic _limits _safetensors
     1  core      _activations _initializers _ctx _layer _layouts _penalties kernels regularizers
                  constraints losses optimizers metrics activations initializers data timeseries
                  datasets
     2  layers    recurrent layers rnn
-    3  models    models
+    3  models    models callbacks
     4  outside   io distributed testing serve
     5  surface   rnnkit
     6  apps      cli __main__
@@ -41,6 +42,7 @@ checker :mod:`rnnkit.testing` (gradients, fast vs reference, save/load round tri
 
 from rnnkit import (
     activations,  # Tanh(), Softmax(axis), activations.get("relu"): what activation= takes
+    callbacks,  # keras.callbacks' names: rnnkit.callbacks.EarlyStopping, ModelCheckpoint, ...
     constraints,  # MaxNorm, NonNeg, UnitNorm, MinMaxNorm (Keras' definitions)
     data,  # batches from anywhere: rnnkit.data.windows / bucket_by_length / Dataset
     datasets,  # bundled public-domain series: rnnkit.datasets.sunspots() / co2()
@@ -141,6 +143,7 @@ from rnnkit.models import (
     model_from_config,
 )
 from rnnkit.models import FunctionalModel as Model  # Keras' functional API: rk.Model(inputs, outputs)
+from rnnkit.models._habits import FullBatchWarning  # fit without batch_size on many samples
 from rnnkit.optimizers import SGD, Adam, AdamW, Optimizer, RMSprop
 from rnnkit.recurrent import (
     GRU,
@@ -192,3 +195,4 @@ __all__ = [
     "activations", "initializers", "testing", "serve",
     "Input", "InputLayer", "Model",
 ]
+__all__ += ["callbacks", "FullBatchWarning"]

@@ -34,7 +34,7 @@ class Ctx:
     (records nothing). ``grads`` maps ``(layer, weight_name)`` to the summed gradient.
     """
 
-    __slots__ = ("training_mode", "grads", "penalties", "_caches", "_seed", "_rng", "_mask")
+    __slots__ = ("training_mode", "grads", "penalties", "_caches", "_seed", "_rng", "_mask", "_no_input_grad")
 
     def __init__(self, training: bool, seed: int | None = None) -> None:
         if not isinstance(training, (bool, np.bool_)):
@@ -48,6 +48,7 @@ class Ctx:
         self.penalties: list[float] = []
         self._seed = seed
         self._rng: np.random.Generator | None = None   # made on first use (costs ~13 us)
+        self._no_input_grad: frozenset[int] = frozenset()   # ids of the layers
 
     @property
     def seed(self) -> int | None:
@@ -131,15 +132,31 @@ class Ctx:
         self.penalties.clear()
 
     # -- gradients ---------------------------------------------------------------------------
+    def skip_input_grad(self, *layers: Layer) -> None:
+        """Say that nobody reads the input gradient of ``layers`` in this context (the trainer
+        says it of a model's first layer): their ``backward`` adds the weights' gradients as
+        always and computes no dL/dx, returning None in its place."""
+        self._no_input_grad = self._no_input_grad.union(map(id, layers))
+
+    def needs_input_grad(self, layer: Layer) -> bool:
+        """Whether ``layer``'s backward must compute dL/dx (True unless :meth:`skip_input_grad`
+        named it)."""
+        return id(layer) not in self._no_input_grad
+
     def add_grad(self, layer: Layer, name: str, value: np.ndarray) -> None:
-        """Add ``value`` into the gradient store at ``(layer, name)`` (sums repeated calls; the
-        first value is copied, so the caller may reuse its array)."""
+        """Add ``value`` into the gradient store at ``(layer, name)`` (sums repeated calls).
+
+        The store keeps the array it is handed, uncopied: the caller hands it over and must not
+        change or reuse it afterwards, since a later ``add_grad`` for the same weight adds into
+        it in place (a read-only array is never written; the sum is then a new array)."""
         key = (layer, name)
         have = self.grads.get(key)
         if have is None:
-            self.grads[key] = np.array(value, copy=True)
-        else:
+            self.grads[key] = np.asarray(value)
+        elif have.flags.writeable:
             have += value
+        else:
+            self.grads[key] = have + value
 
     def grad(self, layer: Layer, name: str) -> np.ndarray:
         """The summed gradient of ``layer``'s weight ``name``; UnknownWeightError (a KeyError)

@@ -9,9 +9,7 @@ finite. Everything a pass produces lives in the
 
 from __future__ import annotations
 
-import functools
 import numbers
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -27,7 +25,7 @@ from rnnkit._errors import (
     WeightShapeError,
 )
 from rnnkit._random import check_seed, make_rng
-from rnnkit._shape import Shape
+from rnnkit._shape import Shape, pop_input_shape
 
 _DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
 
@@ -86,18 +84,15 @@ def check_real(value: object, what: str, where: str) -> float:
     return out
 
 
-def _checks_ctx(method: Callable[..., Any], verb: str) -> Callable[..., Any]:
-    """Wrap a layer's forward/backward so a missing or wrong ``ctx`` is a TypeError naming it."""
-
-    @functools.wraps(method)
-    def wrapper(self: Layer, x: Any, ctx: Any, *args: Any, **kwargs: Any) -> Any:
-        if not isinstance(ctx, Ctx):
-            raise TypeError(f"{self.name}.{verb}: ctx must be an rnnkit.Ctx (Ctx.inference() or "
-                            f"Ctx.training(seed)), got {type(ctx).__name__}; layer(x) runs inference")
-        return method(self, x, ctx, *args, **kwargs)
-
-    wrapper._checks_ctx = True  # type: ignore[attr-defined]
-    return wrapper
+def check_ctx(ctx: Any, where: str) -> Ctx:
+    """``ctx``, or a TypeError naming ``where`` when it is not an :class:`~rnnkit.Ctx`. The doors
+    that take a caller's Ctx check it once (``layer(x, ctx)``, ``forward_mut``, a model's
+    ``forward`` / ``backward``); a layer's own ``forward`` / ``backward`` is the raw pass, which
+    expects a Ctx and checks nothing."""
+    if not isinstance(ctx, Ctx):
+        raise TypeError(f"{where}: ctx must be an rnnkit.Ctx (Ctx.inference() or Ctx.training(seed)), "
+                        f"got {type(ctx).__name__}; layer(x) runs inference")
+    return ctx
 
 
 class WeightEntry(NamedTuple):
@@ -107,7 +102,20 @@ class WeightEntry(NamedTuple):
     value: np.ndarray
 
 
-class Layer:
+class _LayerType(type):
+    """Constructing any layer takes Keras' ``input_shape=`` / ``input_dim=`` keywords (the
+    model's input shape declared on its first layer) besides the class's own arguments: they
+    are set aside before ``__init__`` runs and kept as ``declared_input_shape``."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        declared = pop_input_shape(cls, kwargs)
+        layer = super().__call__(*args, **kwargs)
+        if declared is not None:
+            layer.declared_input_shape = declared
+        return layer
+
+
+class Layer(metaclass=_LayerType):
     """Base class of every layer.
 
     Subclasses define ``_build(shape, rng)`` (create weights with :meth:`_add_weight`),
@@ -118,13 +126,6 @@ class Layer:
     carries; a layer without it that receives a mask raises, never ignores it.
     """
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        for verb in ("forward", "backward"):
-            fn = cls.__dict__.get(verb)
-            if callable(fn) and not getattr(fn, "_checks_ctx", False):
-                setattr(cls, verb, _checks_ctx(fn, verb))
-
     #: whether the layer accepts a masked input (see :meth:`compute_mask`)
     supports_masking: bool = False
     #: a Regularizer on the layer's output, applied by the model around forward / backward
@@ -133,6 +134,9 @@ class Layer:
     #: whether ``forward`` itself refuses the values it cannot take (then :meth:`predict` and
     #: ``layer(x)`` leave the NaN/Inf check to it)
     checks_values: bool = False
+    #: the build shape Keras' ``input_shape=`` / ``input_dim=`` keyword declared (batch axis
+    #: free), or None; a Sequential whose first layer declares one is built for it
+    declared_input_shape: Shape | None = None
 
     def compute_mask(self, x: Any, mask: Any) -> Any:
         """The mask of this layer's output given its input ``x`` and the input's ``mask`` (a
@@ -213,7 +217,10 @@ class Layer:
     def forward(self, x: np.ndarray, ctx: Ctx) -> np.ndarray:
         raise NotImplementedError
 
-    def backward(self, grad: np.ndarray, ctx: Ctx) -> np.ndarray:
+    def backward(self, grad: np.ndarray, ctx: Ctx) -> Any:
+        """Add the weights' gradients into ``ctx`` and return dL/dx (an array; a list for a
+        layer of several inputs); a layer may return None instead when
+        ``ctx.needs_input_grad(self)`` is False (nobody reads it)."""
         raise NotImplementedError
 
     def forward_mut(self, x: Any, ctx: Ctx) -> np.ndarray:
@@ -223,7 +230,7 @@ class Layer:
             if arr.ndim == 0:
                 raise InvalidInputError(f"{self.name}: expected an array input, got a scalar")
             self.build(Shape.with_free_batch(arr.shape))
-        return self.forward(x, ctx)
+        return self.forward(x, check_ctx(ctx, f"{self.name}.forward"))
 
     def predict(self, x: Any) -> np.ndarray:
         """An inference pass (records nothing). An input holding NaN or Inf is refused with
@@ -253,7 +260,8 @@ class Layer:
                 raise InvalidInputError(f"{self.name}: expected an array input, got a scalar")
             self.build(Shape.with_free_batch(np.shape(x)))
         x = x if initial_state is None else [x, *states]
-        return self.forward(self._finite(x), ctx if ctx is not None else Ctx.inference())
+        run = Ctx.inference() if ctx is None else check_ctx(ctx, f"{self.name}.forward")
+        return self.forward(self._finite(x), run)
 
     def _record_call(self, inputs: Any, outputs: Any) -> None:
         """Note a call on graph nodes (nodes read, node(s) made) for :attr:`input` / :attr:`output`."""

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Iterator
-from typing import overload
+from typing import Any, overload
 
-from rnnkit._errors import InvalidInputError
+from rnnkit._errors import InvalidInputError, InvalidParameterError
 
 Dim = int | None
 
@@ -97,3 +98,47 @@ class Shape:
         return len(shape) == len(self._dims) and all(
             d is None or d == s for d, s in zip(self._dims, shape, strict=True)
         )
+
+
+def declared_input_shape(value: object, where: str) -> Shape:
+    """Keras' ``input_shape=`` of a layer — the shape of ONE sample, without the batch axis,
+    e.g. ``(8, 8)`` — as the build shape ``(None, 8, 8)``; a tuple or list of ints >= 1 or
+    ``None`` (a free axis), else InvalidParameterError naming ``where``."""
+    if not isinstance(value, (tuple, list)) or not value or any(
+            d is not None and (isinstance(d, bool) or not hasattr(d, "__index__") or int(d) < 1)
+            for d in value):
+        raise InvalidParameterError(
+            f"{where}: input_shape must be the shape of one sample without the batch axis, a tuple of "
+            f"ints >= 1 or None (Keras' convention: input_shape=(timesteps, features)), got {value!r}")
+    return Shape((None, *value))
+
+
+def _accepts(cls: type, keyword: str) -> bool:
+    """Whether ``cls(...)`` takes ``keyword`` itself: its ``__init__`` names it, or passes
+    ``**kwargs`` on to a base class whose ``__init__`` does (the next in the MRO)."""
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(getattr(init, "__wrapped__", init)).parameters
+        if keyword in params:
+            return True
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return False
+    return False
+
+
+def pop_input_shape(cls: type, kwargs: dict[str, Any]) -> Shape | None:
+    """Take Keras' ``input_shape=`` (and ``input_dim=n``, read as ``input_shape=(n,)``, where
+    ``cls`` has no ``input_dim`` of its own) out of ``kwargs`` for constructing ``cls``: the
+    declared build shape with a free batch axis (:func:`declared_input_shape`), None when neither
+    is given. A class whose ``__init__`` takes ``input_shape`` itself keeps it."""
+    if _accepts(cls, "input_shape"):
+        return None
+    shape = kwargs.pop("input_shape", None)
+    dim = None if _accepts(cls, "input_dim") else kwargs.pop("input_dim", None)
+    if shape is not None and dim is not None:
+        raise InvalidParameterError(f"{cls.__name__}: give input_shape= or input_dim=, not both")
+    if dim is not None:
+        shape = (dim,)
+    return None if shape is None else declared_input_shape(shape, cls.__name__)

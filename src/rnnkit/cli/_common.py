@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from rnnkit import datasets, kernels
-from rnnkit.io._atomic import atomic_write_bytes, atomic_write_with
+from rnnkit._atomic import atomic_write_bytes, atomic_write_with
 
 
 class CliError(Exception):
@@ -70,7 +70,7 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` atomically (``rnnkit.io._atomic``: temporary file, fsync, rename; a link is
+    """Write ``data`` atomically (``rnnkit._atomic``: temporary file, fsync, rename; a link is
     followed; stale temporaries of killed writers are removed)."""
     atomic_write_bytes(path, data)
 

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import rnnkit as rk
+from rnnkit._safetensors import read_safetensors
 from rnnkit.cli._common import CliError
 from rnnkit.io._model import MODEL_FORMAT
 from rnnkit.io._sniff import describe, sniff
-from rnnkit.io._weights import read_safetensors
 from rnnkit.models import Sequential
 from rnnkit.recurrent import RecurrentLayer
 from rnnkit.rnn import RNNNet

@@ -25,8 +25,8 @@ from safetensors import SafetensorError, safe_open
 import rnnkit as rk
 from rnnkit import io as rio
 from rnnkit._errors import FileFormatError
+from rnnkit._files import check_regular
 from rnnkit.cli._common import CliError
-from rnnkit.io._files import check_regular
 from rnnkit.io._sniff import sniff
 from rnnkit.layers import Dense
 from rnnkit.models import EarlyStopping, ModelCheckpoint, SequentialBuilder

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.io._atomic import atomic_write_with
+from rnnkit._atomic import atomic_write_with
 
 
 def have_matplotlib() -> bool:

@@ -30,9 +30,10 @@ from typing import Literal
 
 import numpy as np
 
+from rnnkit._safetensors import read_safetensors
 from rnnkit.cli._common import CliError, check_output_file, data_path, write_chunks, write_text_atomic
 from rnnkit.cli._model import describe_spec, load_forecaster, predict_values, read_metadata
-from rnnkit.io._weights import WEIGHTS_FORMAT, read_safetensors
+from rnnkit.io._weights import WEIGHTS_FORMAT
 from rnnkit.timeseries import ForecastSpec, Table, WindowArrays, read_csv, read_header
 
 #: windows predicted, and output rows formatted, at once

@@ -67,7 +67,7 @@ class Buckets(Dataset):
         if self.dtype is not None:
             for i, s in enumerate(self.sequences):
                 check_cast(s, out, f"sequence {i}", where)
-        self.pad_value = _pad_value(pad_value, out, where)
+        self.pad_value = pad_value_of(pad_value, out, where)
         self._out = out
         self._rng = make_rng(check_seed(seed, where))
         self._batches: list[np.ndarray] = []
@@ -118,16 +118,17 @@ class Buckets(Dataset):
             self._plan()
 
 
-def _pad_value(value: Any, dt: np.dtype, where: str) -> Any:
-    """``pad_value`` as a number of the batches' dtype ``dt``: a finite real number (not a bool)
-    that ``dt`` holds exactly (0.5 in an int dtype, 1e40 in float32, 300 in uint8 are refused)."""
+def pad_value_of(value: Any, dt: np.dtype, where: str, arg: str = "pad_value") -> Any:
+    """``value`` (the argument ``arg``) as a number of the batches' dtype ``dt``: a finite real
+    number (not a bool) that ``dt`` holds exactly (0.5 in an int dtype, 1e40 in float32, 300 in
+    uint8 are refused)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise InvalidParameterError(f"{where}: pad_value must be a real number, got {value!r}")
+        raise InvalidParameterError(f"{where}: {arg} must be a real number, got {value!r}")
     if not math.isfinite(float(value)):
-        raise InvalidParameterError(f"{where}: pad_value must be finite, got {value!r}")
+        raise InvalidParameterError(f"{where}: {arg} must be finite, got {value!r}")
     if dt.kind == "b":
         if float(value) not in (0.0, 1.0):
-            raise InvalidParameterError(f"{where}: pad_value {value!r} is not a value of the batches' dtype "
+            raise InvalidParameterError(f"{where}: {arg} {value!r} is not a value of the batches' dtype "
                                         f"bool (0 or 1)")
         return dt.type(float(value) == 1.0)
     if dt.kind in "iu":
@@ -136,11 +137,11 @@ def _pad_value(value: Any, dt: np.dtype, where: str) -> Any:
         iv = (operator.index(value) if isinstance(value, numbers.Integral)
               else int(fv) if fv.is_integer() else None)
         if iv is None or not info.min <= iv <= info.max:
-            raise InvalidParameterError(f"{where}: pad_value {value!r} is not a value of the batches' dtype "
+            raise InvalidParameterError(f"{where}: {arg} {value!r} is not a value of the batches' dtype "
                                         f"{dt} (integers in [{info.min}, {info.max}])")
         return dt.type(iv)
     if abs(float(value)) > float(np.finfo(dt).max):
-        raise InvalidParameterError(f"{where}: pad_value {value!r} is beyond the batches' dtype {dt} "
+        raise InvalidParameterError(f"{where}: {arg} {value!r} is beyond the batches' dtype {dt} "
                                     f"(largest {float(np.finfo(dt).max)!r})")
     return dt.type(value)
 

@@ -6,6 +6,16 @@ A subclass defines ``__len__`` (batches per epoch) and ``__getitem__(i)`` -> one
 of arrays (one per model input / output). ``fit`` asks for batches ``0 .. len - 1`` in order
 each epoch and calls ``on_epoch_end()`` after every epoch (reshuffle there). Batches may differ
 in shape where the model allows (a free time axis).
+
+Keras' ``PyDataset(workers=, use_multiprocessing=, max_queue_size=)`` keywords, for a subclass
+that calls ``super().__init__(**kwargs)``: ``workers=0`` reads every batch in the training
+thread; ``workers >= 1`` reads ahead on ONE background thread (rnnkit reads in order on one
+thread whatever the number, so results are bit-identical to ``workers=0``), up to
+``max_queue_size`` batches ahead (default 1). They apply where ``fit`` / ``evaluate`` /
+``predict`` are given no ``workers=`` of their own (that counts the batches read ahead and
+wins). ``use_multiprocessing=True`` is refused: worker processes would need the dataset
+pickled, which rnnkit never does; NumPy work in ``__getitem__`` releases the GIL, so a thread
+already overlaps it with training.
 """
 
 from __future__ import annotations
@@ -24,6 +34,30 @@ class BatchIndexError(InvalidInputError, IndexError):
 
 class Dataset:
     """Base class (see the module docstring). ``on_epoch_end`` does nothing by default."""
+
+    #: Keras' keywords as given to ``__init__`` (None: not given; see the module docstring)
+    workers: int | None = None
+    max_queue_size: int | None = None
+    use_multiprocessing: bool = False
+
+    def __init__(self, workers: int | None = None, use_multiprocessing: bool = False,
+                 max_queue_size: int | None = None) -> None:
+        where = type(self).__name__
+        if use_multiprocessing is not False:
+            raise InvalidParameterError(
+                f"{where}: use_multiprocessing must be False, got {use_multiprocessing!r}; rnnkit reads "
+                f"batches on a thread (workers=), never in other processes: those would need the dataset "
+                f"pickled, which rnnkit does not do, and NumPy work in __getitem__ releases the GIL anyway")
+        self.workers = None if workers is None else check_count(workers, "workers", where, lo=0)
+        self.max_queue_size = None if max_queue_size is None else check_count(max_queue_size,
+                                                                                "max_queue_size", where)
+
+    def prefetch(self) -> int | None:
+        """How many batches ``fit`` reads ahead when it is given no ``workers=``: 0 for
+        ``workers=0``, else ``max_queue_size`` (1 when not given); None when neither was given."""
+        if self.workers is None and self.max_queue_size is None:
+            return None
+        return 0 if self.workers == 0 else (self.max_queue_size or 1)
 
     def __len__(self) -> int:
         raise NotImplementedError

@@ -25,7 +25,7 @@ import math
 from typing import Any
 
 from rnnkit._errors import FileFormatError
-from rnnkit.io._limits import LIMITS
+from rnnkit._limits import LIMITS
 
 #: HDF5 filter ids rnnkit decodes: deflate (gzip), shuffle, fletcher32, lzf
 STANDARD_FILTERS = {1: "gzip", 2: "shuffle", 3: "fletcher32", 32000: "lzf"}

@@ -58,14 +58,14 @@ from typing import Any
 
 from rnnkit._budget import allocation_budget
 from rnnkit._errors import Error, FileFormatError, WeightShapeError
+from rnnkit._files import check_regular, read_head
 from rnnkit._layer import Layer
-from rnnkit.io._files import check_regular, read_head
+from rnnkit._limits import LIMITS, parse_json
 from rnnkit.io._interop_errors import UnsupportedFeatureError
 from rnnkit.io._keras_graph import Ref, inbound, layer_name, mask_ops, tensor
 from rnnkit.io._keras_graph import refs as tensor_refs
 from rnnkit.io._keras_h5 import WeightStore, unique_groups
 from rnnkit.io._keras_layers import RECURRENT, Mapped, map_layer, to_rnnkit_weights
-from rnnkit.io._limits import LIMITS, parse_json
 from rnnkit.io._weights import apply_strict
 from rnnkit.layers import Bidirectional, Dense, Embedding, MergeLayer
 from rnnkit.models import GraphBuilder, GraphModel, Sequential
@@ -76,7 +76,7 @@ _WEIGHTS = "model.weights.h5"
 
 
 def _check_path(p: str) -> None:
-    """A regular readable file at ``p`` (see :func:`~rnnkit.io._files.check_regular`)."""
+    """A regular readable file at ``p`` (see :func:`~rnnkit._files.check_regular`)."""
     if os.path.isdir(p):
         raise FileFormatError(f"{p}: expected a Keras '.keras' file, found a directory (a TensorFlow "
                               f"SavedModel cannot be read; re-save the model with model.save('m.keras'))")

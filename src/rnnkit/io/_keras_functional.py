@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from rnnkit._layer import Layer
-from rnnkit.io._keras_export import Vars, _shape, bidirectional_entry, keras_layer
+from rnnkit.io._keras_entries import Vars, bidirectional_entry, keras_layer, shape_list
 from rnnkit.io._keras_graph import inbound
 from rnnkit.io._keras_h5 import unique_groups
 from rnnkit.layers import Concatenate, MergeLayer, Reverse
@@ -92,16 +92,16 @@ def functional_config(model: Any) -> tuple[dict[str, Any], list[tuple[str, Vars]
         if id(n) in bidi:
             src, f, b = bidi[id(n)]
             inbound = [src]
-            entry, vars_ = bidirectional_entry(n.name, f, b, _shape(src.shape))
+            entry, vars_ = bidirectional_entry(n.name, f, b, shape_list(src.shape))
         elif id(n.layer) in by_layer:       # a shared layer's next call
             entry = by_layer[id(n.layer)]
             inbound = list(n.inbound)
             vars_ = []
         else:
             inbound = list(n.inbound)
-            shp = _shape([p.shape for p in inbound]) if len(inbound) > 1 else _shape(inbound[0].shape)
+            shp = shape_list([p.shape for p in inbound]) if len(inbound) > 1 else shape_list(inbound[0].shape)
             entry, vars_ = keras_layer(n.layer, n.name, shp if len(inbound) == 1 or not states_ok
-                                       or isinstance(n.layer, MergeLayer) else _shape(inbound[0].shape),
+                                       or isinstance(n.layer, MergeLayer) else shape_list(inbound[0].shape),
                                        states_ok)
             by_layer[id(n.layer)] = entry
         if not vars_ and entry in entries:

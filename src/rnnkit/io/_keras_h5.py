@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit._errors import FileFormatError
-from rnnkit.io._files import open_regular
+from rnnkit._files import open_regular
 from rnnkit.io._h5_checks import check_dataset, check_links
 from rnnkit.io._interop_errors import MissingDependencyError
 

@@ -25,10 +25,10 @@ from typing import Any
 from rnnkit import losses, metrics, optimizers
 from rnnkit._budget import allocation_budget
 from rnnkit._errors import Error, FileFormatError, InvalidParameterError
+from rnnkit._limits import parse_json
 from rnnkit._version import __version__
 from rnnkit.io._keras_export import save_keras
 from rnnkit.io._keras_file import load_keras, load_keras_weights
-from rnnkit.io._limits import parse_json
 from rnnkit.io._onnx import save_onnx
 from rnnkit.io._sniff import describe, sniff
 from rnnkit.io._weights import (

@@ -28,13 +28,13 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit._atomic import atomic_write_bytes
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import Layer, check_bool
 from rnnkit._shape import Shape
 from rnnkit._version import __version__
 from rnnkit.io import _onnx_wrappers  # noqa: F401  (registers Bidirectional and the merges)
-from rnnkit.io._atomic import atomic_write_bytes
 from rnnkit.io._interop_errors import MissingDependencyError
 from rnnkit.io._onnx_layers import Graph, carries_lengths, converter
 from rnnkit.layers import Embedding, MergeLayer

@@ -21,7 +21,7 @@ import struct
 import zipfile
 
 from rnnkit._errors import FileFormatError
-from rnnkit.io._files import check_regular, open_regular
+from rnnkit._files import check_regular, open_regular
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 #: ModelProto's field numbers (onnx.proto): ir_version, opset_import, producer_name/version,
@@ -73,7 +73,7 @@ def looks_like_onnx(head: bytes, size: int) -> bool:
 
 def sniff(path: str | os.PathLike[str]) -> str:
     """The kind of the regular file at ``path`` (see the module doc). A FIFO, device or
-    directory is refused before reading (:func:`~rnnkit.io._files.check_regular`)."""
+    directory is refused before reading (:func:`~rnnkit._files.check_regular`)."""
     p = check_regular(path)
     with open_regular(p) as fh:
         head = fh.read(_HEAD)

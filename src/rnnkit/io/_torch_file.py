@@ -39,11 +39,12 @@ from typing import Any
 import numpy as np
 
 from rnnkit._errors import FileFormatError, InvalidInputError, InvalidParameterError
+from rnnkit._files import check_regular, read_head
 from rnnkit._layer import check_bool, check_real, resolve_dtype
-from rnnkit.io._files import check_regular, read_head
+from rnnkit._safetensors import read_safetensors, write_safetensors
 from rnnkit.io._interop import to_torch_state
 from rnnkit.io._interop_errors import UnsupportedFeatureError
-from rnnkit.io._weights import check_finite_weights, read_safetensors, write_safetensors
+from rnnkit.io._weights import check_finite_weights
 from rnnkit.recurrent import RecurrentLayer
 from rnnkit.rnn import RNNConfig, RNNNet
 

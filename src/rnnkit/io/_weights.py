@@ -6,24 +6,20 @@ little-endian arrays and a JSON header.
 Loading is strict and all-or-nothing: every name of the model must be in the file with the
 weight's exact shape, and the file must hold no other name. Otherwise :class:`WeightShapeError`
 lists EACH offending name (expected vs got) and no weight changes. Arrays are converted to the
-layer's dtype. Every write is atomic (:mod:`rnnkit.io._atomic`).
+layer's dtype. Every write is atomic (:mod:`rnnkit._atomic`).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import struct
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from safetensors import SafetensorError, safe_open
 
 from rnnkit._errors import FileFormatError, InvalidParameterError, WeightShapeError
+from rnnkit._safetensors import read_safetensors, write_safetensors
 from rnnkit._version import __version__
-from rnnkit.io._atomic import atomic_write_bytes
-from rnnkit.io._files import check_regular, read_head
 from rnnkit.io._keras_export import save_keras_weights
 
 if TYPE_CHECKING:
@@ -34,58 +30,6 @@ WEIGHTS_FORMAT = "rnnkit-weights"
 FORMAT_VERSION = "1"
 
 Named = Mapping[str, tuple["Layer", str]]
-
-
-_ST_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "int64": "I64", "int32": "I32",
-              "int16": "I16", "int8": "I8", "uint64": "U64", "uint32": "U32", "uint16": "U16",
-              "uint8": "U8", "bool": "BOOL"}
-
-
-def safetensors_bytes(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> bytes:
-    """The safetensors serialisation of ``tensors`` with ``metadata``, byte-for-byte the same for
-    the same arrays: metadata keys sorted, tensors in name order (the ``safetensors`` package
-    writes its metadata map in hash order, so two saves of one model differed)."""
-    header: dict[str, object] = {}
-    if metadata:
-        header["__metadata__"] = {k: str(metadata[k]) for k in sorted(metadata)}
-    blobs: list[bytes] = []
-    offset = 0
-    for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name])
-        if a.dtype.name not in _ST_DTYPES:
-            raise TypeError(f"cannot write {name!r}: dtype {a.dtype} has no safetensors code")
-        data = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
-        header[name] = {"dtype": _ST_DTYPES[a.dtype.name], "shape": list(a.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    head = json.dumps(header, separators=(",", ":")).encode()
-    head += b" " * (-len(head) % 8)
-    return b"".join([struct.pack("<Q", len(head)), head, *blobs])
-
-
-def write_safetensors(path: str | os.PathLike[str], tensors: Mapping[str, np.ndarray],
-                      metadata: Mapping[str, str]) -> None:
-    """Serialise ``tensors`` with ``metadata`` (deterministically) and write the file atomically."""
-    atomic_write_bytes(path, safetensors_bytes(tensors, metadata))
-
-
-def read_safetensors(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """``(tensors, metadata)`` of a safetensors file; FileFormatError (naming the path and what
-    its first bytes are) when it is not one. A missing file raises FileNotFoundError."""
-    p = check_regular(path, "a safetensors file")
-    try:
-        with safe_open(p, framework="numpy") as f:
-            meta = dict(f.metadata() or {})
-            tensors = {k: np.array(f.get_tensor(k)) for k in f.keys()}  # noqa: SIM118
-    except (SafetensorError, ValueError, TypeError) as e:
-        size = os.path.getsize(p)
-        head = read_head(p, 16, "a safetensors file")
-        raise FileFormatError(
-            f"{p}: not a safetensors file that numpy can read ({e}); found {size} bytes "
-            f"starting {head!r}"
-        ) from None
-    return tensors, meta
 
 
 def check_finite_weights(tensors: Mapping[str, np.ndarray], source: str) -> None:

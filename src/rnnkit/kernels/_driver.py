@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels import Step, _walk
+from rnnkit.kernels import _walk
 from rnnkit.kernels._gemm import project, reductions
 from rnnkit.kernels._packed import gemm, nr_of, pack
+from rnnkit.kernels._step import Step
 from rnnkit.kernels._steps import handle
 from rnnkit.kernels._threads import blocks, run_blocks, run_parts
 
@@ -124,11 +125,12 @@ def _layout(cell: Any, step: Step, N: int) -> _Layout:
 
 
 class _Plan:
-    """What a pass of one cell needs besides the data: its layout and the weights (read-only
-    views, no copies)."""
+    """What a pass of one cell needs besides the data: its layout, the weights (read-only
+    views, no copies) and, made on first use, their packed panels (see :func:`_plan`)."""
 
     def __init__(self, cell: Any, step: Step, w: Any, dt: np.dtype) -> None:
         self.step = step
+        self._packs: dict[str, Any] = {}
         self.W = _ro(np.asarray(w[cell.input_kernel]))
         self.U = _ro(np.asarray(w[cell.recurrent_kernel]))
         self.N = N = self.W.shape[1]
@@ -146,15 +148,79 @@ class _Plan:
         self.own = (*(_ro(np.ascontiguousarray(w[n]).reshape(-1)) for n in step.own), _empty_own(dt))
 
     def packed_u(self) -> tuple[np.ndarray, ...]:
-        if len(self.cols) == 1:
-            return (pack(self.U),)
-        return tuple(pack(self.U, cols=c) for c in self.cols)
+        """U as panels, one set per group of columns (made once per plan)."""
+        got = self._packs.get("u")
+        if got is None:
+            got = self._packs["u"] = (pack(self.U),) if len(self.cols) == 1 else \
+                tuple(pack(self.U, cols=c) for c in self.cols)
+        return got  # type: ignore[no-any-return]
 
     def packed_ut(self) -> tuple[np.ndarray, ...]:
-        if len(self.cols) == 1:
-            return (pack(self.U, trans=True),)
-        UT = _ro(np.ascontiguousarray(self.U.T))
-        return tuple(pack(UT[c0:c1]) for c0, c1 in self.cols)
+        """U^T as panels, one set per group (made once per plan)."""
+        got = self._packs.get("ut")
+        if got is None:
+            if len(self.cols) == 1:
+                got = (pack(self.U, trans=True),)
+            else:
+                UT = _ro(np.ascontiguousarray(self.U.T))
+                got = tuple(pack(UT[c0:c1]) for c0, c1 in self.cols)
+            self._packs["ut"] = got
+        return got  # type: ignore[no-any-return]
+
+    def packed(self, name: str) -> np.ndarray:
+        """``"w"``: W as panels; ``"p"`` / ``"pt"``: the output projection (or its transpose) as
+        panels, or the empty placeholder without one (each made once per plan)."""
+        got = self._packs.get(name)
+        if got is None:
+            if name == "w":
+                got = pack(self.W)
+            elif self.Wp is None:
+                got = _no_panels(self.W.dtype)
+            else:
+                got = pack(self.Wp, trans=name == "pt")
+            self._packs[name] = got
+        return got  # type: ignore[no-any-return]
+
+
+def _frozen(a: Any) -> bool:
+    """True when nothing can change ``a``'s values in place: it and every array under it
+    (``.base``) are read-only, down to an array that owns its memory. (A layer's weights are
+    such arrays, replaced, never written, when they change.)"""
+    while isinstance(a, np.ndarray):
+        if a.flags.writeable:
+            return False
+        if a.base is None:
+            return True
+        a = a.base
+    return False   # memory of another object (a buffer, a memory map): it may change
+
+
+_plans: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], _Plan]] = weakref.WeakKeyDictionary()
+
+
+def _plan(cell: Any, step: Step, w: Any, dt: np.dtype) -> _Plan:
+    """The plan of a pass, kept per cell while the weights it read are the very same arrays and
+    cannot have changed (:func:`_frozen`): then the packed panels of W, U and the projection are
+    laid out once for every later pass (forward and backward), not once per pass. A weight
+    replaced (``set_weight``, an optimizer step), another dtype, step or options: a new plan."""
+    names = (cell.input_kernel, cell.recurrent_kernel, cell.bias, getattr(cell, "projection", None),
+             *step.own)
+    arrays = tuple(w[n] if n else None for n in names)
+    opts = step.options(cell)
+    try:
+        per = _plans.get(cell)
+    except TypeError:   # a cell that cannot be weakly referenced: no reuse
+        return _Plan(cell, step, w, dt)
+    frozen = all(a is None or _frozen(a) for a in arrays)
+    if per is not None and frozen:
+        (k_step, k_dt, k_opts, *k_arrays), plan = per
+        if k_step is step and k_dt == dt and k_opts == opts and len(k_arrays) == len(arrays) \
+                and all(a is b for a, b in zip(k_arrays, arrays, strict=True)):
+            return plan
+    plan = _Plan(cell, step, w, dt)
+    if frozen:
+        _plans[cell] = ((step, dt, opts, *arrays), plan)
+    return plan
 
 
 def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, record: bool, keep_seq: bool,
@@ -164,11 +230,11 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
     (states, parks) when ``record``)."""
     T, B, F = x_tm.shape
     dt = x_tm.dtype
-    pl = _Plan(cell, step, w, dt)
+    pl = _plan(cell, step, w, dt)
     N = pl.N
     mk = _mask_arg(mask, T, B)
-    PW, PU = pack(pl.W), pl.packed_u()       # laid out once for every step's product
-    PWp = pack(pl.Wp) if pl.Wp is not None else _no_panels(dt)
+    PW, PU = pl.packed("w"), pl.packed_u()    # laid out once for every step's product
+    PWp = pl.packed("p")
     sizes = cell.state_sizes()
     if record:
         rm, rd = _rdrop_arg(rdrop, B, dt)
@@ -211,14 +277,16 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
 
 def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.ndarray],
               parks: dict[str, np.ndarray], mask: np.ndarray | None, rdrop: np.ndarray | None, g: np.ndarray,
-              full: bool, d_final: Arrays | None = None) -> tuple[np.ndarray, dict[str, np.ndarray], Arrays]:
-    """The backward walk and the batched reductions (see ``rnnkit.recurrent._walker.walk_back``)."""
+              full: bool, d_final: Arrays | None = None,
+              need_dx: bool = True) -> tuple[np.ndarray | None, dict[str, np.ndarray], Arrays]:
+    """The backward walk and the batched reductions (see ``rnnkit.recurrent._walker.walk_back``);
+    without ``need_dx`` the reductions compute no dL/dx rows and None is returned for it."""
     T, B, F = x_tm.shape
     dt = x_tm.dtype
-    pl = _Plan(cell, step, w, dt)
+    pl = _plan(cell, step, w, dt)
     N = pl.N
     PUT = pl.packed_ut()                      # U^T (or its blocks), laid out once
-    PWpT = pack(pl.Wp, trans=True) if pl.Wp is not None else _no_panels(dt)
+    PWpT = pl.packed("pt")
     dxw = np.empty((T, B, N), dt)
     drec = np.empty((T, B, N), dt) if pl.apart else dxw
     d_init = tuple(np.zeros((B, n), dt) if d_final is None else np.array(d_final[k], dt, order="C")
@@ -242,19 +310,19 @@ def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.n
     dW = np.empty((F, N), dt)
     db = np.empty((max(pl.bias_rows, 1), N), dt)
     dU = np.empty(pl.U.shape, dt)
-    dx_tm = np.empty((T, B, F), dt)
+    dx_tm = np.empty((T, B, F) if need_dx else (T, B, 0), dt)
     args = (x_tm.reshape(T * B, F), dxw.reshape(T * B, N), drec.reshape(T * B, N), drec is dxw,
-            P[0], P[-1], pl.groups[0][2], pl.W, dW, db, dU, dx_tm.reshape(T * B, F))
+            P[0], P[-1], pl.groups[0][2], pl.W, dW, db, dU, dx_tm.reshape(T * B, dx_tm.shape[2]))
     big = T * B * N * (F + pl.U.shape[0]) >= PARALLEL_REDUCTIONS
     starts = [lo for lo, _ in blocks(T * B)] if big else [0]
     n_parts = len(starts)
 
     def part(lo: int, hi: int) -> None:   # rows [lo, hi) of dx; the matching share of columns
         k = starts.index(lo)
-        reductions(*args, N * k // n_parts, N * (k + 1) // n_parts, lo, hi)
+        reductions(*args, N * k // n_parts, N * (k + 1) // n_parts, lo, hi if need_dx else lo)
 
     if n_parts == 1:
-        reductions(*args, 0, N, 0, T * B)
+        reductions(*args, 0, N, 0, T * B if need_dx else 0)
     else:
         run_parts(T * B, part)
     grads = {cell.input_kernel: dW, cell.recurrent_kernel: dU}
@@ -269,4 +337,4 @@ def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.n
         grads[pl.proj_name] = dWp
     for n, a in zip(step.own, gown, strict=False):
         grads[n] = a.sum(axis=0).reshape(w[n].shape)   # over the rows, in one fixed order
-    return dx_tm, grads, d_init
+    return (dx_tm if need_dx else None), grads, d_init

@@ -10,19 +10,47 @@ from __future__ import annotations
 
 from typing import Any
 
-from rnnkit.kernels._jit import OPTS, act_cols, act_ip, dact_cols, dgate, njit, row, sig
+from rnnkit.kernels._jit import OPTS, act_cols, act_ip, dact_cols, dgate, fast_tanh, njit, row, sig
 from rnnkit.kernels._walk import _zero_rows
+
+
+@njit(**OPTS)
+def _one_row(a: Any, c_prev: Any, c: Any, act_c: Any, h: Any) -> None:
+    """:func:`forward` on one row with the default activations, in one pass of few short loops
+    over the row (measured 1.2-1.3x faster there; 3-4x slower than the general passes from two
+    rows on). The values are those of the general passes, operation for operation."""
+    H = c.shape[1]
+    ar = row(a, 0)
+    for jj in range(H):                          # (in place on one row: it vectorises)
+        ar[jj] = sig(ar[jj])
+        ar[H + jj] = sig(ar[H + jj])
+        ar[2 * H + jj] = fast_tanh(ar[2 * H + jj])
+        ar[3 * H + jj] = sig(ar[3 * H + jj])
+    cp = row(c_prev, 0)
+    cn = row(c, 0)
+    for jj in range(H):
+        cn[jj] = ar[H + jj] * cp[jj] + ar[jj] * ar[2 * H + jj]
+    ac = row(act_c, 0)
+    for jj in range(H):
+        ac[jj] = fast_tanh(cn[jj])
+    hr = row(h, 0)
+    for jj in range(H):
+        hr[jj] = ar[3 * H + jj] * ac[jj]
 
 
 @njit(**OPTS)
 def forward(k: int, a: Any, rec: Any, fed: Any, st: Any, i0: int, i1: int, pk: Any, j: int,
             own: Any, tmp: Any, opts: Any) -> None:
-    """Steps 2-4 on (B, 4H) pre-activations ``a`` (in place -> gates [i|f|g|o])."""
+    """Steps 2-4 on (B, 4H) pre-activations ``a`` (in place -> gates [i|f|g|o]); a block of one
+    row with the default activations takes :func:`_one_row`."""
     code, rcode = opts[0], opts[1]
     B, G = a.shape
     H = G // 4
     c_prev, c, act_c = st[1][i0], st[1][i1], pk[0][j]
     h = pk[1][j] if opts[2] else st[0][i1]
+    if B == 1 and rcode == 1 and code == 0:
+        _one_row(a, c_prev, c, act_c, h)
+        return
     if rcode == 1:
         for b in range(B):
             ar = row(a, b)

@@ -138,8 +138,9 @@ class Dense(Layer):
         ctx.save(self, (arr, y))
         return y
 
-    def backward(self, grad: Any, ctx: Ctx) -> np.ndarray:
-        """Adds ``kernel`` / ``bias`` gradients into ``ctx``; returns dL/dx (..., F)."""
+    def backward(self, grad: Any, ctx: Ctx) -> np.ndarray | None:
+        """Adds ``kernel`` / ``bias`` gradients into ``ctx``; returns dL/dx (..., F), or None
+        when ``ctx`` says nobody reads it (:meth:`rnnkit.Ctx.skip_input_grad`)."""
         self._require_built("backward")
         x, y = ctx.peek(self)
         g = self._as_grad(grad, y.shape)
@@ -150,6 +151,8 @@ class Dense(Layer):
         ctx.add_grad(self, "kernel", matmul_tn(x.reshape(-1, F), da2))
         if self.use_bias:
             ctx.add_grad(self, "bias", da2.sum(axis=0))
+        if not ctx.needs_input_grad(self):
+            return None
         return matmul(da2, self._weights["kernel"], trans_b=True).reshape(x.shape)
 
     def get_config(self) -> dict[str, Any]:

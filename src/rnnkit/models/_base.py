@@ -18,7 +18,7 @@ from rnnkit import losses, optimizers
 from rnnkit import metrics as metrics_mod
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, NotBuiltError
-from rnnkit._layer import Layer, check_bool
+from rnnkit._layer import Layer, check_bool, check_ctx
 from rnnkit._shape import Shape
 from rnnkit.models import _training
 from rnnkit.models._aliases import FitAliases
@@ -26,6 +26,7 @@ from rnnkit.models._batch import Batch, take
 from rnnkit.models._callbacks import Callback, History
 from rnnkit.models._checks import Data, NonFiniteAt, as_list, check_finite, first_non_finite, unlist
 from rnnkit.models._fit_batches import check_steps, check_workers, is_batch_source, predict_source
+from rnnkit.models._habits import cast_inputs, check_verbose, report
 from rnnkit.models._weighting import input_masks
 from rnnkit.models._weights_api import WeightsAPI
 
@@ -66,6 +67,11 @@ class Model(FitAliases, WeightsAPI):
     def _backward(self, grads: list[np.ndarray], ctx: Ctx, check: bool) -> list[np.ndarray]:
         raise NotImplementedError
 
+    def _unread_input_grads(self) -> tuple[Layer, ...]:
+        """The layers whose input gradient a training step never reads (the trainer tells them
+        to skip it, :meth:`rnnkit.Ctx.skip_input_grad`); none unless the model says so."""
+        return ()
+
     def _forward_masks(self, xs: list[np.ndarray], ctx: Ctx, check: bool,
                        masks: list[Any] | None = None) -> tuple[list[np.ndarray], list[Any]]:
         """``_forward`` with the input masks (default ``ctx.mask`` for the first input) and
@@ -86,7 +92,7 @@ class Model(FitAliases, WeightsAPI):
 
     # -- passes ------------------------------------------------------------------------------
     def _inputs(self, x: Data) -> list[np.ndarray]:
-        xs = as_list(x, self.n_inputs, "input")
+        xs = cast_inputs(self, as_list(x, self.n_inputs, "input"))
         self._ensure_built(xs)
         for k, (a, shp) in enumerate(zip(xs, self.input_shapes(), strict=True)):
             want = shp.dims
@@ -109,18 +115,20 @@ class Model(FitAliases, WeightsAPI):
         """Run the model in ``ctx`` (one input: an array; several: a list, same for outputs).
         ``ctx.mask`` (``ctx.set_mask(lengths=n)``) is the mask of the (first) input; the model
         hands masks from layer to layer and clears ``ctx.mask`` afterwards."""
-        return unlist(self._forward(self._inputs(x), ctx, False))
+        return unlist(self._forward(self._inputs(x), check_ctx(ctx, f"{self.name}.forward"), False))
 
     def backward(self, grad: Data, ctx: Ctx) -> Data:
         """Backpropagate the output gradient(s); weight gradients go into ``ctx``. Returns the
         input gradient(s)."""
-        return unlist(self._backward(as_list(grad, self.n_outputs, "gradient"), ctx, False))
+        grads = as_list(grad, self.n_outputs, "gradient")
+        return unlist(self._backward(grads, check_ctx(ctx, f"{self.name}.backward"), False))
 
     def __call__(self, x: Data, ctx: Ctx | None = None) -> Data:
         return self.forward(x, ctx if ctx is not None else Ctx.inference())
 
     def predict(self, x: Data, batch_size: int | None = None, *, mask: Any = None,
-                lengths: Any = None, steps: int | None = None, workers: int = 1) -> Data:
+                lengths: Any = None, steps: int | None = None, workers: int | None = None,
+                verbose: Any = 0) -> Data:
         """Outputs for ``x`` in an inference pass; with ``batch_size``, ``batch_size`` samples
         at a time, concatenated. Thread-safe. A padded batch: ``lengths=`` ((B,) ints,
         PyTorch's packed semantics) or ``mask=`` (boolean (B, T), Keras' semantics) — a list
@@ -128,26 +136,35 @@ class Model(FitAliases, WeightsAPI):
         layer in the model. ``x`` may be a batch source (a generator, a
         :class:`rnnkit.data.Dataset`; ``steps`` batches of it, all when None; see
         :mod:`rnnkit.models._fit_batches`). Inputs holding NaN or Inf are refused with
-        InvalidInputError naming the first (as ``fit`` and ``evaluate`` refuse them)."""
-        if is_batch_source(x):
+        InvalidInputError naming the first (as ``fit`` and ``evaluate`` refuse them).
+        ``verbose``: 0 (default) prints nothing; 1, 2 or ``"auto"`` print one line when done
+        (:func:`rnnkit.models._habits.report`)."""
+        where = f"{self.name}.predict"
+        shown = check_verbose(verbose, where)
+        if not isinstance(x, np.ndarray) and is_batch_source(x):
             if mask is not None or lengths is not None:
                 raise InvalidParameterError(f"{self.name}.predict: mask= / lengths= cannot be given with a "
                                             f"batch source as x (a source's mask(i) gives them)")
-            return predict_source(self, x, steps, workers)
+            out = predict_source(self, x, steps, workers)
+            if shown:
+                report(shown, where, len(as_list(out, self.n_outputs, "output")[0]))
+            return out
         xs = self._inputs(x)
         first_non_finite(xs, f"{self.name}.predict: x")
         n = xs[0].shape[0]
         bs = n if batch_size is None else _check_batch_size(batch_size)
         if bs >= n and mask is None and lengths is None:
-            return unlist(self._forward_masks(xs, Ctx.inference(), False, None)[0])
-        data = Batch(xs, [], input_masks(self, xs, mask, lengths))
-        parts: list[list[np.ndarray]] = []
-        for a in range(0, n, bs):
-            part = take(data, slice(a, a + bs))
-            parts.append(self._forward_masks(part.xs, Ctx.inference(), False, part.masks)[0])
-        if len(parts) == 1:
-            return unlist(parts[0])
-        return unlist([np.concatenate([p[k] for p in parts]) for k in range(self.n_outputs)])
+            outs = self._forward_masks(xs, Ctx.inference(), False, None)[0]
+        else:
+            data = Batch(xs, [], input_masks(self, xs, mask, lengths))
+            parts: list[list[np.ndarray]] = []
+            for a in range(0, n, bs):
+                part = take(data, slice(a, a + bs))
+                parts.append(self._forward_masks(part.xs, Ctx.inference(), False, part.masks)[0])
+            outs = parts[0] if len(parts) == 1 else [np.concatenate([p[k] for p in parts])
+                                                     for k in range(self.n_outputs)]
+        report(shown, where, n)
+        return unlist(outs)
 
     # -- compile / train ---------------------------------------------------------------------
     def compile(self, optimizer: Any = "adam", loss: Any = "mse", metrics: list[Any] | None = None) -> Model:
@@ -168,12 +185,12 @@ class Model(FitAliases, WeightsAPI):
 
     def fit(self, x: Data, y: Data = None, epochs: int = 1, *, batch_size: int | None = None,
             validation_data: tuple[Data, Data] | None = None, validation_split: float = 0.0,
-            callbacks: list[Callback] | None = None, verbose: int = 0, shuffle: bool = True,
+            callbacks: list[Callback] | None = None, verbose: int | str = 0, shuffle: bool = True,
             seed: int | None = None, initial_epoch: int = 0, checkpoint: Any = None,
             distributed: Any = None, sample_weight: Any = None,
             class_weight: dict[int, float] | None = None, mask: Any = None,
             lengths: Any = None, steps_per_epoch: int | None = None,
-            validation_steps: int | None = None, workers: int = 1) -> History:
+            validation_steps: int | None = None, workers: int | None = None) -> History:
         """Train. ``fit(x, y, epochs)`` takes ONE full-batch step per epoch;
         ``batch_size=`` takes mini-batch steps, reshuffled each epoch (``shuffle``) by a
         generator seeded with ``seed`` (else the global seed, else entropy). What each argument
@@ -194,7 +211,10 @@ class Model(FitAliases, WeightsAPI):
         ``ModelCheckpoint`` callback runs on rank 0). ``x`` may be a batch source instead of
         arrays (a generator / iterable of ``(x, y)`` or ``(x, y, sample_weight)`` batches, a
         :class:`rnnkit.data.Dataset`), with ``steps_per_epoch``, ``validation_steps`` and
-        ``workers`` (prefetch threads); see :mod:`rnnkit.models._fit_batches`.
+        ``workers`` (prefetch threads); see :mod:`rnnkit.models._fit_batches`. ``verbose``: 0
+        silent, 1 or ``"auto"`` a progress bar (epochs, with the steps per epoch), 2 one line per
+        epoch (Keras' meanings). Without ``batch_size`` on more than 512 samples a
+        :class:`~rnnkit.FullBatchWarning` says once that each epoch is one full-batch step.
         ``fit_with_batches(x, y, epochs, batch_size)`` is this with ``batch_size`` given."""
         return _training.fit(self, x, y, epochs, batch_size=batch_size, validation_data=validation_data,
                              validation_split=validation_split, callbacks=callbacks, verbose=verbose,
@@ -206,15 +226,17 @@ class Model(FitAliases, WeightsAPI):
     def evaluate(self, x: Data, y: Data = None, batch_size: int | None = None, return_dict: bool = False,
                  distributed: Any = None, *, sample_weight: Any = None, mask: Any = None,
                  lengths: Any = None, steps: int | None = None,
-                 workers: int = 1) -> float | list[float] | dict[str, float]:
+                 workers: int | None = None, verbose: Any = 0) -> float | list[float] | dict[str, float]:
         """Loss (and metrics) over ``x``/``y`` in inference passes; batches are combined as the
         sample-weighted mean. ``sample_weight``, ``mask``, ``lengths`` as in :meth:`fit`.
         Returns the loss alone when there are no metrics, else ``[loss, *metrics]``, or a dict
         with ``return_dict=True``. With ``distributed=rk.distributed.MPI()`` the ranks share
         the samples and every rank returns the result over all of them.
         ``x`` may be a batch source (``steps`` batches of it, all when None;
-        :mod:`rnnkit.models._fit_batches`)."""
+        :mod:`rnnkit.models._fit_batches`). ``verbose``: 0 (default) prints nothing; 1, 2 or
+        ``"auto"`` print the results as one line (:func:`rnnkit.models._habits.report`)."""
         self._require_compiled("evaluate")
+        shown = check_verbose(verbose, f"{self.name}.evaluate")
         check_bool(return_dict, "return_dict", f"{self.name}.evaluate")
         bs = None if batch_size is None else _check_batch_size(batch_size)
         if is_batch_source(x):
@@ -230,6 +252,9 @@ class Model(FitAliases, WeightsAPI):
         else:
             logs = _training.evaluate_arrays(self, x, y, bs, sample_weight=sample_weight, mask=mask,
                                              lengths=lengths, distributed=distributed)
+        if shown:
+            n = None if is_batch_source(x) else len(as_list(x, self.n_inputs, "input")[0])
+            report(shown, f"{self.name}.evaluate", n, logs)
         if return_dict:
             return logs
         vals = list(logs.values())

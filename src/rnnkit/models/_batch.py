@@ -11,6 +11,7 @@ import numpy as np
 from rnnkit._errors import InvalidInputError
 from rnnkit.models._checks import Data, as_list, first_non_finite
 from rnnkit.models._checks import Trainable as Model
+from rnnkit.models._habits import align_target
 from rnnkit.models._weighting import input_masks, sample_weights, take_mask
 
 Arrays = list[np.ndarray]
@@ -32,7 +33,7 @@ class Batch:
 
 
 def targets(model: Model, y: Data, n: int) -> list[np.ndarray]:
-    ys = as_list(y, model.n_outputs, "target")
+    ys = [align_target(model, k, a) for k, a in enumerate(as_list(y, model.n_outputs, "target"))]
     for k, a in enumerate(ys):
         if a.ndim < 1 or a.shape[0] != n:
             raise InvalidInputError(f"{model.name}: target {k} has shape {a.shape}; expected {n} samples on "

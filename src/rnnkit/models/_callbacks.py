@@ -15,15 +15,15 @@ import os
 import re
 import string
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import check_bool
-
-if TYPE_CHECKING:
-    from rnnkit.models._base import Model
+from rnnkit.models import _files
+from rnnkit.models._checks import Trainable as Model
+from rnnkit.models._habits import check_verbose
 
 Logs = dict[str, float]
 
@@ -115,10 +115,18 @@ class EarlyStopping(Callback):
     training ends (whether it stopped early or ran out of epochs). ``stopped_epoch`` and
     ``best_epoch`` (0-based) record what happened. A monitor missing from the logs raises
     :class:`InvalidInputError` listing the available keys.
+
+    Keras' other keywords: ``verbose=1`` prints ``Epoch 7: early stopping`` (and, restoring,
+    ``Restoring model weights from the end of the best epoch: 5.``, epochs 1-based);
+    ``baseline``: an improvement resets the patience count only when it is also better than
+    ``baseline``, else counts as a waiting epoch (training stops at the first epoch without an
+    improvement once ``patience`` epochs have passed without beating it);
+    ``start_from_epoch``: epochs before it (0-based) are not watched at all.
     """
 
     def __init__(self, monitor: str = "val_loss", patience: int = 0, min_delta: float = 0.0,
-                 restore_best_weights: bool = False, mode: str = "auto") -> None:
+                 restore_best_weights: bool = False, mode: str = "auto", *, verbose: int = 0,
+                 baseline: float | None = None, start_from_epoch: int = 0) -> None:
         if isinstance(patience, bool) or not isinstance(patience, (int, np.integer)) or patience < 0:
             raise InvalidParameterError(f"EarlyStopping: patience must be an int >= 0, got {patience!r}")
         if (isinstance(min_delta, bool) or not isinstance(min_delta, (int, float, np.floating))
@@ -126,6 +134,17 @@ class EarlyStopping(Callback):
             raise InvalidParameterError(
                 f"EarlyStopping: min_delta must be a finite number, got {min_delta!r}"
             )
+        if baseline is not None and (isinstance(baseline, bool) or not isinstance(
+                baseline, (int, float, np.integer, np.floating)) or not math.isfinite(baseline)):
+            raise InvalidParameterError(f"EarlyStopping: baseline must be a finite number or None, got "
+                                        f"{baseline!r}")
+        if (isinstance(start_from_epoch, bool) or not isinstance(start_from_epoch, (int, np.integer))
+                or start_from_epoch < 0):
+            raise InvalidParameterError(f"EarlyStopping: start_from_epoch must be an int >= 0, got "
+                                        f"{start_from_epoch!r}")
+        self.verbose = check_verbose(verbose, "EarlyStopping")
+        self.baseline = None if baseline is None else float(baseline)
+        self.start_from_epoch = int(start_from_epoch)
         self.monitor = monitor
         self.patience = int(patience)
         self.min_delta = abs(float(min_delta))
@@ -146,11 +165,15 @@ class EarlyStopping(Callback):
         self.best_weights = None
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
+        if epoch < self.start_from_epoch:
+            return
         cur = _monitored(logs, self.monitor, "EarlyStopping")
         if self._better(cur - self._sign * self.min_delta, self.best):
-            self.best, self.best_epoch, self.wait = cur, epoch, 0
+            self.best, self.best_epoch = cur, epoch
             if self.restore_best_weights:
                 self.best_weights = self._require_model().get_weights()
+            beats = self.baseline is None or self._better(cur - self._sign * self.min_delta, self.baseline)
+            self.wait = 0 if beats else self.wait + 1
             return
         self.wait += 1
         if self.wait >= self.patience:
@@ -158,7 +181,12 @@ class EarlyStopping(Callback):
             self._require_model().stop_training = True
 
     def on_train_end(self, logs: Logs | None = None) -> None:
+        if self.verbose and self.stopped_epoch >= 0:
+            print(f"Epoch {self.stopped_epoch + 1}: early stopping", flush=True)
         if self.restore_best_weights and self.best_weights is not None:
+            if self.verbose:
+                print(f"Restoring model weights from the end of the best epoch: {self.best_epoch + 1}.",
+                      flush=True)
             self._require_model().set_weights(self.best_weights)
 
     def get_fit_state(self) -> dict[str, Any]:
@@ -209,11 +237,30 @@ class ModelCheckpoint(Callback):
     writes :func:`rnnkit.io.save_weights`, else :func:`rnnkit.io.save_model`. Writes are atomic
     (the io functions write a temporary file, then rename). ``mode`` as in EarlyStopping.
     ``last_saved`` holds the path written last.
+
+    Keras' other keywords: ``verbose=1`` prints Keras' line at each epoch end (``Epoch 3:
+    val_loss improved from 0.50000 to 0.40000, saving model to PATH`` — ``from None`` the first
+    time —, ``Epoch 3: val_loss did not improve from 0.40000``, or without ``save_best_only``
+    ``Epoch 3: saving model to PATH``); ``initial_value_threshold``: with
+    ``save_best_only``, the value to beat before the first save; ``save_freq="epoch"`` only
+    (saving every N batches is refused: rnnkit saves at epoch ends).
     """
 
     def __init__(self, filepath: str, monitor: str = "val_loss", save_best_only: bool = False,
-                 save_weights_only: bool = True, mode: str = "auto") -> None:
+                 save_weights_only: bool = True, mode: str = "auto", *, verbose: int = 0,
+                 save_freq: str = "epoch", initial_value_threshold: float | None = None) -> None:
         self.filepath = check_path_template(filepath, "filepath", "ModelCheckpoint")
+        self.verbose = check_verbose(verbose, "ModelCheckpoint")
+        if save_freq != "epoch":
+            raise InvalidParameterError(f"ModelCheckpoint: save_freq must be 'epoch' (rnnkit saves at epoch "
+                                        f"ends; Keras' save_freq=N batches is not offered), got "
+                                        f"{save_freq!r}")
+        t = initial_value_threshold
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float, np.integer, np.floating))
+                              or not math.isfinite(t)):
+            raise InvalidParameterError(f"ModelCheckpoint: initial_value_threshold must be a finite number "
+                                        f"or None, got {t!r}")
+        self.initial_value_threshold = None if t is None else float(t)
         self.monitor = monitor
         self.save_best_only = check_bool(save_best_only, "save_best_only", "ModelCheckpoint")
         self.save_weights_only = check_bool(save_weights_only, "save_weights_only", "ModelCheckpoint")
@@ -222,7 +269,7 @@ class ModelCheckpoint(Callback):
         self.last_saved: str | None = None
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
-        self.best = None
+        self.best = self.initial_value_threshold
 
     def get_fit_state(self) -> dict[str, Any]:
         return {"best": self.best, "last_saved": self.last_saved}
@@ -232,10 +279,16 @@ class ModelCheckpoint(Callback):
         self.last_saved = state["last_saved"]
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
+        said = ""
         if self.save_best_only:
             cur = _monitored(logs, self.monitor, "ModelCheckpoint")
             if self.best is not None and not self._better(cur, self.best):
+                if self.verbose:
+                    print(f"Epoch {epoch + 1}: {self.monitor} did not improve from {self.best:.5f}",
+                          flush=True)
                 return
+            was = "None" if self.best is None else f"{self.best:.5f}"
+            said = f"{self.monitor} improved from {was} to {cur:.5f}, "
             self.best = cur
         try:
             path = self.filepath.format(epoch=epoch + 1, **(logs or {}))
@@ -244,24 +297,27 @@ class ModelCheckpoint(Callback):
                 f"ModelCheckpoint: cannot fill {self.filepath!r} from epoch and logs "
                 f"{sorted(logs or {})}: {e}"
             ) from None
-        from rnnkit import io  # type: ignore[attr-defined]  # imported late: io imports models
-
         model = self._require_model()
+        if self.verbose:
+            print(f"Epoch {epoch + 1}: {said}saving model to {path}", flush=True)
         if self.save_weights_only:
-            io.save_weights(model, path)
+            _files.save_weights(model, path)
         else:
-            io.save_model(model, path)
+            _files.save_model(model, path)
         self.last_saved = path
 
 
 class LearningRateScheduler(Callback):
     """Set ``optimizer.learning_rate = schedule(epoch, lr)`` at the start of each epoch
-    (``epoch`` 0-based, ``lr`` the current rate); the rate used is logged as ``learning_rate``."""
+    (``epoch`` 0-based, ``lr`` the current rate); the rate used is logged as ``learning_rate``.
+    ``verbose=1`` prints ``Epoch 3: LearningRateScheduler setting learning rate to 0.01.``
+    (Keras' line, epochs 1-based)."""
 
-    def __init__(self, schedule: Callable[[int, float], float]) -> None:
+    def __init__(self, schedule: Callable[[int, float], float], verbose: int = 0) -> None:
         if not callable(schedule):
             raise InvalidParameterError(f"LearningRateScheduler: schedule must be callable, got {schedule!r}")
         self.schedule = schedule
+        self.verbose = check_verbose(verbose, "LearningRateScheduler")
 
     def _optimizer(self) -> Any:
         opt = getattr(self._require_model(), "optimizer", None)
@@ -277,6 +333,9 @@ class LearningRateScheduler(Callback):
                 f"LearningRateScheduler: schedule({epoch}, lr) must return a finite number, got {lr!r}"
             )
         opt.learning_rate = float(lr)
+        if self.verbose:
+            print(f"Epoch {epoch + 1}: LearningRateScheduler setting learning rate to {float(lr)}.",
+                  flush=True)
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
         if logs is not None:

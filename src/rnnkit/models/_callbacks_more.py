@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from rnnkit._atomic import atomic_write_bytes
 from rnnkit._errors import InvalidParameterError, NonFiniteError
 from rnnkit._layer import check_bool
 from rnnkit.models._callbacks import Callback, Logs, _monitor_op, check_path
@@ -182,8 +183,6 @@ class CSVLogger(Callback):
         return {"size": int(size), "keys": self.keys}
 
     def set_fit_state(self, state: dict[str, Any]) -> None:
-        from rnnkit.io._atomic import atomic_write_bytes
-
         self._close()
         size = int(state["size"])
         if os.path.exists(self.filename) and os.path.getsize(self.filename) > size:
@@ -276,8 +275,10 @@ class LambdaCallback(Callback):
 
 class ProgbarLogger(Callback):
     """What ``fit(verbose=2)`` prints (Keras' ``verbose=2``): one line per epoch on ``stream``
-    (stdout by default), ``Epoch 3/10 - loss: 0.1234 - val_loss: 0.2345``, every log entry with
-    4 significant digits. ``verbose=1`` shows the live progress bar instead; 0 prints nothing.
+    (stdout by default), ``Epoch 3/10 - loss: 0.1234 - val_loss: 0.2345 (32 steps)``, every log
+    entry with 4 significant digits, then the optimizer steps the epoch took (when it saw any
+    batch end). ``verbose=1``
+    shows the live progress bar instead; 0 prints nothing.
     ``epochs``: an int >= 1 (the total shown); ``stream``: None or an object with callable
     ``write`` and ``flush`` (a text file), checked here."""
 
@@ -289,8 +290,18 @@ class ProgbarLogger(Callback):
                             f"got {type(stream).__name__}")
         self.epochs = int(epochs)
         self.stream = stream
+        self.steps = 0
+
+    def on_epoch_begin(self, epoch: int, logs: Logs | None = None) -> None:
+        self.steps = 0
+
+    def on_train_batch_end(self, batch: int, logs: Logs | None = None) -> None:
+        self.steps += 1
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
         parts = [f"Epoch {epoch + 1}/{self.epochs}"]
         parts += [f"{k}: {float(v):.4g}" for k, v in (logs or {}).items()]
-        print(" - ".join(parts), file=self.stream if self.stream is not None else sys.stdout, flush=True)
+        n = self.steps
+        tail = "" if not n else f" ({n} step{'' if n == 1 else 's'})"   # no batch seen: nothing to count
+        print(" - ".join(parts) + tail, file=self.stream if self.stream is not None else sys.stdout,
+              flush=True)

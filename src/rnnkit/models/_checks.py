@@ -16,8 +16,8 @@ Data = Any  # an array, or a list of arrays (one per model input / output)
 
 
 class Trainable(Protocol):
-    """What the trainer, the evaluator and the weighting helpers use of a model
-    (:class:`rnnkit.models.Model` has it all)."""
+    """What the trainer, the evaluator, the weighting helpers, the callbacks and the fit
+    checkpoints use of a model (:class:`rnnkit.models.Model` has it all)."""
 
     name: str
     n_inputs: int
@@ -38,6 +38,12 @@ class Trainable(Protocol):
     def named_weights(self) -> dict[str, tuple[Layer, str]]: ...
 
     def trainable_weights(self) -> list[tuple[Layer, str]]: ...
+
+    def _unread_input_grads(self) -> tuple[Layer, ...]: ...
+
+    def get_weights(self) -> list[np.ndarray]: ...
+
+    def set_weights(self, weights: list[Any]) -> None: ...
 
 
 class NonFiniteAt(Exception):
@@ -80,7 +86,9 @@ def first_non_finite(arrs: list[np.ndarray], what: str) -> None:
     """InvalidInputError naming the first NaN/Inf of ``arrs`` (``what``, numbered when several)
     and its position; nothing when every value is finite (integer arrays always are)."""
     for k, a in enumerate(arrs):
-        if a.dtype.kind in "fc" and not np.isfinite(a).all():
+        # a finite sum of squares proves every value finite (NaN and Inf propagate), in one pass
+        # without a temporary; only when it is not (or overflows) are the values looked at
+        if a.dtype.kind in "fc" and not np.isfinite(np.vdot(a, a)) and not np.isfinite(a).all():
             pos = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
             raise InvalidInputError(f"{what}{'' if len(arrs) == 1 else f' {k}'} holds {a[pos]} at {pos}; "
                                     f"expected finite numbers")

@@ -25,7 +25,8 @@ batch ``i``'s :class:`~rnnkit.Mask` to the model as the mask of its (first) inpu
 and leave a sequence output's loss. ``(x, y, sample_weight)`` batches weight the loss as
 ``fit(sample_weight=)`` does.
 
-Prefetch: with ``workers >= 1`` (default 1) one background thread reads ahead up to
+Prefetch: with ``workers >= 1`` (default 1, or a Dataset's own ``workers=`` /
+``max_queue_size=``: :func:`read_ahead`) one background thread reads ahead up to
 ``workers`` batches (a Dataset's ``__getitem__`` / the generator's ``next``) while the current
 step computes; batches arrive in order, so results equal ``workers=0`` (no thread) bit for bit.
 An exception raised by the source is re-raised as :class:`rnnkit.data.DataSourceError` naming
@@ -45,6 +46,7 @@ import numpy as np
 
 from rnnkit._ctx import Ctx
 from rnnkit._errors import DataSourceError, InvalidInputError, InvalidParameterError
+from rnnkit.data import Dataset
 from rnnkit.models._batch import Batch, prepare
 from rnnkit.models._checks import Trainable as Model
 from rnnkit.models._checks import first_non_finite, unlist
@@ -71,11 +73,23 @@ def check_steps(value: Any, what: str) -> int | None:
     return int(value)
 
 
-def check_workers(value: Any, where: str) -> int:
+def check_workers(value: Any, where: str) -> int | None:
+    """``workers`` as an int >= 0, or None (not given: the source's own, else 1)."""
+    if value is None:
+        return None
     if isinstance(value, bool) or not hasattr(value, "__index__") or int(value) < 0:
         raise InvalidParameterError(f"{where}: workers must be an int >= 0 (0: no prefetch thread), "
                                     f"got {value!r}")
     return int(value)
+
+
+def read_ahead(data: Any, workers: int | None) -> int:
+    """The batches to read ahead: ``workers`` when given, else a :class:`rnnkit.data.Dataset`'s
+    own ``workers=`` / ``max_queue_size=`` (:meth:`~rnnkit.data.Dataset.prefetch`), else 1."""
+    if workers is not None:
+        return workers
+    own = data.prefetch() if isinstance(data, Dataset) else None
+    return 1 if own is None else own
 
 
 class Source:
@@ -230,9 +244,9 @@ class SourceBatches:
     and ``y`` finite, its sample weights matching); a bad batch raises InvalidInputError naming
     the batch (and the epoch, when ``epochs``)."""
 
-    def __init__(self, model: Model, data: Any, steps: int | None, workers: int, where: str, *,
+    def __init__(self, model: Model, data: Any, steps: int | None, workers: int | None, where: str, *,
                  epochs: bool = True) -> None:
-        self.model, self.where, self.workers, self.epochs = model, where, workers, epochs
+        self.model, self.where, self.workers, self.epochs = model, where, read_ahead(data, workers), epochs
         self.source = Source(data, steps, where)
         self.mask = mask_of(self.source)
 
@@ -264,7 +278,7 @@ class SourceBatches:
         warn_ran_out(self.where, epoch)
 
 
-def predict_source(model: Model, data: Any, steps: int | None, workers: int) -> Any:
+def predict_source(model: Model, data: Any, steps: int | None, workers: int | None) -> Any:
     """Outputs for every batch of a source, concatenated (``x`` of ``(x, y)`` batches too);
     each batch's inputs checked finite as it arrives."""
     where = f"{model.name}.predict"
@@ -272,7 +286,7 @@ def predict_source(model: Model, data: Any, steps: int | None, workers: int) -> 
     masks = mask_of(source)
     parts: list[list[np.ndarray]] = []
     n_out = 1
-    for b, item in batches(source, check_workers(workers, where), 0):
+    for b, item in batches(source, read_ahead(data, check_workers(workers, where)), 0):
         at = f"{where}: batch {b + 1}"
         x, _, _ = split_batch(model, item, at, False)
         xs = model._inputs(x)

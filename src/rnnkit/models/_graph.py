@@ -15,7 +15,7 @@ import numpy as np
 
 from rnnkit import _penalties as _pen
 from rnnkit._ctx import Ctx
-from rnnkit._errors import InvalidInputError
+from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import Layer
 from rnnkit._shape import Shape
 from rnnkit.layers import MergeLayer, layer_from_config, layer_to_config
@@ -67,14 +67,16 @@ class GraphBuilder:
 
     def input(self, shape: Shape | tuple[int | None, ...], name: str | None = None,
               dtype: str | None = None) -> Node:
-        """A model input of ``shape`` (its batch axis is made free); ``dtype`` as
-        :func:`rnnkit.Input` records it."""
+        """A model input of ``shape`` (its batch axis is made free). ``dtype`` (Keras'
+        ``Input(dtype=)``: ``"float32"``, ``"float64"``, ``"int32"``, ``"int64"``) is recorded as
+        :func:`rnnkit.Input` records it; float arrays given for a float input are converted to it
+        at the model's door (a value it cannot hold is refused), integer ids are passed as given."""
         shp = Shape.of(shape)
         if shp.rank < 1:
             raise InvalidInputError(f"GraphBuilder.input: expected a shape of rank >= 1, got {shp}")
         if dtype is not None and dtype not in ("float32", "float64", "int32", "int64"):
-            raise InvalidInputError(f"GraphBuilder.input: dtype must be float32, float64, int32, int64 or "
-                                    f"None, got {dtype!r}")
+            raise InvalidParameterError(f"GraphBuilder.input: dtype must be float32, float64, int32, "
+                                        f"int64 or None, got {dtype!r}")
         node = Node(self._name("input", name), None, (), Shape((None, *shp[1:])), self, dtype=dtype)
         self._nodes.append(node)
         return node

@@ -1,7 +1,7 @@
 """``fit(..., checkpoint=DIR)``: training that survives being killed.
 
 After every completed epoch ``fit`` writes ONE file, ``DIR/fit_state.safetensors``, atomically
-(:mod:`rnnkit.io._atomic`; a kill leaves the previous epoch's file whole). It holds:
+(:mod:`rnnkit._atomic`; a kill leaves the previous epoch's file whole). It holds:
 
 - tensors ``weight/{name}``: every weight of the model (``named_weights()`` names);
 - tensors ``slot/{name}/{slot}``: every optimizer slot (Adam's ``m``, ``v``, ...);
@@ -33,10 +33,12 @@ import numpy as np
 
 from rnnkit import losses, optimizers
 from rnnkit._errors import FileFormatError, InvalidParameterError
+from rnnkit._limits import parse_json
+from rnnkit._safetensors import read_safetensors, write_safetensors
+from rnnkit.models._checks import Trainable as Model
 from rnnkit.models._resume_check import check_state
 
 if TYPE_CHECKING:
-    from rnnkit.models._base import Model
     from rnnkit.models._callbacks import Callback, History
 
 STATE_FILE = "fit_state.safetensors"
@@ -77,8 +79,6 @@ def _directory(checkpoint: Any) -> Path:
 def save_state(checkpoint: Any, model: Model, rng: np.random.Generator, epochs_done: int,
                history: History, callbacks: list[Callback], fp: dict[str, Any]) -> None:
     """Write the state after ``epochs_done`` completed epochs (atomic)."""
-    from rnnkit.io._weights import write_safetensors
-
     d = _directory(checkpoint)
     opt = model.optimizer
     tensors: dict[str, np.ndarray] = {}
@@ -111,9 +111,6 @@ def restore_state(checkpoint: Any, model: Model, rng: np.random.Generator, histo
                   callbacks: list[Callback], fp: dict[str, Any]) -> int | None:
     """Restore a saved state into the model, its optimizer, ``rng``, ``history`` and the
     callbacks; returns the number of epochs already completed (None: nothing to resume)."""
-    from rnnkit.io._limits import parse_json
-    from rnnkit.io._weights import read_safetensors
-
     path = _directory(checkpoint) / STATE_FILE
     if not path.exists():
         return None

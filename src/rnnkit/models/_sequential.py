@@ -10,7 +10,7 @@ import numpy as np
 from rnnkit import _penalties as _pen
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError
-from rnnkit._layer import Layer
+from rnnkit._layer import Layer, resolve_dtype
 from rnnkit._shape import Shape
 from rnnkit.layers import MergeLayer, layer_from_config, layer_to_config
 from rnnkit.models._base import Model, check_finite
@@ -32,6 +32,18 @@ def layer_label(prefix: str, layer: Layer) -> str:
     return f"{prefix} ({cls})" if layer.name == cls else f"{prefix} {layer.name} ({cls})"
 
 
+def set_dtype(layer: Layer, dtype: np.dtype, where: str) -> None:
+    """Make ``layer`` (and the layers inside a wrapper, Bidirectional's directions) keep its
+    weights and compute in ``dtype``; InvalidInputError for one already built in another."""
+    inner = [sub for _, sub in getattr(layer, "_parts", None) or [] if isinstance(sub, Layer)]
+    for la in [layer, *inner]:
+        if la.dtype != dtype and la.built:
+            raise InvalidInputError(f"{where}: the layer is already built in {la.dtype.name}; the model's "
+                                    f"dtype is {dtype.name}: build it in {dtype.name} or add it unbuilt")
+    for la in [layer, *inner]:
+        la.dtype = dtype
+
+
 class Sequential(Model):
     """Layers applied one after another; layer ``i``'s weights are named ``"{i}.{weight}"``
     (so an LSTM at position 2 saves ``2.kernel``, ``2.recurrent_kernel``, ``2.bias``).
@@ -42,14 +54,20 @@ class Sequential(Model):
     as ``(None, 8, 8)``: :mod:`rnnkit.models._keras_shape`). A model always accepts any batch
     size: the batch axis of the build shape is made free. Other ``None`` axes (e.g. a free time
     axis) stay free.
+
+    ``dtype="float64"`` (or ``"float32"``): every layer keeps its weights and computes in that
+    dtype, whatever its own ``dtype=`` said (a model-wide dtype, as Keras' dtype policy); a
+    layer already built in another dtype is refused. None (default): each layer's own.
     """
 
     def __init__(self, layers: list[Layer] | None = None, *, input_shape: Any = None,
-                 name: str = "sequential") -> None:
+                 name: str = "sequential", dtype: Any = None) -> None:
         super().__init__(name)
+        self.dtype = None if dtype is None else resolve_dtype(dtype, f"{name}: dtype")
         self.layers: list[Layer] = []
         self._input_shape: Shape | None = None
         self._out_shapes: list[Shape] = []
+        self._declared = False   # built for the first layer's input_shape= (layers may still be added)
         if layers is not None and not isinstance(layers, (list, tuple)):
             raise TypeError(f"{name}: layers must be a list of Layers (or None), got {type(layers).__name__}")
         for layer in layers or []:
@@ -59,7 +77,7 @@ class Sequential(Model):
 
     def add(self, layer: Layer) -> Sequential:
         """Append a layer (chainable). Only before the model is built."""
-        if self._input_shape is not None:
+        if self._input_shape is not None and not self._declared:
             raise InvalidInputError(f"{self.name}: cannot add a layer to a built model")
         if not isinstance(layer, Layer):
             raise InvalidInputError(f"{self.name}: expected a Layer, got {type(layer).__name__}")
@@ -73,7 +91,14 @@ class Sequential(Model):
                 f"{next(i for i, lay in enumerate(self.layers) if lay is layer)}; share a layer "
                 f"in a graph model instead"
             )
+        if self.dtype is not None:
+            set_dtype(layer, self.dtype, f"{self.name}: layer {len(self.layers)} ({type(layer).__name__})")
         self.layers.append(layer)
+        if self._input_shape is not None:  # built for a declared input shape: build the new layer
+            self._out_shapes.append(self._build_layer(len(self.layers) - 1, layer, self._out_shapes[-1]))
+        elif len(self.layers) == 1 and layer.declared_input_shape is not None:
+            self.build(layer.declared_input_shape)   # Keras: input_shape= on the first layer
+            self._declared = True
         return self
 
     @property
@@ -99,19 +124,31 @@ class Sequential(Model):
         first = cur
         outs: list[Shape] = []
         for i, layer in enumerate(self.layers):
-            try:
-                layer.build(cur)
-                cur = layer.compute_output_shape(cur)
-            except InvalidInputError as e:
-                raise InvalidInputError(f"{self.name}: layer {i} ({type(layer).__name__}): {e}") from None
-            if isinstance(cur, list) or getattr(layer, "return_state", False):
-                raise InvalidInputError(
-                    f"{self.name}: layer {i} ({type(layer).__name__}) has several outputs "
-                    f"(return_state, merge_mode=None); use a GraphBuilder and index its node")
+            cur = self._build_layer(i, layer, cur)
             outs.append(cur)
         self._out_shapes = outs
         self._input_shape = first
         return self
+
+    def _build_layer(self, i: int, layer: Layer, cur: Shape) -> Shape:
+        """Build layer ``i`` for inputs of ``cur``; its output shape. A layer that declared
+        Keras' ``input_shape=`` must be given that shape (None there matches any extent)."""
+        want = layer.declared_input_shape
+        if want is not None and (want.rank != cur.rank or any(
+                w is not None and c is not None and w != c for w, c in zip(want, cur, strict=True))):
+            raise InvalidInputError(
+                f"{self.name}: layer {i} ({type(layer).__name__}) declares input_shape={tuple(want[1:])} "
+                f"(batch shape {want}), but its input has shape {cur}")
+        try:
+            layer.build(cur)
+            out = layer.compute_output_shape(cur)
+        except InvalidInputError as e:
+            raise InvalidInputError(f"{self.name}: layer {i} ({type(layer).__name__}): {e}") from None
+        if isinstance(out, list) or getattr(layer, "return_state", False):
+            raise InvalidInputError(
+                f"{self.name}: layer {i} ({type(layer).__name__}) has several outputs "
+                f"(return_state, merge_mode=None); use a GraphBuilder and index its node")
+        return out
 
     def _ensure_built(self, xs: list[np.ndarray]) -> None:
         if self._input_shape is None:
@@ -166,6 +203,10 @@ class Sequential(Model):
                 check_finite(g, f"the input gradient of layer {i} ({type(layer).__name__})")
         return [g]
 
+    def _unread_input_grads(self) -> tuple[Layer, ...]:
+        """The first layer (a Sequential holds a layer once): its input gradient is dL/d(data)."""
+        return (self.layers[0],) if self.layers else ()
+
     def named_weights(self) -> dict[str, tuple[Layer, str]]:
         """``{"{index}.{weight}": (layer, weight)}`` in layer order."""
         return {f"{i}.{n}": (layer, n) for i, layer in enumerate(self.layers) for n in layer.weight_names}
@@ -176,17 +217,20 @@ class Sequential(Model):
         return ["Layer (type)", "Output Shape", "Param #"], rows
 
     def get_config(self) -> dict[str, Any]:
-        """``{"class_name": "Sequential", "config": {"name", "input_shape", "layers"}}``."""
+        """``{"class_name": "Sequential", "config": {"name", "input_shape", "layers"}}`` (and
+        ``"dtype"`` when the model was given one)."""
         shp = None if self._input_shape is None else list(self._input_shape.dims)
         return {"class_name": "Sequential",
                 "config": {"name": self.name, "input_shape": shp,
+                           **({} if self.dtype is None else {"dtype": self.dtype.name}),
                            "layers": [layer_to_config(layer) for layer in self.layers]}}
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Sequential:
         """A new model (fresh weights) from the ``"config"`` part of :meth:`get_config`."""
         layers = [layer_from_config(c) for c in config.get("layers", [])]
-        return cls(layers, input_shape=config.get("input_shape"), name=config.get("name", "sequential"))
+        return cls(layers, input_shape=config.get("input_shape"), name=config.get("name", "sequential"),
+                   dtype=config.get("dtype"))
 
 
 class SequentialBuilder:

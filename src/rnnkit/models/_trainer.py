@@ -72,7 +72,8 @@ class Batches(Protocol):
 class Plan:
     """What one training run finds once, when it starts: the log keys, every trainable weight
     (``named_weights()`` order, each once) and its name, the regularized and constrained
-    weights (:class:`rnnkit._penalties.Plan`)."""
+    weights (:class:`rnnkit._penalties.Plan`), and the layers whose input gradient no step
+    reads (``unread``: each step tells them to skip it)."""
 
     def __init__(self, model: Model) -> None:
         self.keys = log_keys(model)
@@ -80,6 +81,7 @@ class Plan:
         self.names = {(id(la), n): key for key, (la, n) in named.items()}
         self.trainable = model.trainable_weights()
         self.penalties = _pen.Plan(model)
+        self.unread = model._unread_input_grads()
 
 
 class Team:
@@ -231,6 +233,7 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
                 if not (math.isfinite(np.add.reduce(g.ravel())) or np.isfinite(g).all()):
                     raise _non_finite(model, at, f"the gradient of the loss ({lname}) w.r.t. the model "
                                                  f"output")
+            ctx.skip_input_grad(*plan.unread)
             model._backward(grads, ctx, False)
             for (layer, n), g in ctx.grads.items():
                 if not (math.isfinite(np.add.reduce(g.ravel())) or np.isfinite(g).all()):
@@ -335,8 +338,9 @@ def run(model: Model, batches: Batches, rng: np.random.Generator, cbs: CallbackL
             total = batches.steps()
             of = "" if total is None else f"/{total}"
             sums: dict[str, float] = {}
-            seen = 0
+            seen = steps_run = 0
             for b, batch in enumerate(epoch_batches):
+                steps_run = b + 1
                 ctx = Ctx.training(team.step_seed(int(rng.integers(0, 2**63 - 1))))
                 team.hook(cbs, "on_train_batch_begin", b, {})
                 nb, step_logs = guarded_step(model, batch, ctx, team,
@@ -357,7 +361,7 @@ def run(model: Model, batches: Batches, rng: np.random.Generator, cbs: CallbackL
             batches.end_epoch()
             if resume is not None:
                 resume.save(epoch + 1, history, cbs.callbacks)
-            bar.epoch_done(logs, model.stop_training)
+            bar.epoch_done(logs, model.stop_training, steps_run)
             team.sync(model, history)
             if model.stop_training:
                 break

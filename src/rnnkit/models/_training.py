@@ -16,8 +16,10 @@ What ``fit`` takes (each refused with a typed error naming it otherwise):
   on the same global batches (:mod:`rnnkit.distributed._team`). It takes no ``checkpoint`` (a
   ``ModelCheckpoint`` callback runs on rank 0), no batch source and no activity regularizer.
 
-``epochs`` >= 1, ``initial_epoch`` >= 0, ``verbose`` an int >= 0, ``callbacks`` a list of
-Callback. While a ``fit`` runs, every layer of the model is busy: a second ``fit`` of any model
+``epochs`` >= 1, ``initial_epoch`` >= 0, ``verbose`` 0 / 1 / 2 / ``"auto"`` (Keras' meanings:
+:mod:`rnnkit.models._habits`), ``callbacks`` a list of Callback. Without ``batch_size`` on more
+than 512 samples ``fit`` warns (``FullBatchWarning``) that each epoch is one full-batch step.
+While a ``fit`` runs, every layer of the model is busy: a second ``fit`` of any model
 holding one of those layers (two models sharing a layer) raises ModelBusyError at once.
 """
 
@@ -42,6 +44,7 @@ from rnnkit.models._callbacks_more import ProgbarLogger, TerminateOnNaN
 from rnnkit.models._checks import Data
 from rnnkit.models._checks import Trainable as Model
 from rnnkit.models._fit_batches import SourceBatches, check_steps, check_workers, is_batch_source
+from rnnkit.models._habits import check_verbose, warn_full_batch
 from rnnkit.models._resume import fingerprint, restore_state, save_state
 from rnnkit.models._trainer import SOLO, Resume, Team, evaluate, run
 from rnnkit.models._weighting import output_weights
@@ -168,8 +171,7 @@ def fit(model: Model, x: Data, y: Data, epochs: Any, *, batch_size: Any, validat
     bs = check_count(batch_size, "batch_size", 1, "fit", none_ok=True)
     check_seed(seed, where)
     check_bool(shuffle, "shuffle", where)
-    if not isinstance(verbose, (int, np.integer)) or verbose < 0:
-        raise InvalidParameterError(f"{where}: verbose must be an int >= 0 or a bool, got {verbose!r}")
+    verbose = check_verbose(verbose, where)
     n_workers = check_workers(workers, "fit")
     cb_list = check_callbacks(callbacks, where)
     split = 0.0 if validation_split is None else check_real(validation_split, "validation_split", where)
@@ -253,6 +255,8 @@ def fit(model: Model, x: Data, y: Data, epochs: Any, *, batch_size: Any, validat
             team.start(model, data, val, rng, seed)  # a team: raises every rank's failure on every rank
             assert data is not None
             n = data.n
+            if team.is_root:
+                warn_full_batch(n, bs, where)
             step_bs = n if bs is None else min(bs, n)
             resume = None if checkpoint is None else _resume(model, checkpoint, data, rng, {
                 "epochs": n_epochs, "batch_size": step_bs, "shuffle": bool(shuffle), "seed": seed,
@@ -283,7 +287,8 @@ def _resume(model: Model, checkpoint: Any, data: Batch, rng: np.random.Generator
     return Resume(restore, save)
 
 
-def evaluate_source(model: Model, data: Any, steps: int | None, workers: int, where: str) -> dict[str, float]:
+def evaluate_source(model: Model, data: Any, steps: int | None, workers: int | None,
+                    where: str) -> dict[str, float]:
     """Loss and metrics over a batch source, or over a pair of arrays."""
     if not is_batch_source(data):
         return evaluate_arrays(model, data[0], data[1], None)

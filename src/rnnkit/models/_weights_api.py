@@ -11,6 +11,7 @@ import numpy as np
 
 from rnnkit._errors import NotBuiltError, WeightShapeError
 from rnnkit._layer import Layer, as_weight_array, check_finite_weight
+from rnnkit.models import _files
 from rnnkit.models._summary import render_summary
 
 
@@ -75,19 +76,16 @@ class WeightsAPI:
 
     def save_weights(self, path: str) -> None:
         """Write every weight under its :meth:`named_weights` name (``rnnkit.io.save_weights``)."""
-        from rnnkit import io  # type: ignore[attr-defined]
-        io.save_weights(self, path)  # type: ignore[attr-defined]
+        _files.save_weights(self, path)
 
     def load_weights(self, path: str) -> None:
         """Read weights written by :meth:`save_weights` (strict: ``rnnkit.io.load_weights``)."""
-        from rnnkit import io  # type: ignore[attr-defined]
-        io.load_weights(self, path)  # type: ignore[attr-defined]
+        _files.load_weights(self, path)
 
     def save(self, path: str) -> None:
         """Write architecture and weights (``rnnkit.io.save_model``; ``rnnkit.load_model`` reads);
         a ``.keras`` / ``.onnx`` name writes that format or raises, never another."""
-        from rnnkit import io  # type: ignore[attr-defined]
-        io.save_model(self, path)  # type: ignore[attr-defined]
+        _files.save_model(self, path)
 
     # -- summary -----------------------------------------------------------------------------
     def summary(self, print_fn: Callable[[str], None] | None = print) -> str:
@@ -95,7 +93,9 @@ class WeightsAPI:
         layer, its output shape with the batch axis as ``None`` (a free time axis too), and its
         parameter count, then the totals. See :func:`rnnkit.models._summary.render_summary`."""
         if not self.built:
-            raise NotBuiltError(self.name, "summary (build the model, or fit/predict once)")
+            raise NotBuiltError(self.name, "summary", f"{self.name}: summary() needs a built model, and "
+                                f"this one is not built yet (its input shape is unknown); call "
+                                f"build(input_shape) or fit first, or give input_shape= to the first layer")
         header, rows = self._summary_rows()
         text = render_summary(self.name, header, rows, self.param_count())
         if print_fn is not None:

@@ -274,7 +274,8 @@ class RecurrentLayer(Streaming, Layer):
     def backward(self, grad: Any, ctx: Ctx) -> Any:
         """BPTT over the whole sequence. Adds the gradient of every trainable weight into
         ``ctx`` (``ctx.grad(layer, name)``) and returns dL/dx, shape (B, T, F) in input order
-        (``[dx, *d_initial_state_parts]`` when the forward had an initial state). With
+        (``[dx, *d_initial_state_parts]`` when the forward had an initial state; None when
+        ``ctx.needs_input_grad(self)`` is False and there was none). With
         ``return_state``, ``grad`` is a list ``[d_output, *d_final_state_parts]`` (any entry None:
         zero)."""
         self._require_built("backward")
@@ -375,9 +376,12 @@ class RecurrentLayer(Streaming, Layer):
         if cache.zero_pad:   # outputs past each sequence's end are constant zeros
             assert cache.walk.mask is not None
             g = g * cache.walk.mask.T[:, :, None]
-        dx_tm, grads, d_init = walk_back(self.cell, self._weights, cache.walk, g, full, d_final)
+        need_dx = cache.given or ctx.needs_input_grad(self)
+        dx_tm, grads, d_init = walk_back(self.cell, self._weights, cache.walk, g, full, d_final, need_dx)
         for name in self._trainable:
             ctx.add_grad(self, name, grads[name])
+        if dx_tm is None:   # nobody reads dL/dx (Ctx.skip_input_grad)
+            return None
         idx = cache.idx
         if idx is None:
             if self.go_backwards:

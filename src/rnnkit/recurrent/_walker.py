@@ -82,15 +82,18 @@ def walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, init: Arrays
 
 
 def walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCache, g: np.ndarray,
-              full: bool, d_final: Arrays | None = None) -> tuple[np.ndarray, dict[str, np.ndarray], Arrays]:
+              full: bool, d_final: Arrays | None = None,
+              need_dx: bool = True) -> tuple[np.ndarray | None, dict[str, np.ndarray], Arrays]:
     """BPTT from the upstream gradient ``g`` ((B, T, out) when ``full``, else (B, out) of the
     last step) and ``d_final``, the gradient of the final state parts (None: zero). Returns
-    (dL/dx_tm (T, B, F), {parameter name: gradient}, dL/d(initial state))."""
+    (dL/dx_tm (T, B, F), {parameter name: gradient}, dL/d(initial state)); without
+    ``need_dx``, dL/dx_tm is not computed and is None."""
     step = kernels.find(cell)
     if step is None:
-        return reference_walk_back(cell, w, cache, g, full, d_final)
+        return reference_walk_back(cell, w, cache, g, full, d_final, need_dx)
     return kernels.driver().walk_back(  # type: ignore[no-any-return]
-        cell, step, w, cache.x_tm, cache.states, cache.parks, cache.mask, cache.rdrop, g, full, d_final)
+        cell, step, w, cache.x_tm, cache.states, cache.parks, cache.mask, cache.rdrop, g, full, d_final,
+        need_dx)
 
 
 def project(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray) -> np.ndarray:
@@ -164,8 +167,8 @@ def reference_walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, in
 
 
 def reference_walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCache, g: np.ndarray,
-                        full: bool, d_final: Arrays | None = None
-                        ) -> tuple[np.ndarray, dict[str, np.ndarray], Arrays]:
+                        full: bool, d_final: Arrays | None = None, need_dx: bool = True
+                        ) -> tuple[np.ndarray | None, dict[str, np.ndarray], Arrays]:
     """The plain NumPy backward walk (see :func:`walk_back`). A masked row of a step goes into
     the cell's ``step_back`` with a zero gradient (so it contributes nothing, to any parameter)
     and its gradient passes straight to the step before."""
@@ -203,24 +206,24 @@ def reference_walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCach
         if m is not None:   # a masked row: the carried state's gradient passes straight through
             d = tuple(a + np.where(m, 0.0, b) for a, b in zip(d, d_raw, strict=True))
     assert dinp is not None
-    grads, dx_tm = batched_grads(cell, w, cache, dinp, dinp if drec is None else drec)
+    grads, dx_tm = batched_grads(cell, w, cache, dinp, dinp if drec is None else drec, need_dx)
     grads.update(own)
     return dx_tm, grads, d
 
 
 def batched_grads(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCache, dinp: np.ndarray,
-                  drec: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """The walker's reductions for the parameters the cell named: (gradients, dL/dx_tm)."""
+                  drec: np.ndarray, need_dx: bool = True) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """The walker's reductions for the parameters the cell named: (gradients, dL/dx_tm; None
+    without ``need_dx``)."""
     x_tm, hist, parks = cache.x_tm, cache.states, cache.parks
     T, B, F = x_tm.shape
     N = dinp.shape[2]
     d2 = dinp.reshape(T * B, N)
     grads: dict[str, np.ndarray] = {}
+    dx_tm: np.ndarray | None = dinp
     if cell.input_kernel is not None:
         grads[cell.input_kernel] = x_tm.reshape(T * B, F).T @ d2
-        dx_tm = (d2 @ w[cell.input_kernel].T).reshape(T, B, F)
-    else:
-        dx_tm = dinp
+        dx_tm = (d2 @ w[cell.input_kernel].T).reshape(T, B, F) if need_dx else None
     r2 = drec.reshape(T * B, N)
     if cell.bias is not None:
         db = np.empty(w[cell.bias].shape, dinp.dtype)

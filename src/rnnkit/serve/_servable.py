@@ -20,11 +20,11 @@ import numpy as np
 
 from rnnkit._ctx import Ctx
 from rnnkit._errors import FileFormatError, InvalidInputError, InvalidParameterError
+from rnnkit._safetensors import read_safetensors
 from rnnkit._version import __version__
 from rnnkit.io import load_keras, load_model, load_torch_rnn
 from rnnkit.io._model import MODEL_FORMAT
 from rnnkit.io._torch_file import _sniff
-from rnnkit.io._weights import read_safetensors
 from rnnkit.layers import Embedding
 from rnnkit.models import Model
 from rnnkit.recurrent import RecurrentLayer

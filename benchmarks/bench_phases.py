@@ -1,0 +1,149 @@
+"""Where the time of one small inference call goes (run by hand, never a test).
+
+At S1 (B, T, F, H) = (1, 100, 16, 32), float32, one thread (``RNNKIT_KERNEL_THREADS=1`` is set
+here before rnnkit is imported), for LSTM and GRU, the table splits ``layer.forward(x,
+Ctx.inference())`` into:
+
+- **python: layer** the layer's own Python (argument checks, the ``Ctx``, the transpose to
+  time-major, the output copy): ``layer.forward`` minus the driver's ``walk``;
+- **driver: plan** finding the pass's plan and packed weights (kept per cell while the
+  weights are the same arrays); **packing, uncached** what laying out W and U as panels costs
+  when done again (every pass, before the plans were kept);
+- **driver: rest** the driver's Python around the compiled call (allocation, dispatch):
+  ``walk`` minus the plan minus the compiled call;
+- **compiled call** the compiled inference loop called directly with prepared arguments, split
+  into its fixed cost (the same call at T=1, minus one step) and its steps;
+- **projection** ``x @ W + b`` of every step (one compiled call, timed alone);
+- **products** the T per-step ``h @ U`` products alone (a compiled loop of ``rgemm``);
+- **gates** the rest of the steps: steps minus projection minus products.
+
+Medians of interleaved samples; on a shared machine the numbers move by ~10 %.
+
+Usage::
+
+    python benchmarks/bench_phases.py [--repeats 9] [--inner 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+os.environ.setdefault("RNNKIT_KERNEL_THREADS", "1")
+
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+
+import rnnkit as rk  # noqa: E402
+from rnnkit import kernels  # noqa: E402
+from rnnkit.kernels import _driver as drv  # noqa: E402
+from rnnkit.kernels._gemm import project  # noqa: E402
+from rnnkit.kernels._packed import rgemm  # noqa: E402
+
+
+@numba.njit(cache=False)
+def _products(h: Any, PU: Any, out: Any, T: int) -> None:
+    for _ in range(T):
+        rgemm(h, PU, out, 1.0)
+
+
+def _time(fns: dict[str, Callable[[], object]], repeats: int, inner: int) -> dict[str, float]:
+    """Microseconds per call of each function: medians over ``repeats`` interleaved rounds."""
+    got: dict[str, list[float]] = {k: [] for k in fns}
+    for r in range(repeats):
+        names = list(fns) if r % 2 == 0 else list(fns)[::-1]
+        for k in names:
+            fn = fns[k]
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            got[k].append((time.perf_counter() - t0) / inner * 1e6)
+    return {k: statistics.median(v) for k, v in got.items()}
+
+
+def _compiled_call(layer: Any, x_tm: np.ndarray) -> Callable[[], object]:
+    """The compiled inference loop of ``layer`` on ``x_tm`` with every argument prepared."""
+    cell, w = layer.cell, layer._weights
+    step = kernels.find(cell)
+    T, B, _ = x_tm.shape
+    dt = x_tm.dtype
+    pl = drv._Plan(cell, step, w, dt)
+    PW, PU, PWp = pl.packed("w"), pl.packed_u(), pl.packed("p")
+    ring = tuple(np.zeros((2, B, n), dt) for n in cell.state_sizes())
+    pk1 = (*(np.empty((1, B, wd), dt) for wd in pl.park_sizes.values()), np.empty((1, B, 0), dt))
+    seq = np.empty((B, 1, cell.state_sizes()[0]), dt).transpose(1, 0, 2)
+    buf = np.empty((T * B, pl.N), dt)
+    mk = drv._mask_arg(None, T, B)
+    return lambda: pl.infer(pl.handle, x_tm, PW, pl.b0, ring, pk1, seq, False, buf, mk, False, PU, pl.srcs,
+                            pl.cols, pl.apart, pl.b1, pl.proj, PWp, pl.own, pl.opts, 0, B)
+
+
+def phases(kind: str, B: int, T: int, F: int, H: int, repeats: int, inner: int) -> dict[str, float]:
+    layer = getattr(rk, kind)(H, seed=1)
+    layer.build((None, T, F))
+    x = np.random.default_rng(0).standard_normal((B, T, F)).astype(np.float32)
+    x_tm = np.ascontiguousarray(x.transpose(1, 0, 2))
+    cell, w = layer.cell, layer._weights
+    step = kernels.find(cell)
+    assert step is not None, "the fast kernels are not available"
+    pl = drv._Plan(cell, step, w, x_tm.dtype)
+    PW, PU = drv.pack(pl.W), pl.packed_u()
+
+    def plan() -> object:
+        got = drv._plan(cell, step, w, x_tm.dtype)
+        return got.packed("w"), got.packed_u(), got.packed("p")
+
+    xp = np.empty((T * B, pl.N), np.float32)
+    h = np.zeros((B, PU[0].shape[1]), np.float32)
+    hu = np.zeros((B, pl.N), np.float32)
+    call_T, call_1 = _compiled_call(layer, x_tm), _compiled_call(layer, x_tm[:1])
+    fns: dict[str, Callable[[], object]] = {
+        "forward": lambda: layer.forward(x, rk.Ctx.inference()),
+        "walk": lambda: drv.walk(cell, step, w, x_tm, None, False, False),
+        "plan": plan,
+        "packing": lambda: (drv.pack(pl.W), drv.pack(pl.U)),
+        "call": call_T, "call1": call_1,
+        "projection": lambda: project(x_tm.reshape(T * B, F), PW, pl.b0, xp),
+        "products": lambda: _products(h, PU[0], hu, T),
+        "products0": lambda: _products(h, PU[0], hu, 0),
+    }
+    for f in fns.values():
+        f()
+    t = _time(fns, repeats, inner)
+    step1 = (t["call"] - t["call1"]) / (T - 1)
+    steps = step1 * T
+    fixed = t["call"] - steps
+    prod = t["products"] - t["products0"]
+    return {
+        "python: layer": t["forward"] - t["walk"],
+        "driver: plan": t["plan"],
+        "driver: rest": t["walk"] - t["plan"] - t["call"],
+        "packing, uncached": t["packing"],
+        "compiled: fixed": fixed,
+        "compiled: steps": steps,
+        "  projection": t["projection"],
+        "  products": prod,
+        "  gates, loop": steps - t["projection"] - prod,
+        "layer.forward": t["forward"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--repeats", type=int, default=9)
+    p.add_argument("--inner", type=int, default=2000)
+    args = p.parse_args(argv)
+    rows = {k: phases(k, 1, 100, 16, 32, args.repeats, args.inner) for k in ("LSTM", "GRU")}
+    print("S1 (1, 100, 16, 32) float32, one thread, microseconds per call")
+    print(f"{'phase':<20}" + "".join(f"{k:>10}" for k in rows))
+    for name in next(iter(rows.values())):
+        print(f"{name:<20}" + "".join(f"{r[name]:>10.1f}" for r in rows.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,143 @@
+"""The Keras 3 config entry and weight vars of one rnnkit layer (:func:`keras_layer`), one
+converter per layer class in :data:`KERAS_LAYERS`; what Keras cannot express is refused with
+UnsupportedFeatureError naming the layer. The Sequential writer (:mod:`rnnkit.io._keras_export`)
+and the functional one (:mod:`rnnkit.io._keras_functional`) both build their layer lists with it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rnnkit._kind import builtin_kind, describe_cell
+from rnnkit._layouts import cell_kind, to_keras
+from rnnkit.io._interop_errors import UnsupportedFeatureError
+from rnnkit.io._keras_h5 import snake_case
+
+#: (relative h5 path of a vars group, its "name" attribute, its arrays)
+Vars = list[tuple[str, str, list[np.ndarray]]]
+
+
+def _act(fn: Any, layer: str) -> str:
+    if fn.name == "softmax" and fn.axis != -1:
+        raise UnsupportedFeatureError(layer, "activation", f"softmax over axis {fn.axis}; Keras' "
+                                      f"activation 'softmax' acts on the last axis")
+    return str(fn.name)
+
+
+def _recurrent(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
+    if builtin_kind(layer.cell) is None:
+        raise UnsupportedFeatureError(name, "cell", f"{describe_cell(layer.cell)} has no Keras layer; "
+                                      f"only SimpleRNN, LSTM and GRU export")
+    kind = cell_kind(layer.cell, name)
+    cell = layer.cell
+    for opt, bad, why in (("proj_size", getattr(cell, "proj_size", 0), "Keras' LSTM has no projection"),
+                          ("stateful", layer.stateful, "a stateful Keras layer needs a fixed batch size")):
+        if bad:
+            raise UnsupportedFeatureError(name, opt, f"{why}; this layer has {opt}={bad}")
+    cfg: dict[str, Any] = {"units": int(cell.units), "activation": _act(cell.activation, name),
+                           "use_bias": bool(cell.use_bias), "return_sequences": layer.return_sequences,
+                           "return_state": layer.return_state, "go_backwards": layer.go_backwards,
+                           "stateful": False,
+                           "unroll": False, "dropout": layer.dropout,
+                           "recurrent_dropout": layer.recurrent_dropout}
+    if kind != "SimpleRNN":
+        cfg["recurrent_activation"] = cell.recurrent_activation.name
+    if kind == "GRU":
+        cfg["reset_after"] = bool(cell.reset_after)
+    arrays = to_keras(cell, {n: layer.weight(n) for n in layer.weight_names})
+    return kind, cfg, [("cell/vars", f"{snake_case(kind)}_cell", arrays), ("vars", name, [])]
+
+
+def _plain(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
+    cls = type(layer).__name__
+    if cls == "Dense":
+        cfg = {"units": layer.units, "activation": _act(layer.activation, name), "use_bias": layer.use_bias}
+        arrays = [layer.weight("kernel")] + ([layer.weight("bias")] if layer.use_bias else [])
+        return "Dense", cfg, [("vars", name, arrays)]
+    if cls == "Embedding":
+        return "Embedding", {"input_dim": layer.input_dim, "output_dim": layer.output_dim,
+                             "mask_zero": bool(getattr(layer, "mask_zero", False))}, \
+            [("vars", name, [layer.weight("embeddings")])]
+    cfg = {"Dropout": lambda: {"rate": layer.rate, "seed": None, "noise_shape": None},
+           "RepeatVector": lambda: {"n": layer.n}, "Concatenate": lambda: {"axis": layer.axis},
+           "ActivationLayer": lambda: {"activation": _act(layer.activation, name)}}[cls]()
+    return ("Activation" if cls == "ActivationLayer" else cls), cfg, [("vars", name, [])]
+
+
+def bidirectional_entry(name: str, fwd: Any, bwd: Any, shape: Any,
+                        merge_mode: str | None = "concat") -> tuple[dict[str, Any], Vars]:
+    """A Keras ``Bidirectional`` named ``name`` over the recurrent layers ``fwd`` / ``bwd``."""
+    f_entry, f_vars = keras_layer(fwd, f"forward_{fwd.name}", shape, states_ok=True)
+    b_entry, b_vars = keras_layer(bwd, f"backward_{bwd.name}", shape, states_ok=True)
+    entry = {"module": "keras.layers", "class_name": "Bidirectional", "registered_name": None,
+             "config": {"name": name, "trainable": True, "dtype": fwd.dtype.name, "merge_mode": merge_mode,
+                        "layer": f_entry, "backward_layer": b_entry},
+             "build_config": {"input_shape": shape}}
+    vars_ = ([(f"forward_layer/{rel}", nm, arr) for rel, nm, arr in f_vars]
+             + [(f"backward_layer/{rel}", nm, arr) for rel, nm, arr in b_vars] + [("vars", name, [])])
+    return entry, vars_
+
+
+def _bidirectional(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
+    """rnnkit's ``Bidirectional`` layer (forward_layer, backward_layer, merge_mode)."""
+    entry, vars_ = bidirectional_entry(name, layer.forward_layer, layer.backward_layer, None,
+                                       layer.merge_mode)
+    cfg = {k: v for k, v in entry["config"].items() if k not in ("name", "trainable", "dtype")}
+    for inner in ("layer", "backward_layer"):   # built by the Bidirectional from its own input shape
+        cfg[inner].pop("build_config", None)
+    return "Bidirectional", cfg, vars_
+
+
+def _weightless(keras_class: str, **options: str) -> Any:
+    """A layer without weights whose Keras config is ``{option: layer.<attribute>}``."""
+    def conv(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
+        return keras_class, {k: getattr(layer, attr) for k, attr in options.items()}, [("vars", name, [])]
+    return conv
+
+
+def _refuse(why: str) -> Any:
+    def conv(layer: Any, name: str) -> Any:
+        raise UnsupportedFeatureError(name, type(layer).__name__, why)
+    return conv
+
+
+#: rnnkit layer class name -> (layer, Keras name) -> (Keras class, config, vars); a
+#: RecurrentLayer subclass uses "RecurrentLayer"
+KERAS_LAYERS: dict[str, Any] = {
+    "RecurrentLayer": _recurrent, "Dense": _plain, "Embedding": _plain, "Dropout": _plain,
+    "RepeatVector": _plain, "Concatenate": _plain, "ActivationLayer": _plain,
+    # the sequence-model layers (where rnnkit has them)
+    "Bidirectional": _bidirectional, "Masking": _weightless("Masking", mask_value="mask_value"),
+    "Add": _weightless("Add"), "Multiply": _weightless("Multiply"), "Average": _weightless("Average"),
+    "RNNNet": _refuse("an RNNNet is a PyTorch-layout stack with no Keras layer; write it with "
+                      "save_torch_safetensors, or export a Sequential of SimpleRNN/LSTM/GRU layers"),
+    "Reverse": _refuse("Keras has no layer reversing an axis (only a Bidirectional's backward branch, "
+                       "written from the forward/backward/Reverse/Concatenate pattern)"),
+}
+
+
+def keras_layer(layer: Any, name: str, shape: Any, states_ok: bool = False) -> tuple[dict[str, Any], Vars]:
+    """The Keras config entry of ``layer`` (named ``name``, fed ``shape``) and its vars.
+    ``states_ok``: the graph can pick a layer's several outputs (nodes with an ``index``), so a
+    ``return_state`` layer is expressible; otherwise it is refused."""
+    if getattr(layer, "return_state", False) and not states_ok:
+        raise UnsupportedFeatureError(name, "return_state", "a Keras layer returning its state needs a "
+                                      "graph whose nodes pick its outputs; this layer has return_state=True")
+    for cls in type(layer).__mro__:
+        if cls.__name__ in KERAS_LAYERS:
+            kcls, cfg, vars_ = KERAS_LAYERS[cls.__name__](layer, name)
+            break
+    else:
+        raise UnsupportedFeatureError(name, type(layer).__name__,
+                                      f"no Keras export for layer class {type(layer).__name__!r}; "
+                                      f"exported: {', '.join(sorted(KERAS_LAYERS))}")
+    cfg = {"name": name, "trainable": True, "dtype": layer.dtype.name, **cfg}
+    return ({"module": "keras.layers", "class_name": kcls, "config": cfg, "registered_name": None,
+             "build_config": {"input_shape": shape}}, vars_)
+
+
+def shape_list(s: Any) -> Any:
+    """A Shape (or a list of them) as Keras' ``[None, 5, 4]`` lists."""
+    return [list(x.dims) for x in s] if isinstance(s, list) else list(s.dims)
