@@ -40,6 +40,7 @@ EXAMPLES: dict[str, tuple[str, dict[str, str]]] = {
     "addition_rnn": ("addition_rnn", {}),
     "timeseries_weather_forecasting": ("weather", {}),
     "time_sequence_prediction": ("sine", {"PORTING_OPTIM": "adam"}),
+    "bidirectional_lstm_imdb": ("imdb", {}),
 }
 
 _RENAMES = [(re.compile(r"\bkeras\.layers\."), "rk."), (re.compile(r"\bkeras\."), "rk."),

@@ -93,12 +93,11 @@ num_layers = 1
 HIDDEN = 32  # harness: 128 in the example
 
 model = rk.Sequential()
-model.add(rk.LSTM(HIDDEN))  # input_shape= on a layer: refused, build below
+model.add(rk.LSTM(HIDDEN, input_shape=(MAXLEN, len(chars))))
 model.add(rk.RepeatVector(DIGITS + 1))
 for _ in range(num_layers):
     model.add(rk.LSTM(HIDDEN, return_sequences=True))
 model.add(rk.Dense(len(chars), activation="softmax"))
-model.build((None, MAXLEN, len(chars)))
 model.compile(loss="categorical_crossentropy", optimizer="adam", metrics=["accuracy"])
 model.summary()
 rk.load_keras_weights(model, os.path.join(OUT, "addition_rnn.weights.h5"))  # harness
@@ -122,7 +121,7 @@ for epoch in range(1, epochs):
     for i in range(3):
         ind = np.random.randint(0, len(x_val))
         rowx, rowy = x_val[np.array([ind])], y_val[np.array([ind])]
-        preds = np.argmax(model.predict(rowx), axis=-1)  # verbose=: refused here
+        preds = np.argmax(model.predict(rowx, verbose=0), axis=-1)
         q = ctable.decode(rowx[0])
         correct = ctable.decode(rowy[0])
         guess = ctable.decode(preds[0], calc_argmax=False)

@@ -83,12 +83,12 @@ model.summary()
 rk.load_keras_weights(model, os.path.join(OUT, "weather.weights.h5"))  # harness
 
 path_checkpoint = os.path.join(OUT, "model_checkpoint.weights.h5")
-es_callback = rk.EarlyStopping(monitor="val_loss", min_delta=0, patience=5)
+es_callback = rk.callbacks.EarlyStopping(monitor="val_loss", min_delta=0, patience=5)
 
-modelckpt_callback = rk.ModelCheckpoint(
+modelckpt_callback = rk.callbacks.ModelCheckpoint(
     monitor="val_loss",
     filepath=path_checkpoint,
-    # verbose=1: refused by rnnkit here (TypeError)
+    verbose=1,
     save_weights_only=True,
     save_best_only=True,
 )
@@ -100,7 +100,7 @@ history = model.fit(
     callbacks=[es_callback, modelckpt_callback],
 )
 
-print(model.predict(x_val_w[:5])[:, 0])  # verbose=: refused here
+print(model.predict(x_val_w[:5], verbose=0)[:, 0])
 
 with open(os.path.join(OUT, "weather.port.json"), "w") as fh:  # harness
     json.dump(history.history["loss"], fh)  # harness
