@@ -74,8 +74,8 @@ def code_lines(source: str, *, rename: bool) -> list[str]:
             for pattern, repl in _RENAMES:
                 line = pattern.sub(repl, line)
         out.append(line)
-    seen: set[str] = set()
-    return [x for x in out if not (x == "import rnnkit as rk" and (x in seen or seen.add(x)))]
+    first = out.index("import rnnkit as rk") if "import rnnkit as rk" in out else -1
+    return [x for i, x in enumerate(out) if x != "import rnnkit as rk" or i == first]
 
 
 def count_edits(original: str, port: str) -> tuple[int, list[str]]:
