@@ -17,7 +17,11 @@ SparseCategoricalCrossentropy   as Categorical with y the one-hot of integer lab
 
 The "mean over every element" of MSE/MAE/BCE equals Keras' mean over the last axis, then over
 the samples. ``value_and_grad`` returns ``(loss, d loss / d y_pred)`` with the gradient in
-``y_pred``'s dtype (float64 for an integer ``y_pred``); the arithmetic runs in float64.
+``y_pred``'s dtype (float64 for an integer ``y_pred``); the arithmetic runs in float64, except
+for the cross-entropies with ``from_logits=True``: they run in float32 for float32 logits (float64
+otherwise), the log-softmax, the loss and the gradient fused in one sweep over the rows
+(:mod:`rnnkit.losses._xent`), the sample weights and the mean folded into the gradient as it is
+written, so the large (positions x classes) arrays of a language model are read and written once.
 
 Where Keras clips a probability to ``[eps, 1 - eps]``, the gradient is the derivative of the
 log evaluated at the clipped value (straight through the clip): exact wherever the prediction
@@ -36,6 +40,7 @@ import numpy as np
 
 from rnnkit._arrays import as_real_array
 from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit.losses._xent import compute_dtype, softmax_xent
 
 #: the probability clip of the probability forms (Keras' backend epsilon)
 EPSILON = 1e-7
@@ -220,6 +225,30 @@ def _check_classes(yp: np.ndarray, where: str) -> None:
         raise InvalidInputError(f"{where}: y_pred needs a class axis (last), got shape {yp.shape}")
 
 
+def _fused_logits(loss: Loss, target: np.ndarray, z: np.ndarray, sparse: bool, grad: bool,
+                  sample_weight: Any) -> tuple[float, np.ndarray | None]:
+    """The from-logits cross-entropies through :func:`~rnnkit.losses._xent.softmax_xent`: one
+    sweep over the rows, in ``z``'s float type (float64 for other types), the weights and the
+    ``1 / P`` folded into the gradient as it is written. ``target``: int64 labels of
+    ``z.shape[:-1]`` (``sparse``) or targets of ``z``'s shape."""
+    dt = compute_dtype(z)
+    C = z.shape[-1]
+    z2 = np.ascontiguousarray(z.reshape(-1, C), dtype=dt)
+    N = z2.shape[0]
+    t2 = target.reshape(-1) if sparse else target.reshape(-1, C).astype(dt, copy=False)
+    w = None if sample_weight is None else \
+        position_weights(sample_weight, z.shape[:-1], type(loss).__name__).reshape(-1)
+    out = np.empty((N, C), dt) if grad else None
+    coef = None
+    if grad:
+        coef = np.full(N, 1.0 / N, dt) if w is None else (w / N).astype(dt)
+    v = softmax_xent(z2, t2, sparse, coef, out)
+    value = float(np.sum(v) / N) if w is None else float(np.sum(w * v) / N)
+    if out is None:
+        return value, None
+    return value, out.reshape(z.shape).astype(_grad_dtype(z), copy=False)
+
+
 def _categorical(onehot_or_labels: np.ndarray, z: np.ndarray, sparse: bool, from_logits: bool,
                  grad: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """Shared CCE arithmetic, per position (z.shape[:-1]): the values and their gradients.
@@ -274,6 +303,20 @@ class CategoricalCrossentropy(_FromLogits):
 
     name: ClassVar[str] = "categorical_crossentropy"
 
+    def _compute(self, y_true: Any, y_pred: Any, grad: bool,
+                 sample_weight: Any = None) -> tuple[float, np.ndarray | None]:
+        if not self.from_logits:
+            return super()._compute(y_true, y_pred, grad, sample_weight)
+        where = type(self).__name__
+        yt, yp = _array(y_true, "y_true", where), _array(y_pred, "y_pred", where)
+        if yt.shape != yp.shape:
+            raise InvalidInputError(
+                f"{where}: y_true shape {yt.shape} does not match y_pred shape {yp.shape}; "
+                f"the shapes must be equal (nothing is broadcast)"
+            )
+        _check_classes(yp, where)
+        return _fused_logits(self, yt, yp, False, grad, sample_weight)
+
     def _per_position(self, y_true: Any, y_pred: Any, grad: bool) -> PerPosition:
         y, z, dt = self._pair(y_true, y_pred)
         _check_classes(z, type(self).__name__)
@@ -318,6 +361,15 @@ class SparseCategoricalCrossentropy(_FromLogits):
             raise InvalidInputError(f"{where}: label {yt[pos].item()!r} at position {pos} is out of range; "
                                     f"y_pred has {C} classes, so labels must lie in 0..{C - 1}")
         return lab
+
+    def _compute(self, y_true: Any, y_pred: Any, grad: bool,
+                 sample_weight: Any = None) -> tuple[float, np.ndarray | None]:
+        if not self.from_logits:
+            return super()._compute(y_true, y_pred, grad, sample_weight)
+        where = type(self).__name__
+        yp = _array(y_pred, "y_pred", where)
+        _check_classes(yp, where)
+        return _fused_logits(self, self.labels(y_true, yp.shape), yp, True, grad, sample_weight)
 
     def _per_position(self, y_true: Any, y_pred: Any, grad: bool) -> PerPosition:
         where = type(self).__name__
