@@ -131,13 +131,14 @@ class Ctx:
         self.penalties.clear()
 
     # -- gradients ---------------------------------------------------------------------------
-    def add_grad(self, layer: Layer, name: str, value: np.ndarray) -> None:
+    def add_grad(self, layer: Layer, name: str, value: np.ndarray, *, owned: bool = False) -> None:
         """Add ``value`` into the gradient store at ``(layer, name)`` (sums repeated calls; the
-        first value is copied, so the caller may reuse its array)."""
+        first value is copied, so the caller may reuse its array). ``owned=True``: the caller
+        hands a new array of its own over (it keeps no reference), stored without the copy."""
         key = (layer, name)
         have = self.grads.get(key)
         if have is None:
-            self.grads[key] = np.array(value, copy=True)
+            self.grads[key] = value if owned else np.array(value, copy=True)
         else:
             have += value
 

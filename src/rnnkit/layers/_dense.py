@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit._activations import ActivationLike
+from rnnkit._activations import Activation, ActivationLike
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, WeightShapeError
 from rnnkit._initializers import glorot_uniform, zeros
@@ -34,7 +34,9 @@ class Dense(Layer):
     of :func:`~rnnkit._activations.resolve_activation` is accepted (softmax over its axis).
 
     Backward: ``da = act.vjp(y, g)``; ``dW = x^T @ da`` and ``db = sum(da)`` over every leading
-    axis (one GEMM); returns ``dx = da @ W^T``.
+    axis (one GEMM); returns ``dx = da @ W^T``. A linear activation costs nothing: no pass over
+    the output in forward, ``da = g`` itself in backward (so a (positions x vocabulary) output
+    of a language model is written once forward and read, not copied, backward).
 
     The products run on :mod:`rnnkit.layers._product` (the compiled kernels' packed product in
     the ``"fast"`` kernel mode): a sample's output does not depend on the other samples of the
@@ -134,7 +136,7 @@ class Dense(Layer):
         a = matmul(arr.reshape(-1, F), self._weights["kernel"]).reshape(*arr.shape[:-1], self.units)
         if self.use_bias:
             a += self._weights["bias"]
-        y = self.activation(a, out=a)
+        y = a if self.activation.kind is Activation.LINEAR else self.activation(a, out=a)
         ctx.save(self, (arr, y))
         return y
 
@@ -144,12 +146,12 @@ class Dense(Layer):
         x, y = ctx.peek(self)
         g = self._as_grad(grad, y.shape)
         ctx.load(self)  # consumed only once the gradient fits
-        da = self.activation.vjp(y, g)
+        da = g if self.activation.kind is Activation.LINEAR else self.activation.vjp(y, g)
         F = x.shape[-1]
         da2 = da.reshape(-1, self.units)
-        ctx.add_grad(self, "kernel", matmul_tn(x.reshape(-1, F), da2))
+        ctx.add_grad(self, "kernel", matmul_tn(x.reshape(-1, F), da2), owned=True)
         if self.use_bias:
-            ctx.add_grad(self, "bias", da2.sum(axis=0))
+            ctx.add_grad(self, "bias", da2.sum(axis=0), owned=True)
         return matmul(da2, self._weights["kernel"], trans_b=True).reshape(x.shape)
 
     def get_config(self) -> dict[str, Any]:
