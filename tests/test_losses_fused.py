@@ -125,3 +125,81 @@ def test_nonfinite_logit_gives_nonfinite_row_only() -> None:
         v, g = rk.SparseCategoricalCrossentropy(from_logits=True).value_and_grad(np.array([0, 1, 2]), z)
     assert np.isnan(v) and np.isnan(g[1]).all()
     np.testing.assert_allclose(g[0], (np.full(4, 0.25) - np.eye(4)[0]) / 3, rtol=1e-6)
+
+
+def _softmax_model(loss: rk.Loss, activity: bool = False) -> rk.Sequential:
+    kw = {"activity_regularizer": rk.regularizers.L2(0.01)} if activity else {}
+    model = rk.Sequential([rk.LSTM(6, return_sequences=True, seed=0, dtype="float64"),
+                           rk.Dense(9, "softmax", seed=1, dtype="float64", **kw)])
+    model.compile(optimizer=rk.optimizers.SGD(0.5), loss=loss)
+    model.build((None, 4, 3))
+    return model
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_dense_softmax_then_crossentropy_step_equals_the_unfused_step(sparse: bool, weighted: bool) -> None:
+    from rnnkit.models._objective import softmax_fusion
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((5, 4, 3))
+    lab = rng.integers(0, 9, (5, 4))
+    y = lab if sparse else _onehot(lab, 9)
+    w = rng.uniform(0.5, 2.0, 5) if weighted else None
+    loss = rk.SparseCategoricalCrossentropy() if sparse else rk.CategoricalCrossentropy()
+    model = _softmax_model(loss)
+    assert softmax_fusion(model)
+    # the unfused step, by hand: the loss's gradient w.r.t. the softmax output, then backward
+    ctx = rk.Ctx.training(0)
+    p = model.forward(x, ctx)
+    value, g = loss.value_and_grad(y, p, w)
+    model.backward(g, ctx)
+    dense = model.layers[-1]
+    want = np.array(dense.weight("kernel")) - 0.5 * ctx.grad(dense, "kernel")
+    want_lstm = np.array(model.layers[0].weight("kernel")) - 0.5 * ctx.grad(model.layers[0], "kernel")
+    hist = model.fit(x, y, epochs=1, batch_size=5, shuffle=False, verbose=0, sample_weight=w)
+    np.testing.assert_allclose(hist.history["loss"][0], value, rtol=1e-12)
+    np.testing.assert_allclose(dense.weight("kernel"), want, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(model.layers[0].weight("kernel"), want_lstm, rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+def test_logits_gradient_through_a_clipped_softmax_matches_finite_differences(sparse: bool) -> None:
+    rng = np.random.default_rng(6)
+    a = 3.0 * rng.standard_normal((6, 5))
+    a[0, 2] = -40.0                       # softmax ~1e-18 < 1e-7: the label's probability is clipped
+    lab = rng.integers(0, 5, 6)
+    lab[0] = 2
+    y = lab if sparse else rng.uniform(0.0, 1.0, (6, 5))
+    loss = rk.SparseCategoricalCrossentropy() if sparse else rk.CategoricalCrossentropy()
+
+    def soft(z: np.ndarray) -> np.ndarray:
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    value, ga = loss.value_and_logits_grad(y, soft(a))
+    assert type(ga).__name__ == "LogitsGradient"
+    np.testing.assert_allclose(value, loss(y, soft(a)), rtol=1e-13)
+    # straight through the clip, as value_and_grad is: the unfused composition with softmax' vjp
+    _, gp = loss.value_and_grad(y, soft(a))
+    s = soft(a)
+    np.testing.assert_allclose(np.asarray(ga), s * (gp - (gp * s).sum(axis=1, keepdims=True)),
+                               rtol=1e-9, atol=1e-15)
+    h = 1e-6
+    for i, j in [(1, 0), (3, 4), (5, 2), (2, 1)]:      # rows nothing clips: the true derivative
+        ap, am = a.copy(), a.copy()
+        ap[i, j] += h
+        am[i, j] -= h
+        assert abs((loss(y, soft(ap)) - loss(y, soft(am))) / (2 * h) - ga[i, j]) < 1e-8
+
+
+def test_no_fusion_where_the_gradient_must_be_the_outputs() -> None:
+    from rnnkit.models._objective import softmax_fusion
+
+    assert not softmax_fusion(_softmax_model(rk.SparseCategoricalCrossentropy(from_logits=True)))
+    assert not softmax_fusion(_softmax_model(rk.MeanSquaredError()))
+    assert not softmax_fusion(_softmax_model(rk.CategoricalCrossentropy(), activity=True))
+    lin = rk.Sequential([rk.Dense(4, seed=0)])
+    lin.compile(loss=rk.CategoricalCrossentropy())
+    lin.build((None, 3))
+    assert not softmax_fusion(lin)

@@ -15,6 +15,7 @@ from rnnkit._penalties import attach, config_of
 from rnnkit._shape import Shape
 from rnnkit.layers._common import activation_config, activation_from, check_activation_axis
 from rnnkit.layers._product import matmul, matmul_tn
+from rnnkit.losses._xent import LogitsGradient
 
 
 class Dense(Layer):
@@ -36,7 +37,11 @@ class Dense(Layer):
     Backward: ``da = act.vjp(y, g)``; ``dW = x^T @ da`` and ``db = sum(da)`` over every leading
     axis (one GEMM); returns ``dx = da @ W^T``. A linear activation costs nothing: no pass over
     the output in forward, ``da = g`` itself in backward (so a (positions x vocabulary) output
-    of a language model is written once forward and read, not copied, backward).
+    of a language model is written once forward and read, not copied, backward). A softmax
+    output under a cross-entropy on probabilities is fused by the model's objective: the loss
+    gives the gradient with respect to the logits (``softmax - onehot`` wherever nothing is
+    clipped, a :class:`~rnnkit.losses._xent.LogitsGradient`), which backward takes as ``da``
+    (:meth:`takes_logits_gradient`); any other gradient goes through the softmax's vjp.
 
     The products run on :mod:`rnnkit.layers._product` (the compiled kernels' packed product in
     the ``"fast"`` kernel mode): a sample's output does not depend on the other samples of the
@@ -144,15 +149,25 @@ class Dense(Layer):
         """Adds ``kernel`` / ``bias`` gradients into ``ctx``; returns dL/dx (..., F)."""
         self._require_built("backward")
         x, y = ctx.peek(self)
+        pre = isinstance(grad, LogitsGradient) and self.takes_logits_gradient()
         g = self._as_grad(grad, y.shape)
         ctx.load(self)  # consumed only once the gradient fits
-        da = g if self.activation.kind is Activation.LINEAR else self.activation.vjp(y, g)
+        da = g if pre or self.activation.kind is Activation.LINEAR else self.activation.vjp(y, g)
         F = x.shape[-1]
         da2 = da.reshape(-1, self.units)
         ctx.add_grad(self, "kernel", matmul_tn(x.reshape(-1, F), da2), owned=True)
         if self.use_bias:
             ctx.add_grad(self, "bias", da2.sum(axis=0), owned=True)
         return matmul(da2, self._weights["kernel"], trans_b=True).reshape(x.shape)
+
+    def takes_logits_gradient(self) -> bool:
+        """Whether :meth:`backward` takes a :class:`~rnnkit.losses._xent.LogitsGradient` (the
+        gradient with respect to ``x @ W + b``, made by a cross-entropy on this layer's output)
+        in place of the gradient with respect to its output: a softmax over the last axis and no
+        activity regularizer (whose gradient is with respect to the output)."""
+        act = self.activation
+        return (act.kind is Activation.SOFTMAX and act.axis in (-1, self.input_shape.rank - 1)
+                and self.activity_regularizer is None)
 
     def get_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {"units": self.units, "activation": activation_config(self.activation),

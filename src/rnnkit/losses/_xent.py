@@ -77,3 +77,53 @@ def softmax_xent(z: np.ndarray, target: np.ndarray, sparse: bool, coef: np.ndarr
             eb *= (cb * ty / s)[:, None]
             eb -= cb[:, None] * tb
     return v
+
+
+class LogitsGradient(np.ndarray):
+    """A loss gradient with respect to the LOGITS ``a`` of a softmax output ``y = softmax(a)``
+    (over the last axis), not with respect to ``y``: what a model's objective hands to its
+    ``Dense(..., activation="softmax")`` output layer when the loss is a cross-entropy on
+    probabilities, so the layer skips its softmax vjp (:func:`softmax_xent_probs`). Any other
+    consumer sees a plain array (``np.asarray`` drops the type)."""
+
+
+def softmax_xent_probs(p: np.ndarray, target: np.ndarray, sparse: bool, coef: np.ndarray,
+                       out: np.ndarray, eps: float) -> np.ndarray:
+    """The probability cross-entropies (Keras' clip: ``q = clip(p / sum(p), eps, 1 - eps)``) of
+    softmax outputs ``p`` (N, C), and their gradient with respect to the softmax's LOGITS written
+    into ``out`` (times ``coef`` per row), in one blocked sweep (arguments as
+    :func:`softmax_xent`). Through ``p = softmax(a)`` (whose rows sum to 1 for every ``a``) and
+    straight through the clip::
+
+        label l:    v = -log(q_l)               dv/da = (p_l / q_l) (p - onehot(l))
+        targets y:  v = -sum_c y_c log(q_c)     dv/da = p (sum_c y_c p_c / q_c) - p y / q
+
+    (``-onehot(l) + p`` and ``p sum(y) - y`` wherever nothing is clipped): the composition of
+    the loss's gradient with respect to ``p`` and the softmax's vjp, to float rounding."""
+    N, C = p.shape
+    rows = block_rows(C, p.itemsize)
+    v = np.empty(N, np.float64)
+    lo_c, hi_c = p.dtype.type(eps), p.dtype.type(1.0 - eps)
+    for lo in range(0, N, rows):
+        hi = min(lo + rows, N)
+        pb, gb, cb = p[lo:hi], out[lo:hi], coef[lo:hi]
+        s = pb.sum(axis=1)
+        if sparse:
+            at, lab = np.arange(hi - lo), target[lo:hi]
+            p_l = pb[at, lab]
+            q_l = np.clip(p_l / s, lo_c, hi_c)
+            v[lo:hi] = -np.log(q_l)
+            r = cb * (p_l / q_l)
+            np.multiply(pb, r[:, None], out=gb)
+            gb[at, lab] -= r
+        else:
+            tb = target[lo:hi]
+            np.divide(pb, s[:, None], out=gb)
+            np.clip(gb, lo_c, hi_c, out=gb)
+            v[lo:hi] = -np.einsum("ij,ij->i", tb, np.log(gb))
+            np.divide(tb, gb, out=gb)                           # y / q
+            c = np.einsum("ij,ij->i", gb, pb)                   # sum_c y_c p_c / q_c
+            np.subtract(c[:, None], gb, out=gb)
+            gb *= pb
+            gb *= cb[:, None]
+    return v
