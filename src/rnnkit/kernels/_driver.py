@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import weakref
 from typing import Any
 
+import numba
 import numpy as np
 
-from rnnkit.kernels import Step, _walk
+from rnnkit.kernels import Step, _cache, _walk, _warm
 from rnnkit.kernels._gemm import project, reductions
-from rnnkit.kernels._packed import gemm, nr_of, pack
+from rnnkit.kernels._packed import gemm, nr_of, pack, rgemm
 from rnnkit.kernels._steps import handle
 from rnnkit.kernels._threads import blocks, run_blocks, run_parts
 
@@ -35,6 +37,29 @@ CHUNK_BYTES = 1 << 22
 #: cores (gate columns of dW/dU/db, rows of dx; one packed product each) instead of one call;
 #: likewise the training projection (rows), from (T*B) * F * N
 PARALLEL_REDUCTIONS = 1 << 24
+
+
+def products(dt: np.dtype) -> None:
+    """Run the feed-forward layers' packed products once on small arrays, with their argument
+    types (``x @ W`` on a read-only weight's panels, ``g @ W^T``, ``x^T @ g``: the versions that
+    ``rnnkit.layers``' ``matmul`` / ``matmul_tn`` and the batched reductions call), so that each
+    is compiled (or loaded) now."""
+    x, g = np.zeros((3, 4), dt), np.zeros((3, 5), dt)
+    W = _ro(np.zeros((4, 5), dt))
+    rgemm(x, pack(W), np.empty((3, 5), dt), 0.0)
+    gemm(g, W, True, np.empty((3, 4), dt), False, 0, 4)
+    gemm(x.T, g, False, np.empty((4, 5), dt), False, 0, 5)
+
+
+def cache_place() -> tuple[str, str] | None:
+    """(the directory of the kernels' on-disk cache, a stamp of what it holds: the kernel
+    sources' hash and Numba's version), or None when Numba keeps its cache elsewhere."""
+    try:
+        where = str(_walk.walk_back._cache._cache_path)
+    except AttributeError:
+        return None
+    here = os.path.realpath(os.path.dirname(os.path.abspath(_walk.__file__)))
+    return where, f"{_cache.sources_hash(here).hex()}-{numba.__version__}"
 
 
 def _chunk(T: int, B: int, row_bytes: int) -> int:
@@ -202,7 +227,7 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
     def infer(lo: int, hi: int) -> None:
         xb = x_tm if hi - lo == B else np.ascontiguousarray(x_tm[:, lo:hi])
         buf = np.empty((_chunk(T, hi - lo, N * dt.itemsize) * (hi - lo), N), dt)
-        pl.infer(pl.handle, xb, PW, pl.b0, ring, pk1, seq_view, keep_seq, buf, mk, mask is not None, PU,
+        pl.infer(pl.handle, xb, PW, pl.b0, ring, pk1, out, keep_seq, buf, mk, mask is not None, PU,
                    pl.srcs, pl.cols, pl.apart, pl.b1, pl.proj, PWp, pl.own, pl.opts, lo, hi)
 
     run_blocks(B, infer)
@@ -215,6 +240,8 @@ def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.n
     """The backward walk and the batched reductions (see ``rnnkit.recurrent._walker.walk_back``)."""
     T, B, F = x_tm.shape
     dt = x_tm.dtype
+    if _warm.pending():                       # a child compiling this backward: load, not compile
+        _warm.wait(cell, F, dt, "back")
     pl = _Plan(cell, step, w, dt)
     N = pl.N
     PUT = pl.packed_ut()                      # U^T (or its blocks), laid out once
