@@ -11,7 +11,7 @@ first epoch:
 - ``pytorch``: the same data (the demo's windows, split and scaling), ``nn.LSTM(1, 24)`` and
   ``nn.Linear(24, 1)`` in float32, Adam(0.01), mean squared error, batches of 64 shuffled each
   epoch, the validation loss after every epoch, for as many epochs as the rnnkit run trained,
-  the best weights restored, the held-out forecasts computed (torch's default threads).
+  the best weights restored, the held-out forecasts computed (torch's default threads unless ``--torch-threads``).
 
 The CPU seconds (the process and its children) tell how much work a run is on a machine that
 others share, where the wall-clock times stretch. Every run repeats ``--repeats`` times
@@ -63,6 +63,8 @@ from rnnkit.cli import _demo
 from rnnkit.cli._prepare import prepare
 
 epochs = int(sys.argv[1])
+if int(sys.argv[2]) > 0:
+    torch.set_num_threads(int(sys.argv[2]))
 torch.manual_seed(0)
 sun = datasets.sunspots()
 prep = prepare(sun.values[:, None], sun.values, ["SUNACTIVITY"], "SUNACTIVITY", window=_demo.WINDOW,
@@ -127,6 +129,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip", default="", help="comma-separated runs to leave out: single, warm, torch")
+    ap.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (0: its default)")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     base = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
@@ -151,7 +154,7 @@ def main() -> None:
                 res.setdefault("rnnkit cold, one process", []).append(
                     timed(RNNKIT, [str(Path(tmp) / f"one{k}")], env1)[:3])
             if "torch" not in skip:
-                res.setdefault("pytorch", []).append(timed(TORCH, [str(epochs)], base)[:3])
+                res.setdefault("pytorch", []).append(timed(TORCH, [str(epochs), str(args.torch_threads)], base)[:3])
     print(f"\n{os.cpu_count()} cores, {args.repeats} repeats, {epochs} epochs; medians (s)")
     print(f"{'run':<28}{'to exit':>10}{'to 1st epoch':>14}{'CPU s':>10}")
     med = {n: tuple(statistics.median(r[i] for r in v) for i in range(3)) for n, v in res.items()}

@@ -40,15 +40,15 @@ PARALLEL_REDUCTIONS = 1 << 24
 
 
 def products(dt: np.dtype) -> None:
-    """Run the feed-forward layers' packed products once on small arrays, with their argument
-    types (``x @ W`` on a read-only weight's panels, ``g @ W^T``, ``x^T @ g``: the versions that
-    ``rnnkit.layers``' ``matmul`` / ``matmul_tn`` and the batched reductions call), so that each
-    is compiled (or loaded) now."""
+    """Run two of the feed-forward layers' packed products once on small arrays, with their
+    argument types, so that each is compiled (or loaded) now: ``x @ W`` on a read-only weight's
+    panels and ``g @ W^T`` (``rnnkit.layers``' ``matmul``; the second is also the batched
+    reductions' ``dx``). (``x^T @ g``, ``matmul_tn``, is left to the process that runs the fit:
+    it needs it right after its forward, and that balances the two processes' work.)"""
     x, g = np.zeros((3, 4), dt), np.zeros((3, 5), dt)
     W = _ro(np.zeros((4, 5), dt))
     rgemm(x, pack(W), np.empty((3, 5), dt), 0.0)
     gemm(g, W, True, np.empty((3, 4), dt), False, 0, 4)
-    gemm(x.T, g, False, np.empty((4, 5), dt), False, 0, 5)
 
 
 def cache_place() -> tuple[str, str] | None:
