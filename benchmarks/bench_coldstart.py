@@ -11,7 +11,8 @@ first epoch:
 - ``pytorch``: the same data (the demo's windows, split and scaling), ``nn.LSTM(1, 24)`` and
   ``nn.Linear(24, 1)`` in float32, Adam(0.01), mean squared error, batches of 64 shuffled each
   epoch, the validation loss after every epoch, for as many epochs as the rnnkit run trained,
-  the best weights restored, the held-out forecasts computed (torch's default threads unless ``--torch-threads``).
+  the best weights restored, the held-out forecasts computed (torch's default threads unless
+  ``--torch-threads``).
 
 The CPU seconds (the process and its children) tell how much work a run is on a machine that
 others share, where the wall-clock times stretch. Every run repeats ``--repeats`` times
@@ -154,7 +155,8 @@ def main() -> None:
                 res.setdefault("rnnkit cold, one process", []).append(
                     timed(RNNKIT, [str(Path(tmp) / f"one{k}")], env1)[:3])
             if "torch" not in skip:
-                res.setdefault("pytorch", []).append(timed(TORCH, [str(epochs), str(args.torch_threads)], base)[:3])
+                torch_run = timed(TORCH, [str(epochs), str(args.torch_threads)], base)
+                res.setdefault("pytorch", []).append(torch_run[:3])
     print(f"\n{os.cpu_count()} cores, {args.repeats} repeats, {epochs} epochs; medians (s)")
     print(f"{'run':<28}{'to exit':>10}{'to 1st epoch':>14}{'CPU s':>10}")
     med = {n: tuple(statistics.median(r[i] for r in v) for i in range(3)) for n, v in res.items()}
