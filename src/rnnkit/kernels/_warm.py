@@ -166,10 +166,12 @@ def start(cell: Any, input_dim: int, dtype: Any, away: tuple[str, ...] = ("back"
                 _away[desc, part] = subprocess.Popen(
                     [sys.executable, "-m", "rnnkit.kernels._warm", desc, part], env=env,
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            except OSError:
+            except OSError:   # (no interpreter to start: compile here, as without children)
                 continue
-        _here[desc] = (cell, input_dim, np.dtype(dtype), tuple(here))
-    return True
+        started = any(d == desc for d, _ in _away)
+        if started:
+            _here[desc] = (cell, input_dim, np.dtype(dtype), tuple(here))
+    return started
 
 
 def pending() -> bool:
