@@ -21,6 +21,15 @@ Usage::
     python benchmarks/bench.py --kernels reference   # rnnkit's plain NumPy path
     python benchmarks/bench.py --isa both            # this machine's ISA, then AVX2 only
     python benchmarks/bench.py --user-cells --shapes S2,S3   # docs' compiled cells vs built-ins
+    python benchmarks/bench.py --peers --threads 1,2 --shapes S1,S2 --repeats 3
+    python benchmarks/bench.py --markdown benchmarks/results/<stamp>.json   # its README tables
+
+``--peers`` (:mod:`bench_peers`): inference of LSTM, GRU, a ``proj_size`` LSTM, an LSTM under
+``lengths`` and a Bidirectional LSTM against onnxruntime on the ``rk.save_onnx`` graph of the same
+layer, PyTorch float32 and PyTorch int8 (``quantize_dynamic``), each thread count of ``--threads``
+in a child process of its own (``RNNKIT_KERNEL_THREADS``, ``torch.set_num_threads``, onnxruntime's
+``intra_op_num_threads``); the results file holds them under ``"peers"``, and ``--markdown``
+prints their tables.
 
 ``--isa avx2`` runs rnnkit and PyTorch in a child process restricted to AVX2:
 ``OPENBLAS_CORETYPE=Haswell`` (OpenBLAS's AVX2 kernels), ``NUMBA_CPU_NAME=haswell`` (rnnkit's
@@ -51,6 +60,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_peers  # noqa: E402
 from bench_report import AVX2_ENV, isa_in_effect, markdown, save_results  # noqa: E402
 
 SHAPES: dict[str, tuple[int, int, int, int]] = {
@@ -241,60 +251,6 @@ def startup_times(repeats: int = 5) -> dict[str, float]:
             "first_calls_all_cells_first_run_s": first[0]}
 
 
-def _page_cells() -> dict[str, Any]:
-    """The compiled peephole LSTM and MGU of docs/custom-cells.md, run as an importable module."""
-    import re
-    import types
-
-    page = Path(__file__).resolve().parents[1] / "docs" / "custom-cells.md"
-    blocks = re.findall(r"^```python\n(.*?)^```$", page.read_text(), re.S | re.M)
-    mod = types.ModuleType("rnnkit_docs_custom_cells")
-    sys.modules[mod.__name__] = mod
-    for code in [blocks[0], *(b for b in blocks if "class PeepholeLSTMCell" in b or "class MGUCell" in b)]:
-        exec(compile(code, str(page), "exec"), mod.__dict__)   # noqa: S102 - the repository's own page
-    return mod.__dict__
-
-
-def _job(layer: Any, x: np.ndarray, mode: str) -> Callable[[], Any]:
-    """One inference pass, or one training forward + backward, of ``layer`` on ``x``."""
-    import rnnkit as rk
-
-    if mode == "infer":
-        return lambda: layer.forward(x, rk.Ctx.inference())
-
-    def train() -> Any:
-        ctx = rk.Ctx.training()
-        y = layer.forward(x, ctx)
-        return layer.backward(np.ones_like(y), ctx)
-    return train
-
-
-def user_cells(shapes: list[str], modes: list[str], repeats: int, warmup: int,
-               sample: float) -> list[dict[str, Any]]:
-    """A user's compiled cells against the built-in ones (float32, return_sequences), interleaved:
-    peephole LSTM vs LSTM, MGU vs GRU (reset_after=True, as above); ratio = user / built-in."""
-    import rnnkit as rk
-
-    ns = _page_cells()
-    rows = []
-    for sname in shapes:
-        B, T, F, H = SHAPES[sname]
-        x = np.random.default_rng(7).standard_normal((B, T, F)).astype(np.float32)
-        for user, builtin in ((ns["PeepholeLSTMCell"](H), rk.LSTMCell(H)),
-                              (ns["MGUCell"](H), rk.GRUResetAfterCell(H))):
-            pair = [rk.RecurrentLayer(c, return_sequences=True, seed=0, input_dim=F) for c in (user, builtin)]
-            assert all(rk.kernels.find(layer.cell) is not None for layer in pair)
-            for mode in modes:
-                tu, tb = time_pair(_job(pair[0], x, mode), _job(pair[1], x, mode), repeats, warmup, sample)
-                row = {"user": user.name, "builtin": builtin.name, "shape": sname, "mode": mode,
-                       "user_s": statistics.median(tu), "builtin_s": statistics.median(tb)}
-                row["ratio"] = row["user_s"] / row["builtin_s"]
-                rows.append(row)
-                print(f"{user.name:12} vs {builtin.name:4} {sname} {mode:5} {row['user_s'] * 1e3:9.3f}ms "
-                      f"{row['builtin_s'] * 1e3:9.3f}ms ratio {row['ratio']:.3f}", flush=True)
-    return rows
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cells", default="rnn,lstm,gru")
@@ -314,12 +270,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--markdown", metavar="JSON", help="print the README table of a results file and exit")
     p.add_argument("--user-cells", action="store_true",
                    help="time the compiled cells of docs/custom-cells.md against the built-ins, then exit")
+    p.add_argument("--peers", action="store_true",
+                   help="inference against onnxruntime (the save_onnx graph), PyTorch float32 and int8")
+    p.add_argument("--threads", default="1,2", help="--peers: thread counts, one child process each")
+    p.add_argument("--cases", default=",".join(bench_peers.CASES),
+                   help="--peers: lstm, gru, lstm-proj (proj_size), lstm-len (lengths), bilstm")
     p.add_argument("--isa", choices=("native", "avx2", "both"), default="native",
                    help="native: this machine; avx2: a child process restricted to AVX2; both: one, "
                         "then the other")
     args = p.parse_args(argv)
     if args.markdown:
-        print(markdown(json.loads(Path(args.markdown).read_text())))
+        data = json.loads(Path(args.markdown).read_text())
+        print(bench_peers.markdown(data["peers"]) if "peers" in data else markdown(data))
         return 0
     if args.isa != "native" and os.environ.get("RNNKIT_BENCH_ISA") != "avx2":
         rest = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--isa")]
@@ -337,7 +299,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.kernels:
         os.environ["RNNKIT_KERNELS"] = args.kernels
     if args.user_cells:
+        from bench_cells import user_cells
         user_cells(args.shapes.split(","), args.modes.split(","), args.repeats, args.warmup, args.sample)
+        return 0
+    if args.peers:   # every thread count in a child process of its own (bench_peers.py)
+        peers = bench_peers.run(args.shapes, args.cases, [int(n) for n in args.threads.split(",")],
+                                args.repeats, args.warmup, args.sample)
+        print(bench_peers.markdown(peers))
+        if not args.no_save:
+            for path in save_results({"peers": peers}, Path(args.results), update_latest=args.update_latest):
+                print(f"wrote {path}")
         return 0
 
     import torch

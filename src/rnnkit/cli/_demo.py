@@ -30,6 +30,7 @@ from rnnkit.cli._common import compile_status, ensure_dir, metrics_table
 from rnnkit.cli._model import TrainConfig, build_network, save_forecaster, train_network
 from rnnkit.cli._plots import forecast_plot, have_matplotlib, loss_curve, remove_pictures
 from rnnkit.cli._prepare import Comparison, compare, predict_blocks, prepare
+from rnnkit.kernels import _warm
 
 WINDOW = 9
 TEST_YEARS = 50
@@ -77,6 +78,9 @@ def run_demo(out: str | Path = "rnnkit_out", *, verbose: bool = True, plots: boo
     say(f"split in time: train {yr(prep.train)} ({len(prep.train)} windows), validation {yr(prep.val)} "
         f"({len(prep.val)}, early stopping), held-out test {yr(prep.test)} ({len(prep.test)})", flush=True)
     model = build_network(cfg, WINDOW, 1)
+    for layer in model.layers:     # an empty kernel cache: the backward compiled by a second process
+        if getattr(layer, "cell", None) is not None:
+            _warm.start(layer.cell, layer.input_dim, layer.dtype)
     t0 = time.perf_counter()
     with compile_status() if cfg.verbose else contextlib.nullcontext():
         history = train_network(model, cfg, prep.train, prep.val)

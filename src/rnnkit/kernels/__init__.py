@@ -79,7 +79,10 @@ Compilation: the walker is compiled once per compiled step and dtype that a proc
 model compiles only its own cells), and stored in Numba's on-disk cache keyed on the step's
 source files; later processes load it (well under a second). The first compilation of a
 process says so once on stderr; :func:`compile_seconds` counts the time spent compiling, which
-the training progress bar leaves out of its rate and time estimates.
+the training progress bar leaves out of its rate and time estimates. ``rnnkit demo`` on an empty
+cache has a second process compile the backward kernels into the cache meanwhile (the fit
+loads them from there: the same machine code, the same bits; ``RNNKIT_COMPILE_AHEAD=0`` turns
+it off).
 """
 
 from __future__ import annotations

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import weakref
+from collections.abc import Callable
 from typing import Any
 
+import numba
 import numpy as np
 
-from rnnkit.kernels import _walk
+from rnnkit.kernels import _cache, _walk
 from rnnkit.kernels._gemm import project, reductions
-from rnnkit.kernels._packed import gemm, nr_of, pack
+from rnnkit.kernels._packed import gemm, nr_of, pack, rgemm
 from rnnkit.kernels._step import Step
 from rnnkit.kernels._steps import handle
 from rnnkit.kernels._threads import blocks, run_blocks, run_parts
@@ -36,6 +39,34 @@ CHUNK_BYTES = 1 << 22
 #: cores (gate columns of dW/dU/db, rows of dx; one packed product each) instead of one call;
 #: likewise the training projection (rows), from (T*B) * F * N
 PARALLEL_REDUCTIONS = 1 << 24
+
+
+def products(dt: np.dtype) -> None:
+    """Run two of the feed-forward layers' packed products once on small arrays, with their
+    argument types, so that each is compiled (or loaded) now: ``x @ W`` on a read-only weight's
+    panels and ``g @ W^T`` (``rnnkit.layers``' ``matmul``; the second is also the batched
+    reductions' ``dx``). (``x^T @ g``, ``matmul_tn``, is left to the process that runs the fit:
+    it needs it right after its forward, and that balances the two processes' work.)"""
+    x, g = np.zeros((3, 4), dt), np.zeros((3, 5), dt)
+    W = _ro(np.zeros((4, 5), dt))
+    rgemm(x, pack(W), np.empty((3, 5), dt), 0.0)
+    gemm(g, W, True, np.empty((3, 4), dt), False, 0, 4)
+
+
+#: called with (cell, input width, dtype) before each backward walk while a child process
+#: compiles that walk ahead (set by ``rnnkit.kernels._warm.start``), else None
+before_back: Callable[[Any, int, Any], None] | None = None
+
+
+def cache_place() -> tuple[str, str] | None:
+    """(the directory of the kernels' on-disk cache, a stamp of what it holds: the kernel
+    sources' hash and Numba's version), or None when Numba keeps its cache elsewhere."""
+    try:
+        where = str(_walk.walk_back._cache._cache_path)
+    except AttributeError:
+        return None
+    here = os.path.realpath(os.path.dirname(os.path.abspath(_walk.__file__)))
+    return where, f"{_cache.sources_hash(here).hex()}-{numba.__version__}"
 
 
 def _chunk(T: int, B: int, row_bytes: int) -> int:
@@ -268,7 +299,7 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
     def infer(lo: int, hi: int) -> None:
         xb = x_tm if hi - lo == B else np.ascontiguousarray(x_tm[:, lo:hi])
         buf = np.empty((_chunk(T, hi - lo, N * dt.itemsize) * (hi - lo), N), dt)
-        pl.infer(pl.handle, xb, PW, pl.b0, ring, pk1, seq_view, keep_seq, buf, mk, mask is not None, PU,
+        pl.infer(pl.handle, xb, PW, pl.b0, ring, pk1, out, keep_seq, buf, mk, mask is not None, PU,
                    pl.srcs, pl.cols, pl.apart, pl.b1, pl.proj, PWp, pl.own, pl.opts, lo, hi)
 
     run_blocks(B, infer)
@@ -283,6 +314,8 @@ def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.n
     without ``need_dx`` the reductions compute no dL/dx rows and None is returned for it."""
     T, B, F = x_tm.shape
     dt = x_tm.dtype
+    if before_back is not None:               # a child compiling this backward: load, not compile
+        before_back(cell, F, dt)
     pl = _plan(cell, step, w, dt)
     N = pl.N
     PUT = pl.packed_ut()                      # U^T (or its blocks), laid out once

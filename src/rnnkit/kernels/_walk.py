@@ -114,9 +114,10 @@ def walk_infer(step: Any, x_tm: Any, PW: Any, b0: Any, ring: Any, parks: Any, se
     """Inference over rows ``[lo, hi)`` of ``ring`` (2, B, w) per state part (row 0 the initial
     state on entry; the final state is row ``T % 2`` on exit), ``parks`` (1, B, w), ``seq`` and
     ``mask``; ``x_tm`` holds these rows only. The inputs are projected ``chunk`` steps at a time into ``buf``
-    (chunk*B, N); with ``keep`` step ``s`` writes state part 0 into ``seq[s]``."""
+    (chunk*B, N); with ``keep`` step ``s`` writes state part 0 into ``seq[:, s]`` (``seq``: a
+    C-contiguous (B, T, w) array, (B, 1, w) unused without ``keep``: one compiled version)."""
     st, pk = cols_block(ring, lo, hi), cols_block(parks, lo, hi)
-    seq, mask = seq[:, lo:hi], mask[:, lo:hi]
+    seq, mask = seq[lo:hi], mask[:, lo:hi]
     T, B, F = x_tm.shape
     N = buf.shape[1]
     dt = x_tm.dtype
@@ -140,7 +141,7 @@ def walk_infer(step: Any, x_tm: Any, PW: Any, b0: Any, ring: Any, parks: Any, se
                 for p in range(len(st)):
                     carry(st[p][i0], st[p][i1], mask[t0 + s])
             if keep:
-                copy_rows(st[0][i1], seq[t0 + s])
+                copy_rows(st[0][i1], seq[:, t0 + s])
 
 
 @njit(**OPTS)

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit._activations import ActivationLike
+from rnnkit._activations import Activation, ActivationLike
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, WeightShapeError
 from rnnkit._initializers import glorot_uniform, zeros
@@ -15,6 +15,7 @@ from rnnkit._penalties import attach, config_of
 from rnnkit._shape import Shape
 from rnnkit.layers._common import activation_config, activation_from, check_activation_axis
 from rnnkit.layers._product import matmul, matmul_tn
+from rnnkit.losses._xent import LogitsGradient
 
 
 class Dense(Layer):
@@ -34,7 +35,13 @@ class Dense(Layer):
     of :func:`~rnnkit._activations.resolve_activation` is accepted (softmax over its axis).
 
     Backward: ``da = act.vjp(y, g)``; ``dW = x^T @ da`` and ``db = sum(da)`` over every leading
-    axis (one GEMM); returns ``dx = da @ W^T``.
+    axis (one GEMM); returns ``dx = da @ W^T``. A linear activation costs nothing: no pass over
+    the output in forward, ``da = g`` itself in backward (so a (positions x vocabulary) output
+    of a language model is written once forward and read, not copied, backward). A softmax
+    output under a cross-entropy on probabilities is fused by the model's objective: the loss
+    gives the gradient with respect to the logits (``softmax - onehot`` wherever nothing is
+    clipped, a :class:`~rnnkit.losses._xent.LogitsGradient`), which backward takes as ``da``
+    (:meth:`takes_logits_gradient`); any other gradient goes through the softmax's vjp.
 
     The products run on :mod:`rnnkit.layers._product` (the compiled kernels' packed product in
     the ``"fast"`` kernel mode): a sample's output does not depend on the other samples of the
@@ -134,7 +141,7 @@ class Dense(Layer):
         a = matmul(arr.reshape(-1, F), self._weights["kernel"]).reshape(*arr.shape[:-1], self.units)
         if self.use_bias:
             a += self._weights["bias"]
-        y = self.activation(a, out=a)
+        y = a if self.activation.kind is Activation.LINEAR else self.activation(a, out=a)
         ctx.save(self, (arr, y))
         return y
 
@@ -143,9 +150,10 @@ class Dense(Layer):
         when ``ctx`` says nobody reads it (:meth:`rnnkit.Ctx.skip_input_grad`)."""
         self._require_built("backward")
         x, y = ctx.peek(self)
+        pre = isinstance(grad, LogitsGradient) and self.takes_logits_gradient()
         g = self._as_grad(grad, y.shape)
         ctx.load(self)  # consumed only once the gradient fits
-        da = self.activation.vjp(y, g)
+        da = g if pre or self.activation.kind is Activation.LINEAR else self.activation.vjp(y, g)
         F = x.shape[-1]
         da2 = da.reshape(-1, self.units)
         ctx.add_grad(self, "kernel", matmul_tn(x.reshape(-1, F), da2))
@@ -154,6 +162,15 @@ class Dense(Layer):
         if not ctx.needs_input_grad(self):
             return None
         return matmul(da2, self._weights["kernel"], trans_b=True).reshape(x.shape)
+
+    def takes_logits_gradient(self) -> bool:
+        """Whether :meth:`backward` takes a :class:`~rnnkit.losses._xent.LogitsGradient` (the
+        gradient with respect to ``x @ W + b``, made by a cross-entropy on this layer's output)
+        in place of the gradient with respect to its output: a softmax over the last axis and no
+        activity regularizer (whose gradient is with respect to the output)."""
+        act = self.activation
+        return (act.kind is Activation.SOFTMAX and act.axis in (-1, self.input_shape.rank - 1)
+                and self.activity_regularizer is None)
 
     def get_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {"units": self.units, "activation": activation_config(self.activation),

@@ -207,6 +207,10 @@ class Sequential(Model):
         """The first layer (a Sequential holds a layer once): its input gradient is dL/d(data)."""
         return (self.layers[0],) if self.layers else ()
 
+    def _output_layer(self) -> Layer | None:
+        """The layer whose output is the model's (the last one; None when there is none)."""
+        return self.layers[-1] if self.layers else None
+
     def named_weights(self) -> dict[str, tuple[Layer, str]]:
         """``{"{index}.{weight}": (layer, weight)}`` in layer order."""
         return {f"{i}.{n}": (layer, n) for i, layer in enumerate(self.layers) for n in layer.weight_names}

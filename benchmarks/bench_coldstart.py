@@ -1,0 +1,170 @@
+"""The first ``rnnkit demo`` on an empty kernel cache against a fresh PyTorch process doing the
+same fit (run by hand, never a test).
+
+Each measurement is a new process, timed from its launch to its exit, and to the end of its
+first epoch:
+
+- ``rnnkit cold``: ``rnnkit demo --no-plots`` with ``NUMBA_CACHE_DIR`` pointing at a new empty
+  directory (every kernel compiled; with two cores the backward kernels in a second process);
+- ``rnnkit cold, one process``: the same with ``RNNKIT_COMPILE_AHEAD=0``;
+- ``rnnkit warm``: the demo again on the cache the cold run filled;
+- ``pytorch``: the same data (the demo's windows, split and scaling), ``nn.LSTM(1, 24)`` and
+  ``nn.Linear(24, 1)`` in float32, Adam(0.01), mean squared error, batches of 64 shuffled each
+  epoch, the validation loss after every epoch, for as many epochs as the rnnkit run trained,
+  the best weights restored, the held-out forecasts computed (torch's default threads unless
+  ``--torch-threads``).
+
+The CPU seconds (the process and its children) tell how much work a run is on a machine that
+others share, where the wall-clock times stretch. Every run repeats ``--repeats`` times
+(interleaved); medians are printed, with the ratio of the cold demo to PyTorch. The model
+files of the cold and warm runs are compared byte for byte.
+
+Usage::
+
+    python benchmarks/bench_coldstart.py                 # 3 repeats
+    python benchmarks/bench_coldstart.py --repeats 1 --skip single
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+#: the demo, with the wall-clock time of the end of its first epoch written to stderr
+RNNKIT = """
+import sys, time
+import rnnkit.models._progress as progress
+_done = progress.EpochBar.epoch_done
+def epoch_done(self, logs, stop):
+    if not getattr(progress, "_first_seen", False):
+        progress._first_seen = True
+        print(f"FIRST_EPOCH {time.time():.6f}", file=sys.stderr, flush=True)
+    _done(self, logs, stop)
+progress.EpochBar.epoch_done = epoch_done
+from rnnkit.cli import main
+sys.exit(main(["demo", "--no-plots", "--out", sys.argv[1]]))
+"""
+
+TORCH = """
+import sys, time
+import numpy as np
+import torch
+from rnnkit import datasets
+from rnnkit.cli import _demo
+from rnnkit.cli._prepare import prepare
+
+epochs = int(sys.argv[1])
+if int(sys.argv[2]) > 0:
+    torch.set_num_threads(int(sys.argv[2]))
+torch.manual_seed(0)
+sun = datasets.sunspots()
+prep = prepare(sun.values[:, None], sun.values, ["SUNACTIVITY"], "SUNACTIVITY", window=_demo.WINDOW,
+               horizon=1, val_split=_demo.VAL_SPLIT, n_test=_demo.TEST_YEARS, transform=_demo.TRANSFORM,
+               index_name="YEAR", what="sunspots")
+f32 = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
+xt, yt, xv, yv, xs = f32(prep.train.x), f32(prep.train.y), f32(prep.val.x), f32(prep.val.y), f32(prep.test.x)
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(1, _demo.CONFIG.units, batch_first=True)
+        self.out = torch.nn.Linear(_demo.CONFIG.units, 1)
+    def forward(self, x):
+        return self.out(self.lstm(x)[0][:, -1])
+
+net = Net()
+opt = torch.optim.Adam(net.parameters(), lr=_demo.CONFIG.lr, betas=(0.9, 0.999), eps=1e-8)
+loss_fn = torch.nn.MSELoss()
+g = torch.Generator().manual_seed(0)
+best, best_state = float("inf"), None
+B = _demo.CONFIG.batch_size
+for epoch in range(epochs):
+    net.train()
+    for idx in torch.randperm(len(xt), generator=g).split(B):
+        opt.zero_grad()
+        loss = loss_fn(net(xt[idx]), yt[idx])
+        loss.backward()
+        opt.step()
+    net.eval()
+    with torch.no_grad():
+        val = float(loss_fn(net(xv), yv))
+    if val < best:
+        best, best_state = val, {k: v.clone() for k, v in net.state_dict().items()}
+    if epoch == 0:
+        print(f"FIRST_EPOCH {time.time():.6f}", file=sys.stderr, flush=True)
+net.load_state_dict(best_state)
+with torch.no_grad():
+    pred = net(xs).numpy()
+print(f"best validation loss {best:.4f}, {len(pred)} forecasts")
+"""
+
+
+def _cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def timed(code: str, args: list[str], env: dict[str, str]) -> tuple[float, float, float, str]:
+    """(seconds to exit, seconds to the end of the first epoch, CPU seconds of the process and
+    its children, stdout) of a new process."""
+    c0, t0 = _cpu(), time.time()
+    r = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
+                       check=True)
+    total, cpu = time.time() - t0, _cpu() - c0
+    m = re.search(r"FIRST_EPOCH (\d+\.\d+)", r.stderr)
+    first = float(m.group(1)) - t0 if m else float("nan")
+    return total, first, cpu, r.stdout
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--skip", default="", help="comma-separated runs to leave out: single, warm, torch")
+    ap.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (0: its default)")
+    args = ap.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    base = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    base.pop("RNNKIT_COMPILE_AHEAD", None)
+    res: dict[str, list[tuple[float, ...]]] = {}
+    epochs = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(args.repeats):
+            cache = Path(tmp) / f"cache{k}"
+            env = {**base, "NUMBA_CACHE_DIR": str(cache)}
+            *cold, out = timed(RNNKIT, [str(Path(tmp) / f"cold{k}")], env)
+            res.setdefault("rnnkit cold", []).append(tuple(cold))
+            epochs = int(re.search(r"trained (\d+) epochs", out).group(1))  # type: ignore[union-attr]
+            if "warm" not in skip:
+                warm = timed(RNNKIT, [str(Path(tmp) / f"warm{k}")], env)
+                res.setdefault("rnnkit warm", []).append(warm[:3])
+                same = ((Path(tmp) / f"cold{k}" / "model.safetensors").read_bytes()
+                        == (Path(tmp) / f"warm{k}" / "model.safetensors").read_bytes())
+                print(f"repeat {k + 1}: cold and warm model files {'identical' if same else 'DIFFER'}")
+            if "single" not in skip:
+                env1 = {**base, "NUMBA_CACHE_DIR": str(Path(tmp) / f"single{k}"), "RNNKIT_COMPILE_AHEAD": "0"}
+                res.setdefault("rnnkit cold, one process", []).append(
+                    timed(RNNKIT, [str(Path(tmp) / f"one{k}")], env1)[:3])
+            if "torch" not in skip:
+                torch_run = timed(TORCH, [str(epochs), str(args.torch_threads)], base)
+                res.setdefault("pytorch", []).append(torch_run[:3])
+    print(f"\n{os.cpu_count()} cores, {args.repeats} repeats, {epochs} epochs; medians (s)")
+    print(f"{'run':<28}{'to exit':>10}{'to 1st epoch':>14}{'CPU s':>10}")
+    med = {n: tuple(statistics.median(r[i] for r in v) for i in range(3)) for n, v in res.items()}
+    for n, (t, f, c) in med.items():
+        print(f"{n:<28}{t:>10.2f}{f:>14.2f}{c:>10.2f}")
+    if "pytorch" in med:
+        print(f"cold demo / pytorch: {med['rnnkit cold'][0] / med['pytorch'][0]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
