@@ -41,6 +41,7 @@ EXAMPLES: dict[str, tuple[str, dict[str, str]]] = {
     "timeseries_weather_forecasting": ("weather", {}),
     "time_sequence_prediction": ("sine", {"PORTING_OPTIM": "adam"}),
     "bidirectional_lstm_imdb": ("imdb", {}),
+    "lstm_character_level_text_generation": ("charlm", {}),
 }
 
 _RENAMES = [(re.compile(r"\bkeras\.layers\."), "rk."), (re.compile(r"\bkeras\."), "rk."),
