@@ -42,6 +42,7 @@ EXAMPLES: dict[str, tuple[str, dict[str, str]]] = {
     "time_sequence_prediction": ("sine", {"PORTING_OPTIM": "adam"}),
     "bidirectional_lstm_imdb": ("imdb", {}),
     "lstm_character_level_text_generation": ("charlm", {}),
+    "lstm_seq2seq": ("s2s", {}),
 }
 
 _RENAMES = [(re.compile(r"\bkeras\.layers\."), "rk."), (re.compile(r"\bkeras\."), "rk."),
