@@ -61,9 +61,11 @@ def test_sine_wave_port_trains_as_torch(tmp_path: Path) -> None:
     assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-9
 
 
-#: example -> largest |loss difference| accepted per epoch (float32 and Adam's epsilon form)
+#: example -> largest |loss difference| accepted per epoch (float32, the optimizers' forms)
 _KERAS_TOLERANCE = {"addition_rnn": 5e-3, "timeseries_weather_forecasting": 1e-4,
-                    "bidirectional_lstm_imdb": 3e-4}
+                    "bidirectional_lstm_imdb": 3e-4,
+                    # RMSprop in PyTorch's form against Keras' (epsilon inside the square root)
+                    "lstm_character_level_text_generation": 1.5e-2, "lstm_seq2seq": 2e-2}
 
 
 @pytest.mark.skipif(os.environ.get("RNNKIT_PORTING") != "1", reason="set RNNKIT_PORTING=1")

@@ -103,9 +103,9 @@ history = model.fit(
     validation_split=0.2,
     shuffle=False,
 )
-model.save(os.path.join(OUT, "s2s_model_rk.keras"))
+model.save(os.path.join(OUT, "s2s_model.keras"))
 
-model = rk.load_model(os.path.join(OUT, "s2s_model_rk.keras"))
+model = rk.load_model(os.path.join(OUT, "s2s_model.keras"))
 
 encoder_inputs = model.input[0]
 encoder_outputs, state_h_enc, state_c_enc = model.layers[2].output

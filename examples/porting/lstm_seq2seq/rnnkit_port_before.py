@@ -109,7 +109,7 @@ history = model.fit(
     validation_split=0.2,
     shuffle=False,
 )
-model.save(os.path.join(OUT, "s2s_model_rk.keras"))
+model.save(os.path.join(OUT, "s2s_model.keras"))
 
 g = rk.GraphBuilder()
 encoder_inputs = g.input((None, None, num_encoder_tokens))
