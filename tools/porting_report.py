@@ -43,6 +43,7 @@ EXAMPLES: dict[str, tuple[str, dict[str, str]]] = {
     "bidirectional_lstm_imdb": ("imdb", {}),
     "lstm_character_level_text_generation": ("charlm", {}),
     "lstm_seq2seq": ("s2s", {}),
+    "word_language_model": ("wlm", {}),
 }
 
 _RENAMES = [(re.compile(r"\bkeras\.layers\."), "rk."), (re.compile(r"\bkeras\."), "rk."),
