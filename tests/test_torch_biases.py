@@ -19,7 +19,7 @@ from rnnkit.layers import layer_from_config
 
 torch = pytest.importorskip("torch")
 
-B, T, F, H, O, STEPS = 6, 5, 3, 4, 2, 25
+B, T, F, H, OUT, STEPS = 6, 5, 3, 4, 2, 25
 TORCH_MODULES = {"LSTM": torch.nn.LSTM, "GRU": torch.nn.GRU, "SimpleRNN": torch.nn.RNN}
 
 
@@ -30,7 +30,7 @@ def _torch_net(kind: str, seed: int) -> tuple[Any, Any]:
         for name, p in rnn.named_parameters():
             if name.startswith("bias"):
                 p.copy_(torch.randn_like(p))
-    return rnn, torch.nn.Linear(H, O).double()
+    return rnn, torch.nn.Linear(H, OUT).double()
 
 
 def _rnnkit_net(kind: str, rnn: Any, lin: Any, bias_layout: str) -> rk.Sequential:
@@ -39,7 +39,7 @@ def _rnnkit_net(kind: str, rnn: Any, lin: Any, bias_layout: str) -> rk.Sequentia
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from_torch_state(layer, rnn.state_dict())
-    dense = rk.Dense(O, dtype="float64")
+    dense = rk.Dense(OUT, dtype="float64")
     dense.set_weights(lin.weight.detach().numpy().T.copy(), lin.bias.detach().numpy().copy())
     model = rk.Sequential([layer, dense], input_shape=(None, T, F))
     return model.compile(rk.Adam(0.02, epsilon=1e-8, formula="torch"), "mse")
@@ -47,7 +47,7 @@ def _rnnkit_net(kind: str, rnn: Any, lin: Any, bias_layout: str) -> rk.Sequentia
 
 def _data() -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(2)
-    return rng.standard_normal((B, T, F)), rng.standard_normal((B, O))
+    return rng.standard_normal((B, T, F)), rng.standard_normal((B, OUT))
 
 
 def _torch_losses(rnn: Any, lin: Any, x: np.ndarray, y: np.ndarray) -> list[float]:
