@@ -53,7 +53,8 @@ def test_time_major_tied_word_language_model_trains_as_torch() -> None:
     dense = rk.Dense(V, tie_to=emb, dtype="float64")
     model = rk.Sequential([emb, net, dense], input_shape=(None,))
     torch.manual_seed(1)
-    enc, rnn, dec = torch.nn.Embedding(V, H).double(), torch.nn.LSTM(H, H).double(), torch.nn.Linear(H, V).double()
+    enc, rnn = torch.nn.Embedding(V, H).double(), torch.nn.LSTM(H, H).double()
+    dec = torch.nn.Linear(H, V).double()
     dec.weight = enc.weight
     emb.set_weights(enc.weight.detach().numpy().copy())
     net.load_state_dict({k: v.detach().numpy() for k, v in rnn.state_dict().items()})
