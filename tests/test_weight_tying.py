@@ -123,3 +123,17 @@ def test_a_tied_dense_refuses_a_kernel() -> None:
     _, _, dense = _tied()
     with pytest.raises(InvalidParameterError, match="pass kernel=None"):
         dense.set_weights(np.zeros((D, V)), np.zeros(V))
+
+
+def test_onnx_export_computes_the_tied_model_and_keras_export_refuses_it(tmp_path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    model, _, dense = _tied(seed=5)
+    dense.set_weights(None, np.random.default_rng(6).standard_normal(V))
+    x, _ = _data()
+    rk.save_onnx(model, str(tmp_path / "tied.onnx"))
+    sess = ort.InferenceSession(str(tmp_path / "tied.onnx"), providers=["CPUExecutionProvider"])
+    feed = {sess.get_inputs()[0].name: x.astype(np.int64)}   # an Embedding takes int64 indices in ONNX
+    np.testing.assert_allclose(sess.run(None, feed)[0], model.predict(x), rtol=1e-12, atol=1e-12)
+    with pytest.raises(rk.io.UnsupportedFeatureError, match="no weight tying"):
+        rk.io.save_keras(model, str(tmp_path / "tied.keras"))

@@ -144,6 +144,13 @@ class Dense(Layer):
         if self.use_bias:
             self.set_weight("bias", b)
 
+    def kernel_array(self) -> np.ndarray:
+        """The kernel W (F, units) the forward multiplies by: the ``kernel`` weight, or for a tied
+        Dense the Embedding's table transposed (a new array)."""
+        if self.tie_to is None:
+            return self.weight("kernel")
+        return np.ascontiguousarray(table(self).T)
+
     def _check_input(self, x: Any) -> np.ndarray:
         self._require_built()
         arr = self._as_input(x)
