@@ -137,3 +137,20 @@ def test_torch_layout_rows_config_keras_and_defaults() -> None:
 def test_bad_bias_layout(make: Any, match: str) -> None:
     with pytest.raises(InvalidParameterError, match=match):
         make()
+
+
+def test_onnx_export_of_two_bias_rows(tmp_path: Any) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    rnn, _ = _torch_net("LSTM", 4)
+    layer = rk.LSTM(H, dtype="float32", bias_layout="torch", return_sequences=True)
+    from_torch_state(layer, rnn.float().state_dict())
+    model = rk.Sequential([layer], input_shape=(None, T, F))
+    path = str(tmp_path / "two_rows.onnx")
+    rk.save_onnx(model, path)
+    x = _data()[0].astype(np.float32)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    got = sess.run(None, {sess.get_inputs()[0].name: x})[0]
+    want = rnn(torch.tensor(x))[0].detach().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(model.predict(x), want, rtol=1e-5, atol=1e-6)

@@ -142,7 +142,6 @@ class LSTMCell(GatedCell):
         return StepBack((fed_back_grad(rdrop, da @ w["recurrent_kernel"].T), dc * f), da, None, grads)   # 1b.
 
 
-
 class LSTMTorchBiasCell(LSTMCell):
     """``LSTM(..., bias_layout="torch")``: the bias is (2, 4H), row 0 PyTorch's ``bias_ih`` and
     row 1 its ``bias_hh``; step 1 adds both (``a = xw + b_hh + h_prev @ U``, ``xw`` holding
