@@ -1,0 +1,383 @@
+"""Compiled int8 inference: u8 x s8 products accumulated in int32, and the LSTM / GRU / SimpleRNN
+time loops built on them. :mod:`rnnkit.quant._reference` is the same arithmetic in NumPy.
+
+The scheme (the names below are those of the reference):
+
+- weights ``w`` (N, K) int8 in [-127, 127], one float32 scale ``ws[n]`` per output row;
+- an activation row ``x`` (K,) float32 is quantized on its own (dynamic, asymmetric, uint8):
+  ``lo = min(x, 0)``, ``hi = max(x, 0)``, ``s = (hi - lo) / 255`` (1 when ``hi == lo``),
+  ``zp = clip(rint(-lo / s), 0, 255)``, ``q = clip(rint(x * (1 / s)) + zp, 0, 255)``;
+- ``acc[n] = sum_k q[k] * w[n, k] - zp * colsum[n]`` in int32 (``colsum[n] = sum_k w[n, k]``,
+  computed once), then ``y[n] = float32(acc[n]) * (s * ws[n])`` (+ bias, + the other product).
+
+All float arithmetic is float32 without contraction or reassociation, so the NumPy reference
+rounds exactly as these loops do.
+
+Products: on a CPU with AVX-512 VNNI the weights are packed in 64-output blocks of 4-byte
+groups and a register-blocked tile (4 rows x 64 outputs, 16 accumulators) issues ``vpdpbusd``
+(the ``llvm.x86.avx512.vpdpbusd.512`` intrinsic); elsewhere a plain int32 dot-product loop, which
+LLVM vectorises with ``vpmaddwd`` (AVX2) or ``vpdpwssd`` (AVX-512 VNNI). :data:`VNNI` says which.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import llvmlite.binding as llb
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils, config
+from numba.extending import intrinsic
+
+from rnnkit.kernels._jit import (
+    _A1, _A3, _A5, _A7, _A9, _A11, _A13, _B0, _B2, _B4, _B6, _CLAMP, _NCLAMP, _NONE, _NSAT, _ONE, _SAT,
+    njit,
+)
+
+#: compile options: on-disk cache, no fast-math (the reference rounds the same way)
+OPTS8: dict[str, Any] = {"cache": True, "error_model": "numpy", "nogil": True}
+
+
+def _target_features() -> str:
+    feats = config.CPU_FEATURES
+    if feats is None or feats == "":
+        if config.CPU_NAME not in (None, "", "host"):
+            return ""
+        return str(llb.get_host_cpu_features().flatten())
+    return str(feats)
+
+
+#: whether the compile target has AVX-512 VNNI (``vpdpbusd`` on 512-bit registers)
+VNNI: bool = all(f"+{f}" in _target_features().split(",") for f in ("avx512vnni", "avx512bw", "avx512f"))
+#: outputs per packed block and int8 inputs per group (the packing of :func:`pack`)
+NB, KG = 64, 4
+
+_F32 = np.float32
+_HALF, _ZERO, _THREE, _SIX, _255 = _F32(0.5), _F32(0.0), _F32(3.0), _F32(6.0), _F32(255.0)
+
+
+def padded(k: int) -> int:
+    """The row width of quantized activations for ``k`` inputs (a multiple of 4)."""
+    return (k + KG - 1) // KG * KG
+
+
+def out_width(n: int) -> int:
+    """The int32 accumulator width for ``n`` outputs (a multiple of 64 with VNNI)."""
+    return (n + NB - 1) // NB * NB if VNNI else n
+
+
+def pack(wq: np.ndarray) -> np.ndarray:
+    """The (N, K) int8 weights in this CPU's product layout: zero-padded (N', K') and, with VNNI,
+    blocked as [N'/64][K'/4][4][16][4] (output ``n = 64 b + 16 c + l``, input ``k = 4 g + t``)."""
+    n, k = wq.shape
+    w = np.zeros((out_width(n), padded(k)), np.int8)
+    w[:n, :k] = wq
+    if not VNNI:
+        return w
+    nb, kp = w.shape[0] // NB, w.shape[1]
+    return np.ascontiguousarray(w.reshape(nb, 4, 16, kp // KG, KG).transpose(0, 3, 1, 2, 4))
+
+
+def _tile(rows: int) -> Any:
+    """An intrinsic: ``rows`` (1-4) activation rows x one packed 64-output block, via vpdpbusd."""
+
+    @intrinsic
+    def tile(typingctx: Any, xa: Any, xs: Any, wa: Any, k4: Any, oa: Any, ostr: Any) -> Any:
+        sig = types.void(xa, xs, wa, k4, oa, ostr)
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            xa_, xs_, wa_, k4_, oa_, os_ = args
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            v16 = ir.VectorType(i32, 16)
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(v16, [v16, v16, v16]), "llvm.x86.avx512.vpdpbusd.512")
+            zero = ir.Constant(v16, [0] * 16)
+            accs = [[cgutils.alloca_once_value(builder, zero) for _ in range(4)] for _ in range(rows)]
+            undef = ir.Constant(v16, ir.Undefined)
+            splat_mask = ir.Constant(v16, [0] * 16)
+            with cgutils.for_range(builder, k4_) as loop:
+                g = builder.zext(loop.index, i64) if loop.index.type != i64 else loop.index
+                wbase = builder.add(wa_, builder.mul(g, ir.Constant(i64, 256)))
+                ws = [builder.load(builder.inttoptr(builder.add(wbase, ir.Constant(i64, 64 * c)),
+                                                    v16.as_pointer()), align=1) for c in range(4)]
+                for r in range(rows):
+                    xoff = builder.add(builder.mul(ir.Constant(i64, r), xs_), builder.mul(g, ir.Constant(i64, 4)))
+                    xv = builder.load(builder.inttoptr(builder.add(xa_, xoff), i32.as_pointer()), align=1)
+                    xb = builder.shuffle_vector(builder.insert_element(undef, xv, ir.Constant(i32, 0)),
+                                                undef, splat_mask)
+                    for c in range(4):
+                        builder.store(builder.call(fn, [builder.load(accs[r][c]), xb, ws[c]]), accs[r][c])
+            for r in range(rows):
+                for c in range(4):
+                    off = builder.add(builder.mul(ir.Constant(i64, r), os_), ir.Constant(i64, 64 * c))
+                    builder.store(builder.load(accs[r][c]),
+                                  builder.inttoptr(builder.add(oa_, off), v16.as_pointer()), align=1)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return tile
+
+
+_tile1, _tile2, _tile3, _tile4 = _tile(1), _tile(2), _tile(3), _tile(4)
+
+
+@njit(**OPTS8)
+def _gemm_vnni(q: Any, wp: Any, out: Any) -> None:
+    """out (M, N') int32 = q (M, K') uint8 @ packed weights^T, no zero-point correction."""
+    M, kp = q.shape
+    nb, k4 = wp.shape[0], wp.shape[1]
+    no = out.shape[1]
+    qa, wa, oa = q.ctypes.data, wp.ctypes.data, out.ctypes.data
+    for b in range(nb):
+        wb = wa + b * k4 * 256
+        m = 0
+        while m + 4 <= M:
+            _tile4(qa + m * kp, kp, wb, k4, oa + (m * no + b * NB) * 4, no * 4)
+            m += 4
+        rest = M - m
+        if rest == 3:
+            _tile3(qa + m * kp, kp, wb, k4, oa + (m * no + b * NB) * 4, no * 4)
+        elif rest == 2:
+            _tile2(qa + m * kp, kp, wb, k4, oa + (m * no + b * NB) * 4, no * 4)
+        elif rest == 1:
+            _tile1(qa + m * kp, kp, wb, k4, oa + (m * no + b * NB) * 4, no * 4)
+
+
+@njit(**OPTS8)
+def _gemm_plain(q: Any, w: Any, out: Any) -> None:
+    """out (M, N) int32 = q (M, K') uint8 @ w (N, K') int8 ^T: int32 dot products."""
+    M, kp = q.shape
+    N = w.shape[0]
+    for m in range(M):
+        for n in range(N):
+            acc = 0
+            for k in range(kp):
+                acc += np.int32(q[m, k]) * np.int32(w[n, k])
+            out[m, n] = acc
+
+
+gemm = _gemm_vnni if VNNI else _gemm_plain
+
+
+@njit(**OPTS8)
+def quant_row(x: Any, q: Any) -> tuple[Any, Any]:
+    """Quantize the float32 row ``x`` into ``q`` (uint8, len >= len(x); the tail set to 0):
+    returns (scale, zero point)."""
+    lo, hi = _ZERO, _ZERO
+    for k in range(x.shape[0]):
+        v = x[k]
+        lo = min(lo, v)
+        hi = max(hi, v)
+    s = (hi - lo) / _255
+    if s == _ZERO:
+        s = _F32(1.0)
+    zp = min(max(np.rint(-lo / s), _ZERO), _255)
+    inv = _F32(1.0) / s
+    for k in range(x.shape[0]):
+        v = min(max(np.rint(x[k] * inv) + zp, _ZERO), _255)
+        q[k] = np.uint8(v)
+    for k in range(x.shape[0], q.shape[0]):
+        q[k] = 0
+    return s, np.int32(zp)
+
+
+@njit(**OPTS8)
+def quant_rows(x: Any, q: Any, s: Any, zp: Any) -> None:
+    """:func:`quant_row` for every row of ``x`` (M, K) into ``q`` (M, K'), ``s`` (M,), ``zp`` (M,)."""
+    for m in range(x.shape[0]):
+        s[m], zp[m] = quant_row(x[m], q[m])
+
+
+@njit(**OPTS8)
+def dequant_add(acc: Any, zp: Any, s: Any, col: Any, ws: Any, base: Any, out: Any) -> None:
+    """``out[m, n] = float32(acc[m, n] - zp[m] * col[n]) * (s[m] * ws[n]) + base[m, n]``."""
+    for m in range(out.shape[0]):
+        zm, sm = zp[m], s[m]
+        for n in range(out.shape[1]):
+            c = np.int32(acc[m, n] - zm * col[n])
+            out[m, n] = np.float32(c) * (sm * ws[n]) + base[m, n]
+
+
+@njit(**OPTS8)
+def project(x: Any, wp: Any, col: Any, ws: Any, bias: Any, out: Any) -> None:
+    """``out (M, N) = dequant(quant(x) (M, K) @ w^T) + bias`` in chunks of 64 rows."""
+    M, K = x.shape
+    N = out.shape[1]
+    no = N if wp.ndim == 2 else wp.shape[0] * NB
+    step = 64
+    q = np.empty((step, (K + KG - 1) // KG * KG), np.uint8)
+    acc = np.empty((step, no), np.int32)
+    s = np.empty(step, np.float32)
+    zp = np.empty(step, np.int32)
+    base = np.empty((step, N), np.float32)
+    for m0 in range(0, M, step):
+        m1 = min(M, m0 + step)
+        r = m1 - m0
+        quant_rows(x[m0:m1], q[:r], s[:r], zp[:r])
+        gemm(q[:r], wp, acc[:r])
+        for i in range(r):
+            for n in range(N):
+                base[i, n] = bias[n]
+        dequant_add(acc[:r], zp[:r], s[:r], col, ws, base[:r], out[m0:m1])
+
+
+@njit(**OPTS8)
+def tanh8(x: Any) -> Any:
+    """float32 tanh: the clamped odd/even rational of :func:`rnnkit.kernels._jit.tanh32`,
+    evaluated without contraction."""
+    if x >= _SAT:
+        return _ONE
+    if x <= _NSAT:
+        return _NONE
+    x = min(max(x, _NCLAMP), _CLAMP)
+    x2 = x * x
+    p = x2 * _A13 + _A11
+    p = p * x2 + _A9
+    p = p * x2 + _A7
+    p = p * x2 + _A5
+    p = p * x2 + _A3
+    p = p * x2 + _A1
+    qq = x2 * _B6 + _B4
+    qq = qq * x2 + _B2
+    qq = qq * x2 + _B0
+    return (x * p) / qq
+
+
+@njit(**OPTS8)
+def act8(x: Any, code: int) -> Any:
+    """The activation of ``code`` (tanh 0, sigmoid 1 = 0.5 + 0.5 tanh(x / 2), relu 2, linear 3,
+    hard_sigmoid 4) in float32."""
+    if code == 0:
+        return tanh8(x)
+    if code == 1:
+        return _HALF + _HALF * tanh8(x * _HALF)
+    if code == 2:
+        return max(x, _ZERO)
+    if code == 4:
+        return min(max(x + _THREE, _ZERO), _SIX) / _SIX
+    return x
+
+
+@njit(**OPTS8)
+def _rec(h: Any, wp: Any, col: Any, ws: Any, base: Any, q: Any, s: Any, zp: Any, acc: Any, out: Any) -> None:
+    """out = base + dequant(quant(h) @ w^T): the recurrent product of one step."""
+    quant_rows(h, q, s, zp)
+    gemm(q, wp, acc)
+    dequant_add(acc, zp, s, col, ws, base, out)
+
+
+@njit(**OPTS8)
+def _bufs(B: int, R: int, N: int, no: int) -> tuple[Any, Any, Any, Any, Any]:
+    return (np.empty((B, (R + KG - 1) // KG * KG), np.uint8), np.empty(B, np.float32),
+            np.empty(B, np.int32), np.empty((B, no), np.int32), np.empty((B, N), np.float32))
+
+
+@njit(**OPTS8)
+def walk_lstm(xw: Any, up: Any, col: Any, us: Any, h: Any, c: Any, mask: Any, seq: Any,
+              code: int, rcode: int) -> None:
+    """LSTM over ``xw`` (T, B, 4H) (input products + bias, processing order) from state ``h``,
+    ``c`` (B, H) (updated in place); ``mask`` (T, B) uint8 or (0, 0); ``seq`` (T, B, H) or
+    (0, B, H) receives h after every step."""
+    T, B, G = xw.shape
+    H = G // 4
+    no = G if up.ndim == 2 else up.shape[0] * NB
+    q, s, zp, acc, a = _bufs(B, H, G, no)
+    for t in range(T):
+        _rec(h, up, col, us, xw[t], q, s, zp, acc, a)
+        for b in range(B):
+            if mask.shape[0] > 0 and mask[t, b] == 0:
+                continue
+            for j in range(H):
+                i = act8(a[b, j], rcode)
+                f = act8(a[b, H + j], rcode)
+                g = act8(a[b, 2 * H + j], code)
+                o = act8(a[b, 3 * H + j], rcode)
+                cn = f * c[b, j] + i * g
+                c[b, j] = cn
+                h[b, j] = o * act8(cn, code)
+        if seq.shape[0] > 0:
+            seq[t] = h
+
+
+@njit(**OPTS8)
+def walk_gru(xw: Any, up: Any, col: Any, us: Any, hb: Any, h: Any, mask: Any, seq: Any,
+             code: int, rcode: int, reset_after: bool, up_n: Any, col_n: Any, us_n: Any) -> None:
+    """GRU over ``xw`` (T, B, 3H). ``reset_after``: ``hu = dequant(h @ U^T) + hb`` over all 3H
+    (``up`` packs all of U); otherwise ``up`` packs the z|r rows and ``up_n`` the n rows, applied
+    to ``r * h`` (quantized on its own). ``hb`` (3H,) is the recurrent bias row (zeros without)."""
+    T, B, G = xw.shape
+    H = G // 3
+    nr = 3 * H if reset_after else 2 * H
+    no = nr if up.ndim == 2 else up.shape[0] * NB
+    q, s, zp, acc, a = _bufs(B, H, nr, no)
+    base = np.empty((B, nr), np.float32)
+    no_n = H if up_n.ndim == 2 else up_n.shape[0] * NB
+    acc_n = np.empty((B, no_n), np.int32)
+    rh = np.empty((B, H), np.float32)
+    nn = np.empty((B, H), np.float32)
+    zr = np.empty((B, 2 * H), np.float32)
+    for t in range(T):
+        x = xw[t]
+        if reset_after:
+            for b in range(B):
+                for j in range(nr):
+                    base[b, j] = hb[j]
+            _rec(h, up, col, us, base, q, s, zp, acc, a)
+            for b in range(B):
+                for j in range(2 * H):
+                    zr[b, j] = act8(x[b, j] + a[b, j], rcode)
+                for j in range(H):
+                    nn[b, j] = act8(zr[b, H + j] * a[b, 2 * H + j] + x[b, 2 * H + j], code)
+        else:
+            _rec(h, up, col, us, x[:, :2 * H], q, s, zp, acc, a)
+            for b in range(B):
+                for j in range(2 * H):
+                    zr[b, j] = act8(a[b, j], rcode)
+                for j in range(H):
+                    rh[b, j] = zr[b, H + j] * h[b, j]
+            _rec(rh, up_n, col_n, us_n, x[:, 2 * H:], q, s, zp, acc_n, nn)
+            for b in range(B):
+                for j in range(H):
+                    nn[b, j] = act8(nn[b, j], code)
+        for b in range(B):
+            if mask.shape[0] > 0 and mask[t, b] == 0:
+                continue
+            for j in range(H):
+                n = nn[b, j]
+                h[b, j] = (h[b, j] - n) * zr[b, j] + n
+        if seq.shape[0] > 0:
+            seq[t] = h
+
+
+@njit(**OPTS8)
+def walk_simple(xw: Any, up: Any, col: Any, us: Any, h: Any, mask: Any, seq: Any, code: int) -> None:
+    """SimpleRNN over ``xw`` (T, B, H): ``h = act(xw_t + dequant(quant(h) @ U^T))``."""
+    T, B, H = xw.shape
+    no = H if up.ndim == 2 else up.shape[0] * NB
+    q, s, zp, acc, a = _bufs(B, H, H, no)
+    for t in range(T):
+        _rec(h, up, col, us, xw[t], q, s, zp, acc, a)
+        for b in range(B):
+            if mask.shape[0] > 0 and mask[t, b] == 0:
+                continue
+            for j in range(H):
+                h[b, j] = act8(a[b, j], code)
+        if seq.shape[0] > 0:
+            seq[t] = h
+
+
+def assembly() -> dict[str, int]:
+    """How often each integer dot-product instruction occurs in the compiled product (the
+    instantiated signature): ``vpdpbusd``, ``vpdpwssd``, ``vpmaddwd``, ``vpmaddubsw``."""
+    q = np.zeros((5, 8), np.uint8)
+    w = pack(np.zeros((3, 8), np.int8))
+    gemm(q, w, np.zeros((5, out_width(3)), np.int32))
+    asm = "\n".join(gemm.inspect_asm(sig) for sig in gemm.signatures)
+    return {ins: asm.count(ins + " ") + asm.count(ins + "\t")
+            for ins in ("vpdpbusd", "vpdpwssd", "vpmaddwd", "vpmaddubsw")}
+
+
+__all__ = ["VNNI", "act8", "assembly", "gemm", "pack", "padded", "project", "quant_row", "quant_rows",
+           "walk_gru", "walk_lstm", "walk_simple", "out_width"]
