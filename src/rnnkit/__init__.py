@@ -11,7 +11,7 @@ modules import one another in no cycle, counting imports inside functions and un
                  constraints losses optimizers metrics activations initializers data timeseries
                  datasets
     2  layers    recurrent layers rnn
-    3  models    models
+    3  models    models quant
     4  outside   io distributed testing serve
     5  surface   rnnkit
     6  apps      cli __main__
@@ -156,6 +156,8 @@ from rnnkit.recurrent import (
     StepBack,
     register_cell,
 )
+from rnnkit import quant  # int8 inference: rnnkit.quantize(model) (its layers: rnnkit.quant)
+from rnnkit.quant import quantize
 
 __all__ = [
     "Activation", "HardSigmoid", "Linear", "ReLU", "Sigmoid", "Softmax", "Tanh",
@@ -188,3 +190,4 @@ __all__ = [
     "datasets", "timeseries", "distributed", "regularizers", "constraints", "attach_regularization", "data",
     "activations", "initializers", "testing", "serve",
 ]
+__all__ += ["quant", "quantize"]
