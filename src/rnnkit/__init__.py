@@ -53,6 +53,7 @@ from rnnkit import (
     metrics,
     models,
     optimizers,
+    quant,  # int8 inference: rnnkit.quantize(model) (its layers: rnnkit.quant)
     regularizers,  # L1, L2, L1L2 (Keras' definitions)
     rnn,  # whole networks in PyTorch layout: rnnkit.rnn.lstm / gru / rnn
     serve,  # HTTP serving: rnnkit.serve.app(model) / rnnkit serve MODEL (rnnkit[serve])
@@ -139,6 +140,7 @@ from rnnkit.models import (
     model_from_config,
 )
 from rnnkit.optimizers import SGD, Adam, AdamW, Optimizer, RMSprop
+from rnnkit.quant import quantize
 from rnnkit.recurrent import (
     GRU,
     LSTM,
@@ -156,8 +158,6 @@ from rnnkit.recurrent import (
     StepBack,
     register_cell,
 )
-from rnnkit import quant  # int8 inference: rnnkit.quantize(model) (its layers: rnnkit.quant)
-from rnnkit.quant import quantize
 
 __all__ = [
     "Activation", "HardSigmoid", "Linear", "ReLU", "Sigmoid", "Softmax", "Tanh",

@@ -31,7 +31,23 @@ from numba.core import cgutils, config
 from numba.extending import intrinsic
 
 from rnnkit.kernels._jit import (
-    _A1, _A3, _A5, _A7, _A9, _A11, _A13, _B0, _B2, _B4, _B6, _CLAMP, _NCLAMP, _NONE, _NSAT, _ONE, _SAT,
+    _A1,
+    _A3,
+    _A5,
+    _A7,
+    _A9,
+    _A11,
+    _A13,
+    _B0,
+    _B2,
+    _B4,
+    _B6,
+    _CLAMP,
+    _NCLAMP,
+    _NONE,
+    _NSAT,
+    _ONE,
+    _SAT,
     njit,
 )
 
@@ -40,9 +56,9 @@ OPTS8: dict[str, Any] = {"cache": True, "error_model": "numpy", "nogil": True}
 
 
 def _target_features() -> str:
-    feats = config.CPU_FEATURES
+    feats = getattr(config, "CPU_FEATURES", None)
     if feats is None or feats == "":
-        if config.CPU_NAME not in (None, "", "host"):
+        if getattr(config, "CPU_NAME", None) not in (None, "", "host"):
             return ""
         return str(llb.get_host_cpu_features().flatten())
     return str(feats)
@@ -102,7 +118,8 @@ def _tile(rows: int) -> Any:
                 ws = [builder.load(builder.inttoptr(builder.add(wbase, ir.Constant(i64, 64 * c)),
                                                     v16.as_pointer()), align=1) for c in range(4)]
                 for r in range(rows):
-                    xoff = builder.add(builder.mul(ir.Constant(i64, r), xs_), builder.mul(g, ir.Constant(i64, 4)))
+                    xoff = builder.add(builder.mul(ir.Constant(i64, r), xs_),
+                                       builder.mul(g, ir.Constant(i64, 4)))
                     xv = builder.load(builder.inttoptr(builder.add(xa_, xoff), i32.as_pointer()), align=1)
                     xb = builder.shuffle_vector(builder.insert_element(undef, xv, ir.Constant(i32, 0)),
                                                 undef, splat_mask)

@@ -91,7 +91,7 @@ class QuantizedDense(Int8Weights, Layer):
                  seed: int | None = None, dtype: Any = "float32", name: str | None = None) -> None:
         super().__init__(seed=seed, dtype=dtype, name=name)
         if self.dtype != np.float32:
-            raise InvalidParameterError(f"{self.name}: int8 layers compute in float32, got dtype {self.dtype}")
+            raise InvalidParameterError(f"{self.name}: int8 layers compute in float32, got {self.dtype}")
         self.units = check_positive_int(units, "units", self.name)
         self.activation = activation_from(activation, self.name)
         self.use_bias = check_bool(use_bias, "use_bias", self.name)
@@ -120,7 +120,7 @@ class QuantizedDense(Int8Weights, Layer):
         arr = np.asarray(self._as_input(x), F32)
         F = self._weights["kernel_q"].shape[1]
         if arr.ndim < 2 or arr.shape[-1] != F:
-            raise InvalidInputError(f"{self.name}: expected an input (batch, ..., {F}), got shape {arr.shape}")
+            raise InvalidInputError(f"{self.name}: expected an input (batch, ..., {F}), got {arr.shape}")
         mod = backend()
         wp, col, ws = self._product("kernel", mod)
         x2 = np.ascontiguousarray(arr.reshape(-1, F))
@@ -131,7 +131,8 @@ class QuantizedDense(Int8Weights, Layer):
         return np.asarray(self.activation(y), F32)
 
     def backward(self, grad: Any, ctx: Ctx) -> Any:
-        raise InvalidInputError(f"{self.name} ({type(self).__name__}) is an int8 inference layer: no backward")
+        raise InvalidInputError(f"{self.name} ({type(self).__name__}) is an int8 inference layer: "
+                                f"it has no backward pass")
 
     def get_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {"units": self.units, "activation": activation_config(self.activation),
@@ -148,9 +149,10 @@ def check_quantizable(cell: Cell, where: str) -> None:
     if kind is None:
         raise InvalidParameterError(f"{where}: int8 layers exist for the SimpleRNN, LSTM and GRU cells, "
                                     f"got {type(cell).__name__}")
-    if getattr(cell, "proj_size", 0):
+    proj = getattr(cell, "proj_size", 0)
+    if proj:
         raise InvalidParameterError(f"{where}: an LSTM with proj_size has no int8 form (proj_size="
-                                    f"{cell.proj_size}); keep this layer in float32")
+                                    f"{proj}); keep this layer in float32")
     for what in ("activation", "recurrent_activation"):
         fn = getattr(cell, what, None)
         if fn is not None and kernels.activation_code(fn) is None:
@@ -174,7 +176,7 @@ class QuantizedRecurrent(Int8Weights, RecurrentLayer):
         super().__init__(cell, **kwargs)
         check_quantizable(self.cell, self.name)
         if self.dtype != np.float32:
-            raise InvalidParameterError(f"{self.name}: int8 layers compute in float32, got dtype {self.dtype}")
+            raise InvalidParameterError(f"{self.name}: int8 layers compute in float32, got {self.dtype}")
 
     def _weight_shapes(self, input_dim: int) -> dict[str, tuple[int, ...]]:
         shapes = super()._weight_shapes(input_dim)
@@ -193,7 +195,8 @@ class QuantizedRecurrent(Int8Weights, RecurrentLayer):
         self._trainable = []
 
     def backward(self, grad: Any, ctx: Ctx) -> Any:
-        raise InvalidInputError(f"{self.name} ({type(self).__name__}) is an int8 inference layer: no backward")
+        raise InvalidInputError(f"{self.name} ({type(self).__name__}) is an int8 inference layer: "
+                                f"it has no backward pass")
 
     def _pass(self, x: Any, init: Any, ctx: Ctx, keep_seq: bool, api: str,
               check_steps: bool = True) -> tuple[np.ndarray, Arrays]:
@@ -230,7 +233,8 @@ class QuantizedRecurrent(Int8Weights, RecurrentLayer):
             return out, ()
         return out, tuple(np.array(f) for f in final)
 
-    def _walk(self, x_tm: np.ndarray, state: list[np.ndarray], mask: np.ndarray, keep_seq: bool) -> np.ndarray:
+    def _walk(self, x_tm: np.ndarray, state: list[np.ndarray], mask: np.ndarray,
+              keep_seq: bool) -> np.ndarray:
         """Run the backend's loop over ``x_tm`` (T, B, F); ``state`` updated in place; the
         (T, B, H) outputs (or an empty (0, B, H))."""
         mod = backend()
