@@ -72,15 +72,15 @@ def run(shapes: list[str], cell: str, repeats: int) -> list[dict[str, Any]]:
         qlayer = rk.quantize(fmodel).layers[0]
         ctx = rk.Ctx(False)
         jobs: dict[str, Callable[[], Any]] = {
-            "rk_int8": lambda q=qlayer: q.forward(x, ctx),
-            "rk_f32": lambda f=layer: f.forward(x, ctx),
+            "rk_int8": lambda q=qlayer, x=x, ctx=ctx: q.forward(x, ctx),
+            "rk_f32": lambda f=layer, x=x, ctx=ctx: f.forward(x, ctx),
         }
         tp = _torch_pair(layer, cell)
         if tp is not None:
             import torch
             xt = torch.from_numpy(x)
 
-            def tjob(m: Any) -> Callable[[], Any]:
+            def tjob(m: Any, xt: Any = xt) -> Callable[[], Any]:
                 def call() -> Any:
                     with torch.inference_mode():
                         return m(xt)[0]
