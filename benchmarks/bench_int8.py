@@ -10,6 +10,7 @@ Shapes (B, T, F, H): S1 (1,100,16,32), S2 (32,50,32,64), S3 (64,100,128,256), S4
 
     python benchmarks/bench_int8.py                       # LSTM, S1-S4, 7 repeats
     python benchmarks/bench_int8.py --shapes S3 --repeats 3 --cell gru
+    python benchmarks/bench_int8.py --demo /tmp/demo      # the demo's test RMSE, float32 vs int8
 """
 
 from __future__ import annotations
@@ -108,13 +109,41 @@ def run(shapes: list[str], cell: str, repeats: int) -> list[dict[str, Any]]:
     return rows
 
 
+def demo_rmse(out: str) -> dict[str, float]:
+    """The sunspots demo (``rnnkit demo``'s training) and its held-out RMSE in float32 and int8."""
+    from rnnkit import datasets
+    from rnnkit.cli._demo import TEST_YEARS, TRANSFORM, VAL_SPLIT, WINDOW, run_demo
+    from rnnkit.cli._model import load_forecaster
+    from rnnkit.cli._prepare import predict_blocks, prepare
+
+    res = run_demo(out, verbose=False, plots=False)
+    model, spec = load_forecaster(res.model_path)
+    values = datasets.sunspots().values
+    prep = prepare(values[:, None], values, ["SUNACTIVITY"], "SUNACTIVITY", window=WINDOW, horizon=1,
+                   val_split=VAL_SPLIT, n_test=TEST_YEARS, transform=TRANSFORM, index_name="YEAR",
+                   what="sunspots")
+    actual = prep.target[prep.test.pos]
+    row = {}
+    for name, m in (("float32", model), ("int8", rk.quantize(model))):
+        pred = predict_blocks(m, prep.spec, prep.test, prep.target)
+        row[f"rmse_{name}"] = float(np.sqrt(np.mean((pred - actual) ** 2)))
+    row["int8/float32"] = row["rmse_int8"] / row["rmse_float32"]
+    print(" ".join(f"{k}={v:.5g}" for k, v in row.items()), flush=True)
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--shapes", default="S1,S2,S3,S4")
     p.add_argument("--cell", choices=("lstm", "gru"), default="lstm")
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--demo", default=None, metavar="DIR",
+                   help="instead: train the sunspots demo into DIR and compare its test RMSE in int8")
     a = p.parse_args(argv)
     warnings.filterwarnings("ignore", category=DeprecationWarning)   # torch.ao.quantization
+    if a.demo is not None:
+        demo_rmse(a.demo)
+        return 0
     run(a.shapes.split(","), a.cell, a.repeats)
     return 0
 

@@ -102,3 +102,21 @@ def test_convert_quantize_then_predict(tmp_path: Path, capsys: pytest.CaptureFix
     assert 0 < np.abs(a - b).max() < 0.02 * np.abs(a).max()
     assert main(["convert", str(src), str(tmp_path / "m.onnx"), "--quantize"]) == 2
     assert "--quantize writes an rnnkit model file" in capsys.readouterr().err
+
+
+def test_the_sunspots_demo_keeps_its_test_rmse_in_int8(tmp_path: Path) -> None:
+    from rnnkit.cli._demo import TEST_YEARS, TRANSFORM, VAL_SPLIT, WINDOW, run_demo
+    from rnnkit.cli._model import load_forecaster
+    from rnnkit.cli._prepare import predict_blocks, prepare
+
+    res = run_demo(tmp_path, verbose=False, plots=False)
+    model, _ = load_forecaster(res.model_path)
+    values = datasets.sunspots().values
+    prep = prepare(values[:, None], values, ["SUNACTIVITY"], "SUNACTIVITY", window=WINDOW, horizon=1,
+                   val_split=VAL_SPLIT, n_test=TEST_YEARS, transform=TRANSFORM, index_name="YEAR",
+                   what="sunspots")
+    actual = prep.target[prep.test.pos]
+    f32, i8 = (np.sqrt(np.mean((predict_blocks(m, prep.spec, prep.test, prep.target) - actual) ** 2))
+               for m in (model, rk.quantize(model)))
+    assert f32 == pytest.approx(res.comparison.rows[0][1], rel=1e-9)   # the demo's own figure
+    assert abs(i8 / f32 - 1) < 0.01, (f32, i8)
