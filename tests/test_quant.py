@@ -57,7 +57,22 @@ def test_compiled_product_equals_int64_product(M: int, K: int, N: int) -> None:
     w = rng.integers(-127, 128, (N, K)).astype(np.int8)
     out = np.zeros((M, k.out_width(N)), np.int32)
     k.gemm(q, k.pack(w), out)
-    assert np.array_equal(out[:, :N], q[:, :K].astype(np.int64) @ w.astype(np.int64).T)
+    want = q[:, :K].astype(np.int64) @ w.astype(np.int64).T
+    assert np.array_equal(out[:, :N], want)
+    plain = np.zeros((N, k.padded(K)), np.int8)      # the product of CPUs without VNNI
+    plain[:, :K] = w
+    out2 = np.zeros((M, N), np.int32)
+    k._gemm_plain(q, plain, out2)
+    assert np.array_equal(out2, want)
+
+
+def test_the_product_compiles_to_integer_dot_products() -> None:
+    k = compiled()
+    counts = k.assembly()
+    if k.VNNI:
+        assert counts["vpdpbusd"] > 0
+    else:
+        assert counts["vpmaddwd"] + counts["vpdpwssd"] > 0
 
 
 def test_compiled_quantization_and_projection_equal_the_reference() -> None:

@@ -21,6 +21,7 @@ LLVM vectorises with ``vpmaddwd`` (AVX2) or ``vpdpwssd`` (AVX-512 VNNI). :data:`
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import llvmlite.binding as llb
@@ -179,15 +180,23 @@ def _gemm_plain(q: Any, w: Any, out: Any) -> None:
 gemm = _gemm_vnni if VNNI else _gemm_plain
 
 
-@njit(**OPTS8)
-def quant_row(x: Any, q: Any) -> tuple[Any, Any]:
-    """Quantize the float32 row ``x`` into ``q`` (uint8, len >= len(x); the tail set to 0):
-    returns (scale, zero point)."""
+@njit(cache=True, error_model="numpy", nogil=True, fastmath={"nnan", "nsz"})
+def _range(x: Any) -> tuple[Any, Any]:
+    """(min(x, 0), max(x, 0)) of a finite row: exact whatever the order, so the reduction may
+    vectorise (no NaN, and the sign of zero does not matter)."""
     lo, hi = _ZERO, _ZERO
     for k in range(x.shape[0]):
         v = x[k]
         lo = min(lo, v)
         hi = max(hi, v)
+    return lo, hi
+
+
+@njit(**OPTS8)
+def quant_row(x: Any, q: Any) -> tuple[Any, Any]:
+    """Quantize the float32 row ``x`` into ``q`` (uint8, len >= len(x); the tail set to 0):
+    returns (scale, zero point)."""
+    lo, hi = _range(x)
     s = (hi - lo) / _255
     if s == _ZERO:
         s = _F32(1.0)
@@ -219,26 +228,31 @@ def dequant_add(acc: Any, zp: Any, s: Any, col: Any, ws: Any, base: Any, out: An
 
 
 @njit(**OPTS8)
+def dequant_bias(acc: Any, zp: Any, s: Any, col: Any, ws: Any, bias: Any, out: Any) -> None:
+    """:func:`dequant_add` with the same ``bias`` (N,) row added to every row."""
+    for m in range(out.shape[0]):
+        zm, sm = zp[m], s[m]
+        for n in range(out.shape[1]):
+            c = np.int32(acc[m, n] - zm * col[n])
+            out[m, n] = np.float32(c) * (sm * ws[n]) + bias[n]
+
+
+@njit(**OPTS8)
 def project(x: Any, wp: Any, col: Any, ws: Any, bias: Any, out: Any) -> None:
     """``out (M, N) = dequant(quant(x) (M, K) @ w^T) + bias`` in chunks of 64 rows."""
     M, K = x.shape
-    N = out.shape[1]
-    no = N if wp.ndim == 2 else wp.shape[0] * NB
+    no = out.shape[1] if wp.ndim == 2 else wp.shape[0] * NB
     step = 64
     q = np.empty((step, (K + KG - 1) // KG * KG), np.uint8)
     acc = np.empty((step, no), np.int32)
     s = np.empty(step, np.float32)
     zp = np.empty(step, np.int32)
-    base = np.empty((step, N), np.float32)
     for m0 in range(0, M, step):
         m1 = min(M, m0 + step)
         r = m1 - m0
         quant_rows(x[m0:m1], q[:r], s[:r], zp[:r])
         gemm(q[:r], wp, acc[:r])
-        for i in range(r):
-            for n in range(N):
-                base[i, n] = bias[n]
-        dequant_add(acc[:r], zp[:r], s[:r], col, ws, base[:r], out[m0:m1])
+        dequant_bias(acc[:r], zp[:r], s[:r], col, ws, bias, out[m0:m1])
 
 
 @njit(inline="always", **OPTS8)
@@ -410,14 +424,14 @@ def walk_simple(xw: Any, up: Any, col: Any, us: Any, h: Any, mask: Any, seq: Any
 
 
 def assembly() -> dict[str, int]:
-    """How often each integer dot-product instruction occurs in the compiled product (the
-    instantiated signature): ``vpdpbusd``, ``vpdpwssd``, ``vpmaddwd``, ``vpmaddubsw``."""
-    q = np.zeros((5, 8), np.uint8)
-    w = pack(np.zeros((3, 8), np.int8))
-    gemm(q, w, np.zeros((5, out_width(3)), np.int32))
-    asm = "\n".join(gemm.inspect_asm(sig) for sig in gemm.signatures)
-    return {ins: asm.count(ins + " ") + asm.count(ins + "\t")
-            for ins in ("vpdpbusd", "vpdpwssd", "vpmaddwd", "vpmaddubsw")}
+    """How often each integer dot-product instruction occurs in the product :data:`gemm` as
+    compiled for this machine (compiled afresh: Numba shows no assembly of cached code):
+    ``vpdpbusd``, ``vpdpwssd``, ``vpmaddwd``, ``vpmaddubsw``."""
+    fresh = njit(error_model="numpy")(gemm.py_func)
+    fresh(np.zeros((5, 8), np.uint8), pack(np.zeros((3, 8), np.int8)), np.zeros((5, out_width(3)), np.int32))
+    asm = "\n".join(fresh.inspect_asm(sig) for sig in fresh.signatures)
+    names = ("vpdpbusd", "vpdpwssd", "vpmaddwd", "vpmaddubsw")
+    return {ins: len(re.findall(rf"\b{ins}\b", asm)) for ins in names}
 
 
 __all__ = ["VNNI", "act8", "assembly", "gemm", "pack", "padded", "project", "quant_row", "quant_rows",
