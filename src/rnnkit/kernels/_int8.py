@@ -319,24 +319,37 @@ def _rec(h: Any, wp: Any, col: Any, ws: Any, base: Any, q: Any, s: Any, zp: Any,
 
 
 @njit(**OPTS8)
+def _inp(xt: Any, wp: Any, wcol: Any, ws: Any, bias: Any, q: Any, s: Any, zp: Any, acc: Any,
+         out: Any) -> None:
+    """out = dequant(quant(x_t) @ W^T) + bias: the input product of one step."""
+    quant_rows(xt, q, s, zp)
+    gemm(q, wp, acc)
+    dequant_bias(acc, zp, s, wcol, ws, bias, out)
+
+
+@njit(**OPTS8)
 def _bufs(B: int, R: int, N: int, no: int) -> tuple[Any, Any, Any, Any, Any]:
     return (np.empty((B, (R + KG - 1) // KG * KG), np.uint8), np.empty(B, np.float32),
             np.empty(B, np.int32), np.empty((B, no), np.int32), np.empty((B, N), np.float32))
 
 
 @njit(**OPTS8)
-def walk_lstm(xw: Any, up: Any, col: Any, us: Any, h: Any, c: Any, mask: Any, seq: Any,
-              code: int, rcode: int) -> None:
-    """LSTM over ``xw`` (T, B, 4H) (input products + bias, processing order) from state ``h``,
+def walk_lstm(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any, us: Any, h: Any,
+              c: Any, mask: Any, seq: Any, code: int, rcode: int) -> None:
+    """LSTM over ``x`` (T, B, F) (processing order; any strides) with the packed input kernel
+    ``wp`` (row sums ``wcol``, scales ``ws``) and bias row ``bias`` (4H,), from state ``h``,
     ``c`` (B, H) (updated in place); ``mask`` (T, B) uint8 or (0, 0); ``seq`` (T, B, H) or
     (0, B, H) receives h after every step."""
-    T, B, G = xw.shape
+    T, B, F = x.shape
+    G = bias.shape[0]
     H = G // 4
     no = G if up.ndim == 2 else up.shape[0] * NB
     q, s, zp, acc, a = _bufs(B, H, G, no)
+    qx, sx, zpx, accx, xt = _bufs(B, F, G, G if wp.ndim == 2 else wp.shape[0] * NB)
     tmp = np.empty(H, np.float32)
     for t in range(T):
-        _rec(h, up, col, us, xw[t], q, s, zp, acc, a)
+        _inp(x[t], wp, wcol, ws, bias, qx, sx, zpx, accx, xt)
+        _rec(h, up, col, us, xt, q, s, zp, acc, a)
         for b in range(B):
             if mask.shape[0] > 0 and mask[t, b] == 0:
                 continue
@@ -356,16 +369,20 @@ def walk_lstm(xw: Any, up: Any, col: Any, us: Any, h: Any, c: Any, mask: Any, se
 
 
 @njit(**OPTS8)
-def walk_gru(xw: Any, up: Any, col: Any, us: Any, hb: Any, h: Any, mask: Any, seq: Any,
-             code: int, rcode: int, reset_after: bool, up_n: Any, col_n: Any, us_n: Any) -> None:
-    """GRU over ``xw`` (T, B, 3H). ``reset_after``: ``hu = dequant(h @ U^T) + hb`` over all 3H
-    (``up`` packs all of U); otherwise ``up`` packs the z|r rows and ``up_n`` the n rows, applied
-    to ``r * h`` (quantized on its own). ``hb`` (3H,) is the recurrent bias row (zeros without)."""
-    T, B, G = xw.shape
+def walk_gru(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any, us: Any, hb: Any,
+             h: Any, mask: Any, seq: Any, code: int, rcode: int, reset_after: bool, up_n: Any,
+             col_n: Any, us_n: Any) -> None:
+    """GRU over ``x`` (T, B, F), the input product as in :func:`walk_lstm`. ``reset_after``:
+    ``hu = dequant(h @ U^T) + hb`` over all 3H (``up`` packs all of U); otherwise ``up`` packs
+    the z|r rows and ``up_n`` the n rows, applied to ``r * h`` (quantized on its own). ``hb``
+    (3H,) is the recurrent bias row (zeros without)."""
+    T, B, F = x.shape
+    G = bias.shape[0]
     H = G // 3
     nr = 3 * H if reset_after else 2 * H
     no = nr if up.ndim == 2 else up.shape[0] * NB
     q, s, zp, acc, a = _bufs(B, H, nr, no)
+    qx, sx, zpx, accx, xx = _bufs(B, F, G, G if wp.ndim == 2 else wp.shape[0] * NB)
     base = np.empty((B, nr), np.float32)
     for b in range(B):
         for j in range(nr):
@@ -376,23 +393,23 @@ def walk_gru(xw: Any, up: Any, col: Any, us: Any, hb: Any, h: Any, mask: Any, se
     nn = np.empty((B, H), np.float32)
     zr = np.empty((B, 2 * H), np.float32)
     for t in range(T):
-        x = xw[t]
+        _inp(x[t], wp, wcol, ws, bias, qx, sx, zpx, accx, xx)
         if reset_after:
             _rec(h, up, col, us, base, q, s, zp, acc, a)
             for b in range(B):
                 for j in range(2 * H):
-                    zr[b, j] = x[b, j] + a[b, j]
+                    zr[b, j] = xx[b, j] + a[b, j]
                 act_ip(row(zr, b), rcode)
                 for j in range(H):
-                    nn[b, j] = zr[b, H + j] * a[b, 2 * H + j] + x[b, 2 * H + j]
+                    nn[b, j] = zr[b, H + j] * a[b, 2 * H + j] + xx[b, 2 * H + j]
                 act_ip(row(nn, b), code)
         else:
-            _rec(h, up, col, us, x[:, :2 * H], q, s, zp, acc, zr)
+            _rec(h, up, col, us, xx[:, :2 * H], q, s, zp, acc, zr)
             for b in range(B):
                 act_ip(row(zr, b), rcode)
                 for j in range(H):
                     rh[b, j] = zr[b, H + j] * h[b, j]
-            _rec(rh, up_n, col_n, us_n, x[:, 2 * H:], q, s, zp, acc_n, nn)
+            _rec(rh, up_n, col_n, us_n, xx[:, 2 * H:], q, s, zp, acc_n, nn)
             for b in range(B):
                 act_ip(row(nn, b), code)
         for b in range(B):
@@ -406,13 +423,18 @@ def walk_gru(xw: Any, up: Any, col: Any, us: Any, hb: Any, h: Any, mask: Any, se
 
 
 @njit(**OPTS8)
-def walk_simple(xw: Any, up: Any, col: Any, us: Any, h: Any, mask: Any, seq: Any, code: int) -> None:
-    """SimpleRNN over ``xw`` (T, B, H): ``h = act(xw_t + dequant(quant(h) @ U^T))``."""
-    T, B, H = xw.shape
+def walk_simple(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any, us: Any, h: Any,
+                mask: Any, seq: Any, code: int) -> None:
+    """SimpleRNN over ``x`` (T, B, F): ``h = act(xw_t + dequant(quant(h) @ U^T))``, ``xw_t`` the
+    input product as in :func:`walk_lstm`."""
+    T, B, F = x.shape
+    H = bias.shape[0]
     no = H if up.ndim == 2 else up.shape[0] * NB
     q, s, zp, acc, a = _bufs(B, H, H, no)
+    qx, sx, zpx, accx, xt = _bufs(B, F, H, H if wp.ndim == 2 else wp.shape[0] * NB)
     for t in range(T):
-        _rec(h, up, col, us, xw[t], q, s, zp, acc, a)
+        _inp(x[t], wp, wcol, ws, bias, qx, sx, zpx, accx, xt)
+        _rec(h, up, col, us, xt, q, s, zp, acc, a)
         for b in range(B):
             if mask.shape[0] > 0 and mask[t, b] == 0:
                 continue

@@ -213,9 +213,13 @@ class QuantizedRecurrent(Int8Weights, RecurrentLayer):
         state = [np.zeros((B, n), F32) for n in self.cell.state_sizes()] if parts is None else \
             [np.array(p, F32, order="C") for p in parts]
         m8 = np.zeros((0, 0), np.uint8) if m_tm is None else np.ascontiguousarray(m_tm != 0, np.uint8)
-        xw = self._project(arr, idx)
+        if idx is None:   # a time-major view of the input, no copy
+            x_tm = np.ascontiguousarray(arr, F32).transpose(1, 0, 2)
+            x_tm = x_tm[::-1] if self.go_backwards else x_tm
+        else:
+            x_tm = np.ascontiguousarray(arr[np.arange(B)[None, :], idx], F32)
         seq = np.zeros((B, T, self.cell.units) if keep_seq else (0, B, self.cell.units), F32)
-        self._walk(xw, state, m8, seq.transpose(1, 0, 2) if keep_seq else seq)
+        self._walk(x_tm, state, m8, seq.transpose(1, 0, 2) if keep_seq else seq)
         final = tuple(state)
         if self.stateful and api == "layer":
             self._state = tuple(np.array(f) for f in final)
@@ -230,44 +234,25 @@ class QuantizedRecurrent(Int8Weights, RecurrentLayer):
             return out, ()
         return out, tuple(np.array(f) for f in final)
 
-    def _project(self, arr: np.ndarray, idx: np.ndarray | None) -> np.ndarray:
-        """The input products plus bias row 0 of every step, (T, B, G) in processing order: a
-        view of a (B, T, G) array in input order when ``idx`` is None (no copy of ``arr``)."""
-        mod = backend()
-        w = self._weights
-        G = w["kernel_q"].shape[0]
-        bias = np.ascontiguousarray(w["bias"][0]) if "bias" in w else np.zeros(G, F32)
-        wp, col, ws = self._product("kernel", mod)
-        B, T, F = arr.shape
-        if idx is None:
-            xw = np.empty((B, T, G), F32)
-            mod.project(np.ascontiguousarray(arr, F32).reshape(B * T, F), wp, col, ws, bias,
-                        xw.reshape(B * T, G))
-            tm = xw.transpose(1, 0, 2)
-            return tm[::-1] if self.go_backwards else tm
-        x_tm = np.ascontiguousarray(arr[np.arange(B)[None, :], idx], F32)
-        xw = np.empty((T, B, G), F32)
-        mod.project(x_tm.reshape(T * B, F), wp, col, ws, bias, xw.reshape(T * B, G))
-        return xw
-
-    def _walk(self, xw3: np.ndarray, state: list[np.ndarray], mask: np.ndarray, seq: np.ndarray) -> None:
-        """Run the backend's loop over ``xw3`` (T, B, G); ``state`` updated in place; ``seq``
-        (T, B, H), or (0, B, H), receives the output of every step."""
+    def _walk(self, x_tm: np.ndarray, state: list[np.ndarray], mask: np.ndarray, seq: np.ndarray) -> None:
+        """Run the backend's loop over ``x_tm`` (T, B, F), processing order, any strides;
+        ``state`` updated in place; ``seq`` (T, B, H), or (0, B, H), receives every output."""
         mod = backend()
         cell, w = self.cell, self._weights
         H = cell.units
         G = w["kernel_q"].shape[0]
         bias = w["bias"] if "bias" in w else np.zeros((1, G), F32)
+        xin = (x_tm, *self._product("kernel", mod), np.ascontiguousarray(bias[0]))
         code = int(kernels.activation_code(cell.activation))  # type: ignore[arg-type]
         kind = builtin_kind(cell)
         if kind == "SimpleRNN":
             up, ucol, us = self._product("recurrent_kernel", mod)
-            mod.walk_simple(xw3, up, ucol, us, state[0], mask, seq, code)
+            mod.walk_simple(*xin, up, ucol, us, state[0], mask, seq, code)
             return
         rcode = int(kernels.activation_code(cell.recurrent_activation))  # type: ignore[attr-defined,arg-type]
         if kind == "LSTM":
             up, ucol, us = self._product("recurrent_kernel", mod)
-            mod.walk_lstm(xw3, up, ucol, us, state[0], state[1], mask, seq, code, rcode)
+            mod.walk_lstm(*xin, up, ucol, us, state[0], state[1], mask, seq, code, rcode)
             return
         ra = bool(getattr(cell, "reset_after", False))
         hb = np.ascontiguousarray(bias[1]) if ra and bias.shape[0] > 1 else np.zeros(G, F32)
@@ -277,4 +262,4 @@ class QuantizedRecurrent(Int8Weights, RecurrentLayer):
         else:
             up, ucol, us = self._product("recurrent_kernel", mod, slice(0, 2 * H))
             un, ncol, uns = self._product("recurrent_kernel", mod, slice(2 * H, 3 * H))
-        mod.walk_gru(xw3, up, ucol, us, hb, state[0], mask, seq, code, rcode, ra, un, ncol, uns)
+        mod.walk_gru(*xin, up, ucol, us, hb, state[0], mask, seq, code, rcode, ra, un, ncol, uns)

@@ -98,13 +98,18 @@ def _keep(mask: np.ndarray, t: int, new: np.ndarray, old: np.ndarray) -> np.ndar
     return np.where(mask[t][:, None] != 0, new, old)
 
 
-def walk_lstm(xw: np.ndarray, up: np.ndarray, col: np.ndarray, us: np.ndarray, h: np.ndarray,
-              c: np.ndarray, mask: np.ndarray, seq: np.ndarray, code: int, rcode: int) -> None:
-    """LSTM: ``a = xw_t + product(h, U)``; i, f, o = ra(.), g = act(.); ``c = f c + i g``;
-    ``h = o act(c)``; masked rows keep their state."""
-    H = xw.shape[2] // 4
-    for t in range(xw.shape[0]):
-        a = product(h, up, col, us, xw[t])
+def _xw(x: np.ndarray, wp: np.ndarray, wcol: np.ndarray, ws: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    return product(x, wp, wcol, ws, np.broadcast_to(bias, (x.shape[0], bias.shape[0])))
+
+
+def walk_lstm(x: np.ndarray, wp: np.ndarray, wcol: np.ndarray, ws: np.ndarray, bias: np.ndarray,
+              up: np.ndarray, col: np.ndarray, us: np.ndarray, h: np.ndarray, c: np.ndarray,
+              mask: np.ndarray, seq: np.ndarray, code: int, rcode: int) -> None:
+    """LSTM: ``a = product(x_t, W) + bias + product(h, U)``; i, f, o = ra(.), g = act(.);
+    ``c = f c + i g``; ``h = o act(c)``; masked rows keep their state."""
+    H = bias.shape[0] // 4
+    for t in range(x.shape[0]):
+        a = product(h, up, col, us, _xw(x[t], wp, wcol, ws, bias))
         i, f = act8(a[:, :H], rcode), act8(a[:, H:2 * H], rcode)
         g, o = act8(a[:, 2 * H:3 * H], code), act8(a[:, 3 * H:], rcode)
         cn = f * c + i * g
@@ -115,13 +120,14 @@ def walk_lstm(xw: np.ndarray, up: np.ndarray, col: np.ndarray, us: np.ndarray, h
             seq[t] = h
 
 
-def walk_gru(xw: np.ndarray, up: np.ndarray, col: np.ndarray, us: np.ndarray, hb: np.ndarray,
-             h: np.ndarray, mask: np.ndarray, seq: np.ndarray, code: int, rcode: int,
-             reset_after: bool, up_n: np.ndarray, col_n: np.ndarray, us_n: np.ndarray) -> None:
+def walk_gru(x_seq: np.ndarray, wp: np.ndarray, wcol: np.ndarray, ws: np.ndarray, bias: np.ndarray,
+             up: np.ndarray, col: np.ndarray, us: np.ndarray, hb: np.ndarray, h: np.ndarray,
+             mask: np.ndarray, seq: np.ndarray, code: int, rcode: int, reset_after: bool,
+             up_n: np.ndarray, col_n: np.ndarray, us_n: np.ndarray) -> None:
     """GRU, both forms (see :func:`rnnkit.kernels._int8.walk_gru`); ``h = (h - n) z + n``."""
-    H = xw.shape[2] // 3
-    for t in range(xw.shape[0]):
-        x = xw[t]
+    H = bias.shape[0] // 3
+    for t in range(x_seq.shape[0]):
+        x = _xw(x_seq[t], wp, wcol, ws, bias)
         if reset_after:
             a = product(h, up, col, us, np.broadcast_to(hb, (h.shape[0], 3 * H)))
             zr = act8(x[:, :2 * H] + a[:, :2 * H], rcode)
@@ -135,11 +141,13 @@ def walk_gru(xw: np.ndarray, up: np.ndarray, col: np.ndarray, us: np.ndarray, hb
             seq[t] = h
 
 
-def walk_simple(xw: np.ndarray, up: np.ndarray, col: np.ndarray, us: np.ndarray, h: np.ndarray,
-                mask: np.ndarray, seq: np.ndarray, code: int) -> None:
-    """SimpleRNN: ``h = act(xw_t + product(h, U))``."""
-    for t in range(xw.shape[0]):
-        h[...] = _keep(mask, t, act8(product(h, up, col, us, xw[t]), code), h)
+def walk_simple(x: np.ndarray, wp: np.ndarray, wcol: np.ndarray, ws: np.ndarray, bias: np.ndarray,
+                up: np.ndarray, col: np.ndarray, us: np.ndarray, h: np.ndarray, mask: np.ndarray,
+                seq: np.ndarray, code: int) -> None:
+    """SimpleRNN: ``h = act(product(x_t, W) + bias + product(h, U))``."""
+    for t in range(x.shape[0]):
+        xw = _xw(x[t], wp, wcol, ws, bias)
+        h[...] = _keep(mask, t, act8(product(h, up, col, us, xw), code), h)
         if seq.shape[0]:
             seq[t] = h
 
