@@ -57,6 +57,15 @@ def test_early_stopping_baseline_and_start_from_epoch_stop_where_keras_does(kw: 
     assert ours == theirs
 
 
+def test_early_stopping_positional_arguments_mean_what_they_mean_in_keras() -> None:
+    keras = keras_or_skip()
+    args = ("val_loss", 0.05, 2, 0, "min", 0.7, False, 1)   # monitor, min_delta, patience, ...
+    ours, theirs = rk.EarlyStopping(*args), keras.callbacks.EarlyStopping(*args)
+    assert (ours.min_delta, ours.patience, ours.baseline, ours.start_from_epoch) == (
+        theirs.min_delta, theirs.patience, theirs.baseline, theirs.start_from_epoch)
+    assert _stop_epoch(ours, LOSSES) == _stop_epoch(theirs, LOSSES)
+
+
 def test_early_stopping_baseline_by_hand() -> None:
     # epochs 0-2 improve but none beats the baseline 0.5, so each counts as waiting (wait 1, 2, 3);
     # epoch 3 does not improve (wait 4 >= patience 2): stop there. Without a baseline the

@@ -12,7 +12,7 @@ modules import one another in no cycle, counting imports inside functions and un
                  constraints losses optimizers metrics activations initializers data timeseries
                  datasets
     2  layers    recurrent layers rnn
-    3  models    models callbacks
+    3  models    models callbacks quant
     4  outside   io distributed testing serve
     5  surface   rnnkit
     6  apps      cli __main__
@@ -55,6 +55,7 @@ from rnnkit import (
     metrics,
     models,
     optimizers,
+    quant,  # int8 inference: rnnkit.quantize(model) (its layers: rnnkit.quant)
     regularizers,  # L1, L2, L1L2 (Keras' definitions)
     rnn,  # whole networks in PyTorch layout: rnnkit.rnn.lstm / gru / rnn
     serve,  # HTTP serving: rnnkit.serve.app(model) / rnnkit serve MODEL (rnnkit[serve])
@@ -145,6 +146,7 @@ from rnnkit.models import (
 from rnnkit.models import FunctionalModel as Model  # Keras' functional API: rk.Model(inputs, outputs)
 from rnnkit.models._habits import FullBatchWarning  # fit without batch_size on many samples
 from rnnkit.optimizers import SGD, Adam, AdamW, Optimizer, RMSprop
+from rnnkit.quant import quantize
 from rnnkit.recurrent import (
     GRU,
     LSTM,
@@ -195,4 +197,4 @@ __all__ = [
     "activations", "initializers", "testing", "serve",
     "Input", "InputLayer", "Model",
 ]
-__all__ += ["callbacks", "FullBatchWarning"]
+__all__ += ["callbacks", "FullBatchWarning", "quant", "quantize"]

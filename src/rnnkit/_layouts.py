@@ -6,23 +6,26 @@ PyTorch (``torch.nn.RNN`` / ``LSTM`` / ``GRU``, one layer and direction)::
     rnnkit kernel = reorder(weight_ih).T           (F, G*H)
            recurrent_kernel = reorder(weight_hh).T (S, G*H)     S = H, or P with a projection
            bias = (bias_ih + bias_hh)[None, :]      SimpleRNN / LSTM: one row, the sum
-           bias = [reorder(bias_ih); reorder(bias_hh)]   GRU: two rows (reset_after=True)
+           bias = [reorder(bias_ih); reorder(bias_hh)]   GRU: two rows (reset_after=True);
+                                                         SimpleRNN / LSTM with bias_layout="torch"
            projection_kernel = weight_hr.T         (H, P)  LSTM with proj_size only
 
 ``reorder``: the gate blocks of SimpleRNN (one) and LSTM (``i, f, g, o``) are in the same order
 in both; GRU blocks are ``r, z, n`` in PyTorch and ``z, r, n`` here (swap the first two
 H-blocks, an involution). PyTorch's GRU applies the reset gate after the recurrent matmul, which
 is ``GRU(reset_after=True)`` here. PyTorch's LSTM and GRU use tanh and sigmoid gates, its RNN
-tanh or relu. Exporting a SimpleRNN / LSTM writes ``bias_ih = bias`` and ``bias_hh = 0`` (torch
-adds the two); the gradients of both PyTorch biases are then the gradient of the one row. A
+tanh or relu. Exporting a one-row SimpleRNN / LSTM writes ``bias_ih = bias`` and ``bias_hh = 0``
+(torch adds the two); the gradients of both PyTorch biases are then the gradient of the one row.
+A two-row bias exports its rows. A
 layer with ``use_bias=False`` corresponds to ``bias=False``.
 
 ONNX (``LSTM`` / ``GRU`` / ``RNN`` operators, opset >= 14; one op per layer)::
 
     W (D, G*H, F) = onnx_reorder(kernel.T)          D = 1, or 2 for direction="bidirectional"
     R (D, G*H, H) = onnx_reorder(recurrent_kernel.T)
-    B (D, 2*G*H)  = [Wb | Rb]: [bias row 0 | bias row 1] for a GRU with reset_after,
-                    [bias | 0] otherwise (ONNX adds the two); no B input with use_bias=False
+    B (D, 2*G*H)  = [Wb | Rb]: [bias row 0 | bias row 1] for a two-row bias (GRU with
+                    reset_after, bias_layout="torch"), [bias | 0] otherwise (ONNX adds the
+                    two); no B input with use_bias=False
 
 ONNX's gate blocks are ``i, o, f, c`` for an LSTM (rnnkit: ``i, f, g, o``), ``z, r, h`` for a
 GRU (the same as rnnkit's, with the same convention ``h = (1 - z) * n + z * h_prev``), one block
@@ -115,7 +118,7 @@ def from_torch(cell: Any, t: Mapping[str, np.ndarray], dtype: np.dtype) -> dict[
         GH = len(ORDER[kind]) * H
         b_ih = reorder(t["bias_ih"], kind, H) if "bias_ih" in t else np.zeros(GH, dtype)
         b_hh = reorder(t["bias_hh"], kind, H) if "bias_hh" in t else np.zeros(GH, dtype)
-        if kind == "GRU":
+        if kind == "GRU" or cell.bias_rows == 2:   # reset_after, or bias_layout="torch"
             out["bias"] = np.stack([b_ih, b_hh])
         else:
             out["bias"] = (np.asarray(b_ih, np.float64) + np.asarray(b_hh, np.float64))[None, :]
@@ -127,7 +130,8 @@ def from_torch(cell: Any, t: Mapping[str, np.ndarray], dtype: np.dtype) -> dict[
 def _to_torch_layout(cell: Any, w: Mapping[str, np.ndarray], where: str,
                      bias_hh: Any) -> dict[str, np.ndarray]:
     """rnnkit arrays of ``cell`` (weights or their gradients) in PyTorch's names and layout;
-    ``bias_hh(row0, row1)`` gives PyTorch's ``bias_hh`` of a one-row (SimpleRNN/LSTM) bias."""
+    ``bias_hh(row0)`` gives PyTorch's ``bias_hh`` of a one-row (SimpleRNN/LSTM) bias; a two-row
+    bias gives its rows."""
     kind = cell_kind(cell, where)
     H = cell.units
     out = {"weight_ih": reorder(w["kernel"].T, kind, H),
@@ -135,7 +139,7 @@ def _to_torch_layout(cell: Any, w: Mapping[str, np.ndarray], where: str,
     if cell.use_bias:
         b = w["bias"]
         out["bias_ih"] = reorder(b[0], kind, H)
-        out["bias_hh"] = reorder(b[1], kind, H) if kind == "GRU" else bias_hh(b[0])
+        out["bias_hh"] = reorder(b[1], kind, H) if b.shape[0] == 2 else bias_hh(b[0])
     if getattr(cell, "proj_size", 0):
         out["weight_hr"] = w["projection_kernel"].T
     return {k: np.ascontiguousarray(v) for k, v in out.items()}
@@ -230,5 +234,7 @@ def to_keras(cell: Any, w: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     out = [np.array(w["kernel"]), np.array(w["recurrent_kernel"])]
     if cell.use_bias:
         b = np.array(w["bias"])
+        if b.shape[0] == 2 and not getattr(cell, "reset_after", False):
+            b = b.sum(axis=0, keepdims=True)   # PyTorch's two biases (bias_layout="torch"): Keras' one
         out.append(b.reshape(-1) if b.shape[0] == 1 else b)
     return out

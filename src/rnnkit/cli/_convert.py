@@ -19,6 +19,10 @@ Out (DST, by name)::
     *.safetensors    from a foreign file: an rnnkit model file; from an rnnkit model file: a
                      PyTorch state dict (the model must be one RNNNet or recurrent layer)
     *.rnnkit         an rnnkit model file
+
+``--quantize`` writes the int8 form of the model (:func:`rnnkit.quantize`) as an rnnkit model
+file (DST ``*.rnnkit`` or ``*.safetensors``), keeping an rnnkit SRC's forecast settings, so
+that ``rnnkit predict`` takes it as it takes the float32 file.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 import rnnkit as rk
 from rnnkit._safetensors import read_safetensors
 from rnnkit.cli._common import CliError
+from rnnkit.cli._model import SPEC_KEY
 from rnnkit.io._model import MODEL_FORMAT
 from rnnkit.io._sniff import describe, sniff
 from rnnkit.models import Sequential
@@ -59,6 +64,9 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--opset", type=int, default=None, help="the ONNX opset of an .onnx DST (default 17)")
     c.add_argument("--lengths", action="store_true",
                    help="an .onnx DST takes an int64 'lengths' input (PyTorch's packed sequences)")
+    c.add_argument("--quantize", action="store_true",
+                   help="write the int8 model (rnnkit.quantize) as an rnnkit model file (.rnnkit or "
+                        ".safetensors DST)")
 
 
 def _kind(path: str) -> str:
@@ -125,7 +133,15 @@ def convert_command(args: argparse.Namespace) -> int:
         raise CliError(f"{dst}: DST is SRC; write the conversion to another file")
     if (args.opset is not None or args.lengths) and kind != ".onnx":
         raise CliError("--opset and --lengths apply to an .onnx DST only")
+    if args.quantize and kind not in (".rnnkit", ".safetensors"):
+        raise CliError(f"{dst}: --quantize writes an rnnkit model file (.rnnkit or .safetensors), "
+                       f"not {kind}")
     model, from_rnnkit = _read(args)
+    if args.quantize:
+        spec = read_safetensors(args.src)[1].get(SPEC_KEY) if from_rnnkit else None
+        rk.save_model(rk.quantize(_as_model(model)), dst, metadata=None if spec is None else {SPEC_KEY: spec})
+        print(f"wrote {dst} (an int8 rnnkit model file)")
+        return 0
     if kind == ".onnx":
         target = model if isinstance(model, RNNNet) else _as_model(model)
         rk.save_onnx(target, dst, opset=args.opset, lengths=args.lengths)

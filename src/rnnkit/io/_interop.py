@@ -15,6 +15,7 @@ kernel as they are (same gate orders); bias ``(G*H,)`` reshaped to ``(1, G*H)``,
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -58,7 +59,10 @@ def from_torch_state(layer: RecurrentLayer, state_dict: Mapping[str, Any], suffi
                      prefix: str = "") -> None:
     """Install the PyTorch weights ``{prefix}weight_ih{suffix}`` ... into ``layer`` (built from
     ``weight_ih``'s width if unbuilt). Every name and shape is checked before anything changes:
-    WeightShapeError lists each missing or mis-shaped name. See the module doc for the layout."""
+    WeightShapeError lists each missing or mis-shaped name. See the module doc for the layout.
+    Into a SimpleRNN / LSTM with one bias row (``bias_layout="fused"``, the default) the two
+    PyTorch biases are summed, with a UserWarning that training then differs from PyTorch's;
+    ``bias_layout="torch"`` keeps both as the bias rows."""
     where = "from_torch_state"
     kind = _kind(layer, where)
     cell = layer.cell
@@ -91,6 +95,12 @@ def from_torch_state(layer: RecurrentLayer, state_dict: Mapping[str, Any], suffi
     weights = from_torch(cell, arrs, layer.dtype)
     _check_finite(weights, "from_torch_state")
     layer.set_weights(**weights)
+    if has_bias and kind != "GRU" and cell.bias_rows == 1:  # type: ignore[attr-defined]
+        warnings.warn(
+            f"{where}: PyTorch's bias_ih and bias_hh are summed into this {kind}'s one bias row: "
+            f"the outputs are PyTorch's, the training is not (PyTorch's optimizer moves each of "
+            f"the two biases, so their sum moves differently); build {kind}(..., "
+            f"bias_layout='torch') to keep both", UserWarning, stacklevel=2)
 
 
 def to_torch_state(layer: RecurrentLayer, suffix: str = "_l0") -> dict[str, np.ndarray]:
@@ -112,7 +122,8 @@ def from_keras_weights(layer: RecurrentLayer, weights: Sequence[Any]) -> None:
     layer with a bias that is an exact zero bias; a ``use_bias=False`` layer takes exactly two
     arrays). The bias ``(G*H,)`` is reshaped to ``(1, G*H)``; a
     ``(2, 3H)`` bias (Keras GRU ``reset_after=True``, its default) needs
-    ``GRU(reset_after=True)`` here, a ``(3H,)`` one ``reset_after=False``."""
+    ``GRU(reset_after=True)`` here, a ``(3H,)`` one ``reset_after=False``; into a layer with
+    ``bias_layout="torch"`` Keras' bias becomes row 0 and row 1 is zero."""
     where = "from_keras_weights"
     kind = _kind(layer, where)
     want = 3 if layer.cell.use_bias else 2  # type: ignore[attr-defined]
@@ -135,6 +146,8 @@ def from_keras_weights(layer: RecurrentLayer, weights: Sequence[Any]) -> None:
             )
         if rows == 1 and bias.shape == (GH,):
             arrays[2] = bias.reshape(1, GH)
+        elif kind != "GRU" and rows == 2 and bias.shape == (GH,):   # bias_layout="torch"
+            arrays[2] = np.stack([bias, np.zeros_like(bias)])
     names = ("kernel", "recurrent_kernel", "bias")
     _check_finite(dict(zip(names, arrays, strict=False)), "from_keras_weights")
     layer.set_weights(*arrays)
@@ -142,8 +155,8 @@ def from_keras_weights(layer: RecurrentLayer, weights: Sequence[Any]) -> None:
 
 def to_keras_weights(layer: RecurrentLayer) -> list[np.ndarray]:
     """``[kernel, recurrent_kernel, bias]`` (copies; no bias for ``use_bias=False``) for a Keras
-    layer's ``set_weights``: bias ``(G*H,)``, or ``(2, 3H)`` for ``GRU(reset_after=True)``
-    (build the Keras GRU alike)."""
+    layer's ``set_weights``: bias ``(G*H,)`` (the sum of the rows with ``bias_layout="torch"``),
+    or ``(2, 3H)`` for ``GRU(reset_after=True)`` (build the Keras GRU alike)."""
     _kind(layer, "to_keras_weights")
     layer._require_built("to_keras_weights")
     if getattr(layer.cell, "proj_size", 0):
@@ -151,5 +164,7 @@ def to_keras_weights(layer: RecurrentLayer) -> list[np.ndarray]:
     out = [np.array(layer.weight("kernel")), np.array(layer.weight("recurrent_kernel"))]
     if layer.cell.use_bias:  # type: ignore[attr-defined]
         bias = np.array(layer.weight("bias"))
-        out.append(bias.reshape(-1) if layer.cell.bias_rows == 1 else bias)  # type: ignore[attr-defined]
+        if getattr(layer.cell, "bias_layout", "fused") == "torch":
+            bias = bias.sum(axis=0, keepdims=True)   # PyTorch's two biases: Keras' one is their sum
+        out.append(bias.reshape(-1) if bias.shape[0] == 1 else bias)
     return out

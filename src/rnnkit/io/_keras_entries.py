@@ -53,6 +53,9 @@ def _recurrent(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
 def _plain(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
     cls = type(layer).__name__
     if cls == "Dense":
+        if getattr(layer, "tie_to", None) is not None:
+            raise UnsupportedFeatureError(name, "tie_to", "Keras' Dense has no weight tying (a Keras model "
+                                          "would train its own copy of the embedding table)")
         cfg = {"units": layer.units, "activation": _act(layer.activation, name), "use_bias": layer.use_bias}
         arrays = [layer.weight("kernel")] + ([layer.weight("bias")] if layer.use_bias else [])
         return "Dense", cfg, [("vars", name, arrays)]

@@ -46,7 +46,9 @@ second call of a shared layer: ``{name}__{k}``). A layer with several outputs
 (``return_state=True``, ``merge_mode=None``) is a node with several outputs; its tensors are
 ``node[k]``. ``initial_state=`` becomes the node's input list ``[x, *states]``. Masks follow
 from Masking / ``mask_zero`` as in Keras; an explicit ``mask=`` argument is refused. Nested
-models are refused. The compile settings are not imported.
+models are refused. A compiled model comes back compiled: its optimizer with Keras' update
+equations (``formula="keras"``) and hyperparameters, its loss and metrics (what maps and what is
+left uncompiled with a warning: :mod:`rnnkit.io._keras_compile`).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from rnnkit._files import check_regular, read_head
 from rnnkit._layer import Layer
 from rnnkit._limits import LIMITS, parse_json
 from rnnkit.io._interop_errors import UnsupportedFeatureError
+from rnnkit.io._keras_compile import compile_from_keras
 from rnnkit.io._keras_graph import Ref, inbound, layer_name, mask_ops, tensor
 from rnnkit.io._keras_graph import refs as tensor_refs
 from rnnkit.io._keras_h5 import WeightStore, unique_groups
@@ -293,7 +296,8 @@ def load_keras(path: str | os.PathLike[str]) -> Sequential | GraphModel:
     UnsupportedFeatureError for a layer or option rnnkit cannot reproduce (see the module doc),
     WeightShapeError listing every weight that is missing or mis-shaped, MissingDependencyError
     when h5py is not installed. The result predicts what Keras' ``model.predict`` does (float32:
-    within ~1e-6)."""
+    within ~1e-6). A compiled Keras model comes back compiled with Keras' optimizer formula
+    (see the module doc)."""
     p = os.fspath(path)
     top, data = _read_archive(p)
     try:
@@ -308,6 +312,7 @@ def load_keras(path: str | os.PathLike[str]) -> Sequential | GraphModel:
         g = store.by_name.get(m.name, f"layers/{group}")
         entries.extend((layer, f"{g}/{rel}") for layer, rel in m.parts)
     _install(model, entries, store, f"load_keras({p})", strict_file=False)
+    compile_from_keras(model, top, f"load_keras({p})")
     return model
 
 

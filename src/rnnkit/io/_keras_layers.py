@@ -320,4 +320,6 @@ def to_rnnkit_weights(layer: Layer, arrays: list[np.ndarray]) -> dict[str, np.nd
         b = out.get("bias")
         if b is not None and layer.cell.bias_rows == 1 and b.ndim == 1:  # type: ignore[attr-defined]
             out["bias"] = b.reshape(1, -1)
+        elif b is not None and getattr(layer.cell, "bias_layout", "") == "torch" and b.ndim == 1:
+            out["bias"] = np.stack([b, np.zeros_like(b)])   # Keras' one bias as PyTorch's bias_ih
     return out

@@ -204,7 +204,7 @@ def rnn_net(g: Graph, net: Any, inputs: list[str]) -> list[str]:
 
 # -- the other layers --------------------------------------------------------------------------
 def dense(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
-    y = g.one("MatMul", [inputs[0], g.const(f"{layer.name}_kernel", layer.weight("kernel"))], layer.name)
+    y = g.one("MatMul", [inputs[0], g.const(f"{layer.name}_kernel", layer.kernel_array())], layer.name)
     if layer.use_bias:
         y = g.one("Add", [y, g.const(f"{layer.name}_bias", layer.weight("bias"))], layer.name)
     return [activation(g, y, layer.activation, layer.name, layer.name)]

@@ -211,6 +211,17 @@ def _load() -> ModuleType | None:
     return drv
 
 
+def int8() -> ModuleType | None:
+    """The compiled int8 inference loops (:mod:`rnnkit.kernels._int8`), or None in the
+    ``"reference"`` mode or without numba (then the NumPy twin, :mod:`rnnkit.quant._reference`,
+    runs)."""
+    if mode() == "reference" or _load() is None:
+        return None
+    import rnnkit.kernels._int8 as int8_loops  # needs numba, as the driver does
+
+    return int8_loops
+
+
 #: the activation codes of the compiled steps (``rnnkit.kernels.ops.act`` and friends)
 ACTIVATION_CODES = {"tanh": 0, "sigmoid": 1, "relu": 2, "linear": 3, "hard_sigmoid": 4}
 
@@ -292,4 +303,4 @@ def check(cell: Any, where: str) -> None:
 
 
 __all__ = ["ACTIVATION_CODES", "MODES", "KernelCell", "Step", "activation_code", "available", "check",
-           "compile_seconds", "compiled_step", "find", "mode", "set_mode", "use"]
+           "compile_seconds", "compiled_step", "find", "int8", "mode", "set_mode", "use"]

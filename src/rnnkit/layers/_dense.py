@@ -8,13 +8,14 @@ import numpy as np
 
 from rnnkit._activations import Activation, ActivationLike
 from rnnkit._ctx import Ctx
-from rnnkit._errors import InvalidInputError, WeightShapeError
+from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
 from rnnkit._initializers import glorot_uniform, zeros
 from rnnkit._layer import Layer, as_weight_array, check_bool, check_finite_weight, check_positive_int
 from rnnkit._penalties import attach, config_of
 from rnnkit._shape import Shape
 from rnnkit.layers._common import activation_config, activation_from, check_activation_axis
 from rnnkit.layers._product import matmul, matmul_tn
+from rnnkit.layers._tied import check_tie, check_tied_build, table
 from rnnkit.losses._xent import LogitsGradient
 
 
@@ -48,6 +49,11 @@ class Dense(Layer):
     batch, bit for bit, so ``predict`` gives the same values whatever its ``batch_size``.
 
     Masks: acts per timestep, so a mask passes through unchanged (Keras).
+
+    ``tie_to=embedding`` (an :class:`~rnnkit.layers.Embedding` built before this layer) ties
+    the kernel to the embedding table ``E`` (V, D): ``W = E^T``, one array, no kernel weight
+    here; ``units`` must be V and the input width D; the kernel gradient is summed into the
+    table's (:mod:`rnnkit.layers._tied`). No kernel regularizer or constraint then.
     """
 
     supports_masking = True
@@ -66,9 +72,14 @@ class Dense(Layer):
         activity_regularizer: Any = None,
         kernel_constraint: Any = None,
         bias_constraint: Any = None,
+        tie_to: Any = None,
     ) -> None:
         super().__init__(seed=seed, dtype=dtype, name=name)
         self.units = check_positive_int(units, "units", self.name)
+        self.tie_to = check_tie(tie_to, self.name)
+        if self.tie_to is not None and (kernel_regularizer is not None or kernel_constraint is not None):
+            raise InvalidParameterError(f"{self.name}: a Dense tied to an Embedding has no kernel of its "
+                                        f"own; regularize or constrain the Embedding's table instead")
         self.activation = activation_from(activation, self.name)
         self.use_bias = check_bool(use_bias, "use_bias", self.name)
         attach(self, kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
@@ -89,7 +100,10 @@ class Dense(Layer):
 
     def _build(self, shape: Shape, rng: np.random.Generator) -> None:
         F = int(shape[-1])  # type: ignore[arg-type]
-        self._add_weight("kernel", glorot_uniform(rng, (F, self.units), F, self.units, self.dtype))
+        if self.tie_to is not None:
+            check_tied_build(self, F)
+        else:
+            self._add_weight("kernel", glorot_uniform(rng, (F, self.units), F, self.units, self.dtype))
         if self.use_bias:
             self._add_weight("bias", zeros((self.units,), self.dtype))
 
@@ -101,7 +115,20 @@ class Dense(Layer):
     def set_weights(self, kernel: Any, bias: Any = None) -> None:
         """Install ``kernel`` (F, units) and ``bias`` (units,); an unbuilt layer builds from
         ``kernel``'s rows. Shapes and finiteness (no NaN or Inf) are checked before anything
-        changes."""
+        changes. A tied Dense takes ``kernel=None`` (its kernel is the Embedding's table)."""
+        if self.tie_to is not None:
+            if kernel is not None:
+                raise InvalidParameterError(f"{self.name}: the kernel is the tied Embedding's table "
+                                            f"transposed; set the Embedding's weights, and pass "
+                                            f"kernel=None here")
+            self._require_built("set_weights")
+            if self.use_bias:
+                b = as_weight_array(bias, f"{self.name}.bias")
+                if b.shape != (self.units,):
+                    raise WeightShapeError("bias", (self.units,), b.shape, f"layer {self.name}")
+                check_finite_weight(b, f"{self.name}.bias")
+                self.set_weight("bias", b)
+            return
         k = as_weight_array(kernel, f"{self.name}.kernel")
         if k.ndim != 2 or k.shape[1] != self.units or k.shape[0] < 1:
             raise WeightShapeError("kernel", ("input_dim", self.units), k.shape, f"layer {self.name}")
@@ -124,6 +151,13 @@ class Dense(Layer):
         if self.use_bias:
             self.set_weight("bias", b)
 
+    def kernel_array(self) -> np.ndarray:
+        """The kernel W (F, units) the forward multiplies by: the ``kernel`` weight, or for a tied
+        Dense the Embedding's table transposed (a new array)."""
+        if self.tie_to is None:
+            return self.weight("kernel")
+        return np.ascontiguousarray(table(self).T)
+
     def _check_input(self, x: Any) -> np.ndarray:
         self._require_built()
         arr = self._as_input(x)
@@ -138,7 +172,10 @@ class Dense(Layer):
         """``act(x @ W + b)``; (..., F) -> (..., units)."""
         arr = self._check_input(x)
         F = arr.shape[-1]
-        a = matmul(arr.reshape(-1, F), self._weights["kernel"]).reshape(*arr.shape[:-1], self.units)
+        if self.tie_to is None:
+            a = matmul(arr.reshape(-1, F), self._weights["kernel"]).reshape(*arr.shape[:-1], self.units)
+        else:
+            a = matmul(arr.reshape(-1, F), table(self), trans_b=True).reshape(*arr.shape[:-1], self.units)
         if self.use_bias:
             a += self._weights["bias"]
         y = a if self.activation.kind is Activation.LINEAR else self.activation(a, out=a)
@@ -156,9 +193,12 @@ class Dense(Layer):
         da = g if pre or self.activation.kind is Activation.LINEAR else self.activation.vjp(y, g)
         F = x.shape[-1]
         da2 = da.reshape(-1, self.units)
-        ctx.add_grad(self, "kernel", matmul_tn(x.reshape(-1, F), da2))
         if self.use_bias:
             ctx.add_grad(self, "bias", da2.sum(axis=0))
+        if self.tie_to is not None:
+            ctx.add_grad(self.tie_to, "embeddings", matmul_tn(da2, x.reshape(-1, F)))  # type: ignore[arg-type]
+            return matmul(da2, table(self)).reshape(x.shape) if ctx.needs_input_grad(self) else None
+        ctx.add_grad(self, "kernel", matmul_tn(x.reshape(-1, F), da2))
         if not ctx.needs_input_grad(self):
             return None
         return matmul(da2, self._weights["kernel"], trans_b=True).reshape(x.shape)
@@ -175,6 +215,8 @@ class Dense(Layer):
     def get_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {"units": self.units, "activation": activation_config(self.activation),
                                "use_bias": self.use_bias}
+        if self.tie_to is not None:
+            cfg["tie_to"] = self.tie_to if isinstance(self.tie_to, str) else self.tie_to.name
         cfg.update(super().get_config())
         cfg.update(config_of(self))
         return cfg

@@ -122,11 +122,15 @@ class EarlyStopping(Callback):
     ``baseline``, else counts as a waiting epoch (training stops at the first epoch without an
     improvement once ``patience`` epochs have passed without beating it);
     ``start_from_epoch``: epochs before it (0-based) are not watched at all.
+
+    The arguments come in Keras' order (``monitor, min_delta, patience, verbose, mode,
+    baseline, restore_best_weights, start_from_epoch``), so a positional call means what it
+    means in Keras.
     """
 
-    def __init__(self, monitor: str = "val_loss", patience: int = 0, min_delta: float = 0.0,
-                 restore_best_weights: bool = False, mode: str = "auto", *, verbose: int = 0,
-                 baseline: float | None = None, start_from_epoch: int = 0) -> None:
+    def __init__(self, monitor: str = "val_loss", min_delta: float = 0.0, patience: int = 0,
+                 verbose: int = 0, mode: str = "auto", baseline: float | None = None,
+                 restore_best_weights: bool = False, start_from_epoch: int = 0) -> None:
         if isinstance(patience, bool) or not isinstance(patience, (int, np.integer)) or patience < 0:
             raise InvalidParameterError(f"EarlyStopping: patience must be an int >= 0, got {patience!r}")
         if (isinstance(min_delta, bool) or not isinstance(min_delta, (int, float, np.floating))

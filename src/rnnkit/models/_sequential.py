@@ -13,6 +13,7 @@ from rnnkit._errors import InvalidInputError
 from rnnkit._layer import Layer, resolve_dtype
 from rnnkit._shape import Shape
 from rnnkit.layers import MergeLayer, layer_from_config, layer_to_config
+from rnnkit.layers._tied import resolve_ties
 from rnnkit.models._base import Model, check_finite
 from rnnkit.models._keras_shape import with_batch_axis
 from rnnkit.models._summary import shape_text
@@ -233,6 +234,7 @@ class Sequential(Model):
     def from_config(cls, config: dict[str, Any]) -> Sequential:
         """A new model (fresh weights) from the ``"config"`` part of :meth:`get_config`."""
         layers = [layer_from_config(c) for c in config.get("layers", [])]
+        resolve_ties(layers)   # a tied Dense names its Embedding
         return cls(layers, input_shape=config.get("input_shape"), name=config.get("name", "sequential"),
                    dtype=config.get("dtype"))
 

@@ -55,6 +55,18 @@ def check_float(value: Any, arg: str, where: str, *, lo: float | None = None, hi
     return v
 
 
+#: the frameworks whose update formulas an optimizer can follow (its ``formula=`` argument)
+FORMULAS = ("keras", "torch")
+
+
+def check_formula(value: Any, where: str) -> str:
+    """``value`` if it is one of :data:`FORMULAS`, else InvalidParameterError saying so."""
+    if not isinstance(value, str) or value not in FORMULAS:
+        raise InvalidParameterError(f"{where}: formula must be one of {list(FORMULAS)} (the framework "
+                                    f"whose update equations to follow), got {value!r}")
+    return value
+
+
 def _check_clip(value: Any, arg: str, where: str) -> float | None:
     return None if value is None else check_float(value, arg, where, lo=0.0, lo_open=True)
 

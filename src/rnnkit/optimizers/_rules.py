@@ -1,4 +1,11 @@
-"""The update rules: SGD (Keras' momentum / Nesterov), Adam, AdamW (PyTorch's), RMSprop.
+"""The update rules: SGD, Adam, AdamW, RMSprop, each in Keras' or PyTorch's form.
+
+Every optimizer takes ``formula="keras" | "torch"``: the update equations of Keras 3
+(``keras.optimizers.X``) or of PyTorch (``torch.optim.X``), which differ where each docstring
+shows. The default of each class (SGD ``"keras"``, Adam / AdamW / RMSprop ``"torch"``) is stated
+in its docstring; the hyperparameter defaults do not change with ``formula`` (pass PyTorch's
+``eps=1e-8`` yourself to match a PyTorch run). ``rnnkit.load_keras`` of a compiled Keras model
+gives ``formula="keras"`` with the file's hyperparameters.
 
 Notation: ``w`` weight, ``g`` gradient after clipping, ``lr`` the step's learning rate
 (``learning_rate / (1 + decay * iterations)``), ``t`` the parameter's step count (1 at its first
@@ -13,30 +20,39 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rnnkit._errors import InvalidParameterError
-from rnnkit.optimizers._base import Optimizer, check_float
+from rnnkit.optimizers._base import Optimizer, check_float, check_formula
 
 
 class SGD(Optimizer):
-    """Stochastic gradient descent, with Keras' momentum and Nesterov formulas::
+    """Stochastic gradient descent with momentum and Nesterov momentum::
 
-        momentum == 0:   w <- w - lr * g
-        otherwise:       m <- momentum * m - lr * g
-                         w <- w + m                              (nesterov=False)
-                         w <- w + momentum * m - lr * g          (nesterov=True)
+        momentum == 0:   w <- w - lr * g                          (both formulas)
+        formula="keras" (default; keras.optimizers.SGD), the slot m holds the step:
+                         m <- momentum * m - lr * g
+                         w <- w + m                               (nesterov=False)
+                         w <- w + momentum * m - lr * g           (nesterov=True)
+        formula="torch" (torch.optim.SGD with dampening=0), the slot m holds gradients:
+                         m <- momentum * m + g
+                         w <- w - lr * m                          (nesterov=False)
+                         w <- w - lr * (g + momentum * m)         (nesterov=True)
 
-    With a constant ``lr`` this equals ``torch.optim.SGD(momentum=, nesterov=, dampening=0)``.
+    With a constant ``lr`` the two give the same weights (the Keras slot is ``-lr`` times the
+    PyTorch one); they differ once ``lr`` changes between steps (``decay``, a scheduler): Keras'
+    slot keeps the past rates, PyTorch's applies the current rate to the whole velocity.
 
     Args:
         learning_rate: >= 0 (default 0.01). momentum: in [0, 1] (default 0).
         nesterov: Nesterov momentum; needs ``momentum > 0``.
+        formula: ``"keras"`` (default) or ``"torch"``, as above.
         decay, clipnorm, clipvalue, global_clipnorm: see :class:`Optimizer`.
     """
 
     name: ClassVar[str] = "sgd"
 
     def __init__(self, learning_rate: float = 0.01, momentum: float = 0.0, nesterov: bool = False,
-                 **kwargs: Any) -> None:
+                 *, formula: str = "keras", **kwargs: Any) -> None:
         super().__init__(learning_rate, **kwargs)
+        self.formula = check_formula(formula, "SGD")
         self.momentum = check_float(momentum, "momentum", "SGD", lo=0.0, hi=1.0)
         if not isinstance(nesterov, (bool, np.bool_)):
             raise InvalidParameterError(f"SGD: nesterov must be a bool, got {nesterov!r}")
@@ -52,25 +68,34 @@ class SGD(Optimizer):
             return w - lr * g
         m = state["m"]
         m *= self.momentum
+        if self.formula == "torch":
+            m += g
+            return w - lr * (g + self.momentum * m) if self.nesterov else w - lr * m
         m -= lr * g
         if self.nesterov:
             return w + self.momentum * m - lr * g
         return w + m
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov}
+        return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov,
+                "formula": self.formula}
 
 
 class Adam(Optimizer):
-    """Adam with bias correction and PyTorch's epsilon placement::
+    """Adam with bias correction::
 
         m <- beta1 * m + (1 - beta1) * g
         v <- beta2 * v + (1 - beta2) * g**2
-        w <- w - lr * m_hat / (sqrt(v_hat) + epsilon)
-             m_hat = m / (1 - beta1**t),  v_hat = v / (1 - beta2**t)
+        formula="torch" (default; torch.optim.Adam(lr, betas=(beta1, beta2), eps=epsilon)):
+            w <- w - lr * m_hat / (sqrt(v_hat) + epsilon)
+                 m_hat = m / (1 - beta1**t),  v_hat = v / (1 - beta2**t)
+        formula="keras" (keras.optimizers.Adam(learning_rate, beta_1, beta_2, epsilon)):
+            w <- w - lr_t * m / (sqrt(v) + epsilon)
+                 lr_t = lr * sqrt(1 - beta2**t) / (1 - beta1**t)
 
-    Equals ``torch.optim.Adam(lr, betas=(beta1, beta2), eps=epsilon)``. (Keras adds epsilon to
-    ``sqrt(v)`` before the bias correction, a difference of order epsilon.)
+    The Keras form is the PyTorch form with ``epsilon * sqrt(1 - beta2**t)`` in place of
+    ``epsilon``: Keras' epsilon acts before the bias correction, so early steps (small ``t``)
+    feel a smaller effective epsilon. The default epsilon, 1e-7, is Keras'; PyTorch's is 1e-8.
 
     Positional order ``Adam(lr, beta1, beta2, epsilon, decay)``, e.g.
     ``Adam(0.01, 0.9, 0.999, 1e-8, 0.0)``; ``learning_rate=`` works as a keyword too.
@@ -78,6 +103,7 @@ class Adam(Optimizer):
     Args:
         lr: >= 0 (default 0.001). beta1, beta2: in [0, 1) (0.9, 0.999). epsilon: >= 0 (1e-7).
         decay: time-based learning-rate decay, ``lr_t = lr / (1 + decay * iterations)`` (0).
+        formula: ``"torch"`` (default) or ``"keras"`` (keyword), as above.
         clipnorm, clipvalue, global_clipnorm: see :class:`Optimizer`.
     """
 
@@ -85,7 +111,8 @@ class Adam(Optimizer):
 
     def __init__(self, lr: float | None = None, beta1: float = 0.9, beta2: float = 0.999,
                  epsilon: float = 1e-7, decay: float = 0.0, *, learning_rate: float | None = None,
-                 beta_1: float | None = None, beta_2: float | None = None, **kwargs: Any) -> None:
+                 beta_1: float | None = None, beta_2: float | None = None, formula: str = "torch",
+                 **kwargs: Any) -> None:
         where = type(self).__name__
         if lr is not None and learning_rate is not None:
             raise InvalidParameterError(f"{where}: give lr or learning_rate, not both "
@@ -103,6 +130,7 @@ class Adam(Optimizer):
         self.beta1 = check_float(beta1, "beta1", where, lo=0.0, hi=1.0, hi_open=True)
         self.beta2 = check_float(beta2, "beta2", where, lo=0.0, hi=1.0, hi_open=True)
         self.epsilon = check_float(epsilon, "epsilon", where, lo=0.0)
+        self.formula = check_formula(formula, where)
 
     def _init_state(self, w: np.ndarray) -> dict[str, Any]:
         return {"m": np.zeros_like(w), "v": np.zeros_like(w)}
@@ -116,23 +144,30 @@ class Adam(Optimizer):
         v += (1.0 - b2) * (g * g)
         bc1 = 1.0 - b1 ** t
         bc2 = 1.0 - b2 ** t
+        if self.formula == "keras":
+            denom = np.sqrt(v)
+            denom += self.epsilon
+            return w - (lr * math.sqrt(bc2) / bc1) * (m / denom)
         denom = np.sqrt(v) / math.sqrt(bc2)
         denom += self.epsilon
         return w - (lr / bc1) * (m / denom)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "beta1": self.beta1, "beta2": self.beta2,
-                "epsilon": self.epsilon}
+                "epsilon": self.epsilon, "formula": self.formula}
 
 
 class AdamW(Adam):
-    """Adam with decoupled weight decay (PyTorch's ``torch.optim.AdamW``)::
+    """Adam with decoupled weight decay::
 
         w <- w * (1 - lr * weight_decay)          then the Adam step of :class:`Adam`
 
+    Both frameworks decay the weight this way before the Adam step; ``formula`` picks the Adam
+    step (``"torch"``, the default: ``torch.optim.AdamW``; ``"keras"``: ``keras.optimizers.AdamW``).
     The decay acts on the weight itself, so a parameter whose gradient is 0 still shrinks.
 
-    Args: as :class:`Adam`, plus ``weight_decay`` >= 0 (keyword, default 0.01 as PyTorch).
+    Args: as :class:`Adam`, plus ``weight_decay`` >= 0 (keyword, default 0.01 as PyTorch;
+    Keras' default is 0.004).
     """
 
     name: ClassVar[str] = "adamw"
@@ -152,28 +187,42 @@ class AdamW(Adam):
 
 
 class RMSprop(Optimizer):
-    """RMSprop in PyTorch's form (epsilon outside the square root, as :class:`Adam`)::
+    """RMSprop, plain, centered or with momentum::
 
         v <- rho * v + (1 - rho) * g**2
-        centered:    a <- rho * a + (1 - rho) * g ;   s = sqrt(v - a**2) + epsilon
-        otherwise:   s = sqrt(v) + epsilon
-        momentum > 0:  b <- momentum * b + g / s ;   w <- w - lr * b
-        otherwise:     w <- w - lr * g / s
+        centered:    a <- rho * a + (1 - rho) * g ;   q = v - a**2
+        otherwise:   q = v
+        formula="torch" (default; torch.optim.RMSprop(lr, alpha=rho, eps=epsilon, momentum=,
+                         centered=)):  s = sqrt(q) + epsilon
+            momentum > 0:  b <- momentum * b + g / s ;        w <- w - lr * b
+            otherwise:     w <- w - lr * g / s
+        formula="keras" (keras.optimizers.RMSprop(learning_rate, rho, momentum, epsilon,
+                         centered)):   s = sqrt(q + epsilon)
+            momentum > 0:  b <- momentum * b + lr * g / s ;   w <- w - b
+            otherwise:     w <- w - lr * g / s
 
-    Equals ``torch.optim.RMSprop(lr, alpha=rho, eps=epsilon, momentum=, centered=)``. (Keras puts
-    epsilon inside the square root, a difference of order epsilon.)
+    The two are not a difference of order epsilon. Where ``sqrt(q)`` is small next to
+    ``sqrt(epsilon)`` (about 3e-4 at epsilon 1e-7: small or rarely non-zero gradients) Keras'
+    denominator stays near ``sqrt(epsilon)`` while PyTorch's falls toward ``epsilon``, so
+    PyTorch's step can be up to ``1 / sqrt(epsilon)`` (about 3000) times Keras'. With momentum,
+    Keras' slot holds steps (past rates kept) and PyTorch's holds ``g / s`` (the current rate
+    applied to all of it). Defaults here (lr 0.001, rho 0.9, epsilon 1e-7)
+    are Keras'; PyTorch's are lr 0.01, alpha 0.99, eps 1e-8.
 
     Args:
         learning_rate: >= 0 (0.001). rho: in [0, 1) (0.9). momentum: in [0, 1] (0).
         epsilon: >= 0 (1e-7). centered: subtract the squared mean gradient (False).
+        formula: ``"torch"`` (default) or ``"keras"`` (keyword), as above.
         decay, clipnorm, clipvalue, global_clipnorm: see :class:`Optimizer`.
     """
 
     name: ClassVar[str] = "rmsprop"
 
     def __init__(self, learning_rate: float = 0.001, rho: float = 0.9, momentum: float = 0.0,
-                 epsilon: float = 1e-7, centered: bool = False, **kwargs: Any) -> None:
+                 epsilon: float = 1e-7, centered: bool = False, *, formula: str = "torch",
+                 **kwargs: Any) -> None:
         super().__init__(learning_rate, **kwargs)
+        self.formula = check_formula(formula, "RMSprop")
         self.rho = check_float(rho, "rho", "RMSprop", lo=0.0, hi=1.0, hi_open=True)
         self.momentum = check_float(momentum, "momentum", "RMSprop", lo=0.0, hi=1.0)
         self.epsilon = check_float(epsilon, "epsilon", "RMSprop", lo=0.0)
@@ -198,9 +247,18 @@ class RMSprop(Optimizer):
             a = state["a"]
             a *= rho
             a += (1.0 - rho) * g
-            s = np.sqrt(v - a * a)
+            q = v - a * a
         else:
-            s = np.sqrt(v)
+            q = v
+        if self.formula == "keras":
+            s = np.sqrt(q + self.epsilon)
+            if self.momentum > 0.0:
+                b = state["b"]
+                b *= self.momentum
+                b += lr * (g / s)
+                return w - b
+            return w - lr * (g / s)
+        s = np.sqrt(q)
         s += self.epsilon
         if self.momentum > 0.0:
             b = state["b"]
@@ -211,4 +269,4 @@ class RMSprop(Optimizer):
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "rho": self.rho, "momentum": self.momentum,
-                "epsilon": self.epsilon, "centered": self.centered}
+                "epsilon": self.epsilon, "centered": self.centered, "formula": self.formula}

@@ -28,11 +28,14 @@ from rnnkit.recurrent._walker import PassCache, walk, walk_back
 
 def kind_config(cell: Cell, walk_config: dict[str, Any]) -> dict[str, Any]:
     """The constructor keywords of the layer of ``cell``'s built-in kind (``SimpleRNN`` /
-    ``LSTM`` / ``GRU``): the cell's config, then ``walk_config``, then a GRU's ``reset_after``."""
+    ``LSTM`` / ``GRU``): the cell's config, then ``walk_config``, then a GRU's ``reset_after``
+    and a ``bias_layout`` other than ``"fused"``."""
     cfg = cell.get_config()
     cfg.update(walk_config)
     if builtin_kind(cell) == "GRU":
         cfg["reset_after"] = bool(getattr(cell, "reset_after", False))
+    if getattr(cell, "bias_layout", "fused") != "fused" and builtin_kind(cell) != "GRU":
+        cfg["bias_layout"] = cell.bias_layout  # type: ignore[attr-defined]
     return cfg
 
 

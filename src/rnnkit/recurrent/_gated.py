@@ -54,8 +54,12 @@ class GatedCell(Cell):
     """Base of the built-in cells: ``gates`` fused blocks, optional bias, batched reductions."""
 
     gates: ClassVar[int] = 1
-    #: bias rows: 1, or 2 when row 1 adds to the recurrent product (GRU reset_after)
+    #: bias rows: 1, or 2 when row 1 adds to the recurrent product (GRU reset_after, and the
+    #: SimpleRNN / LSTM cells with PyTorch's two biases)
     bias_rows: ClassVar[int] = 1
+    #: ``"fused"``: one bias row (the sum of PyTorch's two); ``"torch"``: PyTorch's ``bias_ih``
+    #: and ``bias_hh`` as rows 0 and 1, two parameters in training (GRU reset_after: always)
+    bias_layout: ClassVar[str] = "fused"
     input_kernel = "kernel"
     recurrent_kernel = "recurrent_kernel"
     supports_recurrent_dropout: ClassVar[bool] = True
@@ -91,6 +95,13 @@ class GatedCell(Cell):
         cfg = super().get_config()
         cfg["use_bias"] = self.use_bias
         return cfg
+
+
+def check_torch_bias(cell: GatedCell) -> None:
+    """InvalidParameterError unless ``cell`` (a cell with PyTorch's two bias rows) has a bias."""
+    if not cell.use_bias:
+        raise InvalidParameterError(f"{cell.name}: bias_layout='torch' keeps PyTorch's two biases and "
+                                    f"needs use_bias=True, got use_bias=False")
 
 
 def fed_back(rdrop: np.ndarray | None, h_prev: np.ndarray) -> np.ndarray:

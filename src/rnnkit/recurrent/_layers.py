@@ -13,12 +13,23 @@ from rnnkit._penalties import attach
 from rnnkit.recurrent._base import RecurrentLayer, kind_config
 from rnnkit.recurrent._gated import GatedCell
 from rnnkit.recurrent._gru import GRUCell, GRUResetAfterCell
-from rnnkit.recurrent._lstm import LSTMCell
+from rnnkit.recurrent._lstm import LSTMCell, LSTMTorchBiasCell
 from rnnkit.recurrent._registry import register_cell
-from rnnkit.recurrent._simple_rnn import SimpleRNNCell
+from rnnkit.recurrent._simple_rnn import SimpleRNNCell, SimpleRNNTorchBiasCell
 
-for _c in (SimpleRNNCell, LSTMCell, GRUCell, GRUResetAfterCell):
+for _c in (SimpleRNNCell, LSTMCell, GRUCell, GRUResetAfterCell, LSTMTorchBiasCell, SimpleRNNTorchBiasCell):
     register_cell(_c)
+
+BIAS_LAYOUTS = ("fused", "torch")
+
+
+def _torch_bias(bias_layout: Any, where: str) -> bool:
+    """Whether ``bias_layout`` asks for PyTorch's two biases (InvalidParameterError if unknown)."""
+    if not isinstance(bias_layout, str) or bias_layout not in BIAS_LAYOUTS:
+        raise InvalidParameterError(f"{where}: bias_layout must be one of {list(BIAS_LAYOUTS)} ('fused': "
+                                    f"one bias row; 'torch': PyTorch's bias_ih and bias_hh), got "
+                                    f"{bias_layout!r}")
+    return bias_layout == "torch"
 
 
 class _Gated(RecurrentLayer):
@@ -100,11 +111,18 @@ class SimpleRNN(_Gated):
     orthogonal; ``bias`` b (1, H) zeros (none with ``use_bias=False``).
     ``param_count = F*H + H*H + H``. ``activation`` defaults to tanh; it may be relu, sigmoid,
     hard_sigmoid, linear or softmax (axis -1). State: ``SimpleRNNState(h)``.
+
+    ``bias_layout="torch"`` keeps PyTorch's two biases (``torch.nn.RNN``'s ``bias_ih`` and
+    ``bias_hh``) as the rows of a (2, H) bias, both added: the outputs are the same as with
+    their sum in one row, but each row is trained as a parameter of its own, as PyTorch does
+    (an optimizer then moves the sum as PyTorch's moves it). It runs the reference walker
+    (slower than the compiled one). ``rnnkit.io.from_torch_state`` fills both rows.
     """
 
     def __init__(self, units: int, activation: ActivationLike = "tanh", *, use_bias: bool = True,
-                 **kwargs: Any) -> None:
-        super().__init__(SimpleRNNCell(units, activation, use_bias=use_bias), **kwargs)
+                 bias_layout: str = "fused", **kwargs: Any) -> None:
+        cls = SimpleRNNTorchBiasCell if _torch_bias(bias_layout, "SimpleRNN") else SimpleRNNCell
+        super().__init__(cls(units, activation, use_bias=use_bias), **kwargs)
 
 
 class LSTM(_Gated):
@@ -129,13 +147,23 @@ class LSTM(_Gated):
     ``use_bias=False``); with ``proj_size`` P (0 < P < H, PyTorch's LSTMP) also
     ``projection_kernel`` W_p (H, P), Glorot-uniform, and the output and ``h`` are P wide.
     ``param_count = 4 * (F*H + S*H + H) (+ H*P)``. State: ``LSTMState(h, c)``, ``c`` H wide.
+
+    ``bias_layout="torch"`` keeps PyTorch's two biases (``torch.nn.LSTM``'s ``bias_ih`` and
+    ``bias_hh``) as the rows of a (2, 4H) bias, both added (at initialisation the forget block
+    of row 0 is 1.0, row 1 zeros): the outputs are the same as with their sum in one row, but
+    each row is trained as a parameter of its own, as PyTorch does -- with one summed row an
+    optimizer moves the sum once where PyTorch's moves each of the two (SGD: half as far; Adam:
+    by one step where PyTorch's takes two), so the losses part from the first step. It runs
+    the reference walker (slower than the compiled one). ``rnnkit.io.from_torch_state`` fills
+    both rows; ``GRU(reset_after=True)`` keeps PyTorch's two biases always.
     """
 
     def __init__(self, units: int, activation: ActivationLike = "tanh", *,
                  recurrent_activation: ActivationLike = "sigmoid", use_bias: bool = True,
-                 proj_size: int = 0, **kwargs: Any) -> None:
-        cell = LSTMCell(units, activation, recurrent_activation=recurrent_activation, use_bias=use_bias,
-                        proj_size=proj_size)
+                 proj_size: int = 0, bias_layout: str = "fused", **kwargs: Any) -> None:
+        cls = LSTMTorchBiasCell if _torch_bias(bias_layout, "LSTM") else LSTMCell
+        cell = cls(units, activation, recurrent_activation=recurrent_activation, use_bias=use_bias,
+                   proj_size=proj_size)
         super().__init__(cell, **kwargs)
 
     @property

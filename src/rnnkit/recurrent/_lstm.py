@@ -34,6 +34,7 @@ from rnnkit.kernels import Step
 from rnnkit.recurrent._cell import Arrays, Param, StepBack
 from rnnkit.recurrent._gated import (
     GatedCell,
+    check_torch_bias,
     fed_back,
     fed_back_grad,
     gate_codes,
@@ -140,3 +141,29 @@ class LSTMCell(GatedCell):
         da[:, 3 * H:] = ra.vjp(o, do)
         return StepBack((fed_back_grad(rdrop, da @ w["recurrent_kernel"].T), dc * f), da, None, grads)   # 1b.
 
+
+class LSTMTorchBiasCell(LSTMCell):
+    """``LSTM(..., bias_layout="torch")``: the bias is (2, 4H), row 0 PyTorch's ``bias_ih`` and
+    row 1 its ``bias_hh``; step 1 adds both (``a = xw + b_hh + h_prev @ U``, ``xw`` holding
+    ``b_ih``), so each row is a parameter of its own with the gradient of their sum, as PyTorch
+    trains them. The compiled walker takes one bias row: this cell runs the reference walker."""
+
+    kind: ClassVar[str | None] = "LSTM"
+    bias_rows: ClassVar[int] = 2
+    bias_layout: ClassVar[str] = "torch"
+
+    def __init__(self, units: int, activation: ActivationLike = "tanh", *,
+                 recurrent_activation: ActivationLike = "sigmoid", use_bias: bool = True,
+                 proj_size: int | None = 0) -> None:
+        super().__init__(units, activation, recurrent_activation=recurrent_activation, use_bias=use_bias,
+                         proj_size=proj_size)
+        check_torch_bias(self)
+
+    def initial_bias(self, rng: np.random.Generator, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
+        b = np.zeros(shape, dtype=dt)
+        b[0, self.units:2 * self.units] = 1.0   # forget gate starts open (the sum is 1.0)
+        return b
+
+    def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
+             park: dict[str, np.ndarray] | None, *, rdrop: np.ndarray | None = None) -> Arrays:
+        return super().step(w, inp + w["bias"][1], prev, park, rdrop=rdrop)

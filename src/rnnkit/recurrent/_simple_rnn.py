@@ -20,9 +20,10 @@ from typing import ClassVar
 
 import numpy as np
 
+from rnnkit._activations import ActivationLike
 from rnnkit.kernels import Step, activation_code
 from rnnkit.recurrent._cell import Arrays, StepBack
-from rnnkit.recurrent._gated import GatedCell, fed_back, fed_back_grad
+from rnnkit.recurrent._gated import GatedCell, check_torch_bias, fed_back, fed_back_grad
 from rnnkit.recurrent._states import SimpleRNNState
 
 
@@ -56,3 +57,22 @@ class SimpleRNNCell(GatedCell):
         da = self.activation.vjp(h, dh)                             # 2b.
         return StepBack((fed_back_grad(rdrop, da @ w["recurrent_kernel"].T),), da)   # 1b.
 
+
+
+class SimpleRNNTorchBiasCell(SimpleRNNCell):
+    """``SimpleRNN(..., bias_layout="torch")``: the bias is (2, H), rows PyTorch's ``bias_ih``
+    and ``bias_hh``, both added (``a = xw + b_hh + h_prev @ U``), each a parameter of its own
+    as PyTorch trains them. The compiled walker takes one bias row: this cell runs the
+    reference walker."""
+
+    kind: ClassVar[str | None] = "SimpleRNN"
+    bias_rows: ClassVar[int] = 2
+    bias_layout: ClassVar[str] = "torch"
+
+    def __init__(self, units: int, activation: ActivationLike = "tanh", *, use_bias: bool = True) -> None:
+        super().__init__(units, activation, use_bias=use_bias)
+        check_torch_bias(self)
+
+    def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
+             park: dict[str, np.ndarray] | None, *, rdrop: np.ndarray | None = None) -> Arrays:
+        return super().step(w, inp + w["bias"][1], prev, park, rdrop=rdrop)

@@ -157,6 +157,22 @@ class RNNNet(Layer):
         return layer
 
     # -- shapes ------------------------------------------------------------------------------
+    @property
+    def input_layout(self) -> str:
+        """``"batch_first"``: inputs (batch, seq_len, features); ``"time_major"``: (seq_len,
+        batch, features) -- as ``config.batch_first`` says. A model reads a Keras-style
+        ``input_shape`` (one sample, no batch axis) by it: ``(None, F)`` builds ``(None, None, F)``
+        either way, ``(T, F)`` builds ``(None, T, F)`` or ``(T, None, F)``. Note that a
+        Sequential splits its data into batches along axis 0, which is time for a time-major
+        net: give such a model whole batches (no ``batch_size``) or use ``batch_first=True``."""
+        return "batch_first" if self.config.batch_first else "time_major"
+
+    def _check_build_shape(self, shape: Shape) -> None:
+        if shape.rank != 3 or shape[-1] != self.in_dim:
+            order = "(batch, seq_len, features)" if self.config.batch_first else "(seq_len, batch, features)"
+            raise InvalidInputError(f"{self.name}: expected a 3D input shape {order} with {self.in_dim} "
+                                    f"features, got {shape}")
+
     def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
         s = Shape.of(shape)
         return Shape((s[0], s[1], self.out_dim * self.directions))

@@ -1,0 +1,321 @@
+"""Compiled int8 inference: u8 x s8 products accumulated in int32, and the LSTM / GRU / SimpleRNN
+time loops built on them. :mod:`rnnkit.quant._reference` is the same arithmetic in NumPy.
+
+The scheme (the names below are those of the reference):
+
+- weights ``w`` (N, K) int8 in [-127, 127], one float32 scale ``ws[n]`` per output row;
+- an activation row ``x`` (K,) float32 is quantized on its own (dynamic, asymmetric, uint8):
+  ``lo = min(x, 0)``, ``hi = max(x, 0)``, ``s = (hi - lo) / 255`` (1 when ``hi == lo``),
+  ``zp = clip(rint(-lo / s), 0, 255)``, ``q = clip(rint(x * (1 / s)) + zp, 0, 255)``;
+- ``acc[n] = sum_k q[k] * w[n, k] - zp * colsum[n]`` in int32 (``colsum[n] = sum_k w[n, k]``,
+  computed once), then ``y[n] = float32(acc[n]) * (s * ws[n])`` (+ bias, + the other product).
+
+All float arithmetic is float32 without contraction or reassociation, so the NumPy reference
+rounds exactly as these loops do.
+
+Products: on a CPU with AVX-512 VNNI the weights are packed in 64-output blocks of 4-byte
+groups and a register-blocked tile (4 rows x 64 outputs, 16 accumulators) issues ``vpdpbusd``
+(the ``llvm.x86.avx512.vpdpbusd.512`` intrinsic); elsewhere a plain int32 dot-product loop, which
+LLVM vectorises with ``vpmaddwd`` (AVX2) or ``vpdpwssd`` (AVX-512 VNNI). :data:`VNNI` says which.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rnnkit.kernels._int8_gemm import KG, NB, OPTS8, VNNI, assembly, gemm, out_width, pack, padded
+from rnnkit.kernels._jit import (
+    _A1,
+    _A3,
+    _A5,
+    _A7,
+    _A9,
+    _A11,
+    _A13,
+    _B0,
+    _B2,
+    _B4,
+    _B6,
+    _CLAMP,
+    _NCLAMP,
+    _NONE,
+    _NSAT,
+    _ONE,
+    _SAT,
+    njit,
+    row,
+)
+
+_F32 = np.float32
+_HALF, _ZERO, _THREE, _SIX, _255 = _F32(0.5), _F32(0.0), _F32(3.0), _F32(6.0), _F32(255.0)
+
+
+@njit(cache=True, error_model="numpy", nogil=True, fastmath={"nnan", "nsz"})
+def _range(x: Any) -> tuple[Any, Any]:
+    """(min(x, 0), max(x, 0)) of a finite row: exact whatever the order, so the reduction may
+    vectorise (no NaN, and the sign of zero does not matter)."""
+    lo, hi = _ZERO, _ZERO
+    for k in range(x.shape[0]):
+        v = x[k]
+        lo = min(lo, v)
+        hi = max(hi, v)
+    return lo, hi
+
+
+@njit(**OPTS8)
+def quant_row(x: Any, q: Any) -> tuple[Any, Any]:
+    """Quantize the float32 row ``x`` into ``q`` (uint8, len >= len(x); the tail set to 0):
+    returns (scale, zero point)."""
+    lo, hi = _range(x)
+    s = (hi - lo) / _255
+    if s == _ZERO:
+        s = _F32(1.0)
+    zp = min(max(np.rint(-lo / s), _ZERO), _255)
+    inv = _F32(1.0) / s
+    for k in range(x.shape[0]):
+        v = min(max(np.rint(x[k] * inv) + zp, _ZERO), _255)
+        q[k] = np.uint8(v)
+    for k in range(x.shape[0], q.shape[0]):
+        q[k] = 0
+    return s, np.int32(zp)
+
+
+@njit(**OPTS8)
+def quant_rows(x: Any, q: Any, s: Any, zp: Any) -> None:
+    """:func:`quant_row` for every row of ``x`` (M, K) into ``q`` (M, K'), ``s`` (M,), ``zp`` (M,)."""
+    for m in range(x.shape[0]):
+        s[m], zp[m] = quant_row(x[m], q[m])
+
+
+@njit(**OPTS8)
+def dequant_add(acc: Any, zp: Any, s: Any, col: Any, ws: Any, base: Any, out: Any) -> None:
+    """``out[m, n] = float32(acc[m, n] - zp[m] * col[n]) * (s[m] * ws[n]) + base[m, n]``."""
+    for m in range(out.shape[0]):
+        zm, sm = zp[m], s[m]
+        for n in range(out.shape[1]):
+            c = np.int32(acc[m, n] - zm * col[n])
+            out[m, n] = np.float32(c) * (sm * ws[n]) + base[m, n]
+
+
+@njit(**OPTS8)
+def dequant_bias(acc: Any, zp: Any, s: Any, col: Any, ws: Any, bias: Any, out: Any) -> None:
+    """:func:`dequant_add` with the same ``bias`` (N,) row added to every row."""
+    for m in range(out.shape[0]):
+        zm, sm = zp[m], s[m]
+        for n in range(out.shape[1]):
+            c = np.int32(acc[m, n] - zm * col[n])
+            out[m, n] = np.float32(c) * (sm * ws[n]) + bias[n]
+
+
+@njit(**OPTS8)
+def project(x: Any, wp: Any, col: Any, ws: Any, bias: Any, out: Any) -> None:
+    """``out (M, N) = dequant(quant(x) (M, K) @ w^T) + bias`` in chunks of 64 rows."""
+    M, K = x.shape
+    no = out.shape[1] if wp.ndim == 2 else wp.shape[0] * NB
+    step = 64
+    q = np.empty((step, (K + KG - 1) // KG * KG), np.uint8)
+    acc = np.empty((step, no), np.int32)
+    s = np.empty(step, np.float32)
+    zp = np.empty(step, np.int32)
+    for m0 in range(0, M, step):
+        m1 = min(M, m0 + step)
+        r = m1 - m0
+        quant_rows(x[m0:m1], q[:r], s[:r], zp[:r])
+        gemm(q[:r], wp, acc[:r])
+        dequant_bias(acc[:r], zp[:r], s[:r], col, ws, bias, out[m0:m1])
+
+
+@njit(inline="always", **OPTS8)
+def tanh8(x: Any) -> Any:
+    """float32 tanh: the clamped odd/even rational of :func:`rnnkit.kernels._jit.tanh32`,
+    evaluated without contraction."""
+    if x >= _SAT:
+        return _ONE
+    if x <= _NSAT:
+        return _NONE
+    x = min(max(x, _NCLAMP), _CLAMP)
+    x2 = x * x
+    p = x2 * _A13 + _A11
+    p = p * x2 + _A9
+    p = p * x2 + _A7
+    p = p * x2 + _A5
+    p = p * x2 + _A3
+    p = p * x2 + _A1
+    qq = x2 * _B6 + _B4
+    qq = qq * x2 + _B2
+    qq = qq * x2 + _B0
+    return (x * p) / qq
+
+
+@njit(**OPTS8)
+def act8(x: Any, code: int) -> Any:
+    """The activation of ``code`` (tanh 0, sigmoid 1 = 0.5 + 0.5 tanh(x / 2), relu 2, linear 3,
+    hard_sigmoid 4) in float32."""
+    if code == 0:
+        return tanh8(x)
+    if code == 1:
+        return _HALF + _HALF * tanh8(x * _HALF)
+    if code == 2:
+        return max(x, _ZERO)
+    if code == 4:
+        return min(max(x + _THREE, _ZERO), _SIX) / _SIX
+    return x
+
+
+@njit(**OPTS8)
+def act_ip(v: Any, code: int) -> None:
+    """:func:`act8` over the 1D ``v`` in place (one loop per code, from 0: it vectorises)."""
+    n = v.shape[0]
+    if code == 0:
+        for k in range(n):
+            v[k] = tanh8(v[k])
+    elif code == 1:
+        for k in range(n):
+            v[k] = _HALF + _HALF * tanh8(v[k] * _HALF)
+    elif code == 2:
+        for k in range(n):
+            v[k] = max(v[k], _ZERO)
+    elif code == 4:
+        for k in range(n):
+            v[k] = min(max(v[k] + _THREE, _ZERO), _SIX) / _SIX
+
+
+@njit(**OPTS8)
+def _rec(h: Any, wp: Any, col: Any, ws: Any, base: Any, q: Any, s: Any, zp: Any, acc: Any, out: Any) -> None:
+    """out = base + dequant(quant(h) @ w^T): the recurrent product of one step."""
+    quant_rows(h, q, s, zp)
+    gemm(q, wp, acc)
+    dequant_add(acc, zp, s, col, ws, base, out)
+
+
+@njit(**OPTS8)
+def _inp(xt: Any, wp: Any, wcol: Any, ws: Any, bias: Any, q: Any, s: Any, zp: Any, acc: Any,
+         out: Any) -> None:
+    """out = dequant(quant(x_t) @ W^T) + bias: the input product of one step."""
+    quant_rows(xt, q, s, zp)
+    gemm(q, wp, acc)
+    dequant_bias(acc, zp, s, wcol, ws, bias, out)
+
+
+@njit(**OPTS8)
+def _bufs(B: int, R: int, N: int, no: int) -> tuple[Any, Any, Any, Any, Any]:
+    return (np.empty((B, (R + KG - 1) // KG * KG), np.uint8), np.empty(B, np.float32),
+            np.empty(B, np.int32), np.empty((B, no), np.int32), np.empty((B, N), np.float32))
+
+
+@njit(**OPTS8)
+def walk_lstm(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any, us: Any, h: Any,
+              c: Any, mask: Any, seq: Any, code: int, rcode: int) -> None:
+    """LSTM over ``x`` (T, B, F) (processing order; any strides) with the packed input kernel
+    ``wp`` (row sums ``wcol``, scales ``ws``) and bias row ``bias`` (4H,), from state ``h``,
+    ``c`` (B, H) (updated in place); ``mask`` (T, B) uint8 or (0, 0); ``seq`` (T, B, H) or
+    (0, B, H) receives h after every step."""
+    T, B, F = x.shape
+    G = bias.shape[0]
+    H = G // 4
+    no = G if up.ndim == 2 else up.shape[0] * NB
+    q, s, zp, acc, a = _bufs(B, H, G, no)
+    qx, sx, zpx, accx, xt = _bufs(B, F, G, G if wp.ndim == 2 else wp.shape[0] * NB)
+    tmp = np.empty(H, np.float32)
+    for t in range(T):
+        _inp(x[t], wp, wcol, ws, bias, qx, sx, zpx, accx, xt)
+        _rec(h, up, col, us, xt, q, s, zp, acc, a)
+        for b in range(B):
+            if mask.shape[0] > 0 and mask[t, b] == 0:
+                continue
+            ar, cr, hr = row(a, b), row(c, b), row(h, b)
+            act_ip(ar[:2 * H], rcode)
+            act_ip(ar[2 * H:3 * H], code)
+            act_ip(ar[3 * H:], rcode)
+            for j in range(H):
+                cn = ar[H + j] * cr[j] + ar[j] * ar[2 * H + j]
+                cr[j] = cn
+                tmp[j] = cn
+            act_ip(tmp, code)
+            for j in range(H):
+                hr[j] = ar[3 * H + j] * tmp[j]
+        if seq.shape[0] > 0:
+            seq[t] = h
+
+
+@njit(**OPTS8)
+def walk_gru(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any, us: Any, hb: Any,
+             h: Any, mask: Any, seq: Any, code: int, rcode: int, reset_after: bool, up_n: Any,
+             col_n: Any, us_n: Any) -> None:
+    """GRU over ``x`` (T, B, F), the input product as in :func:`walk_lstm`. ``reset_after``:
+    ``hu = dequant(h @ U^T) + hb`` over all 3H (``up`` packs all of U); otherwise ``up`` packs
+    the z|r rows and ``up_n`` the n rows, applied to ``r * h`` (quantized on its own). ``hb``
+    (3H,) is the recurrent bias row (zeros without)."""
+    T, B, F = x.shape
+    G = bias.shape[0]
+    H = G // 3
+    nr = 3 * H if reset_after else 2 * H
+    no = nr if up.ndim == 2 else up.shape[0] * NB
+    q, s, zp, acc, a = _bufs(B, H, nr, no)
+    qx, sx, zpx, accx, xx = _bufs(B, F, G, G if wp.ndim == 2 else wp.shape[0] * NB)
+    base = np.empty((B, nr), np.float32)
+    for b in range(B):
+        for j in range(nr):
+            base[b, j] = hb[j]
+    no_n = H if up_n.ndim == 2 else up_n.shape[0] * NB
+    acc_n = np.empty((B, no_n), np.int32)
+    rh = np.empty((B, H), np.float32)
+    nn = np.empty((B, H), np.float32)
+    zr = np.empty((B, 2 * H), np.float32)
+    for t in range(T):
+        _inp(x[t], wp, wcol, ws, bias, qx, sx, zpx, accx, xx)
+        if reset_after:
+            _rec(h, up, col, us, base, q, s, zp, acc, a)
+            for b in range(B):
+                for j in range(2 * H):
+                    zr[b, j] = xx[b, j] + a[b, j]
+                act_ip(row(zr, b), rcode)
+                for j in range(H):
+                    nn[b, j] = zr[b, H + j] * a[b, 2 * H + j] + xx[b, 2 * H + j]
+                act_ip(row(nn, b), code)
+        else:
+            _rec(h, up, col, us, xx[:, :2 * H], q, s, zp, acc, zr)
+            for b in range(B):
+                act_ip(row(zr, b), rcode)
+                for j in range(H):
+                    rh[b, j] = zr[b, H + j] * h[b, j]
+            _rec(rh, up_n, col_n, us_n, xx[:, 2 * H:], q, s, zp, acc_n, nn)
+            for b in range(B):
+                act_ip(row(nn, b), code)
+        for b in range(B):
+            if mask.shape[0] > 0 and mask[t, b] == 0:
+                continue
+            for j in range(H):
+                n = nn[b, j]
+                h[b, j] = (h[b, j] - n) * zr[b, j] + n
+        if seq.shape[0] > 0:
+            seq[t] = h
+
+
+@njit(**OPTS8)
+def walk_simple(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any, us: Any, h: Any,
+                mask: Any, seq: Any, code: int) -> None:
+    """SimpleRNN over ``x`` (T, B, F): ``h = act(xw_t + dequant(quant(h) @ U^T))``, ``xw_t`` the
+    input product as in :func:`walk_lstm`."""
+    T, B, F = x.shape
+    H = bias.shape[0]
+    no = H if up.ndim == 2 else up.shape[0] * NB
+    q, s, zp, acc, a = _bufs(B, H, H, no)
+    qx, sx, zpx, accx, xt = _bufs(B, F, H, H if wp.ndim == 2 else wp.shape[0] * NB)
+    for t in range(T):
+        _inp(x[t], wp, wcol, ws, bias, qx, sx, zpx, accx, xt)
+        _rec(h, up, col, us, xt, q, s, zp, acc, a)
+        for b in range(B):
+            if mask.shape[0] > 0 and mask[t, b] == 0:
+                continue
+            act_ip(row(a, b), code)
+            for j in range(H):
+                h[b, j] = a[b, j]
+        if seq.shape[0] > 0:
+            seq[t] = h
+
+
+__all__ = ["VNNI", "act8", "assembly", "gemm", "pack", "padded", "project", "quant_row", "quant_rows",
+           "walk_gru", "walk_lstm", "walk_simple", "out_width"]

@@ -1,0 +1,211 @@
+"""int8 inference: the compiled loops equal their NumPy reference bit for bit, the reference
+equals the scheme written out here, and int8 models stay close to their float32 models."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rnnkit as rk
+from rnnkit.quant import _reference as ref
+
+F32 = np.float32
+
+
+def compiled() -> Any:
+    mod = rk.kernels.int8()
+    if mod is None:
+        pytest.skip("the compiled int8 loops need numba")
+    return mod
+
+
+def test_weight_quantization_is_symmetric_per_output_channel() -> None:
+    w = np.random.default_rng(0).normal(size=(7, 5)).astype(F32)
+    w[:, 3] = 0.0
+    q, s = ref.quantize_weight(w)
+    assert q.shape == (5, 7) and q.dtype == np.int8 and s.shape == (5,)
+    for n in range(5):
+        amax = np.abs(w[:, n]).max()
+        want_s = F32(1.0) if amax == 0 else F32(amax) / F32(127.0)
+        assert s[n] == want_s
+        assert np.array_equal(q[n], np.clip(np.rint(w[:, n] / want_s), -127, 127).astype(np.int8))
+        assert np.abs(q[n] * np.float64(s[n]) - w[:, n]).max() <= s[n] / 2 * 1.0001
+
+
+def test_row_quantization_is_asymmetric_uint8_per_row() -> None:
+    x = np.array([[-1.0, 0.5, 2.0, 0.25], [0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0],
+                  [-4.0, -1.0, -2.0, -3.0]], F32)
+    q, s, zp = ref.quant_rows(x)
+    assert s[1] == 1 and zp[1] == 0 and not q[1].any()          # an all-zero row
+    assert s[0] == F32(3.0) / F32(255.0) and zp[0] == 85          # lo -1, hi 2: 1 / s = 85
+    assert zp[2] == 0 and q[2, 3] == 255                         # lo clamps at 0
+    assert zp[3] == 255 and q[3, 0] == 0                         # hi clamps at 0
+    back = (q.astype(np.float64) - zp[:, None]) * s[:, None]
+    assert np.abs(back - x).max() <= s.max() / 2 * 1.0001
+
+
+@pytest.mark.parametrize("M,K,N", [(1, 16, 128), (3, 7, 3), (5, 130, 70), (8, 64, 256), (6, 1, 65)])
+def test_compiled_product_equals_int64_product(M: int, K: int, N: int) -> None:
+    k = compiled()
+    rng = np.random.default_rng(M * K + N)
+    q = np.zeros((M, k.padded(K)), np.uint8)
+    q[:, :K] = rng.integers(0, 256, (M, K))
+    w = rng.integers(-127, 128, (N, K)).astype(np.int8)
+    out = np.zeros((M, k.out_width(N)), np.int32)
+    k.gemm(q, k.pack(w), out)
+    want = q[:, :K].astype(np.int64) @ w.astype(np.int64).T
+    assert np.array_equal(out[:, :N], want)
+    plain = np.zeros((N, k.padded(K)), np.int8)      # the product of CPUs without VNNI
+    plain[:, :K] = w
+    out2 = np.zeros((M, N), np.int32)
+    sys.modules["rnnkit.kernels._int8_gemm"]._gemm_plain(q, plain, out2)
+    assert np.array_equal(out2, want)
+
+
+def test_the_product_compiles_to_integer_dot_products() -> None:
+    k = compiled()
+    counts = k.assembly()
+    if k.VNNI:
+        assert counts["vpdpbusd"] > 0
+    else:
+        assert counts["vpmaddwd"] + counts["vpdpwssd"] > 0
+
+
+def test_compiled_quantization_and_projection_equal_the_reference() -> None:
+    k = compiled()
+    rng = np.random.default_rng(1)
+    x = (rng.normal(size=(70, 13)) * rng.uniform(0.01, 10, (70, 1))).astype(F32)
+    x[3] = 0.0
+    x[4] = np.abs(x[4])
+    q, s, zp = np.zeros((70, k.padded(13)), np.uint8), np.zeros(70, F32), np.zeros(70, np.int32)
+    k.quant_rows(x, q, s, zp)
+    rq, rs, rzp = ref.quant_rows(x)
+    assert np.array_equal(q[:, :13], rq) and np.array_equal(s, rs) and np.array_equal(zp, rzp)
+    wq, ws = ref.quantize_weight(rng.normal(size=(13, 9)).astype(F32))
+    bias = rng.normal(size=9).astype(F32)
+    out, want = np.empty((70, 9), F32), np.empty((70, 9), F32)
+    k.project(x, k.pack(wq), wq.sum(1, dtype=np.int32), ws, bias, out)
+    ref.project(x, wq, wq.sum(1, dtype=np.int32), ws, bias, want)
+    assert np.array_equal(out, want)
+    # the reference itself: the scheme written out with float64 dequantization
+    deq = (rq.astype(np.float64) - rzp[:, None]) @ wq.T.astype(np.float64) * (rs[:, None] * ws[None, :])
+    assert np.allclose(want, deq + bias, rtol=1e-6, atol=1e-6)
+
+
+def test_the_rational_tanh_is_tanh() -> None:
+    x = np.linspace(-12, 12, 20001).astype(F32)
+    assert np.abs(ref.tanh8(x) - np.tanh(x.astype(np.float64))).max() < 3e-7
+    assert np.abs(ref.act8(x, 1) - 1 / (1 + np.exp(-x.astype(np.float64)))).max() < 3e-7
+
+
+def _models() -> dict[str, Callable[[], rk.Sequential]]:
+    def seq(*layers: rk.Layer) -> rk.Sequential:
+        return rk.Sequential(list(layers)).build((None, 9, 6))
+    return {
+        "lstm": lambda: seq(rk.LSTM(20, seed=1, return_sequences=True), rk.Dense(3, seed=2)),
+        "gru": lambda: seq(rk.GRU(12, seed=3, go_backwards=True), rk.Dense(2, activation="tanh", seed=4)),
+        "gru_before": lambda: seq(rk.GRU(11, seed=5, reset_after=False, return_sequences=True),
+                                  rk.SimpleRNN(5, seed=6, activation="relu")),
+        "simple": lambda: seq(rk.SimpleRNN(17, seed=7, return_sequences=True), rk.Dense(4, seed=8)),
+        "masked": lambda: seq(rk.Masking(0.0), rk.LSTM(10, seed=9, return_sequences=True),
+                              rk.GRU(6, seed=10, go_backwards=True)),
+        "bidirectional": lambda: seq(rk.Bidirectional(rk.LSTM(7, seed=11, return_sequences=True)),
+                                     rk.Bidirectional(rk.GRU(5, seed=12), merge_mode="sum")),
+    }
+
+
+def _x(B: int = 5) -> np.ndarray:
+    x = np.random.default_rng(2).normal(size=(B, 9, 6)).astype(F32)
+    x[1, 6:] = 0.0      # padding for the Masking model
+    x[3, 4:] = 0.0
+    return x
+
+
+@pytest.mark.parametrize("name", list(_models()))
+def test_int8_model_compiled_equals_reference_and_stays_near_float(name: str) -> None:
+    compiled()
+    model = _models()[name]()
+    q = rk.quantize(model)
+    x = _x()
+    got = q.predict(x)
+    with rk.kernels.use("reference"):
+        want = q.predict(x)
+    assert np.array_equal(got, want)
+    assert np.abs(got - model.predict(x)).max() < 0.05
+    # a sample's result does not depend on the rest of its batch
+    assert np.array_equal(q.predict(x[2:3]), got[2:3])
+
+
+def test_masks_and_lengths_follow_the_float_layer() -> None:
+    x = _x()
+    lengths = np.array([9, 3, 7, 1, 5])
+    for kind in (rk.LSTM, rk.GRU, rk.SimpleRNN):
+        layer = kind(8, return_sequences=True, seed=13)
+        model = rk.Sequential([layer]).build((None, 9, 6))
+        qlayer = rk.quantize(model).layers[0]
+        for backwards in (False, True):
+            layer.go_backwards = qlayer.go_backwards = backwards
+            for mask in ({"lengths": lengths}, {"mask": np.arange(9)[None, :] < lengths[:, None]}):
+                f = layer.forward(x, rk.Ctx(False).set_mask(**mask))
+                y = qlayer.forward(x, rk.Ctx(False).set_mask(**mask))
+                with rk.kernels.use("reference"):
+                    assert np.array_equal(y, qlayer.forward(x, rk.Ctx(False).set_mask(**mask)))
+                assert np.abs(y - f).max() < 0.03
+                for b, n in enumerate(lengths):
+                    if "lengths" in mask:
+                        assert not y[b, n:].any()                    # zeros past the end
+                    else:
+                        assert (y[b, n:] == y[b, n - 1]).all()       # the last output repeated
+
+
+def test_initial_and_carried_states() -> None:
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(3, 9, 6)).astype(F32)
+    layer = rk.LSTM(8, return_state=True, seed=14)
+    qlayer = rk.quant.quantize_layer(rk.Sequential([rk.LSTM(8, seed=14)]).build((None, None, 6)).layers[0])
+    qlayer.return_state = True
+    h0, c0 = rng.normal(size=(3, 8)).astype(F32), rng.normal(size=(3, 8)).astype(F32)
+    layer.build(rk.Shape((None, None, 6)))
+    out, h, c = qlayer.forward([x, h0, c0], rk.Ctx(False))
+    fo, fh, fc = layer.forward([x, h0, c0], rk.Ctx(False))
+    assert np.abs(out - fo).max() < 0.03 and np.abs(c - fc).max() < 0.05
+    # two halves with the state handed over = the whole sequence
+    first = qlayer.forward([x[:, :4], h0, c0], rk.Ctx(False))
+    second = qlayer.forward([x[:, 4:], first[1], first[2]], rk.Ctx(False))
+    assert np.array_equal(second[0], out) and np.array_equal(second[2], c)
+
+
+def _torch_max_err(model: rk.Sequential, x: np.ndarray) -> float:
+    torch = pytest.importorskip("torch")
+    layer = model.layers[0]
+    F, H = layer.input_dim, layer.units
+    lstm = torch.nn.LSTM(F, H, batch_first=True)
+    w = {n: np.array(v) for n, v in layer.weights()}
+    with torch.no_grad():
+        lstm.weight_ih_l0.copy_(torch.from_numpy(np.ascontiguousarray(w["kernel"].T)))
+        lstm.weight_hh_l0.copy_(torch.from_numpy(np.ascontiguousarray(w["recurrent_kernel"].T)))
+        lstm.bias_ih_l0.copy_(torch.from_numpy(w["bias"][0]))
+        lstm.bias_hh_l0.zero_()
+    holder = torch.nn.ModuleDict({"rnn": lstm})
+    with warnings.catch_warnings():   # torch.ao.quantization's deprecation notices
+        warnings.simplefilter("ignore")
+        qlstm = torch.ao.quantization.quantize_dynamic(holder, {torch.nn.LSTM}, dtype=torch.qint8)["rnn"]
+    with torch.no_grad():
+        xt = torch.from_numpy(x)
+        f32, i8 = lstm(xt)[0].numpy(), qlstm(xt)[0].numpy()
+    assert np.abs(f32 - model.predict(x)).max() < 1e-5      # the same float32 model
+    return float(np.abs(i8 - f32).max())
+
+
+@pytest.mark.parametrize("B,T,F,H", [(4, 50, 32, 64), (8, 30, 64, 128)])
+def test_error_no_worse_than_torch_quantize_dynamic(B: int, T: int, F: int, H: int) -> None:
+    model = rk.Sequential([rk.LSTM(H, return_sequences=True, seed=15)]).build((None, T, F))
+    x = np.random.default_rng(5).normal(size=(B, T, F)).astype(F32)
+    torch_err = _torch_max_err(model, x)
+    ours = float(np.abs(rk.quantize(model).predict(x) - model.predict(x)).max())
+    assert 0 < ours <= torch_err, (ours, torch_err)
