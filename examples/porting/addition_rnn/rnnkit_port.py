@@ -98,7 +98,7 @@ model.add(rk.RepeatVector(DIGITS + 1))
 for _ in range(num_layers):
     model.add(rk.LSTM(HIDDEN, return_sequences=True))
 model.add(rk.Dense(len(chars), activation="softmax"))
-model.compile(loss="categorical_crossentropy", optimizer="adam", metrics=["accuracy"])
+model.compile(loss="categorical_crossentropy", optimizer=rk.Adam(formula="keras"), metrics=["accuracy"])
 model.summary()
 rk.load_keras_weights(model, os.path.join(OUT, "addition_rnn.weights.h5"))  # harness
 

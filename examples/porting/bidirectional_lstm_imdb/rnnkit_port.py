@@ -41,7 +41,7 @@ print(len(x_val), "Validation sequences")
 x_train = rk.data.pad_sequences(x_train, maxlen=maxlen)
 x_val = rk.data.pad_sequences(x_val, maxlen=maxlen)
 
-model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"])
+model.compile(optimizer=rk.Adam(formula="keras"), loss="binary_crossentropy", metrics=["accuracy"])
 rk.load_keras_weights(model, os.path.join(OUT, "imdb.weights.h5"))  # harness
 history = model.fit(x_train, y_train, batch_size=32, epochs=2, validation_data=(x_val, y_val), shuffle=False)
 

@@ -52,7 +52,7 @@ model = rk.Sequential(
     ],
     input_shape=(maxlen, len(chars)),
 )
-optimizer = rk.optimizers.RMSprop(learning_rate=0.01)
+optimizer = rk.optimizers.RMSprop(learning_rate=0.01, formula="keras")
 model.compile(loss="categorical_crossentropy", optimizer=optimizer)
 rk.load_keras_weights(model, os.path.join(OUT, "charlm.weights.h5"))  # harness
 

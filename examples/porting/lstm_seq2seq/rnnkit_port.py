@@ -92,7 +92,7 @@ decoder_outputs = decoder_dense(decoder_outputs)
 model = rk.Model([encoder_inputs, decoder_inputs], decoder_outputs)
 
 model.compile(
-    optimizer="rmsprop", loss="categorical_crossentropy", metrics=["accuracy"]
+    optimizer=rk.RMSprop(formula="keras"), loss="categorical_crossentropy", metrics=["accuracy"]
 )
 rk.load_keras_weights(model, os.path.join(OUT, "s2s.weights.h5"))  # harness
 history = model.fit(

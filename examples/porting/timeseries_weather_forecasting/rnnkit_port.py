@@ -78,7 +78,7 @@ lstm_out = rk.LSTM(32)(inputs)
 outputs = rk.Dense(1)(lstm_out)
 
 model = rk.Model(inputs=inputs, outputs=outputs)
-model.compile(optimizer=rk.optimizers.Adam(learning_rate=learning_rate), loss="mse")
+model.compile(optimizer=rk.optimizers.Adam(learning_rate=learning_rate, formula="keras"), loss="mse")
 model.summary()
 rk.load_keras_weights(model, os.path.join(OUT, "weather.weights.h5"))  # harness
 
