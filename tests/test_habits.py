@@ -182,3 +182,16 @@ def test_full_batch_fit_on_many_samples_warns_once(capsys: pytest.CaptureFixture
         _dense().fit(x[:-1], y[:-1], 1)          # 512 samples: at the threshold, no warning
         h = _dense().fit(x, y, 2, batch_size=200, verbose=2)
     assert capsys.readouterr().out.splitlines()[-1].endswith("(3 steps)") and len(h.epoch) == 2
+
+
+def test_an_input_first_in_a_sequential_builds_it_as_keras_does() -> None:
+    x = RNG.normal(size=(3, 5, 3)).astype(np.float32)
+    ours = rk.Sequential([rk.Input((5, 3)), rk.LSTM(4, seed=1), rk.Dense(2, seed=2)])
+    explicit = rk.Sequential([rk.LSTM(4, seed=1), rk.Dense(2, seed=2)]).build((None, 5, 3))
+    assert ours.built and ours.input_shapes() == explicit.input_shapes()
+    np.testing.assert_array_equal(ours.predict(x), explicit.predict(x))
+    added = rk.Sequential().add(rk.Input((5, 3))).add(rk.LSTM(4, seed=1)).add(rk.Dense(2, seed=2))
+    np.testing.assert_array_equal(added.predict(x), explicit.predict(x))
+    assert len(ours.layers) == 2          # as Keras' Sequential.layers, the Input is not a layer
+    with pytest.raises(rk.InvalidInputError, match="only be the first entry"):
+        rk.Sequential([rk.LSTM(4), rk.Input((5, 3))])

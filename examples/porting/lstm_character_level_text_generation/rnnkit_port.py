@@ -47,10 +47,10 @@ for i, sentence in enumerate(sentences):
 
 model = rk.Sequential(
     [
+        rk.Input(shape=(maxlen, len(chars))),
         rk.LSTM(32),
         rk.Dense(len(chars), activation="softmax"),
-    ],
-    input_shape=(maxlen, len(chars)),
+    ]
 )
 optimizer = rk.optimizers.RMSprop(learning_rate=0.01, formula="keras")
 model.compile(loss="categorical_crossentropy", optimizer=optimizer)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from rnnkit.layers import MergeLayer, layer_from_config, layer_to_config
 from rnnkit.layers._tied import resolve_ties
 from rnnkit.models._base import Model, check_finite
 from rnnkit.models._keras_shape import with_batch_axis
+from rnnkit.models._node import Node
 from rnnkit.models._summary import shape_text
 
 
@@ -61,7 +63,7 @@ class Sequential(Model):
     layer already built in another dtype is refused. None (default): each layer's own.
     """
 
-    def __init__(self, layers: list[Layer] | None = None, *, input_shape: Any = None,
+    def __init__(self, layers: Sequence[Layer | Node] | None = None, *, input_shape: Any = None,
                  name: str = "sequential", dtype: Any = None) -> None:
         super().__init__(name)
         self.dtype = None if dtype is None else resolve_dtype(dtype, f"{name}: dtype")
@@ -69,6 +71,7 @@ class Sequential(Model):
         self._input_shape: Shape | None = None
         self._out_shapes: list[Shape] = []
         self._declared = False   # built for the first layer's input_shape= (layers may still be added)
+        self._given_input: Shape | None = None   # an rk.Input(...) given first, before any layer
         if layers is not None and not isinstance(layers, (list, tuple)):
             raise TypeError(f"{name}: layers must be a list of Layers (or None), got {type(layers).__name__}")
         for layer in layers or []:
@@ -76,10 +79,19 @@ class Sequential(Model):
         if input_shape is not None:  # Keras' convention (no batch axis) too: models/_keras_shape.py
             self.build(with_batch_axis(self.layers, input_shape))
 
-    def add(self, layer: Layer) -> Sequential:
-        """Append a layer (chainable). Only before the model is built."""
+    def add(self, layer: Layer | Node) -> Sequential:
+        """Append a layer (chainable). Only before the model is built. As in Keras, the first
+        entry may be an ``rk.Input(shape)``: the model is then built for it once its first
+        layer comes (and each later layer as it is added)."""
         if self._input_shape is not None and not self._declared:
             raise InvalidInputError(f"{self.name}: cannot add a layer to a built model")
+        if isinstance(layer, Node) and layer.is_input:
+            if self.layers or self._given_input is not None:
+                raise InvalidInputError(f"{self.name}: an rk.Input may only be the first entry of a "
+                                        f"Sequential (it declares the model's input); got one at position "
+                                        f"{len(self.layers) + (self._given_input is not None)}")
+            self._given_input = layer.shape
+            return self
         if not isinstance(layer, Layer):
             raise InvalidInputError(f"{self.name}: expected a Layer, got {type(layer).__name__}")
         if isinstance(layer, MergeLayer):
@@ -97,8 +109,9 @@ class Sequential(Model):
         self.layers.append(layer)
         if self._input_shape is not None:  # built for a declared input shape: build the new layer
             self._out_shapes.append(self._build_layer(len(self.layers) - 1, layer, self._out_shapes[-1]))
-        elif len(self.layers) == 1 and layer.declared_input_shape is not None:
-            self.build(layer.declared_input_shape)   # Keras: input_shape= on the first layer
+        elif len(self.layers) == 1 and (self._given_input or layer.declared_input_shape) is not None:
+            # Keras: an Input first, or input_shape= on the first layer
+            self.build(self._given_input or layer.declared_input_shape)  # type: ignore[arg-type]
             self._declared = True
         return self
 
