@@ -74,3 +74,21 @@ def test_time_major_tied_word_language_model_trains_as_torch() -> None:
         opt.step()
         theirs.append(float(loss))
     np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+
+
+def test_a_time_major_model_refuses_what_would_cut_or_shuffle_its_time_axis() -> None:
+    net = rk.rnn.lstm(3, 4, rk.rnn.RNNConfig(batch_first=False), seed=0)
+    model = rk.Sequential([net, rk.Dense(1, seed=1)], input_shape=(None, 3))
+    model.compile(optimizer=rk.SGD(0.1), loss="mse")
+    x = np.random.default_rng(0).normal(size=(6, 2, 3))     # (seq_len 6, batch 2, features 3)
+    y = np.zeros((6, 2, 1))
+    for kw, word in (({"batch_size": 2, "shuffle": False}, "batch_size"), ({}, "shuffle"),
+                     ({"shuffle": False, "validation_split": 0.5}, "validation_split")):
+        with pytest.raises(rk.InvalidParameterError, match=f"{word} would split or reorder.*time-major"):
+            model.fit(x, y, **kw)
+    with pytest.raises(rk.InvalidParameterError, match="batch_size would split"):
+        model.predict(x, batch_size=2)
+    before = model.predict(x)
+    model.fit(x, y, shuffle=False)                            # whole batches: accepted, trains
+    assert not np.array_equal(model.predict(x), before)
+

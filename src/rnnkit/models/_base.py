@@ -26,7 +26,7 @@ from rnnkit.models._batch import Batch, take
 from rnnkit.models._callbacks import Callback, History
 from rnnkit.models._checks import Data, NonFiniteAt, as_list, check_finite, first_non_finite, unlist
 from rnnkit.models._fit_batches import check_steps, check_workers, is_batch_source, predict_source
-from rnnkit.models._habits import cast_inputs, check_verbose, report
+from rnnkit.models._habits import cast_inputs, check_batch_axis, check_verbose, report
 from rnnkit.models._weighting import input_masks
 from rnnkit.models._weights_api import WeightsAPI
 
@@ -153,6 +153,7 @@ class Model(FitAliases, WeightsAPI):
         first_non_finite(xs, f"{self.name}.predict: x")
         n = xs[0].shape[0]
         bs = n if batch_size is None else _check_batch_size(batch_size)
+        check_batch_axis(self, where, batch_size=bs < n)
         if bs >= n and mask is None and lengths is None:
             outs = self._forward_masks(xs, Ctx.inference(), False, None)[0]
         else:
@@ -239,6 +240,8 @@ class Model(FitAliases, WeightsAPI):
         shown = check_verbose(verbose, f"{self.name}.evaluate")
         check_bool(return_dict, "return_dict", f"{self.name}.evaluate")
         bs = None if batch_size is None else _check_batch_size(batch_size)
+        check_batch_axis(self, f"{self.name}.evaluate", batch_size=bs is not None,
+                         sample_weight=sample_weight is not None)
         if is_batch_source(x):
             if y is not None or distributed is not None or any(
                     v is not None for v in (sample_weight, mask, lengths)):

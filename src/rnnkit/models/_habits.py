@@ -111,3 +111,22 @@ def cast_inputs(model: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
                                     f"the data or declare dtype='float64'")
         out.append(b)
     return out
+
+
+def check_batch_axis(model: Any, where: str, **splitting: bool) -> None:
+    """Refuse what splits or reorders a time-major model's data along axis 0 (time, not the
+    batch): ``model.fit`` / ``evaluate`` / ``predict`` cut and shuffle the samples along axis 0,
+    so a model holding a layer with ``input_layout == "time_major"`` (an ``rnnkit.rnn`` net with
+    ``batch_first=False``) takes whole batches only. ``splitting`` names what was asked
+    (``batch_size=True`` ...); InvalidParameterError naming the layer and the remedy."""
+    asked = [k for k, v in splitting.items() if v]
+    if not asked:
+        return
+    for layer in getattr(model, "layers", []):
+        if getattr(layer, "input_layout", None) == "time_major":
+            raise InvalidParameterError(
+                f"{where}: {', '.join(asked)} would split or reorder the data along axis 0, which is time "
+                f"for the time-major layer {layer.name!r} (inputs (seq_len, batch, features)); give whole "
+                f"batches (no batch_size, shuffle=False, no validation_split or sample weights) or build "
+                f"the net with batch_first=True")
+

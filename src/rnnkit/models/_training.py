@@ -44,7 +44,7 @@ from rnnkit.models._callbacks_more import ProgbarLogger, TerminateOnNaN
 from rnnkit.models._checks import Data
 from rnnkit.models._checks import Trainable as Model
 from rnnkit.models._fit_batches import SourceBatches, check_steps, check_workers, is_batch_source
-from rnnkit.models._habits import check_verbose, warn_full_batch
+from rnnkit.models._habits import check_batch_axis, check_verbose, warn_full_batch
 from rnnkit.models._resume import fingerprint, restore_state, save_state
 from rnnkit.models._trainer import SOLO, Resume, Team, evaluate, run
 from rnnkit.models._weighting import output_weights
@@ -179,6 +179,9 @@ def fit(model: Model, x: Data, y: Data, epochs: Any, *, batch_size: Any, validat
         raise InvalidParameterError(f"fit: validation_split must be a number in [0, 1), got "
                                     f"{validation_split!r}")
     parallel = None if distributed is None else check_parallel(distributed, "fit")
+    check_batch_axis(model, where, batch_size=bs is not None, shuffle=bool(shuffle),
+                     validation_split=bool(split), sample_weight=sample_weight is not None,
+                     class_weight=class_weight is not None)
     source = is_batch_source(x) or steps_per_epoch is not None
     if source:
         if not is_batch_source(x):

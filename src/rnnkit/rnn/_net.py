@@ -162,9 +162,11 @@ class RNNNet(Layer):
         """``"batch_first"``: inputs (batch, seq_len, features); ``"time_major"``: (seq_len,
         batch, features) -- as ``config.batch_first`` says. A model reads a Keras-style
         ``input_shape`` (one sample, no batch axis) by it: ``(None, F)`` builds ``(None, None, F)``
-        either way, ``(T, F)`` builds ``(None, T, F)`` or ``(T, None, F)``. Note that a
-        Sequential splits its data into batches along axis 0, which is time for a time-major
-        net: give such a model whole batches (no ``batch_size``) or use ``batch_first=True``."""
+        either way, ``(T, F)`` builds ``(None, T, F)`` or ``(T, None, F)``. A model's
+        ``fit`` / ``evaluate`` / ``predict`` cut and shuffle data along axis 0, which is time for a
+        time-major net, so a model holding one refuses ``batch_size=``, ``shuffle=True``,
+        ``validation_split`` and sample weights (InvalidParameterError): give it whole batches,
+        or use ``batch_first=True``."""
         return "batch_first" if self.config.batch_first else "time_major"
 
     def _check_build_shape(self, shape: Shape) -> None:
