@@ -87,8 +87,10 @@ def first_non_finite(arrs: list[np.ndarray], what: str) -> None:
     and its position; nothing when every value is finite (integer arrays always are)."""
     for k, a in enumerate(arrs):
         # a finite sum of squares proves every value finite (NaN and Inf propagate), in one pass
-        # without a temporary; only when it is not (or overflows) are the values looked at
-        if a.dtype.kind in "fc" and not np.isfinite(np.vdot(a, a)) and not np.isfinite(a).all():
+        # without a temporary -- for a contiguous array only (vdot copies a strided view, such as
+        # lazy windows, whole); only when it is not (or overflows) are the values looked at
+        if a.dtype.kind in "fc" and not (a.flags.c_contiguous and np.isfinite(np.vdot(a, a))) \
+                and not np.isfinite(a).all():
             pos = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
             raise InvalidInputError(f"{what}{'' if len(arrs) == 1 else f' {k}'} holds {a[pos]} at {pos}; "
                                     f"expected finite numbers")
