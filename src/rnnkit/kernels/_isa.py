@@ -25,13 +25,13 @@ AVX512_CPUS = frozenset({
 
 def _features() -> str:
     """The feature string Numba's JIT code generator uses (``+avx2,-avx512f,...``)."""
-    if config.CPU_FEATURES is not None:
-        return str(config.CPU_FEATURES)
-    return str(llvm.get_host_cpu_features().flatten())
+    feats = getattr(config, "CPU_FEATURES", None)
+    return str(feats) if feats is not None else str(llvm.get_host_cpu_features().flatten())
 
 
 def _cpu_name() -> str:
-    return str(config.CPU_NAME) if config.CPU_NAME is not None else str(llvm.get_host_cpu_name())
+    name = getattr(config, "CPU_NAME", None)
+    return str(name) if name is not None else str(llvm.get_host_cpu_name())
 
 
 @functools.cache
