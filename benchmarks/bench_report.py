@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-AVX2_ENV = {"OPENBLAS_CORETYPE": "Haswell", "NUMBA_CPU_NAME": "haswell", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+AVX2_ENV = {"OPENBLAS_CORETYPE": "Haswell", "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "",
+            "ONEDNN_MAX_CPU_ISA": "AVX2"}  # NUMBA_CPU_NAME alone keeps the host's features
 
 
 def isa_in_effect() -> dict[str, Any]:

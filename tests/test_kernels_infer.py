@@ -96,3 +96,39 @@ def test_small_shape_inference_equals_reference() -> None:
     for layer in (rk.LSTM(32, seed=5), rk.GRU(32, seed=6)):
         layer.build((None, 100, 16))
         _same(_run(layer, x, {}, "fast"), _run(layer, x, {}, "reference"))
+
+
+@pytest.mark.parametrize("units", [20, 32, 40, 72])
+def test_one_row_product_over_every_panel_count_equals_reference(units: int) -> None:
+    """One row's recurrent product spans 5, 8, 10 and 18 panels of 16 columns (LSTM: 4 units
+    per column group): one call of up to ``ROW_PANELS`` panels, then the rest, partial panels
+    included; the values equal the reference whatever the ISA's panel count."""
+    x = np.random.default_rng(units).standard_normal((1, 12, 7)).astype(np.float32)
+    for layer in (rk.LSTM(units, seed=7), rk.LSTM(units + 3, seed=8), rk.GRU(units, seed=9)):
+        layer.build((None, 12, 7))
+        _same(_run(layer, x, {}, "fast"), _run(layer, x, {}, "reference"))
+
+
+def test_row_panels_follow_numbas_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ISA rule: the features Numba compiles with decide (the host's unless
+    ``NUMBA_CPU_FEATURES`` is given); an empty feature string leaves it to the CPU name."""
+    from numba.core import config
+
+    from rnnkit.kernels import _isa, _packed
+
+    def avx512(name: str | None, feats: str | None) -> bool:
+        monkeypatch.setattr(config, "CPU_NAME", name)
+        monkeypatch.setattr(config, "CPU_FEATURES", feats)
+        _isa.has_avx512.cache_clear()
+        return _isa.has_avx512()
+
+    try:
+        assert avx512("haswell", "") is False
+        assert avx512("skylake-avx512", "") is True
+        assert avx512("znver4", "") is True
+        assert avx512("haswell", "+avx2,+fma,-avx512f") is False
+        assert avx512("haswell", "+avx2,+fma,+avx512f") is True
+    finally:
+        monkeypatch.undo()
+        _isa.has_avx512.cache_clear()
+    assert _packed.ROW_PANELS == (8 if _isa.has_avx512() else 6)

@@ -154,3 +154,28 @@ def test_the_plan_and_its_panels_are_kept_while_the_weights_are_the_same() -> No
     layer.set_weight("bias", np.zeros(layer.weight("bias").shape))
     w = {n: layer.weight(n) for n in layer.weight_names}
     assert drv._plan(layer.cell, step, w, np.dtype(np.float32)) is not p1
+
+
+def test_a_kept_plan_is_left_for_another_dtype_options_or_weight_in_place() -> None:
+    """The lean lookup keeps a plan only for the same step, dtype, options and weight arrays,
+    all still read-only; and the options a pass reads once are the step's own."""
+    from rnnkit.kernels import _driver as drv
+
+    layer = rk.GRU(H, seed=4, input_dim=F)
+    x = _x(6)
+    layer.forward(x, rk.Ctx.inference())
+    found = kernels.find_options(layer.cell)
+    assert found is not None
+    step, opts = found
+    assert step is kernels.find(layer.cell) and opts == step.options(layer.cell)
+    w = {n: layer.weight(n) for n in layer.weight_names}
+    f32 = np.dtype(np.float32)
+    p1 = drv._plan(layer.cell, step, w, f32, opts)
+    assert drv._plan(layer.cell, step, w, f32) is p1 and drv._plan(layer.cell, step, w, f32, opts) is p1
+    assert drv._plan(layer.cell, step, w, np.dtype(np.float64), opts) is not p1
+    p2 = drv._plan(layer.cell, step, w, f32, opts)
+    assert drv._plan(layer.cell, step, w, f32, (*opts[:-1], 1 - opts[-1])) is not p2
+    p3 = drv._plan(layer.cell, step, w, f32, opts)
+    writable = dict(w, kernel=np.array(w["kernel"]))      # a writeable copy: never kept
+    assert drv._plan(layer.cell, step, writable, f32, opts) is not p3
+    assert drv._plan(layer.cell, step, writable, f32, opts) is not drv._plan(layer.cell, step, writable, f32)

@@ -293,6 +293,19 @@ def find(cell: Any) -> Step | None:
     return step
 
 
+def find_options(cell: Any) -> tuple[Step, tuple[int, ...]] | None:
+    """:func:`find` and the step's options for ``cell`` read once: ``(step, options)``, or None
+    (the reference). The walker hands the options on, so a pass reads them once."""
+    if mode() != "fast":
+        return None
+    step = compiled_step(cell)
+    if step is None:
+        return None
+    opts = step.options(cell)
+    if opts is None or _load() is None:
+        return None
+    return step, opts
+
 
 def check(cell: Any, where: str) -> None:
     """Raise :class:`~rnnkit.InvalidParameterError` when the cell's compiled step (if it gives
@@ -303,4 +316,4 @@ def check(cell: Any, where: str) -> None:
 
 
 __all__ = ["ACTIVATION_CODES", "MODES", "KernelCell", "Step", "activation_code", "available", "check",
-           "compile_seconds", "compiled_step", "find", "int8", "mode", "set_mode", "use"]
+           "compile_seconds", "compiled_step", "find", "find_options", "int8", "mode", "set_mode", "use"]

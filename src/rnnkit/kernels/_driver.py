@@ -177,6 +177,14 @@ class _Plan:
         self.b1 = bias[1] if bias is not None and bias.shape[0] == 2 else _zeros(N, dt)
         self.Wp = _ro(np.asarray(w[self.proj_name])) if self.proj_name else None
         self.own = (*(_ro(np.ascontiguousarray(w[n]).reshape(-1)) for n in step.own), _empty_own(dt))
+        self.sizes: tuple[int, ...] = tuple(cell.state_sizes())
+
+    def forward_panels(self) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
+        """``(packed("w"), packed_u(), packed("p"))``, made once per plan."""
+        got = self._packs.get("fwd")
+        if got is None:
+            got = self._packs["fwd"] = (self.packed("w"), self.packed_u(), self.packed("p"))
+        return got  # type: ignore[no-any-return]
 
     def packed_u(self) -> tuple[np.ndarray, ...]:
         """U as panels, one set per group of columns (made once per plan)."""
@@ -226,47 +234,73 @@ def _frozen(a: Any) -> bool:
     return False   # memory of another object (a buffer, a memory map): it may change
 
 
-_plans: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], _Plan]] = weakref.WeakKeyDictionary()
+class _Kept:
+    """A cell's kept plan and what it was made from: the step, dtype and options, the names of
+    the weights it read and those arrays themselves (compared by identity)."""
+
+    __slots__ = ("arrays", "dt", "names", "opts", "plan", "step")
+
+    def __init__(self, step: Step, dt: np.dtype, opts: Any, names: tuple[str, ...],
+                 arrays: tuple[np.ndarray, ...], plan: _Plan) -> None:
+        self.step, self.dt, self.opts = step, dt, opts
+        self.names, self.arrays, self.plan = names, arrays, plan
 
 
-def _plan(cell: Any, step: Step, w: Any, dt: np.dtype) -> _Plan:
+_plans: weakref.WeakKeyDictionary[Any, _Kept] = weakref.WeakKeyDictionary()
+
+
+def _names(cell: Any, step: Step) -> tuple[str, ...]:
+    """The names of the weights a plan of ``cell`` reads."""
+    return tuple(n for n in (cell.input_kernel, cell.recurrent_kernel, cell.bias,
+                             getattr(cell, "projection", None), *step.own) if n)
+
+
+def _plan(cell: Any, step: Step, w: Any, dt: np.dtype, opts: Any = None) -> _Plan:
     """The plan of a pass, kept per cell while the weights it read are the very same arrays and
     cannot have changed (:func:`_frozen`): then the packed panels of W, U and the projection are
     laid out once for every later pass (forward and backward), not once per pass. A weight
-    replaced (``set_weight``, an optimizer step), another dtype, step or options: a new plan."""
-    names = (cell.input_kernel, cell.recurrent_kernel, cell.bias, getattr(cell, "projection", None),
-             *step.own)
-    arrays = tuple(w[n] if n else None for n in names)
-    opts = step.options(cell)
+    replaced (``set_weight``, an optimizer step), another dtype, step or options: a new plan.
+    ``opts``: the step's options for ``cell`` when the caller has them (else read here).
+
+    The lookup is the per-call cost of every pass: one weak-dictionary get, three identity
+    comparisons and, per weight, its name looked up, an identity comparison and the read-only
+    chain (one flag for an array that owns its memory)."""
+    if opts is None:
+        opts = step.options(cell)
     try:
-        per = _plans.get(cell)
+        kept = _plans.get(cell)
     except TypeError:   # a cell that cannot be weakly referenced: no reuse
         return _Plan(cell, step, w, dt)
-    frozen = all(a is None or _frozen(a) for a in arrays)
-    if per is not None and frozen:
-        (k_step, k_dt, k_opts, *k_arrays), plan = per
-        if k_step is step and k_dt == dt and k_opts == opts and len(k_arrays) == len(arrays) \
-                and all(a is b for a, b in zip(k_arrays, arrays, strict=True)):
-            return plan
+    if kept is not None and kept.step is step and kept.dt == dt and kept.opts == opts:
+        for n, a in zip(kept.names, kept.arrays, strict=True):
+            b = w[n]
+            if b is not a or not _frozen(b):
+                break
+        else:
+            if kept.names == _names(cell, step):
+                return kept.plan
+    names = _names(cell, step)
+    arrays = tuple(w[n] for n in names)
     plan = _Plan(cell, step, w, dt)
-    if frozen:
-        _plans[cell] = ((step, dt, opts, *arrays), plan)
+    if all(_frozen(a) for a in arrays):
+        _plans[cell] = _Kept(step, dt, opts, names, arrays, plan)
+    else:
+        _plans.pop(cell, None)
     return plan
 
 
 def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, record: bool, keep_seq: bool,
-         mask: np.ndarray | None = None, rdrop: np.ndarray | None = None
+         mask: np.ndarray | None = None, rdrop: np.ndarray | None = None, opts: Any = None
          ) -> tuple[np.ndarray | None, Arrays, tuple[list[np.ndarray], dict[str, np.ndarray]] | None]:
     """The forward walk (see :func:`rnnkit.recurrent._walker.walk`); returns (seq, final,
-    (states, parks) when ``record``)."""
+    (states, parks) when ``record``). ``opts``: the step's options for ``cell``, when known."""
     T, B, F = x_tm.shape
     dt = x_tm.dtype
-    pl = _plan(cell, step, w, dt)
+    pl = _plan(cell, step, w, dt, opts)
     N = pl.N
     mk = _mask_arg(mask, T, B)
-    PW, PU = pl.packed("w"), pl.packed_u()    # laid out once for every step's product
-    PWp = pl.packed("p")
-    sizes = cell.state_sizes()
+    PW, PU, PWp = pl.forward_panels()         # laid out once for every step's product
+    sizes = pl.sizes
     if record:
         rm, rd = _rdrop_arg(rdrop, B, dt)
         xw = np.empty((T, B, N), dt)
@@ -308,15 +342,16 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
 
 def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.ndarray],
               parks: dict[str, np.ndarray], mask: np.ndarray | None, rdrop: np.ndarray | None, g: np.ndarray,
-              full: bool, d_final: Arrays | None = None,
-              need_dx: bool = True) -> tuple[np.ndarray | None, dict[str, np.ndarray], Arrays]:
+              full: bool, d_final: Arrays | None = None, need_dx: bool = True, opts: Any = None
+              ) -> tuple[np.ndarray | None, dict[str, np.ndarray], Arrays]:
     """The backward walk and the batched reductions (see ``rnnkit.recurrent._walker.walk_back``);
-    without ``need_dx`` the reductions compute no dL/dx rows and None is returned for it."""
+    without ``need_dx`` the reductions compute no dL/dx rows and None is returned for it;
+    ``opts``: the step's options for ``cell``, when known."""
     T, B, F = x_tm.shape
     dt = x_tm.dtype
     if before_back is not None:               # a child compiling this backward: load, not compile
         before_back(cell, F, dt)
-    pl = _plan(cell, step, w, dt)
+    pl = _plan(cell, step, w, dt, opts)
     N = pl.N
     PUT = pl.packed_ut()                      # U^T (or its blocks), laid out once
     PWpT = pl.packed("pt")

@@ -32,6 +32,7 @@ import numpy as np
 from numba import cfunc, types
 from numba.extending import overload
 
+from rnnkit.kernels._isa import has_avx512
 from rnnkit.kernels._jit import OPTS, njit
 from rnnkit.kernels._micro import micro
 
@@ -44,9 +45,14 @@ MB = 96
 #: steps of k packed at a time by :func:`gemm` (a panel block: KC x nr elements, 32 KB in float32)
 KC = 512
 
+#: panels per micro-kernel call for ONE row (the per-step product of a batch of one): under
+#: AVX-512 (32 zmm registers) 8 one-register accumulators, so a 128-column product (an LSTM
+#: of 32 units) is one call; under AVX2 (16 ymm) 6 two-register accumulators, 12 registers
+#: (8 would take all 16, leaving none for the panel rows and the broadcast: spills)
+ROW_PANELS = 8 if has_avx512() else 6
 #: panels per micro-kernel call for a block of ``mr`` rows (few rows: several panels, so that
 #: about MR accumulator chains run side by side)
-GROUP = {mr: max(1, MR // mr) for mr in range(1, MR + 1)}
+GROUP = {mr: ROW_PANELS if mr == 1 else max(1, MR // mr) for mr in range(1, MR + 1)}
 #: every (rows, panels) variant :func:`panels` calls, per float width
 _VARIANTS = [(mr, g) for mr in range(1, MR + 1) for g in range(1, GROUP[mr] + 1)]
 _MICRO = {(bits, mr, g): micro(mr, NR32 if bits == 32 else NR64, bits, g)
@@ -111,7 +117,7 @@ def _panels_body(marker: Any, a: int, ars: int, aks: int, asl: int, M: int, K: i
                            c + (m0 * ldc + n0) * isz, ldc, K, ld, N - n0)
         if full < me:
             mr = me - full
-            g = max(1, MR // mr)
+            g = ROW_PANELS if mr == 1 else max(1, MR // mr)
             for p in range(p0, p1, g):
                 n0 = p * nr
                 _block(marker, mr, min(g, p1 - p), a + full // MR * asl * isz, ars, aks, pb + p * pst * isz,

@@ -74,10 +74,11 @@ def walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, init: Arrays
     marking the real steps (None: all), ``rdrop`` (B, S) the recurrent dropout mask (None:
     none). Returns (the output of every step (T, B, out) when ``keep_seq``, the final state
     parts (views: copy before changing them), the cache when ``record``)."""
-    step = kernels.find(cell)
-    if step is None:
+    found = kernels.find_options(cell)
+    if found is None:
         return reference_walk(cell, w, x_tm, init, record, keep_seq, mask, rdrop)
-    seq, final, kept = kernels.driver().walk(cell, step, w, x_tm, init, record, keep_seq, mask, rdrop)
+    seq, final, kept = kernels.driver().walk(cell, found[0], w, x_tm, init, record, keep_seq, mask, rdrop,
+                                             found[1])
     return seq, final, None if kept is None else WalkCache(x_tm, kept[0], kept[1], mask, rdrop)
 
 
@@ -88,12 +89,12 @@ def walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCache, g: np.n
     last step) and ``d_final``, the gradient of the final state parts (None: zero). Returns
     (dL/dx_tm (T, B, F), {parameter name: gradient}, dL/d(initial state)); without
     ``need_dx``, dL/dx_tm is not computed and is None."""
-    step = kernels.find(cell)
-    if step is None:
+    found = kernels.find_options(cell)
+    if found is None:
         return reference_walk_back(cell, w, cache, g, full, d_final, need_dx)
     return kernels.driver().walk_back(  # type: ignore[no-any-return]
-        cell, step, w, cache.x_tm, cache.states, cache.parks, cache.mask, cache.rdrop, g, full, d_final,
-        need_dx)
+        cell, found[0], w, cache.x_tm, cache.states, cache.parks, cache.mask, cache.rdrop, g, full, d_final,
+        need_dx, found[1])
 
 
 def project(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray) -> np.ndarray:
