@@ -45,11 +45,11 @@ RNNKIT = """
 import sys, time
 import rnnkit.models._progress as progress
 _done = progress.EpochBar.epoch_done
-def epoch_done(self, logs, stop):
+def epoch_done(self, *args, **kwargs):
     if not getattr(progress, "_first_seen", False):
         progress._first_seen = True
         print(f"FIRST_EPOCH {time.time():.6f}", file=sys.stderr, flush=True)
-    _done(self, logs, stop)
+    _done(self, *args, **kwargs)
 progress.EpochBar.epoch_done = epoch_done
 from rnnkit.cli import main
 sys.exit(main(["demo", "--no-plots", "--out", sys.argv[1]]))
