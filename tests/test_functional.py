@@ -252,3 +252,16 @@ def test_evaluate_and_summary_of_a_functional_model() -> None:
     text = model.summary(print_fn=None)
     assert "left (Input)" in text and "concatenate (Concatenate)" in text and "dense (Dense)" in text
     assert "left, right" in text and "Total params: 6" in text
+
+
+def test_a_sequential_called_on_a_node_calls_its_layers_with_their_weights() -> None:
+    inner = rk.Sequential([rk.Dense(4, seed=1, activation="tanh"), rk.Dense(2, seed=2)]).build((None, 3))
+    x = rk.Input((3,))
+    model = rk.Model(x, inner(x))
+    a = np.random.default_rng(0).normal(size=(5, 3))
+    (w1, b1), (w2, b2) = (layer.get_weights() for layer in inner.layers)
+    want = np.tanh(a.astype(np.float32) @ w1 + b1) @ w2 + b2      # the two Dense layers by hand
+    np.testing.assert_allclose(model.predict(a), want, rtol=1e-5, atol=1e-6)
+    assert [la for la in model.called_layers] == inner.layers     # the same layer objects
+    with pytest.raises(rk.InvalidInputError, match="takes no ctx"):
+        inner(x, rk.Ctx.inference())

@@ -79,6 +79,21 @@ class Sequential(Model):
         if input_shape is not None:  # Keras' convention (no batch axis) too: models/_keras_shape.py
             self.build(with_batch_axis(self.layers, input_shape))
 
+    def __call__(self, x: Any, ctx: Ctx | None = None) -> Any:
+        """On arrays: :meth:`forward` (an inference pass unless ``ctx`` says otherwise). On a
+        graph node (Keras' nested-model call): this model's layers called in turn on it — the
+        same layers, so the same weights — giving the node of the last one's output."""
+        if not isinstance(x, Node):
+            return super().__call__(x, ctx)
+        if ctx is not None:
+            raise InvalidInputError(f"{self.name}: a call on graph nodes takes no ctx")
+        if not self.layers:
+            raise InvalidInputError(f"{self.name}: a Sequential without layers cannot be called on a node")
+        out: Any = x
+        for layer in self.layers:
+            out = layer(out)
+        return out
+
     def add(self, layer: Layer | Node) -> Sequential:
         """Append a layer (chainable). Only before the model is built. As in Keras, the first
         entry may be an ``rk.Input(shape)``: the model is then built for it once its first
