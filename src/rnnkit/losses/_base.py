@@ -73,7 +73,9 @@ class Loss:
         assert grad is not None
         return value, grad
 
-    def _pair(self, y_true: Any, y_pred: Any) -> tuple[np.ndarray, np.ndarray, np.dtype]:
+    def _same_shape(self, y_true: Any, y_pred: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Both as arrays of real numbers, in their own dtypes; InvalidInputError unless their
+        shapes are equal (nothing is broadcast)."""
         where = type(self).__name__
         yt = _array(y_true, "y_true", where)
         yp = _array(y_pred, "y_pred", where)
@@ -82,6 +84,10 @@ class Loss:
                 f"{where}: y_true shape {yt.shape} does not match y_pred shape {yp.shape}; "
                 f"the shapes must be equal (nothing is broadcast)"
             )
+        return yt, yp
+
+    def _pair(self, y_true: Any, y_pred: Any) -> tuple[np.ndarray, np.ndarray, np.dtype]:
+        yt, yp = self._same_shape(y_true, y_pred)
         return yt.astype(np.float64), yp.astype(np.float64), _grad_dtype(yp)
 
     def _per_position(self, y_true: Any, y_pred: Any, grad: bool) -> PerPosition:

@@ -152,25 +152,13 @@ class CategoricalCrossentropy(_SoftmaxFusable):
                  sample_weight: Any = None) -> tuple[float, np.ndarray | None]:
         if not self.from_logits:
             return super()._compute(y_true, y_pred, grad, sample_weight)
-        where = type(self).__name__
-        yt, yp = _array(y_true, "y_true", where), _array(y_pred, "y_pred", where)
-        if yt.shape != yp.shape:
-            raise InvalidInputError(
-                f"{where}: y_true shape {yt.shape} does not match y_pred shape {yp.shape}; "
-                f"the shapes must be equal (nothing is broadcast)"
-            )
-        _check_classes(yp, where)
+        yt, yp = self._same_shape(y_true, y_pred)
+        _check_classes(yp, type(self).__name__)
         return _fused_logits(self, yt, yp, False, grad, sample_weight)
 
     def _logits_grad(self, y_true: Any, y_pred: Any, sample_weight: Any) -> tuple[float, LogitsGradient]:
-        where = type(self).__name__
-        yt, yp = _array(y_true, "y_true", where), _array(y_pred, "y_pred", where)
-        if yt.shape != yp.shape:
-            raise InvalidInputError(
-                f"{where}: y_true shape {yt.shape} does not match y_pred shape {yp.shape}; "
-                f"the shapes must be equal (nothing is broadcast)"
-            )
-        _check_classes(yp, where)
+        yt, yp = self._same_shape(y_true, y_pred)
+        _check_classes(yp, type(self).__name__)
         return _fused_probs(self, yt, yp, False, sample_weight)
 
     def _per_position(self, y_true: Any, y_pred: Any, grad: bool) -> PerPosition:
