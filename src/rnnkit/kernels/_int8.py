@@ -26,27 +26,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit.kernels._int8_gemm import KG, NB, OPTS8, VNNI, assembly, gemm, out_width, pack, padded
-from rnnkit.kernels._jit import (
-    _A1,
-    _A3,
-    _A5,
-    _A7,
-    _A9,
-    _A11,
-    _A13,
-    _B0,
-    _B2,
-    _B4,
-    _B6,
-    _CLAMP,
-    _NCLAMP,
-    _NONE,
-    _NSAT,
-    _ONE,
-    _SAT,
-    njit,
-    row,
-)
+from rnnkit.kernels._jit import njit, row, tanh32
 
 _F32 = np.float32
 _HALF, _ZERO, _THREE, _SIX, _255 = _F32(0.5), _F32(0.0), _F32(3.0), _F32(6.0), _F32(255.0)
@@ -127,26 +107,11 @@ def project(x: Any, wp: Any, col: Any, ws: Any, bias: Any, out: Any) -> None:
         dequant_bias(acc[:r], zp[:r], s[:r], col, ws, bias, out[m0:m1])
 
 
-@njit(inline="always", **OPTS8)
-def tanh8(x: Any) -> Any:
-    """float32 tanh: the clamped odd/even rational of :func:`rnnkit.kernels._jit.tanh32`,
-    evaluated without contraction."""
-    if x >= _SAT:
-        return _ONE
-    if x <= _NSAT:
-        return _NONE
-    x = min(max(x, _NCLAMP), _CLAMP)
-    x2 = x * x
-    p = x2 * _A13 + _A11
-    p = p * x2 + _A9
-    p = p * x2 + _A7
-    p = p * x2 + _A5
-    p = p * x2 + _A3
-    p = p * x2 + _A1
-    qq = x2 * _B6 + _B4
-    qq = qq * x2 + _B2
-    qq = qq * x2 + _B0
-    return (x * p) / qq
+#: float32 tanh: the clamped odd/even rational of :func:`rnnkit.kernels._jit.tanh32`, the same
+#: source compiled again with this module's options (no contraction: every operation rounds
+#: as in the NumPy reference, :func:`rnnkit.quant._reference.tanh8`). Not cached on its own:
+#: Numba would file it under tanh32's name and signature; it is inlined into cached callers.
+tanh8 = njit(inline="always", **{**OPTS8, "cache": False})(tanh32.py_func)
 
 
 @njit(**OPTS8)
