@@ -17,6 +17,8 @@ import numpy as np
 from rnnkit._errors import ForwardPassNotRunError, InvalidInputError, UnknownWeightError
 from rnnkit._mask import Mask
 
+_NO_LAYERS: frozenset[int] = frozenset()
+
 
 class Layer(Protocol):
     """What a ``Ctx`` reads of a layer: its name, for messages (caches and gradients are keyed
@@ -37,18 +39,20 @@ class Ctx:
     __slots__ = ("training_mode", "grads", "penalties", "_caches", "_seed", "_rng", "_mask", "_no_input_grad")
 
     def __init__(self, training: bool, seed: int | None = None) -> None:
-        if not isinstance(training, (bool, np.bool_)):
-            raise TypeError(f"Ctx: training must be a bool (or use Ctx.training(seed) / Ctx.inference()), "
-                            f"got {training!r}")
+        if training is not True and training is not False:   # (the quick test first)
+            if not isinstance(training, np.bool_):
+                raise TypeError(f"Ctx: training must be a bool (or use Ctx.training(seed) / "
+                                f"Ctx.inference()), got {training!r}")
+            training = bool(training)
         self._mask: Mask | None = None
-        self.training_mode: bool = bool(training)
+        self.training_mode: bool = training
         self.grads: dict[tuple[Layer, str], np.ndarray] = {}
         self._caches: dict[int, list[tuple[Layer, Any]]] = {}
         #: the activity-regularizer penalties of the passes run in this context, in order
         self.penalties: list[float] = []
         self._seed = seed
         self._rng: np.random.Generator | None = None   # made on first use (costs ~13 us)
-        self._no_input_grad: frozenset[int] = frozenset()   # ids of the layers
+        self._no_input_grad: frozenset[int] = _NO_LAYERS   # ids of the layers
 
     @property
     def seed(self) -> int | None:

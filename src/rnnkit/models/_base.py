@@ -92,20 +92,29 @@ class Model(FitAliases, WeightsAPI):
 
     # -- passes ------------------------------------------------------------------------------
     def _inputs(self, x: Data) -> list[np.ndarray]:
-        xs = cast_inputs(self, as_list(x, self.n_inputs, "input"))
+        """The model's input arrays from ``x``, each checked once against the build shape (the
+        door of every pass: ``predict``, ``evaluate``, ``fit``, ``model(x)``)."""
+        if self.n_inputs == 1 and type(x) is np.ndarray and x.dtype.kind in "biuf":
+            xs = [x]   # what as_list makes of one array of numbers
+        else:
+            xs = as_list(x, self.n_inputs, "input")
+        xs = cast_inputs(self, xs)
         self._ensure_built(xs)
-        for k, (a, shp) in enumerate(zip(xs, self.input_shapes(), strict=True)):
+        shapes = self.input_shapes()   # one per input (as_list made one array per input)
+        for k, a in enumerate(xs):
+            shp = shapes[k]
             want = shp.dims
-            if a.shape[1:] != want[1:] and (a.ndim != len(want) or not all(  # (the quick test first)
-                    d is None or d == s for d, s in zip(want[1:], a.shape[1:], strict=True))):
+            got = a.shape
+            if got[1:] != want[1:] and (len(got) != len(want) or not all(  # (the quick test first)
+                    d is None or d == s for d, s in zip(want[1:], got[1:], strict=True))):
                 which = f"input {k}" if self.n_inputs > 1 else "input"
                 raise InvalidInputError(
                     f"{self.name}: {which} has shape {a.shape}; the model was built for {shp} "
                     f"(None = any extent)"
                 )
-            if a.shape[0] < 1:
+            if not got or got[0] < 1:
                 raise InvalidInputError(f"{self.name}: input holds no samples (shape {a.shape})")
-        if len({a.shape[0] for a in xs}) > 1:
+        if len(xs) > 1 and len({a.shape[0] for a in xs}) > 1:
             raise InvalidInputError(
                 f"{self.name}: inputs hold different sample counts {[a.shape for a in xs]}"
             )
@@ -139,32 +148,38 @@ class Model(FitAliases, WeightsAPI):
         InvalidInputError naming the first (as ``fit`` and ``evaluate`` refuse them).
         ``verbose``: 0 (default) prints nothing; 1, 2 or ``"auto"`` print one line when done
         (:func:`rnnkit.models._habits.report`)."""
-        where = f"{self.name}.predict"
-        shown = check_verbose(verbose, where)
+        # each argument and the data are checked once here, each in one quick test where the
+        # common case passes it (an array, no batch_size, no mask, verbose=0); the pass runs on
+        # the checked arrays as they are
+        shown = 0 if type(verbose) is int and verbose == 0 else check_verbose(verbose, f"{self.name}.predict")
         if not isinstance(x, np.ndarray) and is_batch_source(x):
             if mask is not None or lengths is not None:
                 raise InvalidParameterError(f"{self.name}.predict: mask= / lengths= cannot be given with a "
                                             f"batch source as x (a source's mask(i) gives them)")
             out = predict_source(self, x, steps, workers)
             if shown:
-                report(shown, where, len(as_list(out, self.n_outputs, "output")[0]))
+                report(shown, f"{self.name}.predict", len(as_list(out, self.n_outputs, "output")[0]))
             return out
         xs = self._inputs(x)
         first_non_finite(xs, f"{self.name}.predict: x")
         n = xs[0].shape[0]
-        bs = n if batch_size is None else _check_batch_size(batch_size)
-        check_batch_axis(self, where, batch_size=bs < n)
-        if bs >= n and mask is None and lengths is None:
+        if batch_size is None and mask is None and lengths is None:   # one batch, no masks
             outs = self._forward_masks(xs, Ctx.inference(), False, None)[0]
         else:
-            data = Batch(xs, [], input_masks(self, xs, mask, lengths))
-            parts: list[list[np.ndarray]] = []
-            for a in range(0, n, bs):
-                part = take(data, slice(a, a + bs))
-                parts.append(self._forward_masks(part.xs, Ctx.inference(), False, part.masks)[0])
-            outs = parts[0] if len(parts) == 1 else [np.concatenate([p[k] for p in parts])
-                                                     for k in range(self.n_outputs)]
-        report(shown, where, n)
+            bs = n if batch_size is None else _check_batch_size(batch_size)
+            check_batch_axis(self, f"{self.name}.predict", batch_size=bs < n)
+            masks = input_masks(self, xs, mask, lengths)
+            if bs >= n:   # the whole input is one batch: no slicing, no concatenation
+                outs = self._forward_masks(xs, Ctx.inference(), False, masks)[0]
+            else:
+                data = Batch(xs, [], masks)
+                parts: list[list[np.ndarray]] = []
+                for a in range(0, n, bs):
+                    part = take(data, slice(a, a + bs))
+                    parts.append(self._forward_masks(part.xs, Ctx.inference(), False, part.masks)[0])
+                outs = [np.concatenate([p[k] for p in parts]) for k in range(self.n_outputs)]
+        if shown:
+            report(shown, f"{self.name}.predict", n)
         return unlist(outs)
 
     # -- compile / train ---------------------------------------------------------------------

@@ -3,6 +3,7 @@ the internal NaN/Inf signal of a checked pass, and the conversion of inputs to a
 
 from __future__ import annotations
 
+import math
 from typing import Any, Protocol
 
 import numpy as np
@@ -86,11 +87,16 @@ def first_non_finite(arrs: list[np.ndarray], what: str) -> None:
     """InvalidInputError naming the first NaN/Inf of ``arrs`` (``what``, numbered when several)
     and its position; nothing when every value is finite (integer arrays always are)."""
     for k, a in enumerate(arrs):
+        if a.dtype.kind not in "fc":
+            continue
         # a finite sum of squares proves every value finite (NaN and Inf propagate), in one pass
-        # without a temporary -- for a contiguous array only (vdot copies a strided view, such as
-        # lazy windows, whole); only when it is not (or overflows) are the values looked at
-        if a.dtype.kind in "fc" and not (a.flags.c_contiguous and np.isfinite(np.vdot(a, a))) \
-                and not np.isfinite(a).all():
+        # without a temporary -- for a contiguous array of reals only (vdot copies a strided view,
+        # such as lazy windows, whole); only when it is not (or overflows) are the values looked
+        # at. vdot, unlike dot, raises no overflow warning; its sum is one scalar, which
+        # math.isfinite reads in a tenth of np.isfinite's time.
+        if a.flags.c_contiguous and a.dtype.kind == "f" and math.isfinite(np.vdot(a, a)):
+            continue
+        if not np.isfinite(a).all():
             pos = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
             raise InvalidInputError(f"{what}{'' if len(arrs) == 1 else f' {k}'} holds {a[pos]} at {pos}; "
                                     f"expected finite numbers")

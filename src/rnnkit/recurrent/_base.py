@@ -242,6 +242,12 @@ class RecurrentLayer(Streaming, Layer):
     def _check_input(self, x: Any, check_steps: bool = True) -> np.ndarray:
         """``x`` as a (B, T, F) array of the layer's dtype; ``check_steps=False`` (the streaming
         ``step / seq / seq_init``) accepts any T even when the build fixed the time axis."""
+        built = self._input_shape
+        if built is not None and type(x) is np.ndarray and x.dtype == self.dtype and x.ndim == 3:
+            _, T, F = x.shape   # (the quick test first: an array of the layer's dtype that fits)
+            want = built.dims
+            if F == want[2] and T >= 1 and (want[1] is None or want[1] == T or not check_steps):
+                return x
         self._require_built()
         arr = self._as_input(x)
         if arr.ndim != 3:
@@ -318,8 +324,9 @@ class RecurrentLayer(Streaming, Layer):
         if mask is not None:
             mask.check(B, T, self.name)
         given = init is not None
-        parts = self.unpack_state(init, B) if given else (self._carried_state(B) if api == "layer" else None)
-        idx, m_tm = self._order(mask, B, T)
+        parts = self.unpack_state(init, B) if given else (
+            self._carried_state(B) if self.stateful and api == "layer" else None)
+        idx, m_tm = (None, None) if mask is None else self._order(mask, B, T)
         drop = None
         if ctx.training_mode and self.dropout > 0.0:   # one input mask per sequence, every step
             drop = (ctx.rng.random((B, 1, arr.shape[2])) >= self.dropout).astype(self.dtype)
