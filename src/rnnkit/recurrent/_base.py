@@ -15,15 +15,16 @@ import numpy as np
 from rnnkit import kernels
 from rnnkit._activations import ActivationFn
 from rnnkit._ctx import Ctx
-from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
+from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._kind import builtin_kind
-from rnnkit._layer import Layer, as_weight_array, check_bool, check_finite_weight, check_positive_int
+from rnnkit._layer import Layer, check_bool, check_positive_int
 from rnnkit._mask import Mask
 from rnnkit._shape import Shape
 from rnnkit.recurrent._cell import Arrays, Cell
 from rnnkit.recurrent._registry import cell_from_config, cell_to_config
 from rnnkit.recurrent._streaming import Streaming
 from rnnkit.recurrent._walker import PassCache, walk, walk_back
+from rnnkit.recurrent._weights import RecurrentWeights
 
 
 def kind_config(cell: Cell, walk_config: dict[str, Any]) -> dict[str, Any]:
@@ -39,7 +40,7 @@ def kind_config(cell: Cell, walk_config: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
-class RecurrentLayer(Streaming, Layer):
+class RecurrentLayer(Streaming, RecurrentWeights, Layer):
     """``RecurrentLayer(cell, *, return_sequences=False, go_backwards=False, return_state=False,
     stateful=False, dropout=0.0, seed=None, dtype="float32", input_dim=None, name=None)``: any
     cell walked over time.
@@ -181,62 +182,6 @@ class RecurrentLayer(Streaming, Layer):
         """The weights that receive gradients (the cell's ``Param.trainable``)."""
         self._require_built("trainable_names")
         return list(self._trainable)
-
-    # -- weights -----------------------------------------------------------------------------
-    def _weight_shapes(self, input_dim: int) -> dict[str, tuple[int, ...]]:
-        return {p.name: p.shape for p in self.cell.params(input_dim)}
-
-    def set_weights(self, *arrays: Any, **named: Any) -> None:
-        """Install every weight at once, positionally in :meth:`weights` order (for the built-in
-        cells ``kernel, recurrent_kernel[, bias][, projection_kernel]``) or by name. An unbuilt
-        layer is built from the first array's rows. Every shape and every value is checked before
-        anything changes (WeightShapeError names the first misfit; NaN or Inf is an
-        InvalidInputError naming the weight)."""
-        if not self.built:
-            first = as_weight_array(arrays[0] if arrays else next(iter(named.values()), None),
-                                    f"{self.name}.set_weights")
-            if first.ndim < 1 or first.shape[0] < 1:
-                raise WeightShapeError("kernel", ("input_dim", "..."), first.shape, f"layer {self.name}")
-            F = int(first.shape[0])
-        else:
-            F = self.input_dim
-        expected = self._weight_shapes(F)
-        names = list(expected)
-        if len(arrays) > len(names):
-            raise InvalidInputError(
-                f"{self.name}.set_weights: expected {len(names)} arrays ({', '.join(names)}), "
-                f"got {len(arrays)}")
-        given = dict(zip(names, arrays, strict=False))
-        for k, v in named.items():
-            if k not in expected or k in given:
-                raise InvalidInputError(
-                    f"{self.name}.set_weights: unexpected or repeated weight {k!r}; weights: {names}")
-            given[k] = v
-        missing = [n for n in names if n not in given]
-        if missing:
-            raise InvalidInputError(
-                f"{self.name}.set_weights: expected {len(names)} arrays ({', '.join(names)}), "
-                f"missing {missing}")
-        arrs = {n: as_weight_array(v, f"{self.name}.{n}") for n, v in given.items()}
-        for n in names:  # check all before changing anything
-            if arrs[n].shape != expected[n]:
-                raise WeightShapeError(n, expected[n], arrs[n].shape, f"layer {self.name}")
-            check_finite_weight(arrs[n], f"{self.name}.{n}")
-        if not self.built:   # built from these arrays: nothing is drawn only to be replaced
-            for n in names:
-                if arrs[n].dtype.kind not in "biuf":
-                    raise InvalidInputError(
-                        f"{self.name}.{n}: weights must be real numbers, got {arrs[n].dtype}")
-            shape = Shape((None, None, F))
-            self._check_build_shape(shape)
-            self._weights = {}
-            for n in names:
-                self._add_weight(n, arrs[n])
-            self._trainable = [p.name for p in self.cell.params(F) if p.trainable]
-            self._input_shape = shape
-            return
-        for n in names:
-            self.set_weight(n, arrs[n])
 
     # -- passes ------------------------------------------------------------------------------
     def _check_input(self, x: Any, check_steps: bool = True) -> np.ndarray:
