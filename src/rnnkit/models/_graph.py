@@ -237,44 +237,49 @@ class GraphModel(Model):
         node's. ``ctx.mask`` is cleared afterwards. Returns (outputs, output masks)."""
         if masks is None:
             masks = [ctx.mask] + [None] * (len(xs) - 1)
-        vals: dict[int, Any] = {id(n): x for n, x in zip(self.inputs, xs, strict=True)}
-        mvals: dict[int, Any] = {id(n): m for n, m in zip(self.inputs, masks, strict=True)}
+        # keyed by the nodes themselves (a Node hashes by identity)
+        vals: dict[Node, Any] = dict(zip(self.inputs, xs, strict=True))
+        mvals: dict[Node, Any] = dict(zip(self.inputs, masks, strict=True))
         try:
             for n in self.nodes:
-                if n.is_input:
+                layer = n.layer
+                if layer is None:
+                    if n.index is None:   # an input
+                        continue
+                    k = int(n.index)      # output `index` of a node with several outputs
+                    vals[n] = vals[n.inbound[0]][k]
+                    pm = mvals[n.inbound[0]]
+                    mvals[n] = pm[k] if isinstance(pm, list) else None
                     continue
-                if n.layer is None:  # output `index` of a node with several outputs
-                    k = int(n.index)  # type: ignore[arg-type]
-                    vals[id(n)] = vals[id(n.inbound[0])][k]
-                    pm = mvals[id(n.inbound[0])]
-                    mvals[id(n)] = pm[k] if isinstance(pm, list) else None
-                    continue
-                args = [vals[id(p)] for p in n.inbound]
-                listed = isinstance(n.layer, MergeLayer) or len(args) > 1
-                arg = args if listed else args[0]
-                if isinstance(n.layer, MergeLayer):
-                    m_in: Any = [mvals[id(p)] for p in n.inbound]
+                merge = isinstance(layer, MergeLayer)
+                first = n.inbound[0]
+                if merge or len(n.inbound) > 1:
+                    arg: Any = [vals[p] for p in n.inbound]
+                else:
+                    arg = vals[first]
+                if merge:
+                    m_in: Any = [mvals[p] for p in n.inbound]
                     m_in = None if all(m is None for m in m_in) else m_in
                 else:
-                    m_in = mvals[id(n.inbound[0])]
+                    m_in = mvals[first]
                 try:
-                    mvals[id(n)] = n.layer.compute_mask(arg, m_in)
+                    mvals[n] = layer.compute_mask(arg, m_in)
                 except InvalidInputError as e:
                     raise InvalidInputError(f"{self.name}: node {n.name!r}: {e}") from None
-                ctx.set_mask(None if isinstance(n.layer, MergeLayer) else m_in)
-                if m_in is not None and hasattr(n.layer, "forward_masked"):   # Keras' masked Multiply
-                    out = n.layer.forward_masked(arg, m_in, ctx)
+                ctx.set_mask(None if merge else m_in)
+                if m_in is not None and hasattr(layer, "forward_masked"):   # Keras' masked Multiply
+                    out = layer.forward_masked(arg, m_in, ctx)
                 else:
-                    out = n.layer.forward(arg, ctx)  # type: ignore[arg-type]
-                if n.layer.activity_regularizer is not None:
-                    _pen.activity_forward(n.layer, out, ctx)
+                    out = layer.forward(arg, ctx)
+                if layer.activity_regularizer is not None:
+                    _pen.activity_forward(layer, out, ctx)
                 if check:
                     for o in out if isinstance(out, list) else [out]:
                         check_finite(o, f"the output of node {n.name} ({type(n.layer).__name__})")
-                vals[id(n)] = out
+                vals[n] = out
         finally:
             ctx.set_mask(None)
-        return [vals[id(n)] for n in self.outputs], [mvals[id(n)] for n in self.outputs]
+        return [vals[n] for n in self.outputs], [mvals[n] for n in self.outputs]
 
     def _backward(self, grads: list[np.ndarray], ctx: Ctx, check: bool) -> list[np.ndarray]:
         acc: dict[int, Any] = {}

@@ -90,6 +90,9 @@ def warn_full_batch(n: int, batch_size: int | None, where: str) -> None:
                       f"does", FullBatchWarning, stacklevel=5)
 
 
+_FLOATS: dict[Any, np.dtype] = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
+
+
 def cast_inputs(model: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
     """Each input array in the dtype its graph input declared (``GraphBuilder.input(dtype=)``),
     others as given; InvalidInputError where a finite value would become inf."""
@@ -98,8 +101,7 @@ def cast_inputs(model: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
         return xs
     out = []
     for k, (a, node) in enumerate(zip(xs, nodes, strict=True)):
-        name = getattr(node, "dtype", None)
-        dt = np.dtype(name) if name in ("float32", "float64") else None   # ids: as given
+        dt = _FLOATS.get(getattr(node, "dtype", None))   # ids (None, "int32", ...): as given
         if dt is None or a.dtype == dt:
             out.append(a)
             continue
