@@ -4,6 +4,11 @@ squares overflow, accepted)."""
 
 from __future__ import annotations
 
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -49,3 +54,146 @@ def test_predict_accepts_values_whose_squares_overflow() -> None:
     expect = big.astype(np.float64) @ w.astype(np.float64) + m.layers[0].weight("bias")
     assert np.isfinite(out[1]).all()
     np.testing.assert_allclose(out[1], expect[1], rtol=1e-5)
+
+
+# -- the door is checked once, and the pass after it is the layers' own ----------------------
+
+def _rnnkit_calls(fn: object) -> int:
+    """Python calls into rnnkit's own modules made by ``fn()`` (a count, not a duration)."""
+    pkg = str(Path(rk.__file__).resolve().parent)
+    n = 0
+
+    def prof(frame: Any, event: str, arg: Any) -> None:
+        nonlocal n
+        if event == "call" and frame.f_code.co_filename.startswith(pkg):
+            n += 1
+
+    sys.setprofile(prof)
+    try:
+        fn()  # type: ignore[operator]
+    finally:
+        sys.setprofile(None)
+    return n
+
+
+def _bare(m: rk.Sequential, x: np.ndarray) -> np.ndarray:
+    h = x
+    for layer in m.layers:
+        h = layer.forward(h, rk.Ctx.inference())
+    return h
+
+
+@pytest.mark.parametrize("layers", [lambda: [rk.LSTM(8, seed=1)],
+                                    lambda: [rk.LSTM(8, seed=1), rk.Dense(1, seed=2)],
+                                    lambda: [rk.GRU(8, seed=1, return_sequences=True), rk.LSTM(4, seed=2)]])
+def test_predict_adds_a_few_calls_to_the_layers_own_passes(layers: Any) -> None:
+    # the door checks the arguments and the input once (shape, sample count, NaN/Inf), then
+    # runs the layers on the array as given: 13 calls here, where repeating the checks took 21
+    m = rk.Sequential(layers())
+    x = np.random.default_rng(0).standard_normal((1, 12, 3)).astype(np.float32)
+    np.testing.assert_array_equal(m.predict(x), _bare(m, x))
+    over = _rnnkit_calls(lambda: m.predict(x)) - _rnnkit_calls(lambda: _bare(m, x))
+    assert over <= 15, f"predict makes {over} rnnkit calls over the layers' own passes"
+    assert _rnnkit_calls(lambda: m(x)) - _rnnkit_calls(lambda: _bare(m, x)) <= 18
+
+
+def test_the_recurrent_input_check_costs_few_calls() -> None:
+    # an array of the layer's dtype that fits the build passes in one quick test (the check
+    # and the build shape's dims; the slow path took 10)
+    layer = rk.LSTM(4, seed=1)
+    x = np.ones((2, 5, 3), np.float32)
+    layer.build((None, 5, 3))
+    assert _rnnkit_calls(lambda: layer._check_input(x)) <= 2
+
+
+def test_predict_with_masks_and_batches_equals_the_layers_passes() -> None:
+    m = rk.Sequential([rk.GRU(6, seed=3, return_sequences=True), rk.LSTM(4, seed=4)]).build((None, 7, 3))
+    x = np.random.default_rng(1).standard_normal((5, 7, 3)).astype(np.float32)
+    lengths = np.array([7, 3, 1, 5, 6])
+    valid = np.arange(7)[None, :] < lengths[:, None]
+
+    want_len = np.concatenate([_masked(m, x[a:a + 2], lengths=lengths[a:a + 2]) for a in (0, 2, 4)])
+    np.testing.assert_array_equal(m.predict(x, lengths=lengths), _masked(m, x, lengths=lengths))
+    np.testing.assert_array_equal(m.predict(x, lengths=lengths, batch_size=5), _masked(m, x, lengths=lengths))
+    np.testing.assert_array_equal(m.predict(x, lengths=lengths, batch_size=2), want_len)
+    np.testing.assert_array_equal(m.predict(x, mask=valid), _masked(m, x, mask=valid))
+    np.testing.assert_array_equal(m.predict(x, mask=valid, batch_size=9), _masked(m, x, mask=valid))
+
+
+def _masked(m: rk.Sequential, x: np.ndarray, **given: Any) -> np.ndarray:
+    """The model's layers run by hand on a padded batch: the first reads ``given`` as its
+    mask, the next reads the first's output mask (a sequence output keeps it)."""
+    ctx = rk.Ctx.inference()
+    mask = rk.Mask(lengths=given["lengths"]) if "lengths" in given else rk.Mask.of(given["mask"])
+    h = x
+    for layer in m.layers:
+        out_mask = layer.compute_mask(h, mask)
+        h = layer.forward(h, ctx.set_mask(mask))
+        mask = out_mask
+    return h
+
+
+def test_predict_converts_another_float_dtype_as_the_layer_does() -> None:
+    m = rk.Sequential([rk.LSTM(5, seed=2), rk.Dense(2, seed=3)])
+    x = np.random.default_rng(2).standard_normal((3, 4, 2))
+    np.testing.assert_array_equal(m.predict(x), _bare(m, x.astype(np.float32)))
+    strided = np.random.default_rng(3).standard_normal((3, 8, 2)).astype(np.float32)[:, ::2]
+    np.testing.assert_array_equal(m.predict(strided), _bare(m, np.ascontiguousarray(strided)))
+    strided[1, 2, 0] = np.nan
+    with pytest.raises(rk.InvalidInputError, match=r"holds nan at \(1, 2, 0\)"):
+        m.predict(strided)
+    fortran = np.asfortranarray(np.random.default_rng(4).standard_normal((3, 4, 2)).astype(np.float32))
+    np.testing.assert_array_equal(m.predict(fortran), _bare(m, np.ascontiguousarray(fortran)))
+
+
+def test_the_door_refuses_what_it_refused_before() -> None:
+    m = _model()
+    with pytest.raises(rk.InvalidInputError, match=r"input has shape \(2, 4, 3\); the model was built for"):
+        m.predict(np.ones((2, 4, 3), np.float32))
+    with pytest.raises(rk.InvalidInputError, match=r"input holds no samples \(shape \(0, 5, 3\)\)"):
+        m.predict(np.ones((0, 5, 3), np.float32))
+    with pytest.raises(rk.InvalidInputError, match="must hold real numbers, got dtype complex128"):
+        m.predict(np.ones((2, 5, 3), complex))
+    with pytest.raises(rk.InvalidParameterError, match="verbose must be 0"):
+        m.predict(np.ones((2, 5, 3), np.float32), verbose=0.0)
+    with pytest.raises(rk.InvalidParameterError, match="batch_size must be an int >= 1"):
+        m.predict(np.ones((2, 5, 3), np.float32), batch_size=0)
+
+
+def test_a_recurrent_layer_called_directly_keeps_its_checks() -> None:
+    layer = rk.LSTM(4, seed=1)
+    layer.build((None, 5, 3))
+    ctx = rk.Ctx.inference()
+    for bad, says in [(np.ones((2, 5, 2), np.float32), "expected 3 features on the last axis"),
+                      (np.ones((2, 0, 3), np.float32), "expected at least 1 timestep"),
+                      (np.ones((2, 6, 3), np.float32), "built for 5 timesteps"),
+                      (np.ones((5, 3), np.float32), "expected a 3D input")]:
+        with pytest.raises(rk.InvalidInputError, match=says):
+            layer.forward(bad, ctx)
+    out, _ = layer.seq(np.ones((2, 6, 3), np.float32))   # streaming: any number of steps
+    assert out.shape == (2, 6, 4)
+    x64 = np.random.default_rng(5).standard_normal((2, 5, 3))
+    np.testing.assert_array_equal(layer.forward(x64, ctx), layer.forward(x64.astype(np.float32), ctx))
+    with pytest.raises(rk.InvalidInputError, match="beyond the largest float32"):
+        layer.forward(np.full((2, 5, 3), 1e300), ctx)
+
+
+def test_ctx_takes_a_bool_and_only_a_bool() -> None:
+    assert rk.Ctx(np.bool_(True)).training_mode is True
+    assert rk.Ctx(False).training_mode is False
+    with pytest.raises(TypeError, match="training must be a bool"):
+        rk.Ctx("yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="training must be a bool"):
+        rk.Ctx(1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_finite_check_warns_of_nothing_on_squares_that_overflow(dtype: str) -> None:
+    m = rk.Sequential([rk.Dense(1, "linear", seed=1, dtype=dtype)])
+    m.build((None, 2))
+    x = np.array([[np.finfo(dtype).max / 2, 1.0]], dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = m.predict(x)
+    w = m.layers[0].weight("kernel").astype(np.float64)
+    np.testing.assert_allclose(out, x.astype(np.float64) @ w + m.layers[0].weight("bias"), rtol=1e-5)
