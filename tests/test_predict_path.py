@@ -1,6 +1,7 @@
 """``predict`` on one array: the same values as the layers' own passes, and the input check
 that comes before them (every NaN / Inf refused with its position; large finite values, whose
-squares overflow, accepted)."""
+squares overflow, accepted, without a warning); the door checked once, so that ``predict`` adds
+only a few calls to the layers' own passes, and the layers keep their checks for direct calls."""
 
 from __future__ import annotations
 
