@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit import _penalties as _pen
+from rnnkit._errors import NonFiniteError
 from rnnkit.models._callbacks import Callback, CallbackList
 from rnnkit.models._checks import Trainable as Model
 from rnnkit.models._objective import log_keys, softmax_fusion
@@ -85,3 +86,24 @@ class Plan:
                 if not (math.isfinite(np.add.reduce(w.ravel())) or np.isfinite(w).all()):
                     return f"{self.names.get((id(layer), n), n)} ({type(layer).__name__})"
         return None
+
+    def stale_error(self, model: Model) -> NonFiniteError | None:
+        """The error naming a weight that an earlier optimizer step (:attr:`previous`) made NaN
+        or Inf; None when every weight is finite, or before the first step."""
+        bad = None if self.previous is None else self.bad_weight()
+        if bad is None or self.previous is None:
+            return None
+        return non_finite(model, self.previous, f"weight {bad} after the optimizer step")
+
+
+def non_finite(model: Model, at: str, where: str) -> NonFiniteError:
+    """The error of a training step (``at``) that produced NaN or Inf, first at ``where``."""
+    return NonFiniteError(f"{model.name}: training produced NaN or Inf in {at}: first at {where}")
+
+
+Facts = tuple[list[str], _pen.Plan]
+
+
+def eval_facts(model: Model) -> Facts:
+    """What every evaluation of ``model`` looks up first: the log keys and the regularizers."""
+    return log_keys(model), _pen.Plan(model)

@@ -51,14 +51,13 @@ import numpy as np
 
 from rnnkit import _penalties as _pen
 from rnnkit._ctx import Ctx
-from rnnkit._errors import NonFiniteError
 from rnnkit._mask import Mask
 from rnnkit.models._batch import Batch
 from rnnkit.models._callbacks import CallbackList, History
 from rnnkit.models._checks import NonFiniteAt
 from rnnkit.models._checks import Trainable as Model
-from rnnkit.models._objective import log_keys, loss_and_grads, metric_values
-from rnnkit.models._plan import Plan
+from rnnkit.models._objective import loss_and_grads, metric_values
+from rnnkit.models._plan import Facts, Plan, eval_facts, non_finite
 from rnnkit.models._progress import EpochBar
 from rnnkit.models._weighting import output_weights
 
@@ -197,15 +196,6 @@ def _forward_counted(model: Model, batch: Batch, ctx: Ctx, team: Team,
     return preds, out_masks, team.totals(local)
 
 
-def _stale(model: Model, plan: Plan) -> NonFiniteError | None:
-    """The error naming a weight that an earlier optimizer step (``plan.previous``) made NaN or
-    Inf, None when every weight is finite (or no step ran yet)."""
-    bad = None if plan.previous is None else plan.bad_weight()
-    if bad is None:
-        return None
-    return _non_finite(model, plan.previous or "", f"weight {bad} after the optimizer step")
-
-
 def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
                plan: Plan) -> tuple[int, np.ndarray]:
     """One optimizer step (see the module docstring); returns the global batch size and the
@@ -233,7 +223,7 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
             lname = type(model.loss).__name__
             metrics = metric_values(model, batch.ys, preds, mw) if model.metrics else {}
             if not math.isfinite(whole):
-                stale = _stale(model, plan)
+                stale = plan.stale_error(model)
                 if stale is not None:
                     raise stale
                 raise NonFiniteLoss(f"the loss ({lname}) is {whole}", np.array([whole, *metrics.values()]))
@@ -242,17 +232,17 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
                 stats[1:] = [v * share for v in metrics.values()] if share != 1.0 else list(metrics.values())
             for g in grads:
                 if not (math.isfinite(np.add.reduce(g.ravel())) or np.isfinite(g).all()):
-                    raise _stale(model, plan) or _non_finite(
+                    raise plan.stale_error(model) or non_finite(
                         model, at, f"the gradient of the loss ({lname}) w.r.t. the model output")
             ctx.skip_input_grad(*plan.unread)
             model._backward(grads, ctx, False)
             for (layer, n), g in ctx.grads.items():
                 if not (math.isfinite(np.add.reduce(g.ravel())) or np.isfinite(g).all()):
-                    stale = _stale(model, plan)
+                    stale = plan.stale_error(model)
                     if stale is not None:
                         raise stale
                     where = _first_non_finite(model, batch, ctx.seed, lw, scales)
-                    raise _non_finite(model, at, where or f"the gradient of {layer.name}.{n}")
+                    raise non_finite(model, at, where or f"the gradient of {layer.name}.{n}")
     stats, pairs = team.sum_grads(plan, ctx, stats)
     with team.region(f"{at}, optimizer step"):
         if not team.failed:
@@ -261,10 +251,6 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
             plan.penalties.apply_constraints()  # (a constraint keeps finite weights finite)
     stats[0] += penalty
     return n_b, stats
-
-
-def _non_finite(model: Model, at: str, where: str) -> NonFiniteError:
-    return NonFiniteError(f"{model.name}: training produced NaN or Inf in {at}: first at {where}")
 
 
 def guarded_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str, nan_stops: bool,
@@ -279,27 +265,27 @@ def guarded_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str, nan_
             if nan_stops:
                 return batch.n, e.values
             where = _first_non_finite(model, batch, ctx.seed, None, None) or e.where
-    raise _non_finite(model, at, where)
+    raise non_finite(model, at, where)
 
 
 def check_weights(model: Model, team: Team, plan: Plan) -> None:
     """NonFiniteError naming the last step (``plan.previous``) when a weight is NaN/Inf."""
     if plan.previous is not None:
         with team.region(plan.previous):
-            stale = _stale(model, plan)
+            stale = plan.stale_error(model)
             if stale is not None:
                 raise stale
 
 
-def evaluate(model: Model, batches: Iterator[Batch], team: Team = SOLO,
-             where: str = "evaluate") -> dict[str, float]:
+def evaluate(model: Model, batches: Iterator[Batch], team: Team = SOLO, where: str = "evaluate",
+             facts: Facts | None = None) -> dict[str, float]:
     """Loss (penalties included, as Keras reports it) and metrics in inference passes: the
     sample-weighted mean of the batch values. In a team each batch is spread over the
     processes (``batches`` yields this process's part of each, possibly empty) and each part's
     loss is its share of the batch's loss, normalized as the step normalizes it, so the result
-    is the one process's on the same batches. Empty: {}."""
-    keys = log_keys(model)
-    regs = _pen.Plan(model)
+    is the one process's on the same batches. Empty: {}. ``facts``: :func:`eval_facts` of the
+    model, when the caller evaluates it more than once (each epoch's validation)."""
+    keys, regs = eval_facts(model) if facts is None else facts
     n_out = model.n_outputs
     sums = np.zeros(1 + len(keys))
     for b in batches:
