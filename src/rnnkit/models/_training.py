@@ -266,7 +266,7 @@ def fit(model: Model, x: Data, y: Data, epochs: Any, *, batch_size: Any, validat
                 "epochs": n_epochs, "batch_size": step_bs, "shuffle": bool(shuffle), "seed": seed,
                 "initial_epoch": start, "validation": val is not None, **_weighting(data)})
             batches = ArrayBatches(data, bs, bool(shuffle), rng, team)
-            facts = eval_facts(model)
+            facts = None if val is None else eval_facts(model)
 
             def validate_arrays() -> dict[str, float]:
                 assert val is not None
