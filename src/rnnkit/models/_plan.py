@@ -77,13 +77,12 @@ class Plan:
 
     def bad_weight(self) -> str | None:
         """``"KEY (LayerType)"`` of the first trainable weight holding NaN or Inf, None when
-        every one is finite. (The sum of an array is finite only when every element is; a sum
-        that is not is followed by the elementwise test, since finite values can overflow it.)"""
+        every one is finite (:func:`finite`)."""
         with np.errstate(over="ignore", invalid="ignore"):
             for layer, n in self.trainable:
                 w = layer._weights.get(n)
                 w = layer.weight(n) if w is None else w  # (a wrapper keeps them in its parts)
-                if not (math.isfinite(np.add.reduce(w.ravel())) or np.isfinite(w).all()):
+                if not finite(w):
                     return f"{self.names.get((id(layer), n), n)} ({type(layer).__name__})"
         return None
 
@@ -94,6 +93,13 @@ class Plan:
         if bad is None or self.previous is None:
             return None
         return non_finite(model, self.previous, f"weight {bad} after the optimizer step")
+
+
+def finite(a: np.ndarray) -> bool:
+    """Whether every element of ``a`` is finite: the sum of its squares (one BLAS dot, the
+    cheapest full pass) is finite only when every element is; a sum that is not, which large
+    finite values can give by overflowing, is followed by the elementwise test."""
+    return math.isfinite(np.vdot(a, a)) or bool(np.isfinite(a).all())
 
 
 def non_finite(model: Model, at: str, where: str) -> NonFiniteError:

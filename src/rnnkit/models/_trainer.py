@@ -19,14 +19,15 @@ collectives. One STEP on a :class:`Batch` (this process's part of the global bat
 
 With one process ``n_r = n_b`` and ``V_r = V``: every share is the whole, nothing is scaled, and
 the step is the plain single-process step. The loss and the gradients are tested for NaN/Inf
-every step, the gradients by their sums (one pass each; NaN and Inf carry into a sum, and only a
-sum that is not finite, which a finite array can give by overflowing, is followed by the
-elementwise test). A step that produced NaN or Inf anywhere is run again with every layer output
-and gradient checked, so the error names where it first appeared. The new weights are not
-tested each step: a weight the optimizer step made NaN/Inf is looked for (and named, with the
-step that made it) when the next step's loss or gradients are not finite, before any per-batch
-callback sees it, and after the epoch's last step, before the epoch's callbacks and validation
-(a non-finite weight that left the next losses finite is named with that last step).
+every step, the gradients by the sum of their squares (one BLAS dot each; NaN and Inf carry
+into it, and only a sum that is not finite, which a finite array can give by overflowing, is
+followed by the elementwise test). A step that produced NaN or Inf anywhere is run again with
+every layer output and gradient checked, so the error names where it first appeared. The new
+weights are not tested each step: a weight the optimizer step made NaN/Inf is looked for (and
+named, with the step that made it) when the next step's loss or gradients are not finite,
+before any per-batch callback sees it, and after the epoch's last step, before the epoch's
+callbacks and validation (a non-finite weight that left the next losses finite is named with
+that last step).
 The step's logs are the loss and the metrics on the pre-update predictions; metrics of a
 team are the means of the processes' values weighted by their sample counts. Nothing is looked
 up per step that :class:`~rnnkit.models._plan.Plan` found when the run started; per-batch
@@ -57,7 +58,7 @@ from rnnkit.models._callbacks import CallbackList, History
 from rnnkit.models._checks import NonFiniteAt
 from rnnkit.models._checks import Trainable as Model
 from rnnkit.models._objective import loss_and_grads, metric_values
-from rnnkit.models._plan import Facts, Plan, eval_facts, non_finite
+from rnnkit.models._plan import Facts, Plan, eval_facts, finite, non_finite
 from rnnkit.models._progress import EpochBar
 from rnnkit.models._weighting import output_weights
 
@@ -231,13 +232,13 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
             if metrics:
                 stats[1:] = [v * share for v in metrics.values()] if share != 1.0 else list(metrics.values())
             for g in grads:
-                if not (math.isfinite(np.add.reduce(g.ravel())) or np.isfinite(g).all()):
+                if not finite(g):
                     raise plan.stale_error(model) or non_finite(
                         model, at, f"the gradient of the loss ({lname}) w.r.t. the model output")
             ctx.skip_input_grad(*plan.unread)
             model._backward(grads, ctx, False)
             for (layer, n), g in ctx.grads.items():
-                if not (math.isfinite(np.add.reduce(g.ravel())) or np.isfinite(g).all()):
+                if not finite(g):
                     stale = plan.stale_error(model)
                     if stale is not None:
                         raise stale
@@ -341,7 +342,7 @@ def run(model: Model, batches: Batches, rng: np.random.Generator, cbs: CallbackL
             epoch_batches = batches.epoch(epoch)  # (arrays: the epoch's permutation drawn here)
             total = batches.steps()
             of = "" if total is None else f"/{total}"
-            sums = np.zeros(len(keys))
+            sums = [0.0] * len(keys)
             seen = steps_run = 0
             for b, batch in enumerate(epoch_batches):
                 steps_run = b + 1
@@ -351,7 +352,7 @@ def run(model: Model, batches: Batches, rng: np.random.Generator, cbs: CallbackL
                 at = team.at(epoch + 1, epochs, b + 1, of)
                 nb, values = guarded_step(model, batch, ctx, team, at, nan_stops, plan)
                 plan.previous = at
-                sums += nb * values
+                sums = [s + nb * v for s, v in zip(sums, values.tolist(), strict=True)]
                 seen += nb
                 if plan.batch_end:
                     check_weights(model, team, plan)  # a callback never sees a NaN/Inf weight
@@ -363,7 +364,7 @@ def run(model: Model, batches: Batches, rng: np.random.Generator, cbs: CallbackL
                 on_empty_epoch(epoch)
                 break
             check_weights(model, team, plan)
-            logs = {} if seen == 0 else {k: float(v) / seen for k, v in zip(keys, sums, strict=True)}
+            logs = {} if seen == 0 else {k: v / seen for k, v in zip(keys, sums, strict=True)}
             if validate is not None:
                 logs.update({f"val_{k}": v for k, v in validate().items()})
             team.hook(cbs, "on_epoch_end", epoch, logs)
