@@ -76,6 +76,9 @@ class Batches(Protocol):
     def end_epoch(self) -> None: ...
 
 
+_AT_ONCE = contextlib.nullcontext()  # (a nullcontext can be entered any number of times)
+
+
 class Team:
     """One process training alone: every hook is the identity (see the module docstring)."""
 
@@ -93,7 +96,7 @@ class Team:
 
     def region(self, where: str) -> contextlib.AbstractContextManager[Any]:
         """Where an exception goes: raised at once (a team holds it for the next collective)."""
-        return contextlib.nullcontext()
+        return _AT_ONCE
 
     def at(self, epoch: int, epochs: int, batch: int, of: str) -> str:
         """How errors name a step (``epoch``, ``batch`` from 1; ``of``: ``"/steps"`` or "")."""
