@@ -140,3 +140,26 @@ def test_a_weight_an_optimizer_step_made_non_finite_is_named_with_that_step(at: 
     with pytest.raises(rk.NonFiniteError, match=where):
         m.fit(x, y, 3, batch_size=BS, shuffle=False, verbose=0, callbacks=[cb])
     assert finite == [True] * (at - 1)
+
+
+class _Counting(rk.optimizers.SGD):
+    """An optimizer that overrides ``apply_gradients``: fit calls it, checks and all."""
+
+    def __init__(self) -> None:
+        super().__init__(0.05)
+        self.calls = 0
+
+    def apply_gradients(self, pairs: Any) -> list[np.ndarray]:
+        self.calls += 1
+        return super().apply_gradients(pairs)
+
+
+def test_an_optimizer_overriding_apply_gradients_is_called_each_step() -> None:
+    x, y = _data()
+    opt = _Counting()
+    m = _model(opt)
+    m.fit(x, y, 2, batch_size=BS, shuffle=False, verbose=0)
+    assert opt.calls == 6
+    weights, _ = _plain_loop(rk.optimizers.SGD(0.05), x, y, 2)
+    for got, want in zip(m.get_weights(), weights, strict=True):
+        np.testing.assert_array_equal(got, want)

@@ -1,8 +1,7 @@
 """What one training run finds ONCE, when it starts (:class:`Plan`), so that no step looks it up
 again: the log keys, the trainable weights and their names, the regularized and constrained
 weights, the layers whose input gradient no step reads, whether the loss's gradient is taken
-w.r.t. the output layer's logits, whether the optimizer's own checks can be skipped, and
-which per-batch callback hooks anyone listens to.
+w.r.t. the output layer's logits, and which per-batch callback hooks anyone listens to.
 
 The weights of a model do not change while it trains (which weights, their shapes and dtypes;
 their values do), and a fit holds every layer of the model busy, so the plan stays true for
@@ -21,6 +20,8 @@ from rnnkit.models._callbacks import Callback, CallbackList
 from rnnkit.models._checks import Trainable as Model
 from rnnkit.models._objective import log_keys, softmax_fusion
 from rnnkit.optimizers import Optimizer
+
+_BASE_APPLY = Optimizer.apply_gradients
 
 #: the hooks ``fit`` calls once per batch
 BATCH_HOOKS = ("on_train_batch_begin", "on_train_batch_end")
@@ -44,9 +45,7 @@ class Plan:
     ``keys`` the log keys; ``names`` ``{(id(layer), weight): "model key"}``; ``trainable``
     ``(layer, weight)`` in ``trainable_weights()`` order; ``penalties`` the
     :class:`rnnkit._penalties.Plan`; ``unread`` the layers whose input gradient no step reads;
-    ``fused`` :func:`~rnnkit.models._objective.softmax_fusion`; ``known_pairs`` whether the
-    optimizer's step may skip its argument checks (an optimizer whose ``apply_gradients`` is the
-    base's: the trainer hands it every trainable weight's own gradient); ``batch_begin`` /
+    ``fused`` :func:`~rnnkit.models._objective.softmax_fusion`; ``batch_begin`` /
     ``batch_end`` whether any callback listens to those hooks (when none does, no step calls
     them and no step's logs are made)."""
 
@@ -58,9 +57,6 @@ class Plan:
         self.penalties = _pen.Plan(model)
         self.unread = model._unread_input_grads()
         self.fused = softmax_fusion(model)
-        opt = model.optimizer
-        self.known_pairs = (isinstance(opt, Optimizer)
-                            and type(opt).apply_gradients is Optimizer.apply_gradients)
         hooks = batch_listeners(cbs)
         self.batch_begin = hooks["on_train_batch_begin"]
         self.batch_end = hooks["on_train_batch_end"]
@@ -69,11 +65,14 @@ class Plan:
         self.previous: str | None = None
 
     def apply(self, model: Model, pairs: list[Any]) -> None:
-        """The optimizer step on ``pairs`` ``(layer, weight, gradient)`` (the trainer's own)."""
-        if self.known_pairs:
-            model.optimizer._apply_known(pairs)
+        """The optimizer step on ``pairs`` ``(layer, weight, gradient)``, the trainer's own: an
+        optimizer whose ``apply_gradients`` is the base's skips its argument checks (the trainer
+        hands it each trainable weight's own gradient, once); any other gets ``apply_gradients``."""
+        opt = model.optimizer
+        if type(opt).apply_gradients is _BASE_APPLY:
+            opt._apply_known(pairs)
         else:
-            model.optimizer.apply_gradients(pairs)
+            opt.apply_gradients(pairs)
 
     def bad_weight(self) -> str | None:
         """``"KEY (LayerType)"`` of the first trainable weight holding NaN or Inf, None when
