@@ -367,8 +367,8 @@ class Layer(metaclass=_LayerType):
         """Replace one weight; the shape must match exactly (WeightShapeError otherwise). NaN or
         Inf is refused (InvalidInputError naming the weight; nothing changes), as the file
         loaders refuse it. ``check_finite=False`` skips that check: the optimizer and the
-        constraints write with it, since ``fit`` checks every weight after each step and names
-        the epoch (:class:`~rnnkit.NonFiniteError`)."""
+        constraints write with it, since ``fit`` finds a NaN/Inf weight and names the step that
+        made it (:class:`~rnnkit.NonFiniteError`)."""
         old = self.weight(name)
         arr = as_weight_array(value, f"{self.name}.{name}")
         if arr.shape != old.shape:

@@ -54,7 +54,10 @@ def prepare(model: Model, x: Data, y: Data, what: str, *, sample_weight: Any = N
 
 
 def take(data: Batch, idx: Any) -> Batch:
-    """The samples ``idx`` (a slice or an index array) of ``data``."""
+    """The samples ``idx`` (a slice or an index array) of ``data``: views for a slice, one
+    ``take`` per array for an index array."""
+    if data.masks is None and data.sws is None:
+        return Batch([v[idx] for v in data.xs], [v[idx] for v in data.ys])
     xs = [v[idx] for v in data.xs]
     masks = None if data.masks is None else [take_mask(m, idx, v.shape[1])
                                              for m, v in zip(data.masks, data.xs, strict=True)]

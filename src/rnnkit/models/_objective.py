@@ -34,13 +34,14 @@ def softmax_fusion(model: Model) -> bool:
 
 
 def loss_and_grads(model: Model, ys: Arrays, preds: Arrays, weights: list[Any] | None = None,
-                   scales: list[float] | None = None) -> tuple[float, Arrays]:
+                   scales: list[float] | None = None, fused: bool | None = None) -> tuple[float, Arrays]:
     """The summed loss over the outputs and d(loss)/d(pred) per output (``weights``: one array
     or None per output, see :class:`rnnkit.Loss`; ``scales``: a factor per output, 1 alone);
-    where :func:`softmax_fusion` holds, d(loss)/d(logits) of the output layer instead."""
+    where :func:`softmax_fusion` holds, d(loss)/d(logits) of the output layer instead
+    (``fused``: that test's answer when the caller has it, else it is made here)."""
     total = 0.0
     grads: Arrays = []
-    fused = softmax_fusion(model)
+    fused = softmax_fusion(model) if fused is None else fused
     for k, (y, p) in enumerate(zip(ys, preds, strict=True)):
         w = None if weights is None else weights[k]
         if fused:   # d loss / d logits of the Dense(softmax) output layer, its vjp skipped

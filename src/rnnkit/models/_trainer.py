@@ -15,16 +15,23 @@ collectives. One STEP on a :class:`Batch` (this process's part of the global bat
     model backward(d loss / d pred)                          no checks on the way
     grads       = team.sum_grads(...)                        the gradient of the GLOBAL loss
     grads      += regularizer.grad(weight) per regularized weight
-    optimizer.apply_gradients(grads); constraints; every updated weight checked finite
+    optimizer.apply_gradients(grads); constraints
 
 With one process ``n_r = n_b`` and ``V_r = V``: every share is the whole, nothing is scaled, and
-the step is the plain single-process step. Gradients and new weights are tested for NaN/Inf by
-their sums (one pass each; NaN and Inf carry into a sum, and only a sum that is not finite, which
-a finite array can give by overflowing, is followed by the elementwise test). A step that
-produced NaN or Inf anywhere is run again with every layer output and gradient checked, so the
-error names where it first appeared.
+the step is the plain single-process step. The loss and the gradients are tested for NaN/Inf
+every step, the gradients by the sum of their squares (one BLAS dot each; NaN and Inf carry
+into it, and only a sum that is not finite, which a finite array can give by overflowing, is
+followed by the elementwise test). A step that produced NaN or Inf anywhere is run again with
+every layer output and gradient checked, so the error names where it first appeared. The new
+weights are not tested each step: a weight the optimizer step made NaN/Inf is looked for (and
+named, with the step that made it) when the next step's loss or gradients are not finite,
+before any per-batch callback sees it, and after the epoch's last step, before the epoch's
+callbacks and validation (a non-finite weight that left the next losses finite is named with
+that last step).
 The step's logs are the loss and the metrics on the pre-update predictions; metrics of a
-team are the means of the processes' values weighted by their sample counts.
+team are the means of the processes' values weighted by their sample counts. Nothing is looked
+up per step that :class:`~rnnkit.models._plan.Plan` found when the run started; per-batch
+callback hooks run, and the step's logs are made as a dict, only when a callback listens.
 
 One EPOCH: the batches of :class:`Batches` (arrays: a permutation drawn each epoch when
 shuffling, from the fit generator, which then draws one Ctx seed per step; a batch source:
@@ -45,13 +52,13 @@ import numpy as np
 
 from rnnkit import _penalties as _pen
 from rnnkit._ctx import Ctx
-from rnnkit._errors import NonFiniteError
 from rnnkit._mask import Mask
 from rnnkit.models._batch import Batch
 from rnnkit.models._callbacks import CallbackList, History
 from rnnkit.models._checks import NonFiniteAt
 from rnnkit.models._checks import Trainable as Model
-from rnnkit.models._objective import log_keys, loss_and_grads, metric_values
+from rnnkit.models._objective import loss_and_grads, metric_values
+from rnnkit.models._plan import Facts, Plan, eval_facts, finite, non_finite
 from rnnkit.models._progress import EpochBar
 from rnnkit.models._weighting import output_weights
 
@@ -69,19 +76,7 @@ class Batches(Protocol):
     def end_epoch(self) -> None: ...
 
 
-class Plan:
-    """What one training run finds once, when it starts: the log keys, every trainable weight
-    (``named_weights()`` order, each once) and its name, the regularized and constrained
-    weights (:class:`rnnkit._penalties.Plan`), and the layers whose input gradient no step
-    reads (``unread``: each step tells them to skip it)."""
-
-    def __init__(self, model: Model) -> None:
-        self.keys = log_keys(model)
-        named = model.named_weights()
-        self.names = {(id(la), n): key for key, (la, n) in named.items()}
-        self.trainable = model.trainable_weights()
-        self.penalties = _pen.Plan(model)
-        self.unread = model._unread_input_grads()
+_AT_ONCE = contextlib.nullcontext()  # (a nullcontext can be entered any number of times)
 
 
 class Team:
@@ -101,7 +96,7 @@ class Team:
 
     def region(self, where: str) -> contextlib.AbstractContextManager[Any]:
         """Where an exception goes: raised at once (a team holds it for the next collective)."""
-        return contextlib.nullcontext()
+        return _AT_ONCE
 
     def at(self, epoch: int, epochs: int, batch: int, of: str) -> str:
         """How errors name a step (``epoch``, ``batch`` from 1; ``of``: ``"/steps"`` or "")."""
@@ -162,11 +157,12 @@ def index_batches(n: int, bs: int | None, shuffle: bool, rng: np.random.Generato
 
 
 class NonFiniteLoss(NonFiniteAt):
-    """Internal: the batch's loss itself is NaN/Inf (``logs`` holds it); nothing was applied."""
+    """Internal: the batch's loss itself is NaN/Inf (``values``: the step's log values, the loss
+    first); nothing was applied."""
 
-    def __init__(self, where: str, logs: dict[str, float]) -> None:
+    def __init__(self, where: str, values: np.ndarray) -> None:
         super().__init__(where)
-        self.logs = logs
+        self.values = values
 
 
 def _valid_counts(preds: Arrays, masks: list[Any]) -> list[float]:
@@ -195,94 +191,105 @@ def _forward_counted(model: Model, batch: Batch, ctx: Ctx, team: Team,
     preds: Arrays | None = None
     out_masks: list[Any] = []
     with team.region(at):
-        if batch.n and not team.failed:
+        n = batch.n
+        if n and not team.failed:
             preds, out_masks = model._forward_masks(batch.xs, ctx, False, batch.masks)
-            local[0] = batch.n
-            local[1:] = _valid_counts(preds, out_masks)
+            local[0] = n
+            if out_masks.count(None) != len(out_masks):
+                local[1:] = _valid_counts(preds, out_masks)
     return preds, out_masks, team.totals(local)
 
 
 def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
-               plan: Plan) -> tuple[int, dict[str, float]]:
+               plan: Plan) -> tuple[int, np.ndarray]:
     """One optimizer step (see the module docstring); returns the global batch size and the
-    pre-update logs. Raises NonFiniteLoss when the loss is NaN/Inf (nothing applied), and
-    NonFiniteError naming ``at`` and the first NaN/Inf elsewhere."""
-    keys = plan.keys
+    pre-update values of ``plan.keys`` (float64). Raises NonFiniteLoss when the loss is NaN/Inf
+    (nothing applied), and NonFiniteError naming ``at`` and the first NaN/Inf elsewhere (or an
+    earlier step's non-finite weight that caused it)."""
     n_out = model.n_outputs
     preds, out_masks, tot = _forward_counted(model, batch, ctx, team, at)
     n_b = int(tot[0])
-    stats = np.zeros(len(keys))
+    stats = np.zeros(len(plan.keys))
     penalty = 0.0
     with team.region(at):
         if not team.failed:  # the same on every process (the weights are), also with no part
             penalty = plan.penalties.weight_penalty() + _pen.activity_penalty(ctx)
         if preds is not None and not team.failed:
-            lw, mw = output_weights(preds, out_masks, batch.sws, tot[1:])
+            if batch.sws is None and out_masks.count(None) == len(out_masks):
+                lw: list[Any] | None = None
+                mw: list[Any] | None = None
+            else:
+                lw, mw = output_weights(preds, out_masks, batch.sws, tot[1:])
             share = batch.n / n_b
-            scales = [1.0 if tot[1 + k] > 0 else share for k in range(n_out)]
-            loss, grads = loss_and_grads(model, batch.ys, preds, lw, scales)
+            scales = None if share == 1.0 else [1.0 if tot[1 + k] > 0 else share for k in range(n_out)]
+            loss, grads = loss_and_grads(model, batch.ys, preds, lw, scales, plan.fused)
             whole = loss + penalty
             lname = type(model.loss).__name__
+            metrics = metric_values(model, batch.ys, preds, mw) if model.metrics else {}
             if not math.isfinite(whole):
-                raise NonFiniteLoss(f"the loss ({lname}) is {whole}",
-                                    {"loss": whole, **metric_values(model, batch.ys, preds, mw)})
-            metrics = metric_values(model, batch.ys, preds, mw)
+                stale = plan.stale_error(model)
+                if stale is not None:
+                    raise stale
+                raise NonFiniteLoss(f"the loss ({lname}) is {whole}", np.array([whole, *metrics.values()]))
             stats[0] = loss
-            stats[1:] = [v * share for v in metrics.values()] if share != 1.0 else list(metrics.values())
+            if metrics:
+                stats[1:] = [v * share for v in metrics.values()] if share != 1.0 else list(metrics.values())
             for g in grads:
-                if not (math.isfinite(np.add.reduce(g.ravel())) or np.isfinite(g).all()):
-                    raise _non_finite(model, at, f"the gradient of the loss ({lname}) w.r.t. the model "
-                                                 f"output")
+                if not finite(g):
+                    raise plan.stale_error(model) or non_finite(
+                        model, at, f"the gradient of the loss ({lname}) w.r.t. the model output")
             ctx.skip_input_grad(*plan.unread)
             model._backward(grads, ctx, False)
             for (layer, n), g in ctx.grads.items():
-                if not (math.isfinite(np.add.reduce(g.ravel())) or np.isfinite(g).all()):
+                if not (math.isfinite(np.vdot(g, g)) or finite(g)):  # (finite's first test inline)
+                    stale = plan.stale_error(model)
+                    if stale is not None:
+                        raise stale
                     where = _first_non_finite(model, batch, ctx.seed, lw, scales)
-                    raise _non_finite(model, at, where or f"the gradient of {layer.name}.{n}")
+                    raise non_finite(model, at, where or f"the gradient of {layer.name}.{n}")
     stats, pairs = team.sum_grads(plan, ctx, stats)
     with team.region(f"{at}, optimizer step"):
         if not team.failed:
             pairs = plan.penalties.add_grads(pairs)
-            new = model.optimizer.apply_gradients(pairs)
+            plan.apply(model, pairs)
             plan.penalties.apply_constraints()  # (a constraint keeps finite weights finite)
-            for (layer, n, _), w in zip(pairs, new, strict=True):
-                if not (math.isfinite(np.add.reduce(w.ravel())) or np.isfinite(w).all()):
-                    key = plan.names.get((id(layer), n), n)
-                    raise _non_finite(model, at, f"weight {key} ({type(layer).__name__}) after the "
-                                                 f"optimizer step")
-    logs = {"loss": float(stats[0]) + penalty}
-    logs.update({k: float(v) for k, v in zip(keys[1:], stats[1:], strict=True)})
-    return n_b, logs
-
-
-def _non_finite(model: Model, at: str, where: str) -> NonFiniteError:
-    return NonFiniteError(f"{model.name}: training produced NaN or Inf in {at}: first at {where}")
+    stats[0] += penalty
+    return n_b, stats
 
 
 def guarded_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str, nan_stops: bool,
-                 plan: Plan) -> tuple[int, dict[str, float]]:
+                 plan: Plan) -> tuple[int, np.ndarray]:
     """:func:`train_step`; a NaN/Inf loss becomes NonFiniteError naming ``at`` and the first
     layer output that was not finite, except when ``nan_stops`` (TerminateOnNaN is among the
-    callbacks): then the step's logs go to the callbacks, which stop training."""
+    callbacks): then the step's values go to the callbacks, which stop training."""
     with np.errstate(over="ignore", invalid="ignore"):  # reported as NonFiniteError
         try:
             return train_step(model, batch, ctx, team, at, plan)
         except NonFiniteLoss as e:
             if nan_stops:
-                return batch.n, e.logs
+                return batch.n, e.values
             where = _first_non_finite(model, batch, ctx.seed, None, None) or e.where
-    raise _non_finite(model, at, where)
+    raise non_finite(model, at, where)
 
 
-def evaluate(model: Model, batches: Iterator[Batch], team: Team = SOLO,
-             where: str = "evaluate") -> dict[str, float]:
+def check_weights(model: Model, team: Team, plan: Plan) -> None:
+    """NonFiniteError naming the last step (``plan.previous``) when a weight is NaN/Inf."""
+    if plan.previous is not None:
+        with team.region(plan.previous):
+            stale = plan.stale_error(model)
+            if stale is not None:
+                raise stale
+
+
+def evaluate(model: Model, batches: Iterator[Batch], team: Team = SOLO, where: str = "evaluate",
+             facts: Facts | None = None) -> dict[str, float]:
     """Loss (penalties included, as Keras reports it) and metrics in inference passes: the
     sample-weighted mean of the batch values. In a team each batch is spread over the
     processes (``batches`` yields this process's part of each, possibly empty) and each part's
     loss is its share of the batch's loss, normalized as the step normalizes it, so the result
-    is the one process's on the same batches. Empty: {}."""
-    keys = log_keys(model)
-    regs = _pen.Plan(model)
+    is the one process's on the same batches. Empty: {}. ``facts``: :func:`eval_facts` of the
+    model, when the caller evaluates it more than once (each epoch's validation)."""
+    keys, regs = eval_facts(model) if facts is None else facts
     n_out = model.n_outputs
     sums = np.zeros(1 + len(keys))
     for b in batches:
@@ -328,7 +335,8 @@ def run(model: Model, batches: Batches, rng: np.random.Generator, cbs: CallbackL
         done = resume.restore(history, cbs.callbacks)
         start = start if done is None else (epochs if model.stop_training else done)
     logs: dict[str, float] = {}
-    plan = Plan(model)
+    plan = Plan(model, cbs)
+    keys = plan.keys
     bar = EpochBar(model.name, epochs, start, verbose if team.is_root else 0)
     try:
         for epoch in range(start, epochs):
@@ -337,24 +345,29 @@ def run(model: Model, batches: Batches, rng: np.random.Generator, cbs: CallbackL
             epoch_batches = batches.epoch(epoch)  # (arrays: the epoch's permutation drawn here)
             total = batches.steps()
             of = "" if total is None else f"/{total}"
-            sums: dict[str, float] = {}
+            sums = [0.0] * len(keys)
             seen = steps_run = 0
             for b, batch in enumerate(epoch_batches):
                 steps_run = b + 1
                 ctx = Ctx.training(team.step_seed(int(rng.integers(0, 2**63 - 1))))
-                team.hook(cbs, "on_train_batch_begin", b, {})
-                nb, step_logs = guarded_step(model, batch, ctx, team,
-                                             team.at(epoch + 1, epochs, b + 1, of), nan_stops, plan)
-                for k, v in step_logs.items():
-                    sums[k] = sums.get(k, 0.0) + nb * v
+                if plan.batch_begin:
+                    team.hook(cbs, "on_train_batch_begin", b, {})
+                at = team.at(epoch + 1, epochs, b + 1, of)
+                nb, values = guarded_step(model, batch, ctx, team, at, nan_stops, plan)
+                plan.previous = at
+                sums = [s + nb * v for s, v in zip(sums, values.tolist(), strict=True)]
                 seen += nb
-                team.hook(cbs, "on_train_batch_end", b, step_logs)
+                if plan.batch_end:
+                    check_weights(model, team, plan)  # a callback never sees a NaN/Inf weight
+                    team.hook(cbs, "on_train_batch_end", b,
+                              {k: float(v) for k, v in zip(keys, values, strict=True)})
                 if team.stop_after_batch(model):
                     break
             if seen == 0 and on_empty_epoch is not None:
                 on_empty_epoch(epoch)
                 break
-            logs = {k: v / seen for k, v in sums.items()}
+            check_weights(model, team, plan)
+            logs = {} if seen == 0 else {k: v / seen for k, v in zip(keys, sums, strict=True)}
             if validate is not None:
                 logs.update({f"val_{k}": v for k, v in validate().items()})
             team.hook(cbs, "on_epoch_end", epoch, logs)

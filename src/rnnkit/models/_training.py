@@ -45,6 +45,7 @@ from rnnkit.models._checks import Data
 from rnnkit.models._checks import Trainable as Model
 from rnnkit.models._fit_batches import SourceBatches, check_steps, check_workers, is_batch_source
 from rnnkit.models._habits import check_batch_axis, check_verbose, warn_full_batch
+from rnnkit.models._plan import eval_facts
 from rnnkit.models._resume import fingerprint, restore_state, save_state
 from rnnkit.models._trainer import SOLO, Resume, Team, evaluate, run
 from rnnkit.models._weighting import output_weights
@@ -265,11 +266,12 @@ def fit(model: Model, x: Data, y: Data, epochs: Any, *, batch_size: Any, validat
                 "epochs": n_epochs, "batch_size": step_bs, "shuffle": bool(shuffle), "seed": seed,
                 "initial_epoch": start, "validation": val is not None, **_weighting(data)})
             batches = ArrayBatches(data, bs, bool(shuffle), rng, team)
+            facts = None if val is None else eval_facts(model)
 
             def validate_arrays() -> dict[str, float]:
                 assert val is not None
                 return evaluate(model, (take(val, i) for i in team.eval_batches(val.n, bs)), team,
-                                "validation")
+                                "validation", facts)
 
             return run(model, batches, rng, cbs, history, team=team, resume=resume,
                        validate=None if val is None else validate_arrays, **common)  # type: ignore[arg-type]

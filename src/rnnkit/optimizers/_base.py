@@ -197,7 +197,25 @@ class Optimizer:
         Every pair is checked before anything changes: a bad pair raises InvalidInputError and
         leaves every weight, slot and ``iterations`` as they were.
         """
-        checked = self._check_pairs(pairs)
+        return self._step(self._check_pairs(pairs))
+
+    def _apply_known(self, pairs: list[GradPair]) -> list[np.ndarray]:
+        """:meth:`apply_gradients` for pairs whose layer, weight name and uniqueness the caller
+        vouches for (the trainer's: each trainable weight of the model it trains, once). Only
+        the gradient's shape and dtype are looked at; a pair of another shape goes through
+        :meth:`apply_gradients`' checks (and their error)."""
+        checked: list[tuple[Layer, str, np.ndarray, np.ndarray]] = []
+        for layer, name, g in pairs:
+            w = layer._weights.get(name)
+            if w is None:  # a layer keeping its weights elsewhere (a wrapper)
+                w = layer.weight(name)
+            if g.shape != w.shape:
+                return self.apply_gradients(pairs)
+            checked.append((layer, name, w, g if g.dtype == w.dtype else g.astype(w.dtype)))
+        return self._step(checked)
+
+    def _step(self, checked: list[tuple[Layer, str, np.ndarray, np.ndarray]]) -> list[np.ndarray]:
+        """Steps 2-5 of the module docstring on checked ``(layer, name, weight, gradient)``."""
         grads = self._clip([g for *_, g in checked])
         lr = self.current_learning_rate
         new: list[np.ndarray] = []
