@@ -18,6 +18,7 @@ from rnnkit import constraints as C
 from rnnkit import regularizers as R
 from rnnkit._penalties import Plan
 from rnnkit._shape import Shape
+from rnnkit.layers._registry import layer_to_config
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -173,6 +174,7 @@ def test_declarations_follow_the_keywords_and_survive_set_weight_configs_and_fil
         "recurrent_kernel": C.MaxNorm(1.5), "bias": C.NonNeg()}
     # a RecurrentLayer over the built-in cell is the same thing: declared alike, saved as LSTM
     plain = rk.attach_regularization(rk.RecurrentLayer(rk.LSTMCell(3), seed=1), kernel_regularizer="l1")
+    assert layer_to_config(plain) == layer_to_config(rk.LSTM(3, seed=1, kernel_regularizer="l1"))
     m = rk.Sequential([plain], input_shape=(None, 5, 2))
     rk.save_model(m, tmp_path / "m.safetensors")
     back = rk.load_model(tmp_path / "m.safetensors").layers[0]
