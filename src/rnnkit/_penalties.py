@@ -140,7 +140,11 @@ class Plan:
     def __init__(self, model: Model) -> None:
         self.regs: list[tuple[Layer, str, Any]] = []
         self.cons: list[tuple[Layer, str, Any, bool]] = []
-        for layer, name in dict.fromkeys(model.named_weights().values()):
+        seen: set[tuple[int, str]] = set()
+        for layer, name in model.named_weights().values():
+            if (id(layer), name) in seen:   # a weight two keys name (a tied one) counts once
+                continue
+            seen.add((id(layer), name))
             decl = layer.declaration(name)
             if decl.regularizer is not None:
                 self.regs.append((layer, name, decl.regularizer))
