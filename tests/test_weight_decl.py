@@ -91,15 +91,6 @@ def test_regularized_constrained_lstm_trains_as_the_loop_by_hand() -> None:
 
 def test_regularized_constrained_lstm_trains_as_keras() -> None:
     keras = keras_or_skip()
-    floatx = keras.config.floatx()
-    keras.config.set_floatx("float64")  # Keras computes the loss it reports in floatx
-    try:
-        _train_keras_and_compare(keras)
-    finally:
-        keras.config.set_floatx(floatx)
-
-
-def _train_keras_and_compare(keras: Any) -> None:
     x, y = _data()
     ours = _model(kernel_regularizer=R.L2(L2), recurrent_constraint=C.MaxNorm(MAX))
     km = keras.Sequential([
