@@ -7,10 +7,10 @@ modules import one another in no cycle, counting imports inside functions and un
 ``TYPE_CHECKING``; ``tests/test_layering.py`` checks both):
 
     0  base      _errors _kind _version _config _arrays _random _shape _mask _budget
-                 _files _atomic _limits _safetensors
+                 _files _atomic _limits _safetensors _graph_calls
     1  core      _activations _initializers _ctx _layer _layouts _penalties kernels regularizers
                  constraints losses optimizers metrics activations initializers data timeseries
-                 datasets
+                 datasets _validate _weight_decl
     2  layers    recurrent layers rnn
     3  models    models callbacks quant
     4  outside   io distributed testing serve

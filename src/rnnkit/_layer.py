@@ -4,12 +4,15 @@ A built layer holds its configuration and its weights, nothing else. Weights are
 read-only arrays; only :meth:`Layer.set_weight` (used by ``set_weights``, optimizers and
 loaders) replaces them, after checking the shape and (unless told not to) that every value is
 finite. Everything a pass produces lives in the
-:class:`~rnnkit.Ctx` handed to ``forward`` / ``backward``.
+:class:`~rnnkit.Ctx` handed to ``forward`` / ``backward``. Each weight is declared once, with
+its regularizer and constraint (:class:`~rnnkit._weight_decl.WeightDecl`). The argument checks
+the layers share live in :mod:`rnnkit._validate` and are re-exported here.
 """
 
 from __future__ import annotations
 
-import numbers
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -17,82 +20,25 @@ import numpy as np
 from rnnkit._arrays import as_real_array
 from rnnkit._ctx import Ctx
 from rnnkit._errors import (
-    GraphCallError,
     InvalidInputError,
     InvalidParameterError,
     NotBuiltError,
     UnknownWeightError,
     WeightShapeError,
 )
+from rnnkit._graph_calls import GraphCalls
 from rnnkit._random import check_seed, make_rng
 from rnnkit._shape import Shape, pop_input_shape
-
-_DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
-
-
-def resolve_dtype(dtype: Any, where: str) -> np.dtype:
-    """``"float32"`` / ``"float64"`` (or the numpy types) to a numpy dtype. ``None`` is refused
-    (numpy would read it as float64)."""
-    try:
-        dt = None if dtype is None else np.dtype(dtype)
-    except (TypeError, ValueError):
-        dt = None
-    if dt is None or dt.name not in _DTYPES:
-        raise InvalidParameterError(f"{where}: dtype must be 'float32' or 'float64', got {dtype!r}")
-    return dt
-
-
-def check_positive_int(value: object, what: str, where: str) -> int:
-    """An int >= 1 or InvalidParameterError naming the argument."""
-    if isinstance(value, bool) or not hasattr(value, "__index__") or int(value) < 1:  # type: ignore[call-overload]
-        raise InvalidParameterError(f"{where}: {what} must be an int >= 1, got {value!r}")
-    return int(value)  # type: ignore[call-overload]
-
-
-def check_bool(value: object, what: str, where: str) -> bool:
-    """A bool (Python or numpy) or TypeError naming the argument: no truthy strings."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{where}: {what} must be a bool (True or False), got {value!r}")
-    return bool(value)
-
-
-def as_weight_array(value: Any, where: str) -> np.ndarray:
-    """``value`` as an array (``np.asarray``), or InvalidInputError naming ``where`` when numpy
-    cannot make one (a ragged list, a tensor that requires grad)."""
-    try:
-        return np.asarray(value)
-    except (ValueError, TypeError, RuntimeError) as e:
-        raise InvalidInputError(f"{where}: not an array ({type(value).__name__}: {e})") from None
-
-
-def check_finite_weight(value: np.ndarray, where: str) -> None:
-    """InvalidInputError when the weight ``value`` holds NaN or Inf, naming ``where`` (the layer
-    and weight, or the model's key) and the first such position: what the file loaders refuse."""
-    if value.dtype.kind in "fc" and not np.isfinite(value).all():
-        pos = tuple(int(i) for i in np.argwhere(~np.isfinite(value))[0])
-        raise InvalidInputError(f"{where}: the weight holds {value[pos]} at {pos}; expected finite numbers "
-                                f"(nothing was changed)")
-
-
-def check_real(value: object, what: str, where: str) -> float:
-    """A finite real number (Python or numpy, not a bool) as a float, or InvalidParameterError."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise InvalidParameterError(f"{where}: {what} must be a real number, got {value!r}")
-    out = float(value)
-    if out != out or out in (float("inf"), float("-inf")):
-        raise InvalidParameterError(f"{where}: {what} must be finite, got {value!r}")
-    return out
-
-
-def check_ctx(ctx: Any, where: str) -> Ctx:
-    """``ctx``, or a TypeError naming ``where`` when it is not an :class:`~rnnkit.Ctx`. The doors
-    that take a caller's Ctx check it once (``layer(x, ctx)``, ``forward_mut``, a model's
-    ``forward`` / ``backward``); a layer's own ``forward`` / ``backward`` is the raw pass, which
-    expects a Ctx and checks nothing."""
-    if not isinstance(ctx, Ctx):
-        raise TypeError(f"{where}: ctx must be an rnnkit.Ctx (Ctx.inference() or Ctx.training(seed)), "
-                        f"got {type(ctx).__name__}; layer(x) runs inference")
-    return ctx
+from rnnkit._validate import as_weight_array as as_weight_array
+from rnnkit._validate import check_bool as check_bool
+from rnnkit._validate import check_ctx as check_ctx
+from rnnkit._validate import check_finite_weight as check_finite_weight
+from rnnkit._validate import check_positive_int as check_positive_int
+from rnnkit._validate import check_real as check_real
+from rnnkit._validate import resolve_dtype as resolve_dtype
+from rnnkit._weight_decl import WeightDecl, keywords_of, weight_of
+from rnnkit.constraints import Constraint
+from rnnkit.regularizers import Regularizer
 
 
 class WeightEntry(NamedTuple):
@@ -115,7 +61,7 @@ class _LayerType(type):
         return layer
 
 
-class Layer(metaclass=_LayerType):
+class Layer(GraphCalls, metaclass=_LayerType):
     """Base class of every layer.
 
     Subclasses define ``_build(shape, rng)`` (create weights with :meth:`_add_weight`),
@@ -137,6 +83,10 @@ class Layer(metaclass=_LayerType):
     #: the build shape Keras' ``input_shape=`` / ``input_dim=`` keyword declared (batch axis
     #: free), or None; a Sequential whose first layer declares one is built for it
     declared_input_shape: Shape | None = None
+    #: the regularizers and constraints Keras' keywords gave the layer (``kernel_regularizer``
+    #: -> its Regularizer, ..., only those set; ``rnnkit.attach_regularization`` sets them): what
+    #: the build declares its weights with, and what ``get_config`` writes back
+    _weight_keywords: Mapping[str, Any] = MappingProxyType({})
 
     def compute_mask(self, x: Any, mask: Any) -> Any:
         """The mask of this layer's output given its input ``x`` and the input's ``mask`` (a
@@ -157,6 +107,7 @@ class Layer(metaclass=_LayerType):
         self._seed = check_seed(seed, self.name)
         self.dtype: np.dtype = resolve_dtype(dtype, self.name)
         self._weights: dict[str, np.ndarray] = {}
+        self._decls: dict[str, WeightDecl] = {}
         self._input_shape: Shape | None = None
 
     # -- building ----------------------------------------------------------------------------
@@ -184,8 +135,9 @@ class Layer(metaclass=_LayerType):
         if self._input_shape is not None:
             self._check_rebuild(shp)
             return
-        self._weights = {}
+        self._weights, self._decls = {}, {}
         self._build(shp, make_rng(self._seed))
+        self._check_weight_keywords()
         self._input_shape = shp
 
     def _check_build_shape(self, shape: Shape) -> None:
@@ -263,27 +215,6 @@ class Layer(metaclass=_LayerType):
         run = Ctx.inference() if ctx is None else check_ctx(ctx, f"{self.name}.forward")
         return self.forward(self._finite(x), run)
 
-    def _record_call(self, inputs: Any, outputs: Any) -> None:
-        """Note a call on graph nodes (nodes read, node(s) made) for :attr:`input` / :attr:`output`."""
-        self.__dict__.setdefault("_graph_calls", []).append((inputs, outputs))
-
-    def _one_call(self, what: str) -> tuple[Any, Any]:
-        calls = self.__dict__.get("_graph_calls", [])
-        if len(calls) != 1:
-            raise GraphCallError(f"{self.name}: layer.{what} is defined for a layer called once on "
-                                 f"graph nodes; this one was called {len(calls)} times")
-        return calls[0]
-
-    @property
-    def input(self) -> Any:
-        """The node(s) the one call on graph nodes read (a list for several; Keras' ``layer.input``)."""
-        return self._one_call("input")[0]
-
-    @property
-    def output(self) -> Any:
-        """The node of the one call on graph nodes, a list for several outputs (Keras' ``layer.output``)."""
-        return self._one_call("output")[1]
-
     def _finite(self, x: Any) -> Any:
         """``x``, refused when it (or, for a list of inputs, one of them) is an array of floats
         holding NaN or Inf; other inputs are left to :meth:`forward` to convert and check."""
@@ -328,7 +259,22 @@ class Layer(metaclass=_LayerType):
         return g
 
     # -- weights -----------------------------------------------------------------------------
-    def _add_weight(self, name: str, value: np.ndarray) -> None:
+    def _add_weight(self, name: str, value: np.ndarray, *, regularizer: Regularizer | None = None,
+                    constraint: Constraint | None = None) -> None:
+        """Declare the weight ``name``: its first ``value`` (kept by :meth:`_store_weight`), its
+        regularizer and its constraint -- those given, else the ones the layer's Keras keywords
+        give that weight (``kernel_regularizer`` for ``kernel``, ...; :mod:`rnnkit._weight_decl`).
+        Training reads them from :meth:`declaration`."""
+        self._store_weight(name, value)
+        keys = keywords_of(name)
+        if keys is not None:
+            regularizer = self._weight_keywords.get(keys[0]) if regularizer is None else regularizer
+            constraint = self._weight_keywords.get(keys[1]) if constraint is None else constraint
+        self._decls[name] = WeightDecl(name, self._weights[name].shape, regularizer, constraint)
+
+    def _store_weight(self, name: str, value: np.ndarray) -> None:
+        """Keep ``value`` as the weight ``name``'s array: a read-only copy in the layer's dtype
+        (a layer keeping other arrays, such as int8 ones, overrides this)."""
         arr = np.array(value, dtype=self.dtype, copy=True, order="C")
         arr.flags.writeable = False
         # a view of a read-only array cannot be made writeable again (flags.writeable = True
@@ -377,7 +323,7 @@ class Layer(metaclass=_LayerType):
             raise InvalidInputError(f"{self.name}.{name}: weights must be real numbers, got {arr.dtype}")
         if check_finite:
             check_finite_weight(arr, f"{self.name}.{name}")
-        self._add_weight(name, arr)
+        self._store_weight(name, arr)  # (its declaration stays)
 
     def _install(self, name: str, arr: np.ndarray) -> None:
         """Make ``arr`` (a new array nobody else holds, of the weight's shape and dtype, e.g. an
@@ -392,6 +338,38 @@ class Layer(metaclass=_LayerType):
             return
         arr.flags.writeable = False
         self._weights[name] = arr.view()
+
+    def declaration(self, name: str) -> WeightDecl:
+        """How the weight ``name`` was declared: shape, regularizer, constraint (see
+        :meth:`_add_weight`)."""
+        self.weight(name)  # NotBuiltError / UnknownWeightError
+        return self._decls.get(name) or WeightDecl(name, self._weights[name].shape)
+
+    @property
+    def regularizers(self) -> dict[str, Regularizer]:
+        """``{weight name: regularizer}`` of the weights that have one: their declarations once
+        built; before, the weights the keywords name."""
+        if not self.built:
+            return {weight_of(k): v for k, v in self._weight_keywords.items() if k.endswith("_regularizer")}
+        decls = {n: self.declaration(n) for n in self.weight_names}
+        return {n: d.regularizer for n, d in decls.items() if d.regularizer is not None}
+
+    @property
+    def constraints(self) -> dict[str, Constraint]:
+        """``{weight name: constraint}``, as :attr:`regularizers`."""
+        if not self.built:
+            return {weight_of(k): v for k, v in self._weight_keywords.items() if k.endswith("_constraint")}
+        decls = {n: self.declaration(n) for n in self.weight_names}
+        return {n: d.constraint for n, d in decls.items() if d.constraint is not None}
+
+    def _check_weight_keywords(self) -> None:
+        """InvalidParameterError when a regularizer or constraint keyword names a weight the
+        (built) layer does not have."""
+        for key in self._weight_keywords:
+            if weight_of(key) not in self.weight_names:
+                raise InvalidParameterError(
+                    f"{self.name} ({type(self).__name__}) has {key.rsplit('_', 1)[1]} on weight "
+                    f"{weight_of(key)!r}, which it does not have; its weights: {self.weight_names}")
 
     def param_count(self) -> int:
         """Number of scalar weights (0 before build)."""

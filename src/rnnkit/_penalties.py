@@ -1,33 +1,30 @@
-"""Regularizers and constraints on layers, and where they enter training (Keras' rules).
+"""Regularizers and constraints, and where they enter training (Keras' rules).
 
-A layer carries them in three documented attributes, set by :func:`attach` (which the layers'
-``kernel_regularizer=`` ... keywords call)::
-
-    layer.regularizers          {weight name: Regularizer}     e.g. {"kernel": L2(0.01)}
-    layer.constraints           {weight name: Constraint}      e.g. {"kernel": MaxNorm(2.0)}
-    layer.activity_regularizer  Regularizer | None             on the layer's output
-
-Keras' keyword names map to weight names: ``kernel_*`` -> ``kernel``, ``recurrent_*`` ->
-``recurrent_kernel``, ``bias_*`` -> ``bias``, ``embeddings_*`` -> ``embeddings``.
+A weight's regularizer and constraint are part of its declaration (``Layer._add_weight``;
+:class:`~rnnkit._weight_decl.WeightDecl`, read with ``layer.declaration(name)``). Keras'
+keywords (``kernel_regularizer=``, ``recurrent_constraint=``, ...; :func:`attach`, which the
+layers' constructors call) give them to the weights they name: the layer keeps the keywords,
+its build declares each weight with its own, and attaching to a built layer changes the
+declarations of the weights named. ``layer.activity_regularizer`` (Regularizer | None) is the
+layer's, on its output. ``layer.regularizers`` / ``layer.constraints`` list them by weight.
 
 In a training step (and in ``evaluate``, as Keras reports it) the loss is::
 
     loss = sum over outputs of loss(y, pred)
-         + sum over (layer, w) of layer.regularizers[w](weight)         before the update
+         + sum over weights w of regularizer(w)                          before the update
          + sum over layers of activity_regularizer(output) / batch      Keras divides by batch
 
-and the gradient gets ``regularizer.grad(weight)`` for each regularized weight (and
+and the gradient gets ``regularizer.grad(w)`` for each regularized weight (and
 ``activity.grad(output) / batch`` on the layer's output gradient). After the optimizer step,
 every constrained weight is replaced by ``constraint(weight)``; a recurrent layer's ``(1, N)``
 bias is constrained as Keras' flat ``(N,)`` vector. Metrics are not affected.
 
-Who applies what: the trainer finds the regularized and constrained weights once per run
-(:class:`Plan`) and does nothing for a model without them; a model (Sequential, GraphModel)
-records a layer's activity penalty in the pass's Ctx after its forward
-(:func:`activity_forward`) and adds its gradient before its backward
-(:func:`activity_backward`). A layer's own ``forward`` / ``backward`` are never changed, so a
-bare ``layer.forward`` has no activity penalty (nor does a layer inside a wrapper such as
-Bidirectional).
+Who applies what: the trainer reads the declarations once per run (:class:`Plan`) and does
+nothing for a model whose weights declare none; a model (Sequential, GraphModel) records a
+layer's activity penalty in the pass's Ctx after its forward (:func:`activity_forward`) and
+adds its gradient before its backward (:func:`activity_backward`). A layer's own ``forward`` /
+``backward`` are never changed, so a bare ``layer.forward`` has no activity penalty (nor does
+a layer inside a wrapper such as Bidirectional).
 """
 
 from __future__ import annotations
@@ -40,6 +37,7 @@ from rnnkit import constraints, regularizers
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidParameterError
 from rnnkit._layer import Layer
+from rnnkit._weight_decl import WEIGHT_KEYWORDS, WeightDecl, keywords_of, weight_of
 
 
 class Model(Protocol):
@@ -47,9 +45,7 @@ class Model(Protocol):
 
     def named_weights(self) -> dict[str, tuple[Layer, str]]: ...
 
-_ROLES = {"kernel": "kernel", "recurrent": "recurrent_kernel", "bias": "bias", "embeddings": "embeddings"}
-KEYWORDS = (*(f"{r}_{kind}" for kind in ("regularizer", "constraint") for r in _ROLES),
-            "activity_regularizer")
+KEYWORDS = (*WEIGHT_KEYWORDS, "activity_regularizer")
 
 
 def attach(layer: Layer, **keywords: Any) -> Layer:
@@ -58,29 +54,39 @@ def attach(layer: Layer, **keywords: Any) -> Layer:
     ``embeddings_regularizer``, ``activity_regularizer``, ``kernel_constraint``,
     ``recurrent_constraint``, ``bias_constraint``, ``embeddings_constraint``); each value is
     anything ``rnnkit.regularizers.get`` / ``rnnkit.constraints.get`` takes, None removes it.
-    Returns the layer. A weight the (built) layer lacks is refused, typed."""
+    A built layer's weights are declared again with them (an unbuilt one's, at its build).
+    Returns the layer. A weight the (built) layer lacks is refused, typed, and nothing changes."""
     if not isinstance(layer, Layer):
         raise TypeError(f"attach: expected a Layer, got {type(layer).__name__}")
-    regs: dict[str, Any] = dict(getattr(layer, "regularizers", None) or {})
-    cons: dict[str, Any] = dict(getattr(layer, "constraints", None) or {})
+    table = dict(layer._weight_keywords)
+    activity = layer.activity_regularizer
     for key, value in keywords.items():
         if key not in KEYWORDS:
             raise TypeError(f"{layer.name}: unknown keyword {key!r}; expected one of {list(KEYWORDS)}")
+        getter = constraints.get if key.endswith("_constraint") else regularizers.get
+        obj: Any = _get(getter, value, key, layer)
         if key == "activity_regularizer":
-            layer.activity_regularizer = _get(regularizers.get, value, key, layer)
-            continue
-        role, kind = key.rsplit("_", 1)
-        name = _ROLES[role]
-        table = regs if kind == "regularizer" else cons
-        obj: Any = _get(regularizers.get if kind == "regularizer" else constraints.get, value, key, layer)
-        if obj is None:
-            table.pop(name, None)
+            activity = obj
+        elif obj is None:
+            table.pop(key, None)
         else:
-            table[name] = obj
-    layer.regularizers = regs  # type: ignore[attr-defined]
-    layer.constraints = cons  # type: ignore[attr-defined]
+            table[key] = obj
+    named = {weight_of(k) for k in keywords if k != "activity_regularizer"}
     if layer.built:
-        check_layer(layer)
+        missing = sorted(n for n in named if n not in layer.weight_names)
+        if missing:
+            key = next(k for k in keywords if k != "activity_regularizer" and weight_of(k) == missing[0])
+            raise InvalidParameterError(
+                f"{layer.name} ({type(layer).__name__}) has no weight {missing[0]!r} for {key}=; its "
+                f"weights: {layer.weight_names}")
+    layer._weight_keywords = table
+    layer.activity_regularizer = activity
+    if layer.built:
+        for name in named:
+            keys = keywords_of(name)
+            assert keys is not None
+            old = layer.declaration(name)
+            layer._decls[name] = WeightDecl(old.name, old.shape, table.get(keys[0]), table.get(keys[1]))
     return layer
 
 
@@ -94,28 +100,20 @@ def _get(getter: Any, value: Any, key: str, layer: Layer) -> Any:
 
 
 def config_of(layer: Layer) -> dict[str, Any]:
-    """The layer's regularizers and constraints as Keras keywords -> serialized dicts (only
-    those set), for ``get_config`` and model files."""
-    inv = {w: r for r, w in _ROLES.items()}
+    """The layer's regularizer and constraint keywords -> serialized dicts (only those set),
+    for ``get_config`` and model files."""
     out: dict[str, Any] = {}
-    for name, reg in (getattr(layer, "regularizers", None) or {}).items():
-        out[f"{inv[name]}_regularizer"] = regularizers.serialize(reg)
-    for name, con in (getattr(layer, "constraints", None) or {}).items():
-        out[f"{inv[name]}_constraint"] = constraints.serialize(con)
-    act = getattr(layer, "activity_regularizer", None)
-    if act is not None:
-        out["activity_regularizer"] = regularizers.serialize(act)
+    for key, obj in layer._weight_keywords.items():
+        out[key] = (constraints.serialize if key.endswith("_constraint") else regularizers.serialize)(obj)
+    if layer.activity_regularizer is not None:
+        out["activity_regularizer"] = regularizers.serialize(layer.activity_regularizer)
     return out
 
 
 def check_layer(layer: Layer) -> None:
-    """InvalidParameterError when a regularizer or constraint names a weight the layer lacks."""
-    for what in ("regularizers", "constraints"):
-        for name in getattr(layer, what, None) or {}:
-            if name not in layer.weight_names:
-                raise InvalidParameterError(
-                    f"{layer.name} ({type(layer).__name__}) has {what[:-1]} on weight {name!r}, which it "
-                    f"does not have; its weights: {layer.weight_names}")
+    """InvalidParameterError when a regularizer or constraint keyword names a weight the
+    layer lacks."""
+    layer._check_weight_keywords()
 
 
 def layers_of(model: Model) -> list[Layer]:
@@ -131,50 +129,27 @@ def layers_of(model: Model) -> list[Layer]:
     return list(seen.values())
 
 
-def _entries(model: Model) -> list[tuple[Layer, str, Layer, str]]:
-    """``(owner, name, holder, inner)`` for every weight: ``owner.weight(name)`` is how the model
-    (and the Ctx's gradients) name it; ``holder.regularizers[inner]`` / ``constraints[inner]``
-    is where its regularizer / constraint lives (the owner itself, or the direction inside a
-    wrapper such as Bidirectional)."""
-    out: list[tuple[Layer, str, Layer, str]] = []
-    seen: set[tuple[int, str]] = set()
-    for layer, name in model.named_weights().values():
-        if (id(layer), name) in seen:
-            continue
-        seen.add((id(layer), name))
-        holder, inner = layer, name
-        split = getattr(layer, "_split", None)
-        if callable(split) and name not in (getattr(layer, "regularizers", None) or {}) \
-                and name not in (getattr(layer, "constraints", None) or {}):
-            holder, inner = split(name)
-        out.append((layer, name, holder, inner))
-    return out
-
-
-def has_any(model: Model) -> bool:
-    return any(getattr(la, "regularizers", None) or getattr(la, "constraints", None)
-               or getattr(la, "activity_regularizer", None) is not None for la in layers_of(model))
-
-
 class Plan:
-    """The regularized and the constrained weights of a model, found once (a training run reads
-    them as they are when it starts): ``regs`` ``(owner, name, Regularizer)``, ``cons``
-    ``(owner, name, Constraint, flat)`` (``flat``: a recurrent layer's ``(1, N)`` bias,
-    constrained as Keras' ``(N,)``). Empty lists when the model has none, and then training
-    does nothing for them."""
+    """The regularized and the constrained weights of a model, read from the weights'
+    declarations once (a training run reads them as they are when it starts): ``regs``
+    ``(layer, name, Regularizer)``, ``cons`` ``(layer, name, Constraint, flat)`` (``flat``:
+    constrained as Keras' flat vector, :attr:`~rnnkit._weight_decl.WeightDecl.flat`), each
+    weight under the name the model's gradients use. Empty lists when no weight declares one,
+    and then training does nothing for them."""
 
     def __init__(self, model: Model) -> None:
         self.regs: list[tuple[Layer, str, Any]] = []
         self.cons: list[tuple[Layer, str, Any, bool]] = []
-        for owner, name, holder, inner in _entries(model):
-            reg = (getattr(holder, "regularizers", None) or {}).get(inner)
-            if reg is not None:
-                self.regs.append((owner, name, reg))
-            con = (getattr(holder, "constraints", None) or {}).get(inner)
-            if con is not None:
-                w = owner.weight(name)
-                flat = inner == "bias" and w.ndim == 2 and w.shape[0] == 1 and not _is_dense_like(holder)
-                self.cons.append((owner, name, con, flat))
+        seen: set[tuple[int, str]] = set()
+        for layer, name in model.named_weights().values():
+            if (id(layer), name) in seen:   # a weight two keys name (a tied one) counts once
+                continue
+            seen.add((id(layer), name))
+            decl = layer.declaration(name)
+            if decl.regularizer is not None:
+                self.regs.append((layer, name, decl.regularizer))
+            if decl.constraint is not None:
+                self.cons.append((layer, name, decl.constraint, decl.flat))
 
     def weight_penalty(self) -> float:
         """The sum of every weight regularizer's penalty (0.0 when none)."""
@@ -206,10 +181,6 @@ class Plan:
             w = owner.weight(name)
             new = con(np.array(w[0] if flat else w))
             owner.set_weight(name, new[None, :] if flat else new, check_finite=False)  # fit checks after
-
-
-def _is_dense_like(layer: Layer) -> bool:
-    return "recurrent_kernel" not in layer.weight_names
 
 
 # -- activity regularization -------------------------------------------------------------------

@@ -23,7 +23,7 @@ import numpy as np
 
 from rnnkit._config import ConfigValue
 from rnnkit._errors import InvalidParameterError
-from rnnkit._layer import check_real
+from rnnkit._validate import check_real
 
 EPSILON = 1e-7
 

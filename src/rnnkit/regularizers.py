@@ -9,7 +9,7 @@ A regularizer maps a weight (or a layer's output) ``w`` to a penalty added to th
 
 (Keras' defaults: ``L1(0.01)``, ``L2(0.01)``, ``L1L2(0.0, 0.0)``). Attach them to a layer with
 the layer's keywords (``Dense(kernel_regularizer=...)``) or :func:`attach` for any layer; see
-:mod:`rnnkit.models._penalties` for where the penalty enters training. ``get`` resolves
+:mod:`rnnkit._penalties` for where the penalty enters training. ``get`` resolves
 ``"l1" | "l2" | "l1_l2"``, a ``{"class_name", "config"}`` dict (Keras' serialized form too),
 an instance or None.
 """
@@ -22,7 +22,7 @@ import numpy as np
 
 from rnnkit._config import ConfigValue
 from rnnkit._errors import InvalidParameterError
-from rnnkit._layer import check_real
+from rnnkit._validate import check_real
 
 
 class Regularizer(ConfigValue):

@@ -178,11 +178,3 @@ class MPI(Parallel):
         time.sleep(ABORT_GRACE_S)
         self.comm.Abort(code)
         os._exit(code)  # MPI_Abort may return before the process manager ends this process
-
-
-def check_distributed(obj: Any, where: str) -> MPI:
-    """``obj`` when it is an :class:`MPI`, else TypeError naming what was given."""
-    if not isinstance(obj, MPI):
-        raise TypeError(f"{where}: distributed= must be an rnnkit.distributed.MPI object (or None), "
-                        f"got {type(obj).__name__}")
-    return obj

@@ -11,6 +11,7 @@ from rnnkit._errors import InvalidInputError, InvalidParameterError, NotBuiltErr
 from rnnkit._layer import Layer, WeightEntry
 from rnnkit._mask import Mask
 from rnnkit._shape import Shape
+from rnnkit._weight_decl import WeightDecl
 from rnnkit.layers._registry import layer_from_config, layer_to_config
 from rnnkit.recurrent import RecurrentLayer
 
@@ -148,6 +149,14 @@ class Bidirectional(Layer):
             raise NotBuiltError(self.name, "weight")
         sub, inner = self._split(name)
         return sub.weight(inner)  # type: ignore[no-any-return]
+
+    def declaration(self, name: str) -> WeightDecl:
+        """The declaration of ``name`` (``"forward.kernel"``, ...) in the direction that holds it."""
+        if not self.built:
+            raise NotBuiltError(self.name, "declaration")
+        sub, inner = self._split(name)
+        decl: WeightDecl = sub.declaration(inner)
+        return decl
 
     def set_weight(self, name: str, value: Any, *, check_finite: bool = True) -> None:
         sub, inner = self._split(name)

@@ -37,8 +37,11 @@ def layer_to_config(layer: Layer) -> dict[str, Any]:
             f"rnnkit.layers.register_layer({name}) first"
         )
     config = layer.get_config()
-    # regularizers / constraints the layer's own config does not carry (recurrent layers)
+    # regularizers / constraints the layer's own config does not carry: in the config of the
+    # built-in kind a plain RecurrentLayer is written as (its constructor takes them), else beside it
     extra = {k: v for k, v in config_of(layer).items() if k not in config}
+    if name != type(layer).__name__:
+        config, extra = {**config, **extra}, {}
     return {"class_name": name, "config": config, **({"regularization": extra} if extra else {})}
 
 

@@ -48,7 +48,7 @@ class Int8Weights:
     name: str
     _weights: dict[str, np.ndarray]
 
-    def _add_weight(self, name: str, value: np.ndarray) -> None:
+    def _store_weight(self, name: str, value: np.ndarray) -> None:
         arr = np.asarray(value)
         if name.endswith("_q"):
             f = arr.astype(np.float64)

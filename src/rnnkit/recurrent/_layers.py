@@ -9,7 +9,7 @@ import numpy as np
 from rnnkit._activations import ActivationLike
 from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
 from rnnkit._layer import check_bool
-from rnnkit._penalties import attach
+from rnnkit._penalties import attach, config_of
 from rnnkit.recurrent._base import RecurrentLayer, kind_config
 from rnnkit.recurrent._gated import GatedCell
 from rnnkit.recurrent._gru import GRUCell, GRUResetAfterCell
@@ -62,7 +62,8 @@ class _Gated(RecurrentLayer):
         return self.cell.gate_width
 
     def get_config(self) -> dict[str, Any]:
-        return kind_config(self.cell, self._walk_config())
+        """The constructor keywords, the regularizers and constraints set included (Keras')."""
+        return {**kind_config(self.cell, self._walk_config()), **config_of(self)}
 
     def _set_gate_blocks(self, blocks: list[tuple[Any, ...]], names: list[str]) -> None:
         """Per-gate ``(kernel, recurrent_kernel[, bias])`` in fused order -> :meth:`set_weights`."""

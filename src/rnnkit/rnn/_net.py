@@ -35,11 +35,11 @@ import numpy as np
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
 from rnnkit._layer import Layer, as_weight_array, check_bool, check_finite_weight, check_positive_int
-from rnnkit._layouts import from_torch, grads_to_torch
 from rnnkit._shape import Shape
 from rnnkit.layers import register_layer
-from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
+from rnnkit.recurrent import RecurrentLayer
 from rnnkit.rnn._config import RNNConfig
+from rnnkit.rnn._directions import direction_layer, take_torch_grads
 
 _GATES = {"rnn": 1, "lstm": 4, "gru": 3}
 
@@ -141,20 +141,10 @@ class RNNNet(Layer):
 
     def _make_layer(self, k: int, d: int) -> RecurrentLayer:
         """A new rnnkit layer for (layer k, direction d), weights converted from PyTorch's."""
-        sfx, H, c = self._suffix(k, d), self.hidden_dim, self.config
-        kw: dict[str, Any] = {"use_bias": c.has_biases, "return_sequences": True, "go_backwards": bool(d),
-                              "return_state": True, "dtype": self.dtype}
-        layer: RecurrentLayer
-        if self.mode == "lstm":
-            layer = LSTM(H, proj_size=c.proj_size, **kw)
-        elif self.mode == "gru":
-            layer = GRU(H, reset_after=True, **kw)
-        else:
-            layer = SimpleRNN(H, c.nonlinearity, **kw)
+        sfx = self._suffix(k, d)
         torch = {n[:n.index("_l")]: v for n, v in self._weights.items() if n.endswith(sfx)
                  and n[n.index("_l"):] == sfx}
-        layer.set_weights(**from_torch(layer.cell, torch, self.dtype))
-        return layer
+        return direction_layer(self.mode, self.hidden_dim, self.config, bool(d), self.dtype, torch)
 
     # -- shapes ------------------------------------------------------------------------------
     @property
@@ -368,8 +358,7 @@ class RNNNet(Layer):
         return [dx_out, *d_init] if cache["given"] else dx_out
 
     def _move_grads(self, layer: RecurrentLayer, sfx: str, ctx: Ctx) -> None:
-        mine = {n: ctx.grads.pop((layer, n)) for n in layer.weight_names}
-        for n, g in grads_to_torch(layer.cell, mine).items():
+        for n, g in take_torch_grads(layer, ctx).items():
             ctx.add_grad(self, n + sfx, g)
 
     def get_config(self) -> dict[str, Any]:

@@ -1,0 +1,80 @@
+"""The argument checks every layer shares: a dtype, a positive int, a bool, a finite real, a
+weight array (and that it is finite), a ``Ctx``. Each returns the checked value or raises the
+typed error naming the argument, the place, what was expected and what was given."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from rnnkit._ctx import Ctx
+from rnnkit._errors import InvalidInputError, InvalidParameterError
+
+_DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
+
+
+def resolve_dtype(dtype: Any, where: str) -> np.dtype:
+    """``"float32"`` / ``"float64"`` (or the numpy types) to a numpy dtype. ``None`` is refused
+    (numpy would read it as float64)."""
+    try:
+        dt = None if dtype is None else np.dtype(dtype)
+    except (TypeError, ValueError):
+        dt = None
+    if dt is None or dt.name not in _DTYPES:
+        raise InvalidParameterError(f"{where}: dtype must be 'float32' or 'float64', got {dtype!r}")
+    return dt
+
+
+def check_positive_int(value: object, what: str, where: str) -> int:
+    """An int >= 1 or InvalidParameterError naming the argument."""
+    if isinstance(value, bool) or not hasattr(value, "__index__") or int(value) < 1:  # type: ignore[call-overload]
+        raise InvalidParameterError(f"{where}: {what} must be an int >= 1, got {value!r}")
+    return int(value)  # type: ignore[call-overload]
+
+
+def check_bool(value: object, what: str, where: str) -> bool:
+    """A bool (Python or numpy) or TypeError naming the argument: no truthy strings."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{where}: {what} must be a bool (True or False), got {value!r}")
+    return bool(value)
+
+
+def as_weight_array(value: Any, where: str) -> np.ndarray:
+    """``value`` as an array (``np.asarray``), or InvalidInputError naming ``where`` when numpy
+    cannot make one (a ragged list, a tensor that requires grad)."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError, RuntimeError) as e:
+        raise InvalidInputError(f"{where}: not an array ({type(value).__name__}: {e})") from None
+
+
+def check_finite_weight(value: np.ndarray, where: str) -> None:
+    """InvalidInputError when the weight ``value`` holds NaN or Inf, naming ``where`` (the layer
+    and weight, or the model's key) and the first such position: what the file loaders refuse."""
+    if value.dtype.kind in "fc" and not np.isfinite(value).all():
+        pos = tuple(int(i) for i in np.argwhere(~np.isfinite(value))[0])
+        raise InvalidInputError(f"{where}: the weight holds {value[pos]} at {pos}; expected finite numbers "
+                                f"(nothing was changed)")
+
+
+def check_real(value: object, what: str, where: str) -> float:
+    """A finite real number (Python or numpy, not a bool) as a float, or InvalidParameterError."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise InvalidParameterError(f"{where}: {what} must be a real number, got {value!r}")
+    out = float(value)
+    if out != out or out in (float("inf"), float("-inf")):
+        raise InvalidParameterError(f"{where}: {what} must be finite, got {value!r}")
+    return out
+
+
+def check_ctx(ctx: Any, where: str) -> Ctx:
+    """``ctx``, or a TypeError naming ``where`` when it is not an :class:`~rnnkit.Ctx`. The doors
+    that take a caller's Ctx check it once (``layer(x, ctx)``, ``forward_mut``, a model's
+    ``forward`` / ``backward``); a layer's own ``forward`` / ``backward`` is the raw pass, which
+    expects a Ctx and checks nothing."""
+    if not isinstance(ctx, Ctx):
+        raise TypeError(f"{where}: ctx must be an rnnkit.Ctx (Ctx.inference() or Ctx.training(seed)), "
+                        f"got {type(ctx).__name__}; layer(x) runs inference")
+    return ctx
