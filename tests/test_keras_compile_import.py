@@ -24,11 +24,15 @@ STEPS, BATCH = 20, 8
 
 @pytest.fixture(autouse=True)
 def _float64_keras() -> Any:
-    """Keras computes its losses in floatx: float64 here, for a float64 comparison."""
-    before = keras.config.floatx()
+    """Keras computes its losses in floatx: float64 here, for a float64 comparison. Keras keeps
+    the global dtype policy it derives from floatx once, so that is put back too (else later
+    files' float32 Inputs meet float64 layers and Keras inserts Cast layers)."""
+    before, policy = keras.config.floatx(), keras.config.dtype_policy()
     keras.config.set_floatx("float64")
+    keras.config.set_dtype_policy("float64")
     yield
     keras.config.set_floatx(before)
+    keras.config.set_dtype_policy(policy)
 
 
 def _model(opt: Any, loss: Any = "mse") -> Any:
