@@ -24,8 +24,6 @@ In the ``"reference"`` mode, or without numba, both are numpy's (``x @ W + b``, 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from rnnkit.kernels._threads import CORES, run_parts
@@ -38,15 +36,6 @@ CHUNK_PANELS = 8
 #: a product is computed in slices from this many rows on (the packed product reads its whole
 #: right-hand side once per block of 96 rows; with fewer rows slicing gains nothing)
 CHUNK_ROWS = 97
-
-
-def _spans(n_chunks: int, job: Callable[[int, int], None], flops: int) -> None:
-    """``job(lo, hi)`` over the chunks ``[0, n_chunks)``: in parts on the cores for a large
-    product, else at once on this thread."""
-    if flops >= PARALLEL_PRODUCT and CORES > 1:
-        run_parts(n_chunks, job)
-    else:
-        job(0, n_chunks)
 
 
 def affine(x2: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
@@ -69,16 +58,19 @@ def affine(x2: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
     out = np.empty((M, N), A.dtype)
     npan = P.shape[0]
 
-    def job(lo: int, hi: int) -> None:
-        for p0 in range(lo * CHUNK_PANELS, min(hi * CHUNK_PANELS, npan), CHUNK_PANELS):
+    def rows(r0: int, r1: int) -> None:
+        for p0 in range(0, npan, CHUNK_PANELS):
             p1 = min(p0 + CHUNK_PANELS, npan)
             c0, c1 = p0 * nr, min(p1 * nr, N)
-            part = out[:, c0:c1]
-            pk.rgemm(A, P[p0:p1], part, 0.0)
+            part = out[r0:r1, c0:c1]
+            pk.rgemm(A[r0:r1], P[p0:p1], part, 0.0)
             if b is not None:
                 part += b[c0:c1]
 
-    _spans(-(-npan // CHUNK_PANELS), job, M * K * N)
+    if M * K * N >= PARALLEL_PRODUCT and CORES > 1 and M >= 4 * CORES:
+        run_parts(M, rows)          # rows never interact: any split gives the same bits
+    else:
+        rows(0, M)
     return out
 
 
@@ -104,11 +96,15 @@ def weight_grads(x2: np.ndarray, g2: np.ndarray, bias: bool) -> tuple[np.ndarray
     G = np.ascontiguousarray(g2).view()
     G.flags.writeable = False
     out = np.empty((rows, N), x2.dtype)
-    width = CHUNK_PANELS * pk.nr_of(x2.dtype)
+    nr = pk.nr_of(x2.dtype)
+    npan = -(-N // nr)
 
-    def job(lo: int, hi: int) -> None:
-        for c0 in range(lo * width, min(hi * width, N), width):
-            pk.gemm(at, G, False, out, False, c0, min(c0 + width, N))
+    def panels(lo: int, hi: int) -> None:
+        for p0 in range(lo, hi, CHUNK_PANELS):
+            pk.gemm(at, G, False, out, False, p0 * nr, min(min(p0 + CHUNK_PANELS, hi) * nr, N))
 
-    _spans(-(-N // width), job, M * K * N)
+    if M * K * N >= PARALLEL_PRODUCT and CORES > 1:
+        run_parts(npan, panels)     # a column's value does not depend on the split
+    else:
+        panels(0, npan)
     return out[:K], (out[K] if bias else None)
