@@ -18,37 +18,69 @@ medians are reported:
 - ``dense``: the output layer, forward + backward (weight, bias and input gradients)
 - ``loss``: softmax cross-entropy over the vocabulary, value + gradient w.r.t. the logits
 - ``step``: the whole step, dropout on (rnnkit ``model.fit`` on one batch; torch ``zero_grad``,
-  forward, loss, ``backward``, ``optimizer.step``)
+  forward, loss, ``backward``, ``clip_grad_norm_``, ``optimizer.step``), with the example's
+  gradient clipping (``--clip``, 0.25 as in the example: the global norm over every gradient;
+  rnnkit ``SGD(global_clipnorm=...)``; ``--clip 0`` for none)
+
+Each part's ratio is the median of the per-repeat ratios (each repeat times both sides back to
+back), with their range. ``--phases`` adds the split of rnnkit's whole step by phase (each
+layer's forward and backward, the loss, the optimizer with its clipping and update, the rest of
+``fit``), in this thread's CPU time.
 
 Usage::
 
     python benchmarks/bench_wordlm.py                   # about a minute
     python benchmarks/bench_wordlm.py --repeats 5 --threads 1
+    python benchmarks/bench_wordlm.py --threads 1 --clock cpu --phases   # a busy machine
     python benchmarks/bench_wordlm.py --json out.json
 
-``--threads N`` sets ``RNNKIT_KERNEL_THREADS`` (before rnnkit is imported) and
-``torch.set_num_threads``.
+``--threads N`` sets ``RNNKIT_KERNEL_THREADS``, the BLAS libraries' thread variables
+(``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``: numpy's BLAS reads them when
+numpy loads, so this script sets them before it imports numpy) and ``torch.set_num_threads``:
+both sides then run on the same number of threads. ``--clock cpu`` times with this thread's
+CPU time (``time.thread_time``) instead of the wall clock: on a machine shared with other work
+it leaves out the time other processes take; it needs ``--threads 1`` (everything then runs on
+the calling thread, rnnkit's kernels and torch's autograd included).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
-VOCAB, WIDTH, BATCH, STEPS, LAYERS, DROPOUT, LR = 8606, 200, 20, 35, 2, 0.2, 20.0
+def _threads_before_numpy(argv: list[str]) -> None:
+    """``--threads N`` (or ``--threads=N``) in ``argv``: the thread variables every library
+    reads when it loads, set before numpy (and its BLAS) is imported."""
+    for k, a in enumerate(argv):
+        n = argv[k + 1] if a == "--threads" and k + 1 < len(argv) else \
+            a.split("=", 1)[1] if a.startswith("--threads=") else None
+        if n is not None and n.isdigit():
+            for var in ("RNNKIT_KERNEL_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                        "MKL_NUM_THREADS"):
+                os.environ[var] = n
 
 
-def build(vocab: int, seed: int = 0) -> tuple[Any, Any]:
-    """The rnnkit model (compiled: SGD(lr), sparse CE on logits) and the torch modules holding
-    the same weights: ``{"emb", "lstm", "drop", "dec"}`` in a ``torch.nn.ModuleDict``."""
+if __name__ == "__main__":
+    _threads_before_numpy(sys.argv[1:])
+
+import numpy as np  # noqa: E402  (after the thread variables)
+
+VOCAB, WIDTH, BATCH, STEPS, LAYERS, DROPOUT, LR, CLIP = 8606, 200, 20, 35, 2, 0.2, 20.0, 0.25
+
+
+def build(vocab: int, seed: int = 0, clip: float = CLIP) -> tuple[Any, Any]:
+    """The rnnkit model (compiled: SGD(lr) with ``global_clipnorm=clip`` when ``clip > 0``,
+    sparse CE on logits) and the torch modules holding the same weights: ``{"emb", "lstm",
+    "drop", "dec"}`` in a ``torch.nn.ModuleDict``."""
     import torch
 
     import rnnkit as rk
@@ -58,7 +90,7 @@ def build(vocab: int, seed: int = 0) -> tuple[Any, Any]:
         rk.LSTM(WIDTH, return_sequences=True, seed=seed + 1), rk.Dropout(DROPOUT),
         rk.LSTM(WIDTH, return_sequences=True, seed=seed + 2), rk.Dropout(DROPOUT),
         rk.Dense(vocab, seed=seed + 3)])
-    model.compile(optimizer=rk.optimizers.SGD(LR),
+    model.compile(optimizer=rk.optimizers.SGD(LR, global_clipnorm=clip if clip > 0 else None),
                   loss=rk.SparseCategoricalCrossentropy(from_logits=True))
     model.build((None, STEPS))
     emb, _, l1, _, l2, _, dec = model.layers
@@ -100,7 +132,8 @@ def set_dropout(model: Any, mods: Any, rate: float) -> None:
     mods["lstm"].dropout = rate
 
 
-def check_same(model: Any, mods: Any, x: np.ndarray, y: np.ndarray, rtol: float = 2e-4) -> dict[str, float]:
+def check_same(model: Any, mods: Any, x: np.ndarray, y: np.ndarray, clip: float,
+               rtol: float = 2e-4) -> dict[str, float]:
     """One step without dropout on both sides; the largest relative differences (stops when one
     exceeds ``rtol``). Leaves both models as they were."""
     import torch
@@ -126,7 +159,11 @@ def check_same(model: Any, mods: Any, x: np.ndarray, y: np.ndarray, rtol: float 
     before = [np.asarray(w).copy() for w in model.get_weights()]
     model.fit(x, y, epochs=1, batch_size=x.shape[0], shuffle=False, verbose=0)
     with torch.no_grad():
-        new_dec = mods["dec"].weight - LR * mods["dec"].weight.grad
+        scale = 1.0
+        if clip > 0:
+            total = torch.nn.utils.get_total_norm([p.grad for p in mods.parameters()])
+            scale = min(1.0, clip / (float(total) + 1e-6))
+        new_dec = mods["dec"].weight - LR * scale * mods["dec"].weight.grad
     diffs = {
         "loss": abs(loss - lt.item()) / abs(lt.item()),
         "dense kernel grad": rel(ctx.grad(dec, "kernel"), mods["dec"].weight.grad.T),
@@ -146,7 +183,7 @@ def check_same(model: Any, mods: Any, x: np.ndarray, y: np.ndarray, rtol: float 
 Runners = dict[str, tuple[Callable[[], Any], Callable[[], Any]]]
 
 
-def part_runners(model: Any, mods: Any, x: np.ndarray, y: np.ndarray) -> Runners:
+def part_runners(model: Any, mods: Any, x: np.ndarray, y: np.ndarray, clip: float) -> Runners:
     import torch
     import torch.nn.functional as F
 
@@ -203,7 +240,8 @@ def part_runners(model: Any, mods: Any, x: np.ndarray, y: np.ndarray) -> Runners
         lt.grad = None
         F.cross_entropy(lt, yt).backward()
 
-    opt = torch.optim.SGD(mods.parameters(), lr=LR)
+    params = list(mods.parameters())
+    opt = torch.optim.SGD(params, lr=LR)
     mods.train()
 
     def rk_step() -> Any:
@@ -212,10 +250,78 @@ def part_runners(model: Any, mods: Any, x: np.ndarray, y: np.ndarray) -> Runners
     def t_step() -> Any:
         opt.zero_grad(set_to_none=True)
         F.cross_entropy(torch_logits(mods, xt), yt).backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(params, clip)
         opt.step()
 
     return {"embedding": (rk_emb, t_emb), "lstm": (rk_lstm, t_lstm), "dense": (rk_dense, t_dense),
             "loss": (rk_loss, t_loss), "step": (rk_step, t_step)}
+
+
+def time_interleaved(run_a: Callable[[], Any], run_b: Callable[[], Any], repeats: int, warmup: int,
+                     clock: Callable[[], float]) -> tuple[list[float], list[float]]:
+    """Each repeat times ``run_a`` and ``run_b`` once each, back to back, in alternating order."""
+    for _ in range(warmup):
+        run_a()
+        run_b()
+    ta: list[float] = []
+    tb: list[float] = []
+    for r in range(repeats):
+        order = [(run_a, ta), (run_b, tb)]
+        if r % 2:
+            order.reverse()
+        for fn, acc in order:
+            t0 = clock()
+            fn()
+            acc.append(clock() - t0)
+    return ta, tb
+
+
+def step_phases(model: Any, run: Callable[[], Any], repeats: int) -> dict[str, float]:
+    """Milliseconds of this thread's CPU time per step spent in each phase of ``run`` (rnnkit's
+    whole step), medians over ``repeats`` steps; ``"rest"`` is what the phases leave out of the
+    step (``fit``'s own work: batching, the finite checks, the logs)."""
+    acc: dict[str, float] = collections.defaultdict(float)
+    saved: list[tuple[Any, str]] = []
+
+    def wrap(obj: Any, meth: str, key: str) -> None:
+        f = getattr(obj, meth)
+
+        def timed(*a: Any, **k: Any) -> Any:
+            t0 = time.thread_time()
+            try:
+                return f(*a, **k)
+            finally:
+                acc[key] += time.thread_time() - t0
+
+        saved.append((obj, meth))
+        setattr(obj, meth, timed)
+
+    for k, lay in enumerate(model.layers):
+        name = f"{k}:{type(lay).__name__}"
+        wrap(lay, "forward", f"{name} forward")
+        wrap(lay, "backward", f"{name} backward")
+    wrap(model.loss, "value_and_grad", "loss (value and gradient)")
+    opt = model.optimizer
+    wrap(opt, "apply_gradients", "optimizer")
+    wrap(opt, "_clip", "  of which clipping")
+    wrap(opt, "_update", "  of which updates")
+    per: dict[str, list[float]] = collections.defaultdict(list)
+    try:
+        run()
+        for _ in range(repeats):
+            acc.clear()
+            t0 = time.thread_time()
+            run()
+            whole = time.thread_time() - t0
+            for k, v in acc.items():
+                per[k].append(v)
+            per["rest"].append(whole - sum(v for k, v in acc.items() if not k.startswith(" ")))
+            per["STEP"].append(whole)
+    finally:
+        for obj, meth in saved:
+            delattr(obj, meth)
+    return {k: statistics.median(v) * 1e3 for k, v in per.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,37 +330,51 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--clip", type=float, default=CLIP, help="global gradient norm clip (0: none)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    ap.add_argument("--phases", action="store_true", help="also split rnnkit's step by phase")
     ap.add_argument("--parts", default="embedding,lstm,dense,loss,step")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args(argv)
+    if args.clock == "cpu" and args.threads != 1:
+        ap.error("--clock cpu needs --threads 1 (the CPU time of the calling thread only)")
     if args.threads is not None:
         os.environ["RNNKIT_KERNEL_THREADS"] = str(args.threads)
     import torch
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench import time_pair
-
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    model, mods = build(args.vocab)
+    clock = time.thread_time if args.clock == "cpu" else time.perf_counter
+    model, mods = build(args.vocab, clip=args.clip)
     rng = np.random.default_rng(1)
     x = rng.integers(0, args.vocab, (BATCH, STEPS))
     y = rng.integers(0, args.vocab, (BATCH, STEPS))
-    diffs = check_same(model, mods, x, y)
+    diffs = check_same(model, mods, x, y, args.clip)
     print("same step on both (max relative difference): "
           + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
-    runs = part_runners(model, mods, x, y)
-    rows: dict[str, dict[str, float]] = {}
-    print(f"{'part':<10} {'rnnkit ms':>10} {'torch ms':>10} {'ratio':>7}")
+    runs = part_runners(model, mods, x, y, args.clip)
+    rows: dict[str, dict[str, Any]] = {}
+    print(f"threads {args.threads}, clock {args.clock}, clip {args.clip}, {args.repeats} repeats")
+    print(f"{'part':<10} {'rnnkit ms':>10} {'torch ms':>10} {'ratio':>7}  {'ratio range':>13}")
     for part in args.parts.split(","):
         a, b = runs[part]
-        ta, tb = time_pair(a, b, args.repeats, args.warmup, 0.0)
+        ta, tb = time_interleaved(a, b, args.repeats, args.warmup, clock)
         ma, mb = statistics.median(ta) * 1e3, statistics.median(tb) * 1e3
-        rows[part] = {"rnnkit_ms": ma, "torch_ms": mb, "ratio": ma / mb}
-        print(f"{part:<10} {ma:>10.2f} {mb:>10.2f} {ma / mb:>7.2f}", flush=True)
+        ratios = [p / q for p, q in zip(ta, tb, strict=True)]
+        r = statistics.median(ratios)
+        rows[part] = {"rnnkit_ms": ma, "torch_ms": mb, "ratio": r, "ratios": ratios}
+        print(f"{part:<10} {ma:>10.2f} {mb:>10.2f} {r:>7.3f}  {min(ratios):>6.3f}-{max(ratios):.3f}",
+              flush=True)
+    phases = None
+    if args.phases:
+        phases = step_phases(model, runs["step"][0], args.repeats)
+        print("rnnkit step by phase (this thread's CPU ms, medians):")
+        for k, v in phases.items():
+            print(f"  {k:<28} {v:8.2f}")
     if args.json is not None:
-        args.json.write_text(json.dumps({"vocab": args.vocab, "threads": args.threads,
-                                         "check": diffs, "parts": rows}, indent=1))
+        args.json.write_text(json.dumps({"vocab": args.vocab, "threads": args.threads, "clip": args.clip,
+                                         "clock": args.clock, "check": diffs, "parts": rows,
+                                         "phases": phases}, indent=1))
     return 0
 
 

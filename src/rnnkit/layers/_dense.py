@@ -14,6 +14,7 @@ from rnnkit._layer import Layer, as_weight_array, check_bool, check_finite_weigh
 from rnnkit._penalties import attach, config_of
 from rnnkit._shape import Shape
 from rnnkit.layers._common import activation_config, activation_from, check_activation_axis
+from rnnkit.layers._dense_products import affine, weight_grads
 from rnnkit.layers._product import matmul, matmul_tn
 from rnnkit.layers._tied import check_tie, check_tied_build, table
 from rnnkit.losses._xent import LogitsGradient
@@ -36,7 +37,8 @@ class Dense(Layer):
     of :func:`~rnnkit._activations.resolve_activation` is accepted (softmax over its axis).
 
     Backward: ``da = act.vjp(y, g)``; ``dW = x^T @ da`` and ``db = sum(da)`` over every leading
-    axis (one GEMM); returns ``dx = da @ W^T``. A linear activation costs nothing: no pass over
+    axis (one GEMM for both: ``db`` is the product's row for a row of ones appended to ``x^T``);
+    returns ``dx = da @ W^T``. A linear activation costs nothing: no pass over
     the output in forward, ``da = g`` itself in backward (so a (positions x vocabulary) output
     of a language model is written once forward and read, not copied, backward). A softmax
     output under a cross-entropy on probabilities is fused by the model's objective: the loss
@@ -45,8 +47,10 @@ class Dense(Layer):
     (:meth:`takes_logits_gradient`); any other gradient goes through the softmax's vjp.
 
     The products run on :mod:`rnnkit.layers._product` (the compiled kernels' packed product in
-    the ``"fast"`` kernel mode): a sample's output does not depend on the other samples of the
-    batch, bit for bit, so ``predict`` gives the same values whatever its ``batch_size``.
+    the ``"fast"`` kernel mode; a wide forward product a slice of columns at a time with the bias
+    added to each slice in the cache, :mod:`rnnkit.layers._dense_products`): a sample's output
+    does not depend on the other samples of the batch, bit for bit, so ``predict`` gives the
+    same values whatever its ``batch_size``.
 
     Masks: acts per timestep, so a mask passes through unchanged (Keras).
 
@@ -172,12 +176,13 @@ class Dense(Layer):
         """``act(x @ W + b)``; (..., F) -> (..., units)."""
         arr = self._check_input(x)
         F = arr.shape[-1]
+        b = self._weights["bias"] if self.use_bias else None
         if self.tie_to is None:
-            a = matmul(arr.reshape(-1, F), self._weights["kernel"]).reshape(*arr.shape[:-1], self.units)
+            a = affine(arr.reshape(-1, F), self._weights["kernel"], b).reshape(*arr.shape[:-1], self.units)
         else:
             a = matmul(arr.reshape(-1, F), table(self), trans_b=True).reshape(*arr.shape[:-1], self.units)
-        if self.use_bias:
-            a += self._weights["bias"]
+            if b is not None:
+                a += b
         y = a if self.activation.kind is Activation.LINEAR else self.activation(a, out=a)
         ctx.save(self, (arr, y))
         return y
@@ -193,12 +198,15 @@ class Dense(Layer):
         da = g if pre or self.activation.kind is Activation.LINEAR else self.activation.vjp(y, g)
         F = x.shape[-1]
         da2 = da.reshape(-1, self.units)
-        if self.use_bias:
-            ctx.add_grad(self, "bias", da2.sum(axis=0))
         if self.tie_to is not None:
+            if self.use_bias:
+                ctx.add_grad(self, "bias", da2.sum(axis=0))
             ctx.add_grad(self.tie_to, "embeddings", matmul_tn(da2, x.reshape(-1, F)))  # type: ignore[arg-type]
             return matmul(da2, table(self)).reshape(x.shape) if ctx.needs_input_grad(self) else None
-        ctx.add_grad(self, "kernel", matmul_tn(x.reshape(-1, F), da2))
+        dw, db = weight_grads(x.reshape(-1, F), da2, self.use_bias)
+        if db is not None:
+            ctx.add_grad(self, "bias", db)
+        ctx.add_grad(self, "kernel", dw)
         if not ctx.needs_input_grad(self):
             return None
         return matmul(da2, self._weights["kernel"], trans_b=True).reshape(x.shape)

@@ -45,38 +45,47 @@ def softmax_xent(z: np.ndarray, target: np.ndarray, sparse: bool, coef: np.ndarr
     the losses is computed (``coef`` is then unused). ``z`` is C-contiguous. Returns the losses
     (N,) in float64 (each computed in z's type). No value is checked here: a NaN or Inf logit
     gives a NaN or Inf loss and gradient of its row.
+
+    Per block of rows only what needs the block in the cache runs (the maximum, ``exp(z - m)``,
+    its sum, the scaling); the per-row arithmetic (logarithms, the labels' logits, the labels'
+    ``- coef``) runs once over all rows afterwards, so the number of numpy calls per block stays
+    small.
     """
     N, C = z.shape
     rows = block_rows(C, z.itemsize)
-    v = np.empty(N, np.float64)
+    m = np.empty(N, z.dtype)
+    s = np.empty(N, z.dtype)
     scratch = np.empty((min(rows, N), C), z.dtype) if out is None else None
+    r = np.array(coef, dtype=z.dtype) if out is not None else m  # each row's gradient factor
     for lo in range(0, N, rows):
         hi = min(lo + rows, N)
         zb = z[lo:hi]
         eb = out[lo:hi] if out is not None else scratch[:hi - lo]  # type: ignore[index]
-        m = zb.max(axis=1)
-        np.subtract(zb, m[:, None], out=eb)
+        mb = m[lo:hi]
+        np.maximum.reduce(zb, axis=1, out=mb)
+        np.subtract(zb, mb[:, None], out=eb)
         np.exp(eb, out=eb)
-        s = eb.sum(axis=1)
-        log_s = np.log(s)
-        if sparse:
-            lab = target[lo:hi]
-            at = np.arange(hi - lo)
-            v[lo:hi] = log_s - (zb[at, lab] - m)
-        else:
-            tb = target[lo:hi]
-            ty = tb.sum(axis=1)
-            v[lo:hi] = (m + log_s) * ty - np.einsum("ij,ij->i", tb, zb)
+        sb = s[lo:hi]
+        np.add.reduce(eb, axis=1, out=sb)
         if out is None:
             continue
-        cb = coef[lo:hi]  # type: ignore[index]
+        rb = r[lo:hi]
         if sparse:
-            eb *= (cb / s)[:, None]
-            eb[at, lab] -= cb
+            rb /= sb
         else:
-            eb *= (cb * ty / s)[:, None]
-            eb -= cb[:, None] * tb
-    return v
+            rb *= target[lo:hi].sum(axis=1)
+            rb /= sb
+        eb *= rb[:, None]
+        if not sparse:
+            eb -= coef[lo:hi, None] * target[lo:hi]  # type: ignore[index]
+    log_s = np.log(s)
+    if sparse:
+        at = np.arange(N)
+        if out is not None:
+            out[at, target] -= coef  # type: ignore[operator]
+        return (log_s - (z[at, target] - m)).astype(np.float64)
+    ty = target.sum(axis=1)
+    return ((m + log_s) * ty - np.einsum("ij,ij->i", target, z)).astype(np.float64)
 
 
 class LogitsGradient(np.ndarray):

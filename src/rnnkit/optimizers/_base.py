@@ -32,6 +32,7 @@ import numpy as np
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import Layer
+from rnnkit.optimizers._norms import sum_of_squares
 
 GradPair = tuple["Layer", str, np.ndarray]
 
@@ -174,7 +175,7 @@ class Optimizer:
     def _clip(self, grads: list[np.ndarray]) -> list[np.ndarray]:
         if self.global_clipnorm is not None:
             c = self.global_clipnorm
-            total = math.sqrt(sum(float(np.sum(np.square(g, dtype=np.float64))) for g in grads))
+            total = math.sqrt(sum(sum_of_squares(g) for g in grads))
             if total > c:
                 return [g * (c / total) for g in grads]
             return grads
@@ -182,7 +183,7 @@ class Optimizer:
             c = self.clipnorm
             out = []
             for g in grads:
-                n = math.sqrt(float(np.sum(np.square(g, dtype=np.float64))))
+                n = math.sqrt(sum_of_squares(g))
                 out.append(g * (c / n) if n > c else g)
             return out
         if self.clipvalue is not None:
