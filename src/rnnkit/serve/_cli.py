@@ -12,6 +12,7 @@ from typing import Any
 
 from rnnkit._errors import InvalidParameterError
 from rnnkit.io import MissingDependencyError
+from rnnkit.kernels import _threads as kernel_threads
 from rnnkit.serve import app
 from rnnkit.serve._limits import ServeConfig, read_token_file
 
@@ -81,6 +82,14 @@ def factory() -> Any:
     return app(spec["model"], ServeConfig(**spec["config"]))
 
 
+def set_kernel_threads(n: int) -> None:
+    """Run the batched kernel calls of this process (and of the worker processes it starts) on
+    at most ``n`` threads. The kernels read ``RNNKIT_KERNEL_THREADS`` when rnnkit is imported,
+    which the command line has done already, so the count they use is set here too."""
+    os.environ["RNNKIT_KERNEL_THREADS"] = str(n)
+    kernel_threads.CORES = kernel_threads._usable_cores()
+
+
 def serve_command(args: argparse.Namespace) -> int:
     """Run the server until interrupted; returns the exit status."""
     try:
@@ -92,7 +101,7 @@ def serve_command(args: argparse.Namespace) -> int:
     if args.kernel_threads is not None and args.kernel_threads < 1:
         raise InvalidParameterError(f"--kernel-threads must be >= 1, got {args.kernel_threads}")
     if args.kernel_threads is not None or "RNNKIT_KERNEL_THREADS" not in os.environ:
-        os.environ["RNNKIT_KERNEL_THREADS"] = str(args.kernel_threads or 1)  # read at the first kernel call
+        set_kernel_threads(args.kernel_threads or 1)
     if args.host not in ("127.0.0.1", "localhost", "::1") and cfg.token is None:
         print(f"rnnkit serve: warning: binding {args.host} without --token-file: anyone who can reach "
               f"it can use the model", file=sys.stderr)
@@ -113,4 +122,4 @@ def serve_command(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["CONFIG_ENV", "add_parser", "config_from", "factory", "serve_command"]
+__all__ = ["CONFIG_ENV", "add_parser", "config_from", "factory", "serve_command", "set_kernel_threads"]

@@ -171,7 +171,7 @@ class Server:
         x = np.stack([p[2] for p in payloads])
         y, new = plan.step(x, plan.stack([p[0].state for p in payloads]))
         states = plan.split(new, len(payloads))
-        return [(st, np.ascontiguousarray(y[i])) for i, st in enumerate(states)]
+        return [(st, yi.copy()) for st, yi in zip(states, y, strict=True)]
 
     async def _commit_steps(self, payloads: list[tuple[Stream, int, np.ndarray, str]],
                             results: list[Any]) -> list[Any]:
