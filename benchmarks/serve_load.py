@@ -9,8 +9,8 @@ answer's first 8 bytes must carry the same seq (a text answer is counted as an e
 
 Closed loop (each stream sends its next step when the last is answered) or paced (``--rate``
 steps/s over all streams, each stream at ``rate / N`` with a random phase). Prints one JSON
-object: steps answered, wall time, throughput, latencies p50 / p99 (ms), errors, each stream's
-last acknowledged seq.
+line: steps answered in the measured ``--seconds``, wall time (until the steps in flight were
+answered), throughput, latencies p50 / p99 (ms), errors, each stream's last acknowledged seq.
 
     python benchmarks/serve_load.py --port 8000 --ids ids.json --seconds 5 [--rate 4000]
 """
@@ -26,7 +26,6 @@ import random
 import struct
 import sys
 import time
-from typing import Any
 
 import numpy as np
 
@@ -148,7 +147,7 @@ class Load:
         self.acked: dict[str, int] = {}
 
 
-async def run(a: argparse.Namespace) -> dict[str, Any]:
+async def run(a: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     spec = json.loads(open(a.ids).read())
     x = np.random.default_rng(0).standard_normal(a.features).astype(np.float32).tobytes()
@@ -162,8 +161,9 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             part.append(s)
         await asyncio.gather(*[s.open for s in part])
         streams += part
-    if a.start_at:
-        await asyncio.sleep(max(0.0, a.start_at - time.time()))
+    if a.handshake:  # the caller measures from here: it says when to start
+        print("open", flush=True)
+        await loop.run_in_executor(None, sys.stdin.readline)
     t0 = time.perf_counter()
     load.end = t0 + a.seconds
     load.measuring = True
@@ -181,13 +181,15 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
     while any(s.waiting for s in streams) and time.perf_counter() < grace:
         await asyncio.sleep(0.01)
     wall = time.perf_counter() - t0
+    lat = np.asarray(load.lat) * 1000.0
+    p50, p99 = (float(np.percentile(lat, 50)), float(np.percentile(lat, 99))) if lat.size else (0.0, 0.0)
+    print(json.dumps({"steps": load.done, "wall_s": wall, "throughput": load.done / a.seconds, "p50_ms": p50,
+                      "p99_ms": p99, "errors": load.errors, "seqs": load.acked}), flush=True)
+    if a.handshake:
+        await loop.run_in_executor(None, sys.stdin.readline)
     for s in streams:
         if s.transport is not None:
             s.transport.close()
-    lat = np.asarray(load.lat) * 1000.0
-    p50, p99 = (float(np.percentile(lat, 50)), float(np.percentile(lat, 99))) if lat.size else (0.0, 0.0)
-    return {"steps": load.done, "wall_s": wall, "throughput": load.done / a.seconds, "p50_ms": p50,
-            "p99_ms": p99, "errors": load.errors, "seqs": load.acked}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--rate", type=float, default=0.0, help="steps/s over all streams (0: closed loop)")
     p.add_argument("--features", type=int, default=16)
-    p.add_argument("--start-at", type=float, default=0.0, help="wall-clock time (time.time()) to start at")
+    p.add_argument("--handshake", action="store_true",
+                   help='print "open" when the sockets are open and start at the next line on stdin; '
+                        'after the result, close them at the next line')
     a = p.parse_args(argv)
     try:
         import uvloop
@@ -206,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         uvloop.install()
     except ImportError:
         pass
-    print(json.dumps(asyncio.run(run(a))))
+    asyncio.run(run(a))
     return 0
 
 

@@ -16,6 +16,9 @@ from rnnkit.kernels import _threads as kernel_threads
 from rnnkit.serve import app
 from rnnkit.serve._limits import ServeConfig, read_token_file
 
+#: uvicorn's WebSocket implementations (its ``ws`` setting)
+WS_IMPLEMENTATIONS = ("auto", "websockets-sansio", "websockets", "wsproto")
+
 #: the environment variable through which ``--workers`` processes get the model and settings
 CONFIG_ENV = "RNNKIT_SERVE_CONFIG"
 
@@ -55,6 +58,9 @@ def add_parser(sub: Any) -> None:
                    help="threads per kernel call (default: $RNNKIT_KERNEL_THREADS, else 1: the event loop "
                         "and the kernels share the cores, and small batches lose more to a hand-over "
                         "between threads than they gain)")
+    s.add_argument("--ws", default="auto", choices=WS_IMPLEMENTATIONS,
+                   help="uvicorn's WebSocket implementation (default auto: websockets-sansio when the "
+                        "websockets package is there, the leanest per message of them)")
     s.add_argument("--access-log", action="store_true", help="log every request (off by default; "
                                                              "/metrics counts them)")
     s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
@@ -107,7 +113,7 @@ def serve_command(args: argparse.Namespace) -> int:
               f"it can use the model", file=sys.stderr)
     opts: dict[str, Any] = {"host": args.host, "port": args.port, "log_level": args.log_level,
                             "ws_max_size": cfg.max_body_bytes, "ws_per_message_deflate": False,
-                            "timeout_graceful_shutdown": 5,
+                            "timeout_graceful_shutdown": 5, "ws": args.ws,
                             "access_log": args.access_log}
     if args.workers > 1:
         os.environ[CONFIG_ENV] = json.dumps({"model": os.path.abspath(args.model), "config": asdict(cfg)})
