@@ -93,7 +93,6 @@ class Metrics:
         key = tuple(sorted(labels.items()))
         arr = np.asarray(values, dtype=np.float64)
         counts = np.bincount(np.searchsorted(bounds, arr, side="left"), minlength=len(bounds) + 1)
-        total = float(arr.sum())
         with self._lock:
             series = self._hist.setdefault(name, {})
             h = series.get(key)
@@ -101,7 +100,10 @@ class Metrics:
                 h = series[key] = [0.0] * (len(bounds) + 3)
             for i, c in enumerate(counts.tolist()):
                 h[i] += c
-            h[-2] += total
+            total = h[-2]
+            for v in arr.tolist():  # in order, as observe adds them
+                total += v
+            h[-2] = total
             h[-1] += arr.size
 
     def add_flush(self, fn: Callable[[], None]) -> None:
