@@ -197,7 +197,10 @@ class Server:
         (T, ...), whether they are the stored answer to a retry)."""
         store = self._store()
         store.get(sid)
-        async with self.locks.setdefault(sid, asyncio.Lock()):
+        lock = self.locks.get(sid)
+        if lock is None:
+            lock = self.locks[sid] = asyncio.Lock()
+        async with lock:
             s = store.get(sid)  # deleted or expired while this step waited
             dig = digest(x)
             if seq == s.seq and s.last_y is not None:
