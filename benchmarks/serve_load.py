@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import functools
 import json
 import os
 import random
@@ -156,8 +157,8 @@ async def run(a: argparse.Namespace) -> None:
     for k in range(0, len(spec["paths"]), 100):  # open in waves: no listen-queue overflow
         part = []
         for path in spec["paths"][k:k + 100]:
-            _, s = await loop.create_connection(lambda p=path: Stream(load, p, spec["seqs"].get(p, 0)),
-                                                a.host, a.port)
+            make = functools.partial(Stream, load, path, spec["seqs"].get(path, 0))
+            _, s = await loop.create_connection(make, a.host, a.port)
             part.append(s)
         await asyncio.gather(*[s.open for s in part])
         streams += part

@@ -89,7 +89,8 @@ def test_binary_steps_are_refused_like_json_ones_and_leave_the_stream_as_it_was(
             ws.send_bytes(struct.pack("<Q", 1) + x.tobytes())
             b = ws.receive_bytes()
         assert c.get(f"/v1/streams/{sid}").json()["seq"] == 1
-    seq, _ = model.layers[0].seq_init(x[None], model.layers[0].zero_state(1))
+    lstm: Any = model.layers[0]
+    seq, _ = lstm.seq_init(x[None], lstm.zero_state(1))
     assert struct.unpack_from("<QB", b) == (1, 0) and b[9:] == seq[0].tobytes()
 
 
