@@ -63,9 +63,9 @@ class Stream(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         key = base64.b64encode(os.urandom(16)).decode()
-        transport.write((f"GET {self.path} HTTP/1.1\r\nHost: {self.load.host}:{self.load.port}\r\n"
-                         f"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-                         f"Sec-WebSocket-Version: 13\r\n\r\n").encode())
+        self.transport.write((f"GET {self.path} HTTP/1.1\r\nHost: {self.load.host}:{self.load.port}\r\n"
+                              f"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                              f"Sec-WebSocket-Version: 13\r\n\r\n").encode())
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.open.done():
