@@ -114,7 +114,7 @@ class StreamRouter:
 
 
 class Api:
-    """The HTTP and WebSocket face of a :class:`Server`."""
+    """The HTTP face of a :class:`Server` (its stream WebSockets: :class:`StreamSocket`)."""
 
     def __init__(self, server: Server) -> None:
         self.server = server
