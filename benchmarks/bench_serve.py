@@ -2,7 +2,7 @@
 
 The model: LSTM(64) on 16 features (float32), in an rnnkit model file and, with the same
 weights, in a ``torch.nn.LSTM`` state dict. Three servers, one at a time, each a child process
-on a free 127.0.0.1 port, driven from this process:
+on a free 127.0.0.1 port, driven by the same clients:
 
 - ``rnnkit batched``: ``rnnkit serve`` with micro-batching (``--max-wait-ms``, default 2).
 - ``rnnkit unbatched``: the same server with ``--max-rows 1`` (every request its own call).
@@ -11,21 +11,24 @@ on a free 127.0.0.1 port, driven from this process:
 
 Loads (closed loop: each client sends its next request when the last is answered):
 
-- ``streams``: N streams (default 500), one WebSocket each, one timestep per message (binary
-  frames for rnnkit: 8-byte seq + 16 float32; JSON for the torch app). Throughput in steps/s,
-  latency p50 / p99 as the client sees it.
+- ``streams``: N streams (default 500), one WebSocket each, one timestep per message (the same
+  binary frames for every server: 8-byte seq + 16 float32), from ``serve_load.py`` in a process
+  of its own (a lean RFC 6455 client: a few microseconds a step). Throughput in steps/s, latency
+  p50 / p99 as the client sees it, and the server process's CPU time per step (user + system,
+  over the measured steps only): on a loaded machine the steadiest of the numbers.
 - ``streams @ half``: the same streams paced to half the peak throughput just measured.
 - ``predict``: K clients (default 32) each POSTing one sequence of 32 timesteps (JSON).
 
 For rnnkit the server's own metrics then say where a step's time goes: in the server (message
 parsed to answer sent), waiting in the batcher, and the batched call (kernel; plus the commit
 with ``--state-db``). The rest of the client's latency is transport and the client itself.
+The servers run one kernel thread (``rnnkit serve``'s default; torch set to one thread).
 
     python benchmarks/bench_serve.py                      # the table
     python benchmarks/bench_serve.py --streams 100 --seconds 3
 
-The clients run in this process and share the cores with the server: on a 2-core machine the
-numbers are the two together.
+The predict clients (httpx) run in this process. Every process shares the machine's cores: on a
+2-core machine the server gets about one core, the clients the other.
 """
 
 from __future__ import annotations
@@ -34,8 +37,7 @@ import argparse
 import asyncio
 import json
 import os
-import random
-import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -84,14 +86,14 @@ async def ws(websocket: WebSocket):
     sid = websocket.path_params["sid"]
     while True:
         try:
-            msg = json.loads(await websocket.receive_text())
+            msg = await websocket.receive_bytes()
         except Exception:
             return
         with torch.inference_mode():
-            x = torch.tensor(msg["x"], dtype=torch.float32)[None]
+            x = torch.frombuffer(bytearray(msg[8:]), dtype=torch.float32).reshape(1, 1, %(F)d)
             out, state = lstm(x, streams.get(sid))
         streams[sid] = state
-        await websocket.send_text(json.dumps({"seq": msg["seq"], "outputs": out[0].tolist()}))
+        await websocket.send_bytes(msg[:8] + out[0].numpy().tobytes())
 '''
 
 
@@ -100,57 +102,39 @@ def _pcts(lat: list[float]) -> tuple[float, float]:
     return (float(np.percentile(a, 50)), float(np.percentile(a, 99))) if a.size else (float("nan"),) * 2
 
 
-SEQS: dict[str, int] = {}  # each stream's last step, across the runs
+SEQS: dict[str, int] = {}  # each stream's last acknowledged step, across the runs
+LOAD = Path(__file__).resolve().parent / "serve_load.py"
 
 
-async def _streams(url: str, ids: list[str], seconds: float, rate: float | None,
-                   binary: bool) -> dict[str, Any]:
-    """Every stream steps for ``seconds`` (paced to ``rate`` steps/s in all when given)."""
-    from websockets.asyncio.client import connect
-
-    lat: list[float] = []
-    counts = [0]
-    start_evt = asyncio.Event()
-    x = np.random.default_rng(0).standard_normal((1, F)).astype(np.float32)
-    frame_x, json_x = x.tobytes(), x.tolist()
-
-    async def one(sid: str) -> None:
-        ws_url = url.replace("http", "ws") + (f"/v1/streams/{sid}/ws" if binary else f"/ws/{sid}")
-        async with connect(ws_url, max_size=None, open_timeout=60, ping_interval=None,
-                           compression=None) as ws:
-            seq = SEQS.get(sid, 0)
-            await start_evt.wait()
-            interval = len(ids) / rate if rate else 0.0
-            nxt = time.perf_counter() + random.random() * interval
-            end = t_end[0]
-            while time.perf_counter() < end:
-                if interval:
-                    delay = nxt - time.perf_counter()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
-                    nxt += interval
-                seq += 1
-                t0 = time.perf_counter()
-                await ws.send(struct.pack("<Q", seq) + frame_x if binary
-                              else json.dumps({"seq": seq, "x": json_x}))
-                reply = await ws.recv()
-                if binary and isinstance(reply, str):
-                    raise RuntimeError(reply[:300])
-                lat.append(time.perf_counter() - t0)
-                counts[0] += 1
-                SEQS[sid] = seq
-
-    t_end = [0.0]
-    tasks = [asyncio.ensure_future(one(s)) for s in ids]
-    await asyncio.sleep(min(10.0, 1.0 + len(ids) / 200))  # the sockets open
-    t_end[0] = time.perf_counter() + seconds
-    t0 = time.perf_counter()
-    start_evt.set()
-    errs = [r for r in await asyncio.gather(*tasks, return_exceptions=True)
-            if isinstance(r, BaseException)]
-    wall = time.perf_counter() - t0
-    p50, p99 = _pcts(lat)
-    return {"throughput": counts[0] / wall, "p50_ms": p50, "p99_ms": p99, "errors": len(errs)}
+def _streams(server: ServerProcess, paths: list[str], seconds: float, rate: float | None) -> dict[str, Any]:
+    """Every stream (a WebSocket path) steps for ``seconds`` (paced to ``rate`` steps/s in all when
+    given), driven by ``serve_load.py`` in a process of its own; with the server's CPU seconds
+    over the measured steps (the sockets' opening and closing left out)."""
+    assert server.proc is not None
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"paths": paths, "seqs": {p: SEQS.get(p, 0) for p in paths}}, f)
+    cmd = [sys.executable, str(LOAD), "--port", str(server.port), "--ids", f.name, "--seconds", str(seconds),
+           "--features", str(F), "--handshake", *(["--rate", str(rate)] if rate else [])]
+    try:
+        with subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as load:
+            assert load.stdin is not None and load.stdout is not None
+            if load.stdout.readline().strip() != "open":
+                raise RuntimeError("the load generator could not open its sockets")
+            cpu0 = _cpu_s(server.proc.pid)
+            load.stdin.write("go\n")
+            load.stdin.flush()
+            line = load.stdout.readline()
+            cpu = _cpu_s(server.proc.pid) - cpu0
+            load.stdin.write("close\n")
+            load.stdin.flush()
+    finally:
+        os.unlink(f.name)
+    if load.returncode or not line:
+        raise RuntimeError(f"the load generator failed (exit status {load.returncode})")
+    out: dict[str, Any] = json.loads(line)
+    SEQS.update(out.pop("seqs"))
+    out["server_cpu_us_per_step"] = 1e6 * cpu / max(1, out["steps"])
+    return out
 
 
 async def _predicts(url: str, clients: int, seconds: float) -> dict[str, Any]:
@@ -186,19 +170,39 @@ def _metric(text: str, name: str, label: str) -> float:
     return float("nan")
 
 
-def _breakdown(url: str) -> dict[str, float]:
+_SUMS = {
+    "n": ("rnnkit_serve_request_duration_seconds_count", 'route="ws_step"'),
+    "server": ("rnnkit_serve_request_duration_seconds_sum", 'route="ws_step"'),
+    "parse": ("rnnkit_serve_parse_seconds_sum", 'route="ws_step"'),
+    "commit": ("rnnkit_serve_commit_seconds_sum", ""),
+    "wait": ("rnnkit_serve_batch_wait_seconds_sum", 'kind="step"'),
+    "calls": ("rnnkit_serve_compute_seconds_count", 'kind="step"'),
+    "call": ("rnnkit_serve_compute_seconds_sum", 'kind="step"'),
+    "rows": ("rnnkit_serve_batch_rows_sum", 'kind="step"'),
+}
+
+
+def _counts(url: str) -> dict[str, float]:
+    """The server's sums and counts of the step metrics now."""
     import httpx
 
     t = httpx.get(url + "/metrics", timeout=30).text
-    n = _metric(t, "rnnkit_serve_request_duration_seconds_count", 'route="ws_step"')
-    calls = _metric(t, "rnnkit_serve_compute_seconds_count", 'kind="step"')
+    return {k: _metric(t, name, label) for k, (name, label) in _SUMS.items()}
+
+
+def _breakdown(url: str, base: dict[str, float]) -> dict[str, float]:
+    """Where a step's time went in the server since ``base`` (:func:`_counts`)."""
+    now = _counts(url)
+    d = {k: now[k] - base.get(k, 0.0) for k in now}
+    n, calls = max(1.0, d["n"]), max(1.0, d["calls"])
     return {
-        "server_ms": 1000 * _metric(t, "rnnkit_serve_request_duration_seconds_sum", 'route="ws_step"') / n,
-        "parse_ms": 1000 * _metric(t, "rnnkit_serve_parse_seconds_sum", 'route="ws_step"') / n,
-        "commit_ms": 1000 * _metric(t, "rnnkit_serve_commit_seconds_sum", "") / calls,
-        "batch_wait_ms": 1000 * _metric(t, "rnnkit_serve_batch_wait_seconds_sum", 'kind="step"') / n,
-        "batched_call_ms": 1000 * _metric(t, "rnnkit_serve_compute_seconds_sum", 'kind="step"') / calls,
-        "steps_per_call": _metric(t, "rnnkit_serve_batch_rows_sum", 'kind="step"') / calls,
+        "server_ms": 1000 * d["server"] / n,
+        "parse_ms": 1000 * d["parse"] / n,
+        "commit_ms": 1000 * d["commit"] / calls,
+        "batch_wait_ms": 1000 * d["wait"] / n,
+        "batched_call_ms": 1000 * d["call"] / calls,
+        "call_us_per_step": 1e6 * d["call"] / max(1.0, d["rows"]),
+        "steps_per_call": d["rows"] / calls,
     }
 
 
@@ -211,26 +215,22 @@ def _cpu_s(pid: int) -> float:
         return float("nan")
 
 
-def run_server(name: str, server: ServerProcess, args: argparse.Namespace, binary: bool) -> dict[str, Any]:
+def run_server(name: str, server: ServerProcess, args: argparse.Namespace, rnnkit: bool) -> dict[str, Any]:
     import httpx
 
     server.start()
     try:
         n = args.streams
-        if binary:
-            ids = [httpx.post(server.url + "/v1/streams", timeout=30).json()["id"] for _ in range(n)]
+        if rnnkit:
+            paths = [f"/v1/streams/{httpx.post(server.url + '/v1/streams', timeout=30).json()['id']}/ws"
+                     for _ in range(n)]
         else:
-            ids = [f"s{i}" for i in range(n)]
-        asyncio.run(_streams(server.url, ids[: min(n, 50)], 1.0, None, binary))  # warm up
-        if binary:
-            httpx.get(server.url + "/metrics")
-        assert server.proc is not None
-        cpu0 = _cpu_s(server.proc.pid)
-        peak = asyncio.run(_streams(server.url, ids, args.seconds, None, binary))
-        peak["server_cpu_us_per_step"] = 1e6 * (_cpu_s(server.proc.pid) - cpu0) / max(
-            1.0, peak["throughput"] * args.seconds)
-        where = _breakdown(server.url) if binary else {}
-        half = asyncio.run(_streams(server.url, ids, args.seconds, peak["throughput"] / 2, binary))
+            paths = [f"/ws/s{i}" for i in range(n)]
+        _streams(server, paths[: min(n, 50)], 1.0, None)  # warm up
+        base = _counts(server.url) if rnnkit else {}
+        peak = _streams(server, paths, args.seconds, None)
+        where = _breakdown(server.url, base) if rnnkit else {}
+        half = _streams(server, paths, args.seconds, peak["throughput"] / 2)
         pred = asyncio.run(_predicts(server.url, args.clients, args.seconds))
     finally:
         server.stop()
@@ -245,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-wait-ms", type=float, default=2.0)
     p.add_argument("--state-db", action="store_true", help="rnnkit batched with --state-db too (FULL)")
     p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--ws", default=None, help="rnnkit serve's --ws (uvicorn's WebSocket implementation)")
     p.add_argument("--json", default=None, metavar="FILE", help="write the results here too")
     a = p.parse_args(argv)
     try:
@@ -261,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         model = rk.Sequential([rk.LSTM(H, "tanh", seed=1)], input_shape=(None, None, F))
         rk.save_model(model, d / "m.safetensors")
         rk.save_torch_safetensors(model.layers[0], d / "torch.safetensors")
-        common = ["--max-streams", str(a.streams + 10), "--max-wait-ms", str(a.max_wait_ms)]
+        common = ["--max-streams", str(a.streams + 10), "--max-wait-ms", str(a.max_wait_ms),
+                  *(["--ws", a.ws] if a.ws else [])]
         configs: list[tuple[str, list[str]]] = [("rnnkit batched", common),
                                                 ("rnnkit unbatched", [*common, "--max-rows", "1"])]
         if a.state_db:
@@ -308,8 +310,8 @@ class TorchServer(ServerProcess):
 
 def _print(rows: list[dict[str, Any]], a: argparse.Namespace) -> None:
     print(f"\n{a.streams} streams (1 timestep of {F} per step, WebSocket), {a.clients} predict clients "
-          f"(1 x {T_PREDICT} x {F}, JSON), LSTM({H}), {a.seconds:g} s each, loopback, clients in this "
-          f"process")
+          f"(1 x {T_PREDICT} x {F}, JSON), LSTM({H}), {a.seconds:g} s each, loopback, stream clients in "
+          f"a process of their own")
     head = f"{'server':<30}{'steps/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'@half p50':>11}{'@half p99':>11}" \
            f"{'predict/s':>11}{'p50 ms':>9}{'p99 ms':>9}"
     print(head)
@@ -320,15 +322,16 @@ def _print(rows: list[dict[str, Any]], a: argparse.Namespace) -> None:
               f"{h['p50_ms']:>11.1f}{h['p99_ms']:>11.1f}{q['throughput']:>11.0f}{q['p50_ms']:>9.1f}"
               f"{q['p99_ms']:>9.1f}")
     for r in rows:
-        print(f"{r['server']}: server CPU per step at peak {r['streams']['server_cpu_us_per_step']:.0f} us")
+        print(f"{r['server']}: server CPU per step at peak {r['streams']['server_cpu_us_per_step']:.0f} us, "
+              f"at half {r['streams_half']['server_cpu_us_per_step']:.0f} us")
     for r in rows:
         if r["where"]:
             w = r["where"]
             print(f"{r['server']}: per step in the server {w['server_ms']:.2f} ms (message in, answer out): "
                   f"reading and checking it {w['parse_ms']:.3f} ms, waiting in the batcher "
                   f"{w['batch_wait_ms']:.2f} ms; one batched call {w['batched_call_ms']:.2f} ms for "
-                  f"{w['steps_per_call']:.1f} steps, its commit {w['commit_ms']:.2f} ms; the rest is the "
-                  f"event loop's queue (lock, answer, socket writes)")
+                  f"{w['steps_per_call']:.1f} steps ({w['call_us_per_step']:.1f} us a step), its commit "
+                  f"{w['commit_ms']:.2f} ms; the rest is the event loop (lock, answer, socket writes)")
     errs = {r["server"]: (r["streams"]["errors"], r["streams_half"]["errors"], r["predict"]["errors"])
             for r in rows}
     print("errors (streams, @half, predict):", errs)

@@ -14,27 +14,23 @@ Routes::
     WS     /v1/streams/{id}/ws           one step per message (JSON as above, or binary: 8-byte
                                          little-endian seq, then the T x features values in the
                                          model's dtype; answered with the seq, one byte 1/0 for
-                                         replayed, then the outputs' bytes)
+                                         replayed, then the outputs' bytes): rnnkit.serve._ws
 
 Every refusal is a 4xx with ``{"error": {"code", "message", "expected"?, "got"?}}``.
 """
 
 from __future__ import annotations
 
-import json
-import struct
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import numpy as np
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
-from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from rnnkit.serve._codec import (
     NPY_TYPES,
@@ -52,6 +48,7 @@ from rnnkit.serve._errors import RequestError, bad_request
 from rnnkit.serve._limits import ServeConfig, token_ok
 from rnnkit.serve._servable import Servable
 from rnnkit.serve._server import Server
+from rnnkit.serve._ws import StreamSocket
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -100,8 +97,24 @@ class AuthMiddleware:
         await self.app(scope, receive, send)
 
 
+class StreamRouter:
+    """Hands the WebSocket of a stream (``/v1/streams/{id}/ws``) to ``sockets`` directly, and
+    everything else (the HTTP routes, lifespan) to ``app`` (a Starlette app, whose ``state``
+    it shares)."""
+
+    def __init__(self, app: Starlette, sockets: StreamSocket) -> None:
+        self.app, self.sockets = app, sockets
+        self.state = app.state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket" and StreamSocket.stream_id(scope["path"]) is not None:
+            await self.sockets(scope, receive, send)  # type: ignore[arg-type]
+            return
+        await self.app(scope, receive, send)
+
+
 class Api:
-    """The HTTP and WebSocket face of a :class:`Server`."""
+    """The HTTP face of a :class:`Server` (its stream WebSockets: :class:`StreamSocket`)."""
 
     def __init__(self, server: Server) -> None:
         self.server = server
@@ -182,73 +195,6 @@ class Api:
         y, replayed = await self.server.step(sid, seq, x)
         return JSONResponse({"seq": seq, "outputs": to_json([y]), "replayed": replayed})
 
-    # -- the WebSocket of a stream -----------------------------------------------------------
-    def _binary_step(self, data: bytes) -> tuple[int, np.ndarray]:
-        plan = self.sv.streams
-        assert plan is not None
-        width = plan.features * plan.dtype.itemsize
-        if len(data) < 8 + width or (len(data) - 8) % width:
-            raise bad_request("bad_message", f"a binary step is 8 bytes of seq and then T x {plan.features} "
-                                             f"{plan.dtype.name} values ({width} bytes per timestep); got "
-                                             f"{len(data)} bytes", expected=f"8 + T * {width} bytes",
-                              got=len(data))
-        (seq,) = struct.unpack_from("<Q", data)
-        x = np.frombuffer(data, plan.dtype, offset=8).reshape(-1, plan.features)
-        return as_seq(seq), as_input(x, self.sv, self.cfg, "x", stream=True)
-
-    async def _ws_message(self, sid: str, msg: Mapping[str, Any]) -> tuple[str | bytes, str]:
-        seq: Any = None
-        t0 = time.perf_counter()
-        try:
-            data = msg.get("bytes")
-            if data is not None:
-                seq, x = self._binary_step(data)
-            else:
-                text = msg.get("text") or ""
-                if len(text) > self.cfg.max_body_bytes:
-                    raise RequestError(413, "body_too_large",
-                                       f"the message exceeds {self.cfg.max_body_bytes} bytes")
-                doc = parse_json(text.encode("utf-8", "surrogatepass"))
-                seq = field_of(doc, "seq")
-                seq = as_seq(seq)
-                x = as_input(field_of(doc, "x"), self.sv, self.cfg, "x", stream=True)
-            self.server.metrics.observe("rnnkit_serve_parse_seconds", time.perf_counter() - t0,
-                                        route="ws_step")
-            y, replayed = await self.server.step(sid, seq, x)
-            if data is not None:
-                return struct.pack("<QB", seq, int(replayed)) + np.ascontiguousarray(y).tobytes(), "200"
-            return json.dumps({"seq": seq, "outputs": to_json([y]), "replayed": replayed}), "200"
-        except RequestError as e:
-            reply = {"seq": seq if isinstance(seq, int) and not isinstance(seq, bool) else None, **e.body()}
-            return json.dumps(reply), str(e.status)
-
-    async def ws(self, websocket: WebSocket) -> None:
-        sid = websocket.path_params["sid"]
-        m = self.server.metrics
-        await websocket.accept()
-        try:
-            self.server.get(sid)
-        except RequestError as e:
-            m.inc("rnnkit_serve_requests_total", route="ws_open", status=str(e.status))
-            await websocket.send_text(json.dumps(e.body()))
-            await websocket.close(code=1008)
-            return
-        try:
-            while True:
-                msg = await websocket.receive()
-                if msg["type"] == "websocket.disconnect":
-                    return
-                t0 = time.perf_counter()
-                reply, status = await self._ws_message(sid, msg)
-                if isinstance(reply, bytes):
-                    await websocket.send_bytes(reply)
-                else:
-                    await websocket.send_text(reply)
-                m.inc("rnnkit_serve_requests_total", route="ws_step", status=status)
-                m.observe("rnnkit_serve_request_duration_seconds", time.perf_counter() - t0, route="ws_step")
-        except WebSocketDisconnect:
-            return
-
     # -- errors outside the routes -----------------------------------------------------------
     async def http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -272,15 +218,14 @@ def build_app(sv: Servable, cfg: ServeConfig) -> ASGIApp:
         Route("/v1/streams/{sid}", e("read", api.read), methods=["GET"]),
         Route("/v1/streams/{sid}", e("delete", api.delete), methods=["DELETE"]),
         Route("/v1/streams/{sid}/step", e("step", api.step), methods=["POST"]),
-        WebSocketRoute("/v1/streams/{sid}/ws", api.ws),
     ]
     app = Starlette(routes=routes, lifespan=server.lifespan,
                     exception_handlers={HTTPException: api.http_error})
     app.state.server = server
-    outer: ASGIApp = app
+    outer: ASGIApp = StreamRouter(app, StreamSocket(server))
     if cfg.token is not None:
-        outer = AuthMiddleware(app, cfg.token, server)
+        outer = AuthMiddleware(outer, cfg.token, server)
     return outer
 
 
-__all__ = ["AuthMiddleware", "build_app", "read_body"]
+__all__ = ["AuthMiddleware", "StreamRouter", "build_app", "read_body"]

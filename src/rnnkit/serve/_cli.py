@@ -12,8 +12,12 @@ from typing import Any
 
 from rnnkit._errors import InvalidParameterError
 from rnnkit.io import MissingDependencyError
+from rnnkit.kernels import _threads as kernel_threads
 from rnnkit.serve import app
 from rnnkit.serve._limits import ServeConfig, read_token_file
+
+#: uvicorn's WebSocket implementations (its ``ws`` setting)
+WS_IMPLEMENTATIONS = ("auto", "websockets-sansio", "websockets", "wsproto")
 
 #: the environment variable through which ``--workers`` processes get the model and settings
 CONFIG_ENV = "RNNKIT_SERVE_CONFIG"
@@ -54,6 +58,9 @@ def add_parser(sub: Any) -> None:
                    help="threads per kernel call (default: $RNNKIT_KERNEL_THREADS, else 1: the event loop "
                         "and the kernels share the cores, and small batches lose more to a hand-over "
                         "between threads than they gain)")
+    s.add_argument("--ws", default="auto", choices=WS_IMPLEMENTATIONS,
+                   help="uvicorn's WebSocket implementation (default auto: websockets-sansio when the "
+                        "websockets package is there, the leanest per message of them)")
     s.add_argument("--access-log", action="store_true", help="log every request (off by default; "
                                                              "/metrics counts them)")
     s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
@@ -81,6 +88,14 @@ def factory() -> Any:
     return app(spec["model"], ServeConfig(**spec["config"]))
 
 
+def set_kernel_threads(n: int) -> None:
+    """Run the batched kernel calls of this process (and of the worker processes it starts) on
+    at most ``n`` threads. The kernels read ``RNNKIT_KERNEL_THREADS`` when rnnkit is imported,
+    which the command line has done already, so the count they use is set here too."""
+    os.environ["RNNKIT_KERNEL_THREADS"] = str(n)
+    kernel_threads.CORES = kernel_threads._usable_cores()
+
+
 def serve_command(args: argparse.Namespace) -> int:
     """Run the server until interrupted; returns the exit status."""
     try:
@@ -92,13 +107,13 @@ def serve_command(args: argparse.Namespace) -> int:
     if args.kernel_threads is not None and args.kernel_threads < 1:
         raise InvalidParameterError(f"--kernel-threads must be >= 1, got {args.kernel_threads}")
     if args.kernel_threads is not None or "RNNKIT_KERNEL_THREADS" not in os.environ:
-        os.environ["RNNKIT_KERNEL_THREADS"] = str(args.kernel_threads or 1)  # read at the first kernel call
+        set_kernel_threads(args.kernel_threads or 1)
     if args.host not in ("127.0.0.1", "localhost", "::1") and cfg.token is None:
         print(f"rnnkit serve: warning: binding {args.host} without --token-file: anyone who can reach "
               f"it can use the model", file=sys.stderr)
     opts: dict[str, Any] = {"host": args.host, "port": args.port, "log_level": args.log_level,
                             "ws_max_size": cfg.max_body_bytes, "ws_per_message_deflate": False,
-                            "timeout_graceful_shutdown": 5,
+                            "timeout_graceful_shutdown": 5, "ws": args.ws,
                             "access_log": args.access_log}
     if args.workers > 1:
         os.environ[CONFIG_ENV] = json.dumps({"model": os.path.abspath(args.model), "config": asdict(cfg)})
@@ -113,4 +128,4 @@ def serve_command(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["CONFIG_ENV", "add_parser", "config_from", "factory", "serve_command"]
+__all__ = ["CONFIG_ENV", "add_parser", "config_from", "factory", "serve_command", "set_kernel_threads"]

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+
+import numpy as np
 
 #: histogram buckets (upper bounds) by metric name; the last bucket is always +Inf
 BUCKETS: dict[str, tuple[float, ...]] = {
@@ -60,6 +62,7 @@ class Metrics:
         self._counters: dict[str, dict[Labels, float]] = {}
         self._hist: dict[str, dict[Labels, list[float]]] = {}
         self.gauges: dict[str, Callable[[], float]] = {}
+        self._flushes: list[Callable[[], None]] = []
 
     def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
         """Add ``value`` to the counter ``name`` with ``labels``."""
@@ -81,14 +84,45 @@ class Metrics:
             h[-2] += value
             h[-1] += 1
 
+    def observe_many(self, name: str, values: Sequence[float], **labels: str) -> None:
+        """Record every value of ``values`` in the histogram ``name`` (one lock and one binning
+        for a whole batch; the same counts as :meth:`observe` for each)."""
+        if not len(values):
+            return
+        bounds = BUCKETS[name]
+        key = tuple(sorted(labels.items()))
+        arr = np.asarray(values, dtype=np.float64)
+        counts = np.bincount(np.searchsorted(bounds, arr, side="left"), minlength=len(bounds) + 1)
+        with self._lock:
+            series = self._hist.setdefault(name, {})
+            h = series.get(key)
+            if h is None:
+                h = series[key] = [0.0] * (len(bounds) + 3)
+            for i, c in enumerate(counts.tolist()):
+                h[i] += c
+            total = h[-2]
+            for v in arr.tolist():  # in order, as observe adds them
+                total += v
+            h[-2] = total
+            h[-1] += arr.size
+
+    def add_flush(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` before every :meth:`render` (a source that keeps its observations in a
+        buffer of its own, for speed, moves them into the metrics there)."""
+        self._flushes.append(fn)
+
     def counter(self, name: str, **labels: str) -> float:
         """The current value of a counter (0 when never incremented)."""
+        for fn in self._flushes:
+            fn()
         with self._lock:
             return self._counters.get(name, {}).get(tuple(sorted(labels.items())), 0.0)
 
     def render(self) -> str:
         """Every metric in the Prometheus text format."""
         out: list[str] = []
+        for fn in self._flushes:
+            fn()
         with self._lock:
             counters = {n: dict(s) for n, s in self._counters.items()}
             hists = {n: {k: list(v) for k, v in s.items()} for n, s in self._hist.items()}

@@ -171,7 +171,7 @@ class Server:
         x = np.stack([p[2] for p in payloads])
         y, new = plan.step(x, plan.stack([p[0].state for p in payloads]))
         states = plan.split(new, len(payloads))
-        return [(st, np.ascontiguousarray(y[i])) for i, st in enumerate(states)]
+        return [(st, yi.copy()) for st, yi in zip(states, y, strict=True)]
 
     async def _commit_steps(self, payloads: list[tuple[Stream, int, np.ndarray, str]],
                             results: list[Any]) -> list[Any]:
@@ -197,7 +197,10 @@ class Server:
         (T, ...), whether they are the stored answer to a retry)."""
         store = self._store()
         store.get(sid)
-        async with self.locks.setdefault(sid, asyncio.Lock()):
+        lock = self.locks.get(sid)
+        if lock is None:
+            lock = self.locks[sid] = asyncio.Lock()
+        async with lock:
             s = store.get(sid)  # deleted or expired while this step waited
             dig = digest(x)
             if seq == s.seq and s.last_y is not None:

@@ -81,13 +81,15 @@ class StreamPlan:
 
     def stack(self, states: list[list[np.ndarray]]) -> list[np.ndarray]:
         """The batched state of several streams (each a list of per-stream arrays)."""
-        return [np.stack([s[k] for s in states], axis=e.axis) for k, e in enumerate(self.entries)]
+        return [np.array([s[k] for s in states]) if e.axis == 0 else
+                np.stack([s[k] for s in states], axis=e.axis) for k, e in enumerate(self.entries)]
 
     def split(self, batched: list[np.ndarray], n: int) -> list[list[np.ndarray]]:
-        """The per-stream states (contiguous copies) of a batched state of ``n`` streams."""
-        return [[np.ascontiguousarray(np.take(b, i, axis=e.axis)) for b, e in zip(batched, self.entries,
-                                                                                  strict=True)]
-                for i in range(n)]
+        """The per-stream states (contiguous copies, holding nothing of the batch) of a batched
+        state of ``n`` streams."""
+        cols = [[r.copy() for r in np.moveaxis(b, e.axis, 0)[:n]]
+                for b, e in zip(batched, self.entries, strict=True)]
+        return [list(parts) for parts in zip(*cols, strict=True)]
 
     def step(self, x: np.ndarray, states: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
         """Advance ``B`` streams by the ``T`` timesteps of ``x`` (B, T, features) from their
