@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from numba.core import ccallback, codegen, event  # noqa: E402
 
+
 def _phase(name: str) -> str:
     """The phase of a Numba compiler pass (by its registered name; the event adds `` [qualname]``)."""
     name = name.split(" ", 1)[0]

@@ -65,7 +65,7 @@ G = np.ones((5, 9), np.float32)
 _packed.pack(W)                                                  # pack_cols: a literal 0 inside
 _packed.gemm(G, W, True, np.empty((5, 7), np.float32), False, 0, 7)
 _packed.gemm(A.T, G, False, np.empty((7, 9), np.float32), False, 0, 9)
-_packed.gemm2(A.T, np.empty((7, 9), np.float32), A.T, np.empty((7, 9), np.float32), G, 0, 9)  # a literal False
+_packed.gemm2(A.T, np.empty((7, 9), np.float32), A.T, np.empty((7, 9), np.float32), G, 0, 9)  # literal False
 for sig in _packed.pack_into.signatures:
     print(" ".join("L" if isinstance(t, types.Literal) else ("w" if t.mutable else "r")
                    if isinstance(t, types.Array) else "-" for t in sig))
