@@ -39,8 +39,9 @@ from rnnkit import kernels
 from rnnkit._errors import InvalidParameterError
 
 #: the parts :func:`exercise` knows: the backward walk with its reductions and the feed-forward
-#: products (``back``), the inference walk (``infer``), the training forward walk (``train``)
-PARTS = ("back", "infer", "train")
+#: products (``back``), the inference walk (``infer``), the training forward walk (``train``),
+#: the feed-forward layers' products alone, the weight gradient ``x^T @ g`` included (``dense``)
+PARTS = ("back", "infer", "train", "dense")
 _ENV = "RNNKIT_COMPILE_AHEAD"
 #: how long a backward walk waits for the child before compiling on its own (seconds)
 WAIT_LIMIT = 600.0
@@ -100,6 +101,11 @@ def exercise(cell: Any, input_dim: int, dtype: Any, part: str) -> None:
     if step is None:
         return
     dt = np.dtype(dtype)
+    if part == "dense":   # (the argument types of rnnkit.layers' matmul and matmul_tn)
+        drv.products(dt)
+        a, g = np.zeros((3, 4), dt), np.zeros((3, 5), dt)
+        drv.gemm(a.T, g, False, np.empty((4, 5), dt), False, 0, 5)
+        return
     T, B, F = 2, 2, int(input_dim)
     w = {p.name: np.zeros(p.shape, dt) for p in cell.params(F)}
     for a in w.values():
@@ -153,19 +159,15 @@ def start(cell: Any, input_dim: int, dtype: Any, away: tuple[str, ...] = ("back"
     desc = describe(cell, input_dim, dtype)
     if desc is None:
         return False
-    todo = [p for p in away if (m := _marker(desc, p)) is None or not os.path.exists(m)]
+    todo = [p for p in away if not done(desc, p)]
     if not todo:
         return False
-    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(kernels.__file__))))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])])}
     with _lock:
         for part in todo:
             if (desc, part) in _away:
                 continue
             try:
-                _away[desc, part] = subprocess.Popen(
-                    [sys.executable, "-m", "rnnkit.kernels._warm", desc, part], env=env,
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                _away[desc, part] = spawn(desc, (part,))
             except OSError:   # (no interpreter to start: compile here, as without children)
                 continue
         started = any(d == desc for d, _ in _away)
@@ -173,6 +175,27 @@ def start(cell: Any, input_dim: int, dtype: Any, away: tuple[str, ...] = ("back"
             _here[desc] = (cell, input_dim, np.dtype(dtype), tuple(here))
             kernels.driver().before_back = _before_back  # type: ignore[attr-defined]
     return started
+
+
+def spawn(desc: str, parts: tuple[str, ...], stderr: Any = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    """A child process (``python -m rnnkit.kernels._warm DESCRIPTION PART,PART...``) that
+    compiles ``parts`` of the kernels of :func:`describe`'s ``desc``, in that order, into the
+    on-disk cache (the marker of each part written when it is done); it imports this rnnkit.
+    Raises :class:`OSError` when no process can be started."""
+    bad = [p for p in parts if p not in PARTS]
+    if bad or not parts:
+        raise InvalidParameterError(f"rnnkit.kernels._warm.spawn: parts must be some of {PARTS}, "
+                                    f"got {parts!r}")
+    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(kernels.__file__))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return subprocess.Popen([sys.executable, "-m", "rnnkit.kernels._warm", desc, ",".join(parts)], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
+
+
+def done(desc: str, part: str) -> bool:
+    """Whether a child already compiled ``part`` of ``desc``'s kernels into this cache (its marker)."""
+    m = _marker(desc, part)
+    return m is not None and os.path.exists(m)
 
 
 def _before_back(cell: Any, input_dim: int, dtype: Any) -> None:
@@ -219,13 +242,14 @@ def _stop_children() -> None:
 
 
 def main(argv: list[str]) -> int:
-    """The child: ``python -m rnnkit.kernels._warm DESCRIPTION PART``."""
-    desc, part = argv
+    """The child: ``python -m rnnkit.kernels._warm DESCRIPTION PART[,PART...]`` (the parts in order)."""
+    desc, parts = argv
     cell, input_dim, dt = rebuild(desc)
-    exercise(cell, input_dim, dt, part)
-    m = _marker(desc, part)
-    if m is not None:
-        _write_marker(m)
+    for part in parts.split(","):
+        exercise(cell, input_dim, dt, part)
+        m = _marker(desc, part)
+        if m is not None:
+            _write_marker(m)
     return 0
 
 
