@@ -34,7 +34,7 @@ from rnnkit.kernels import _warm
 
 #: the parts of one cell, one child each (the inference walk after the training forward walk: they
 #: share the cell's step functions, compiled once)
-JOBS = (("back",), ("train", "infer"))
+JOBS = (("back", "wide"), ("train", "infer"))
 DTYPES = ("float32", "float64")
 
 
@@ -70,7 +70,8 @@ def plan(cells: list[str], dtypes: list[str]) -> list[tuple[str, tuple[str, ...]
     todo: list[tuple[str, tuple[str, ...]]] = []
     for dt in dtypes:
         for k, name in enumerate(cells):
-            layer = build_network(TrainConfig(cell=name, units=8), 2, 1).layers[0]
+            layer = build_network(TrainConfig(cell=name, units=8), 2, 1).layers[0]   # (one feature:
+            # the part "wide" compiles what more features need)
             desc = _warm.describe(layer.cell, layer.input_dim, np.dtype(dt))
             if desc is None:   # pragma: no cover - the built-in cells are always described
                 continue

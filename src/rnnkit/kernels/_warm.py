@@ -14,8 +14,9 @@ argument types, that this process then loads, and loaded code is the compiled co
 results are the same bits as a run on a warm cache. The child runs each pass on small zero
 arrays (2 steps, 2 rows) built as the walker builds them.
 
-A marker file next to the cache (named by the cell's description, the kernel sources' hash and
-Numba's version) records a finished child: a later process with the same cache starts none.
+A marker file next to the cache (named by what of the cell decides its kernels, :func:`kernel_key`,
+the kernel sources' hash and Numba's version) records a finished child: a later process with the
+same cache starts none (``rnnkit compile`` leaves the same markers).
 ``RNNKIT_COMPILE_AHEAD=0`` turns the mechanism off; it is off on a single core.
 """
 
@@ -40,8 +41,10 @@ from rnnkit._errors import InvalidParameterError
 
 #: the parts :func:`exercise` knows: the backward walk with its reductions and the feed-forward
 #: products (``back``), the inference walk (``infer``), the training forward walk (``train``),
-#: the feed-forward layers' products alone, the weight gradient ``x^T @ g`` included (``dense``)
-PARTS = ("back", "infer", "train", "dense")
+#: the feed-forward layers' products alone, the weight gradient ``x^T @ g`` included (``dense``),
+#: the backward part again for inputs of two features (``wide``: the reductions' ``x^T`` of one
+#: feature is both C- and Fortran-ordered and compiles as C, of more features as Fortran)
+PARTS = ("back", "infer", "train", "dense", "wide")
 _ENV = "RNNKIT_COMPILE_AHEAD"
 #: how long a backward walk waits for the child before compiling on its own (seconds)
 WAIT_LIMIT = 600.0
@@ -106,7 +109,7 @@ def exercise(cell: Any, input_dim: int, dtype: Any, part: str) -> None:
         a, g = np.zeros((3, 4), dt), np.zeros((3, 5), dt)
         drv.gemm(a.T, g, False, np.empty((4, 5), dt), False, 0, 5)
         return
-    T, B, F = 2, 2, int(input_dim)
+    T, B, F = 2, 2, int(input_dim) if part != "wide" else 2
     w = {p.name: np.zeros(p.shape, dt) for p in cell.params(F)}
     for a in w.values():
         a.flags.writeable = False   # (the layers' weights are read-only)
@@ -127,15 +130,33 @@ def exercise(cell: Any, input_dim: int, dtype: Any, part: str) -> None:
     drv.walk_back(cell, step, w, x, states, parks, None, None, g, True)
 
 
+#: configuration entries that change no kernel: sizes are run-time values, activations run-time codes
+_SIZES = ("units", "input_dim")
+_CODES = ("activation", "recurrent_activation")
+
+
+def kernel_key(desc: str) -> str:
+    """What of :func:`describe`'s description decides which kernels a cell compiles: the cell's
+    class, dtype and configuration without its sizes (units, input width) and activations, and
+    with ``proj_size`` only as "some" or "none" (the kernels are the same for every size and
+    every activation the compiled step takes). Two cells with the same key compile the same
+    kernels, so one child's marker serves both."""
+    d = json.loads(desc)
+    cfg = {k: v for k, v in d["config"].items() if k not in _SIZES and k not in _CODES}
+    if "proj_size" in cfg:
+        cfg["proj_size"] = bool(cfg["proj_size"])
+    return json.dumps({"cell": d["cell"], "config": cfg, "dtype": d["dtype"]}, sort_keys=True)
+
+
 def _marker(desc: str, part: str) -> str | None:
     """The marker file of a finished child for ``desc`` / ``part`` (next to the kernels' cache,
-    named by the description, the part, the kernel sources' hash and Numba's version), or None
-    when the cache's directory is unknown."""
+    named by the description's :func:`kernel_key`, the part, the kernel sources' hash and
+    Numba's version), or None when the cache's directory is unknown."""
     place = kernels.driver().cache_place()
     if place is None:
         return None
     where, stamp = place
-    h = hashlib.sha256(f"{desc}\0{part}\0{stamp}".encode()).hexdigest()[:24]
+    h = hashlib.sha256(f"{kernel_key(desc)}\0{part}\0{stamp}".encode()).hexdigest()[:24]
     return os.path.join(where, f"rnnkit-ahead-{h}.done")
 
 
