@@ -138,9 +138,11 @@ _CODES = ("activation", "recurrent_activation")
 def kernel_key(desc: str) -> str:
     """What of :func:`describe`'s description decides which kernels a cell compiles: the cell's
     class, dtype and configuration without its sizes (units, input width) and activations, and
-    with ``proj_size`` only as "some" or "none" (the kernels are the same for every size and
-    every activation the compiled step takes). Two cells with the same key compile the same
-    kernels, so one child's marker serves both."""
+    with ``proj_size`` only as "some" or "none": the walkers are the same for every size and
+    every activation the compiled step takes, so one child's marker serves both cells. (The
+    reductions of inputs of several features use one more version of a product than those of
+    one feature, the part ``wide``; a process whose marker came from a one-feature child
+    compiles it itself.)"""
     d = json.loads(desc)
     cfg = {k: v for k, v in d["config"].items() if k not in _SIZES and k not in _CODES}
     if "proj_size" in cfg:
