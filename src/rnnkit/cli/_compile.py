@@ -65,8 +65,8 @@ def _names(text: str, known: tuple[str, ...], what: str) -> list[str]:
 
 
 def plan(cells: list[str], dtypes: list[str]) -> list[tuple[str, tuple[str, ...]]]:
-    """The children to run: (the cell's description, its parts), the dense products once per dtype;
-    parts already in the cache left out."""
+    """The children to run: (the cell's description, its parts), the dense products once per dtype
+    (after the first cell's forward walks); parts already in the cache left out."""
     todo: list[tuple[str, tuple[str, ...]]] = []
     for dt in dtypes:
         for k, name in enumerate(cells):
@@ -75,7 +75,8 @@ def plan(cells: list[str], dtypes: list[str]) -> list[tuple[str, tuple[str, ...]
             desc = _warm.describe(layer.cell, layer.input_dim, np.dtype(dt))
             if desc is None:   # pragma: no cover - the built-in cells are always described
                 continue
-            for parts in (*JOBS, ("dense",)) if k == 0 else JOBS:
+            for parts in JOBS if k else (JOBS[0], (*JOBS[1], "dense")):   # (dense: once, in a
+                # process that compiled the products' common code already)
                 left = tuple(p for p in parts if not _warm.done(desc, p))
                 if left:
                     todo.append((desc, left))
