@@ -8,6 +8,10 @@ first epoch:
   directory (every kernel compiled; with two cores the backward kernels in a second process);
 - ``rnnkit cold, one process``: the same with ``RNNKIT_COMPILE_AHEAD=0``;
 - ``rnnkit warm``: the demo again on the cache the cold run filled;
+- ``rnnkit compile``: ``rnnkit compile --cells lstm`` on a new empty cache (the "first run" of
+  a user who ran it after installing), and ``demo after compile``: the demo on that cache;
+- ``baseline cold``: with ``--baseline SRC``, the cold demo of another checkout's ``src``
+  (e.g. an older commit from ``git archive``), interleaved with this one's;
 - ``pytorch``: the same data (the demo's windows, split and scaling), ``nn.LSTM(1, 24)`` and
   ``nn.Linear(24, 1)`` in float32, Adam(0.01), mean squared error, batches of 64 shuffled each
   epoch, the validation loss after every epoch, for as many epochs as the rnnkit run trained,
@@ -23,6 +27,7 @@ Usage::
 
     python benchmarks/bench_coldstart.py                 # 3 repeats
     python benchmarks/bench_coldstart.py --repeats 1 --skip single
+    python benchmarks/bench_coldstart.py --baseline /tmp/old/src --skip single,torch,compile
 """
 
 from __future__ import annotations
@@ -114,12 +119,12 @@ def _cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def timed(code: str, args: list[str], env: dict[str, str]) -> tuple[float, float, float, str]:
+def timed(code: str | None, args: list[str], env: dict[str, str]) -> tuple[float, float, float, str]:
     """(seconds to exit, seconds to the end of the first epoch, CPU seconds of the process and
-    its children, stdout) of a new process."""
+    its children, stdout) of a new process (``python -c code args``; ``python args`` without code)."""
     c0, t0 = _cpu(), time.time()
-    r = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
-                       check=True)
+    cmd = [sys.executable, *(["-c", code] if code is not None else []), *args]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     total, cpu = time.time() - t0, _cpu() - c0
     m = re.search(r"FIRST_EPOCH (\d+\.\d+)", r.stderr)
     first = float(m.group(1)) - t0 if m else float("nan")
@@ -129,7 +134,10 @@ def timed(code: str, args: list[str], env: dict[str, str]) -> tuple[float, float
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--skip", default="", help="comma-separated runs to leave out: single, warm, torch")
+    ap.add_argument("--skip", default="", help="comma-separated runs to leave out: single, warm, torch, "
+                                                "compile")
+    ap.add_argument("--baseline", default=None, metavar="SRC",
+                    help="also time the cold demo of this src directory (interleaved)")
     ap.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (0: its default)")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -154,16 +162,31 @@ def main() -> None:
                 env1 = {**base, "NUMBA_CACHE_DIR": str(Path(tmp) / f"single{k}"), "RNNKIT_COMPILE_AHEAD": "0"}
                 res.setdefault("rnnkit cold, one process", []).append(
                     timed(RNNKIT, [str(Path(tmp) / f"one{k}")], env1)[:3])
+            if "compile" not in skip:
+                envc = {**base, "NUMBA_CACHE_DIR": str(Path(tmp) / f"compiled{k}")}
+                res.setdefault("rnnkit compile", []).append(
+                    timed(None, ["-m", "rnnkit", "compile", "--cells", "lstm"], envc)[:3])
+                res.setdefault("demo after compile", []).append(
+                    timed(RNNKIT, [str(Path(tmp) / f"after{k}")], envc)[:3])
+            if args.baseline:
+                envb = {**base, "NUMBA_CACHE_DIR": str(Path(tmp) / f"base{k}"),
+                        "PYTHONPATH": os.pathsep.join([args.baseline, os.environ.get("PYTHONPATH", "")])}
+                res.setdefault("baseline cold", []).append(
+                    timed(RNNKIT, [str(Path(tmp) / f"basecold{k}")], envb)[:3])
             if "torch" not in skip:
                 torch_run = timed(TORCH, [str(epochs), str(args.torch_threads)], base)
                 res.setdefault("pytorch", []).append(torch_run[:3])
-    print(f"\n{os.cpu_count()} cores, {args.repeats} repeats, {epochs} epochs; medians (s)")
+    print(f"\n{os.cpu_count()} cores, {args.repeats} repeats, {epochs} epochs, load average "
+          f"{os.getloadavg()[0]:.1f} at the end; medians (s)")
     print(f"{'run':<28}{'to exit':>10}{'to 1st epoch':>14}{'CPU s':>10}")
     med = {n: tuple(statistics.median(r[i] for r in v) for i in range(3)) for n, v in res.items()}
     for n, (t, f, c) in med.items():
         print(f"{n:<28}{t:>10.2f}{f:>14.2f}{c:>10.2f}")
     if "pytorch" in med:
         print(f"cold demo / pytorch: {med['rnnkit cold'][0] / med['pytorch'][0]:.2f}x")
+    if "baseline cold" in med:
+        print(f"cold demo / baseline cold demo: {med['rnnkit cold'][0] / med['baseline cold'][0]:.2f}x "
+              f"to exit, {med['rnnkit cold'][2] / med['baseline cold'][2]:.2f}x CPU")
 
 
 if __name__ == "__main__":

@@ -118,3 +118,12 @@ def test_the_demo_gives_the_same_bits_cold_warm_and_compiled_in_one_process(tmp_
         _run(DEMO, [str(tmp_path / name)], tmp_path / cache, **env)
     models = [(tmp_path / name / "model.safetensors").read_bytes() for name, _, _ in runs]
     assert models[0] == models[1] == models[2]
+
+
+def test_cells_that_differ_in_sizes_and_activations_only_share_a_kernel_key() -> None:
+    key = lambda c, w=3, dt=np.float32: _warm.kernel_key(_warm.describe(c, w, dt))  # noqa: E731
+    assert key(LSTMCell(24)) == key(LSTMCell(5, "relu", recurrent_activation="hard_sigmoid"), 7)
+    assert key(LSTMCell(5, proj_size=3)) == key(LSTMCell(9, proj_size=4))
+    others = [key(LSTMCell(5, proj_size=3)), key(LSTMCell(5, use_bias=False)),
+              key(LSTMCell(5), 3, np.float64), key(GRUCell(5)), key(SimpleRNNCell(5)), key(LSTMCell(5))]
+    assert len(set(others)) == len(others)

@@ -63,13 +63,17 @@ def run_demo(out: str | Path = "rnnkit_out", *, verbose: bool = True, plots: boo
     """Train, compare, save (see the module docstring); prints its report when ``verbose`` and
     a progress bar when ``progress`` (default: ``verbose``)."""
     say = print if verbose else (lambda *a, **k: None)
+    cfg = TrainConfig(**{**CONFIG.__dict__, "verbose": verbose if progress is None else progress})
+    model = build_network(cfg, WINDOW, 1)
+    for layer in model.layers:     # an empty kernel cache: the backward compiled by a second process,
+        if getattr(layer, "cell", None) is not None:   # started first (it compiles while data loads)
+            _warm.start(layer.cell, layer.input_dim, layer.dtype)
     sun = datasets.sunspots()
     years, values = sun.years, sun.values
     out_dir = ensure_dir(out)
     prep = prepare(values[:, None], values, ["SUNACTIVITY"], "SUNACTIVITY", window=WINDOW, horizon=1,
                    val_split=VAL_SPLIT, n_test=TEST_YEARS, transform=TRANSFORM, index_name="YEAR",
                    what="sunspots")
-    cfg = TrainConfig(**{**CONFIG.__dict__, "verbose": verbose if progress is None else progress})
     yr = lambda w: f"{years[w.pos[0]]}-{years[w.pos[-1]]}"  # noqa: E731
     say(f"rnnkit demo: yearly mean sunspot number {years[0]}-{years[-1]} ({len(years)} years, "
         f"bundled, NOAA NGDC)")
@@ -77,10 +81,6 @@ def run_demo(out: str | Path = "rnnkit_out", *, verbose: bool = True, plots: boo
         f"sqrt + standardise fitted on the training rows")
     say(f"split in time: train {yr(prep.train)} ({len(prep.train)} windows), validation {yr(prep.val)} "
         f"({len(prep.val)}, early stopping), held-out test {yr(prep.test)} ({len(prep.test)})", flush=True)
-    model = build_network(cfg, WINDOW, 1)
-    for layer in model.layers:     # an empty kernel cache: the backward compiled by a second process
-        if getattr(layer, "cell", None) is not None:
-            _warm.start(layer.cell, layer.input_dim, layer.dtype)
     t0 = time.perf_counter()
     with compile_status() if cfg.verbose else contextlib.nullcontext():
         history = train_network(model, cfg, prep.train, prep.val)

@@ -20,6 +20,8 @@ from rnnkit import __version__
 from rnnkit._errors import Error
 from rnnkit.cli._bench import run_bench
 from rnnkit.cli._common import CliError
+from rnnkit.cli._compile import add_parser as add_compile
+from rnnkit.cli._compile import compile_command
 from rnnkit.cli._convert import add_parser as add_convert
 from rnnkit.cli._convert import convert_command
 from rnnkit.cli._demo import demo_command
@@ -143,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_serve(sub)
 
+    add_compile(sub)
+
     sub.add_parser("bench", help="time rnnkit against PyTorch (needs torch; arguments go to "
                                  "benchmarks/bench.py)", add_help=False)
     return p
@@ -164,6 +168,8 @@ def _dispatch(argv: list[str]) -> int:
         return serve_command(args)
     if args.command == "convert":
         return convert_command(args)
+    if args.command == "compile":
+        return compile_command(args)
     raise CliError(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses it
 
 

@@ -235,7 +235,7 @@ def pack_cols(B: Any, trans: bool, c0: int, c1: int) -> Any:
     K = B.shape[1] if trans else B.shape[0]
     nr = 16 if B.itemsize == 4 else 8
     P = np.empty(((c1 - c0 + nr - 1) // nr, K, nr), B.dtype)
-    pack_into(B, trans, 0, K, c0, c1, P)
+    pack_into(B, trans, np.int64(0), K, c0, c1, P)   # (a literal 0 would compile a version of its own)
     return P
 
 
@@ -339,7 +339,7 @@ def gemm2(A1: Any, C1: Any, A2: Any, C2: Any, B: Any, c0: int, c1: int) -> None:
     abuf = np.empty((MB // MR, kb, MR), B.dtype)
     for k0 in range(0, K, KC):
         kc = min(KC, K - k0)
-        pack_into(B, False, k0, kc, c0, c1, bbuf)
+        pack_into(B, np.bool_(False), k0, kc, c0, c1, bbuf)   # (not a literal: gemm's version)
         if A1.shape[0] > 0:
             _rows_times_block(A1, C1, c0, c1, k0, kc, bbuf, abuf, k0 > 0)
         if A2.shape[0] > 0:

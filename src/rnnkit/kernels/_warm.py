@@ -14,8 +14,9 @@ argument types, that this process then loads, and loaded code is the compiled co
 results are the same bits as a run on a warm cache. The child runs each pass on small zero
 arrays (2 steps, 2 rows) built as the walker builds them.
 
-A marker file next to the cache (named by the cell's description, the kernel sources' hash and
-Numba's version) records a finished child: a later process with the same cache starts none.
+A marker file next to the cache (named by what of the cell decides its kernels, :func:`kernel_key`,
+the kernel sources' hash and Numba's version) records a finished child: a later process with the
+same cache starts none (``rnnkit compile`` leaves the same markers).
 ``RNNKIT_COMPILE_AHEAD=0`` turns the mechanism off; it is off on a single core.
 """
 
@@ -39,8 +40,11 @@ from rnnkit import kernels
 from rnnkit._errors import InvalidParameterError
 
 #: the parts :func:`exercise` knows: the backward walk with its reductions and the feed-forward
-#: products (``back``), the inference walk (``infer``), the training forward walk (``train``)
-PARTS = ("back", "infer", "train")
+#: products (``back``), the inference walk (``infer``), the training forward walk (``train``),
+#: the feed-forward layers' products alone, the weight gradient ``x^T @ g`` included (``dense``),
+#: the backward part again for inputs of two features (``wide``: the reductions' ``x^T`` of one
+#: feature is both C- and Fortran-ordered and compiles as C, of more features as Fortran)
+PARTS = ("back", "infer", "train", "dense", "wide")
 _ENV = "RNNKIT_COMPILE_AHEAD"
 #: how long a backward walk waits for the child before compiling on its own (seconds)
 WAIT_LIMIT = 600.0
@@ -100,7 +104,12 @@ def exercise(cell: Any, input_dim: int, dtype: Any, part: str) -> None:
     if step is None:
         return
     dt = np.dtype(dtype)
-    T, B, F = 2, 2, int(input_dim)
+    if part == "dense":   # (the argument types of rnnkit.layers' matmul and matmul_tn)
+        drv.products(dt)
+        a, g = np.zeros((3, 4), dt), np.zeros((3, 5), dt)
+        drv.gemm(a.T, g, False, np.empty((4, 5), dt), False, 0, 5)
+        return
+    T, B, F = 2, 2, int(input_dim) if part != "wide" else 2
     w = {p.name: np.zeros(p.shape, dt) for p in cell.params(F)}
     for a in w.values():
         a.flags.writeable = False   # (the layers' weights are read-only)
@@ -121,15 +130,35 @@ def exercise(cell: Any, input_dim: int, dtype: Any, part: str) -> None:
     drv.walk_back(cell, step, w, x, states, parks, None, None, g, True)
 
 
+#: configuration entries that change no kernel: sizes are run-time values, activations run-time codes
+_SIZES = ("units", "input_dim")
+_CODES = ("activation", "recurrent_activation")
+
+
+def kernel_key(desc: str) -> str:
+    """What of :func:`describe`'s description decides which kernels a cell compiles: the cell's
+    class, dtype and configuration without its sizes (units, input width) and activations, and
+    with ``proj_size`` only as "some" or "none": the walkers are the same for every size and
+    every activation the compiled step takes, so one child's marker serves both cells. (The
+    reductions of inputs of several features use one more version of a product than those of
+    one feature, the part ``wide``; a process whose marker came from a one-feature child
+    compiles it itself.)"""
+    d = json.loads(desc)
+    cfg = {k: v for k, v in d["config"].items() if k not in _SIZES and k not in _CODES}
+    if "proj_size" in cfg:
+        cfg["proj_size"] = bool(cfg["proj_size"])
+    return json.dumps({"cell": d["cell"], "config": cfg, "dtype": d["dtype"]}, sort_keys=True)
+
+
 def _marker(desc: str, part: str) -> str | None:
     """The marker file of a finished child for ``desc`` / ``part`` (next to the kernels' cache,
-    named by the description, the part, the kernel sources' hash and Numba's version), or None
-    when the cache's directory is unknown."""
+    named by the description's :func:`kernel_key`, the part, the kernel sources' hash and
+    Numba's version), or None when the cache's directory is unknown."""
     place = kernels.driver().cache_place()
     if place is None:
         return None
     where, stamp = place
-    h = hashlib.sha256(f"{desc}\0{part}\0{stamp}".encode()).hexdigest()[:24]
+    h = hashlib.sha256(f"{kernel_key(desc)}\0{part}\0{stamp}".encode()).hexdigest()[:24]
     return os.path.join(where, f"rnnkit-ahead-{h}.done")
 
 
@@ -153,19 +182,15 @@ def start(cell: Any, input_dim: int, dtype: Any, away: tuple[str, ...] = ("back"
     desc = describe(cell, input_dim, dtype)
     if desc is None:
         return False
-    todo = [p for p in away if (m := _marker(desc, p)) is None or not os.path.exists(m)]
+    todo = [p for p in away if not done(desc, p)]
     if not todo:
         return False
-    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(kernels.__file__))))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])])}
     with _lock:
         for part in todo:
             if (desc, part) in _away:
                 continue
             try:
-                _away[desc, part] = subprocess.Popen(
-                    [sys.executable, "-m", "rnnkit.kernels._warm", desc, part], env=env,
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                _away[desc, part] = spawn(desc, (part,))
             except OSError:   # (no interpreter to start: compile here, as without children)
                 continue
         started = any(d == desc for d, _ in _away)
@@ -173,6 +198,27 @@ def start(cell: Any, input_dim: int, dtype: Any, away: tuple[str, ...] = ("back"
             _here[desc] = (cell, input_dim, np.dtype(dtype), tuple(here))
             kernels.driver().before_back = _before_back  # type: ignore[attr-defined]
     return started
+
+
+def spawn(desc: str, parts: tuple[str, ...], stderr: Any = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    """A child process (``python -m rnnkit.kernels._warm DESCRIPTION PART,PART...``) that
+    compiles ``parts`` of the kernels of :func:`describe`'s ``desc``, in that order, into the
+    on-disk cache (the marker of each part written when it is done); it imports this rnnkit.
+    Raises :class:`OSError` when no process can be started."""
+    bad = [p for p in parts if p not in PARTS]
+    if bad or not parts:
+        raise InvalidParameterError(f"rnnkit.kernels._warm.spawn: parts must be some of {PARTS}, "
+                                    f"got {parts!r}")
+    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(kernels.__file__))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return subprocess.Popen([sys.executable, "-m", "rnnkit.kernels._warm", desc, ",".join(parts)], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
+
+
+def done(desc: str, part: str) -> bool:
+    """Whether a child already compiled ``part`` of ``desc``'s kernels into this cache (its marker)."""
+    m = _marker(desc, part)
+    return m is not None and os.path.exists(m)
 
 
 def _before_back(cell: Any, input_dim: int, dtype: Any) -> None:
@@ -219,13 +265,14 @@ def _stop_children() -> None:
 
 
 def main(argv: list[str]) -> int:
-    """The child: ``python -m rnnkit.kernels._warm DESCRIPTION PART``."""
-    desc, part = argv
+    """The child: ``python -m rnnkit.kernels._warm DESCRIPTION PART[,PART...]`` (the parts in order)."""
+    desc, parts = argv
     cell, input_dim, dt = rebuild(desc)
-    exercise(cell, input_dim, dt, part)
-    m = _marker(desc, part)
-    if m is not None:
-        _write_marker(m)
+    for part in parts.split(","):
+        exercise(cell, input_dim, dt, part)
+        m = _marker(desc, part)
+        if m is not None:
+            _write_marker(m)
     return 0
 
 
