@@ -41,6 +41,7 @@ import numpy as np  # noqa: E402
 import rnnkit as rk  # noqa: E402
 from rnnkit import kernels  # noqa: E402
 from rnnkit.kernels import _driver as drv  # noqa: E402
+from rnnkit.kernels import _plans  # noqa: E402
 from rnnkit.kernels._gemm import project  # noqa: E402
 from rnnkit.kernels._packed import rgemm  # noqa: E402
 
@@ -71,7 +72,7 @@ def _compiled_call(layer: Any, x_tm: np.ndarray) -> Callable[[], object]:
     step = kernels.find(cell)
     T, B, _ = x_tm.shape
     dt = x_tm.dtype
-    pl = drv._Plan(cell, step, w, dt)
+    pl = _plans._Plan(cell, step, w, dt)
     PW, PU, PWp = pl.packed("w"), pl.packed_u(), pl.packed("p")
     ring = tuple(np.zeros((2, B, n), dt) for n in cell.state_sizes())
     pk1 = (*(np.empty((1, B, wd), dt) for wd in pl.park_sizes.values()), np.empty((1, B, 0), dt))
@@ -90,7 +91,7 @@ def phases(kind: str, B: int, T: int, F: int, H: int, repeats: int, inner: int) 
     cell, w = layer.cell, layer._weights
     step = kernels.find(cell)
     assert step is not None, "the fast kernels are not available"
-    pl = drv._Plan(cell, step, w, x_tm.dtype)
+    pl = _plans._Plan(cell, step, w, x_tm.dtype)
     PW, PU = drv.pack(pl.W), pl.packed_u()
 
     def plan() -> object:
