@@ -12,10 +12,7 @@ compiled call. Each entry point splits the batch into row blocks (:mod:`._thread
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import os
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -24,9 +21,9 @@ import numpy as np
 
 from rnnkit.kernels import _cache, _walk
 from rnnkit.kernels._gemm import project, reductions
-from rnnkit.kernels._packed import gemm, nr_of, pack, rgemm
+from rnnkit.kernels._packed import gemm, pack, rgemm
+from rnnkit.kernels._plans import _plan, _ro
 from rnnkit.kernels._step import Step
-from rnnkit.kernels._steps import handle
 from rnnkit.kernels._threads import blocks, run_blocks, run_parts
 
 Arrays = tuple[np.ndarray, ...]
@@ -74,32 +71,6 @@ def _chunk(T: int, B: int, row_bytes: int) -> int:
     return max(1, min(T, CHUNK_BYTES // max(B * row_bytes, 1)))
 
 
-def _ro(a: np.ndarray) -> np.ndarray:
-    """A read-only view (no copy): every weight reaches the compiled code as one array type."""
-    if not a.flags.writeable:
-        return a
-    v = a.view()
-    v.flags.writeable = False
-    return v
-
-
-@functools.cache
-def _zeros(n: int, dt: np.dtype) -> np.ndarray:
-    """A read-only zero row (bias rows of a cell without a bias)."""
-    return _ro(np.zeros(n, dt))
-
-
-@functools.cache
-def _empty_own(dt: np.dtype) -> np.ndarray:
-    return _ro(np.zeros(0, dt))
-
-
-@functools.cache
-def _no_panels(dt: np.dtype) -> np.ndarray:
-    """The packed placeholder of a cell without an output projection."""
-    return np.zeros((1, 1, nr_of(dt)), dt)
-
-
 _NO_MASK = np.ones((0, 0), np.uint8)
 
 
@@ -110,183 +81,16 @@ def _mask_arg(mask: np.ndarray | None, T: int, B: int) -> np.ndarray:
     return np.ascontiguousarray(mask, dtype=np.uint8)
 
 
+def _layout_key(a: np.ndarray) -> tuple[Any, ...]:
+    """What Numba's type of the array ``a`` is made of (dtype, dimensions, layout, flags)."""
+    f = a.flags
+    return a.dtype, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable, f.aligned
+
+
 def _rdrop_arg(rdrop: np.ndarray | None, B: int, dt: np.dtype) -> tuple[np.ndarray, bool]:
     if rdrop is None:
         return np.empty((B, 0), dt), False
     return np.ascontiguousarray(rdrop, dtype=dt), True
-
-
-class _Layout:
-    """What the compiled loops need of a cell's declarations (the step's handle and loops, the
-    parks, the groups, the projection): read once per cell object, input width and options."""
-
-    def __init__(self, cell: Any, step: Step, N: int, opts: tuple[int, ...]) -> None:
-        fwd, bwd = step.functions()
-        self.handle = handle(fwd, bwd)
-        loops = _walk.__dict__ if self.handle.cacheable else _walk.UNCACHED
-        self.train, self.infer, self.back = loops["walk_train"], loops["walk_infer"], loops["walk_back"]
-        self.park_sizes = step.parks(cell)
-        self.park_names = tuple(self.park_sizes)
-        self.groups = cell.rec_groups(N)
-        state0 = cell.state_names[0]
-        self.srcs = tuple(-1 if src == state0 else self.park_names.index(src) for src, _, _ in self.groups)
-        self.cols = tuple((c0, c1) for _, c0, c1 in self.groups)
-        self.proj_name = getattr(cell, "projection", None)
-        self.proj = self.park_names.index(step.projects) if self.proj_name else -1
-        self.opts = opts
-
-
-_layouts: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], _Layout]] = weakref.WeakKeyDictionary()
-
-
-def _layout(cell: Any, step: Step, N: int) -> _Layout:
-    opts = step.options(cell)
-    assert opts is not None, "the walker runs only cells that kernels.find accepted"
-    key = (step, N, tuple(int(v) for v in opts), getattr(cell, "projection", None))
-    try:
-        per = _layouts[cell]
-    except (KeyError, TypeError):   # (TypeError: a cell that cannot be weakly referenced)
-        per = {}
-        with contextlib.suppress(TypeError):
-            _layouts[cell] = per
-    got = per.get(key)
-    if got is None:
-        got = per[key] = _Layout(cell, step, N, key[2])
-    return got
-
-
-class _Plan:
-    """What a pass of one cell needs besides the data: its layout, the weights (read-only
-    views, no copies) and, made on first use, their packed panels (see :func:`_plan`)."""
-
-    def __init__(self, cell: Any, step: Step, w: Any, dt: np.dtype) -> None:
-        self.step = step
-        self._packs: dict[str, Any] = {}
-        self.W = _ro(np.asarray(w[cell.input_kernel]))
-        self.U = _ro(np.asarray(w[cell.recurrent_kernel]))
-        self.N = N = self.W.shape[1]
-        lay = _layout(cell, step, N)
-        self.handle, self.train, self.infer, self.back = lay.handle, lay.train, lay.infer, lay.back
-        self.park_sizes, self.park_names, self.groups = lay.park_sizes, lay.park_names, lay.groups
-        self.srcs, self.cols, self.proj, self.opts = lay.srcs, lay.cols, lay.proj, lay.opts
-        self.proj_name = lay.proj_name
-        bias = None if cell.bias is None else _ro(np.asarray(w[cell.bias]))
-        self.bias_rows = 0 if bias is None else bias.shape[0]
-        self.b0 = _zeros(N, dt) if bias is None else bias[0]
-        self.apart = step.rec_apart
-        self.b1 = bias[1] if bias is not None and bias.shape[0] == 2 else _zeros(N, dt)
-        self.Wp = _ro(np.asarray(w[self.proj_name])) if self.proj_name else None
-        self.own = (*(_ro(np.ascontiguousarray(w[n]).reshape(-1)) for n in step.own), _empty_own(dt))
-        self.sizes: tuple[int, ...] = tuple(cell.state_sizes())
-
-    def forward_panels(self) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
-        """``(packed("w"), packed_u(), packed("p"))``, made once per plan."""
-        got = self._packs.get("fwd")
-        if got is None:
-            got = self._packs["fwd"] = (self.packed("w"), self.packed_u(), self.packed("p"))
-        return got  # type: ignore[no-any-return]
-
-    def packed_u(self) -> tuple[np.ndarray, ...]:
-        """U as panels, one set per group of columns (made once per plan)."""
-        got = self._packs.get("u")
-        if got is None:
-            got = self._packs["u"] = (pack(self.U),) if len(self.cols) == 1 else \
-                tuple(pack(self.U, cols=c) for c in self.cols)
-        return got  # type: ignore[no-any-return]
-
-    def packed_ut(self) -> tuple[np.ndarray, ...]:
-        """U^T as panels, one set per group (made once per plan)."""
-        got = self._packs.get("ut")
-        if got is None:
-            if len(self.cols) == 1:
-                got = (pack(self.U, trans=True),)
-            else:
-                UT = _ro(np.ascontiguousarray(self.U.T))
-                got = tuple(pack(UT[c0:c1]) for c0, c1 in self.cols)
-            self._packs["ut"] = got
-        return got  # type: ignore[no-any-return]
-
-    def packed(self, name: str) -> np.ndarray:
-        """``"w"``: W as panels; ``"p"`` / ``"pt"``: the output projection (or its transpose) as
-        panels, or the empty placeholder without one (each made once per plan)."""
-        got = self._packs.get(name)
-        if got is None:
-            if name == "w":
-                got = pack(self.W)
-            elif self.Wp is None:
-                got = _no_panels(self.W.dtype)
-            else:
-                got = pack(self.Wp, trans=name == "pt")
-            self._packs[name] = got
-        return got  # type: ignore[no-any-return]
-
-
-def _frozen(a: Any) -> bool:
-    """True when nothing can change ``a``'s values in place: it and every array under it
-    (``.base``) are read-only, down to an array that owns its memory. (A layer's weights are
-    such arrays, replaced, never written, when they change.)"""
-    while isinstance(a, np.ndarray):
-        if a.flags.writeable:
-            return False
-        if a.base is None:
-            return True
-        a = a.base
-    return False   # memory of another object (a buffer, a memory map): it may change
-
-
-class _Kept:
-    """A cell's kept plan and what it was made from: the step, dtype and options, the names of
-    the weights it read and those arrays themselves (compared by identity)."""
-
-    __slots__ = ("arrays", "dt", "names", "opts", "plan", "step")
-
-    def __init__(self, step: Step, dt: np.dtype, opts: Any, names: tuple[str, ...],
-                 arrays: tuple[np.ndarray, ...], plan: _Plan) -> None:
-        self.step, self.dt, self.opts = step, dt, opts
-        self.names, self.arrays, self.plan = names, arrays, plan
-
-
-_plans: weakref.WeakKeyDictionary[Any, _Kept] = weakref.WeakKeyDictionary()
-
-
-def _names(cell: Any, step: Step) -> tuple[str, ...]:
-    """The names of the weights a plan of ``cell`` reads."""
-    return tuple(n for n in (cell.input_kernel, cell.recurrent_kernel, cell.bias,
-                             getattr(cell, "projection", None), *step.own) if n)
-
-
-def _plan(cell: Any, step: Step, w: Any, dt: np.dtype, opts: Any = None) -> _Plan:
-    """The plan of a pass, kept per cell while the weights it read are the very same arrays and
-    cannot have changed (:func:`_frozen`): then the packed panels of W, U and the projection are
-    laid out once for every later pass (forward and backward), not once per pass. A weight
-    replaced (``set_weight``, an optimizer step), another dtype, step or options: a new plan.
-    ``opts``: the step's options for ``cell`` when the caller has them (else read here).
-
-    The lookup is the per-call cost of every pass: one weak-dictionary get, three identity
-    comparisons and, per weight, its name looked up, an identity comparison and the read-only
-    chain (one flag for an array that owns its memory)."""
-    if opts is None:
-        opts = step.options(cell)
-    try:
-        kept = _plans.get(cell)
-    except TypeError:   # a cell that cannot be weakly referenced: no reuse
-        return _Plan(cell, step, w, dt)
-    if kept is not None and kept.step is step and kept.dt == dt and kept.opts == opts:
-        for n, a in zip(kept.names, kept.arrays, strict=True):
-            b = w[n]
-            if b is not a or not _frozen(b):
-                break
-        else:
-            if kept.names == _names(cell, step):
-                return kept.plan
-    names = _names(cell, step)
-    arrays = tuple(w[n] for n in names)
-    plan = _Plan(cell, step, w, dt)
-    if all(_frozen(a) for a in arrays):
-        _plans[cell] = _Kept(step, dt, opts, names, arrays, plan)
-    else:
-        _plans.pop(cell, None)
-    return plan
 
 
 def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, record: bool, keep_seq: bool,
@@ -326,17 +130,25 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
     if init is not None:
         for k, r in enumerate(ring):
             r[0] = init[k]
-    pk1 = (*(np.empty((1, B, wd), dt) for wd in pl.park_sizes.values()), np.empty((1, B, 0), dt))
     out = np.empty((B, T if keep_seq else 1, sizes[0]), dt)
     seq_view = out.transpose(1, 0, 2)
+    skey = (B, T, N)
+    pk1 = pl.scratch(skey, lambda: (*(np.empty((1, B, wd), dt) for wd in pl.park_sizes.values()),
+                                    np.empty((1, B, 0), dt)))
+    # every argument's type but the input's and the mask's is the plan's: their layouts complete the key
+    ekey = (_layout_key(x_tm), keep_seq, None if mask is None else _layout_key(mk))
 
     def infer(lo: int, hi: int) -> None:
         xb = x_tm if hi - lo == B else np.ascontiguousarray(x_tm[:, lo:hi])
-        buf = np.empty((_chunk(T, hi - lo, N * dt.itemsize) * (hi - lo), N), dt)
-        pl.infer(pl.handle, xb, PW, pl.b0, ring, pk1, out, keep_seq, buf, mk, mask is not None, PU,
-                   pl.srcs, pl.cols, pl.apart, pl.b1, pl.proj, PWp, pl.own, pl.opts, lo, hi)
+        bkey = (hi - lo, T, N)
+        buf = pl.scratch(bkey, lambda: np.empty((_chunk(T, hi - lo, N * dt.itemsize) * (hi - lo), N), dt))
+        pl.entry(ekey if hi - lo == B else None, pl.infer, (
+            pl.handle, xb, PW, pl.b0, ring, pk1, out, keep_seq, buf, mk, mask is not None, PU, pl.srcs,
+            pl.cols, pl.apart, pl.b1, pl.proj, PWp, pl.own, pl.opts, lo, hi))
+        pl.spare(bkey, buf)
 
     run_blocks(B, infer)
+    pl.spare(skey, pk1)
     return (seq_view if keep_seq else None), tuple(r[T % 2] for r in ring), None
 
 

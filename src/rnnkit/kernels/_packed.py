@@ -258,6 +258,47 @@ def rgemm(A: Any, P: Any, C: Any, beta: float) -> None:
            C.strides[0] // isz, C.shape[1], beta != 0, 0, P.shape[0])
 
 
+def _row_block(P: Any, g: int, a: int, aks: int, p: int, pst: int, c: int, K: int, load: int,
+               ncol: int) -> None:  # pragma: no cover - replaced by the overload
+    raise NotImplementedError
+
+
+def _row_dispatcher(bits: int) -> Any:
+    """``_row_block``'s body for one float width: an ``if`` chain over the one-row variants."""
+    names = ("P", "g", "a", "aks", "p", "pst", "c", "K", "load", "ncol")
+    lines = ["from __future__ import annotations",
+             f"def impl({', '.join(n + ': Any' for n in names)}) -> None:"]
+    for g in range(1, ROW_PANELS + 1):
+        lines.append(f"    {'if' if g == 1 else 'elif'} g == {g}:")
+        lines.append(f"        k_{bits}_{g}(a, 0, aks, p, pst, c, 0, K, load, ncol)")
+    scope = {f"k_{bits}_{g}": _MICRO[bits, 1, g] for g in range(1, ROW_PANELS + 1)}
+    exec("\n".join(lines), scope)   # noqa: S102 - source built above from constants only
+    return scope["impl"]
+
+
+_ROW_IMPLS = {32: _row_dispatcher(32), 64: _row_dispatcher(64)}
+
+
+@overload(_row_block, inline="always")
+def _row_block_ov(P: Any, g: Any, a: Any, aks: Any, p: Any, pst: Any, c: Any, K: Any, load: Any,
+                  ncol: Any) -> Any:
+    return _ROW_IMPLS[P.dtype.bitwidth]
+
+
+@njit(inline="always", **OPTS)
+def rgemm1(A: Any, P: Any, C: Any, beta: float) -> None:
+    """:func:`rgemm` for ``A`` and ``C`` of ONE row (the per-step product of a batch of one),
+    the micro-kernel called in place, ``ROW_PANELS`` panels a call: the same calls, so the
+    same values, as :func:`panels` makes for one row, without its call and blocking loops."""
+    isz = A.itemsize
+    nr, pst = P.shape[2], P.shape[1] * P.shape[2]
+    a, aks, pb, c = addr(A), np.int64(A.strides[1] // isz), addr(P), addr(C)
+    K, N, load = np.int64(A.shape[1]), C.shape[1], np.int64(1 if beta != 0 else 0)
+    for p in range(0, P.shape[0], ROW_PANELS):
+        _row_block(P, min(ROW_PANELS, P.shape[0] - p), a, aks, pb + p * pst * isz, np.int64(pst),
+                   c + p * nr * isz, K, load, np.int64(N - p * nr))
+
+
 @njit(**OPTS)
 def pack_rows(A: Any, m0: int, m1: int, k0: int, kc: int, buf: Any) -> None:
     """Rows ``[m0, m1)``, columns ``[k0, k0+kc)`` of ``A`` as slivers of MR rows, each ``k``

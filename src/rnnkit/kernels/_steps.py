@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 from numba import types
+from numba.core import cgutils
+from numba.core.imputils import impl_ret_untracked
 from numba.extending import NativeValue, intrinsic, models, overload, register_model, unbox
 
 _HANDLES: dict[str, Handle] = {}
@@ -168,3 +170,51 @@ def _scratch_rows_ov(t: Any, B: Any) -> Any:
     """A (B, w) scratch array for each (steps, B', w) array of ``t``."""
     return _generated("scratch_rows", len(t),
                       "np.empty((B, t[{i}].shape[2]), t[{i}].dtype)[:, 0:t[{i}].shape[2]]", "t, B")
+
+
+def _unmanaged(typingctx: Any, a: Any) -> Any:
+    """``unmanaged(a)``: the same array (data, shape, strides) without its memory's owner, so
+    that the views taken of it, and the calls that pass them, count no references (each count
+    is an atomic add: measured a quarter of a one-row inference step). Only for arrays that
+    outlive every use of the result: the caller's arguments, or arrays kept alive by a later
+    use (:func:`keep`)."""
+    if not isinstance(a, types.Array):
+        return None
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        src = context.make_array(sig.args[0])(context, builder, args[0])
+        dst = context.make_array(sig.return_type)(context, builder)
+        for f in ("nitems", "itemsize", "data", "shape", "strides"):
+            setattr(dst, f, getattr(src, f))
+        dst.meminfo = cgutils.get_null_value(dst.meminfo.type)
+        dst.parent = cgutils.get_null_value(dst.parent.type)
+        return impl_ret_untracked(context, builder, sig.return_type, dst._getvalue())
+
+    return a(a), codegen
+
+
+unmanaged: Any = intrinsic(_unmanaged)
+
+
+def _keep(typingctx: Any, a: Any) -> Any:
+    """``keep(a)``: a use of ``a`` that does nothing (so ``a`` lives at least until here)."""
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        return context.get_dummy_value()
+
+    return types.void(a), codegen
+
+
+keep: Any = intrinsic(_keep)
+
+
+def unmanaged_all(t: Any) -> Any:  # pragma: no cover - replaced by the overload
+    raise NotImplementedError
+
+
+@overload(unmanaged_all, inline="always")
+def _unmanaged_all_ov(t: Any) -> Any:
+    """``tuple(unmanaged(a) for a in t)``."""
+    body = ", ".join(f"um(t[{i}])" for i in range(len(t))) + ("," if len(t) == 1 else "")
+    scope: dict[str, Any] = {"um": unmanaged, "Any": Any}
+    exec(f"def impl(t: Any) -> Any:\n    return ({body})\n", scope)   # noqa: S102 - constants only
+    return scope["impl"]

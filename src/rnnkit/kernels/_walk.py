@@ -26,8 +26,17 @@ import numpy as np
 
 from rnnkit.kernels._gemm import project
 from rnnkit.kernels._jit import OPTS, add_upstream, carry, copy_rows, hold, mul_rows, njit, release, row
-from rnnkit.kernels._packed import rgemm
-from rnnkit.kernels._steps import cols_block, rows_block, scratch_rows, step_backward, step_forward
+from rnnkit.kernels._packed import rgemm, rgemm1
+from rnnkit.kernels._steps import (
+    cols_block,
+    keep,
+    rows_block,
+    scratch_rows,
+    step_backward,
+    step_forward,
+    unmanaged,
+    unmanaged_all,
+)
 
 
 @njit(inline="always", **OPTS)
@@ -77,10 +86,17 @@ def _one_step(step: Any, a: Any, rec: Any, fedbuf: Any, st: Any, i0: int, i1: in
     for k in range(len(PU)):
         c0, c1 = cols[k]
         src = fed if srcs[k] < 0 else pk[srcs[k]][j]
-        rgemm(src, PU[k], rec[:, c0:c1] if apart else a[:, c0:c1], 1.0)
+        dst = rec[:, c0:c1] if apart else a[:, c0:c1]
+        if src.shape[0] == 1:
+            rgemm1(src, PU[k], dst, 1.0)
+        else:
+            rgemm(src, PU[k], dst, 1.0)
         step_forward(step, k, a, rec, fed, st, i0, i1, pk, j, own, tmp, opts)
     if proj >= 0:
-        rgemm(pk[proj][j], PWp, st[0][i1], 0.0)
+        if st[0].shape[1] == 1:
+            rgemm1(pk[proj][j], PWp, st[0][i1], 0.0)
+        else:
+            rgemm(pk[proj][j], PWp, st[0][i1], 0.0)
 
 
 @njit(**OPTS)
@@ -90,43 +106,47 @@ def walk_train(step: Any, xw: Any, hist: Any, parks: Any, mask: Any, masked: boo
     """Training forward over rows ``[lo, hi)``: ``xw`` (T, B, N) holds the projections on entry
     (the step input of each step, as the step leaves it, on exit); ``hist`` the state parts
     (T+1, B, w) with row 0 set; ``parks`` (T, B, w) receive what each step parks."""
-    xw, mask, rm = xw[:, lo:hi], mask[:, lo:hi], rm[lo:hi]
-    st, pk = cols_block(hist, lo, hi), cols_block(parks, lo, hi)
+    xw, mask, rm = unmanaged(xw)[:, lo:hi], unmanaged(mask)[:, lo:hi], unmanaged(rm)[lo:hi]
+    st, pk = cols_block(unmanaged_all(hist), lo, hi), cols_block(unmanaged_all(parks), lo, hi)
+    PU, b1, PWp, own = unmanaged_all(PU), unmanaged(b1), unmanaged(PWp), unmanaged_all(own)
     T, B, N = xw.shape
     dt = xw.dtype
     S = st[0].shape[2]
-    fedbuf = np.empty((B, S), dt)[:, 0:S]
     nr = N if apart else 0
-    rec = np.empty((B, nr), dt)[:, 0:nr]
-    tmp = np.empty((B, N), dt)[:, 0:N]
+    held = (np.empty((B, S), dt), np.empty((B, nr), dt), np.empty((B, N), dt))
+    fedbuf, rec, tmp = (unmanaged(held[0])[:, 0:S], unmanaged(held[1])[:, 0:nr],
+                        unmanaged(held[2])[:, 0:N])
     for s in range(T):
         _one_step(step, xw[s], rec, fedbuf, st, s, s + 1, pk, s, rm, rdrop, PU, srcs, cols, apart, b1, proj,
                   PWp, own, tmp, opts)
         if masked:                                  # a masked step carries every state part over
             for p in range(len(st)):
                 carry(st[p][s], st[p][s + 1], mask[s])
+    keep(held)
 
 
 @njit(**OPTS)
-def walk_infer(step: Any, x_tm: Any, PW: Any, b0: Any, ring: Any, parks: Any, seq: Any, keep: bool, buf: Any,
-               mask: Any, masked: bool, PU: Any, srcs: Any, cols: Any, apart: bool, b1: Any, proj: int,
-               PWp: Any, own: Any, opts: Any, lo: int, hi: int) -> None:
+def walk_infer(step: Any, x_tm: Any, PW: Any, b0: Any, ring: Any, parks: Any, seq: Any, keep_seq: bool,
+               buf: Any, mask: Any, masked: bool, PU: Any, srcs: Any, cols: Any, apart: bool, b1: Any,
+               proj: int, PWp: Any, own: Any, opts: Any, lo: int, hi: int) -> None:
     """Inference over rows ``[lo, hi)`` of ``ring`` (2, B, w) per state part (row 0 the initial
     state on entry; the final state is row ``T % 2`` on exit), ``parks`` (1, B, w), ``seq`` and
     ``mask``; ``x_tm`` holds these rows only. The inputs are projected ``chunk`` steps at a time into ``buf``
-    (chunk*B, N); with ``keep`` step ``s`` writes state part 0 into ``seq[:, s]`` (``seq``: a
-    C-contiguous (B, T, w) array, (B, 1, w) unused without ``keep``: one compiled version)."""
-    st, pk = cols_block(ring, lo, hi), cols_block(parks, lo, hi)
-    seq, mask = seq[lo:hi], mask[:, lo:hi]
+    (chunk*B, N); with ``keep_seq`` step ``s`` writes state part 0 into ``seq[:, s]`` (``seq``: a
+    C-contiguous (B, T, w) array, (B, 1, w) unused without ``keep_seq``: one compiled version)."""
+    st, pk = cols_block(unmanaged_all(ring), lo, hi), cols_block(unmanaged_all(parks), lo, hi)
+    seq, mask = unmanaged(seq)[lo:hi], unmanaged(mask)[:, lo:hi]
+    x_tm, PW, b0, buf, PU = unmanaged(x_tm), unmanaged(PW), unmanaged(b0), unmanaged(buf), unmanaged_all(PU)
+    b1, PWp, own = unmanaged(b1), unmanaged(PWp), unmanaged_all(own)
     T, B, F = x_tm.shape
     N = buf.shape[1]
     dt = x_tm.dtype
     S = st[0].shape[2]
     chunk = max(1, buf.shape[0] // max(B, 1))   # (an empty batch: any chunk)
-    fedbuf = np.empty((B, S), dt)[:, 0:S]
     nr = N if apart else 0
-    rec = np.empty((B, nr), dt)[:, 0:nr]
-    tmp = np.empty((B, N), dt)[:, 0:N]
+    held = (np.empty((B, S), dt), np.empty((B, nr), dt), np.empty((B, N), dt))
+    fedbuf, rec, tmp = (unmanaged(held[0])[:, 0:S], unmanaged(held[1])[:, 0:nr],
+                        unmanaged(held[2])[:, 0:N])
     rm = fedbuf[:, 0:0]
     for t0 in range(0, T, chunk):
         n = min(chunk, T - t0)
@@ -140,8 +160,9 @@ def walk_infer(step: Any, x_tm: Any, PW: Any, b0: Any, ring: Any, parks: Any, se
             if masked:
                 for p in range(len(st)):
                     carry(st[p][i0], st[p][i1], mask[t0 + s])
-            if keep:
+            if keep_seq:
                 copy_rows(st[0][i1], seq[:, t0 + s])
+    keep(held)
 
 
 @njit(**OPTS)
@@ -156,18 +177,20 @@ def walk_back(step: Any, g3: Any, full: bool, hist: Any, parks: Any, gates: Any,
     (B, 1, out); ``d_init`` (B, w) per state part holds dL/d(final state) on entry and
     dL/d(initial state) on exit. With an output projection ``dh_seq`` (T, B, out) receives
     dL/d(state part 0) of every step."""
-    st, pk, gown = cols_block(hist, lo, hi), cols_block(parks, lo, hi), rows_block(gowns, lo, hi)
-    g3, gates, dxw, drec, dh_seq = g3[lo:hi], gates[:, lo:hi], dxw[:, lo:hi], drec[:, lo:hi], dh_seq[:, lo:hi]
-    mask, rm = mask[:, lo:hi], rm[lo:hi]
-    dst = rows_block(d_init, lo, hi)
+    st, pk = cols_block(unmanaged_all(hist), lo, hi), cols_block(unmanaged_all(parks), lo, hi)
+    gown, dst = rows_block(unmanaged_all(gowns), lo, hi), rows_block(unmanaged_all(d_init), lo, hi)
+    g3, gates, dxw, drec = unmanaged(g3)[lo:hi], unmanaged(gates)[:, lo:hi], unmanaged(dxw)[:, lo:hi], \
+        unmanaged(drec)[:, lo:hi]
+    dh_seq, mask, rm = unmanaged(dh_seq)[:, lo:hi], unmanaged(mask)[:, lo:hi], unmanaged(rm)[lo:hi]
+    PUT, PWpT, own = unmanaged_all(PUT), unmanaged(PWpT), unmanaged_all(own)
     T, B, N = dxw.shape
     dt = dxw.dtype
     S = st[0].shape[2]
-    fedbuf = np.empty((B, S), dt)[:, 0:S]
-    dfed = np.empty((B, S), dt)[:, 0:S]
-    tmp = np.empty((B, N), dt)[:, 0:N]
-    dpk = scratch_rows(pk, B)
-    save = scratch_rows(st, B)
+    held = (np.empty((B, S), dt), np.empty((B, S), dt), np.empty((B, N), dt))
+    fedbuf, dfed, tmp = (unmanaged(held[0])[:, 0:S], unmanaged(held[1])[:, 0:S],
+                         unmanaged(held[2])[:, 0:N])
+    held_pk, held_st = scratch_rows(pk, B), scratch_rows(st, B)
+    dpk, save = unmanaged_all(held_pk), unmanaged_all(held_st)
     for s in range(T - 1, -1, -1):
         if full or s == T - 1:
             add_upstream(dst[0], g3, s if full else 0)
@@ -199,6 +222,9 @@ def walk_back(step: Any, g3: Any, full: bool, hist: Any, parks: Any, gates: Any,
         if masked:
             for p in range(len(dst)):
                 release(dst[p], save[p], mask[s])
+    keep(held)
+    keep(held_pk)
+    keep(held_st)
 
 
 #: the same loops without the on-disk cache, for steps whose module cannot be imported by a later

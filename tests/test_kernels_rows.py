@@ -1,0 +1,143 @@
+"""The one-row paths of the compiled walker (a batch of one, the small-call case): the row
+product equals the blocked product bit for bit and numpy to rounding; the spare scratch arrays
+and the direct entry point of a pass never leak one call's values into another's, whatever the
+input's layout; the unmanaged views of the walkers leave no array alive or freed too early."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import rnnkit as rk
+from rnnkit import kernels
+from rnnkit.recurrent._walker import reference_walk
+
+pytest.importorskip("numba")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_row_product_equals_the_blocked_product_and_numpy(dtype: str) -> None:
+    """``rgemm1`` over every panel count around ``ROW_PANELS`` (a full call, then the rest, a
+    partial last panel), depths 0 to 40, beta 0 and 1, a row of a bigger array: the same bits
+    as ``rgemm`` (so a batch of one gives what its row gives in any batch) and numpy's values."""
+    import numba
+
+    from rnnkit.kernels._packed import ROW_PANELS, nr_of, pack, rgemm, rgemm1
+
+    @numba.njit(cache=False)
+    def row_product(A: np.ndarray, P: np.ndarray, C: np.ndarray, beta: float) -> None:
+        rgemm1(A, P, C, beta)
+
+    rng = np.random.default_rng(0)
+    nr = nr_of(dtype)
+    tol = 2e-5 if dtype == "float32" else 1e-13
+    for K in (0, 1, 7, 32, 40):
+        for N in (1, nr - 1, nr, ROW_PANELS * nr, ROW_PANELS * nr + 1, (2 * ROW_PANELS + 1) * nr - 3):
+            Bm = rng.standard_normal((K, N)).astype(dtype)
+            P = pack(Bm)
+            A = rng.standard_normal((3, K)).astype(dtype)[1:2]       # row 1 of a bigger array
+            C0 = rng.standard_normal((1, N)).astype(dtype)
+            for beta in (0.0, 1.0):
+                got, blocked = C0.copy(), C0.copy()
+                row_product(A, P, got, beta)
+                rgemm(A, P, blocked, beta)
+                np.testing.assert_array_equal(got, blocked)
+                want = A.astype(np.float64) @ Bm.astype(np.float64) + beta * C0
+                np.testing.assert_allclose(got, want, rtol=0, atol=tol * max(1.0, float(np.abs(want).max())))
+
+
+def _reference_outputs(layer: rk.RecurrentLayer, x: np.ndarray) -> list[np.ndarray]:
+    with kernels.use("reference"):
+        got = layer.forward(x, rk.Ctx.inference())
+    return [np.asarray(g) for g in (got if isinstance(got, list) else [got])]
+
+
+def _outputs(layer: rk.RecurrentLayer, x: np.ndarray) -> list[np.ndarray]:
+    got = layer.forward(x, rk.Ctx.inference())
+    return [np.asarray(g) for g in (got if isinstance(got, list) else [got])]
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "lstm_proj"])
+def test_consecutive_small_calls_keep_their_own_values(kind: str) -> None:
+    """Calls of one layer one after another reuse the spare scratch arrays and the direct entry
+    point: each call's outputs (sequence and final states) equal the reference for its own
+    input, and outputs handed out earlier are never written by a later call."""
+    layer = {"lstm": lambda: rk.LSTM(8, seed=1, return_sequences=True, return_state=True),
+             "gru": lambda: rk.GRU(8, seed=2, return_sequences=True, return_state=True),
+             "lstm_proj": lambda: rk.LSTM(8, proj_size=3, seed=3, return_sequences=True)}[kind]()
+    layer.build((None, 7, 5))
+    rng = np.random.default_rng(4)
+    xs = [rng.standard_normal((1, 7, 5)).astype(np.float32) for _ in range(4)]
+    outs = [_outputs(layer, x) for x in xs]
+    kept = [[o.copy() for o in out] for out in outs]
+    for _ in range(3):                                   # more calls after the outputs were taken
+        _outputs(layer, xs[0])
+    for x, out, copy in zip(xs, outs, kept, strict=True):
+        for o, c, want in zip(out, copy, _reference_outputs(layer, x), strict=True):
+            np.testing.assert_array_equal(o, c)
+            np.testing.assert_allclose(o, want, rtol=0, atol=2e-5)
+
+
+def test_the_direct_entry_follows_the_input_layout() -> None:
+    """The same layer on the inputs the walker accepts — writable, read-only, with a mask —
+    one after another (each a different compiled version, each with its own entry): every
+    output equals the reference, with the same bits for the same values."""
+    from rnnkit.kernels import _driver
+
+    layer = rk.LSTM(6, seed=5)
+    layer.build((None, 9, 4))
+    cell, w = layer.cell, layer._weights
+    found = kernels.find_options(cell)
+    assert found is not None
+    step, opts = found
+    rng = np.random.default_rng(6)
+    base = rng.standard_normal((9, 3, 4)).astype(np.float32)
+    ro = base.copy()
+    ro.flags.writeable = False
+    full = np.ones((9, 3), bool)
+    ref_final = None
+    for x_tm, mask in ((base, None), (ro, None), (base, full), (ro, full.astype(np.uint8)), (base, None)):
+        _, final, _ = _driver.walk(cell, step, w, x_tm, None, False, False, mask, None, opts)
+        _, want, _ = reference_walk(cell, w, x_tm, None, False, False, mask)
+        np.testing.assert_allclose(final[0], want[0], rtol=0, atol=2e-5)
+        if ref_final is None:
+            ref_final = np.array(final[0])
+        np.testing.assert_array_equal(final[0], ref_final)   # the same bits, whatever the call
+
+
+def test_unmanaged_views_leave_the_arrays_alive_and_free() -> None:
+    """The walkers' scratch arrays (kept alive to the end of the loops, then freed) and the
+    caller's arrays (never freed by the walker): many passes, training and inference, each on
+    an input dropped right after it, give the reference's values every time, and every array
+    the compiled code allocated is freed again (Numba's allocation counts balance)."""
+    from numba.core.runtime import _nrt_python as nrt
+    from numba.core.runtime import rtsys
+
+    layer = rk.GRU(5, seed=7, return_sequences=True)
+    model = rk.Sequential([layer, rk.Dense(2, seed=8)])
+    model.compile(optimizer=rk.SGD(0.0), loss="mse")
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((3, 6, 4)).astype(np.float32)
+    y = rng.standard_normal((3, 6, 2)).astype(np.float32)
+    model.fit(x, y, epochs=1, batch_size=3, verbose=0)
+    want = _reference_outputs(layer, x)[0]
+    was = nrt.memsys_stats_enabled()
+    nrt.memsys_enable_stats()
+    try:
+        stats = []
+        for i in range(20):
+            if i in (5, 19):                          # in the steady state: as many frees as allocations
+                gc.collect()
+                stats.append(rtsys.get_allocation_stats())
+            model.fit(np.array(x), y, epochs=1, batch_size=3, verbose=0)   # weights unchanged: SGD(0)
+            for b in (1, 3):
+                got = _outputs(layer, np.array(x[:b]))[0]
+                np.testing.assert_allclose(got, want[:b], rtol=0, atol=2e-5)
+        s0, s1 = stats
+    finally:
+        if not was:
+            nrt.memsys_disable_stats()
+    assert s1.alloc - s0.alloc > 0
+    assert s1.alloc - s0.alloc == s1.free - s0.free
