@@ -23,7 +23,7 @@ import numba
 import numpy as np
 
 from rnnkit.kernels import _cache, _walk
-from rnnkit.kernels._gemm import project, reductions
+from rnnkit.kernels._gemm import reductions
 from rnnkit.kernels._packed import gemm, nr_of, pack, rgemm
 from rnnkit.kernels._step import Step
 from rnnkit.kernels._steps import handle
@@ -36,8 +36,7 @@ Arrays = tuple[np.ndarray, ...]
 CHUNK_BYTES = 1 << 22
 
 #: from this many multiply-adds ((T*B) * N * (F+S)) on, the reductions run in parts on the
-#: cores (gate columns of dW/dU/db, rows of dx; one packed product each) instead of one call;
-#: likewise the training projection (rows), from (T*B) * F * N
+#: cores (gate columns of dW/dU/db, rows of dx; one packed product each) instead of one call
 PARALLEL_REDUCTIONS = 1 << 24
 
 
@@ -303,12 +302,7 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
     sizes = pl.sizes
     if record:
         rm, rd = _rdrop_arg(rdrop, B, dt)
-        xw = np.empty((T, B, N), dt)
-        x2, xw2 = x_tm.reshape(T * B, F), xw.reshape(T * B, N)
-        if T * B * F * N >= PARALLEL_REDUCTIONS:   # rows in parts on the cores
-            run_parts(T * B, lambda lo, hi: project(x2[lo:hi], PW, pl.b0, xw2[lo:hi]))
-        else:
-            project(x2, PW, pl.b0, xw2)
+        xw = np.empty((T, B, N), dt)               # projected in the row blocks, step by step
         hist = [np.empty((T + 1, B, n), dt) for n in sizes]
         for k, a in enumerate(hist):
             a[0] = 0.0 if init is None else init[k]
@@ -316,8 +310,8 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
         pk = (*parks.values(), np.empty((T, B, 0), dt))
         ht = tuple(hist)
         run_blocks(B, lambda lo, hi: pl.train(
-            pl.handle, xw, ht, pk, mk, mask is not None, rm, rd, PU, pl.srcs, pl.cols, pl.apart, pl.b1,
-            pl.proj, PWp, pl.own, pl.opts, lo, hi))
+            pl.handle, x_tm, PW, pl.b0, xw, ht, pk, mk, mask is not None, rm, rd, PU, pl.srcs, pl.cols,
+            pl.apart, pl.b1, pl.proj, PWp, pl.own, pl.opts, lo, hi))
         if step.input_park is not None:
             parks = {step.input_park: xw, **parks}
         return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), (hist, parks)

@@ -84,13 +84,15 @@ def _one_step(step: Any, a: Any, rec: Any, fedbuf: Any, st: Any, i0: int, i1: in
 
 
 @njit(**OPTS)
-def walk_train(step: Any, xw: Any, hist: Any, parks: Any, mask: Any, masked: bool, rm: Any, rdrop: bool,
-               PU: Any, srcs: Any, cols: Any, apart: bool, b1: Any, proj: int, PWp: Any, own: Any, opts: Any,
-               lo: int, hi: int) -> None:
-    """Training forward over rows ``[lo, hi)``: ``xw`` (T, B, N) holds the projections on entry
-    (the step input of each step, as the step leaves it, on exit); ``hist`` the state parts
-    (T+1, B, w) with row 0 set; ``parks`` (T, B, w) receive what each step parks."""
-    xw, mask, rm = xw[:, lo:hi], mask[:, lo:hi], rm[lo:hi]
+def walk_train(step: Any, x_tm: Any, PW: Any, b0: Any, xw: Any, hist: Any, parks: Any, mask: Any,
+               masked: bool, rm: Any, rdrop: bool, PU: Any, srcs: Any, cols: Any, apart: bool, b1: Any,
+               proj: int, PWp: Any, own: Any, opts: Any, lo: int, hi: int) -> None:
+    """Training forward over rows ``[lo, hi)``: each step first projects its inputs, ``xw[s] =
+    x_tm[s] @ W + b0`` (``W`` packed in ``PW``; these rows only, so the projection runs in the
+    blocks too), then steps; ``xw`` (T, B, N) holds the step input of each step, as the step
+    leaves it, on exit; ``hist`` the state parts (T+1, B, w) with row 0 set; ``parks`` (T, B, w)
+    receive what each step parks."""
+    x_tm, xw, mask, rm = x_tm[:, lo:hi], xw[:, lo:hi], mask[:, lo:hi], rm[lo:hi]
     st, pk = cols_block(hist, lo, hi), cols_block(parks, lo, hi)
     T, B, N = xw.shape
     dt = xw.dtype
@@ -100,6 +102,8 @@ def walk_train(step: Any, xw: Any, hist: Any, parks: Any, mask: Any, masked: boo
     rec = np.empty((B, nr), dt)[:, 0:nr]
     tmp = np.empty((B, N), dt)[:, 0:N]
     for s in range(T):
+        _fill_rows(xw[s], b0)
+        rgemm(x_tm[s], PW, xw[s], 1.0)
         _one_step(step, xw[s], rec, fedbuf, st, s, s + 1, pk, s, rm, rdrop, PU, srcs, cols, apart, b1, proj,
                   PWp, own, tmp, opts)
         if masked:                                  # a masked step carries every state part over
