@@ -23,11 +23,11 @@ import numba
 import numpy as np
 
 from rnnkit.kernels import _cache, _walk
-from rnnkit.kernels._gemm import reductions
 from rnnkit.kernels._packed import gemm, nr_of, pack, rgemm
+from rnnkit.kernels._reduce import product_tn, reduce
 from rnnkit.kernels._step import Step
 from rnnkit.kernels._steps import handle
-from rnnkit.kernels._threads import blocks, run_blocks, run_parts
+from rnnkit.kernels._threads import run_blocks
 
 Arrays = tuple[np.ndarray, ...]
 
@@ -35,8 +35,9 @@ Arrays = tuple[np.ndarray, ...]
 #: bytes (a bound independent of T: inference keeps no per-step arrays)
 CHUNK_BYTES = 1 << 22
 
-#: from this many multiply-adds ((T*B) * N * (F+S)) on, the reductions run in parts on the
-#: cores (gate columns of dW/dU/db, rows of dx; one packed product each) instead of one call
+#: from this many multiply-adds ((T*B) * N * (F+S)) on, the reductions run as two halves of the
+#: rows, on the cores (:mod:`._reduce`), instead of one call; likewise the output projection's
+#: gradient
 PARALLEL_REDUCTIONS = 1 << 24
 
 
@@ -375,18 +376,7 @@ def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.n
     dx_tm = np.empty((T, B, F) if need_dx else (T, B, 0), dt)
     args = (x_tm.reshape(T * B, F), dxw.reshape(T * B, N), drec.reshape(T * B, N), drec is dxw,
             P[0], P[-1], pl.groups[0][2], pl.W, dW, db, dU, dx_tm.reshape(T * B, dx_tm.shape[2]))
-    big = T * B * N * (F + pl.U.shape[0]) >= PARALLEL_REDUCTIONS
-    starts = [lo for lo, _ in blocks(T * B)] if big else [0]
-    n_parts = len(starts)
-
-    def part(lo: int, hi: int) -> None:   # rows [lo, hi) of dx; the matching share of columns
-        k = starts.index(lo)
-        reductions(*args, N * k // n_parts, N * (k + 1) // n_parts, lo, hi if need_dx else lo)
-
-    if n_parts == 1:
-        reductions(*args, 0, N, 0, T * B if need_dx else 0)
-    else:
-        run_parts(T * B, part)
+    reduce(*args, need_dx, T * B * N * (F + pl.U.shape[0]) >= PARALLEL_REDUCTIONS)   # (in two halves)
     grads = {cell.input_kernel: dW, cell.recurrent_kernel: dU}
     if cell.bias is not None:
         grads[cell.bias] = db
@@ -394,8 +384,8 @@ def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.n
         assert step.projects is not None
         m = parks[step.projects]
         dWp = np.empty(pl.Wp.shape, dt)        # type: ignore[union-attr]
-        gemm(m.reshape(T * B, m.shape[2]).T, dh_seq.reshape(T * B, dh_seq.shape[2]), False, dWp, False, 0,
-             dWp.shape[1])
+        product_tn(m.reshape(T * B, m.shape[2]), dh_seq.reshape(T * B, dh_seq.shape[2]), dWp,
+                   T * B * dWp.size >= PARALLEL_REDUCTIONS)
         grads[pl.proj_name] = dWp
     for n, a in zip(step.own, gown, strict=False):
         grads[n] = a.sum(axis=0).reshape(w[n].shape)   # over the rows, in one fixed order
