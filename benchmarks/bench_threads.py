@@ -80,7 +80,7 @@ def _torch_fns(layer: Any, x: np.ndarray, cell: str) -> tuple[Callable[[], objec
     from rnnkit.io._interop import to_torch_state
     H = layer.output_size
     mod = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU)(x.shape[2], H, batch_first=True)
-    mod.load_state_dict(to_torch_state(layer))
+    mod.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in to_torch_state(layer).items()})
     xt = torch.from_numpy(x)
     ref = layer.forward(x, rk.Ctx.inference())
     with torch.inference_mode():
@@ -236,10 +236,10 @@ def phases(cells: list[str], shapes: list[str], calls: int, rounds: int) -> None
           "1 thr: the whole call at one thread. The rest: the call with its two-thread parts (row "
           "blocks, split reductions and projection) run one after the other: total, the parts "
           "(sum), the longer part of each split, the serial glue of the kernels, the serial layer "
-          "around them; crit = serial + longer parts; est = 1 thr / crit; amdahl = 1 thr / "
-          "(serial + parts / 2)")
+          "around them; crit = serial + longer parts; est = 1 thr / crit; split = total / crit "
+          "(the same without the cost of splitting); amdahl = 1 thr / (serial + parts / 2)")
     print(f"{'':<16}{'1 thr':>9} |{'total':>9}{'parts':>9}{'longer':>9}{'glue':>8}{'layer':>8}"
-          f"{'serial%':>8}{'crit':>9}{'est':>6}{'amdahl':>7}")
+          f"{'serial%':>8}{'crit':>9}{'est':>6}{'split':>6}{'amdahl':>7}")
     saved = _threads.CORES
     try:
         for cell in cells:
@@ -258,7 +258,7 @@ def phases(cells: list[str], shapes: list[str], calls: int, rounds: int) -> None
                           f"{t['parallel'] * 1e3:9.3f}{t['longest'] * 1e3:9.3f}"
                           f"{(t['driver'] - t['parallel'] + t['copies']) * 1e3:8.3f}"
                           f"{(tot - t['driver'] - t['copies']) * 1e3:8.3f}"
-                          f"{100 * serial / tot:7.1f}%{crit * 1e3:9.3f}{tot1 / crit:6.2f}"
+                          f"{100 * serial / tot:7.1f}%{crit * 1e3:9.3f}{tot1 / crit:6.2f}{tot / crit:6.2f}"
                           f"{tot1 / (serial + t['parallel'] / 2):7.2f}", flush=True)
     finally:
         _threads.CORES = saved
