@@ -20,21 +20,23 @@ import numba
 import numpy as np
 
 from rnnkit.kernels import _cache, _walk
-from rnnkit.kernels._gemm import project, reductions
 from rnnkit.kernels._packed import gemm, pack, rgemm
 from rnnkit.kernels._plans import _plan, _ro
+from rnnkit.kernels._reduce import product_tn, reduce
 from rnnkit.kernels._step import Step
-from rnnkit.kernels._threads import blocks, run_blocks, run_parts
+from rnnkit.kernels._threads import run_blocks
 
 Arrays = tuple[np.ndarray, ...]
 
 #: inference projects a chunk of timesteps at a time into a buffer of at most about this many
-#: bytes (a bound independent of T: inference keeps no per-step arrays)
-CHUNK_BYTES = 1 << 22
+#: bytes (a bound independent of T: inference keeps no per-step arrays; small enough to stay in
+#: a core's L2 beside the weights: measured at S3, 256 KB against 4 MB, 6-12 % less time at one
+#: thread and at two)
+CHUNK_BYTES = 1 << 18
 
-#: from this many multiply-adds ((T*B) * N * (F+S)) on, the reductions run in parts on the
-#: cores (gate columns of dW/dU/db, rows of dx; one packed product each) instead of one call;
-#: likewise the training projection (rows), from (T*B) * F * N
+#: from this many multiply-adds ((T*B) * N * (F+S)) on, the reductions run as two halves of the
+#: rows, on the cores (:mod:`._reduce`), instead of one call; likewise the output projection's
+#: gradient
 PARALLEL_REDUCTIONS = 1 << 24
 
 
@@ -107,12 +109,7 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
     sizes = pl.sizes
     if record:
         rm, rd = _rdrop_arg(rdrop, B, dt)
-        xw = np.empty((T, B, N), dt)
-        x2, xw2 = x_tm.reshape(T * B, F), xw.reshape(T * B, N)
-        if T * B * F * N >= PARALLEL_REDUCTIONS:   # rows in parts on the cores
-            run_parts(T * B, lambda lo, hi: project(x2[lo:hi], PW, pl.b0, xw2[lo:hi]))
-        else:
-            project(x2, PW, pl.b0, xw2)
+        xw = np.empty((T, B, N), dt)               # projected in the row blocks, step by step
         hist = [np.empty((T + 1, B, n), dt) for n in sizes]
         for k, a in enumerate(hist):
             a[0] = 0.0 if init is None else init[k]
@@ -120,8 +117,8 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
         pk = (*parks.values(), np.empty((T, B, 0), dt))
         ht = tuple(hist)
         run_blocks(B, lambda lo, hi: pl.train(
-            pl.handle, xw, ht, pk, mk, mask is not None, rm, rd, PU, pl.srcs, pl.cols, pl.apart, pl.b1,
-            pl.proj, PWp, pl.own, pl.opts, lo, hi))
+            pl.handle, x_tm, PW, pl.b0, xw, ht, pk, mk, mask is not None, rm, rd, PU, pl.srcs, pl.cols,
+            pl.apart, pl.b1, pl.proj, PWp, pl.own, pl.opts, lo, hi))
         if step.input_park is not None:
             parks = {step.input_park: xw, **parks}
         return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), (hist, parks)
@@ -193,18 +190,7 @@ def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.n
     dx_tm = np.empty((T, B, F) if need_dx else (T, B, 0), dt)
     args = (x_tm.reshape(T * B, F), dxw.reshape(T * B, N), drec.reshape(T * B, N), drec is dxw,
             P[0], P[-1], pl.groups[0][2], pl.W, dW, db, dU, dx_tm.reshape(T * B, dx_tm.shape[2]))
-    big = T * B * N * (F + pl.U.shape[0]) >= PARALLEL_REDUCTIONS
-    starts = [lo for lo, _ in blocks(T * B)] if big else [0]
-    n_parts = len(starts)
-
-    def part(lo: int, hi: int) -> None:   # rows [lo, hi) of dx; the matching share of columns
-        k = starts.index(lo)
-        reductions(*args, N * k // n_parts, N * (k + 1) // n_parts, lo, hi if need_dx else lo)
-
-    if n_parts == 1:
-        reductions(*args, 0, N, 0, T * B if need_dx else 0)
-    else:
-        run_parts(T * B, part)
+    reduce(*args, need_dx, T * B * N * (F + pl.U.shape[0]) >= PARALLEL_REDUCTIONS)   # (in two halves)
     grads = {cell.input_kernel: dW, cell.recurrent_kernel: dU}
     if cell.bias is not None:
         grads[cell.bias] = db
@@ -212,8 +198,8 @@ def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.n
         assert step.projects is not None
         m = parks[step.projects]
         dWp = np.empty(pl.Wp.shape, dt)        # type: ignore[union-attr]
-        gemm(m.reshape(T * B, m.shape[2]).T, dh_seq.reshape(T * B, dh_seq.shape[2]), False, dWp, False, 0,
-             dWp.shape[1])
+        product_tn(m.reshape(T * B, m.shape[2]), dh_seq.reshape(T * B, dh_seq.shape[2]), dWp,
+                   T * B * dWp.size >= PARALLEL_REDUCTIONS)
         grads[pl.proj_name] = dWp
     for n, a in zip(step.own, gown, strict=False):
         grads[n] = a.sum(axis=0).reshape(w[n].shape)   # over the rows, in one fixed order

@@ -6,6 +6,13 @@ synchronisation inside the loop (the kernels release the GIL and call no BLAS, s
 else spawns threads under them). Set ``RNNKIT_KERNEL_THREADS`` to cap the number of blocks.
 Results do not depend on it: every product computes a row the same way whatever rows share it
 (:mod:`._packed`).
+
+The blocks after the first run on persistent worker threads, one per extra core, each parked on
+a lock that the caller releases to hand it a block and that the worker releases back when done:
+two lock operations per block and call, no task objects, no queue. The first block runs on the
+calling thread. A call that finds the workers busy (another thread of the program is inside a
+call, or a block itself splits again) runs its blocks one after the other on its own thread:
+the same values, since they do not depend on the split.
 """
 
 from __future__ import annotations
@@ -13,10 +20,13 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
 
 #: a block has at least this many batch rows (smaller blocks lose more than they gain)
 MIN_ROWS = 8
+#: :func:`swap01` copies in parts on the cores from this many bytes on
+PARALLEL_COPY_BYTES = 1 << 20
 
 
 def _usable_cores() -> int:
@@ -31,8 +41,63 @@ def _usable_cores() -> int:
 
 
 CORES = _usable_cores()
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
+
+Job = Callable[[int, int], None]
+
+
+class _Worker:
+    """A daemon thread that runs one ``job(lo, hi)`` each time :meth:`start` releases its
+    ``go`` lock, and releases ``done`` when the job has returned (or raised: :meth:`wait`
+    re-raises it in the caller)."""
+
+    def __init__(self) -> None:
+        self.go = threading.Lock()
+        self.go.acquire()
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.job: Job | None = None
+        self.lo = self.hi = 0
+        self.error: BaseException | None = None
+        threading.Thread(target=self._loop, name="rnnkit-kernel", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            self.go.acquire()
+            job = self.job
+            try:
+                if job is not None:
+                    job(self.lo, self.hi)
+            except BaseException as e:  # noqa: BLE001 - handed to the caller by wait()
+                self.error = e
+            finally:
+                self.job = None
+                self.done.release()
+
+    def start(self, job: Job, lo: int, hi: int) -> None:
+        self.job, self.lo, self.hi = job, lo, hi
+        self.go.release()
+
+    def wait(self) -> None:
+        self.done.acquire()
+        err, self.error = self.error, None
+        if err is not None:
+            raise err
+
+
+_workers: list[_Worker] = []
+#: held while a call's blocks run on the workers (a second caller meanwhile runs its blocks itself)
+_busy = threading.Lock()
+
+
+def _after_fork() -> None:
+    """A forked child has none of its parent's threads: it starts workers of its own."""
+    global _busy
+    _workers.clear()
+    _busy = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def blocks(B: int) -> list[tuple[int, int]]:
@@ -42,15 +107,16 @@ def blocks(B: int) -> list[tuple[int, int]]:
     return [(edges[k], edges[k + 1]) for k in range(p)]
 
 
-def run_parts(n: int, job: Callable[[int, int], None]) -> None:
+def run_parts(n: int, job: Job) -> None:
     """Split ``range(n)`` into one part per core (at least ``MIN_ROWS`` each) and run
     ``job(lo, hi)`` for each, like :func:`run_blocks` (for the batched reductions)."""
     run_blocks(n, job)
 
 
-def run_blocks(B: int, job: Callable[[int, int], None]) -> None:
-    """Run ``job(lo, hi)`` for every block: the first on this thread, the rest on the pool."""
-    global _pool
+def run_blocks(B: int, job: Job) -> None:
+    """Run ``job(lo, hi)`` for every block of :func:`blocks`: the first on this thread, the rest
+    on the workers, and return when all have (the first exception raised, if any, once every
+    block is over)."""
     if B < 2 * MIN_ROWS or CORES == 1:          # the common small case, without the list
         job(0, B)
         return
@@ -58,12 +124,56 @@ def run_blocks(B: int, job: Callable[[int, int], None]) -> None:
     if len(parts) == 1:
         job(0, B)
         return
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=CORES - 1, thread_name_prefix="rnnkit-kernel")
-    futures = [_pool.submit(job, lo, hi) for lo, hi in parts[1:]]
+    run_split(parts, job)
+
+
+def run_split(parts: list[tuple[int, int]], job: Job) -> None:
+    """Run ``job(lo, hi)`` for every part ``(lo, hi)`` at once: the first on this thread, the
+    rest on the workers (one after the other here when they are busy)."""
+    if not _busy.acquire(blocking=False):
+        for lo, hi in parts:
+            job(lo, hi)
+        return
+    started: list[_Worker] = []
+    interrupted = True
     try:
-        job(*parts[0])
+        while len(_workers) < len(parts) - 1:
+            _workers.append(_Worker())
+        for w, (lo, hi) in zip(_workers, parts[1:], strict=False):
+            w.start(job, lo, hi)
+            started.append(w)
+        try:
+            job(*parts[0])
+        finally:
+            errors: list[BaseException] = []
+            for w in started:
+                try:
+                    w.wait()
+                except Exception as e:  # noqa: BLE001 - every worker is waited for first
+                    errors.append(e)
+            interrupted = False
+        if errors:
+            raise errors[0]
     finally:
-        for f in futures:
-            f.result()
+        if interrupted:      # (a KeyboardInterrupt while a worker may still run: new workers)
+            del _workers[:len(started)]
+        _busy.release()
+
+
+def swap01(a: np.ndarray) -> np.ndarray:
+    """``np.ascontiguousarray(a.transpose(1, 0, 2))`` for a 3D ``a`` (any strides): the layout
+    change between batch-major and time-major, copied in parts of the first axis of the result on
+    the cores when it is big (NumPy's copy releases the GIL)."""
+    out = np.empty((a.shape[1], a.shape[0], a.shape[2]), a.dtype)
+    t = a.transpose(1, 0, 2)
+    n = out.shape[0]
+    if out.nbytes < PARALLEL_COPY_BYTES or CORES == 1 or n < 2:
+        out[...] = t
+        return out
+    p = min(CORES, n)
+
+    def part(lo: int, hi: int) -> None:
+        out[lo:hi] = t[lo:hi]
+
+    run_split([(n * k // p, n * (k + 1) // p) for k in range(p)], part)
+    return out

@@ -100,15 +100,19 @@ def _one_step(step: Any, a: Any, rec: Any, fedbuf: Any, st: Any, i0: int, i1: in
 
 
 @njit(**OPTS)
-def walk_train(step: Any, xw: Any, hist: Any, parks: Any, mask: Any, masked: bool, rm: Any, rdrop: bool,
-               PU: Any, srcs: Any, cols: Any, apart: bool, b1: Any, proj: int, PWp: Any, own: Any, opts: Any,
-               lo: int, hi: int) -> None:
-    """Training forward over rows ``[lo, hi)``: ``xw`` (T, B, N) holds the projections on entry
-    (the step input of each step, as the step leaves it, on exit); ``hist`` the state parts
-    (T+1, B, w) with row 0 set; ``parks`` (T, B, w) receive what each step parks."""
-    xw, mask, rm = unmanaged(xw)[:, lo:hi], unmanaged(mask)[:, lo:hi], unmanaged(rm)[lo:hi]
+def walk_train(step: Any, x_tm: Any, PW: Any, b0: Any, xw: Any, hist: Any, parks: Any, mask: Any,
+               masked: bool, rm: Any, rdrop: bool, PU: Any, srcs: Any, cols: Any, apart: bool, b1: Any,
+               proj: int, PWp: Any, own: Any, opts: Any, lo: int, hi: int) -> None:
+    """Training forward over rows ``[lo, hi)``: each step first projects its inputs, ``xw[s] =
+    x_tm[s] @ W + b0`` (``W`` packed in ``PW``; these rows only, so the projection runs in the
+    blocks too), then steps; ``xw`` (T, B, N) holds the step input of each step, as the step
+    leaves it, on exit; ``hist`` the state parts (T+1, B, w) with row 0 set; ``parks`` (T, B, w)
+    receive what each step parks."""
+    x_tm, xw, mask, rm = (unmanaged(x_tm)[:, lo:hi], unmanaged(xw)[:, lo:hi], unmanaged(mask)[:, lo:hi],
+                          unmanaged(rm)[lo:hi])
     st, pk = cols_block(unmanaged_all(hist), lo, hi), cols_block(unmanaged_all(parks), lo, hi)
-    PU, b1, PWp, own = unmanaged_all(PU), unmanaged(b1), unmanaged(PWp), unmanaged_all(own)
+    PW, b0, PU, b1 = unmanaged(PW), unmanaged(b0), unmanaged_all(PU), unmanaged(b1)
+    PWp, own = unmanaged(PWp), unmanaged_all(own)
     T, B, N = xw.shape
     dt = xw.dtype
     S = st[0].shape[2]
@@ -117,6 +121,8 @@ def walk_train(step: Any, xw: Any, hist: Any, parks: Any, mask: Any, masked: boo
     fedbuf, rec, tmp = (unmanaged(held[0])[:, 0:S], unmanaged(held[1])[:, 0:nr],
                         unmanaged(held[2])[:, 0:N])
     for s in range(T):
+        _fill_rows(xw[s], b0)
+        rgemm(x_tm[s], PW, xw[s], 1.0)
         _one_step(step, xw[s], rec, fedbuf, st, s, s + 1, pk, s, rm, rdrop, PU, srcs, cols, apart, b1, proj,
                   PWp, own, tmp, opts)
         if masked:                                  # a masked step carries every state part over

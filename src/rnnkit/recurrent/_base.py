@@ -20,6 +20,7 @@ from rnnkit._kind import builtin_kind
 from rnnkit._layer import Layer, check_bool, check_positive_int
 from rnnkit._mask import Mask
 from rnnkit._shape import Shape
+from rnnkit.kernels._threads import swap01
 from rnnkit.recurrent._cell import Arrays, Cell
 from rnnkit.recurrent._registry import cell_from_config, cell_to_config
 from rnnkit.recurrent._streaming import Streaming
@@ -278,8 +279,7 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
             drop /= self.dtype.type(1.0 - self.dropout)
             arr = arr * drop
         if idx is None:
-            xt = arr.transpose(1, 0, 2)
-            x_tm = np.ascontiguousarray(xt[::-1] if self.go_backwards else xt)
+            x_tm = swap01(arr[:, ::-1] if self.go_backwards else arr)
         else:
             x_tm = arr[np.arange(B)[None, :], idx]
         rdrop = None
@@ -296,7 +296,9 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
                                      arr.shape, idx, lengths and keep_seq, drop, given, api))
         if keep_seq:
             assert seq is not None
-            out = seq.transpose(1, 0, 2).copy()  # never a view of the cache (B == 1, T == 1)
+            out = seq.transpose(1, 0, 2)          # (inference: the walk's own new array)
+            if wc is not None or not out.flags.c_contiguous:
+                out = swap01(seq)                 # never a view of the cache (B == 1, T == 1)
             if lengths:                           # PyTorch's packed semantics: zero past the end
                 assert m_tm is not None
                 out *= m_tm.T[:, :, None]
@@ -341,7 +343,7 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
         if idx is None:
             if self.go_backwards:
                 dx_tm = dx_tm[::-1]
-            dx = np.ascontiguousarray(dx_tm.transpose(1, 0, 2))
+            dx = swap01(dx_tm)
         else:
             dx = np.empty(cache.in_shape, self.dtype)
             dx[np.arange(dx.shape[0])[None, :], idx] = dx_tm
