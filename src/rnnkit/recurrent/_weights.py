@@ -11,7 +11,9 @@ import numpy as np
 from rnnkit._errors import InvalidInputError, WeightShapeError
 from rnnkit._layer import as_weight_array, check_finite_weight
 from rnnkit._shape import Shape
+from rnnkit.constraints import Constraint
 from rnnkit.recurrent._cell import Cell
+from rnnkit.regularizers import Regularizer
 
 
 class RecurrentWeights:
@@ -33,7 +35,8 @@ class RecurrentWeights:
 
         def _check_build_shape(self, shape: Shape) -> None: ...
 
-        def _add_weight(self, name: str, value: np.ndarray) -> None: ...
+        def _add_weight(self, name: str, value: np.ndarray, *, regularizer: Regularizer | None = None,
+                        constraint: Constraint | None = None) -> None: ...
 
         def set_weight(self, name: str, value: Any, *, check_finite: bool = True) -> None: ...
 
