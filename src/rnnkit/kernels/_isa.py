@@ -41,8 +41,3 @@ def has_avx512() -> bool:
     if feats:
         return "+avx512f" in feats
     return _cpu_name().lower() in AVX512_CPUS
-
-
-def vector_registers() -> int:
-    """Vector registers the compiled code has: 32 (zmm, AVX-512) or 16 (ymm/xmm)."""
-    return 32 if has_avx512() else 16

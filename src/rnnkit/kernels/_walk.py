@@ -25,7 +25,18 @@ from typing import Any
 import numpy as np
 
 from rnnkit.kernels._gemm import project
-from rnnkit.kernels._jit import OPTS, add_upstream, carry, copy_rows, hold, mul_rows, njit, release, row
+from rnnkit.kernels._jit import (
+    OPTS,
+    add_mul_rows,
+    add_upstream,
+    carry,
+    copy_rows,
+    hold,
+    mul_rows,
+    njit,
+    release,
+    row,
+)
 from rnnkit.kernels._packed import rgemm, rgemm1
 from rnnkit.kernels._steps import (
     cols_block,
@@ -62,14 +73,6 @@ def _add_rows(acc: Any, a: Any) -> None:
         r, ar = row(acc, b), row(a, b)
         for j in range(ar.shape[0]):
             r[j] += ar[j]
-
-
-@njit(inline="always", **OPTS)
-def _add_mul_rows(acc: Any, a: Any, m: Any) -> None:
-    for b in range(a.shape[0]):
-        r, ar, mr = row(acc, b), row(a, b), row(m, b)
-        for j in range(ar.shape[0]):
-            r[j] += ar[j] * mr[j]
 
 
 @njit(inline="always", **OPTS)
@@ -222,7 +225,7 @@ def walk_back(step: Any, g3: Any, full: bool, hist: Any, parks: Any, gates: Any,
             else:
                 rgemm(dcols, PUT[k], dpk[srcs[k]], 0.0)
         if rdrop:
-            _add_mul_rows(dst[0], dfed, rm)
+            add_mul_rows(dst[0], dfed, rm)
         else:
             _add_rows(dst[0], dfed)
         if masked:

@@ -9,7 +9,6 @@ the whole run."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -18,6 +17,7 @@ from rnnkit import _penalties as _pen
 from rnnkit._errors import NonFiniteError
 from rnnkit.models._callbacks import Callback, CallbackList
 from rnnkit.models._checks import Trainable as Model
+from rnnkit.models._checks import all_finite
 from rnnkit.models._objective import log_keys, softmax_fusion
 from rnnkit.optimizers import Optimizer
 
@@ -81,7 +81,7 @@ class Plan:
             for layer, n in self.trainable:
                 w = layer._weights.get(n)
                 w = layer.weight(n) if w is None else w  # (a wrapper keeps them in its parts)
-                if not finite(w):
+                if not all_finite(w):
                     return f"{self.names.get((id(layer), n), n)} ({type(layer).__name__})"
         return None
 
@@ -92,13 +92,6 @@ class Plan:
         if bad is None or self.previous is None:
             return None
         return non_finite(model, self.previous, f"weight {bad} after the optimizer step")
-
-
-def finite(a: np.ndarray) -> bool:
-    """Whether every element of ``a`` is finite: the sum of its squares (one BLAS dot, the
-    cheapest full pass) is finite only when every element is; a sum that is not, which large
-    finite values can give by overflowing, is followed by the elementwise test."""
-    return math.isfinite(np.vdot(a, a)) or bool(np.isfinite(a).all())
 
 
 def non_finite(model: Model, at: str, where: str) -> NonFiniteError:

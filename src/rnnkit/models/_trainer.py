@@ -55,10 +55,10 @@ from rnnkit._ctx import Ctx
 from rnnkit._mask import Mask
 from rnnkit.models._batch import Batch
 from rnnkit.models._callbacks import CallbackList, History
-from rnnkit.models._checks import NonFiniteAt
+from rnnkit.models._checks import NonFiniteAt, all_finite
 from rnnkit.models._checks import Trainable as Model
 from rnnkit.models._objective import loss_and_grads, metric_values
-from rnnkit.models._plan import Facts, Plan, eval_facts, finite, non_finite
+from rnnkit.models._plan import Facts, Plan, eval_facts, non_finite
 from rnnkit.models._progress import EpochBar
 from rnnkit.models._weighting import output_weights
 
@@ -235,13 +235,13 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
             if metrics:
                 stats[1:] = [v * share for v in metrics.values()] if share != 1.0 else list(metrics.values())
             for g in grads:
-                if not finite(g):
+                if not all_finite(g):
                     raise plan.stale_error(model) or non_finite(
                         model, at, f"the gradient of the loss ({lname}) w.r.t. the model output")
             ctx.skip_input_grad(*plan.unread)
             model._backward(grads, ctx, False)
             for (layer, n), g in ctx.grads.items():
-                if not (math.isfinite(np.vdot(g, g)) or finite(g)):  # (finite's first test inline)
+                if not all_finite(g):
                     stale = plan.stale_error(model)
                     if stale is not None:
                         raise stale
