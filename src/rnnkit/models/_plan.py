@@ -76,7 +76,7 @@ class Plan:
 
     def bad_weight(self) -> str | None:
         """``"KEY (LayerType)"`` of the first trainable weight holding NaN or Inf, None when
-        every one is finite (:func:`finite`)."""
+        every one is finite (:func:`~rnnkit.models._checks.all_finite`)."""
         with np.errstate(over="ignore", invalid="ignore"):
             for layer, n in self.trainable:
                 w = layer._weights.get(n)
