@@ -27,6 +27,7 @@ from rnnkit.models._callbacks import Callback, History
 from rnnkit.models._checks import Data, NonFiniteAt, as_list, check_finite, first_non_finite, unlist
 from rnnkit.models._fit_batches import check_steps, check_workers, is_batch_source, predict_source
 from rnnkit.models._habits import cast_inputs, check_batch_axis, check_verbose, report
+from rnnkit.models._inference import ChainPlan
 from rnnkit.models._weighting import input_masks
 from rnnkit.models._weights_api import WeightsAPI
 
@@ -49,6 +50,9 @@ class Model(FitAliases, WeightsAPI):
     # -- subclass API ------------------------------------------------------------------------
     n_inputs: int = 1
     n_outputs: int = 1
+    #: the plan of ``predict(x)`` / ``model(x)`` on one array (:mod:`rnnkit.models._inference`),
+    #: set by a model whose pass is a maskless chain of layers; None: always the general path
+    _chain: ChainPlan | None = None
 
     @property
     def built(self) -> bool:
@@ -150,7 +154,14 @@ class Model(FitAliases, WeightsAPI):
         (:func:`rnnkit.models._habits.report`)."""
         # each argument and the data are checked once here, each in one quick test where the
         # common case passes it (an array, no batch_size, no mask, verbose=0); the pass runs on
-        # the checked arrays as they are
+        # the checked arrays as they are. A maskless chain on one array that passes the quick
+        # door is the layers' own passes, no more (anything else: the general path below)
+        chain = self._chain
+        if (chain is not None and batch_size is None and mask is None and lengths is None
+                and type(x) is np.ndarray and type(verbose) is int and verbose == 0):
+            out = chain.run(x, True)
+            if out is not None:
+                return out
         shown = 0 if type(verbose) is int and verbose == 0 else check_verbose(verbose, f"{self.name}.predict")
         if not isinstance(x, np.ndarray) and is_batch_source(x):
             if mask is not None or lengths is not None:

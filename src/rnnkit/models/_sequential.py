@@ -16,6 +16,7 @@ from rnnkit._shape import Shape
 from rnnkit.layers import MergeLayer, layer_from_config, layer_to_config
 from rnnkit.layers._tied import resolve_ties
 from rnnkit.models._base import Model, check_finite
+from rnnkit.models._inference import chain_plan
 from rnnkit.models._keras_shape import with_batch_axis
 from rnnkit.models._node import Node
 from rnnkit.models._summary import shape_text
@@ -84,6 +85,11 @@ class Sequential(Model):
         graph node (Keras' nested-model call): this model's layers called in turn on it — the
         same layers, so the same weights — giving the node of the last one's output."""
         if not isinstance(x, Node):
+            chain = self._chain
+            if chain is not None and ctx is None and type(x) is np.ndarray:
+                out = chain.run(x, False)   # the layers' own passes (None: not the quick door's case)
+                if out is not None:
+                    return out
             return super().__call__(x, ctx)
         if ctx is not None:
             raise InvalidInputError(f"{self.name}: a call on graph nodes takes no ctx")
@@ -124,6 +130,7 @@ class Sequential(Model):
         self.layers.append(layer)
         if self._input_shape is not None:  # built for a declared input shape: build the new layer
             self._out_shapes.append(self._build_layer(len(self.layers) - 1, layer, self._out_shapes[-1]))
+            self._chain = chain_plan(self.layers, self._input_shape)
         elif len(self.layers) == 1 and (self._given_input or layer.declared_input_shape) is not None:
             # Keras: an Input first, or input_shape= on the first layer
             self.build(self._given_input or layer.declared_input_shape)  # type: ignore[arg-type]
@@ -157,6 +164,7 @@ class Sequential(Model):
             outs.append(cur)
         self._out_shapes = outs
         self._input_shape = first
+        self._chain = chain_plan(self.layers, first)
         return self
 
     def _build_layer(self, i: int, layer: Layer, cur: Shape) -> Shape:
@@ -201,9 +209,22 @@ class Sequential(Model):
         """The forward pass with mask propagation: ``masks[0]`` (default ``ctx.mask``) is the
         input's mask; before each layer ``ctx.mask`` is its input's mask, and
         ``layer.compute_mask`` gives the next one (a layer that cannot take a mask raises
-        before it runs). ``ctx.mask`` is cleared afterwards. Returns (outputs, output masks)."""
+        before it runs). ``ctx.mask`` is cleared afterwards. Returns (outputs, output masks).
+        Without an input mask, a maskless chain (:mod:`rnnkit.models._inference`) runs the
+        layers with no mask plumbing: no layer of it makes a mask, so every one would be None."""
         h: np.ndarray = xs[0]
         mask = masks[0] if masks is not None else ctx.mask
+        chain = self._chain
+        if chain is not None and mask is None:
+            if masks is not None and ctx.mask is not None:   # masks=[None] overrides ctx.mask
+                ctx.set_mask(None)
+            for i, layer in enumerate(chain.chain):
+                h = layer.forward(h, ctx)
+                if layer.activity_regularizer is not None:
+                    _pen.activity_forward(layer, h, ctx)
+                if check:
+                    check_finite(h, f"the output of layer {i} ({type(layer).__name__})")
+            return [h], [None]
         try:
             for i, layer in enumerate(self.layers):
                 try:

@@ -1,0 +1,101 @@
+"""What a built ``Sequential`` finds ONCE for its inference passes (:class:`ChainPlan`), so that
+``predict(x)`` and ``model(x)`` on one array are a loop over the layers' own ``forward``.
+
+A chain qualifies when no layer can make a mask out of none: each layer's ``compute_mask`` is
+one of :data:`PASSES_NONE`, which give None for an input without a mask. Without a mask at the
+input, no layer then receives one, and the mask plumbing (``compute_mask``, ``Ctx.set_mask``
+per layer) has nothing to do. A ``Masking`` layer, an ``Embedding`` (``mask_zero`` makes masks)
+or a layer with its own ``compute_mask`` keeps the model on the general path.
+
+The plan holds the layers (each layer's ``forward`` is looked up at every call, so what runs
+is what the layer has then) and the build shape. The model makes a new plan whenever its
+layers or its build shape change (``Sequential.build`` / ``add``); a layer's weights and dtype
+are read by the layer's own ``forward``, so their changes need no new plan.
+
+The door it keeps is the general door's, in its quick form: one array of reals with at least
+one sample whose extents match the build shape (None there: any), and for ``predict`` every
+value finite (a finite sum of squares proves it, as
+:func:`~rnnkit.models._checks.all_finite`). An input that fails any of these is not refused
+here: :meth:`ChainPlan.run` returns None and the caller takes the general path, which raises
+the typed error naming what was wrong (or finds, as for squares that overflow, that the input
+is fine after all)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from rnnkit._ctx import Ctx
+from rnnkit._layer import Layer
+from rnnkit._shape import Shape
+from rnnkit.layers import Bidirectional, Reverse
+from rnnkit.recurrent import RecurrentLayer
+
+__all__ = ["PASSES_NONE", "ChainPlan", "chain_plan"]
+
+#: the ``compute_mask`` implementations that give None for an input without a mask (a layer
+#: whose class uses one of them makes no mask of its own)
+PASSES_NONE: frozenset[Callable[..., Any]] = frozenset({
+    Layer.compute_mask, RecurrentLayer.compute_mask, Bidirectional.compute_mask, Reverse.compute_mask,
+})
+
+
+class ChainPlan:
+    """The inference plan of a maskless chain of layers (see the module docstring).
+
+    ``chain`` the layers in order; ``dims`` the build shape's extents after the batch axis
+    (None: any); ``tail`` the same as a tuple of ints when none is None (one tuple comparison
+    then checks the shape), else None."""
+
+    __slots__ = ("chain", "dims", "tail")
+
+    def __init__(self, layers: Sequence[Layer], shape: Shape) -> None:
+        self.chain: tuple[Layer, ...] = tuple(layers)
+        self.dims: tuple[int | None, ...] = tuple(shape.dims[1:])
+        self.tail: tuple[int, ...] | None = (
+            None if any(d is None for d in self.dims) else tuple(int(d) for d in self.dims))  # type: ignore[arg-type]
+
+    def fits(self, shape: tuple[int, ...]) -> bool:
+        """Whether an array of ``shape`` holds at least one sample of the build shape."""
+        if not shape or shape[0] < 1:
+            return False
+        if shape[1:] == self.tail:
+            return True
+        if len(shape) != len(self.dims) + 1:
+            return False
+        for d, s in zip(self.dims, shape[1:], strict=True):
+            if d is not None and d != s:
+                return False
+        return True
+
+    def run(self, x: np.ndarray, finite: bool) -> np.ndarray | None:
+        """The layers' ``forward`` chained on ``x`` in one fresh inference Ctx; None, running
+        nothing, when ``x`` does not pass the quick door (the caller then takes the general
+        path). ``finite``: the door also asks every value to be finite (``predict``'s rule;
+        ``model(x)`` passes NaN through as the layers do)."""
+        shape = x.shape
+        if not shape or not shape[0] or (shape[1:] != self.tail and not self.fits(shape)):
+            return None
+        kind = x.dtype.kind
+        if kind == "f":
+            if finite and not (x.flags.c_contiguous and math.isfinite(np.vdot(x, x))):
+                return None
+        elif kind not in "biu":
+            return None
+        ctx = Ctx(False)
+        h = x
+        for layer in self.chain:
+            h = layer.forward(h, ctx)
+        return h
+
+
+def chain_plan(layers: Sequence[Layer], shape: Shape) -> ChainPlan | None:
+    """The plan of ``layers`` built for inputs of ``shape``; None when some layer may make a
+    mask of its own (its class's ``compute_mask`` is not in :data:`PASSES_NONE`) or there is
+    no layer."""
+    if not layers or any(type(la).compute_mask not in PASSES_NONE for la in layers):
+        return None
+    return ChainPlan(layers, shape)
