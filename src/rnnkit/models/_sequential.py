@@ -87,9 +87,9 @@ class Sequential(Model):
         if not isinstance(x, Node):
             chain = self._chain
             if chain is not None and ctx is None and type(x) is np.ndarray:
-                out = chain.run(x, False)   # the layers' own passes (None: not the quick door's case)
-                if out is not None:
-                    return out
+                y = chain.run(x, False)   # the layers' own passes (None: not the quick door's case)
+                if y is not None:
+                    return y
             return super().__call__(x, ctx)
         if ctx is not None:
             raise InvalidInputError(f"{self.name}: a call on graph nodes takes no ctx")
