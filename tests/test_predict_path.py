@@ -308,3 +308,34 @@ def test_no_input_mask_given_beside_a_ctx_mask_clears_it_as_the_general_path_doe
     outs, masks = m._forward_masks([x], ctx, False, [None])
     np.testing.assert_array_equal(outs[0], _bare(m, x))
     assert masks == [None] and ctx.mask is None
+
+
+def test_a_graph_that_is_a_chain_predicts_with_the_layers_alone() -> None:
+    inp = rk.Input((5, 3))
+    out = rk.Dense(2, seed=2)(rk.GRU(3, seed=3)(rk.LSTM(4, seed=1, return_sequences=True)(inp)))
+    m = rk.Model(inp, out)
+    x = np.random.default_rng(12).standard_normal((2, 5, 3)).astype(np.float32)
+    bare = rk.Sequential([m.get_layer(index=i) for i in (1, 2, 3)])
+    want = _bare(bare, x)
+    np.testing.assert_array_equal(m.predict(x), want)
+    np.testing.assert_array_equal(m(x), want)
+    over = _rnnkit_calls(lambda: m.predict(x)) - _rnnkit_calls(lambda: _bare(bare, x))
+    assert over <= 3 - 2 * 3
+    with pytest.raises(rk.InvalidInputError, match=r"input has shape \(2, 4, 3\); the model was built for"):
+        m.predict(np.ones((2, 4, 3), np.float32))
+
+
+def test_graphs_that_are_not_plain_chains_keep_the_general_path() -> None:
+    x = np.random.default_rng(13).standard_normal((2, 5, 3))
+    inp = rk.Input((5, 3), dtype="float64")   # a declared dtype converts the array first
+    lstm = rk.LSTM(4, seed=1, dtype="float64")
+    typed = rk.Model(inp, lstm(inp))
+    assert _calls_named(lambda: typed.predict(x), {"cast_inputs"}) == 1
+    np.testing.assert_array_equal(typed.predict(x), lstm.forward(x, rk.Ctx.inference()))
+    inp = rk.Input((5, 3))
+    seq, h, c = rk.LSTM(4, seed=1, return_state=True, return_sequences=True)(inp)
+    states = rk.Model(inp, rk.Add()([h, c]))
+    assert _calls_named(lambda: states.predict(x), {"cast_inputs"}) == 1
+    ctx = rk.Ctx.inference()
+    _, h0, c0 = states.get_layer(index=1).forward(x.astype(np.float32), ctx)
+    np.testing.assert_allclose(states.predict(x), h0 + c0, rtol=1e-6)

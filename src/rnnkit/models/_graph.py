@@ -21,6 +21,7 @@ from rnnkit._shape import Shape
 from rnnkit.layers import MergeLayer, layer_from_config, layer_to_config
 from rnnkit.models._base import Model, check_finite
 from rnnkit.models._graph_order import keras_layer_order
+from rnnkit.models._inference import graph_chain
 from rnnkit.models._node import Node, call_node, check_arity, record
 from rnnkit.models._sequential import check_weight_grads, layer_label
 from rnnkit.models._summary import shape_text
@@ -143,6 +144,7 @@ class GraphModel(Model):
         self.outputs = outputs
         self.n_inputs = len(inputs)
         self.n_outputs = len(outputs)
+        self._chain = graph_chain(nodes, inputs, outputs)   # a chain: predict(x) runs the layers alone
 
     @property
     def built(self) -> bool:

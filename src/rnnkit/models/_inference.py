@@ -31,10 +31,11 @@ import numpy as np
 from rnnkit._ctx import Ctx
 from rnnkit._layer import Layer
 from rnnkit._shape import Shape
-from rnnkit.layers import Bidirectional, Reverse
+from rnnkit.layers import Bidirectional, MergeLayer, Reverse
+from rnnkit.models._node import Node
 from rnnkit.recurrent import RecurrentLayer
 
-__all__ = ["PASSES_NONE", "ChainPlan", "chain_plan"]
+__all__ = ["PASSES_NONE", "ChainPlan", "chain_plan", "graph_chain"]
 
 #: the ``compute_mask`` implementations that give None for an input without a mask (a layer
 #: whose class uses one of them makes no mask of its own)
@@ -99,3 +100,23 @@ def chain_plan(layers: Sequence[Layer], shape: Shape) -> ChainPlan | None:
     if not layers or any(type(la).compute_mask not in PASSES_NONE for la in layers):
         return None
     return ChainPlan(layers, shape)
+
+
+def graph_chain(nodes: Sequence[Node], inputs: Sequence[Node], outputs: Sequence[Node]) -> ChainPlan | None:
+    """The plan of a graph model that is a chain: one input that declared no dtype of its own
+    (a declared one converts the array first), then each node one call of a layer on the node
+    before it, the last node the one output, no layer with several outputs (``return_state``,
+    ``merge_mode=None``) and none that takes several inputs; None for any other graph (and as
+    :func:`chain_plan` for its layers)."""
+    if len(inputs) != 1 or len(outputs) != 1 or inputs[0].dtype is not None or not nodes \
+            or nodes[0] is not inputs[0] or outputs[0] is not nodes[-1]:
+        return None
+    layers: list[Layer] = []
+    for before, n in zip(nodes[:-1], nodes[1:], strict=True):
+        la = n.layer
+        if la is None or len(n.inbound) != 1 or n.inbound[0] is not before or isinstance(la, MergeLayer) \
+                or getattr(la, "return_state", False) or isinstance(n.shape, list) \
+                or (isinstance(la, Bidirectional) and la.merge_mode is None):
+            return None
+        layers.append(la)
+    return chain_plan(layers, inputs[0].shape)
