@@ -4,7 +4,9 @@ weights by name, summary, files. A model keeps no per-call state: every pass run
 
 Subclasses implement ``_ensure_built(xs)``, ``_forward(xs, ctx, check)``,
 ``_backward(grads, ctx, check)`` (lists of arrays, one per model input / output),
-``named_weights()``, ``_summary_rows()`` and ``get_config()``.
+``named_weights()``, ``_summary_rows()`` and ``get_config()``; one whose pass is a maskless
+chain of layers sets ``_chain`` (:mod:`rnnkit.models._inference`), and ``predict(x)`` /
+``model(x)`` on one array then run just the layers.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""What a built ``Sequential`` finds ONCE for its inference passes (:class:`ChainPlan`), so that
-``predict(x)`` and ``model(x)`` on one array are a loop over the layers' own ``forward``.
+"""What a built ``Sequential`` (or a graph model that is a plain chain, :func:`graph_chain`)
+finds ONCE for its inference passes (:class:`ChainPlan`), so that ``predict(x)`` and
+``model(x)`` on one array are a loop over the layers' own ``forward``.
 
 A chain qualifies when no layer can make a mask out of none: each layer's ``compute_mask`` is
 one of :data:`PASSES_NONE`, which give None for an input without a mask. Without a mask at the
@@ -56,8 +57,8 @@ class ChainPlan:
     def __init__(self, layers: Sequence[Layer], shape: Shape) -> None:
         self.chain: tuple[Layer, ...] = tuple(layers)
         self.dims: tuple[int | None, ...] = tuple(shape.dims[1:])
-        self.tail: tuple[int, ...] | None = (
-            None if any(d is None for d in self.dims) else tuple(int(d) for d in self.dims))  # type: ignore[arg-type]
+        fixed = tuple(d for d in self.dims if d is not None)
+        self.tail: tuple[int, ...] | None = fixed if len(fixed) == len(self.dims) else None
 
     def fits(self, shape: tuple[int, ...]) -> bool:
         """Whether an array of ``shape`` holds at least one sample of the build shape."""
@@ -76,7 +77,8 @@ class ChainPlan:
         """The layers' ``forward`` chained on ``x`` in one fresh inference Ctx; None, running
         nothing, when ``x`` does not pass the quick door (the caller then takes the general
         path). ``finite``: the door also asks every value to be finite (``predict``'s rule;
-        ``model(x)`` passes NaN through as the layers do)."""
+        ``model(x)`` passes NaN through as the layers do). No activity regularizer runs: its
+        penalty would go into this Ctx, which nobody reads after the pass."""
         shape = x.shape
         if not shape or not shape[0] or (shape[1:] != self.tail and not self.fits(shape)):
             return None
