@@ -339,3 +339,21 @@ def test_graphs_that_are_not_plain_chains_keep_the_general_path() -> None:
     ctx = rk.Ctx.inference()
     _, h0, c0 = states.get_layer(index=1).forward(x.astype(np.float32), ctx)
     np.testing.assert_allclose(states.predict(x), h0 + c0, rtol=1e-6)
+
+
+def test_a_subclass_with_its_own_pass_keeps_it() -> None:
+    class Doubled(rk.Sequential):
+        def _forward_masks(self, xs: Any, ctx: Any, check: bool, masks: Any = None) -> Any:
+            outs, out_masks = super()._forward_masks(xs, ctx, check, masks)
+            return [2 * outs[0]], out_masks
+
+    class Tripled(rk.Sequential):
+        def forward(self, x: Any, ctx: Any) -> Any:
+            return 3 * super().forward(x, ctx)
+
+    x = np.random.default_rng(14).standard_normal((2, 5, 3)).astype(np.float32)
+    doubled = Doubled([rk.LSTM(4, seed=1)]).build((None, 5, 3))
+    np.testing.assert_array_equal(doubled.predict(x), 2 * _bare(doubled, x))
+    np.testing.assert_array_equal(doubled(x), 2 * _bare(doubled, x))   # forward runs _forward_masks
+    tripled = Tripled([rk.LSTM(4, seed=1)]).build((None, 5, 3))
+    np.testing.assert_array_equal(tripled(x), 3 * _bare(tripled, x))   # model(x) is forward

@@ -87,6 +87,14 @@ class Model(FitAliases, WeightsAPI):
         outs = self._forward(xs, ctx, check)
         return outs, [None] * len(outs)
 
+    def _keep_chain(self, plan: ChainPlan | None, maker: type[Model]) -> None:
+        """Make ``plan`` the inference plan (:attr:`_chain`), unless the model's class overrides
+        what ``maker`` (the class making the plan) runs a pass with — ``forward``, ``_forward``
+        or ``_forward_masks`` — so that a subclass's own pass is what runs."""
+        cls = type(self)
+        same = all(getattr(cls, n) is getattr(maker, n) for n in ("forward", "_forward", "_forward_masks"))
+        self._chain = plan if same else None
+
     def named_weights(self) -> dict[str, tuple[Layer, str]]:
         raise NotImplementedError
 

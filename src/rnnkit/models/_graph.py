@@ -144,7 +144,7 @@ class GraphModel(Model):
         self.outputs = outputs
         self.n_inputs = len(inputs)
         self.n_outputs = len(outputs)
-        self._chain = graph_chain(nodes, inputs, outputs)   # a chain: predict(x) runs the layers alone
+        self._keep_chain(graph_chain(nodes, inputs, outputs), GraphModel)   # a chain: the layers alone
 
     @property
     def built(self) -> bool:

@@ -130,7 +130,7 @@ class Sequential(Model):
         self.layers.append(layer)
         if self._input_shape is not None:  # built for a declared input shape: build the new layer
             self._out_shapes.append(self._build_layer(len(self.layers) - 1, layer, self._out_shapes[-1]))
-            self._chain = chain_plan(self.layers, self._input_shape)
+            self._keep_chain(chain_plan(self.layers, self._input_shape), Sequential)
         elif len(self.layers) == 1 and (self._given_input or layer.declared_input_shape) is not None:
             # Keras: an Input first, or input_shape= on the first layer
             self.build(self._given_input or layer.declared_input_shape)  # type: ignore[arg-type]
@@ -164,7 +164,7 @@ class Sequential(Model):
             outs.append(cur)
         self._out_shapes = outs
         self._input_shape = first
-        self._chain = chain_plan(self.layers, first)
+        self._keep_chain(chain_plan(self.layers, first), Sequential)
         return self
 
     def _build_layer(self, i: int, layer: Layer, cur: Shape) -> Shape:
