@@ -1,5 +1,6 @@
-"""The packed products' blocking (several panels a call) and the one-row paths of the compiled walker (a batch of one, the small-call case): the row
-product equals the blocked product bit for bit and numpy to rounding; the spare scratch arrays
+"""The packed products' blocking (several panels a call) and the one-row paths of the compiled
+walker (a batch of one, the small-call case): several panels a call keep each panel's bits; the
+row product equals the blocked product bit for bit and numpy to rounding; the spare scratch arrays
 and the direct entry point of a pass never leak one call's values into another's, whatever the
 input's layout; the unmanaged views of the walkers leave no array alive or freed too early."""
 
@@ -173,4 +174,5 @@ def test_full_row_blocks_over_several_panels_keep_each_panels_values(dtype: str)
                         alone[:, c0:c1] = part
                     np.testing.assert_array_equal(got, alone)
                     want = A.astype(np.float64) @ Bm.astype(np.float64) + beta * C0
-                    np.testing.assert_allclose(got, want, rtol=0, atol=tol * max(1.0, float(np.abs(want).max())))
+                    scale = max(1.0, float(np.abs(want).max()))
+                    np.testing.assert_allclose(got, want, rtol=0, atol=tol * scale)
