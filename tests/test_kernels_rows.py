@@ -1,5 +1,6 @@
-"""The one-row paths of the compiled walker (a batch of one, the small-call case): the row
-product equals the blocked product bit for bit and numpy to rounding; the spare scratch arrays
+"""The packed products' blocking (several panels a call) and the one-row paths of the compiled
+walker (a batch of one, the small-call case): several panels a call keep each panel's bits; the
+row product equals the blocked product bit for bit and numpy to rounding; the spare scratch arrays
 and the direct entry point of a pass never leak one call's values into another's, whatever the
 input's layout; the unmanaged views of the walkers leave no array alive or freed too early."""
 
@@ -141,3 +142,37 @@ def test_unmanaged_views_leave_the_arrays_alive_and_free() -> None:
             nrt.memsys_disable_stats()
     assert s1.alloc - s0.alloc > 0
     assert s1.alloc - s0.alloc == s1.free - s0.free
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_full_row_blocks_over_several_panels_keep_each_panels_values(dtype: str) -> None:
+    """Full blocks of MR rows take ``FULL_PANELS`` panels a micro-kernel call: every panel count
+    from 1 to past two such groups (a partial last panel too), beta 0 and 1, gives the same bits
+    as each panel's columns multiplied alone (one panel a call), and numpy's values."""
+    from rnnkit.kernels._packed import FULL_PANELS, MR, nr_of, pack, rgemm
+
+    rng = np.random.default_rng(2)
+    nr = nr_of(dtype)
+    tol = 2e-5 if dtype == "float32" else 1e-13
+    for M in (MR, 2 * MR + 1, 3 * MR + 5):
+        for npan in range(1, 2 * FULL_PANELS + 2):
+            for N in (npan * nr, npan * nr - 3):
+                if N <= 0:
+                    continue
+                K = 37
+                Bm = rng.standard_normal((K, N)).astype(dtype)
+                A = rng.standard_normal((M, K)).astype(dtype)
+                C0 = rng.standard_normal((M, N)).astype(dtype)
+                for beta in (0.0, 1.0):
+                    got = C0.copy()
+                    rgemm(A, pack(Bm), got, beta)
+                    alone = C0.copy()
+                    for c0 in range(0, N, nr):
+                        c1 = min(N, c0 + nr)
+                        part = np.ascontiguousarray(alone[:, c0:c1])
+                        rgemm(A, pack(Bm, cols=(c0, c1)), part, beta)
+                        alone[:, c0:c1] = part
+                    np.testing.assert_array_equal(got, alone)
+                    want = A.astype(np.float64) @ Bm.astype(np.float64) + beta * C0
+                    scale = max(1.0, float(np.abs(want).max()))
+                    np.testing.assert_allclose(got, want, rtol=0, atol=tol * scale)
