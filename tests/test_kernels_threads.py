@@ -33,6 +33,8 @@ def _layer(kind: str) -> rk.RecurrentLayer:
         return rk.LSTM(7, go_backwards=True, **kw)
     if kind == "gru":
         return rk.GRU(6, **kw)
+    if kind == "simple":
+        return rk.SimpleRNN(6, **kw)
     return rk.GRU(6, reset_after=True, **kw)
 
 
@@ -63,7 +65,7 @@ def split_everything(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return seen
 
 
-@pytest.mark.parametrize("kind", ["lstm", "lstm_proj", "lstm_back", "gru", "gru_ra"])
+@pytest.mark.parametrize("kind", ["lstm", "lstm_proj", "lstm_back", "gru", "gru_ra", "simple"])
 @pytest.mark.parametrize("masked", [False, True], ids=["plain", "lengths"])
 def test_training_bits_do_not_depend_on_the_thread_count(monkeypatch: pytest.MonkeyPatch,
                                                           split_everything: list[int], kind: str,

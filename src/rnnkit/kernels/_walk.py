@@ -110,7 +110,16 @@ def walk_train(step: Any, x_tm: Any, PW: Any, b0: Any, xw: Any, hist: Any, parks
     x_tm[s] @ W + b0`` (``W`` packed in ``PW``; these rows only, so the projection runs in the
     blocks too), then steps; ``xw`` (T, B, N) holds the step input of each step, as the step
     leaves it, on exit; ``hist`` the state parts (T+1, B, w) with row 0 set; ``parks`` (T, B, w)
-    receive what each step parks."""
+    receive what each step parks. When the block is the whole batch, every step's projection is
+    made before the time loop as one product over the ``T*B`` rows (``x_tm`` and ``xw``
+    C-contiguous): each element is the same chain ``b0 + sum over k in increasing order`` as
+    the per-step product gives it, so the bits do not depend on the blocks."""
+    x_all, xw_all = unmanaged(x_tm), unmanaged(xw)
+    whole = lo == 0 and hi == xw_all.shape[1]
+    if whole:
+        Ta, Ba, Fa = x_all.shape
+        project(x_all.reshape((Ta * Ba, Fa)), unmanaged(PW), unmanaged(b0),
+                xw_all.reshape((Ta * Ba, xw_all.shape[2])))
     x_tm, xw, mask, rm = (unmanaged(x_tm)[:, lo:hi], unmanaged(xw)[:, lo:hi], unmanaged(mask)[:, lo:hi],
                           unmanaged(rm)[lo:hi])
     st, pk = cols_block(unmanaged_all(hist), lo, hi), cols_block(unmanaged_all(parks), lo, hi)
@@ -124,8 +133,9 @@ def walk_train(step: Any, x_tm: Any, PW: Any, b0: Any, xw: Any, hist: Any, parks
     fedbuf, rec, tmp = (unmanaged(held[0])[:, 0:S], unmanaged(held[1])[:, 0:nr],
                         unmanaged(held[2])[:, 0:N])
     for s in range(T):
-        _fill_rows(xw[s], b0)
-        rgemm(x_tm[s], PW, xw[s], 1.0)
+        if not whole:
+            _fill_rows(xw[s], b0)
+            rgemm(x_tm[s], PW, xw[s], 1.0)
         _one_step(step, xw[s], rec, fedbuf, st, s, s + 1, pk, s, rm, rdrop, PU, srcs, cols, apart, b1, proj,
                   PWp, own, tmp, opts)
         if masked:                                  # a masked step carries every state part over
