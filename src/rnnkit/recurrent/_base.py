@@ -313,9 +313,9 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
         order; the (T, B) real-step mask in processing order, or None)."""
         if mask is None:
             return None, None
-        valid = mask.valid(T)
         if not self.go_backwards:
-            return None, np.ascontiguousarray(valid.T)
+            return None, mask.time_major(T)
+        valid = mask.valid(T)
         idx = np.ascontiguousarray(mask.reverse_index(T).T)   # reversed within each length
         return idx, np.ascontiguousarray(np.take_along_axis(valid, idx.T, axis=1).T)
 
