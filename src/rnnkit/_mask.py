@@ -39,6 +39,15 @@ def _array(value: Any, expected: str) -> np.ndarray:
                                 f"an array ({e})") from None
 
 
+def _bounds(n: np.ndarray) -> tuple[int, int]:
+    """(smallest, largest) of the 1-D int array ``n``, ``(0, 0)`` when empty: through Python
+    ints for a short one (where two NumPy reductions cost more than the list), else NumPy's."""
+    if n.size <= 256:
+        got = n.tolist()
+        return (min(got), max(got)) if got else (0, 0)
+    return int(n.min()), int(n.max())
+
+
 class Mask:
     """``Mask(mask)`` (boolean (B, T)) or ``Mask(lengths=lengths)`` ((B,) ints in [0, T])."""
 
@@ -62,11 +71,11 @@ class Mask:
             self._mask = m.astype(bool)
         else:
             n = _array(lengths, "lengths as non-negative ints of shape (batch,)")
-            if n.ndim != 1 or n.dtype.kind not in "iu" or (n.size and n.dtype.kind == "i" and n.min() < 0):
+            lo, self._top = _bounds(n) if n.ndim == 1 and n.dtype.kind in "iu" else (-1, 0)
+            if lo < 0:
                 raise InvalidInputError(
                     f"Mask: expected lengths as non-negative ints of shape (batch,), got dtype {n.dtype} "
                     f"shape {n.shape}")
-            self._top = int(n.max()) if n.size else 0
             if self._top > _MAX_LENGTH:
                 raise InvalidInputError(f"Mask: a length of {self._top} is beyond any sequence "
                                         f"(at most {_MAX_LENGTH})")

@@ -300,8 +300,9 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
             if wc is not None or not out.flags.c_contiguous:
                 out = swap01(seq)                 # never a view of the cache (B == 1, T == 1)
             if lengths:                           # PyTorch's packed semantics: zero past the end
-                assert m_tm is not None
-                out *= m_tm.T[:, :, None]
+                for b, n in enumerate(mask.ends(T).tolist()):   # (processing order keeps the end)
+                    if n < T:
+                        out[b, n:] = 0.0
         else:
             out = np.array(final[0])
         if not (self.return_state or api != "layer"):   # the final state is not handed out
