@@ -300,6 +300,7 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
             if wc is not None or not out.flags.c_contiguous:
                 out = swap01(seq)                 # never a view of the cache (B == 1, T == 1)
             if lengths:                           # PyTorch's packed semantics: zero past the end
+                assert mask is not None
                 for b, n in enumerate(mask.ends(T).tolist()):   # (processing order keeps the end)
                     if n < T:
                         out[b, n:] = 0.0
