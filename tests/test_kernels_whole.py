@@ -101,3 +101,21 @@ def test_lengths_checks_read_the_longest_length_kept() -> None:
         rk.Mask(lengths=np.array([2**63], np.uint64))
     with pytest.raises(rk.InvalidInputError, match="non-negative"):
         rk.Mask(lengths=np.array([1, -1]))
+
+
+@pytest.mark.parametrize("cls", [rk.LSTM, rk.GRU])
+def test_one_row_reads_the_input_in_place_and_leaves_it_unchanged(cls: type) -> None:
+    layer = cls(H, return_sequences=True, return_state=True, seed=5)
+    layer.build((None, 8, F))
+    x = np.random.default_rng(2).standard_normal((1, 8, F)).astype(np.float32)
+    keep = x.copy()
+    frozen = x.copy()
+    frozen.flags.writeable = False                  # a read-only input: copied, as before
+    strided = np.repeat(x, 2, axis=2)[:, :, ::2]    # not contiguous: copied
+    ref = _forward(layer, x, {}, "reference")
+    got = [_forward(layer, a, {}, "fast") for a in (x, frozen, strided)]
+    assert np.array_equal(x, keep)
+    for run in got:
+        for a, b, c in zip(run, got[0], ref, strict=True):
+            assert np.array_equal(a, b)
+            np.testing.assert_allclose(a, c, rtol=0, atol=2e-5 * max(1.0, float(np.abs(c).max())))

@@ -278,7 +278,11 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
             drop = (ctx.rng.random((B, 1, arr.shape[2])) >= self.dropout).astype(self.dtype)
             drop /= self.dtype.type(1.0 - self.dropout)
             arr = arr * drop
-        if idx is None:
+        f = arr.flags
+        if idx is None and B == 1 and not (self.go_backwards or ctx.training_mode) and f.c_contiguous \
+                and f.writeable and f.aligned:     # one row: time-major is the same memory, read only
+            x_tm = arr.reshape(T, 1, arr.shape[2])
+        elif idx is None:
             x_tm = swap01(arr[:, ::-1] if self.go_backwards else arr)
         else:
             x_tm = arr[np.arange(B)[None, :], idx]
