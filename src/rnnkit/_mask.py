@@ -39,10 +39,19 @@ def _array(value: Any, expected: str) -> np.ndarray:
                                 f"an array ({e})") from None
 
 
+def _bounds(n: np.ndarray) -> tuple[int, int]:
+    """(smallest, largest) of the 1-D int array ``n``, ``(0, 0)`` when empty: through Python
+    ints for a short one (where two NumPy reductions cost more than the list), else NumPy's."""
+    if n.size <= 256:
+        got = n.tolist()
+        return (min(got), max(got)) if got else (0, 0)
+    return int(n.min()), int(n.max())
+
+
 class Mask:
     """``Mask(mask)`` (boolean (B, T)) or ``Mask(lengths=lengths)`` ((B,) ints in [0, T])."""
 
-    __slots__ = ("kind", "_mask", "_lengths")
+    __slots__ = ("kind", "_mask", "_lengths", "_top", "_tm")
 
     def __init__(self, mask: Any = None, *, lengths: Any = None) -> None:
         if (mask is None) == (lengths is None):
@@ -51,6 +60,8 @@ class Mask:
             raise InvalidInputError("Mask: already a Mask; pass it as it is")
         self._mask: np.ndarray | None = None
         self._lengths: np.ndarray | None = None
+        self._top = 0                      # the longest length (lengths only)
+        self._tm: tuple[int, np.ndarray] | None = None   # (T, time_major(T)), made on first use
         if mask is not None:
             m = _array(mask, "a boolean (batch, timesteps) mask")
             if m.ndim != 2 or not (m.dtype == np.bool_ or m.dtype.kind in "iu" and np.isin(m, (0, 1)).all()):
@@ -60,12 +71,13 @@ class Mask:
             self._mask = m.astype(bool)
         else:
             n = _array(lengths, "lengths as non-negative ints of shape (batch,)")
-            if n.ndim != 1 or n.dtype.kind not in "iu" or (n.size and n.min() < 0):
+            lo, self._top = _bounds(n) if n.ndim == 1 and n.dtype.kind in "iu" else (-1, 0)
+            if lo < 0:
                 raise InvalidInputError(
                     f"Mask: expected lengths as non-negative ints of shape (batch,), got dtype {n.dtype} "
                     f"shape {n.shape}")
-            if n.size and int(n.max()) > _MAX_LENGTH:
-                raise InvalidInputError(f"Mask: a length of {int(n.max())} is beyond any sequence "
+            if self._top > _MAX_LENGTH:
+                raise InvalidInputError(f"Mask: a length of {self._top} is beyond any sequence "
                                         f"(at most {_MAX_LENGTH})")
             self.kind = "lengths"
             self._lengths = n.astype(np.int64)
@@ -89,8 +101,8 @@ class Mask:
         if self._lengths is not None:
             if self._lengths.shape != (B,):
                 raise InvalidInputError(f"{where}: lengths has shape {self._lengths.shape}, expected ({B},)")
-            if self._lengths.size and self._lengths.max() > T:
-                raise InvalidInputError(f"{where}: a length of {int(self._lengths.max())} exceeds the "
+            if self._top > T:
+                raise InvalidInputError(f"{where}: a length of {self._top} exceeds the "
                                         f"{T} timesteps of the input")
 
     def valid(self, T: int) -> np.ndarray:
@@ -99,6 +111,19 @@ class Mask:
             return self._mask
         assert self._lengths is not None
         return np.arange(T)[None, :] < self._lengths[:, None]
+
+    def time_major(self, T: int) -> np.ndarray:
+        """The (T, B) boolean array of real steps, C-contiguous (``valid(T).T`` laid out in time
+        order), made once per ``T`` and then the same array: read it, never write it."""
+        got = self._tm
+        if got is not None and got[0] == T:
+            return got[1]
+        if self._lengths is not None:
+            tm = np.arange(T)[:, None] < self._lengths[None, :]
+        else:
+            tm = np.ascontiguousarray(self.valid(T).T)
+        self._tm = (T, tm)
+        return tm
 
     def ends(self, T: int) -> np.ndarray:
         """Per sequence, the index of its last real step plus one (its length; 0 when empty)."""

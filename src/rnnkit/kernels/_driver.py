@@ -19,9 +19,9 @@ from typing import Any
 import numba
 import numpy as np
 
-from rnnkit.kernels import _cache, _walk
+from rnnkit.kernels import _cache, _threads, _walk
 from rnnkit.kernels._packed import gemm, pack, rgemm
-from rnnkit.kernels._plans import _plan, _ro
+from rnnkit.kernels._plans import _Plan, _plan, _ro
 from rnnkit.kernels._reduce import product_tn, reduce
 from rnnkit.kernels._step import Step
 from rnnkit.kernels._threads import run_blocks
@@ -80,6 +80,8 @@ def _mask_arg(mask: np.ndarray | None, T: int, B: int) -> np.ndarray:
     """The (T, B) uint8 mask the compiled loops read (an empty one, never read, without a mask)."""
     if mask is None:
         return _NO_MASK
+    if mask.dtype == np.bool_ and mask.flags.c_contiguous and mask.flags.writeable:
+        return mask.view(np.uint8)           # the same bytes (True is 1): no copy
     return np.ascontiguousarray(mask, dtype=np.uint8)
 
 
@@ -122,6 +124,8 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
         if step.input_park is not None:
             parks = {step.input_park: xw, **parks}
         return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), (hist, parks)
+    if B < 2 * _threads.MIN_ROWS or _threads.CORES == 1:     # one row block: no closure, no split
+        return _infer_whole(pl, x_tm, init, keep_seq, mk, mask is not None)
     # inference: the state in a ring of two rows, one chunk of projections; the output in (B, T, out)
     ring = tuple(np.zeros((2, B, n), dt) for n in sizes)
     if init is not None:
@@ -147,6 +151,42 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
     run_blocks(B, infer)
     pl.spare(skey, pk1)
     return (seq_view if keep_seq else None), tuple(r[T % 2] for r in ring), None
+
+
+def _whole_scratch(pl: _Plan, B: int, T: int, dt: np.dtype) -> tuple[Arrays, np.ndarray]:
+    """(the parks (1, B, w) and the empty one, the projection chunk) of an inference pass over
+    a whole batch of B rows and T steps."""
+    pk1 = (*(np.empty((1, B, wd), dt) for wd in pl.park_sizes.values()), np.empty((1, B, 0), dt))
+    return pk1, np.empty((_chunk(T, B, pl.N * dt.itemsize) * B, pl.N), dt)
+
+
+def _infer_whole(pl: _Plan, x_tm: np.ndarray, init: Arrays | None, keep_seq: bool, mk: np.ndarray,
+                 masked: bool) -> tuple[np.ndarray | None, Arrays, None]:
+    """The inference walk of :func:`walk` over the whole batch in one compiled call (what
+    :func:`walk` does when the batch is one row block): the same arrays and the same compiled
+    loop, with the per-call Python cut to the allocations of the results. The parks and the
+    projection chunk come as one pair of scratch arrays keyed by (B, T); the compiled entry
+    point by the layouts of the input and the mask (:meth:`_Plan.entry`)."""
+    T, B, _ = x_tm.shape
+    dt = x_tm.dtype
+    sizes = pl.sizes
+    ring = tuple([np.zeros((2, B, n), dt) for n in sizes])
+    if init is not None:
+        for k, r in enumerate(ring):
+            r[0] = init[k]
+    out = np.empty((B, T if keep_seq else 1, sizes[0]), dt)
+    skey = (B, T)
+    got = pl.scratch(skey, lambda: _whole_scratch(pl, B, T, dt))
+    pk1, buf = got
+    f = x_tm.flags
+    ekey = (keep_seq, f.c_contiguous, f.f_contiguous, f.writeable, f.aligned,
+            _layout_key(mk) if masked else None)
+    PW, PU, PWp = pl.forward_panels()
+    pl.entry(ekey, pl.infer, (pl.handle, x_tm, PW, pl.b0, ring, pk1, out, keep_seq, buf, mk, masked, PU,
+                              pl.srcs, pl.cols, pl.apart, pl.b1, pl.proj, PWp, pl.own, pl.opts, 0, B))
+    pl.spare(skey, got)
+    r = T % 2
+    return (out.transpose(1, 0, 2) if keep_seq else None), tuple([a[r] for a in ring]), None
 
 
 def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.ndarray],

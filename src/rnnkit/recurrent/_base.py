@@ -278,7 +278,11 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
             drop = (ctx.rng.random((B, 1, arr.shape[2])) >= self.dropout).astype(self.dtype)
             drop /= self.dtype.type(1.0 - self.dropout)
             arr = arr * drop
-        if idx is None:
+        f = arr.flags
+        if idx is None and B == 1 and not (self.go_backwards or ctx.training_mode) and f.c_contiguous \
+                and f.writeable and f.aligned:     # one row: time-major is the same memory, read only
+            x_tm = arr.reshape(T, 1, arr.shape[2])
+        elif idx is None:
             x_tm = swap01(arr[:, ::-1] if self.go_backwards else arr)
         else:
             x_tm = arr[np.arange(B)[None, :], idx]
@@ -300,8 +304,10 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
             if wc is not None or not out.flags.c_contiguous:
                 out = swap01(seq)                 # never a view of the cache (B == 1, T == 1)
             if lengths:                           # PyTorch's packed semantics: zero past the end
-                assert m_tm is not None
-                out *= m_tm.T[:, :, None]
+                assert mask is not None
+                for b, n in enumerate(mask.ends(T).tolist()):   # (processing order keeps the end)
+                    if n < T:
+                        out[b, n:] = 0.0
         else:
             out = np.array(final[0])
         if not (self.return_state or api != "layer"):   # the final state is not handed out
@@ -313,9 +319,9 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
         order; the (T, B) real-step mask in processing order, or None)."""
         if mask is None:
             return None, None
-        valid = mask.valid(T)
         if not self.go_backwards:
-            return None, np.ascontiguousarray(valid.T)
+            return None, mask.time_major(T)
+        valid = mask.valid(T)
         idx = np.ascontiguousarray(mask.reverse_index(T).T)   # reversed within each length
         return idx, np.ascontiguousarray(np.take_along_axis(valid, idx.T, axis=1).T)
 
