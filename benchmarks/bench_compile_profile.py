@@ -8,7 +8,9 @@ compiles, left out) split into Numba's phases — typing (``NopythonTypeInferenc
 rewrites around it), inlining (``InlineOverloads``, ``InlineInlinables``, ``InlineClosureLikeCalls``
 ...), lowering (``NativeLowering`` less the LLVM work inside it), other Numba passes — and
 LLVM (function passes, module passes, machine code), then the totals. Also lists every
-specialisation the demo compiles (function and argument types).
+specialisation the demo compiles (function and argument types). With ``--ahead`` the child
+that compiles the backward ahead stays on, and the table is what the fitting process still
+compiles itself beside it.
 
 Usage::
 
@@ -30,7 +32,8 @@ from typing import Any
 
 _TMP = tempfile.mkdtemp(prefix="rnnkit-prof-")
 os.environ["NUMBA_CACHE_DIR"] = _TMP
-os.environ["RNNKIT_COMPILE_AHEAD"] = "0"
+if "--ahead" not in sys.argv[1:]:
+    os.environ["RNNKIT_COMPILE_AHEAD"] = "0"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from numba.core import ccallback, codegen, event  # noqa: E402
@@ -153,6 +156,9 @@ def main() -> None:
     ap.add_argument("--part", default="demo", choices=("demo", "train", "back", "infer", "products"),
                     help="the demo's fit (default), or one part of the compile-ahead split alone: the "
                          "demo's LSTM cell's kernels as rnnkit.kernels._warm.exercise runs them")
+    ap.add_argument("--ahead", action="store_true",
+                    help="keep the demo's compile-ahead child: the table is then what THIS process "
+                         "compiles itself (what it loads from the child's cache is not listed)")
     ap.add_argument("--gc", default="on", choices=("on", "off", "high"),
                     help="Python's cyclic garbage collector during the run: on (default), off, or "
                          "high thresholds (gc.set_threshold(100000, 50, 100))")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from rnnkit.kernels._jit import OPTS, njit, row
 from rnnkit.kernels._packed import gemm, gemm2, rgemm
 
@@ -38,6 +40,17 @@ def bias_sums(dxw2: Any, drec2: Any, db: Any, c0: int, c1: int) -> None:
                 d1[j] += dr[j]
 
 
+def _readonly(a: np.ndarray) -> np.ndarray:
+    """``a``, or a read-only view of it (no copy): the packing of a product's right-hand side
+    then has the argument type of a read-only weight's, one compiled version for both (measured
+    on an empty cache, the demo's LSTM: one specialisation and about 0.5 CPU s fewer)."""
+    if not a.flags.writeable:
+        return a
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
 def reductions(x2: Any, dxw2: Any, drec2: Any, shared: bool, P1: Any, P2: Any, split: int, W: Any, dW: Any,
                db: Any, dU: Any, dx2: Any, c0: int, c1: int, r0: int, r1: int) -> None:
     """The walker's batched weight-gradient reductions (see its docstring) for the gate columns
@@ -55,7 +68,7 @@ def reductions(x2: Any, dxw2: Any, drec2: Any, shared: bool, P1: Any, P2: Any, s
     calls from Python per backward pass.)"""
     if c1 > c0:
         if shared and split >= c1:         # dU's columns all from P1, against the same dxw: one packing
-            gemm2(x2.T, dW, P1.T, dU, dxw2, c0, c1)
+            gemm2(x2.T, dW, P1.T, dU, _readonly(dxw2), c0, c1)
         else:
             gemm(x2.T, dxw2, False, dW, False, c0, c1)
         bias_sums(dxw2, drec2, db, c0, c1)
