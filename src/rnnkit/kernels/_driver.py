@@ -127,15 +127,11 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
     if B < 2 * _threads.MIN_ROWS or _threads.CORES == 1:     # one row block: no closure, no split
         return _infer_whole(pl, x_tm, init, keep_seq, mk, mask is not None)
     # inference: the state in a ring of two rows, one chunk of projections; the output in (B, T, out)
-    ring = tuple(np.zeros((2, B, n), dt) for n in sizes)
-    if init is not None:
-        for k, r in enumerate(ring):
-            r[0] = init[k]
+    ring = _ring(sizes, B, dt, init)
     out = np.empty((B, T if keep_seq else 1, sizes[0]), dt)
     seq_view = out.transpose(1, 0, 2)
     skey = (B, T, N)
-    pk1 = pl.scratch(skey, lambda: (*(np.empty((1, B, wd), dt) for wd in pl.park_sizes.values()),
-                                    np.empty((1, B, 0), dt)))
+    pk1 = pl.scratch(skey, lambda: _parks1(pl, B, dt))
     # every argument's type but the input's and the mask's is the plan's: their layouts complete the key
     ekey = (_layout_key(x_tm), keep_seq, None if mask is None else _layout_key(mk))
 
@@ -153,11 +149,26 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
     return (seq_view if keep_seq else None), tuple(r[T % 2] for r in ring), None
 
 
+def _ring(sizes: tuple[int, ...], B: int, dt: np.dtype, init: Arrays | None) -> Arrays:
+    """The inference state: per state part a ring of two (B, width) rows, row 0 the initial
+    state (``init``, or zeros)."""
+    ring = tuple([np.zeros((2, B, n), dt) for n in sizes])
+    if init is not None:
+        for k, r in enumerate(ring):
+            r[0] = init[k]
+    return ring
+
+
+def _parks1(pl: _Plan, B: int, dt: np.dtype) -> Arrays:
+    """One step's parks (1, B, width) per parked name, then the empty one an inference step
+    writes when it parks nothing."""
+    return (*(np.empty((1, B, wd), dt) for wd in pl.park_sizes.values()), np.empty((1, B, 0), dt))
+
+
 def _whole_scratch(pl: _Plan, B: int, T: int, dt: np.dtype) -> tuple[Arrays, np.ndarray]:
     """(the parks (1, B, w) and the empty one, the projection chunk) of an inference pass over
     a whole batch of B rows and T steps."""
-    pk1 = (*(np.empty((1, B, wd), dt) for wd in pl.park_sizes.values()), np.empty((1, B, 0), dt))
-    return pk1, np.empty((_chunk(T, B, pl.N * dt.itemsize) * B, pl.N), dt)
+    return _parks1(pl, B, dt), np.empty((_chunk(T, B, pl.N * dt.itemsize) * B, pl.N), dt)
 
 
 def _infer_whole(pl: _Plan, x_tm: np.ndarray, init: Arrays | None, keep_seq: bool, mk: np.ndarray,
@@ -170,17 +181,12 @@ def _infer_whole(pl: _Plan, x_tm: np.ndarray, init: Arrays | None, keep_seq: boo
     T, B, _ = x_tm.shape
     dt = x_tm.dtype
     sizes = pl.sizes
-    ring = tuple([np.zeros((2, B, n), dt) for n in sizes])
-    if init is not None:
-        for k, r in enumerate(ring):
-            r[0] = init[k]
+    ring = _ring(sizes, B, dt, init)
     out = np.empty((B, T if keep_seq else 1, sizes[0]), dt)
     skey = (B, T)
     got = pl.scratch(skey, lambda: _whole_scratch(pl, B, T, dt))
     pk1, buf = got
-    f = x_tm.flags
-    ekey = (keep_seq, f.c_contiguous, f.f_contiguous, f.writeable, f.aligned,
-            _layout_key(mk) if masked else None)
+    ekey = (_layout_key(x_tm), keep_seq, _layout_key(mk) if masked else None)   # as walk's
     PW, PU, PWp = pl.forward_panels()
     pl.entry(ekey, pl.infer, (pl.handle, x_tm, PW, pl.b0, ring, pk1, out, keep_seq, buf, mk, masked, PU,
                               pl.srcs, pl.cols, pl.apart, pl.b1, pl.proj, PWp, pl.own, pl.opts, 0, B))
