@@ -4,7 +4,8 @@ never a test): ``python benchmarks/bench_ab.py OLD_SRC NEW_SRC native|avx2 ROUND
 Each child imports rnnkit from one tree (``PYTHONPATH``) with one kernel thread and times
 ``layer.forward`` (inference) and forward + backward with a ones gradient (training) of
 SimpleRNN, LSTM and GRU (``return_sequences=True``) at each shape, the median of its calls in
-a fixed time budget. Rounds alternate the order of the trees; the table gives the median of the
+a fixed time budget, in process CPU time (``time.process_time``, so other load on the
+machine moves the figures less than wall time would). Rounds alternate the order of the trees; the table gives the median of the
 per-round medians and new/old (below 1: the new tree is faster). ``avx2`` restricts Numba and
 OpenBLAS to AVX2 in the children.
 """
@@ -50,9 +51,9 @@ def child(shapes: list[str]) -> None:
                 ts: list[float] = []
                 t_end = time.perf_counter() + budget
                 while time.perf_counter() < t_end or len(ts) < 3:
-                    t0 = time.perf_counter()
+                    t0 = time.process_time()
                     fn()
-                    ts.append(time.perf_counter() - t0)
+                    ts.append(time.process_time() - t0)
                 ts.sort()
                 out[f"{s} {c} {mode}"] = ts[len(ts) // 2]
     print("RESULT" + json.dumps(out), flush=True)
