@@ -195,6 +195,54 @@ def _infer_whole(pl: _Plan, x_tm: np.ndarray, init: Arrays | None, keep_seq: boo
     return (out.transpose(1, 0, 2) if keep_seq else None), tuple([a[r] for a in ring]), None
 
 
+class _Quick:
+    """The prepared call of :func:`infer` for one plan and ``keep_seq``: the compiled version's
+    entry point and the arguments that are the plan's (the same for every call)."""
+
+    __slots__ = ("fn", "tail")
+
+    def __init__(self, fn: Any, tail: tuple[Any, ...]) -> None:
+        self.fn, self.tail = fn, tail
+
+
+def infer(cell: Any, step: Step, w: Any, x_tm: np.ndarray, keep_seq: bool, opts: Any = None
+          ) -> np.ndarray | None:
+    """The inference walk of :func:`walk` from a zero state, without a mask, when the batch is
+    one row block and ``x_tm`` is C-contiguous, writeable and aligned; else None (nothing run:
+    :func:`walk` takes the call). Returns a new array: the output of every step, batch-major
+    (B, T, out), with ``keep_seq``, else the final state part 0 (B, out). The same compiled
+    loop on the same arrays as :func:`_infer_whole`, so the same values; the per-call Python
+    is the plan's lookup, the allocation of the results and one call of the compiled
+    version's entry point (found on the first call, per plan and ``keep_seq``)."""
+    T, B, _ = x_tm.shape
+    f = x_tm.flags
+    if (B >= 2 * _threads.MIN_ROWS and _threads.CORES > 1) or B == 0 or not (
+            f.c_contiguous and f.writeable and f.aligned):
+        return None
+    dt = x_tm.dtype
+    pl = _plan(cell, step, w, dt, opts)
+    sizes = pl.sizes
+    ring = tuple([np.zeros((2, B, n), dt) for n in sizes])
+    out = np.empty((B, T if keep_seq else 1, sizes[0]), dt)
+    skey = (B, T)
+    got = pl.scratch(skey, lambda: _whole_scratch(pl, B, T, dt))
+    q = pl.quick.get(keep_seq)
+    if q is not None:
+        q.fn(pl.handle, x_tm, q.tail[0], pl.b0, ring, got[0], out, keep_seq, got[1], _NO_MASK, False,
+             *q.tail[1:], 0, B)
+    else:                                      # the first call: through the dispatcher
+        PW, PU, PWp = pl.forward_panels()
+        tail = (PW, PU, pl.srcs, pl.cols, pl.apart, pl.b1, pl.proj, PWp, pl.own, pl.opts)
+        args = (pl.handle, x_tm, PW, pl.b0, ring, got[0], out, keep_seq, got[1], _NO_MASK, False, *tail[1:],
+                0, B)
+        pl.infer(*args)
+        ov = pl.infer.overloads.get(tuple(numba.typeof(a) for a in args))
+        if ov is not None:
+            pl.quick[keep_seq] = _Quick(ov.entry_point, tail)
+    pl.spare(skey, got)
+    return out if keep_seq else ring[0][T % 2]
+
+
 def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.ndarray],
               parks: dict[str, np.ndarray], mask: np.ndarray | None, rdrop: np.ndarray | None, g: np.ndarray,
               full: bool, d_final: Arrays | None = None, need_dx: bool = True, opts: Any = None

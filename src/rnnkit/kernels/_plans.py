@@ -115,6 +115,8 @@ class _Plan:
         self.sizes: tuple[int, ...] = tuple(cell.state_sizes())
         self._spares: list[tuple[Any, Any]] = []
         self._entries: dict[Any, Any] = {}
+        #: the prepared calls of :func:`rnnkit.kernels._driver.infer`, by (keep_seq, B, T)
+        self.quick: dict[Any, Any] = {}
 
     def scratch(self, key: Any, make: Callable[[], Any]) -> Any:
         """Arrays a pass writes and reads within the call only (the inference parks and

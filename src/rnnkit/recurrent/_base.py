@@ -24,7 +24,7 @@ from rnnkit.kernels._threads import swap01
 from rnnkit.recurrent._cell import Arrays, Cell
 from rnnkit.recurrent._registry import cell_from_config, cell_to_config
 from rnnkit.recurrent._streaming import Streaming
-from rnnkit.recurrent._walker import PassCache, walk, walk_back
+from rnnkit.recurrent._walker import PassCache, infer, walk, walk_back
 from rnnkit.recurrent._weights import RecurrentWeights
 
 
@@ -222,6 +222,9 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
         for a ``stateful`` layer, where the previous call left it). ``ctx.mask`` (a
         :class:`~rnnkit.Mask`) marks the real steps of a padded batch. With ``return_state`` the
         result is ``[output, *final_state_parts]``."""
+        if type(x) is np.ndarray and not (ctx.training_mode or self.stateful or self.return_state) \
+                and ctx.mask is None and type(self)._pass is RecurrentLayer._pass:
+            return self._infer(x)   # (a subclass with a pass of its own, e.g. int8, keeps it)
         arr, init = self._split_inputs(x)
         out, final = self._pass(arr, init, ctx, self.return_sequences, "layer")
         return [out, *final] if self.return_state else out
@@ -313,6 +316,28 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
         if not (self.return_state or api != "layer"):   # the final state is not handed out
             return out, ()
         return out, tuple(np.array(f) for f in final)
+
+    def _infer(self, x: np.ndarray) -> np.ndarray:
+        """:meth:`forward` of an inference pass on one array from a zero state without a mask
+        (what :meth:`_pass` does then): the compiled walker's prepared call
+        (:func:`._walker.infer`) when it takes the call, else :func:`._walker.walk`."""
+        arr = self._check_input(x)
+        B, T, F = arr.shape
+        f = arr.flags
+        if B == 1 and not self.go_backwards and f.c_contiguous and f.writeable and f.aligned:
+            x_tm = arr.reshape(T, 1, F)            # one row: time-major is the same memory
+        else:
+            x_tm = swap01(arr[:, ::-1] if self.go_backwards else arr)
+        keep_seq = self.return_sequences
+        got = infer(self.cell, self._weights, x_tm, keep_seq)
+        if got is not None:
+            return got
+        seq, final, _ = walk(self.cell, self._weights, x_tm, None, False, keep_seq)
+        if not keep_seq:
+            return np.array(final[0])
+        assert seq is not None
+        out = seq.transpose(1, 0, 2)              # (the walk's own new array)
+        return out if out.flags.c_contiguous else swap01(seq)
 
     def _order(self, mask: Any, B: int, T: int) -> tuple[np.ndarray | None, np.ndarray | None]:
         """(time index (T, B) of the input each processing step reads, or None for the plain

@@ -82,6 +82,17 @@ def walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, init: Arrays
     return seq, final, None if kept is None else WalkCache(x_tm, kept[0], kept[1], mask, rdrop)
 
 
+def infer(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, keep_seq: bool) -> np.ndarray | None:
+    """The inference walk of :func:`walk` from a zero state without a mask, by the compiled
+    walker's prepared call (:func:`rnnkit.kernels._driver.infer`): a new array, the output of
+    every step batch-major (B, T, out) with ``keep_seq``, else the final state part 0 (B, out);
+    None (nothing run) when that path does not take the call (:func:`walk` then)."""
+    found = kernels.find_options(cell)
+    if found is None:
+        return None
+    return kernels.driver().infer(cell, found[0], w, x_tm, keep_seq, found[1])  # type: ignore[no-any-return]
+
+
 def walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCache, g: np.ndarray,
               full: bool, d_final: Arrays | None = None,
               need_dx: bool = True) -> tuple[np.ndarray | None, dict[str, np.ndarray], Arrays]:
