@@ -1,20 +1,22 @@
 """Where the time of one small inference call goes (run by hand, never a test).
 
 At S1 (B, T, F, H) = (1, 100, 16, 32), float32, one thread (``RNNKIT_KERNEL_THREADS=1`` is set
-here before rnnkit is imported), for LSTM and GRU, the table splits ``layer.forward(x,
-Ctx.inference())`` into:
+here before rnnkit is imported), for LSTM and GRU with ``return_sequences=True``, the table
+splits ``layer.forward(x, Ctx.inference())`` into:
 
-- **python: layer** the layer's own Python (argument checks, the ``Ctx``, the transpose to
-  time-major, the output copy): ``layer.forward`` minus the driver's ``walk``;
+- **python: layer** the layer's own Python (argument checks, the time-major view, the
+  options lookup): ``layer.forward`` minus the driver's prepared call (``_driver.infer``);
 - **driver: plan** finding the pass's plan and packed weights (kept per cell while the
   weights are the same arrays); **packing, uncached** what laying out W and U as panels costs
   when done again (every pass, before the plans were kept);
-- **driver: rest** the driver's Python around the compiled call (allocation, dispatch):
-  ``walk`` minus the plan minus the compiled call;
-- **compiled call** the compiled inference loop called directly with prepared arguments, split
-  into its fixed cost (the same call at T=1, minus one step) and its steps;
+- **driver: rest** the driver's Python around the compiled call (the results' allocation, the
+  scratch, the call's arguments): ``infer`` minus the plan minus the compiled call;
+- **compiled call** the compiled inference loop's entry point (what ``infer`` calls) with
+  prepared arguments, split into its fixed cost (the same call at T=1, minus one step, with
+  the arguments' conversion) and its steps;
 - **projection** ``x @ W + b`` of every step (one compiled call, timed alone);
-- **products** the T per-step ``h @ U`` products alone (a compiled loop of ``rgemm``);
+- **products** the T per-step ``h @ U`` products alone (a compiled loop of ``rgemm1``, the
+  one-row product the steps use at B=1; ``rgemm`` for more rows);
 - **gates** the rest of the steps: steps minus projection minus products.
 
 Medians of interleaved samples; on a shared machine the numbers move by ~10 % (``--clock cpu``
@@ -45,7 +47,7 @@ import rnnkit as rk  # noqa: E402
 from rnnkit import kernels  # noqa: E402
 from rnnkit.kernels import _driver as drv  # noqa: E402
 from rnnkit.kernels._gemm import project  # noqa: E402
-from rnnkit.kernels._packed import rgemm  # noqa: E402
+from rnnkit.kernels._packed import rgemm, rgemm1  # noqa: E402
 
 #: the plan class (in the driver in older versions of the package: the script times either)
 _Plan = getattr(drv, "_Plan", None) or importlib.import_module("rnnkit.kernels._plans")._Plan
@@ -56,7 +58,10 @@ _clock = time.perf_counter
 @numba.njit(cache=False)
 def _products(h: Any, PU: Any, out: Any, T: int) -> None:
     for _ in range(T):
-        rgemm(h, PU, out, 1.0)
+        if h.shape[0] == 1:
+            rgemm1(h, PU, out, 1.0)
+        else:
+            rgemm(h, PU, out, 1.0)
 
 
 def _time(fns: dict[str, Callable[[], object]], repeats: int, inner: int) -> dict[str, float]:
@@ -83,21 +88,26 @@ def _compiled_call(layer: Any, x_tm: np.ndarray) -> Callable[[], object]:
     PW, PU, PWp = pl.packed("w"), pl.packed_u(), pl.packed("p")
     ring = tuple(np.zeros((2, B, n), dt) for n in cell.state_sizes())
     pk1 = (*(np.empty((1, B, wd), dt) for wd in pl.park_sizes.values()), np.empty((1, B, 0), dt))
-    seq = np.empty((B, 1, cell.state_sizes()[0]), dt).transpose(1, 0, 2)
+    seq = np.empty((B, T, cell.state_sizes()[0]), dt)
     buf = np.empty((T * B, pl.N), dt)
     mk = drv._mask_arg(None, T, B)
-    return lambda: pl.infer(pl.handle, x_tm, PW, pl.b0, ring, pk1, seq, False, buf, mk, False, PU, pl.srcs,
-                            pl.cols, pl.apart, pl.b1, pl.proj, PWp, pl.own, pl.opts, 0, B)
+    args = (pl.handle, x_tm, PW, pl.b0, ring, pk1, seq, True, buf, mk, False, PU, pl.srcs, pl.cols, pl.apart,
+            pl.b1, pl.proj, PWp, pl.own, pl.opts, 0, B)
+    pl.infer(*args)
+    ov = pl.infer.overloads.get(tuple(numba.typeof(a) for a in args))
+    fn = pl.infer if ov is None else ov.entry_point   # (the entry point, as the prepared call)
+    return lambda: fn(*args)
 
 
 def phases(kind: str, B: int, T: int, F: int, H: int, repeats: int, inner: int) -> dict[str, float]:
-    layer = getattr(rk, kind)(H, seed=1)
+    layer = getattr(rk, kind)(H, return_sequences=True, seed=1)
     layer.build((None, T, F))
     x = np.random.default_rng(0).standard_normal((B, T, F)).astype(np.float32)
     x_tm = np.ascontiguousarray(x.transpose(1, 0, 2))
     cell, w = layer.cell, layer._weights
     step = kernels.find(cell)
     assert step is not None, "the fast kernels are not available"
+    opts = step.options(cell)
     pl = _Plan(cell, step, w, x_tm.dtype)
     PW, PU = drv.pack(pl.W), pl.packed_u()
 
@@ -111,7 +121,8 @@ def phases(kind: str, B: int, T: int, F: int, H: int, repeats: int, inner: int) 
     call_T, call_1 = _compiled_call(layer, x_tm), _compiled_call(layer, x_tm[:1])
     fns: dict[str, Callable[[], object]] = {
         "forward": lambda: layer.forward(x, rk.Ctx.inference()),
-        "walk": lambda: drv.walk(cell, step, w, x_tm, None, False, False),
+        "walk": (lambda: drv.infer(cell, step, w, x_tm, True, opts)) if hasattr(drv, "infer") else
+                (lambda: drv.walk(cell, step, w, x_tm, None, False, True)),
         "plan": plan,
         "packing": lambda: (drv.pack(pl.W), drv.pack(pl.U)),
         "call": call_T, "call1": call_1,

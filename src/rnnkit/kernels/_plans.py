@@ -207,16 +207,28 @@ def _frozen(a: Any) -> bool:
     return False   # memory of another object (a buffer, a memory map): it may change
 
 
+def _chain(a: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``a`` and every array under it (``.base``), down to the one that owns the memory (of a
+    :func:`_frozen` array: ``.base`` never changes, so only these arrays' flags can)."""
+    got = [a]
+    while a.base is not None:
+        a = a.base
+        got.append(a)
+    return tuple(got)
+
+
 class _Kept:
     """A cell's kept plan and what it was made from: the step, dtype and options, the names of
-    the weights it read and those arrays themselves (compared by identity)."""
+    the weights it read and those arrays themselves (compared by identity), and every array of
+    their read-only chains (:func:`_chain`), whose flags say whether they are still frozen."""
 
-    __slots__ = ("arrays", "dt", "names", "opts", "plan", "step")
+    __slots__ = ("arrays", "chains", "dt", "names", "opts", "plan", "step")
 
     def __init__(self, step: Step, dt: np.dtype, opts: Any, names: tuple[str, ...],
                  arrays: tuple[np.ndarray, ...], plan: _Plan) -> None:
         self.step, self.dt, self.opts = step, dt, opts
         self.names, self.arrays, self.plan = names, arrays, plan
+        self.chains = tuple(c for a in arrays for c in _chain(a))
 
 
 _plans: weakref.WeakKeyDictionary[Any, _Kept] = weakref.WeakKeyDictionary()
@@ -236,8 +248,8 @@ def _plan(cell: Any, step: Step, w: Any, dt: np.dtype, opts: Any = None) -> _Pla
     ``opts``: the step's options for ``cell`` when the caller has them (else read here).
 
     The lookup is the per-call cost of every pass: one weak-dictionary get, three identity
-    comparisons and, per weight, its name looked up, an identity comparison and the read-only
-    chain (one flag for an array that owns its memory)."""
+    comparisons, per weight its name looked up and an identity comparison, then one flag per
+    array of the kept read-only chains."""
     if opts is None:
         opts = step.options(cell)
     try:
@@ -246,12 +258,15 @@ def _plan(cell: Any, step: Step, w: Any, dt: np.dtype, opts: Any = None) -> _Pla
         return _Plan(cell, step, w, dt)
     if kept is not None and kept.step is step and kept.dt == dt and kept.opts == opts:
         for n, a in zip(kept.names, kept.arrays, strict=True):
-            b = w[n]
-            if b is not a or not _frozen(b):
+            if w[n] is not a:
                 break
         else:
-            if kept.names == _names(cell, step):
-                return kept.plan
+            for c in kept.chains:              # (what _frozen reads of the same arrays)
+                if c.flags.writeable:
+                    break
+            else:
+                if kept.names == _names(cell, step):
+                    return kept.plan
     names = _names(cell, step)
     arrays = tuple(w[n] for n in names)
     plan = _Plan(cell, step, w, dt)

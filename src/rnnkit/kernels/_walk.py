@@ -144,6 +144,16 @@ def walk_train(step: Any, x_tm: Any, PW: Any, b0: Any, xw: Any, hist: Any, parks
     keep(held)
 
 
+@njit(inline="always", **OPTS)
+def _live_rows(m: Any) -> int:
+    """One more than the last row with ``m[b] != 0`` (0 when none): the rows a masked step
+    computes (the rest are all masked: their state is carried)."""
+    k = m.shape[0]
+    while k > 0 and m[k - 1] == 0:
+        k -= 1
+    return k
+
+
 @njit(**OPTS)
 def walk_infer(step: Any, x_tm: Any, PW: Any, b0: Any, ring: Any, parks: Any, seq: Any, keep_seq: bool,
                buf: Any, mask: Any, masked: bool, PU: Any, srcs: Any, cols: Any, apart: bool, b1: Any,
@@ -152,7 +162,10 @@ def walk_infer(step: Any, x_tm: Any, PW: Any, b0: Any, ring: Any, parks: Any, se
     state on entry; the final state is row ``T % 2`` on exit), ``parks`` (1, B, w), ``seq`` and
     ``mask``; ``x_tm`` holds these rows only. The inputs are projected ``chunk`` steps at a time into ``buf``
     (chunk*B, N); with ``keep_seq`` step ``s`` writes state part 0 into ``seq[:, s]`` (``seq``: a
-    C-contiguous (B, T, w) array, (B, 1, w) unused without ``keep_seq``: one compiled version)."""
+    C-contiguous (B, T, w) array, (B, 1, w) unused without ``keep_seq``: one compiled version).
+    A masked step computes only the rows up to its last real one (the rows after it are all
+    masked: carried; a row's values never depend on the rows beside it), so a batch whose rows
+    are in decreasing order of length computes fewer rows as its sequences end."""
     st, pk = cols_block(unmanaged_all(ring), lo, hi), cols_block(unmanaged_all(parks), lo, hi)
     seq, mask = unmanaged(seq)[lo:hi], unmanaged(mask)[:, lo:hi]
     x_tm, PW, b0, buf, PU = unmanaged(x_tm), unmanaged(PW), unmanaged(b0), unmanaged(buf), unmanaged_all(PU)
@@ -174,8 +187,14 @@ def walk_infer(step: Any, x_tm: Any, PW: Any, b0: Any, ring: Any, parks: Any, se
         for s in range(n):
             i0 = (t0 + s) & 1
             i1 = 1 - i0
-            _one_step(step, xp[s * B:(s + 1) * B, 0:N], rec, fedbuf, st, i0, i1, pk, 0, rm, False, PU, srcs,
-                      cols, apart, b1, proj, PWp, own, tmp, opts)
+            a, stk, pkk, reck, fedk, tmpk = xp[s * B:(s + 1) * B, 0:N], st, pk, rec, fedbuf, tmp
+            if masked:                              # the rows from the last real one on: carried only
+                k = _live_rows(mask[t0 + s])
+                if k < B:
+                    stk, pkk = cols_block(st, 0, k), cols_block(pk, 0, k)
+                    a, reck, fedk, tmpk = a[0:k], rec[0:k], fedbuf[0:k], tmp[0:k]
+            _one_step(step, a, reck, fedk, stk, i0, i1, pkk, 0, rm, False, PU, srcs, cols, apart, b1, proj,
+                      PWp, own, tmpk, opts)
             if masked:
                 for p in range(len(st)):
                     carry(st[p][i0], st[p][i1], mask[t0 + s])

@@ -22,9 +22,10 @@ from rnnkit._mask import Mask
 from rnnkit._shape import Shape
 from rnnkit.kernels._threads import swap01
 from rnnkit.recurrent._cell import Arrays, Cell
+from rnnkit.recurrent._infer import infer_array, infer_one_length, longest_first
 from rnnkit.recurrent._registry import cell_from_config, cell_to_config
 from rnnkit.recurrent._streaming import Streaming
-from rnnkit.recurrent._walker import PassCache, infer, walk, walk_back
+from rnnkit.recurrent._walker import PassCache, walk, walk_back
 from rnnkit.recurrent._weights import RecurrentWeights
 
 
@@ -223,8 +224,13 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
         :class:`~rnnkit.Mask`) marks the real steps of a padded batch. With ``return_state`` the
         result is ``[output, *final_state_parts]``."""
         if type(x) is np.ndarray and not (ctx.training_mode or self.stateful or self.return_state) \
-                and ctx.mask is None and type(self)._pass is RecurrentLayer._pass:
-            return self._infer(x)   # (a subclass with a pass of its own, e.g. int8, keeps it)
+                and type(self)._pass is RecurrentLayer._pass:   # (int8's pass of its own is kept)
+            mask = ctx.mask
+            if mask is None:
+                return infer_array(self, x)
+            got = infer_one_length(self, x, mask)
+            if got is not None:
+                return got
         arr, init = self._split_inputs(x)
         out, final = self._pass(arr, init, ctx, self.return_sequences, "layer")
         return [out, *final] if self.return_state else out
@@ -289,12 +295,20 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
             x_tm = swap01(arr[:, ::-1] if self.go_backwards else arr)
         else:
             x_tm = arr[np.arange(B)[None, :], idx]
+        order = None if ctx.training_mode or self.stateful else longest_first(mask, B, T)
+        if order is not None:                     # inference: the rows in decreasing length
+            x_tm, m_tm = np.ascontiguousarray(x_tm[:, order]), np.ascontiguousarray(m_tm[:, order])
+            parts = None if parts is None else tuple(p[order] for p in parts)
         rdrop = None
         if ctx.training_mode and self.recurrent_dropout > 0.0:
             S = self.cell.state_sizes()[0]
             rdrop = (ctx.rng.random((B, S)) >= self.recurrent_dropout).astype(self.dtype)
             rdrop /= self.dtype.type(1.0 - self.recurrent_dropout)
         seq, final, wc = walk(self.cell, self._weights, x_tm, parts, ctx.training_mode, keep_seq, m_tm, rdrop)
+        if order is not None:                     # back to the caller's order of the rows
+            inv = np.argsort(order)
+            seq = None if seq is None else seq.transpose(1, 0, 2)[inv].transpose(1, 0, 2)
+            final = tuple(f[inv] for f in final)
         if self.stateful and api == "layer":
             self._state = tuple(np.array(f) for f in final)
         lengths = mask is not None and mask.kind == "lengths"
@@ -316,28 +330,6 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
         if not (self.return_state or api != "layer"):   # the final state is not handed out
             return out, ()
         return out, tuple(np.array(f) for f in final)
-
-    def _infer(self, x: np.ndarray) -> np.ndarray:
-        """:meth:`forward` of an inference pass on one array from a zero state without a mask
-        (what :meth:`_pass` does then): the compiled walker's prepared call
-        (:func:`._walker.infer`) when it takes the call, else :func:`._walker.walk`."""
-        arr = self._check_input(x)
-        B, T, F = arr.shape
-        f = arr.flags
-        if B == 1 and not self.go_backwards and f.c_contiguous and f.writeable and f.aligned:
-            x_tm = arr.reshape(T, 1, F)            # one row: time-major is the same memory
-        else:
-            x_tm = swap01(arr[:, ::-1] if self.go_backwards else arr)
-        keep_seq = self.return_sequences
-        got = infer(self.cell, self._weights, x_tm, keep_seq)
-        if got is not None:
-            return got
-        seq, final, _ = walk(self.cell, self._weights, x_tm, None, False, keep_seq)
-        if not keep_seq:
-            return np.array(final[0])
-        assert seq is not None
-        out = seq.transpose(1, 0, 2)              # (the walk's own new array)
-        return out if out.flags.c_contiguous else swap01(seq)
 
     def _order(self, mask: Any, B: int, T: int) -> tuple[np.ndarray | None, np.ndarray | None]:
         """(time index (T, B) of the input each processing step reads, or None for the plain
