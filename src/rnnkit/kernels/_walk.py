@@ -163,9 +163,9 @@ def walk_infer(step: Any, x_tm: Any, PW: Any, b0: Any, ring: Any, parks: Any, se
     ``mask``; ``x_tm`` holds these rows only. The inputs are projected ``chunk`` steps at a time into ``buf``
     (chunk*B, N); with ``keep_seq`` step ``s`` writes state part 0 into ``seq[:, s]`` (``seq``: a
     C-contiguous (B, T, w) array, (B, 1, w) unused without ``keep_seq``: one compiled version).
-    A masked step computes only the rows up to its last real one (the rows after it are all
-    masked: carried; a row's values never depend on the rows beside it), so a batch whose rows
-    are in decreasing order of length computes fewer rows as its sequences end."""
+    A masked step projects and computes only the rows up to its last real one (the rows after
+    it are all masked: carried; a row's values never depend on the rows beside it), so a batch
+    whose rows are in decreasing order of length computes fewer rows as its sequences end."""
     st, pk = cols_block(unmanaged_all(ring), lo, hi), cols_block(unmanaged_all(parks), lo, hi)
     seq, mask = unmanaged(seq)[lo:hi], unmanaged(mask)[:, lo:hi]
     x_tm, PW, b0, buf, PU = unmanaged(x_tm), unmanaged(PW), unmanaged(b0), unmanaged(buf), unmanaged_all(PU)
@@ -183,7 +183,18 @@ def walk_infer(step: Any, x_tm: Any, PW: Any, b0: Any, ring: Any, parks: Any, se
     for t0 in range(0, T, chunk):
         n = min(chunk, T - t0)
         xp = buf[:n * B]
-        project(x_tm[t0:t0 + n].reshape((n * B, F)), PW, b0, xp)
+        whole = True                                # every row of every step of the chunk computed
+        if masked:
+            for s in range(n):
+                if _live_rows(mask[t0 + s]) < B:
+                    whole = False
+        if whole:
+            project(x_tm[t0:t0 + n].reshape((n * B, F)), PW, b0, xp)
+        else:                                       # each step's rows up to its last real one
+            for s in range(n):
+                k = _live_rows(mask[t0 + s])
+                if k > 0:
+                    project(x_tm[t0 + s, 0:k], PW, b0, xp[s * B:s * B + k])
         for s in range(n):
             i0 = (t0 + s) & 1
             i1 = 1 - i0
