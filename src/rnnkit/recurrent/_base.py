@@ -297,6 +297,7 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
             x_tm = arr[np.arange(B)[None, :], idx]
         order = None if ctx.training_mode or self.stateful else longest_first(mask, B, T)
         if order is not None:                     # inference: the rows in decreasing length
+            assert m_tm is not None
             x_tm, m_tm = np.ascontiguousarray(x_tm[:, order]), np.ascontiguousarray(m_tm[:, order])
             parts = None if parts is None else tuple(p[order] for p in parts)
         rdrop = None
