@@ -150,7 +150,7 @@ def _call(P: Any, a: int, ars: int, aks: int, asl: int, M: int, K: int, pb: int,
     raise NotImplementedError
 
 
-@overload(_call, inline="always")
+@overload(_call)
 def _call_ov(P: Any, a: Any, ars: Any, aks: Any, asl: Any, M: Any, K: Any, pb: Any, pst: Any, c: Any,
              ldc: Any, N: Any, ld: Any, p0: Any, p1: Any) -> Any:
     if P.dtype.bitwidth == 32:

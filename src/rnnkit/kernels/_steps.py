@@ -145,7 +145,7 @@ def cols_block(t: Any, lo: Any, hi: Any) -> Any:  # pragma: no cover - replaced 
     raise NotImplementedError
 
 
-@overload(cols_block, inline="always")
+@overload(cols_block)
 def _cols_block_ov(t: Any, lo: Any, hi: Any) -> Any:
     """``tuple(a[:, lo:hi] for a in t)``: batch rows ``[lo, hi)`` of (steps, B, w) arrays."""
     return _generated("cols_block", len(t), "t[{i}][:, lo:hi]", "t, lo, hi")
@@ -155,7 +155,7 @@ def rows_block(t: Any, lo: Any, hi: Any) -> Any:  # pragma: no cover - replaced 
     raise NotImplementedError
 
 
-@overload(rows_block, inline="always")
+@overload(rows_block)
 def _rows_block_ov(t: Any, lo: Any, hi: Any) -> Any:
     """``tuple(a[lo:hi, 0:w] for a in t)``: batch rows ``[lo, hi)`` of (B, w) arrays."""
     return _generated("rows_block", len(t), "t[{i}][lo:hi, 0:t[{i}].shape[1]]", "t, lo, hi")
@@ -165,7 +165,7 @@ def scratch_rows(t: Any, B: Any) -> Any:  # pragma: no cover - replaced by the o
     raise NotImplementedError
 
 
-@overload(scratch_rows, inline="always")
+@overload(scratch_rows)
 def _scratch_rows_ov(t: Any, B: Any) -> Any:
     """A (B, w) scratch array for each (steps, B', w) array of ``t``."""
     return _generated("scratch_rows", len(t),
@@ -211,7 +211,7 @@ def unmanaged_all(t: Any) -> Any:  # pragma: no cover - replaced by the overload
     raise NotImplementedError
 
 
-@overload(unmanaged_all, inline="always")
+@overload(unmanaged_all)
 def _unmanaged_all_ov(t: Any) -> Any:
     """``tuple(unmanaged(a) for a in t)``."""
     body = ", ".join(f"um(t[{i}])" for i in range(len(t))) + ("," if len(t) == 1 else "")
