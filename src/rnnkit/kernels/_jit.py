@@ -63,6 +63,9 @@ _gcpause.install()   # (the collector off while Numba compiles: ~14 % less compi
 #: compile options of every kernel: on-disk cache, numpy error model (lets loops vectorise),
 #: FMA contraction allowed (no reassociation: results stay within a few ulp of the reference)
 OPTS: dict[str, Any] = {"cache": True, "error_model": "numpy", "fastmath": {"contract"}, "nogil": True}
+#: the options of a private kernel that only other kernels call: no Python or C entry point of
+#: its own (Numba lowers and compiles none; a call from Python would jump to a null address)
+INNER: dict[str, Any] = {**OPTS, "no_cpython_wrapper": True, "no_cfunc_wrapper": True}
 # Writing style of the kernels: each elementwise loop touches few arrays (one written, up to three
 # read), so LLVM's runtime alias checks stay under its limit and the loop vectorises; a step is a
 # few such passes over rows that sit in L1, not one loop over many arrays (measured 7x slower).
