@@ -44,8 +44,8 @@ def products(dt: np.dtype) -> None:
     """Run two of the feed-forward layers' packed products once on small arrays, with their
     argument types, so that each is compiled (or loaded) now: ``x @ W`` on a read-only weight's
     panels and ``g @ W^T`` (``rnnkit.layers``' ``matmul``; the second is also the batched
-    reductions' ``dx``). (``x^T @ g``, ``matmul_tn``, is left to the process that runs the fit:
-    it needs it right after its forward, and that balances the two processes' work.)"""
+    reductions' ``dx``). (``x^T @ g``, ``matmul_tn``, is a third: ``rnnkit.kernels._warm``
+    compiles it ahead with these.)"""
     x, g = np.zeros((3, 4), dt), np.zeros((3, 5), dt)
     W = _ro(np.zeros((4, 5), dt))
     rgemm(x, pack(W), np.empty((3, 5), dt), 0.0)

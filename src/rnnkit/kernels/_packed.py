@@ -34,7 +34,7 @@ from numba.extending import overload
 
 from rnnkit.kernels._isa import has_avx512
 from rnnkit.kernels._jit import OPTS, njit
-from rnnkit.kernels._micro import micro
+from rnnkit.kernels._micro import micro_switch
 
 #: rows of C per micro-kernel call; columns per panel are 64 bytes (16 float32, 8 float64):
 #: 6 x 16 float32 accumulators are 12 of the 16 AVX2 registers (6 of 32 under AVX-512)
@@ -61,8 +61,6 @@ GROUP = {mr: ROW_PANELS if mr == 1 else max(1, MR // mr) for mr in range(1, MR +
 GROUP[MR] = FULL_PANELS = 3 if has_avx512() else 1
 #: every (rows, panels) variant :func:`panels` calls, per float width
 _VARIANTS = [(mr, g) for mr in range(1, MR + 1) for g in range(1, GROUP[mr] + 1)]
-_MICRO = {(bits, mr, g): micro(mr, NR32 if bits == 32 else NR64, bits, g)
-          for bits in (32, 64) for mr, g in _VARIANTS}
 
 
 def nr_of(dtype: Any) -> int:
@@ -70,33 +68,9 @@ def nr_of(dtype: Any) -> int:
     return NR32 if np.dtype(dtype).itemsize == 4 else NR64
 
 
-def _block(P: Any, mr: int, g: int, a: int, ars: int, aks: int, p: int, pst: int, c: int, ldc: int,
-           K: int, load: int, ncol: int) -> None:  # pragma: no cover - replaced by the overload
-    raise NotImplementedError
-
-
-def _dispatcher(bits: int) -> Any:
-    """``_block``'s body for one float width: an ``if`` chain over the (rows, panels) variants
-    (numba calls an intrinsic by name, so the chain is written out once here as source)."""
-    names = ("P", "mr", "g", "a", "ars", "aks", "p", "pst", "c", "ldc", "K", "load", "ncol")
-    lines = ["from __future__ import annotations",      # (the overload's own signature, annotations too)
-             f"def impl({', '.join(n + ': Any' for n in names)}) -> None:"]
-    for i, (mr, g) in enumerate(_VARIANTS):
-        cond = f"mr == {mr} and g == {g}"
-        lines.append(f"    {'if' if i == 0 else 'elif'} {cond}:")
-        lines.append(f"        k_{bits}_{mr}_{g}(a, ars, aks, p, pst, c, ldc, K, load, ncol)")
-    scope = {f"k_{bits}_{mr}_{g}": _MICRO[bits, mr, g] for mr, g in _VARIANTS}
-    exec("\n".join(lines), scope)   # noqa: S102 - source built above from constants only
-    return scope["impl"]
-
-
-_IMPLS = {32: _dispatcher(32), 64: _dispatcher(64)}
-
-
-@overload(_block, inline="always")
-def _block_ov(P: Any, mr: Any, g: Any, a: Any, ars: Any, aks: Any, p: Any, pst: Any, c: Any, ldc: Any,
-              K: Any, load: Any, ncol: Any) -> Any:
-    return _IMPLS[P.dtype.bitwidth]
+#: ``_block(P, mr, g, a, ars, aks, p, pst, c, ldc, K, load, ncol)``: the micro-kernel of the
+#: variant ``(mr, g)`` for the dtype of ``P`` (one switch over :data:`_VARIANTS`)
+_block = micro_switch(_VARIANTS, {32: NR32, 64: NR64})
 
 
 @njit(inline="always", **OPTS)
@@ -176,7 +150,7 @@ def _call(P: Any, a: int, ars: int, aks: int, asl: int, M: int, K: int, pb: int,
     raise NotImplementedError
 
 
-@overload(_call, inline="always")
+@overload(_call)
 def _call_ov(P: Any, a: Any, ars: Any, aks: Any, asl: Any, M: Any, K: Any, pb: Any, pst: Any, c: Any,
              ldc: Any, N: Any, ld: Any, p0: Any, p1: Any) -> Any:
     if P.dtype.bitwidth == 32:
@@ -265,31 +239,8 @@ def rgemm(A: Any, P: Any, C: Any, beta: float) -> None:
            C.strides[0] // isz, C.shape[1], beta != 0, 0, P.shape[0])
 
 
-def _row_block(P: Any, g: int, a: int, aks: int, p: int, pst: int, c: int, K: int, load: int,
-               ncol: int) -> None:  # pragma: no cover - replaced by the overload
-    raise NotImplementedError
-
-
-def _row_dispatcher(bits: int) -> Any:
-    """``_row_block``'s body for one float width: an ``if`` chain over the one-row variants."""
-    names = ("P", "g", "a", "aks", "p", "pst", "c", "K", "load", "ncol")
-    lines = ["from __future__ import annotations",
-             f"def impl({', '.join(n + ': Any' for n in names)}) -> None:"]
-    for g in range(1, ROW_PANELS + 1):
-        lines.append(f"    {'if' if g == 1 else 'elif'} g == {g}:")
-        lines.append(f"        k_{bits}_{g}(a, 0, aks, p, pst, c, 0, K, load, ncol)")
-    scope = {f"k_{bits}_{g}": _MICRO[bits, 1, g] for g in range(1, ROW_PANELS + 1)}
-    exec("\n".join(lines), scope)   # noqa: S102 - source built above from constants only
-    return scope["impl"]
-
-
-_ROW_IMPLS = {32: _row_dispatcher(32), 64: _row_dispatcher(64)}
-
-
-@overload(_row_block, inline="always")
-def _row_block_ov(P: Any, g: Any, a: Any, aks: Any, p: Any, pst: Any, c: Any, K: Any, load: Any,
-                  ncol: Any) -> Any:
-    return _ROW_IMPLS[P.dtype.bitwidth]
+#: the one-row variants of :data:`_block` alone (what :func:`rgemm1` calls)
+_row_block = micro_switch([(1, g) for g in range(1, ROW_PANELS + 1)], {32: NR32, 64: NR64})
 
 
 @njit(inline="always", **OPTS)
@@ -302,8 +253,8 @@ def rgemm1(A: Any, P: Any, C: Any, beta: float) -> None:
     a, aks, pb, c = addr(A), np.int64(A.strides[1] // isz), addr(P), addr(C)
     K, N, load = np.int64(A.shape[1]), C.shape[1], np.int64(1 if beta != 0 else 0)
     for p in range(0, P.shape[0], ROW_PANELS):
-        _row_block(P, min(ROW_PANELS, P.shape[0] - p), a, aks, pb + p * pst * isz, np.int64(pst),
-                   c + p * nr * isz, K, load, np.int64(N - p * nr))
+        _row_block(P, 1, min(ROW_PANELS, P.shape[0] - p), a, 0, aks, pb + p * pst * isz, np.int64(pst),
+                   c + p * nr * isz, 0, K, load, np.int64(N - p * nr))
 
 
 @njit(**OPTS)

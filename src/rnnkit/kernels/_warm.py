@@ -40,8 +40,9 @@ from rnnkit import kernels
 from rnnkit._errors import InvalidParameterError
 
 #: the parts :func:`exercise` knows: the backward walk with its reductions and the feed-forward
-#: products (``back``), the inference walk (``infer``), the training forward walk (``train``),
-#: the feed-forward layers' products alone, the weight gradient ``x^T @ g`` included (``dense``),
+#: layers' products, the weight gradient ``x^T @ g`` included (``back``), the inference walk
+#: (``infer``), the training forward walk (``train``), the feed-forward layers' products alone
+#: (``dense``),
 #: the backward part again for inputs of two features (``wide``: the reductions' ``x^T`` of one
 #: feature is both C- and Fortran-ordered and compiles as C, of more features as Fortran)
 PARTS = ("back", "infer", "train", "dense", "wide")
@@ -104,10 +105,8 @@ def exercise(cell: Any, input_dim: int, dtype: Any, part: str) -> None:
     if step is None:
         return
     dt = np.dtype(dtype)
-    if part == "dense":   # (the argument types of rnnkit.layers' matmul and matmul_tn)
-        drv.products(dt)
-        a, g = np.zeros((3, 4), dt), np.zeros((3, 5), dt)
-        drv.gemm(a.T, g, False, np.empty((4, 5), dt), False, 0, 5)
+    if part == "dense":
+        _dense(drv, dt)
         return
     T, B, F = 2, 2, int(input_dim) if part != "wide" else 2
     w = {p.name: np.zeros(p.shape, dt) for p in cell.params(F)}
@@ -120,7 +119,7 @@ def exercise(cell: Any, input_dim: int, dtype: Any, part: str) -> None:
     if part == "train":
         drv.walk(cell, step, w, x, None, True, True)
         return
-    drv.products(dt)
+    _dense(drv, dt)   # (first: the fitting process needs them right after its forward)
     S = cell.state_sizes()
     states = [np.zeros((T + 1, B, n), dt) for n in S]
     parks = {n: np.zeros((T, B, wd), dt) for n, wd in step.parks(cell).items()}
@@ -128,6 +127,16 @@ def exercise(cell: Any, input_dim: int, dtype: Any, part: str) -> None:
         parks[step.input_park] = np.zeros((T, B, w[cell.input_kernel].shape[1]), dt)
     g = np.zeros((B, T, cell.output_size), dt)
     drv.walk_back(cell, step, w, x, states, parks, None, None, g, True)
+
+
+def _dense(drv: Any, dt: np.dtype) -> None:
+    """The feed-forward layers' products with the argument types of ``rnnkit.layers``' ``matmul``
+    and ``matmul_tn``: ``x @ W``, ``g @ W^T`` (:func:`._driver.products`) and ``x^T @ g``. (Part
+    of ``back``: the fitting process compiles the forward walks, the heavier share, and meets
+    these products in its first backward, after the child has compiled them.)"""
+    drv.products(dt)
+    a, g = np.zeros((3, 4), dt), np.zeros((3, 5), dt)
+    drv.gemm(a.T, g, False, np.empty((4, 5), dt), False, 0, 5)
 
 
 #: configuration entries that change no kernel: sizes are run-time values, activations run-time codes
