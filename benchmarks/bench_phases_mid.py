@@ -2,8 +2,8 @@
 
 At S2 (32, 50, 32, 64) and S3 (64, 100, 128, 256) (``--shapes``), float32, one thread
 (``RNNKIT_KERNEL_THREADS=1`` and one OpenBLAS thread are set here before anything is imported),
-for LSTM and GRU (``reset_after=True``, PyTorch's form), the table splits ``layer.forward(x, Ctx.inference())`` (``return_sequences``)
-into:
+for LSTM and GRU (``reset_after=True``, PyTorch's form), the table splits
+``layer.forward(x, Ctx.inference())`` (``return_sequences``) into:
 
 - **python + driver** ``layer.forward`` minus the compiled call;
 - **compiled call** the compiled inference loop called directly with prepared arguments;
@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     _clock = time.thread_time if args.clock == "cpu" else time.perf_counter
     for sname in args.shapes.split(","):
         shape = SHAPES[sname]
-        rows = {k: phases(k, shape, args.repeats, args.sample, not args.no_torch) for k in args.cells.split(",")}
+        rows = {k: phases(k, shape, args.repeats, args.sample, not args.no_torch)
+                for k in args.cells.split(",")}
         print(f"{sname} {shape} float32, one thread, microseconds per call ({args.clock} clock, "
               f"load {os.getloadavg()[0]:.1f})")
         print(f"{'phase':<20}" + "".join(f"{k:>10}" for k in rows))
