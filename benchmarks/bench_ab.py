@@ -5,9 +5,9 @@ Each child imports rnnkit from one tree (``PYTHONPATH``) with one kernel thread 
 ``layer.forward`` (inference) and forward + backward with a ones gradient (training) of
 SimpleRNN, LSTM and GRU (``return_sequences=True``) at each shape, the median of its calls in
 a fixed time budget, in process CPU time (``time.process_time``, so other load on the
-machine moves the figures less than wall time would). Rounds alternate the order of the trees; the table gives the median of the
-per-round medians and new/old (below 1: the new tree is faster). ``avx2`` restricts Numba and
-OpenBLAS to AVX2 in the children.
+machine moves the figures less than wall time would). Rounds alternate the order of the
+trees; the table gives the median of the per-round medians and new/old (below 1: the new
+tree is faster). ``avx2`` restricts Numba and OpenBLAS to AVX2 in the children.
 """
 
 from __future__ import annotations
