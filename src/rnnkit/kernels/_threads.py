@@ -134,6 +134,44 @@ def run_split(parts: list[tuple[int, int]], job: Job) -> None:
         for lo, hi in parts:
             job(lo, hi)
         return
+    _on_workers(parts, job)
+
+
+def run_phases(parts: list[tuple[int, int]], first: Job, then: Job) -> None:
+    """``first(lo, hi)`` for every part, then, once every ``first`` has returned, ``then(lo, hi)``
+    for every part: each part's two phases on one thread (the first part on this one), with ONE
+    barrier between the phases instead of a return to this thread and a second hand-off. When
+    the workers are busy, this thread runs every ``first`` and then every ``then``. The first
+    exception raised is re-raised here once every part is over (after a failed ``first`` no
+    part runs ``then``)."""
+    if len(parts) < 2 or not _busy.acquire(blocking=False):
+        for lo, hi in parts:
+            first(lo, hi)
+        for lo, hi in parts:
+            then(lo, hi)
+        return
+    bar = threading.Barrier(len(parts))
+
+    def job(lo: int, hi: int) -> None:
+        try:
+            first(lo, hi)
+        except BaseException:
+            bar.abort()                 # the other parts leave the barrier at once
+            raise
+        try:
+            bar.wait()
+        except threading.BrokenBarrierError:
+            return                      # another part's ``first`` failed: its error is raised
+        except BaseException:           # (a KeyboardInterrupt here: release the others)
+            bar.abort()
+            raise
+        then(lo, hi)
+
+    _on_workers(parts, job)
+
+
+def _on_workers(parts: list[tuple[int, int]], job: Job) -> None:
+    """:func:`run_split`'s hand-off, with ``_busy`` held by the caller (released here)."""
     started: list[_Worker] = []
     interrupted = True
     try:
