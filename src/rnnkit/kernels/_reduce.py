@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from rnnkit.kernels import _threads
+from rnnkit.kernels import _pool, _threads
 from rnnkit.kernels._gemm import reductions
 from rnnkit.kernels._packed import gemm
 
@@ -46,7 +46,7 @@ def split_k(half: Half, outs: Arrays, M: int) -> None:
     m = M // 2
     c = max(1, _threads.CORES // 2)          # column parts per half
     n = 2 * c
-    spare = tuple(np.empty_like(a) for a in outs)
+    spare = tuple(_pool.empty(a.shape, a.dtype) for a in outs)
     flats = [(_flat(a), _flat(b)) for a, b in zip(outs, spare, strict=True)]
 
     def first(i: int, _: int) -> None:

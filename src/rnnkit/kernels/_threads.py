@@ -23,6 +23,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from rnnkit.kernels import _pool
+
 #: a block has at least this many batch rows (smaller blocks lose more than they gain)
 MIN_ROWS = 8
 #: :func:`swap01` copies in parts on the cores from this many bytes on
@@ -201,8 +203,8 @@ def _on_workers(parts: list[tuple[int, int]], job: Job) -> None:
 def swap01(a: np.ndarray) -> np.ndarray:
     """``np.ascontiguousarray(a.transpose(1, 0, 2))`` for a 3D ``a`` (any strides): the layout
     change between batch-major and time-major, copied in parts of the first axis of the result on
-    the cores when it is big (NumPy's copy releases the GIL)."""
-    out = np.empty((a.shape[1], a.shape[0], a.shape[2]), a.dtype)
+    the cores when it is big (NumPy's copy releases the GIL), into an array of :mod:`._pool`."""
+    out = _pool.empty((a.shape[1], a.shape[0], a.shape[2]), a.dtype)
     t = a.transpose(1, 0, 2)
     n = out.shape[0]
     if out.nbytes < PARALLEL_COPY_BYTES or CORES == 1 or n < 2:
