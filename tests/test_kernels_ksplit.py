@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("numba")
 
-from rnnkit.kernels import _gemm, _threads  # noqa: E402
+from rnnkit.kernels import _gemm, _packed, _threads  # noqa: E402
 from rnnkit.kernels._packed import gemm, ready  # noqa: E402
 from rnnkit.kernels._reduce import product_tn, reduce  # noqa: E402
 
@@ -168,3 +168,25 @@ def test_the_halves_sum_refuses_a_strided_output() -> None:
     out = np.empty((4, 12), np.float32)[:, ::2]
     with pytest.raises(ValueError, match="C-contiguous"):
         product_tn(A, G, out, True)
+
+
+def test_two_blocks_split_where_the_modelled_products_are_cheapest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two row blocks split at B // 2 or at the nearest multiple of the register block within
+    1/16 of it, whichever the cost model makes cheapest (the even split on a tie); every block
+    contiguous, at least MIN_ROWS rows."""
+    monkeypatch.setattr(_threads, "CORES", 2)
+    monkeypatch.setattr(_threads, "block_rows", 6)
+    monkeypatch.setattr(_threads, "block_cost", lambda n: n // 6 + (2.0 if n % 6 == 4 else 0.4 * (n % 6 > 0)))
+    assert _threads.blocks(128) == [(0, 66), (66, 128)]      # 64 = 10 * 6 + 4: dearer than 66
+    assert _threads.blocks(64) == [(0, 32), (32, 64)]        # 30 + 34 would be dearer
+    assert _threads.blocks(32) == [(0, 16), (16, 32)]        # 18 is more than 1/16 off 16
+    monkeypatch.setattr(_threads, "block_cost", lambda n: 1.0)
+    assert _threads.blocks(128) == [(0, 64), (64, 128)]      # a tie: the even split
+    monkeypatch.setattr(_threads, "block_cost", None)
+    assert _threads.blocks(128) == [(0, 64), (64, 128)]
+    monkeypatch.setattr(_threads, "block_cost", _packed.block_cost)
+    for B in range(16, 600):
+        parts = _threads.blocks(B)
+        assert parts[0][0] == 0 and parts[-1][1] == B and parts[0][1] == parts[1][0]
+        assert min(hi - lo for lo, hi in parts) >= _threads.MIN_ROWS
+        assert 16 * abs(parts[0][1] - B // 2) <= B // 2
