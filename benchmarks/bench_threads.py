@@ -165,12 +165,17 @@ class _Phases:
 
     def __init__(self, split: bool) -> None:
         self.split = split
-        self.t = {"parallel": 0.0, "longest": 0.0, "driver": 0.0, "copies": 0.0}
+        self.t = {"parallel": 0.0, "longest": 0.0, "driver": 0.0, "copies": 0.0, "syncs": 0.0}
         self._saved: dict[str, Any] = {}
         self._in_driver = False
 
     def _run(self, n: int, job: Callable[[int, int], None]) -> None:
         self._parts(_threads.blocks(n) if self.split else [(0, n)], job)
+
+    def _phases(self, parts: list[tuple[int, int]], first: Callable[[int, int], None],
+                then: Callable[[int, int], None]) -> None:
+        self._parts(parts, first)           # the barrier, then the return: two waits
+        self._parts(parts, then)
 
     def _split(self, parts: list[tuple[int, int]], job: Callable[[int, int], None]) -> None:
         if self._in_driver:                 # the kernels' parts (the reductions' halves)
@@ -182,6 +187,7 @@ class _Phases:
 
     def _parts(self, parts: list[tuple[int, int]], job: Callable[[int, int], None]) -> None:
         times = []
+        self.t["syncs"] += len(parts) > 1    # every split waits once for its parts
         for lo, hi in parts:
             t0 = time.thread_time()
             job(lo, hi)
@@ -192,9 +198,9 @@ class _Phases:
     def install(self) -> None:
         for name in ("run_blocks", "walk", "walk_back"):
             self._saved[name] = getattr(_driver, name)
-        self._saved_split = _threads.run_split
+        self._saved_split, self._saved_phases = _threads.run_split, _threads.run_phases
         _driver.run_blocks = self._run
-        _threads.run_split = self._split
+        _threads.run_split, _threads.run_phases = self._split, self._phases
 
         def driver(f: Callable[..., Any]) -> Callable[..., Any]:
             def run(*a: Any, **k: Any) -> Any:
@@ -212,7 +218,7 @@ class _Phases:
     def remove(self) -> None:
         for name, f in self._saved.items():
             setattr(_driver, name, f)
-        _threads.run_split = self._saved_split
+        _threads.run_split, _threads.run_phases = self._saved_split, self._saved_phases
 
 
 def _measure(f: Callable[[], object], calls: int, split: bool) -> tuple[float, dict[str, float]]:
@@ -237,9 +243,11 @@ def phases(cells: list[str], shapes: list[str], calls: int, rounds: int) -> None
           "blocks, split reductions and projection) run one after the other: total, the parts "
           "(sum), the longer part of each split, the serial glue of the kernels, the serial layer "
           "around them; crit = serial + longer parts; est = 1 thr / crit; split = total / crit "
-          "(the same without the cost of splitting); amdahl = 1 thr / (serial + parts / 2)")
+          "(the same without the cost of splitting); amdahl = 1 thr / (serial + parts / 2); "
+          "waits: the synchronisation points of one call at two threads (every split's return "
+          "and every barrier)")
     print(f"{'':<16}{'1 thr':>9} |{'total':>9}{'parts':>9}{'longer':>9}{'glue':>8}{'layer':>8}"
-          f"{'serial%':>8}{'crit':>9}{'est':>6}{'split':>6}{'amdahl':>7}")
+          f"{'serial%':>8}{'crit':>9}{'est':>6}{'split':>6}{'amdahl':>7}{'waits':>6}")
     saved = _threads.CORES
     try:
         for cell in cells:
@@ -259,7 +267,7 @@ def phases(cells: list[str], shapes: list[str], calls: int, rounds: int) -> None
                           f"{(t['driver'] - t['parallel'] + t['copies']) * 1e3:8.3f}"
                           f"{(tot - t['driver'] - t['copies']) * 1e3:8.3f}"
                           f"{100 * serial / tot:7.1f}%{crit * 1e3:9.3f}{tot1 / crit:6.2f}{tot / crit:6.2f}"
-                          f"{tot1 / (serial + t['parallel'] / 2):7.2f}", flush=True)
+                          f"{tot1 / (serial + t['parallel'] / 2):7.2f}{t['syncs']:6.0f}", flush=True)
     finally:
         _threads.CORES = saved
 

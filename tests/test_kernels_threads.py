@@ -61,7 +61,14 @@ def split_everything(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         seen.append(len(parts))
         real(parts, job)
 
+    real_phases = _threads.run_phases
+
+    def spy_phases(parts: list[tuple[int, int]], first: Any, then: Any) -> None:
+        seen.append(len(parts))
+        real_phases(parts, first, then)
+
     monkeypatch.setattr(_threads, "run_split", spy)
+    monkeypatch.setattr(_threads, "run_phases", spy_phases)
     return seen
 
 

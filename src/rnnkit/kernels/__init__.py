@@ -72,6 +72,11 @@ are rnnkit's own packed ones). ``RNNKIT_KERNEL_THREADS=1`` keeps everything on t
 (read at the first kernel call). Results do not depend on the number of threads nor on the batch
 size: a row's result is computed the same way whatever rows share its block.
 
+Memory: a pass's big arrays (from 4 MB: the projections, the state history, the gradients of
+the step inputs, the layout copies, the outputs) come from a pool of buffers that are handed out
+again once nothing references them (:mod:`rnnkit.kernels._pool`), instead of fresh pages from the
+kernel every pass; it keeps at most ``RNNKIT_POOL_BYTES`` (read at import, default 1 GiB; 0: none).
+
 Numba is imported on the first call that needs a kernel, never by ``import rnnkit``; if it is
 missing, one ``RuntimeWarning`` says so and every layer runs the reference.
 

@@ -19,7 +19,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from rnnkit.kernels import _cache, _threads, _walk
+from rnnkit.kernels import _cache, _pool, _threads, _walk
 from rnnkit.kernels._packed import gemm, pack, rgemm
 from rnnkit.kernels._plans import _Plan, _plan, _ro
 from rnnkit.kernels._reduce import product_tn, reduce
@@ -111,11 +111,11 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
     sizes = pl.sizes
     if record:
         rm, rd = _rdrop_arg(rdrop, B, dt)
-        xw = np.empty((T, B, N), dt)               # projected in the row blocks, step by step
-        hist = [np.empty((T + 1, B, n), dt) for n in sizes]
+        xw = _pool.empty((T, B, N), dt)            # projected in the row blocks, step by step
+        hist = [_pool.empty((T + 1, B, n), dt) for n in sizes]
         for k, a in enumerate(hist):
             a[0] = 0.0 if init is None else init[k]
-        parks = {n: np.empty((T, B, wd), dt) for n, wd in pl.park_sizes.items()}
+        parks = {n: _pool.empty((T, B, wd), dt) for n, wd in pl.park_sizes.items()}
         pk = (*parks.values(), np.empty((T, B, 0), dt))
         ht = tuple(hist)
         run_blocks(B, lambda lo, hi: pl.train(
@@ -128,7 +128,7 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
         return _infer_whole(pl, x_tm, init, keep_seq, mk, mask is not None)
     # inference: the state in a ring of two rows, one chunk of projections; the output in (B, T, out)
     ring = _ring(sizes, B, dt, init)
-    out = np.empty((B, T if keep_seq else 1, sizes[0]), dt)
+    out = _pool.empty((B, T if keep_seq else 1, sizes[0]), dt)
     seq_view = out.transpose(1, 0, 2)
     skey = (B, T, N)
     pk1 = pl.scratch(skey, lambda: _parks1(pl, B, dt))
@@ -182,7 +182,7 @@ def _infer_whole(pl: _Plan, x_tm: np.ndarray, init: Arrays | None, keep_seq: boo
     dt = x_tm.dtype
     sizes = pl.sizes
     ring = _ring(sizes, B, dt, init)
-    out = np.empty((B, T if keep_seq else 1, sizes[0]), dt)
+    out = _pool.empty((B, T if keep_seq else 1, sizes[0]), dt)
     skey = (B, T)
     got = pl.scratch(skey, lambda: _whole_scratch(pl, B, T, dt))
     pk1, buf = got
@@ -258,8 +258,8 @@ def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.n
     N = pl.N
     PUT = pl.packed_ut()                      # U^T (or its blocks), laid out once
     PWpT = pl.packed("pt")
-    dxw = np.empty((T, B, N), dt)
-    drec = np.empty((T, B, N), dt) if pl.apart else dxw
+    dxw = _pool.empty((T, B, N), dt)
+    drec = _pool.empty((T, B, N), dt) if pl.apart else dxw
     d_init = tuple(np.zeros((B, n), dt) if d_final is None else np.array(d_final[k], dt, order="C")
                    for k, n in enumerate(cell.state_sizes()))
     mk = _mask_arg(mask, T, B)
@@ -268,7 +268,7 @@ def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.n
     names = pl.park_names
     pk = (*(parks[n] for n in names), np.empty((T, B, 0), dt))
     gates = parks[step.input_park] if step.input_park is not None else np.empty((T, B, 0), dt)
-    dh_seq = np.empty((T, B, cell.output_size if pl.proj >= 0 else 0), dt)
+    dh_seq = _pool.empty((T, B, cell.output_size if pl.proj >= 0 else 0), dt)
     gown = (*(np.zeros((B, w[n].size), dt) for n in step.own), np.zeros((B, 0), dt))
     ht = tuple(states)
     run_blocks(B, lambda lo, hi: pl.back(
@@ -281,7 +281,7 @@ def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.n
     dW = np.empty((F, N), dt)
     db = np.empty((max(pl.bias_rows, 1), N), dt)
     dU = np.empty(pl.U.shape, dt)
-    dx_tm = np.empty((T, B, F) if need_dx else (T, B, 0), dt)
+    dx_tm = _pool.empty((T, B, F) if need_dx else (T, B, 0), dt)
     args = (x_tm.reshape(T * B, F), dxw.reshape(T * B, N), drec.reshape(T * B, N), drec is dxw,
             P[0], P[-1], pl.groups[0][2], pl.W, dW, db, dU, dx_tm.reshape(T * B, dx_tm.shape[2]))
     reduce(*args, need_dx, T * B * N * (F + pl.U.shape[0]) >= PARALLEL_REDUCTIONS)   # (in two halves)

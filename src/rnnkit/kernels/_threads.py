@@ -23,6 +23,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from rnnkit.kernels import _pool
+
 #: a block has at least this many batch rows (smaller blocks lose more than they gain)
 MIN_ROWS = 8
 #: :func:`swap01` copies in parts on the cores from this many bytes on
@@ -100,10 +102,27 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
+#: the cost of a block of ``n`` rows in the kernels' products, in any unit (set by
+#: :mod:`._packed` when it loads, from its register blocking; None: every row costs the same)
+block_cost: Callable[[int], float] | None = None
+#: rows per register block of the products (:data:`._packed.MR`, set with ``block_cost``)
+block_rows = 1
+
+
 def blocks(B: int) -> list[tuple[int, int]]:
-    """Contiguous row blocks ``[lo, hi)`` covering ``range(B)``, one per core (at most)."""
+    """Contiguous row blocks ``[lo, hi)`` covering ``range(B)``, one per core (at most). Two
+    blocks split at ``B // 2`` or at the multiple of ``block_rows`` just below or above it
+    within 1/16 of ``B // 2`` (the rest of a step costs by the row), whichever makes the costlier
+    block cheapest (:data:`block_cost`; the even split on a tie). (Measured at S2, 32 rows: 18
+    + 14 against 16 + 16, 1-6 % more CPU on the longer block.)"""
     p = max(1, min(CORES, B // MIN_ROWS))
     edges = [B * k // p for k in range(p + 1)]
+    cost = block_cost
+    if p == 2 and cost is not None:
+        m, r = B // 2, block_rows
+        cands = [e for e in (m, m // r * r, -(-m // r) * r)
+                 if MIN_ROWS <= e <= B - MIN_ROWS and 16 * abs(e - m) <= m]
+        edges[1] = min(cands, key=lambda e: max(cost(e), cost(B - e)))
     return [(edges[k], edges[k + 1]) for k in range(p)]
 
 
@@ -134,6 +153,44 @@ def run_split(parts: list[tuple[int, int]], job: Job) -> None:
         for lo, hi in parts:
             job(lo, hi)
         return
+    _on_workers(parts, job)
+
+
+def run_phases(parts: list[tuple[int, int]], first: Job, then: Job) -> None:
+    """``first(lo, hi)`` for every part, then, once every ``first`` has returned, ``then(lo, hi)``
+    for every part: each part's two phases on one thread (the first part on this one), with ONE
+    barrier between the phases instead of a return to this thread and a second hand-off. When
+    the workers are busy, this thread runs every ``first`` and then every ``then``. The first
+    exception raised is re-raised here once every part is over (after a failed ``first`` no
+    part runs ``then``)."""
+    if len(parts) < 2 or not _busy.acquire(blocking=False):
+        for lo, hi in parts:
+            first(lo, hi)
+        for lo, hi in parts:
+            then(lo, hi)
+        return
+    bar = threading.Barrier(len(parts))
+
+    def job(lo: int, hi: int) -> None:
+        try:
+            first(lo, hi)
+        except BaseException:
+            bar.abort()                 # the other parts leave the barrier at once
+            raise
+        try:
+            bar.wait()
+        except threading.BrokenBarrierError:
+            return                      # another part's ``first`` failed: its error is raised
+        except BaseException:           # (a KeyboardInterrupt here: release the others)
+            bar.abort()
+            raise
+        then(lo, hi)
+
+    _on_workers(parts, job)
+
+
+def _on_workers(parts: list[tuple[int, int]], job: Job) -> None:
+    """:func:`run_split`'s hand-off, with ``_busy`` held by the caller (released here)."""
     started: list[_Worker] = []
     interrupted = True
     try:
@@ -163,8 +220,8 @@ def run_split(parts: list[tuple[int, int]], job: Job) -> None:
 def swap01(a: np.ndarray) -> np.ndarray:
     """``np.ascontiguousarray(a.transpose(1, 0, 2))`` for a 3D ``a`` (any strides): the layout
     change between batch-major and time-major, copied in parts of the first axis of the result on
-    the cores when it is big (NumPy's copy releases the GIL)."""
-    out = np.empty((a.shape[1], a.shape[0], a.shape[2]), a.dtype)
+    the cores when it is big (NumPy's copy releases the GIL), into an array of :mod:`._pool`."""
+    out = _pool.empty((a.shape[1], a.shape[0], a.shape[2]), a.dtype)
     t = a.transpose(1, 0, 2)
     n = out.shape[0]
     if out.nbytes < PARALLEL_COPY_BYTES or CORES == 1 or n < 2:
