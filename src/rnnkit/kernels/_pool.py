@@ -48,10 +48,18 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
+def _refs(bufs: list[np.ndarray], i: int) -> int:
+    return sys.getrefcount(bufs[i])
+
+
+#: what :func:`_refs` counts for an array that only a list holds (2 where the argument is
+#: counted; interpreters that pass borrowed references count fewer, so it is measured)
+_IDLE_REFS = _refs([np.empty(1, np.uint8)], 0)
+
+
 def _idle(i: int) -> bool:
-    """Whether nothing but the pool references buffer ``i`` (the list's reference and the
-    argument's are the two counted)."""
-    return sys.getrefcount(_bufs[i]) == 2
+    """Whether nothing but the pool references buffer ``i``."""
+    return _refs(_bufs, i) == _IDLE_REFS
 
 
 def held() -> int:
