@@ -110,7 +110,7 @@ def metrics_table(rows: list[tuple[str, float, float]], title: str) -> str:
 
 #: the first-run figure every page quotes: a cold ``rnnkit demo`` (empty Numba cache) took 28 s of
 #: CPU, nearly all of it compiling, which is its wall time on an idle 2-core machine
-FIRST_RUN = "about 30 s on an idle 2-core machine"
+FIRST_RUN = "about 10-20 s on an idle 2-core machine"
 
 
 @contextlib.contextmanager

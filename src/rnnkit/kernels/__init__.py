@@ -184,7 +184,7 @@ def _watch_compiles() -> None:
                         st["announced"] = True
                         from tqdm import tqdm  # (writes above an active progress bar)
 
-                        tqdm.write("rnnkit: compiling the kernels for this machine, once (about 30 s "
+                        tqdm.write("rnnkit: compiling the kernels for this machine, once (about 10-20 s "
                                    "on an idle 2-core machine; later runs load them from the cache)",
                                    file=sys.stderr)
                 st["depth"] = int(st["depth"]) + 1
