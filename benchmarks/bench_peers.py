@@ -25,7 +25,10 @@ LSTM is not supported by it and reads ``n/a``; nor is it by ONNX's LSTM operator
 
 Threads: every thread count runs in its own child process, so ``RNNKIT_KERNEL_THREADS`` is set
 before rnnkit is imported; the child also calls ``torch.set_num_threads`` and gives onnxruntime
-``intra_op_num_threads`` (and ``inter_op_num_threads=1``) of that count.
+``intra_op_num_threads`` (and ``inter_op_num_threads=1``) of that count, with its worker
+threads' spin-wait off (``session.intra_op.allow_spinning`` = 0): left on, onnxruntime's idle
+worker keeps a core busy after each of its runs and slows whichever peer is timed next (on a
+2-core machine, PyTorch's two-thread S3 LSTM measured 45.6 ms beside it and 18.4 ms without).
 
 Usage::
 
@@ -126,6 +129,7 @@ def case_runners(case: str, shape: tuple[int, int, int, int], threads: int,
     else:
         so = ort.SessionOptions()
         so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")   # (see the docstring)
         sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
         feed: dict[str, Any] = {sess.get_inputs()[0].name: x}
         if lens is not None:
