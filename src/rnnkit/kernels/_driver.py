@@ -223,18 +223,20 @@ def infer(cell: Any, step: Step, w: Any, x_tm: np.ndarray, keep_seq: bool, opts:
     pl = _plan(cell, step, w, dt, opts)
     sizes = pl.sizes
     ring = tuple([np.zeros((2, B, n), dt) for n in sizes])
-    out = np.empty((B, T if keep_seq else 1, sizes[0]), dt)
+    out = _pool.empty((B, T if keep_seq else 1, sizes[0]), dt)
     skey = (B, T)
     got = pl.scratch(skey, lambda: _whole_scratch(pl, B, T, dt))
     q = pl.quick.get(keep_seq)
     if q is not None:
-        q.fn(pl.handle, x_tm, q.tail[0], pl.b0, ring, got[0], out, keep_seq, got[1], _NO_MASK, False,
-             *q.tail[1:], 0, B)
-    else:                                      # the first call: through the dispatcher
+        tail = q.tail
+    else:
         PW, PU, PWp = pl.forward_panels()
         tail = (PW, PU, pl.srcs, pl.cols, pl.apart, pl.b1, pl.proj, PWp, pl.own, pl.opts)
-        args = (pl.handle, x_tm, PW, pl.b0, ring, got[0], out, keep_seq, got[1], _NO_MASK, False, *tail[1:],
-                0, B)
+    args = (pl.handle, x_tm, tail[0], pl.b0, ring, got[0], out, keep_seq, got[1], _NO_MASK, False, *tail[1:],
+            0, B)
+    if q is not None:
+        q.fn(*args)
+    else:                                      # the first call: through the dispatcher
         pl.infer(*args)
         ov = pl.infer.overloads.get(tuple(numba.typeof(a) for a in args))
         if ov is not None:

@@ -115,7 +115,7 @@ class _Plan:
         self.sizes: tuple[int, ...] = tuple(cell.state_sizes())
         self._spares: list[tuple[Any, Any]] = []
         self._entries: dict[Any, Any] = {}
-        #: the prepared calls of :func:`rnnkit.kernels._driver.infer`, by (keep_seq, B, T)
+        #: the prepared calls of :func:`rnnkit.kernels._driver.infer`, by ``keep_seq``
         self.quick: dict[Any, Any] = {}
 
     def scratch(self, key: Any, make: Callable[[], Any]) -> Any:

@@ -159,11 +159,11 @@ def run_split(parts: list[tuple[int, int]], job: Job) -> None:
 def run_phases(parts: list[tuple[int, int]], first: Job, then: Job) -> None:
     """``first(lo, hi)`` for every part, then, once every ``first`` has returned, ``then(lo, hi)``
     for every part: each part's two phases on one thread (the first part on this one), with ONE
-    barrier between the phases instead of a return to this thread and a second hand-off. When
-    the workers are busy, this thread runs every ``first`` and then every ``then``. The first
+    barrier between the phases instead of a return to this thread and a second hand-off. On one
+    core, or when the workers are busy, this thread runs every ``first`` and then every ``then``. The first
     exception raised is re-raised here once every part is over (after a failed ``first`` no
     part runs ``then``)."""
-    if len(parts) < 2 or not _busy.acquire(blocking=False):
+    if len(parts) < 2 or CORES == 1 or not _busy.acquire(blocking=False):
         for lo, hi in parts:
             first(lo, hi)
         for lo, hi in parts:

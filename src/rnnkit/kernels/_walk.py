@@ -188,30 +188,30 @@ def walk_infer(step: Any, x_tm: Any, PW: Any, b0: Any, ring: Any, parks: Any, se
     fedbuf, rec, tmp = (unmanaged(held[0])[:, 0:S], unmanaged(held[1])[:, 0:nr],
                         unmanaged(held[2])[:, 0:N])
     rm = unmanaged(held[0])[0:0]                # (C-contiguous as the training walk's: one _one_step)
+    live = np.full(chunk, B, np.int64)          # per step of a chunk: the rows it computes
     for t0 in range(0, T, chunk):
         n = min(chunk, T - t0)
         xp = buf[:n * B]
         whole = True                                # every row of every step of the chunk computed
         if masked:
             for s in range(n):
-                if _live_rows(mask[t0 + s]) < B:
+                live[s] = _live_rows(mask[t0 + s])
+                if live[s] < B:
                     whole = False
         if whole:
             project(x_tm[t0:t0 + n].reshape((n * B, F)), PW, b0, xp)
         else:                                       # each step's rows up to its last real one
             for s in range(n):
-                k = _live_rows(mask[t0 + s])
-                if k > 0:
-                    project(x_tm[t0 + s, 0:k], PW, b0, xp[s * B:s * B + k])
+                if live[s] > 0:
+                    project(x_tm[t0 + s, 0:live[s]], PW, b0, xp[s * B:s * B + live[s]])
         for s in range(n):
             i0 = (t0 + s) & 1
             i1 = 1 - i0
             a, stk, pkk, reck, fedk, tmpk = xp[s * B:(s + 1) * B, 0:N], st, pk, rec, fedbuf, tmp
-            if masked:                              # the rows from the last real one on: carried only
-                k = _live_rows(mask[t0 + s])
-                if k < B:
-                    stk, pkk = cols_block(st, 0, k), cols_block(pk, 0, k)
-                    a, reck, fedk, tmpk = a[0:k], rec[0:k], fedbuf[0:k], tmp[0:k]
+            k = live[s]
+            if k < B:                               # the rows from the last real one on: carried only
+                stk, pkk = cols_block(st, 0, k), cols_block(pk, 0, k)
+                a, reck, fedk, tmpk = a[0:k], rec[0:k], fedbuf[0:k], tmp[0:k]
             _one_step(step, a, reck, fedk, stk, i0, i1, pkk, np.int64(0), rm, np.bool_(False), PU, srcs, cols,
                       apart, b1, proj, PWp, own, tmpk, opts)
             if masked:

@@ -42,8 +42,7 @@ from rnnkit._errors import InvalidParameterError
 #: the parts :func:`exercise` knows: the backward walk with its reductions and the feed-forward
 #: layers' products, the weight gradient ``x^T @ g`` included (``back``), the inference walk
 #: (``infer``), the training forward walk (``train``), the feed-forward layers' products alone
-#: (``dense``),
-#: the backward part again for inputs of two features (``wide``: the reductions' ``x^T`` of one
+#: (``dense``), the backward part again for inputs of two features (``wide``: the reductions' ``x^T`` of one
 #: feature is both C- and Fortran-ordered and compiles as C, of more features as Fortran)
 PARTS = ("back", "infer", "train", "dense", "wide")
 _ENV = "RNNKIT_COMPILE_AHEAD"
