@@ -10,6 +10,11 @@ first epoch:
 - ``rnnkit warm``: the demo again on the cache the cold run filled;
 - ``rnnkit compile``: ``rnnkit compile --cells lstm`` on a new empty cache (the "first run" of
   a user who ran it after installing), and ``demo after compile``: the demo on that cache;
+- ``pip install -e``: ``pip install --no-deps -e`` of this tree into the running environment
+  (pip's build environment, then the build backend's compile of the LSTM's kernels) with a new
+  empty ``NUMBA_CACHE_DIR``, and ``demo after install``: the demo on that cache, the first run
+  a user who followed the README makes; ``pip install -e, no compile``: the same install with
+  ``RNNKIT_COMPILE_AT_INSTALL=0``, so the difference is what the install spends compiling;
 - ``baseline cold``: with ``--baseline SRC``, the cold demo of another checkout's ``src``
   (e.g. an older commit from ``git archive``), interleaved with this one's;
 - ``pytorch``: the same data (the demo's windows, split and scaling), ``nn.LSTM(1, 24)`` and
@@ -135,7 +140,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip", default="", help="comma-separated runs to leave out: single, warm, torch, "
-                                                "compile")
+                                                "compile, install")
     ap.add_argument("--baseline", default=None, metavar="SRC",
                     help="also time the cold demo of this src directory (interleaved)")
     ap.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (0: its default)")
@@ -168,6 +173,15 @@ def main() -> None:
                     timed(None, ["-m", "rnnkit", "compile", "--cells", "lstm"], envc)[:3])
                 res.setdefault("demo after compile", []).append(
                     timed(RNNKIT, [str(Path(tmp) / f"after{k}")], envc)[:3])
+            if "install" not in skip:
+                envi = {**base, "NUMBA_CACHE_DIR": str(Path(tmp) / f"installed{k}")}
+                pip = ["-m", "pip", "install", "-q", "--no-deps", "-e", str(SRC.parent)]
+                res.setdefault("pip install -e", []).append(timed(None, pip, envi)[:3])
+                res.setdefault("demo after install", []).append(
+                    timed(RNNKIT, [str(Path(tmp) / f"inst{k}")], envi)[:3])
+                env0 = {**base, "NUMBA_CACHE_DIR": str(Path(tmp) / f"plain{k}"),
+                        "RNNKIT_COMPILE_AT_INSTALL": "0"}
+                res.setdefault("pip install -e, no compile", []).append(timed(None, pip, env0)[:3])
             if args.baseline:
                 envb = {**base, "NUMBA_CACHE_DIR": str(Path(tmp) / f"base{k}"),
                         "PYTHONPATH": os.pathsep.join([args.baseline, os.environ.get("PYTHONPATH", "")])}
@@ -184,6 +198,9 @@ def main() -> None:
         print(f"{n:<28}{t:>10.2f}{f:>14.2f}{c:>10.2f}")
     if "pytorch" in med:
         print(f"cold demo / pytorch: {med['rnnkit cold'][0] / med['pytorch'][0]:.2f}x")
+        if "demo after install" in med:
+            print(f"first demo after pip install -e / pytorch: "
+                  f"{med['demo after install'][0] / med['pytorch'][0]:.2f}x")
     if "baseline cold" in med:
         print(f"cold demo / baseline cold demo: {med['rnnkit cold'][0] / med['baseline cold'][0]:.2f}x "
               f"to exit, {med['rnnkit cold'][2] / med['baseline cold'][2]:.2f}x CPU")
