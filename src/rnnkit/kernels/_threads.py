@@ -17,9 +17,11 @@ the same values, since they do not depend on the split.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -135,9 +137,11 @@ def run_parts(n: int, job: Job) -> None:
 def run_blocks(B: int, job: Job) -> None:
     """Run ``job(lo, hi)`` for every block of :func:`blocks`: the first on this thread, the rest
     on the workers, and return when all have (the first exception raised, if any, once every
-    block is over)."""
-    if B < 2 * MIN_ROWS or CORES == 1:          # the common small case, without the list
-        job(0, B)
+    block is over). When the workers are busy (another pass holds them: :func:`run_each`'s
+    jobs, another thread of the program), ``job(0, B)`` on this thread: one block of every row,
+    which computes each row as the blocks would."""
+    if B < 2 * MIN_ROWS or CORES == 1 or _busy.locked():   # the common small case, without the
+        job(0, B)       # list; or the workers are busy: one block here (not its parts in a row)
         return
     parts = blocks(B)
     if len(parts) == 1:
@@ -154,6 +158,41 @@ def run_split(parts: list[tuple[int, int]], job: Job) -> None:
             job(lo, hi)
         return
     _on_workers(parts, job)
+
+
+def pairs_pay(B: int) -> bool:
+    """Whether two independent passes over a batch of ``B`` rows (the two directions of a
+    bidirectional layer) run faster side by side, one per thread (:func:`run_each`), than one
+    after the other with the rows of each split over the cores: two or more cores, and the row
+    split would use at most two (each thread then streams one pass's weights for all the rows,
+    instead of both threads the same weights for half of them; measured with an LSTM, AMD EPYC,
+    two cores: see ``benchmarks/README.md``)."""
+    return CORES >= 2 and min(CORES, B // MIN_ROWS) <= 2
+
+
+def run_each(jobs: Sequence[Callable[[], Any]]) -> list[Any]:
+    """Each of ``jobs`` called with no arguments, at once, one per core (the first on this
+    thread, the others on the workers); their results, in order, once every job is over (the
+    first exception raised, if any, then). Every job runs in a copy of this thread's context
+    (``contextvars``: the kernel mode of :func:`rnnkit.kernels.use` goes with it); a split
+    inside a job finds the workers busy and runs its parts on the job's own thread. On one core,
+    or when the workers are busy, the jobs run one after the other here."""
+    got: list[Any] = [None] * len(jobs)
+    if CORES == 1 or len(jobs) < 2:
+        for k, f in enumerate(jobs):
+            got[k] = f()
+        return got
+    ctxs = [contextvars.copy_context() for _ in jobs]
+
+    def part(lo: int, hi: int) -> None:
+        for k in range(lo, hi):
+            got[k] = ctxs[k].run(jobs[k])
+
+    parts = [(k, k + 1) for k in range(len(jobs))]
+    step = max(1, -(-len(jobs) // CORES))       # (more jobs than cores: consecutive ones per thread)
+    run_split([(lo, min(lo + step, len(jobs))) for lo in range(0, len(jobs), step)] if step > 1 else parts,
+              part)
+    return got
 
 
 def run_phases(parts: list[tuple[int, int]], first: Job, then: Job) -> None:

@@ -12,6 +12,7 @@ from rnnkit._layer import Layer, WeightEntry
 from rnnkit._mask import Mask
 from rnnkit._shape import Shape
 from rnnkit._weight_decl import WeightDecl
+from rnnkit.kernels._threads import pairs_pay, run_each
 from rnnkit.layers._registry import layer_from_config, layer_to_config
 from rnnkit.recurrent import RecurrentLayer
 
@@ -189,8 +190,15 @@ class Bidirectional(Layer):
                                         f"*backward_state] ({1 + nf + nb} arrays), got a list of {len(x)}")
             x, init_f, init_b = x[0], list(x[1:1 + nf]), list(x[1 + nf:])
         mask = ctx.mask
-        yf = self.forward_layer.forward([x, *init_f] if init_f else x, ctx)
-        yb = self.backward_layer.forward([x, *init_b] if init_b else x, ctx.set_mask(mask))
+        xf, xb = ([x, *init_f] if init_f else x), ([x, *init_b] if init_b else x)
+        if not ctx.training_mode and isinstance(x, np.ndarray) and x.ndim == 3 and pairs_pay(x.shape[0]):
+            # inference: the two directions side by side, one per thread (the same values: each
+            # direction's rows are computed as they would be alone; nothing is drawn at random)
+            yf, yb = run_each((lambda: self.forward_layer.forward(xf, ctx),
+                               lambda: self.backward_layer.forward(xb, ctx)))
+        else:
+            yf = self.forward_layer.forward(xf, ctx)
+            yb = self.backward_layer.forward(xb, ctx.set_mask(mask))
         sf: list[np.ndarray] = []
         sb: list[np.ndarray] = []
         if self.return_state:
