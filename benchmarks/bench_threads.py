@@ -177,8 +177,8 @@ class _Phases:
         self._saved: dict[str, Any] = {}
         self._in_driver = False
 
-    def _run(self, n: int, job: Callable[[int, int], None]) -> None:
-        self._parts(_threads.blocks(n) if self.split else [(0, n)], job)
+    def _run(self, n: int, job: Callable[[int, int], None], row_work: int = 0) -> None:
+        self._parts(_threads.blocks(n, row_work) if self.split else [(0, n)], job)
 
     def _phases(self, parts: list[tuple[int, int]], first: Callable[[int, int], None],
                 then: Callable[[int, int], None]) -> None:
