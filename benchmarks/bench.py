@@ -173,7 +173,9 @@ def _inner_count(fn: Callable[[], Any], budget: float) -> int:
 
 def time_pair(run_a: Callable[[], Any], run_b: Callable[[], Any], repeats: int, warmup: int,
               sample_s: float) -> tuple[list[float], list[float]]:
-    """Interleaved timing; each sample is the mean over an inner loop of ~sample_s seconds."""
+    """Interleaved timing; each sample is the mean over an inner loop of ~sample_s seconds, after
+    ``bench_peers.WARM_S`` of untimed calls of the same function (PyTorch's OpenMP workers spin
+    for several ms after its calls, on the core that rnnkit's second row block needs)."""
     for _ in range(warmup):
         run_a()
         run_b()
@@ -185,6 +187,7 @@ def time_pair(run_a: Callable[[], Any], run_b: Callable[[], Any], repeats: int, 
         if r % 2:
             order.reverse()
         for fn, n, acc in order:
+            bench_peers.warm(fn, bench_peers.WARM_S)
             t0 = time.perf_counter()
             for _ in range(n):
                 fn()

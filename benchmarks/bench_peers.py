@@ -29,6 +29,11 @@ before rnnkit is imported; the child also calls ``torch.set_num_threads`` and gi
 threads' spin-wait off (``session.intra_op.allow_spinning`` = 0): left on, onnxruntime's idle
 worker keeps a core busy after each of its runs and slows whichever peer is timed next (on a
 2-core machine, PyTorch's two-thread S3 LSTM measured 45.6 ms beside it and 18.4 ms without).
+PyTorch's own OpenMP workers spin too, for several ms after each call: every timed sample starts
+after :data:`WARM_S` of untimed calls of its peer, in which they go idle. The one-thread and
+two-thread rows come from different processes run one after the other: on a shared machine,
+compare them only with the cores other processes used meanwhile (printed, and ``others_cores``
+in the JSON).
 
 Usage::
 
@@ -175,10 +180,29 @@ def case_runners(case: str, shape: tuple[int, int, int, int], threads: int,
     return runs, errs
 
 
+#: seconds of untimed calls of a peer before each of its timed samples (at least one call): the
+#: threads of the peer timed before it stop spinning meanwhile (PyTorch's OpenMP workers, GNU
+#: libgomp, spin-wait several ms after each parallel region, keeping the second core busy) and the
+#: core is back at full speed after any pause. Measured on the 2-core AMD EPYC: rnnkit's two-thread
+#: S3 LSTM took 33.7 ms (median) in the call right after a PyTorch call, 26.8 ms from 10 ms after
+#: it; a sample at S3 is one call, so without this nearly every rnnkit sample paid it. (And a
+#: call after 50 ms idle took 1.2-1.3x as long, back to speed after about 10 ms of calls.)
+WARM_S = 0.02
+
+
+def warm(f: Callable[[], Any], seconds: float) -> None:
+    """Call ``f`` (untimed) for about ``seconds``, at least once."""
+    end = time.perf_counter() + seconds
+    f()
+    while time.perf_counter() < end:
+        f()
+
+
 def time_peers(runs: dict[str, Callable[[], Any] | None], repeats: int, warmup: int,
                sample_s: float) -> dict[str, float | None]:
     """Interleaved medians (seconds a call); each sample is the mean of an inner loop of about
-    ``sample_s`` seconds, and the order of the peers rotates every repeat."""
+    ``sample_s`` seconds, after :data:`WARM_S` of untimed calls, and the order of the peers
+    rotates every repeat."""
     live = [(k, f) for k, f in runs.items() if f is not None]
     for _ in range(warmup):
         for _, f in live:
@@ -192,6 +216,7 @@ def time_peers(runs: dict[str, Callable[[], Any] | None], repeats: int, warmup: 
     for r in range(repeats):
         for k, f in live[r % len(live):] + live[:r % len(live)]:
             n = inner[k]
+            warm(f, WARM_S)
             t0 = time.perf_counter()
             for _ in range(n):
                 f()
@@ -231,6 +256,7 @@ def run(shapes: str, cases: str, threads: list[int], repeats: int, warmup: int,
     """Every thread count in its own child process; the merged results."""
     rows: list[dict[str, Any]] = []
     load = [os.getloadavg()[0]]
+    others_cores: dict[str, float] = {}     # per thread count: what the rest of the machine used
     for n in threads:
         with tempfile.TemporaryDirectory() as d:
             out = Path(d) / "rows.json"
@@ -238,11 +264,31 @@ def run(shapes: str, cases: str, threads: list[int], repeats: int, warmup: int,
             cmd = [sys.executable, __file__, "--child", str(out), "--threads-one", str(n), "--shapes",
                    shapes, "--cases", cases, "--repeats", str(repeats), "--warmup", str(warmup),
                    "--sample", str(sample)]
+            before = _busy_seconds(), _children_seconds(), time.perf_counter()
             subprocess.run(cmd, env=env, check=True)
+            others = _busy_seconds() - before[0] - (_children_seconds() - before[1])
+            others_cores[str(n)] = round(max(0.0, others) / (time.perf_counter() - before[2]), 2)
+            print(f"{n}t: other processes used {others_cores[str(n)]} cores meanwhile", flush=True)
             rows += json.loads(out.read_text())
     return {"threads": threads, "shapes": shapes.split(","), "cases": cases.split(","),
             "repeats": repeats, "versions": versions(), "cpu": _cpu(), "cores": os.cpu_count(),
-            "loadavg_start_end": [round(load[0], 2), round(os.getloadavg()[0], 2)], "rows": rows}
+            "loadavg_start_end": [round(load[0], 2), round(os.getloadavg()[0], 2)],
+            "others_cores": others_cores, "rows": rows}
+
+
+def _busy_seconds() -> float:
+    """CPU seconds every process of the machine has used (``/proc/stat``; 0 elsewhere)."""
+    try:
+        f = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return 0.0
+    return (sum(f) - f[3] - f[4]) / os.sysconf("SC_CLK_TCK")     # all but idle and iowait
+
+
+def _children_seconds() -> float:
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def _cpu() -> str:
@@ -272,7 +318,9 @@ def markdown(peers: dict[str, Any]) -> str:
     out: list[str] = [f"{peers.get('cpu', 'CPU not recorded')} ({peers.get('cores')} cores), load average "
                       f"at start and end {peers.get('loadavg_start_end')}; "
                       + ", ".join(f"{k} {x}" for k, x in v.items()) + f"; {peers['repeats']} interleaved "
-                      "samples per peer, medians.", ""] if v else []
+                      "samples per peer, medians"
+                      + (f"; cores other processes used meanwhile, per thread count: {peers['others_cores']}"
+                         if peers.get("others_cores") else "") + ".", ""] if v else []
     for n in peers["threads"]:
         out += [f"Inference, {n} thread{'s' if n > 1 else ''} each (rnnkit / peer below 1: rnnkit faster; "
                 f"int8: PyTorch `quantize_dynamic`):", "",

@@ -49,6 +49,10 @@ import rnnkit as rk  # noqa: E402
 from rnnkit.kernels import _driver, _threads  # noqa: E402
 
 SHAPES = {"S2": (32, 50, 32, 64), "S3": (64, 100, 128, 256), "S4": (128, 200, 256, 512)}
+#: seconds of untimed calls of a function before each of its timed rounds (``bench_peers.WARM_S``:
+#: PyTorch's OpenMP workers spin for several ms after each call, on the core rnnkit's second block
+#: needs)
+WARM_S = 0.02
 
 
 def _layer(cell: str, shape: str) -> tuple[Any, np.ndarray]:
@@ -125,6 +129,10 @@ def _interleaved(fns: dict[str, Callable[[], object]], rounds: int, budget: floa
     for r in range(rounds):
         for k in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
             f, n = fns[k], inner[k]
+            end = time.perf_counter() + WARM_S     # (the previous function's threads go idle)
+            f()
+            while time.perf_counter() < end:
+                f()
             t0 = time.perf_counter()
             for _ in range(n):
                 f()
@@ -169,8 +177,8 @@ class _Phases:
         self._saved: dict[str, Any] = {}
         self._in_driver = False
 
-    def _run(self, n: int, job: Callable[[int, int], None]) -> None:
-        self._parts(_threads.blocks(n) if self.split else [(0, n)], job)
+    def _run(self, n: int, job: Callable[[int, int], None], row_work: int = 0) -> None:
+        self._parts(_threads.blocks(n, row_work) if self.split else [(0, n)], job)
 
     def _phases(self, parts: list[tuple[int, int]], first: Callable[[int, int], None],
                 then: Callable[[int, int], None]) -> None:

@@ -170,6 +170,21 @@ def test_the_halves_sum_refuses_a_strided_output() -> None:
         product_tn(A, G, out, True)
 
 
+def test_the_calling_thread_takes_rows_for_the_hand_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given the work of a row, the caller's block (the first) takes about HANDOFF_WORK / 2 of it
+    in extra rows, none when a row outweighs that, and leaves the worker at least MIN_ROWS."""
+    monkeypatch.setattr(_threads, "CORES", 2)
+    monkeypatch.setattr(_threads, "block_cost", None)
+    monkeypatch.setattr(_threads, "HANDOFF_WORK", 1 << 21)
+    assert _threads.blocks(32, 50 * 256 * 96) == [(0, 17), (17, 32)]       # the LSTM at S2
+    assert _threads.blocks(32, 10 * 256 * 96) == [(0, 20), (20, 32)]       # ... over 10 steps
+    assert _threads.blocks(64, 100 * 1024 * 384) == [(0, 32), (32, 64)]    # S3: no shift
+    assert _threads.blocks(32, 1) == [(0, 24), (24, 32)]                   # the worker keeps MIN_ROWS
+    assert _threads.blocks(32) == _threads.blocks(32, 0) == [(0, 16), (16, 32)]
+    monkeypatch.setattr(_threads, "CORES", 3)
+    assert _threads.blocks(48, 1) == [(0, 16), (16, 32), (32, 48)]         # (two blocks only)
+
+
 def test_two_blocks_split_where_the_modelled_products_are_cheapest(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two row blocks split at B // 2 or at the nearest multiple of the register block within
     1/16 of it, whichever the cost model makes cheapest (the even split on a tie); every block
@@ -186,6 +201,10 @@ def test_two_blocks_split_where_the_modelled_products_are_cheapest(monkeypatch: 
     assert _threads.blocks(128) == [(0, 64), (64, 128)]
     monkeypatch.setattr(_threads, "block_cost", _packed.block_cost)
     for B in range(16, 600):
+        for row_work in (1, 1 << 16, 1 << 20, 1 << 30):     # the caller's block longer, never shorter
+            got = _threads.blocks(B, row_work)
+            assert got[0] == (0, got[1][0]) and got[1][1] == B and got[1][0] >= _threads.blocks(B)[0][1]
+            assert got[1][1] - got[1][0] >= _threads.MIN_ROWS
         parts = _threads.blocks(B)
         assert parts[0][0] == 0 and parts[-1][1] == B and parts[0][1] == parts[1][0]
         assert min(hi - lo for lo, hi in parts) >= _threads.MIN_ROWS

@@ -144,7 +144,7 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
             pl.cols, pl.apart, pl.b1, pl.proj, PWp, pl.own, pl.opts, lo, hi))
         pl.spare(bkey, buf)
 
-    run_blocks(B, infer)
+    run_blocks(B, infer, T * N * (F + pl.U.shape[0]))     # (the caller's block a little longer)
     pl.spare(skey, pk1)
     return (seq_view if keep_seq else None), tuple(r[T % 2] for r in ring), None
 

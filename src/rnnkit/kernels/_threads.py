@@ -31,6 +31,14 @@ from rnnkit.kernels import _pool
 MIN_ROWS = 8
 #: :func:`swap01` copies in parts on the cores from this many bytes on
 PARALLEL_COPY_BYTES = 1 << 20
+#: what handing a block to a worker and waiting for it costs the call, in multiply-adds of the
+#: caller's rows (:func:`blocks` gives the calling thread about half of it in extra rows). Measured
+#: on a 2-core KVM guest (AMD EPYC, Zen 4; an idle vCPU halts at once): the worker starts ~26 us
+#: after the caller, and the caller, done first and asleep, wakes ~36 us after the worker is done:
+#: ~60 us, about 2M multiply-adds of the LSTM S2 step (T=50, 32 + 64 inputs, 256 columns) at the
+#: ~37 G/s it runs. S2 (32 rows) inference: 17 + 15 rows, 633 us a call (median), against 693
+#: for 16 + 16 and 694 for 18 + 14 (interleaved, quiet machine); larger rows shift nothing.
+HANDOFF_WORK = 1 << 21
 
 
 def _usable_cores() -> int:
@@ -111,12 +119,16 @@ block_cost: Callable[[int], float] | None = None
 block_rows = 1
 
 
-def blocks(B: int) -> list[tuple[int, int]]:
+def blocks(B: int, row_work: int = 0) -> list[tuple[int, int]]:
     """Contiguous row blocks ``[lo, hi)`` covering ``range(B)``, one per core (at most). Two
     blocks split at ``B // 2`` or at the multiple of ``block_rows`` just below or above it
     within 1/16 of ``B // 2`` (the rest of a step costs by the row), whichever makes the costlier
     block cheapest (:data:`block_cost`; the even split on a tie). (Measured at S2, 32 rows: 18
-    + 14 against 16 + 16, 1-6 % more CPU on the longer block.)"""
+    + 14 against 16 + 16, 1-6 % more CPU on the longer block.) Given ``row_work``, the
+    multiply-adds of one row over the whole pass, the first block (the calling thread's) then
+    takes ``HANDOFF_WORK / (2 * row_work)`` rows more, rounded (none once a row outweighs
+    ``HANDOFF_WORK``), leaving the other at least ``MIN_ROWS``: the worker starts late, and the
+    caller, done first, sleeps until it is done."""
     p = max(1, min(CORES, B // MIN_ROWS))
     edges = [B * k // p for k in range(p + 1)]
     cost = block_cost
@@ -125,6 +137,8 @@ def blocks(B: int) -> list[tuple[int, int]]:
         cands = [e for e in (m, m // r * r, -(-m // r) * r)
                  if MIN_ROWS <= e <= B - MIN_ROWS and 16 * abs(e - m) <= m]
         edges[1] = min(cands, key=lambda e: max(cost(e), cost(B - e)))
+    if p == 2 and row_work > 0:
+        edges[1] = max(edges[1], min(B - MIN_ROWS, edges[1] + (HANDOFF_WORK + row_work) // (2 * row_work)))
     return [(edges[k], edges[k + 1]) for k in range(p)]
 
 
@@ -134,16 +148,16 @@ def run_parts(n: int, job: Job) -> None:
     run_blocks(n, job)
 
 
-def run_blocks(B: int, job: Job) -> None:
-    """Run ``job(lo, hi)`` for every block of :func:`blocks`: the first on this thread, the rest
-    on the workers, and return when all have (the first exception raised, if any, once every
-    block is over). When the workers are busy (another pass holds them: :func:`run_each`'s
-    jobs, another thread of the program), ``job(0, B)`` on this thread: one block of every row,
-    which computes each row as the blocks would."""
+def run_blocks(B: int, job: Job, row_work: int = 0) -> None:
+    """Run ``job(lo, hi)`` for every block of :func:`blocks` (``row_work``: see there): the first
+    on this thread, the rest on the workers, and return when all have (the first exception
+    raised, if any, once every block is over). When the workers are busy (another pass holds
+    them: :func:`run_each`'s jobs, another thread of the program), ``job(0, B)`` on this thread:
+    one block of every row, which computes each row as the blocks would."""
     if B < 2 * MIN_ROWS or CORES == 1 or _busy.locked():   # the common small case, without the
         job(0, B)       # list; or the workers are busy: one block here (not its parts in a row)
         return
-    parts = blocks(B)
+    parts = blocks(B, row_work)
     if len(parts) == 1:
         job(0, B)
         return
