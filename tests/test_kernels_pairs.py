@@ -22,6 +22,12 @@ def two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_threads, "CORES", 2)
 
 
+@pytest.fixture
+def every_pass_pays(monkeypatch: pytest.MonkeyPatch, two_cores: None) -> None:
+    """Two cores, and passes of any size side by side (the layers below are small)."""
+    monkeypatch.setattr(_threads, "PAIR_WORK", 0)
+
+
 def test_run_each_runs_the_jobs_on_two_threads_in_the_callers_context(two_cores: None) -> None:
     seen: list[tuple[int, str]] = []
 
@@ -82,13 +88,14 @@ def test_a_split_inside_a_job_is_one_block_on_the_jobs_thread(two_cores: None) -
     assert sorted(outside) == [(0, 32), (32, 64)]                 # not busy: two blocks again
 
 
-@pytest.mark.parametrize(("cores", "B", "pays"), [(1, 1, False), (1, 64, False), (2, 1, True), (2, 64, True),
-                                                  (4, 16, True), (4, 23, True), (4, 24, False),
-                                                  (4, 64, False)])
-def test_pairs_pay_when_the_row_split_would_use_at_most_two_cores(monkeypatch: pytest.MonkeyPatch, cores: int,
-                                                                  B: int, pays: bool) -> None:
+@pytest.mark.parametrize(("cores", "B", "work", "pays"), [
+    (1, 1, 1 << 40, False), (1, 64, 1 << 40, False), (2, 1, 0, False), (2, 15, 0, False), (2, 16, 0, True),
+    (2, 64, 0, True), (2, 1, _threads.PAIR_WORK, True), (2, 8, _threads.PAIR_WORK - 1, False),
+    (4, 16, 0, True), (4, 23, 0, True), (4, 24, 0, False), (4, 64, 1 << 40, False)])
+def test_pairs_pay_when_the_row_split_would_use_at_most_two_cores_and_the_passes_are_worth_it(
+        monkeypatch: pytest.MonkeyPatch, cores: int, B: int, work: int, pays: bool) -> None:
     monkeypatch.setattr(_threads, "CORES", cores)
-    assert _threads.pairs_pay(B) is pays
+    assert _threads.pairs_pay(B, work) is pays
 
 
 def _bi(cell: str, **kw: Any) -> rk.Bidirectional:
@@ -103,7 +110,7 @@ def _bi(cell: str, **kw: Any) -> rk.Bidirectional:
 @pytest.mark.parametrize("B", [1, 5, 40])
 @pytest.mark.parametrize("lengths", [False, True])
 def test_bidirectional_inference_side_by_side_has_the_serial_bits(
-        monkeypatch: pytest.MonkeyPatch, two_cores: None, cell: str, B: int, lengths: bool) -> None:
+        monkeypatch: pytest.MonkeyPatch, every_pass_pays: None, cell: str, B: int, lengths: bool) -> None:
     layer = _bi(cell)
     rng = np.random.default_rng(B)
     x = rng.standard_normal((B, 7, 3)).astype(np.float32)
@@ -113,7 +120,7 @@ def test_bidirectional_inference_side_by_side_has_the_serial_bits(
     monkeypatch.setattr(_bidirectional, "run_each", lambda jobs: used.append(len(jobs)) or real(jobs))
     side = layer.forward(x, rk.Ctx.inference().set_mask(lengths=n))
     assert used == [2]
-    monkeypatch.setattr(_bidirectional, "pairs_pay", lambda B: False)
+    monkeypatch.setattr(_bidirectional, "pairs_pay", lambda B, work: False)
     serial = layer.forward(x, rk.Ctx.inference().set_mask(lengths=n))
     np.testing.assert_array_equal(side, serial)
     with kernels.use("reference"):                     # the mode reaches the worker's direction
@@ -124,8 +131,22 @@ def test_bidirectional_inference_side_by_side_has_the_serial_bits(
     np.testing.assert_allclose(side, ref, rtol=2e-5, atol=2e-6)
 
 
+def test_a_small_bidirectional_pass_runs_its_directions_one_after_the_other(monkeypatch: pytest.MonkeyPatch,
+                                                                           two_cores: None) -> None:
+    layer = _bi("lstm")
+    used: list[int] = []
+    real = _bidirectional.run_each
+    monkeypatch.setattr(_bidirectional, "run_each", lambda jobs: used.append(len(jobs)) or real(jobs))
+    x = np.random.default_rng(1).standard_normal((15, 7, 3)).astype(np.float32)
+    serial = layer.forward(x, rk.Ctx.inference())      # 15 rows x 7 steps x 264 weights: far below
+    assert used == []
+    monkeypatch.setattr(_threads, "PAIR_WORK", 15 * 7 * layer.forward_layer.param_count())
+    np.testing.assert_array_equal(layer.forward(x, rk.Ctx.inference()), serial)
+    assert used == [2]
+
+
 def test_bidirectional_states_side_by_side_and_training_one_after_the_other(monkeypatch: pytest.MonkeyPatch,
-                                                                            two_cores: None) -> None:
+                                                                            every_pass_pays: None) -> None:
     layer = _bi("lstm", return_state=True)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((3, 7, 3)).astype(np.float32)
@@ -137,7 +158,7 @@ def test_bidirectional_states_side_by_side_and_training_one_after_the_other(monk
     ctx = rk.Ctx.training(0)
     trained = layer.forward([x, *init], ctx)            # training: never side by side
     assert used == [2]
-    monkeypatch.setattr(_bidirectional, "pairs_pay", lambda B: False)
+    monkeypatch.setattr(_bidirectional, "pairs_pay", lambda B, work: False)
     serial = layer.forward([x, *init], rk.Ctx.inference())
     assert len(side) == len(serial) == len(trained) == 5
     for a, b, c in zip(side, serial, trained, strict=True):

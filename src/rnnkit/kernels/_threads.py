@@ -39,6 +39,9 @@ PARALLEL_COPY_BYTES = 1 << 20
 #: ~37 G/s it runs. S2 (32 rows) inference: 17 + 15 rows, 633 us a call (median), against 693
 #: for 16 + 16 and 694 for 18 + 14 (interleaved, quiet machine); larger rows shift nothing.
 HANDOFF_WORK = 1 << 21
+#: :func:`pairs_pay`: the multiply-adds from which a pass of fewer than ``2 * MIN_ROWS`` rows
+#: pays for running beside another on a second thread
+PAIR_WORK = 8 * HANDOFF_WORK
 
 
 def _usable_cores() -> int:
@@ -174,14 +177,18 @@ def run_split(parts: list[tuple[int, int]], job: Job) -> None:
     _on_workers(parts, job)
 
 
-def pairs_pay(B: int) -> bool:
-    """Whether two independent passes over a batch of ``B`` rows (the two directions of a
-    bidirectional layer) run faster side by side, one per thread (:func:`run_each`), than one
-    after the other with the rows of each split over the cores: two or more cores, and the row
-    split would use at most two (each thread then streams one pass's weights for all the rows,
-    instead of both threads the same weights for half of them; measured with an LSTM, AMD EPYC,
-    two cores: see ``benchmarks/README.md``)."""
-    return CORES >= 2 and min(CORES, B // MIN_ROWS) <= 2
+def pairs_pay(B: int, work: int) -> bool:
+    """Whether two independent passes over a batch of ``B`` rows, ``work`` multiply-adds each
+    (the two directions of a bidirectional layer), run faster side by side, one per thread
+    (:func:`run_each`), than one after the other with the rows of each split over the cores:
+    two or more cores, the row split would use at most two, and either it would split (``B``
+    of ``2 * MIN_ROWS`` rows or more: then one hand-off instead of two, and each thread's
+    products see all the rows) or each pass is worth ``PAIR_WORK`` (the hand-off and the
+    threads' turns at the GIL cost about as much as a small pass). Measured, LSTM and GRU,
+    AMD EPYC, two cores (one after the other / side by side): (B, T, F, H) = (1, 100, 16, 32)
+    x0.35-0.43, (8, 100, 16, 32) x0.78-0.88, (32, 50, 32, 64) x1.20-1.42, (64, 100, 128, 256)
+    x1.06-1.12."""
+    return CORES >= 2 and min(CORES, B // MIN_ROWS) <= 2 and (B >= 2 * MIN_ROWS or work >= PAIR_WORK)
 
 
 def run_each(jobs: Sequence[Callable[[], Any]]) -> list[Any]:

@@ -191,7 +191,8 @@ class Bidirectional(Layer):
             x, init_f, init_b = x[0], list(x[1:1 + nf]), list(x[1 + nf:])
         mask = ctx.mask
         xf, xb = ([x, *init_f] if init_f else x), ([x, *init_b] if init_b else x)
-        if not ctx.training_mode and isinstance(x, np.ndarray) and x.ndim == 3 and pairs_pay(x.shape[0]):
+        if not ctx.training_mode and isinstance(x, np.ndarray) and x.ndim == 3 and pairs_pay(
+                x.shape[0], x.shape[0] * x.shape[1] * self.forward_layer.param_count()):
             # inference: the two directions side by side, one per thread (the same values: each
             # direction's rows are computed as they would be alone; nothing is drawn at random)
             yf, yb = run_each((lambda: self.forward_layer.forward(xf, ctx),
