@@ -164,3 +164,26 @@ def test_bidirectional_states_side_by_side_and_training_one_after_the_other(monk
     for a, b, c in zip(side, serial, trained, strict=True):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("work", "edges"), [
+    ([1] * 32, [(0, 16), (16, 32)]),                      # (+ HANDOFF_WORK / 2: a unit of 1 is far below it)
+    ([10_000_000] * 32, [(0, 16), (16, 32)]),
+    ([50] * 12 + [5] * 20, [(0, 8), (8, 32)]),             # the long rows first: the first block is short
+    ([5] * 20 + [50] * 12, [(0, 24), (24, 32)]),
+    ([0] * 32, [(0, 16), (16, 32)]),                       # nothing to weigh: the plain blocks
+    ([1] * 15, [(0, 15)]),                                 # one block
+])
+def test_weighted_blocks_balance_the_rows_work(two_cores: None, work: list[int], edges: list[tuple[int, int]],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_threads, "block_cost", None)
+    monkeypatch.setattr(_threads, "HANDOFF_WORK", 0)
+    assert _threads.weighted_blocks(np.array(work, np.int64)) == edges
+
+
+def test_weighted_blocks_give_the_caller_the_hand_off(two_cores: None,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_threads, "HANDOFF_WORK", 4_000_000)      # two rows of 1M each: one row more
+    assert _threads.weighted_blocks(np.full(32, 1_000_000, np.int64)) == [(0, 18), (18, 32)]
+    monkeypatch.setattr(_threads, "CORES", 4)
+    assert _threads.weighted_blocks(np.full(32, 1, np.int64)) == [(0, 8), (8, 16), (16, 24), (24, 32)]

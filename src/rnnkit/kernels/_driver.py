@@ -144,7 +144,11 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
             pl.cols, pl.apart, pl.b1, pl.proj, PWp, pl.own, pl.opts, lo, hi))
         pl.spare(bkey, buf)
 
-    run_blocks(B, infer, T * N * (F + pl.U.shape[0]))     # (the caller's block a little longer)
+    row_work = T * N * (F + pl.U.shape[0])
+    # (the caller's block a little longer; under a mask, rows that end early cost less: the rows
+    # of a step are computed up to the last real one, so blocks of sorted rows balance their steps)
+    work = None if mask is None else mk.sum(axis=0, dtype=np.int64) * (row_work // T)
+    run_blocks(B, infer, row_work, work)
     pl.spare(skey, pk1)
     return (seq_view if keep_seq else None), tuple(r[T % 2] for r in ring), None
 

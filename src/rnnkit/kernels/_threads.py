@@ -145,22 +145,44 @@ def blocks(B: int, row_work: int = 0) -> list[tuple[int, int]]:
     return [(edges[k], edges[k + 1]) for k in range(p)]
 
 
+def weighted_blocks(work: np.ndarray) -> list[tuple[int, int]]:
+    """Contiguous row blocks ``[lo, hi)`` covering the ``B = len(work)`` rows, one per core (at
+    most, each of at least ``MIN_ROWS`` rows, as :func:`blocks`), whose rows' ``work`` (the
+    multiply-adds of each row over the pass) sums to about the same in every block, the first
+    (the calling thread's) ``HANDOFF_WORK / 2`` more: a padded batch under ``lengths``, its rows
+    longest first, costs by the row's real steps, not by the row."""
+    B = len(work)
+    p = max(1, min(CORES, B // MIN_ROWS))
+    c = np.cumsum(work, dtype=np.float64)
+    total = float(c[-1]) if B else 0.0
+    if p == 1 or total <= 0.0:
+        return blocks(B)
+    edges = [0]
+    for k in range(1, p):
+        target = total * k / p + HANDOFF_WORK / 2
+        e = int(np.searchsorted(c, target)) + 1          # the rows [0, e) reach the target
+        edges.append(min(max(e, edges[-1] + MIN_ROWS), B - (p - k) * MIN_ROWS))
+    edges.append(B)
+    return [(edges[k], edges[k + 1]) for k in range(p)]
+
+
 def run_parts(n: int, job: Job) -> None:
     """Split ``range(n)`` into one part per core (at least ``MIN_ROWS`` each) and run
     ``job(lo, hi)`` for each, like :func:`run_blocks` (for the batched reductions)."""
     run_blocks(n, job)
 
 
-def run_blocks(B: int, job: Job, row_work: int = 0) -> None:
-    """Run ``job(lo, hi)`` for every block of :func:`blocks` (``row_work``: see there): the first
-    on this thread, the rest on the workers, and return when all have (the first exception
-    raised, if any, once every block is over). When the workers are busy (another pass holds
+def run_blocks(B: int, job: Job, row_work: int = 0, work: np.ndarray | None = None) -> None:
+    """Run ``job(lo, hi)`` for every block of :func:`blocks` (``row_work``: see there; of
+    :func:`weighted_blocks` given each row's ``work``): the first on this thread, the rest on
+    the workers, and return when all have (the first exception raised, if any, once every block
+    is over). When the workers are busy (another pass holds
     them: :func:`run_each`'s jobs, another thread of the program), ``job(0, B)`` on this thread:
     one block of every row, which computes each row as the blocks would."""
     if B < 2 * MIN_ROWS or CORES == 1 or _busy.locked():   # the common small case, without the
         job(0, B)       # list; or the workers are busy: one block here (not its parts in a row)
         return
-    parts = blocks(B, row_work)
+    parts = blocks(B, row_work) if work is None else weighted_blocks(work)
     if len(parts) == 1:
         job(0, B)
         return
