@@ -70,7 +70,10 @@ Threads: a batch of at least 16 rows is split into one block of rows per core, e
 the whole time loop on its own thread (rows never interact; no BLAS inside a block: the products
 are rnnkit's own packed ones). ``RNNKIT_KERNEL_THREADS=1`` keeps everything on the calling thread
 (read at the first kernel call). Results do not depend on the number of threads nor on the batch
-size: a row's result is computed the same way whatever rows share its block.
+size: a row's result is computed the same way whatever rows share its block. A padded batch under
+``lengths`` (its rows longest first at inference) is split where the rows' real steps balance;
+the two directions of a ``Bidirectional`` inference run side by side, one per thread, where that
+pays (:func:`rnnkit.kernels._threads.pairs_pay`).
 
 Memory: a pass's big arrays (from 4 MB: the projections, the state history, the gradients of
 the step inputs, the layout copies, the outputs) come from a pool of buffers that are handed out
