@@ -187,3 +187,27 @@ def test_weighted_blocks_give_the_caller_the_hand_off(two_cores: None,
     assert _threads.weighted_blocks(np.full(32, 1_000_000, np.int64)) == [(0, 18), (18, 32)]
     monkeypatch.setattr(_threads, "CORES", 4)
     assert _threads.weighted_blocks(np.full(32, 1, np.int64)) == [(0, 8), (8, 16), (16, 24), (24, 32)]
+
+
+def test_a_whole_batch_block_while_the_workers_are_busy_keeps_its_scratch_apart(two_cores: None) -> None:
+    """A pass of 16 rows and more that finds the workers busy runs one block of every row: its
+    parks and its projection chunk (both for all the rows) go back to the plan's spares under
+    keys of their own, so that another thread never takes one for the other."""
+    pytest.importorskip("numba")
+    from rnnkit.kernels import _plans
+
+    layer = rk.LSTM(6, seed=2, return_sequences=True)
+    layer.build(rk.Shape.with_free_batch((None, 7, 3)))
+    x = np.random.default_rng(3).standard_normal((24, 7, 3)).astype(np.float32)
+    free = layer.forward(x, rk.Ctx.inference())
+    assert _threads._busy.acquire(blocking=False)
+    try:
+        busy = [layer.forward(x, rk.Ctx.inference()) for _ in range(2)]
+    finally:
+        _threads._busy.release()
+    for y in busy:
+        np.testing.assert_array_equal(y, free)
+    kept = _plans._plans.get(layer.cell)
+    assert kept is not None
+    keys = [k for k, _ in kept.plan._spares]
+    assert len(keys) == len(set(keys)) == 2

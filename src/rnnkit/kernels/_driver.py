@@ -130,14 +130,14 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
     ring = _ring(sizes, B, dt, init)
     out = _pool.empty((B, T if keep_seq else 1, sizes[0]), dt)
     seq_view = out.transpose(1, 0, 2)
-    skey = (B, T, N)
-    pk1 = pl.scratch(skey, lambda: _parks1(pl, B, dt))
+    skey = ("parks", B, T, N)      # (scratch keys name what they hold: a block of all B rows
+    pk1 = pl.scratch(skey, lambda: _parks1(pl, B, dt))     # asks for a chunk of the same sizes)
     # every argument's type but the input's and the mask's is the plan's: their layouts complete the key
     ekey = (_layout_key(x_tm), keep_seq, None if mask is None else _layout_key(mk))
 
     def infer(lo: int, hi: int) -> None:
         xb = x_tm if hi - lo == B else np.ascontiguousarray(x_tm[:, lo:hi])
-        bkey = (hi - lo, T, N)
+        bkey = ("chunk", hi - lo, T, N)
         buf = pl.scratch(bkey, lambda: np.empty((_chunk(T, hi - lo, N * dt.itemsize) * (hi - lo), N), dt))
         pl.entry(ekey if hi - lo == B else None, pl.infer, (
             pl.handle, xb, PW, pl.b0, ring, pk1, out, keep_seq, buf, mk, mask is not None, PU, pl.srcs,

@@ -120,7 +120,8 @@ class _Plan:
 
     def scratch(self, key: Any, make: Callable[[], Any]) -> Any:
         """Arrays a pass writes and reads within the call only (the inference parks and
-        projection chunk), for ``key`` (their shapes): a spare one given back by an earlier pass
+        projection chunk), for ``key`` (what they are and their shapes: two kinds of scratch never
+        share a key, or a thread could take one for the other): a spare one given back by an earlier pass
         (:meth:`spare`), else ``make()``. (``list.pop`` / ``append`` are atomic: two threads
         never get the same arrays.)"""
         try:
