@@ -16,16 +16,13 @@ from pathlib import Path
 import pytest
 
 import rnnkit
+from file_modules import load
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _generator():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("mkdocs_api_under_test", ROOT / "tools" / "mkdocs_api.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("mkdocs_api_under_test", "tools/mkdocs_api.py")
 
 
 def public_names() -> dict[str, list[str]]:

@@ -4,7 +4,6 @@ a failed compilation never fails the install."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -12,6 +11,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
+from file_modules import load
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,11 +26,7 @@ def _pyproject() -> dict[str, Any]:
 
 def _backend() -> ModuleType:
     pytest.importorskip("setuptools")
-    spec = importlib.util.spec_from_file_location("rnnkit_build", ROOT / "build_backend" / "rnnkit_build.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("rnnkit_build", "build_backend/rnnkit_build.py")
 
 
 def test_pyproject_names_this_backend_and_the_sdist_carries_it() -> None:

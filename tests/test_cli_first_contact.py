@@ -4,7 +4,6 @@ the checkpoint, help texts, bench leaving the tracked results alone, honest pict
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 
 import rnnkit as rk
+from file_modules import load
 from rnnkit.cli import build_parser, main
 from rnnkit.cli._plots import have_matplotlib
 
@@ -106,10 +106,7 @@ def test_every_option_has_help_and_commands_are_listed_once(capsys: pytest.Captu
 
 
 def test_bench_does_not_overwrite_the_tracked_latest_results(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("bench_under_test", ROOT / "benchmarks" / "bench.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load("bench_under_test", "benchmarks/bench.py")
     (tmp_path / "latest.json").write_text('{"tracked": true}')
     written = bench.save_results({"rows": []}, tmp_path, update_latest=False)
     assert [p.name for p in written] != ["latest.json"] and len(written) == 1

@@ -8,7 +8,6 @@ always (with torch and safetensors installed); every pair runs with ``RNNKIT_POR
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -16,15 +15,13 @@ from types import ModuleType
 
 import pytest
 
+from file_modules import load
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _report() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("porting_report", ROOT / "tools" / "porting_report.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("porting_report", "tools/porting_report.py")
 
 
 def test_edit_count_after_the_import_rename() -> None:
