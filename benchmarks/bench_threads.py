@@ -44,15 +44,12 @@ os.environ.setdefault("RNNKIT_KERNEL_THREADS", "2")
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 import numpy as np  # noqa: E402
+from bench_peers import WARM_S, warm  # noqa: E402  (the warm-up before each timed round)
 
 import rnnkit as rk  # noqa: E402
 from rnnkit.kernels import _driver, _threads  # noqa: E402
 
 SHAPES = {"S2": (32, 50, 32, 64), "S3": (64, 100, 128, 256), "S4": (128, 200, 256, 512)}
-#: seconds of untimed calls of a function before each of its timed rounds (``bench_peers.WARM_S``:
-#: PyTorch's OpenMP workers spin for several ms after each call, on the core rnnkit's second block
-#: needs)
-WARM_S = 0.02
 
 
 def _layer(cell: str, shape: str) -> tuple[Any, np.ndarray]:
@@ -129,10 +126,7 @@ def _interleaved(fns: dict[str, Callable[[], object]], rounds: int, budget: floa
     for r in range(rounds):
         for k in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
             f, n = fns[k], inner[k]
-            end = time.perf_counter() + WARM_S     # (the previous function's threads go idle)
-            f()
-            while time.perf_counter() < end:
-                f()
+            warm(f, WARM_S)                       # (the previous function's threads go idle)
             t0 = time.perf_counter()
             for _ in range(n):
                 f()

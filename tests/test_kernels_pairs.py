@@ -167,7 +167,7 @@ def test_bidirectional_states_side_by_side_and_training_one_after_the_other(monk
 
 
 @pytest.mark.parametrize(("work", "edges"), [
-    ([1] * 32, [(0, 16), (16, 32)]),                      # (+ HANDOFF_WORK / 2: a unit of 1 is far below it)
+    ([1] * 32, [(0, 16), (16, 32)]),                      # (HANDOFF_WORK is 0 here: the next test)
     ([10_000_000] * 32, [(0, 16), (16, 32)]),
     ([50] * 12 + [5] * 20, [(0, 8), (8, 32)]),             # the long rows first: the first block is short
     ([5] * 20 + [50] * 12, [(0, 24), (24, 32)]),

@@ -130,8 +130,9 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
     ring = _ring(sizes, B, dt, init)
     out = _pool.empty((B, T if keep_seq else 1, sizes[0]), dt)
     seq_view = out.transpose(1, 0, 2)
-    skey = ("parks", B, T, N)      # (scratch keys name what they hold: a block of all B rows
-    pk1 = pl.scratch(skey, lambda: _parks1(pl, B, dt))     # asks for a chunk of the same sizes)
+    # (each kind of scratch under a key of its own: a block of all B rows asks for a chunk too)
+    skey = ("parks", B, T, N)
+    pk1 = pl.scratch(skey, lambda: _parks1(pl, B, dt))
     # every argument's type but the input's and the mask's is the plan's: their layouts complete the key
     ekey = (_layout_key(x_tm), keep_seq, None if mask is None else _layout_key(mk))
 
@@ -144,11 +145,11 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
             pl.cols, pl.apart, pl.b1, pl.proj, PWp, pl.own, pl.opts, lo, hi))
         pl.spare(bkey, buf)
 
-    row_work = T * N * (F + pl.U.shape[0])
+    step_work = N * (F + pl.U.shape[0])        # multiply-adds of one row's step
     # (the caller's block a little longer; under a mask, rows that end early cost less: the rows
     # of a step are computed up to the last real one, so blocks of sorted rows balance their steps)
-    work = None if mask is None else mk.sum(axis=0, dtype=np.int64) * (row_work // T)
-    run_blocks(B, infer, row_work, work)
+    work = None if mask is None else mk.sum(axis=0, dtype=np.int64) * step_work
+    run_blocks(B, infer, T * step_work, work)
     pl.spare(skey, pk1)
     return (seq_view if keep_seq else None), tuple(r[T % 2] for r in ring), None
 

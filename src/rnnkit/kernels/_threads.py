@@ -231,10 +231,9 @@ def run_each(jobs: Sequence[Callable[[], Any]]) -> list[Any]:
         for k in range(lo, hi):
             got[k] = ctxs[k].run(jobs[k])
 
-    parts = [(k, k + 1) for k in range(len(jobs))]
-    step = max(1, -(-len(jobs) // CORES))       # (more jobs than cores: consecutive ones per thread)
-    run_split([(lo, min(lo + step, len(jobs))) for lo in range(0, len(jobs), step)] if step > 1 else parts,
-              part)
+    n = len(jobs)
+    step = -(-n // CORES)                       # jobs per thread (consecutive ones, when more than cores)
+    run_split([(lo, min(lo + step, n)) for lo in range(0, n, step)], part)
     return got
 
 
