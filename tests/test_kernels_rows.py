@@ -176,3 +176,24 @@ def test_full_row_blocks_over_several_panels_keep_each_panels_values(dtype: str)
                     want = A.astype(np.float64) @ Bm.astype(np.float64) + beta * C0
                     scale = max(1.0, float(np.abs(want).max()))
                     np.testing.assert_allclose(got, want, rtol=0, atol=tol * scale)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_packed_panels_start_on_a_cache_line_and_hold_the_columns(dtype: str) -> None:
+    """Every packing (many sizes, so many allocator offsets; transposed; a column range) starts
+    on a 64-byte boundary, so a panel row is one cache line, and still holds ``op(B)``'s
+    columns panel by panel, zero past the last."""
+    from rnnkit.kernels._packed import nr_of, pack
+
+    rng = np.random.default_rng(3)
+    nr = nr_of(dtype)
+    for K in (1, 3, 16, 33):
+        for N in (1, nr + 5, 3 * nr):
+            Bm = rng.standard_normal((K, N)).astype(dtype)
+            for trans, src, cols in ((False, Bm, None), (True, Bm.T.copy(), None), (False, Bm, (1, N))):
+                P = pack(src, trans=trans, cols=cols)
+                assert P.ctypes.data % 64 == 0, (K, N, trans, cols)
+                c0, c1 = cols or (0, N)
+                flat = P.transpose(1, 0, 2).reshape(K, -1)       # (K, npan * nr)
+                np.testing.assert_array_equal(flat[:, :c1 - c0], Bm[:, c0:c1])
+                assert not flat[:, c1 - c0:].any()

@@ -95,6 +95,19 @@ def addr(x: Any) -> Any:
 
 
 @njit(inline="always", **OPTS)
+def empty_panels(n0: int, n1: int, n2: int, like: Any) -> Any:
+    """``np.empty((n0, n1, n2), like.dtype)`` whose first element sits on a 64-byte boundary, so
+    that no panel row (64 bytes) straddles two cache lines: each row is one load instead of
+    two. (numba's ``np.empty`` aligns to 16 bytes. Measured on an Intel Xeon with AVX-512, the
+    one-row product (1 x 32) @ (32 x 128): 75 ns a call on aligned panels, 109 on panels 16
+    bytes off; (1 x 64) @ (64 x 256): 409 against 642 ns.)"""
+    n, isz = n0 * n1 * n2, like.itemsize
+    flat = np.empty(n + 64 // isz, like.dtype)
+    off = ((-addr(flat)) % 64) // isz
+    return flat[off:off + n].reshape((n0, n1, n2))
+
+
+@njit(inline="always", **OPTS)
 def _panels_body(marker: Any, a: int, ars: int, aks: int, asl: int, M: int, K: int, pb: int, pst: int,
                  c: int, ldc: int, N: int, ld: int, p0: int, p1: int) -> None:
     """The loops of :func:`panels` for the dtype of ``marker`` (``P`` given by its address ``pb``
@@ -230,7 +243,7 @@ def pack_cols(B: Any, trans: bool, c0: int, c1: int) -> Any:
     """Columns ``[c0, c1)`` of ``op(B)`` (K, N) as panels (npan, K, nr)."""
     K = B.shape[1] if trans else B.shape[0]
     nr = 16 if B.itemsize == 4 else 8
-    P = np.empty(((c1 - c0 + nr - 1) // nr, K, nr), B.dtype)
+    P = empty_panels((c1 - c0 + nr - 1) // nr, K, nr, B)
     pack_into(B, trans, np.int64(0), K, c0, c1, P)   # (a literal 0 would compile a version of its own)
     return P
 
@@ -325,7 +338,7 @@ def gemm(A: Any, B: Any, trans_b: bool, C: Any, load: bool, c0: int, c1: int) ->
         return
     nr = 16 if A.itemsize == 4 else 8
     kb = min(K, KC)
-    bbuf = np.empty(((c1 - c0 + nr - 1) // nr, kb, nr), A.dtype)
+    bbuf = empty_panels((c1 - c0 + nr - 1) // nr, kb, nr, A)
     abuf = np.empty((MB // MR, kb, MR), A.dtype)
     for k0 in range(0, K, KC):
         kc = min(KC, K - k0)
@@ -349,7 +362,7 @@ def gemm2(A1: Any, C1: Any, A2: Any, C2: Any, B: Any, c0: int, c1: int) -> None:
         return
     nr = 16 if B.itemsize == 4 else 8
     kb = min(K, KC)
-    bbuf = np.empty(((c1 - c0 + nr - 1) // nr, kb, nr), B.dtype)
+    bbuf = empty_panels((c1 - c0 + nr - 1) // nr, kb, nr, B)
     abuf = np.empty((MB // MR, kb, MR), B.dtype)
     for k0 in range(0, K, KC):
         kc = min(KC, K - k0)
