@@ -212,3 +212,37 @@ def test_aligned_scratch_starts_on_a_cache_line_with_the_shape_asked() -> None:
             assert a.ctypes.data % 64 == 0 and b.ctypes.data % 64 == 0
             a[...], b[...] = 1.0, 2.0
             assert (a == 1.0).all() and (b == 2.0).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_last_rows_over_whole_groups_and_the_panels_left_keep_each_rows_values(dtype: str) -> None:
+    """Every count of last rows (1 to MR - 1, after a full block) takes ``GROUP[mr]`` panels a
+    call and the panels left over one a call: for panel counts from 1 to past two groups (a
+    partial last panel too), beta 0 and 1, each row gives the bits of that row multiplied alone
+    (a product of one row), and numpy's values."""
+    from rnnkit.kernels._packed import GROUP, MR, nr_of, pack, rgemm
+
+    rng = np.random.default_rng(4)
+    nr = nr_of(dtype)
+    tol = 2e-5 if dtype == "float32" else 1e-13
+    K = 29
+    for mr in range(1, MR):
+        M = MR + mr
+        for npan in sorted({1, GROUP[mr] - 1, GROUP[mr], GROUP[mr] + 1, 2 * GROUP[mr] + 1} - {0}):
+            for N in (npan * nr, npan * nr - 3):
+                if N <= 0:
+                    continue
+                Bm = rng.standard_normal((K, N)).astype(dtype)
+                P = pack(Bm)
+                A = rng.standard_normal((M, K)).astype(dtype)
+                C0 = rng.standard_normal((M, N)).astype(dtype)
+                for beta in (0.0, 1.0):
+                    got = C0.copy()
+                    rgemm(A, P, got, beta)
+                    for r in range(M):
+                        one = C0[r:r + 1].copy()
+                        rgemm(A[r:r + 1], P, one, beta)
+                        np.testing.assert_array_equal(got[r:r + 1], one, err_msg=f"mr={mr} npan={npan} {r}")
+                    want = A.astype(np.float64) @ Bm.astype(np.float64) + beta * C0
+                    scale = max(1.0, float(np.abs(want).max()))
+                    np.testing.assert_allclose(got, want, rtol=0, atol=tol * scale)

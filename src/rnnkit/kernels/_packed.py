@@ -37,9 +37,13 @@ from rnnkit.kernels._isa import has_avx512
 from rnnkit.kernels._jit import OPTS, njit
 from rnnkit.kernels._micro import micro_switch
 
-#: rows of C per micro-kernel call; columns per panel are 64 bytes (16 float32, 8 float64):
-#: 6 x 16 float32 accumulators are 12 of the 16 AVX2 registers (6 of 32 under AVX-512)
-MR = 6
+#: rows of C per micro-kernel call; columns per panel are 64 bytes (16 float32, 8 float64).
+#: Under AVX2, 6: 6 x 16 float32 accumulators are 12 of the 16 ymm registers. Under AVX-512, 8
+#: (x 3 panels: 24 of the 32 zmm registers), which divides the usual batch sizes (32, 64, 128):
+#: with 6, a batch of 64 left a block of 4 rows on one panel a call, whose 4 chains wait on the
+#: FMA latency. Measured on an Intel Xeon (one core), 64 x 256 x 1024: 150 GFLOP/s with 6 rows,
+#: 162 with 8; 64 x 512 x 2048: 127 and 148.
+MR = 8 if has_avx512() else 6
 NR32, NR64 = 16, 8
 #: rows of A per outer block (its slice of A stays in L1/L2 while every panel passes over it)
 MB = 96
@@ -51,17 +55,35 @@ KC = 512
 #: of 32 units) is one call; under AVX2 (16 ymm) 6 two-register accumulators, 12 registers
 #: (8 would take all 16, leaving none for the panel rows and the broadcast: spills)
 ROW_PANELS = 8 if has_avx512() else 6
-#: panels per micro-kernel call for a block of ``mr`` rows (few rows: several panels, so that
-#: about MR accumulator chains run side by side)
-GROUP = {mr: ROW_PANELS if mr == 1 else max(1, MR // mr) for mr in range(1, MR + 1)}
-#: panels per micro-kernel call for a full block of MR rows: under AVX-512 three (18 of the 32 zmm
-#: registers; each broadcast of A then feeds three FMAs, and A is read a third as often),
-#: under AVX2 one (two panels would need 24 of the 16 ymm registers). Measured on the per-step
-#: product (128 x 512) @ (512 x 2048), one Zen 4 core: 71 GFLOP/s with one panel, 86 with two,
-#: 101 with three
+
+
+def _rest_group(mr: int) -> int:
+    """Panels per micro-kernel call for the last ``mr < MR`` rows of a product (several panels, so
+    that enough accumulator chains run side by side): under AVX2 about MR chains; under AVX-512
+    up to 24, with the panel rows and a broadcast still in the 32 registers (so the 4 to 7 rows
+    left by a batch that is not a multiple of 8 do not run a few chains on the FMA latency)."""
+    if mr == 1:
+        return ROW_PANELS
+    if not has_avx512():
+        return max(1, MR // mr)
+    return max(1, min(ROW_PANELS, 24 // mr, 31 // (mr + 1)))
+
+
+#: panels per micro-kernel call for a block of ``mr`` rows
+GROUP = {mr: _rest_group(mr) for mr in range(1, MR + 1)}
+#: panels per micro-kernel call for a full block of MR rows: under AVX-512 three (24 of the 32 zmm
+#: registers with 8 rows; each broadcast of A then feeds three FMAs, and A is read a third as
+#: often), under AVX2 one (two panels would need 24 of the 16 ymm registers). Measured on the
+#: per-step product (128 x 512) @ (512 x 2048), one Zen 4 core, 6 rows: 71 GFLOP/s with one
+#: panel, 86 with two, 101 with three
 GROUP[MR] = FULL_PANELS = 3 if has_avx512() else 1
-#: every (rows, panels) variant :func:`panels` calls, per float width
-_VARIANTS = [(mr, g) for mr in range(1, MR + 1) for g in range(1, GROUP[mr] + 1)]
+#: the panels per call of the last rows, by their count (``_REST[mr]``, a constant to compiled code)
+_REST = tuple(GROUP.get(mr, 1) for mr in range(MR + 1))
+#: every (rows, panels) variant :func:`panels` calls, per float width: full blocks of MR rows
+#: on 1 to FULL_PANELS panels, the last rows on their group of panels or on one (the panels
+#: left over after the whole groups, one a call: fewer variants to compile)
+_VARIANTS = [(MR, g) for g in range(1, FULL_PANELS + 1)] + \
+    [(mr, g) for mr in range(1, MR) for g in sorted({1, GROUP[mr]})]
 
 
 def block_cost(n: int) -> float:
@@ -126,11 +148,17 @@ def _panels_body(marker: Any, a: int, ars: int, aks: int, asl: int, M: int, K: i
                            c + (m0 * ldc + n0) * isz, ldc, K, ld, N - n0)
         if full < me:
             mr = me - full
-            g = ROW_PANELS if mr == 1 else max(1, MR // mr)
+            g = _REST[mr]
+            ar = a + full // MR * asl * isz
             for p in range(p0, p1, g):
                 n0 = p * nr
-                _block(marker, mr, min(g, p1 - p), a + full // MR * asl * isz, ars, aks, pb + p * pst * isz,
-                       pst, c + (full * ldc + n0) * isz, ldc, K, ld, N - n0)
+                if p + g <= p1:
+                    _block(marker, mr, g, ar, ars, aks, pb + p * pst * isz, pst, c + (full * ldc + n0) * isz,
+                           ldc, K, ld, N - n0)
+                else:                           # the panels after the last whole group
+                    for q in range(p, p1):
+                        _block(marker, mr, 1, ar, ars, aks, pb + q * pst * isz, pst,
+                               c + (full * ldc + q * nr) * isz, ldc, K, ld, N - q * nr)
 
 
 _F32, _F64 = np.zeros(0, np.float32), np.zeros(0, np.float64)
