@@ -159,6 +159,60 @@ def test_concurrent_callers_and_nested_splits_get_every_block_run(monkeypatch: p
         np.testing.assert_array_equal(results[c], 20 * (np.arange(n) + c))
 
 
+@pytest.mark.parametrize("spin_us", [0, 50, 100_000])
+def test_every_post_runs_once_whether_the_worker_spins_or_sleeps(monkeypatch: pytest.MonkeyPatch,
+                                                                  spin_us: int) -> None:
+    """The spin hand-off (``_spin``): with no spin (the worker always sleeps on its lock), a
+    short one (pauses of 0 to 200 us between posts: it sleeps sometimes), and a long one (it
+    never sleeps), each of 300 posts runs its job exactly once with its own arguments, the
+    caller sees the job's writes after ``wait``, and a job's error comes back from ``wait``."""
+    import time
+
+    from rnnkit.kernels import _spin
+
+    monkeypatch.setattr(_spin, "WORKER_SPIN_US", spin_us)
+    monkeypatch.setattr(_spin, "JOIN_SPIN_US", spin_us)
+    w = _threads._Worker()
+    rng = np.random.default_rng(spin_us)
+    seen: list[tuple[int, int]] = []
+    box = np.zeros(1)
+
+    def job(lo: int, hi: int) -> None:
+        seen.append((lo, hi))
+        box[0] = lo * 1000 + hi
+
+    for k in range(300):
+        w.start(job, k, k + 1)
+        w.wait()
+        assert box[0] == k * 1000 + k + 1
+        if spin_us and k % 3 == 0:
+            time.sleep(float(rng.uniform(0, 2e-4)))
+    assert seen == [(k, k + 1) for k in range(300)]
+
+    def bad(lo: int, hi: int) -> None:
+        raise KeyError(lo)
+
+    w.start(bad, 7, 8)
+    with pytest.raises(KeyError):
+        w.wait()
+    w.start(job, 1, 2)                 # and it serves the next post
+    w.wait()
+    assert seen[-1] == (1, 2)
+
+
+def test_without_numba_the_hand_off_blocks_on_its_locks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the compiled spin waits (no numba) a worker's flags live under the GIL and every
+    wait blocks on its lock: each of 100 posts still runs once, in order."""
+    monkeypatch.setattr(_threads, "_SPIN", _threads._NoSpin)
+    w = _threads._Worker()
+    assert w.sp is _threads._NoSpin
+    seen: list[int] = []
+    for k in range(100):
+        w.start(lambda lo, hi: seen.append(lo), k, k + 1)
+        w.wait()
+    assert seen == list(range(100))
+
+
 def _child(q: Any) -> None:
     out = np.zeros(32)
 

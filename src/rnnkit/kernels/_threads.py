@@ -7,9 +7,10 @@ else spawns threads under them). Set ``RNNKIT_KERNEL_THREADS`` to cap the number
 Results do not depend on it: every product computes a row the same way whatever rows share it
 (:mod:`._packed`).
 
-The blocks after the first run on persistent worker threads, one per extra core, each parked on
-a lock that the caller releases to hand it a block and that the worker releases back when done:
-two lock operations per block and call, no task objects, no queue. The first block runs on the
+The blocks after the first run on persistent worker threads, one per extra core, each handed
+its block through a sequence number that it spins on for a bounded time after its last block
+(:mod:`._spin`, compiled, without the GIL) before it sleeps on a lock; the caller spins the same
+way for the block's end: no task objects, no queue. The first block runs on the
 calling thread. A call that finds the workers busy (another thread of the program is inside a
 call, or a block itself splits again) runs its blocks one after the other on its own thread:
 the same values, since they do not depend on the split.
@@ -18,6 +19,7 @@ the same values, since they do not depend on the split.
 from __future__ import annotations
 
 import contextvars
+import importlib
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -60,24 +62,86 @@ CORES = _usable_cores()
 Job = Callable[[int, int], None]
 
 
+class _NoSpin:
+    """The hand-off's flags without numba (:mod:`._spin`'s interface): read and written under
+    the GIL, and no spinning (every wait blocks on its lock)."""
+
+    GO, DONE, SLEEPING = 0, 1, 2
+    WORKER_SPIN_US = JOIN_SPIN_US = 0
+
+    @staticmethod
+    def flags() -> np.ndarray:
+        return np.zeros(3, np.int64)
+
+    @staticmethod
+    def store(f: np.ndarray, i: int, v: int) -> None:
+        f[i] = v
+
+    @staticmethod
+    def peek(f: np.ndarray, i: int) -> int:
+        return int(f[i])
+
+    @staticmethod
+    def wait_until(f: np.ndarray, i: int, target: int, max_ticks: int) -> bool:
+        return bool(f[i] >= target)
+
+    @staticmethod
+    def ticks_per_us() -> float:
+        return 1.0
+
+
+_SPIN: Any = None
+
+
+def _spin() -> Any:
+    """The spin waits: :mod:`._spin` (compiled), loaded when the first worker starts, not when
+    rnnkit is imported (importing rnnkit loads no numba: a program that never splits a batch
+    does not pay for it), or :class:`_NoSpin` without numba."""
+    global _SPIN
+    if _SPIN is None:
+        try:
+            _SPIN = importlib.import_module("rnnkit.kernels._spin")
+        except (ImportError, OSError):      # numba (or llvmlite) missing, or failing to load
+            _SPIN = _NoSpin
+    return _SPIN
+
+
 class _Worker:
-    """A daemon thread that runs one ``job(lo, hi)`` each time :meth:`start` releases its
-    ``go`` lock, and releases ``done`` when the job has returned (or raised: :meth:`wait`
-    re-raises it in the caller)."""
+    """A daemon thread that runs one ``job(lo, hi)`` each time :meth:`start` posts one, and tells
+    :meth:`wait` when the job has returned (or raised: :meth:`wait` re-raises it in the caller).
+
+    A post is a sequence number in the shared flags (:mod:`._spin`): after each job the worker
+    spins on it for up to ``WORKER_SPIN_US``, then announces that it sleeps and blocks on its
+    ``go`` lock, which :meth:`start` releases only when the worker said so (the flag written
+    before the sleep is announced and read after: one of the two threads always sees the other's
+    write). The caller likewise spins for the job's end before it blocks on ``done``, which the
+    worker releases before it writes the end."""
 
     def __init__(self) -> None:
         self.go = threading.Lock()
         self.go.acquire()
         self.done = threading.Lock()
         self.done.acquire()
+        self.sp = sp = _spin()
+        self.flags = sp.flags()
+        self.posted = 0
+        tpu = sp.ticks_per_us()
+        self.spin, self.join_spin = int(sp.WORKER_SPIN_US * tpu), int(sp.JOIN_SPIN_US * tpu)
         self.job: Job | None = None
         self.lo = self.hi = 0
         self.error: BaseException | None = None
         threading.Thread(target=self._loop, name="rnnkit-kernel", daemon=True).start()
 
     def _loop(self) -> None:
+        sp, f, seen = self.sp, self.flags, 0
         while True:
-            self.go.acquire()
+            if not sp.wait_until(f, sp.GO, seen + 1, self.spin):
+                sp.store(f, sp.SLEEPING, 1)
+                if sp.peek(f, sp.GO) <= seen:
+                    self.go.acquire()
+                sp.store(f, sp.SLEEPING, 0)
+                continue
+            seen += 1
             job = self.job
             try:
                 if job is not None:
@@ -87,12 +151,20 @@ class _Worker:
             finally:
                 self.job = None
                 self.done.release()
+                sp.store(f, sp.DONE, seen)
 
     def start(self, job: Job, lo: int, hi: int) -> None:
         self.job, self.lo, self.hi = job, lo, hi
-        self.go.release()
+        self.posted += 1
+        self.sp.store(self.flags, self.sp.GO, self.posted)
+        if self.sp.peek(self.flags, self.sp.SLEEPING):
+            try:
+                self.go.release()
+            except RuntimeError:        # (already released: the worker has not taken it yet)
+                pass
 
     def wait(self) -> None:
+        self.sp.wait_until(self.flags, self.sp.DONE, self.posted, self.join_spin)
         self.done.acquire()
         err, self.error = self.error, None
         if err is not None:
