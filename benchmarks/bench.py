@@ -34,7 +34,8 @@ prints their tables.
 ``--isa avx2`` runs rnnkit and PyTorch in a child process restricted to AVX2:
 ``OPENBLAS_CORETYPE=Haswell`` (OpenBLAS's AVX2 kernels), ``NUMBA_CPU_NAME=haswell`` with an
 empty ``NUMBA_CPU_FEATURES`` (rnnkit's compiled loops; the name alone keeps the host's features,
-AVX-512 included) and ``ONEDNN_MAX_CPU_ISA=AVX2`` (PyTorch's oneDNN); the child checks that each
+AVX-512 included), ``ONEDNN_MAX_CPU_ISA=AVX2`` (PyTorch's oneDNN: its LSTM) and
+``MKL_ENABLE_INSTRUCTIONS=AVX2`` (PyTorch's MKL: its GRU and products); the child checks that each
 took effect (the BLAS architectures threadpoolctl reports, Numba's CPU name, the ISA oneDNN's
 verbose mode names) and records them in the results (``meta.isa``).
 

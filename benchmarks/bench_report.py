@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 AVX2_ENV = {"OPENBLAS_CORETYPE": "Haswell", "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "",
-            "ONEDNN_MAX_CPU_ISA": "AVX2"}  # NUMBA_CPU_NAME alone keeps the host's features
+            "ONEDNN_MAX_CPU_ISA": "AVX2",  # NUMBA_CPU_NAME alone keeps the host's features
+            "MKL_ENABLE_INSTRUCTIONS": "AVX2"}  # PyTorch's GRU (and sgemm) run on MKL, not oneDNN
 
 
 def isa_in_effect() -> dict[str, Any]:
