@@ -61,8 +61,11 @@ def _store_typer(typingctx: Any, flags: Any, i: Any, v: Any) -> Any:
 
 
 def _ticks_typer(typingctx: Any) -> Any:
-    """The CPU's cycle counter (``llvm.readcyclecounter``: the TSC on x86)."""
+    """The CPU's time-stamp counter on x86 (``llvm.readcyclecounter``); 0 elsewhere (on AArch64
+    the same intrinsic reads a counter that user code may not be allowed to read)."""
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        if not _X86:
+            return ir.Constant(ir.IntType(64), 0)
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(64), []),
                                             "llvm.readcyclecounter")
         return builder.call(fn, [])
@@ -100,28 +103,28 @@ def peek(flags: Any, i: int) -> int:
 
 @njit(**_OPTS)
 def ticks() -> int:
-    """The cycle counter (from Python, to calibrate :func:`wait_until`'s bound)."""
+    """The time-stamp counter (from Python, to calibrate :func:`wait_until`'s bound)."""
     return _ticks()
 
 
 @njit(**_WAIT)
 def wait_until(flags: Any, i: int, target: int, max_ticks: int) -> bool:
-    """Spin until ``flags[i] >= target`` (True), or for about ``max_ticks`` of the cycle
-    counter (False), the GIL released. (At most 2^24 reads whatever the counter says: a
-    counter that does not advance cannot make it spin for ever.)"""
+    """Spin until ``flags[i] >= target`` (True), or for about ``max_ticks`` of the time-stamp
+    counter (False), the GIL released. It also stops after ``max_ticks`` reads, which only a
+    counter that does not advance lets it reach (a read with its pause takes tens of ticks)."""
     t0 = _ticks()
     n = 0
     while load(flags, i) < target:
         n += 1
-        if (n & 31) == 0 and (_ticks() - t0 > max_ticks or n > (1 << 24)):
+        if (n & 31) == 0 and (_ticks() - t0 > max_ticks or n > max_ticks):
             return load(flags, i) >= target
         _pause()
     return True
 
 
 def ticks_per_us() -> float:
-    """Cycle-counter ticks per microsecond, measured once over 2 ms (at least 1: a counter that
-    does not advance makes the bounds iteration counts)."""
+    """Time-stamp counter ticks per microsecond, measured once over 2 ms (at least 1: without a
+    counter the bounds are counts of reads, so the waits spin for a few microseconds at most)."""
     global _TPU
     if _TPU is None:
         t0, c0 = time.perf_counter(), ticks()

@@ -106,6 +106,16 @@ def _spin() -> Any:
     return _SPIN
 
 
+def warm_hand_off() -> None:
+    """Compile (or load from the cache) the hand-off's spin waits now, as ``rnnkit compile``
+    does, not at the first split of a fit's batch."""
+    sp = _spin()
+    f = sp.flags()
+    sp.store(f, sp.GO, 1)
+    sp.wait_until(f, sp.GO, sp.peek(f, sp.GO), 0)
+    sp.ticks_per_us()
+
+
 class _Worker:
     """A daemon thread that runs one ``job(lo, hi)`` each time :meth:`start` posts one, and tells
     :meth:`wait` when the job has returned (or raised: :meth:`wait` re-raises it in the caller).

@@ -38,6 +38,7 @@ import numpy as np
 
 from rnnkit import kernels
 from rnnkit._errors import InvalidParameterError
+from rnnkit.kernels import _threads
 
 #: the parts :func:`exercise` knows: the backward walk with its reductions and the feed-forward
 #: layers' products, the weight gradient ``x^T @ g`` included (``back``), the inference walk
@@ -112,11 +113,9 @@ def exercise(cell: Any, input_dim: int, dtype: Any, part: str) -> None:
     for a in w.values():
         a.flags.writeable = False   # (the layers' weights are read-only)
     x = np.zeros((T, B, F), dt)
-    if part == "infer":
-        drv.walk(cell, step, w, x, None, False, True)
-        return
-    if part == "train":
-        drv.walk(cell, step, w, x, None, True, True)
+    if part in ("infer", "train"):
+        _threads.warm_hand_off()    # (a pass of 2 rows does not split: its waits would compile later)
+        drv.walk(cell, step, w, x, None, part == "train", True)
         return
     _dense(drv, dt)   # (first: the fitting process needs them right after its forward)
     S = cell.state_sizes()
