@@ -139,8 +139,7 @@ def walk(cell: Any, step: Step, w: Any, x_tm: np.ndarray, init: Arrays | None, r
     def infer(lo: int, hi: int) -> None:
         xb = x_tm if hi - lo == B else np.ascontiguousarray(x_tm[:, lo:hi])
         bkey = ("chunk", hi - lo, T, N)
-        rows = _chunk(T, hi - lo, N * dt.itemsize) * (hi - lo)
-        buf = pl.scratch(bkey, lambda: _pool.aligned((rows, N), dt))
+        buf = pl.scratch(bkey, lambda: _chunk_buf(pl, hi - lo, T, dt))
         pl.entry(ekey if hi - lo == B else None, pl.infer, (
             pl.handle, xb, PW, pl.b0, ring, pk1, out, keep_seq, buf, mk, mask is not None, PU, pl.srcs,
             pl.cols, pl.apart, pl.b1, pl.proj, PWp, pl.own, pl.opts, lo, hi))
@@ -174,7 +173,13 @@ def _parks1(pl: _Plan, B: int, dt: np.dtype) -> Arrays:
 def _whole_scratch(pl: _Plan, B: int, T: int, dt: np.dtype) -> tuple[Arrays, np.ndarray]:
     """(the parks (1, B, w) and the empty one, the projection chunk) of an inference pass over
     a whole batch of B rows and T steps."""
-    return _parks1(pl, B, dt), _pool.aligned((_chunk(T, B, pl.N * dt.itemsize) * B, pl.N), dt)
+    return _parks1(pl, B, dt), _chunk_buf(pl, B, T, dt)
+
+
+def _chunk_buf(pl: _Plan, B: int, T: int, dt: np.dtype) -> np.ndarray:
+    """The projection chunk of an inference pass over B rows: (steps of a chunk * B, N), on a
+    64-byte boundary (its rows are the products' C)."""
+    return _pool.aligned((_chunk(T, B, pl.N * dt.itemsize) * B, pl.N), dt)
 
 
 def _infer_whole(pl: _Plan, x_tm: np.ndarray, init: Arrays | None, keep_seq: bool, mk: np.ndarray,

@@ -258,9 +258,9 @@ def run_blocks(B: int, job: Job, row_work: int = 0, work: np.ndarray | None = No
     """Run ``job(lo, hi)`` for every block of :func:`blocks` (``row_work``: see there; of
     :func:`weighted_blocks` given each row's ``work``): the first on this thread, the rest on
     the workers, and return when all have (the first exception raised, if any, once every block
-    is over). When the workers are busy (another pass holds
-    them: :func:`run_each`'s jobs, another thread of the program), ``job(0, B)`` on this thread:
-    one block of every row, which computes each row as the blocks would."""
+    is over). When the workers are busy (another pass holds them: :func:`run_each`'s jobs,
+    another thread of the program), ``job(0, B)`` on this thread: one block of every row, which
+    computes each row as the blocks would."""
     if B < 2 * MIN_ROWS or CORES == 1 or _busy.locked():   # the common small case, without the
         job(0, B)       # list; or the workers are busy: one block here (not its parts in a row)
         return
