@@ -69,16 +69,15 @@ def _rest_group(mr: int) -> int:
     return max(1, min(ROW_PANELS, 24 // mr, 31 // (mr + 1)))
 
 
-#: panels per micro-kernel call for a block of ``mr`` rows
-GROUP = {mr: _rest_group(mr) for mr in range(1, MR + 1)}
 #: panels per micro-kernel call for a full block of MR rows: under AVX-512 three (24 of the 32 zmm
 #: registers with 8 rows; each broadcast of A then feeds three FMAs, and A is read a third as
 #: often), under AVX2 one (two panels would need 24 of the 16 ymm registers). Measured on the
 #: per-step product (128 x 512) @ (512 x 2048), one Zen 4 core, 6 rows: 71 GFLOP/s with one
 #: panel, 86 with two, 101 with three
-GROUP[MR] = FULL_PANELS = 3 if has_avx512() else 1
-#: the panels per call of the last rows, by their count (``_REST[mr]``, a constant to compiled code)
-_REST = tuple(GROUP.get(mr, 1) for mr in range(MR + 1))
+FULL_PANELS = 3 if has_avx512() else 1
+#: panels per micro-kernel call for a block of ``mr`` rows, ``GROUP[mr]`` (index 0 unused; a
+#: tuple, so compiled code reads it as a constant)
+GROUP = (1, *(_rest_group(mr) for mr in range(1, MR)), FULL_PANELS)
 #: every (rows, panels) variant :func:`panels` calls, per float width: full blocks of MR rows
 #: on 1 to FULL_PANELS panels, the last rows on their group of panels or on one (the panels
 #: left over after the whole groups, one a call: fewer variants to compile)
@@ -148,7 +147,7 @@ def _panels_body(marker: Any, a: int, ars: int, aks: int, asl: int, M: int, K: i
                            c + (m0 * ldc + n0) * isz, ldc, K, ld, N - n0)
         if full < me:
             mr = me - full
-            g = _REST[mr]
+            g = GROUP[mr]
             ar = a + full // MR * asl * isz
             for p in range(p0, p1, g):
                 n0 = p * nr

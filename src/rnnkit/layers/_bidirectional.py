@@ -191,15 +191,15 @@ class Bidirectional(Layer):
             x, init_f, init_b = x[0], list(x[1:1 + nf]), list(x[1 + nf:])
         mask = ctx.mask
         xf, xb = ([x, *init_f] if init_f else x), ([x, *init_b] if init_b else x)
+        passes = (lambda: self.forward_layer.forward(xf, ctx),
+                  lambda: self.backward_layer.forward(xb, ctx.set_mask(mask)))
         if not ctx.training_mode and isinstance(x, np.ndarray) and x.ndim == 3 and pairs_pay(
                 x.shape[0], x.shape[0] * x.shape[1] * self.forward_layer.param_count()):
             # inference: the two directions side by side, one per thread (the same values: each
             # direction's rows are computed as they would be alone; nothing is drawn at random)
-            yf, yb = run_each((lambda: self.forward_layer.forward(xf, ctx),
-                               lambda: self.backward_layer.forward(xb, ctx)))
+            yf, yb = run_each(passes)
         else:
-            yf = self.forward_layer.forward(xf, ctx)
-            yb = self.backward_layer.forward(xb, ctx.set_mask(mask))
+            yf, yb = passes[0](), passes[1]()
         sf: list[np.ndarray] = []
         sb: list[np.ndarray] = []
         if self.return_state:
