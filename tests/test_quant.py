@@ -82,6 +82,13 @@ def test_compiled_quantization_and_projection_equal_the_reference() -> None:
     x = (rng.normal(size=(70, 13)) * rng.uniform(0.01, 10, (70, 1))).astype(F32)
     x[3] = 0.0
     x[4] = np.abs(x[4])
+    x[5] = -np.abs(x[5])         # no positive value: max(x, 0) is 0
+    x[6] = -0.0                  # signed zeros only
+    x[7, ::2] = -0.0
+    x[8] = rng.normal(size=13) * 1e-38   # subnormal and tiny magnitudes
+    x[9] = rng.normal(size=13) * 1e30
+    x[10] = -np.abs(x[10]) * 1e-3
+    x[10, 5] = np.float32(-3.0e-45)      # a negative subnormal beside normal negatives
     q, s, zp = np.zeros((70, k.padded(13)), np.uint8), np.zeros(70, F32), np.zeros(70, np.int32)
     k.quant_rows(x, q, s, zp)
     rq, rs, rzp = ref.quant_rows(x)
@@ -124,6 +131,26 @@ def _x(B: int = 5) -> np.ndarray:
     x[1, 6:] = 0.0      # padding for the Masking model
     x[3, 4:] = 0.0
     return x
+
+
+@pytest.mark.parametrize("layer", [
+    lambda: rk.LSTM(9, seed=13, return_sequences=True),
+    lambda: rk.GRU(8, seed=14, reset_after=False, go_backwards=True, return_sequences=True),
+    lambda: rk.GRU(8, seed=15, return_sequences=True),
+    lambda: rk.SimpleRNN(7, seed=16, return_sequences=True)], ids=["lstm", "gru_before", "gru", "simple"])
+def test_int8_walks_quantize_the_inputs_in_chunks_of_steps(layer: Callable[[], rk.Layer]) -> None:
+    """Wide inputs: the walks quantize a few steps of each batch row at a time (300 features:
+    3 steps a chunk, so 7 steps are chunks of 3, 3 and 1); every output equals the reference."""
+    k = compiled()
+    assert k.walks_chunk(7, 300) == 3
+    model = rk.Sequential([layer()]).build((None, 7, 300))
+    q = rk.quantize(model)
+    x = np.random.default_rng(4).normal(size=(6, 7, 300)).astype(F32)
+    got = q.predict(x)
+    with rk.kernels.use("reference"):
+        want = q.predict(x)
+    assert np.array_equal(got, want)
+    assert np.abs(got - model.predict(x)).max() < 0.05
 
 
 @pytest.mark.parametrize("name", list(_models()))

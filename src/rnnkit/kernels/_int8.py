@@ -24,6 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numba import types
+from numba.extending import intrinsic
 
 from rnnkit.kernels._int8_gemm import KG, NB, OPTS8, VNNI, assembly, gemm, out_width, pack, padded
 from rnnkit.kernels._jit import njit, row, tanh32
@@ -32,16 +34,38 @@ _F32 = np.float32
 _HALF, _ZERO, _THREE, _SIX, _255 = _F32(0.5), _F32(0.0), _F32(3.0), _F32(6.0), _F32(255.0)
 
 
-@njit(cache=True, error_model="numpy", nogil=True, fastmath={"nnan", "nsz"})
+def _bitcast(src: Any, dst: Any) -> Any:
+    """An intrinsic: a ``src`` scalar's bits as a ``dst`` scalar of the same width."""
+
+    @intrinsic
+    def cast(typingctx: Any, v: Any) -> Any:
+        if v != src:
+            return None
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            return builder.bitcast(args[0], context.get_value_type(dst))
+        return dst(v), codegen
+
+    return cast
+
+
+_bits, _from_bits = _bitcast(types.float32, types.int32), _bitcast(types.int32, types.float32)
+_SIGN = np.int32(-2 ** 31)
+
+
+@njit(**OPTS8)
 def _range(x: Any) -> tuple[Any, Any]:
-    """(min(x, 0), max(x, 0)) of a finite row: exact whatever the order, so the reduction may
-    vectorise (no NaN, and the sign of zero does not matter)."""
-    lo, hi = _ZERO, _ZERO
+    """(min(x, 0), max(x, 0)) of a finite row, as integer maxima over its bits (LLVM vectorises
+    an integer max; it leaves a float one scalar without fast-math). A float's bits as an int32
+    order the non-negative floats as their values, and with the sign bit flipped they order the
+    negative ones by magnitude; a zero result comes back as -0.0 for ``lo`` (the same scale and
+    zero point as +0.0)."""
+    hi, neg = np.int32(0), np.int32(0)
     for k in range(x.shape[0]):
-        v = x[k]
-        lo = min(lo, v)
-        hi = max(hi, v)
-    return lo, hi
+        b = _bits(x[k])
+        hi = max(hi, b)
+        neg = max(neg, np.int32(b ^ _SIGN))
+    return _from_bits(np.int32(neg ^ _SIGN)), _from_bits(hi)
 
 
 @njit(**OPTS8)
@@ -56,7 +80,7 @@ def quant_row(x: Any, q: Any) -> tuple[Any, Any]:
     inv = _F32(1.0) / s
     for k in range(x.shape[0]):
         v = min(max(np.rint(x[k] * inv) + zp, _ZERO), _255)
-        q[k] = np.uint8(v)
+        q[k] = np.uint8(np.int32(v))   # through int32: a float -> uint8 conversion stays scalar
     for k in range(x.shape[0], q.shape[0]):
         q[k] = 0
     return s, np.int32(zp)
@@ -155,19 +179,54 @@ def _rec(h: Any, wp: Any, col: Any, ws: Any, base: Any, q: Any, s: Any, zp: Any,
     dequant_add(acc, zp, s, col, ws, base, out)
 
 
+#: the input rows of a walk are quantized this many bytes of one batch row's steps at a time
+#: (read in batch-row order: a time-major view of a batch-major input puts one step's rows a
+#: whole sequence apart, and reading them step by step cost 40 us a step at S3, 15 % of it)
+RUN_BYTES = 4096
+
+
 @njit(**OPTS8)
-def _inp(xt: Any, wp: Any, wcol: Any, ws: Any, bias: Any, q: Any, s: Any, zp: Any, acc: Any,
+def walks_chunk(T: int, F: int) -> int:
+    """Steps per quantized chunk of the inputs: about :data:`RUN_BYTES` of each batch row."""
+    return max(1, min(T, RUN_BYTES // max(4 * F, 1)))
+
+
+@njit(**OPTS8)
+def _quant_steps(x: Any, t0: int, n: int, q: Any, s: Any, zp: Any) -> None:
+    """Quantize the rows of steps ``t0 .. t0+n`` of ``x`` (T, B, F): row ``b`` of step
+    ``t0 + i`` into row ``i * B + b`` of ``q``, ``s``, ``zp`` (batch row by batch row)."""
+    B = x.shape[1]
+    for b in range(B):
+        for i in range(n):
+            r = i * B + b
+            s[r], zp[r] = quant_row(x[t0 + i, b], q[r])
+
+
+@njit(**OPTS8)
+def _inp(i: int, q: Any, s: Any, zp: Any, wp: Any, wcol: Any, ws: Any, bias: Any, acc: Any,
          out: Any) -> None:
-    """out = dequant(quant(x_t) @ W^T) + bias: the input product of one step."""
-    quant_rows(xt, q, s, zp)
-    gemm(q, wp, acc)
-    dequant_bias(acc, zp, s, wcol, ws, bias, out)
+    """out = dequant(q_i @ W^T) + bias: the input product of step ``i`` of a quantized chunk."""
+    B = out.shape[0]
+    lo = i * B
+    gemm(q[lo:lo + B], wp, acc)
+    dequant_bias(acc, zp[lo:lo + B], s[lo:lo + B], wcol, ws, bias, out)
 
 
 @njit(**OPTS8)
 def _bufs(B: int, R: int, N: int, no: int) -> tuple[Any, Any, Any, Any, Any]:
     return (np.empty((B, (R + KG - 1) // KG * KG), np.uint8), np.empty(B, np.float32),
             np.empty(B, np.int32), np.empty((B, no), np.int32), np.empty((B, N), np.float32))
+
+
+@njit(**OPTS8)
+def _in_bufs(x: Any, G: int, wp: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """The input side's buffers of a walk over ``x`` (T, B, F): (quantized chunk (n*B, F'), its
+    scales, its zero points, one step's accumulators (B, G'), one step's products (B, G))."""
+    T, B, F = x.shape
+    rows = walks_chunk(T, F) * B
+    return (np.empty((rows, (F + KG - 1) // KG * KG), np.uint8), np.empty(rows, np.float32),
+            np.empty(rows, np.int32), np.empty((B, G if wp.ndim == 2 else wp.shape[0] * NB), np.int32),
+            np.empty((B, G), np.float32))
 
 
 @njit(**OPTS8)
@@ -182,10 +241,13 @@ def walk_lstm(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any,
     H = G // 4
     no = G if up.ndim == 2 else up.shape[0] * NB
     q, s, zp, acc, a = _bufs(B, H, G, no)
-    qx, sx, zpx, accx, xt = _bufs(B, F, G, G if wp.ndim == 2 else wp.shape[0] * NB)
+    qx, sx, zpx, accx, xt = _in_bufs(x, G, wp)
     tmp = np.empty(H, np.float32)
+    per = walks_chunk(T, F)
     for t in range(T):
-        _inp(x[t], wp, wcol, ws, bias, qx, sx, zpx, accx, xt)
+        if t % per == 0:
+            _quant_steps(x, t, min(per, T - t), qx, sx, zpx)
+        _inp(t % per, qx, sx, zpx, wp, wcol, ws, bias, accx, xt)
         _rec(h, up, col, us, xt, q, s, zp, acc, a)
         for b in range(B):
             if mask.shape[0] > 0 and mask[t, b] == 0:
@@ -219,7 +281,7 @@ def walk_gru(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any, 
     nr = 3 * H if reset_after else 2 * H
     no = nr if up.ndim == 2 else up.shape[0] * NB
     q, s, zp, acc, a = _bufs(B, H, nr, no)
-    qx, sx, zpx, accx, xx = _bufs(B, F, G, G if wp.ndim == 2 else wp.shape[0] * NB)
+    qx, sx, zpx, accx, xx = _in_bufs(x, G, wp)
     base = np.empty((B, nr), np.float32)
     for b in range(B):
         for j in range(nr):
@@ -229,8 +291,11 @@ def walk_gru(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any, 
     rh = np.empty((B, H), np.float32)
     nn = np.empty((B, H), np.float32)
     zr = np.empty((B, 2 * H), np.float32)
+    per = walks_chunk(T, F)
     for t in range(T):
-        _inp(x[t], wp, wcol, ws, bias, qx, sx, zpx, accx, xx)
+        if t % per == 0:
+            _quant_steps(x, t, min(per, T - t), qx, sx, zpx)
+        _inp(t % per, qx, sx, zpx, wp, wcol, ws, bias, accx, xx)
         if reset_after:
             _rec(h, up, col, us, base, q, s, zp, acc, a)
             for b in range(B):
@@ -268,9 +333,12 @@ def walk_simple(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: An
     H = bias.shape[0]
     no = H if up.ndim == 2 else up.shape[0] * NB
     q, s, zp, acc, a = _bufs(B, H, H, no)
-    qx, sx, zpx, accx, xt = _bufs(B, F, H, H if wp.ndim == 2 else wp.shape[0] * NB)
+    qx, sx, zpx, accx, xt = _in_bufs(x, H, wp)
+    per = walks_chunk(T, F)
     for t in range(T):
-        _inp(x[t], wp, wcol, ws, bias, qx, sx, zpx, accx, xt)
+        if t % per == 0:
+            _quant_steps(x, t, min(per, T - t), qx, sx, zpx)
+        _inp(t % per, qx, sx, zpx, wp, wcol, ws, bias, accx, xt)
         _rec(h, up, col, us, xt, q, s, zp, acc, a)
         for b in range(B):
             if mask.shape[0] > 0 and mask[t, b] == 0:
@@ -283,4 +351,4 @@ def walk_simple(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: An
 
 
 __all__ = ["VNNI", "act8", "assembly", "gemm", "pack", "padded", "project", "quant_row", "quant_rows",
-           "walk_gru", "walk_lstm", "walk_simple", "out_width"]
+           "walk_gru", "walks_chunk", "walk_lstm", "walk_simple", "out_width"]

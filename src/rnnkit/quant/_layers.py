@@ -20,6 +20,7 @@ from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._kind import builtin_kind
 from rnnkit._layer import Layer, check_bool, check_positive_int
 from rnnkit._shape import Shape
+from rnnkit.kernels import _pool
 from rnnkit.layers._common import activation_config, activation_from
 from rnnkit.quant import _reference
 from rnnkit.recurrent import RecurrentLayer
@@ -218,7 +219,9 @@ class QuantizedRecurrent(Int8Weights, RecurrentLayer):
             x_tm = x_tm[::-1] if self.go_backwards else x_tm
         else:
             x_tm = np.ascontiguousarray(arr[np.arange(B)[None, :], idx], F32)
-        seq = np.zeros((B, T, self.cell.units) if keep_seq else (0, B, self.cell.units), F32)
+        # (every step writes its rows of the output: a pooled array, no fresh pages per call)
+        H = self.cell.units
+        seq = _pool.empty((B, T, H), F32) if keep_seq else np.zeros((0, B, H), F32)
         self._walk(x_tm, state, m8, seq.transpose(1, 0, 2) if keep_seq else seq)
         final = tuple(state)
         if self.stateful and api == "layer":
