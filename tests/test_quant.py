@@ -139,13 +139,13 @@ def _x(B: int = 5) -> np.ndarray:
     lambda: rk.GRU(8, seed=15, return_sequences=True),
     lambda: rk.SimpleRNN(7, seed=16, return_sequences=True)], ids=["lstm", "gru_before", "gru", "simple"])
 def test_int8_walks_quantize_the_inputs_in_chunks_of_steps(layer: Callable[[], rk.Layer]) -> None:
-    """Wide inputs: the walks quantize a few steps of each batch row at a time (300 features:
+    """Wide inputs: the walks quantize a few steps of each batch row at a time (1,200 features:
     3 steps a chunk, so 7 steps are chunks of 3, 3 and 1); every output equals the reference."""
     k = compiled()
-    assert k.walks_chunk(7, 300) == 3
-    model = rk.Sequential([layer()]).build((None, 7, 300))
+    assert k.walks_chunk(7, 6, 1200) == 3
+    model = rk.Sequential([layer()]).build((None, 7, 1200))
     q = rk.quantize(model)
-    x = np.random.default_rng(4).normal(size=(6, 7, 300)).astype(F32)
+    x = np.random.default_rng(4).normal(size=(6, 7, 1200)).astype(F32)
     got = q.predict(x)
     with rk.kernels.use("reference"):
         want = q.predict(x)

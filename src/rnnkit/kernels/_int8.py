@@ -179,16 +179,19 @@ def _rec(h: Any, wp: Any, col: Any, ws: Any, base: Any, q: Any, s: Any, zp: Any,
     dequant_add(acc, zp, s, col, ws, base, out)
 
 
-#: the input rows of a walk are quantized this many bytes of one batch row's steps at a time
-#: (read in batch-row order: a time-major view of a batch-major input puts one step's rows a
-#: whole sequence apart, and reading them step by step cost 40 us a step at S3, 15 % of it)
-RUN_BYTES = 4096
+#: the input rows of a walk are quantized up to this many bytes of one batch row's steps at a
+#: time (read in batch-row order: a time-major view of a batch-major input puts one step's rows
+#: a whole sequence apart, and reading them step by step cost 40 us a step at S3, 15 % of it)
+RUN_BYTES = 16384
+#: and at most this many bytes of quantized rows at a time (beside the weights in L2)
+CHUNK_BYTES = 1 << 18
 
 
 @njit(**OPTS8)
-def walks_chunk(T: int, F: int) -> int:
-    """Steps per quantized chunk of the inputs: about :data:`RUN_BYTES` of each batch row."""
-    return max(1, min(T, RUN_BYTES // max(4 * F, 1)))
+def walks_chunk(T: int, B: int, F: int) -> int:
+    """Steps per quantized chunk of the inputs (T, B, F): :data:`RUN_BYTES` of each batch row's
+    float32 inputs, :data:`CHUNK_BYTES` of quantized rows."""
+    return max(1, min(T, RUN_BYTES // max(4 * F, 1), CHUNK_BYTES // max(B * F, 1)))
 
 
 @njit(**OPTS8)
@@ -223,7 +226,7 @@ def _in_bufs(x: Any, G: int, wp: Any) -> tuple[Any, Any, Any, Any, Any]:
     """The input side's buffers of a walk over ``x`` (T, B, F): (quantized chunk (n*B, F'), its
     scales, its zero points, one step's accumulators (B, G'), one step's products (B, G))."""
     T, B, F = x.shape
-    rows = walks_chunk(T, F) * B
+    rows = walks_chunk(T, B, F) * B
     return (np.empty((rows, (F + KG - 1) // KG * KG), np.uint8), np.empty(rows, np.float32),
             np.empty(rows, np.int32), np.empty((B, G if wp.ndim == 2 else wp.shape[0] * NB), np.int32),
             np.empty((B, G), np.float32))
@@ -243,7 +246,7 @@ def walk_lstm(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any,
     q, s, zp, acc, a = _bufs(B, H, G, no)
     qx, sx, zpx, accx, xt = _in_bufs(x, G, wp)
     tmp = np.empty(H, np.float32)
-    per = walks_chunk(T, F)
+    per = walks_chunk(T, B, F)
     for t in range(T):
         if t % per == 0:
             _quant_steps(x, t, min(per, T - t), qx, sx, zpx)
@@ -291,7 +294,7 @@ def walk_gru(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any, 
     rh = np.empty((B, H), np.float32)
     nn = np.empty((B, H), np.float32)
     zr = np.empty((B, 2 * H), np.float32)
-    per = walks_chunk(T, F)
+    per = walks_chunk(T, B, F)
     for t in range(T):
         if t % per == 0:
             _quant_steps(x, t, min(per, T - t), qx, sx, zpx)
@@ -334,7 +337,7 @@ def walk_simple(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: An
     no = H if up.ndim == 2 else up.shape[0] * NB
     q, s, zp, acc, a = _bufs(B, H, H, no)
     qx, sx, zpx, accx, xt = _in_bufs(x, H, wp)
-    per = walks_chunk(T, F)
+    per = walks_chunk(T, B, F)
     for t in range(T):
         if t % per == 0:
             _quant_steps(x, t, min(per, T - t), qx, sx, zpx)
