@@ -1,16 +1,19 @@
 """int8 inference: rnnkit int8 vs rnnkit float32 vs PyTorch ``quantize_dynamic`` vs PyTorch float32.
 
 One LSTM (or GRU) layer, ``return_sequences``, the same weights everywhere (PyTorch's copied from
-rnnkit's float32 layer), one thread each (``RNNKIT_KERNEL_THREADS=1``, ``torch.set_num_threads(1)``),
-same process, interleaved: every repeat times each implementation once, and the medians are
-reported with the ratios (time of the other / time of rnnkit int8: above 1 means rnnkit int8 is
-faster) and the max |int8 - float32| of each int8 implementation over the whole output sequence.
+rnnkit's float32 layer), one thread each (``RNNKIT_KERNEL_THREADS=1``, ``torch.set_num_threads(1)``;
+``RNNKIT_KERNEL_THREADS=2`` in the environment: two threads each, rnnkit's int8 and float32 loops
+on blocks of the batch's rows and PyTorch's on two threads), same process, interleaved: every
+repeat times each implementation once, and the medians are reported with the ratios (time of the
+other / time of rnnkit int8: above 1 means rnnkit int8 is faster) and the max |int8 - float32| of
+each int8 implementation over the whole output sequence.
 
 Shapes (B, T, F, H): S1 (1,100,16,32), S2 (32,50,32,64), S3 (64,100,128,256), S4 (128,200,256,512).
 
     python benchmarks/bench_int8.py                       # LSTM, S1-S4, 7 repeats
     python benchmarks/bench_int8.py --shapes S3 --repeats 3 --cell gru
     python benchmarks/bench_int8.py --demo /tmp/demo      # the demo's test RMSE, float32 vs int8
+    RNNKIT_KERNEL_THREADS=2 python benchmarks/bench_int8.py --shapes S2,S3,S4   # two threads each
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 os.environ.setdefault("RNNKIT_KERNEL_THREADS", "1")
+THREADS = int(os.environ["RNNKIT_KERNEL_THREADS"])
 
 import warnings  # noqa: E402
 
@@ -41,7 +45,7 @@ def _torch_pair(layer: Any, cell: str) -> tuple[Any, Any] | None:
         import torch
     except ImportError:
         return None
-    torch.set_num_threads(1)
+    torch.set_num_threads(THREADS)
     F, H = layer.input_dim, layer.units
     mod = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU)(F, H, batch_first=True)
     w = {n: np.asarray(v) for n, v in layer.weights()}
@@ -94,11 +98,14 @@ def run(shapes: list[str], cell: str, repeats: int, clock: Callable[[], float] =
         times: dict[str, list[float]] = {k: [] for k in jobs}
         while len(times["rk_int8"]) < repeats or min(sum(v) for v in times.values()) < budget:
             for k, f in jobs.items():
+                if THREADS > 1:   # (another's threads may still spin after its call: a warm-up first)
+                    f()
                 t0 = clock()
                 f()
                 times[k].append(clock() - t0)
         med = {k: statistics.median(v) for k, v in times.items()}
-        row: dict[str, Any] = {"shape": sname, "cell": cell, **{f"{k}_ms": v * 1e3 for k, v in med.items()}}
+        row: dict[str, Any] = {"shape": sname, "cell": cell, "threads": THREADS,
+                               **{f"{k}_ms": v * 1e3 for k, v in med.items()}}
         for k in med:
             if k != "rk_int8":
                 row[f"{k}/rk_int8"] = med[k] / med["rk_int8"]
@@ -142,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="wall: time.perf_counter; cpu: time.process_time (this process's CPU time, "
-                        "steadier on a shared machine; every implementation here runs on one thread)")
+                        "steadier on a shared machine; only with one thread each)")
     p.add_argument("--demo", default=None, metavar="DIR",
                    help="instead: train the sunspots demo into DIR and compare its test RMSE in int8")
     a = p.parse_args(argv)

@@ -190,6 +190,41 @@ def test_masks_and_lengths_follow_the_float_layer() -> None:
                         assert (y[b, n:] == y[b, n - 1]).all()       # the last output repeated
 
 
+@pytest.mark.parametrize("kind", ["lstm", "gru", "gru_before", "simple"])
+def test_int8_row_blocks_on_the_cores_give_the_bits_of_one_block(kind: str, monkeypatch: Any) -> None:
+    """The compiled int8 loops run on blocks of the batch's rows, one per core: with 1, 2 or 3
+    cores (blocks of at least 4 rows here), under a lengths mask, a 0/1 mask, go_backwards and
+    an initial state, every output and final state has the bits of one block and of the
+    reference."""
+    compiled()
+    from rnnkit.kernels import _threads
+
+    make = {"lstm": lambda: rk.LSTM(10, seed=17, return_sequences=True),
+            "gru": lambda: rk.GRU(9, seed=18, return_sequences=True),
+            "gru_before": lambda: rk.GRU(9, seed=19, reset_after=False, return_sequences=True),
+            "simple": lambda: rk.SimpleRNN(8, seed=20, return_sequences=True)}[kind]
+    layer = make()
+    qlayer = rk.quant.quantize_layer(rk.Sequential([layer]).build((None, 11, 7)).layers[0])
+    qlayer.return_state = True
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(29, 11, 7)).astype(F32)
+    lengths = rng.integers(1, 12, 29)
+    init = [rng.normal(size=(29, n)).astype(F32) for n in layer.cell.state_sizes()]
+    monkeypatch.setattr(_threads, "MIN_ROWS", 4)
+    for backwards in (False, True):
+        qlayer.go_backwards = backwards
+        for mask in ({}, {"lengths": lengths}, {"mask": np.arange(11)[None, :] < lengths[:, None]}):
+            got = []
+            for cores in (1, 2, 3):
+                monkeypatch.setattr(_threads, "CORES", cores)
+                got.append(qlayer.forward([x, *init], rk.Ctx(False).set_mask(**mask)))
+            with rk.kernels.use("reference"):
+                want = qlayer.forward([x, *init], rk.Ctx(False).set_mask(**mask))
+            for g in got:
+                for a, b in zip(g, want, strict=True):
+                    np.testing.assert_array_equal(a, b)
+
+
 def test_initial_and_carried_states() -> None:
     rng = np.random.default_rng(4)
     x = rng.normal(size=(3, 9, 6)).astype(F32)

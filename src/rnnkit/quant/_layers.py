@@ -21,6 +21,7 @@ from rnnkit._kind import builtin_kind
 from rnnkit._layer import Layer, check_bool, check_positive_int
 from rnnkit._shape import Shape
 from rnnkit.kernels import _pool
+from rnnkit.kernels._threads import run_blocks
 from rnnkit.layers._common import activation_config, activation_from
 from rnnkit.quant import _reference
 from rnnkit.recurrent import RecurrentLayer
@@ -239,30 +240,55 @@ class QuantizedRecurrent(Int8Weights, RecurrentLayer):
 
     def _walk(self, x_tm: np.ndarray, state: list[np.ndarray], mask: np.ndarray, seq: np.ndarray) -> None:
         """Run the backend's loop over ``x_tm`` (T, B, F), processing order, any strides;
-        ``state`` updated in place; ``seq`` (T, B, H), or (0, B, H), receives every output."""
+        ``state`` updated in place; ``seq`` (T, B, H), or (0, B, H), receives every output. The
+        compiled loops run on blocks of the batch's rows, one per core (:func:`run_blocks`, as
+        the float walker): every row is computed on its own (its own quantization, its own
+        products), so the blocks give each row the bits of one call over the whole batch."""
         mod = backend()
         cell, w = self.cell, self._weights
         H = cell.units
+        T, B, F = x_tm.shape
         G = w["kernel_q"].shape[0]
         bias = w["bias"] if "bias" in w else np.zeros((1, G), F32)
-        xin = (x_tm, *self._product("kernel", mod), np.ascontiguousarray(bias[0]))
+        xin = (*self._product("kernel", mod), np.ascontiguousarray(bias[0]))
         code = int(kernels.activation_code(cell.activation))  # type: ignore[arg-type]
         kind = builtin_kind(cell)
         if kind == "SimpleRNN":
             up, ucol, us = self._product("recurrent_kernel", mod)
-            mod.walk_simple(*xin, up, ucol, us, state[0], mask, seq, code)
-            return
-        rcode = int(kernels.activation_code(cell.recurrent_activation))  # type: ignore[attr-defined,arg-type]
-        if kind == "LSTM":
+
+            def walk(x: np.ndarray, st: list[np.ndarray], m: np.ndarray, sq: np.ndarray) -> None:
+                mod.walk_simple(x, *xin, up, ucol, us, st[0], m, sq, code)
+        elif kind == "LSTM":
+            rcode = int(kernels.activation_code(cell.recurrent_activation))  # type: ignore[attr-defined,arg-type]
             up, ucol, us = self._product("recurrent_kernel", mod)
-            mod.walk_lstm(*xin, up, ucol, us, state[0], state[1], mask, seq, code, rcode)
-            return
-        ra = bool(getattr(cell, "reset_after", False))
-        hb = np.ascontiguousarray(bias[1]) if ra and bias.shape[0] > 1 else np.zeros(G, F32)
-        if ra:
-            up, ucol, us = self._product("recurrent_kernel", mod)
-            un, ncol, uns = up, ucol, us
+
+            def walk(x: np.ndarray, st: list[np.ndarray], m: np.ndarray, sq: np.ndarray) -> None:
+                mod.walk_lstm(x, *xin, up, ucol, us, st[0], st[1], m, sq, code, rcode)
         else:
-            up, ucol, us = self._product("recurrent_kernel", mod, slice(0, 2 * H))
-            un, ncol, uns = self._product("recurrent_kernel", mod, slice(2 * H, 3 * H))
-        mod.walk_gru(*xin, up, ucol, us, hb, state[0], mask, seq, code, rcode, ra, un, ncol, uns)
+            rcode = int(kernels.activation_code(cell.recurrent_activation))  # type: ignore[attr-defined,arg-type]
+            ra = bool(getattr(cell, "reset_after", False))
+            hb = np.ascontiguousarray(bias[1]) if ra and bias.shape[0] > 1 else np.zeros(G, F32)
+            if ra:
+                up, ucol, us = self._product("recurrent_kernel", mod)
+                un, ncol, uns = up, ucol, us
+            else:
+                up, ucol, us = self._product("recurrent_kernel", mod, slice(0, 2 * H))
+                un, ncol, uns = self._product("recurrent_kernel", mod, slice(2 * H, 3 * H))
+
+            def walk(x: np.ndarray, st: list[np.ndarray], m: np.ndarray, sq: np.ndarray) -> None:
+                mod.walk_gru(x, *xin, up, ucol, us, hb, st[0], m, sq, code, rcode, ra, un, ncol, uns)
+
+        if mod is _reference:
+            walk(x_tm, state, mask, seq)
+            return
+
+        def block(lo: int, hi: int) -> None:
+            if lo == 0 and hi == B:
+                walk(x_tm, state, mask, seq)
+                return
+            m = np.ascontiguousarray(mask[:, lo:hi]) if mask.shape[0] else mask
+            walk(x_tm[:, lo:hi], [s[lo:hi] for s in state], m, seq[:, lo:hi])
+
+        # (the products' multiply-adds of one row over the pass, in float32 terms: an int8
+        # multiply-add costs about a quarter)
+        run_blocks(B, block, T * G * (F + H) // 4)
