@@ -94,23 +94,27 @@ def quant_rows(x: Any, q: Any, s: Any, zp: Any) -> None:
 
 
 @njit(**OPTS8)
+def dequant_row(acc: Any, zm: Any, sm: Any, col: Any, ws: Any, base: Any, out: Any) -> None:
+    """``out[n] = float32(acc[n] - zm * col[n]) * (sm * ws[n]) + base[n]``: one row's
+    dequantized product (``zm``, ``sm`` its zero point and scale) plus ``base`` (another array
+    than ``out``: the loop then vectorises)."""
+    for n in range(out.shape[0]):
+        c = np.int32(acc[n] - zm * col[n])
+        out[n] = np.float32(c) * (sm * ws[n]) + base[n]
+
+
+@njit(**OPTS8)
 def dequant_add(acc: Any, zp: Any, s: Any, col: Any, ws: Any, base: Any, out: Any) -> None:
     """``out[m, n] = float32(acc[m, n] - zp[m] * col[n]) * (s[m] * ws[n]) + base[m, n]``."""
     for m in range(out.shape[0]):
-        zm, sm = zp[m], s[m]
-        for n in range(out.shape[1]):
-            c = np.int32(acc[m, n] - zm * col[n])
-            out[m, n] = np.float32(c) * (sm * ws[n]) + base[m, n]
+        dequant_row(row(acc, m), zp[m], s[m], col, ws, row(base, m), row(out, m))
 
 
 @njit(**OPTS8)
 def dequant_bias(acc: Any, zp: Any, s: Any, col: Any, ws: Any, bias: Any, out: Any) -> None:
     """:func:`dequant_add` with the same ``bias`` (N,) row added to every row."""
     for m in range(out.shape[0]):
-        zm, sm = zp[m], s[m]
-        for n in range(out.shape[1]):
-            c = np.int32(acc[m, n] - zm * col[n])
-            out[m, n] = np.float32(c) * (sm * ws[n]) + bias[n]
+        dequant_row(row(acc, m), zp[m], s[m], col, ws, bias, row(out, m))
 
 
 @njit(**OPTS8)
@@ -243,19 +247,24 @@ def walk_lstm(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any,
     G = bias.shape[0]
     H = G // 4
     no = G if up.ndim == 2 else up.shape[0] * NB
-    q, s, zp, acc, a = _bufs(B, H, G, no)
-    qx, sx, zpx, accx, xt = _in_bufs(x, G, wp)
-    tmp = np.empty(H, np.float32)
+    q, s, zp, acc, _ = _bufs(B, H, G, no)
+    qx, sx, zpx, accx, _ = _in_bufs(x, G, wp)
+    xr, ar, tmp = np.empty(G, np.float32), np.empty(G, np.float32), np.empty(H, np.float32)
     per = walks_chunk(T, B, F)
     for t in range(T):
-        if t % per == 0:
+        i0 = t % per
+        if i0 == 0:
             _quant_steps(x, t, min(per, T - t), qx, sx, zpx)
-        _inp(t % per, qx, sx, zpx, wp, wcol, ws, bias, accx, xt)
-        _rec(h, up, col, us, xt, q, s, zp, acc, a)
-        for b in range(B):
+        gemm(qx[i0 * B:(i0 + 1) * B], wp, accx)
+        quant_rows(h, q, s, zp)
+        gemm(q, up, acc)
+        for b in range(B):     # each row dequantized and stepped while it sits in L1
             if mask.shape[0] > 0 and mask[t, b] == 0:
                 continue
-            ar, cr, hr = row(a, b), row(c, b), row(h, b)
+            i = i0 * B + b
+            dequant_row(row(accx, b), zpx[i], sx[i], wcol, ws, bias, xr)
+            dequant_row(row(acc, b), zp[b], s[b], col, us, xr, ar)
+            cr, hr = row(c, b), row(h, b)
             act_ip(ar[:2 * H], rcode)
             act_ip(ar[2 * H:3 * H], code)
             act_ip(ar[3 * H:], rcode)
