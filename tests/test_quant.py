@@ -53,18 +53,24 @@ def test_row_quantization_is_asymmetric_uint8_per_row() -> None:
 def test_compiled_product_equals_int64_product(M: int, K: int, N: int) -> None:
     k = compiled()
     rng = np.random.default_rng(M * K + N)
-    q = np.zeros((M, k.padded(K)), np.uint8)
+    q = np.zeros((M, k.padded(K)), k.QDT)
     q[:, :K] = rng.integers(0, 256, (M, K))
+    q[0, :K] = 255                                   # the largest products, every one
     w = rng.integers(-127, 128, (N, K)).astype(np.int8)
+    w[0, :] = 127
+    w[-1, :] = -127
     out = np.zeros((M, k.out_width(N)), np.int32)
     k.gemm(q, k.pack(w), out)
     want = q[:, :K].astype(np.int64) @ w.astype(np.int64).T
     assert np.array_equal(out[:, :N], want)
-    plain = np.zeros((N, k.padded(K)), np.int8)      # the product of CPUs without VNNI
-    plain[:, :K] = w
-    out2 = np.zeros((M, N), np.int32)
-    sys.modules["rnnkit.kernels._int8_gemm"]._gemm_plain(q, plain, out2)
+    gemms = sys.modules["rnnkit.kernels._int8_gemm"]
+    out2 = np.zeros((M, N), np.int32)               # the product of CPUs without a tile
+    gemms._gemm_plain(q.astype(np.uint8), gemms.pack(w, "plain"), out2)
     assert np.array_equal(out2, want)
+    if "+avx2" in gemms._target_features().split(","):   # the AVX2 tile, on any CPU with AVX2
+        out3 = np.zeros((M, -(-N // 16) * 16), np.int32)
+        gemms._gemm_avx2(q.astype(np.int16), gemms.pack(w, "avx2"), out3)
+        assert np.array_equal(out3[:, :N], want)
 
 
 def test_the_product_compiles_to_integer_dot_products() -> None:
@@ -72,8 +78,8 @@ def test_the_product_compiles_to_integer_dot_products() -> None:
     counts = k.assembly()
     if k.VNNI:
         assert counts["vpdpbusd"] > 0
-    else:
-        assert counts["vpmaddwd"] + counts["vpdpwssd"] > 0
+    elif k.AVX2:
+        assert counts["vpmaddwd"] > 0
 
 
 def test_compiled_quantization_and_projection_equal_the_reference() -> None:
@@ -89,7 +95,7 @@ def test_compiled_quantization_and_projection_equal_the_reference() -> None:
     x[9] = rng.normal(size=13) * 1e30
     x[10] = -np.abs(x[10]) * 1e-3
     x[10, 5] = np.float32(-3.0e-45)      # a negative subnormal beside normal negatives
-    q, s, zp = np.zeros((70, k.padded(13)), np.uint8), np.zeros(70, F32), np.zeros(70, np.int32)
+    q, s, zp = np.zeros((70, k.padded(13)), k.QDT), np.zeros(70, F32), np.zeros(70, np.int32)
     k.quant_rows(x, q, s, zp)
     rq, rs, rzp = ref.quant_rows(x)
     assert np.array_equal(q[:, :13], rq) and np.array_equal(s, rs) and np.array_equal(zp, rzp)

@@ -13,10 +13,9 @@ The scheme (the names below are those of the reference):
 All float arithmetic is float32 without contraction or reassociation, so the NumPy reference
 rounds exactly as these loops do.
 
-Products: on a CPU with AVX-512 VNNI the weights are packed in 64-output blocks of 4-byte
-groups and a register-blocked tile (4 rows x 64 outputs, 16 accumulators) issues ``vpdpbusd``
-(the ``llvm.x86.avx512.vpdpbusd.512`` intrinsic); elsewhere a plain int32 dot-product loop, which
-LLVM vectorises with ``vpmaddwd`` (AVX2) or ``vpdpwssd`` (AVX-512 VNNI). :data:`VNNI` says which.
+Products (:mod:`rnnkit.kernels._int8_gemm`): ``vpdpbusd`` tiles on a CPU with AVX-512 VNNI,
+``vpmaddwd`` tiles on int16 activations with AVX2, a plain int32 loop elsewhere; the quantized
+rows are :data:`QDT` (uint8, or int16 for the AVX2 tiles), their values 0-255 either way.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-from rnnkit.kernels._int8_gemm import KG, NB, OPTS8, VNNI, assembly, gemm, out_width, pack, padded
+from rnnkit.kernels._int8_gemm import AVX2, KG, NB, OPTS8, QDT, VNNI, assembly, gemm, out_width, pack, padded
 from rnnkit.kernels._jit import njit, row, tanh32
 
 _F32 = np.float32
@@ -70,7 +69,7 @@ def _range(x: Any) -> tuple[Any, Any]:
 
 @njit(**OPTS8)
 def quant_row(x: Any, q: Any) -> tuple[Any, Any]:
-    """Quantize the float32 row ``x`` into ``q`` (uint8, len >= len(x); the tail set to 0):
+    """Quantize the float32 row ``x`` into ``q`` (:data:`QDT`, len >= len(x); the tail set to 0):
     returns (scale, zero point)."""
     lo, hi = _range(x)
     s = (hi - lo) / _255
@@ -123,7 +122,7 @@ def project(x: Any, wp: Any, col: Any, ws: Any, bias: Any, out: Any) -> None:
     M, K = x.shape
     no = out.shape[1] if wp.ndim == 2 else wp.shape[0] * NB
     step = 64
-    q = np.empty((step, (K + KG - 1) // KG * KG), np.uint8)
+    q = np.empty((step, (K + KG - 1) // KG * KG), QDT)
     acc = np.empty((step, no), np.int32)
     s = np.empty(step, np.float32)
     zp = np.empty(step, np.int32)
@@ -221,7 +220,7 @@ def _inp(i: int, q: Any, s: Any, zp: Any, wp: Any, wcol: Any, ws: Any, bias: Any
 
 @njit(**OPTS8)
 def _bufs(B: int, R: int, N: int, no: int) -> tuple[Any, Any, Any, Any, Any]:
-    return (np.empty((B, (R + KG - 1) // KG * KG), np.uint8), np.empty(B, np.float32),
+    return (np.empty((B, (R + KG - 1) // KG * KG), QDT), np.empty(B, np.float32),
             np.empty(B, np.int32), np.empty((B, no), np.int32), np.empty((B, N), np.float32))
 
 
@@ -231,7 +230,7 @@ def _in_bufs(x: Any, G: int, wp: Any) -> tuple[Any, Any, Any, Any, Any]:
     scales, its zero points, one step's accumulators (B, G'), one step's products (B, G))."""
     T, B, F = x.shape
     rows = walks_chunk(T, B, F) * B
-    return (np.empty((rows, (F + KG - 1) // KG * KG), np.uint8), np.empty(rows, np.float32),
+    return (np.empty((rows, (F + KG - 1) // KG * KG), QDT), np.empty(rows, np.float32),
             np.empty(rows, np.int32), np.empty((B, G if wp.ndim == 2 else wp.shape[0] * NB), np.int32),
             np.empty((B, G), np.float32))
 
@@ -362,5 +361,5 @@ def walk_simple(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: An
             seq[t] = h
 
 
-__all__ = ["VNNI", "act8", "assembly", "gemm", "pack", "padded", "project", "quant_row", "quant_rows",
-           "walk_gru", "walks_chunk", "walk_lstm", "walk_simple", "out_width"]
+__all__ = ["AVX2", "QDT", "VNNI", "act8", "assembly", "gemm", "pack", "padded", "project", "quant_row",
+           "quant_rows", "walk_gru", "walks_chunk", "walk_lstm", "walk_simple", "out_width"]

@@ -1,10 +1,17 @@
 """The u8 x s8 -> int32 products of the int8 loops (:mod:`rnnkit.kernels._int8`).
 
-On a CPU with AVX-512 VNNI the weights are packed in 64-output blocks of 4-byte groups and a
-register-blocked tile (4 rows x 64 outputs, 16 accumulators) issues ``vpdpbusd`` (the
-``llvm.x86.avx512.vpdpbusd.512`` intrinsic). Elsewhere the product is a plain int32
-dot-product loop, which LLVM vectorises with ``vpmaddwd`` (AVX2) or ``vpdpwssd`` (AVX-512
-VNNI). :data:`VNNI` says which; :func:`assembly` counts the instructions.
+- On a CPU with AVX-512 VNNI the weights are packed in 64-output blocks of 4-byte groups and a
+  register-blocked tile (4 rows x 64 outputs, 16 accumulators) issues ``vpdpbusd`` (the
+  ``llvm.x86.avx512.vpdpbusd.512`` intrinsic) on uint8 activations.
+- With AVX2 (and no VNNI) the weights are widened to int16 and packed in 16-output blocks of
+  pairs, the activations are quantized into int16 rows (values 0-255), and a tile of 4 rows x
+  16 outputs (8 accumulators) issues ``vpmaddwd`` (``llvm.x86.avx2.pmadd.wd``: two int16
+  products summed into an int32, exact) and ``vpaddd``. (``vpmaddubsw`` would multiply the
+  bytes directly, but its int16 pair sums saturate at 255 * 127 * 2.)
+- Elsewhere the product is a plain int32 dot-product loop over uint8 activations.
+
+:data:`VNNI` and :data:`AVX2` say which; :data:`QDT` is the activations' dtype and :data:`NB`
+the outputs of a packed block; :func:`assembly` counts the instructions.
 """
 
 from __future__ import annotations
@@ -25,19 +32,34 @@ from rnnkit.kernels._jit import njit
 OPTS8: dict[str, Any] = {"cache": True, "error_model": "numpy", "nogil": True}
 
 
+#: CPU names (``NUMBA_CPU_NAME``) whose LLVM defaults include AVX2, for a target named without
+#: its features (such a target gets no VNNI tile; AVX2 where the name is listed here)
+_AVX2_NAMES = frozenset({
+    "haswell", "broadwell", "skylake", "skylake-avx512", "cascadelake", "cooperlake", "cannonlake",
+    "icelake-client", "icelake-server", "tigerlake", "rocketlake", "alderlake", "raptorlake",
+    "meteorlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver1", "znver2", "znver3",
+    "znver4", "znver5", "x86-64-v3", "x86-64-v4"})
+
+
 def _target_features() -> str:
+    """The compile target's features as LLVM writes them (``+avx2,-avx512f,...``)."""
     feats = getattr(config, "CPU_FEATURES", None)
     if feats is None or feats == "":
-        if getattr(config, "CPU_NAME", None) not in (None, "", "host"):
-            return ""
+        name = getattr(config, "CPU_NAME", None)
+        if name not in (None, "", "host"):
+            return "+avx2" if name in _AVX2_NAMES else ""
         return str(llb.get_host_cpu_features().flatten())
     return str(feats)
 
 
 #: whether the compile target has AVX-512 VNNI (``vpdpbusd`` on 512-bit registers)
 VNNI: bool = all(f"+{f}" in _target_features().split(",") for f in ("avx512vnni", "avx512bw", "avx512f"))
-#: outputs per packed block and int8 inputs per group (the packing of :func:`pack`)
-NB, KG = 64, 4
+#: whether the products run the AVX2 tile (``vpmaddwd`` on int16; a CPU with AVX2 but no VNNI)
+AVX2: bool = not VNNI and "+avx2" in _target_features().split(",")
+#: outputs per packed block, and the padding of the activations' rows (the packing of :func:`pack`)
+NB, KG = (64 if VNNI else 16), 4
+#: the dtype of quantized activation rows (their values are 0-255 in either)
+QDT: Any = np.int16 if AVX2 else np.uint8
 
 
 def padded(k: int) -> int:
@@ -46,20 +68,30 @@ def padded(k: int) -> int:
 
 
 def out_width(n: int) -> int:
-    """The int32 accumulator width for ``n`` outputs (a multiple of 64 with VNNI)."""
-    return (n + NB - 1) // NB * NB if VNNI else n
+    """The int32 accumulator width for ``n`` outputs (a multiple of :data:`NB` with a tile)."""
+    return (n + NB - 1) // NB * NB if VNNI or AVX2 else n
 
 
-def pack(wq: np.ndarray) -> np.ndarray:
-    """The (N, K) int8 weights in this CPU's product layout: zero-padded (N', K') and, with VNNI,
-    blocked as [N'/64][K'/4][4][16][4] (output ``n = 64 b + 16 c + l``, input ``k = 4 g + t``)."""
+#: the product layout of this compile target: "vnni", "avx2" or "plain"
+LAYOUT = "vnni" if VNNI else "avx2" if AVX2 else "plain"
+
+
+def pack(wq: np.ndarray, layout: str = LAYOUT) -> np.ndarray:
+    """The (N, K) int8 weights in a product layout (this CPU's by default), zero-padded to (N',
+    K'): "vnni" int8 blocked as [N'/64][K'/4][4][16][4] (output ``n = 64 b + 16 c + l``, input
+    ``k = 4 g + t``); "avx2" int16 blocked as [N'/16][K'/2][2][8][2] (``n = 16 b + 8 c + l``,
+    ``k = 2 g + t``); "plain" (N, K') int8."""
     n, k = wq.shape
-    w = np.zeros((out_width(n), padded(k)), np.int8)
+    nb = {"vnni": 64, "avx2": 16, "plain": 1}[layout]
+    w = np.zeros(((n + nb - 1) // nb * nb, padded(k)), np.int8)
     w[:n, :k] = wq
-    if not VNNI:
-        return w
-    nb, kp = w.shape[0] // NB, w.shape[1]
-    return np.ascontiguousarray(w.reshape(nb, 4, 16, kp // KG, KG).transpose(0, 3, 1, 2, 4))
+    blocks, kp = w.shape[0] // nb, w.shape[1]
+    if layout == "vnni":
+        return np.ascontiguousarray(w.reshape(blocks, 4, 16, kp // KG, KG).transpose(0, 3, 1, 2, 4))
+    if layout == "avx2":
+        w16 = w.astype(np.int16).reshape(blocks, 2, 8, kp // 2, 2)
+        return np.ascontiguousarray(w16.transpose(0, 3, 1, 2, 4))
+    return w
 
 
 def _tile(rows: int) -> Any:
@@ -107,6 +139,54 @@ def _tile(rows: int) -> Any:
 _tile1, _tile2, _tile3, _tile4 = _tile(1), _tile(2), _tile(3), _tile(4)
 
 
+def _tile16(rows: int) -> Any:
+    """An intrinsic: ``rows`` (1-4) int16 activation rows x one packed 16-output block, via
+    vpmaddwd: each step broadcasts a row's pair of int16 activations (one int32) and multiplies
+    it with the block's two vectors of 8 outputs x 2 inputs."""
+
+    @intrinsic
+    def tile(typingctx: Any, xa: Any, xs: Any, wa: Any, k2: Any, oa: Any, ostr: Any) -> Any:
+        sig = types.void(xa, xs, wa, k2, oa, ostr)
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            xa_, xs_, wa_, k2_, oa_, os_ = args
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            v8, h16 = ir.VectorType(i32, 8), ir.VectorType(ir.IntType(16), 16)
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(v8, [h16, h16]), "llvm.x86.avx2.pmadd.wd")
+            accs = [[cgutils.alloca_once_value(builder, ir.Constant(v8, [0] * 8)) for _ in range(2)]
+                    for _ in range(rows)]
+            undef = ir.Constant(v8, ir.Undefined)
+            splat = ir.Constant(v8, [0] * 8)
+            with cgutils.for_range(builder, k2_) as loop:
+                g = builder.zext(loop.index, i64) if loop.index.type != i64 else loop.index
+                wbase = builder.add(wa_, builder.mul(g, ir.Constant(i64, 64)))
+                ws = [builder.load(builder.inttoptr(builder.add(wbase, ir.Constant(i64, 32 * c)),
+                                                    h16.as_pointer()), align=1) for c in range(2)]
+                for r in range(rows):
+                    xoff = builder.add(builder.mul(ir.Constant(i64, r), xs_),
+                                       builder.mul(g, ir.Constant(i64, 4)))
+                    xv = builder.load(builder.inttoptr(builder.add(xa_, xoff), i32.as_pointer()), align=1)
+                    xb = builder.bitcast(builder.shuffle_vector(
+                        builder.insert_element(undef, xv, ir.Constant(i32, 0)), undef, splat), h16)
+                    for c in range(2):
+                        builder.store(builder.add(builder.load(accs[r][c]), builder.call(fn, [xb, ws[c]])),
+                                      accs[r][c])
+            for r in range(rows):
+                for c in range(2):
+                    off = builder.add(builder.mul(ir.Constant(i64, r), os_), ir.Constant(i64, 32 * c))
+                    builder.store(builder.load(accs[r][c]),
+                                  builder.inttoptr(builder.add(oa_, off), v8.as_pointer()), align=1)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return tile
+
+
+_w1, _w2, _w3, _w4 = _tile16(1), _tile16(2), _tile16(3), _tile16(4)
+
+
 @njit(**OPTS8)
 def _gemm_vnni(q: Any, wp: Any, out: Any) -> None:
     """out (M, N') int32 = q (M, K') uint8 @ packed weights^T, no zero-point correction."""
@@ -130,6 +210,28 @@ def _gemm_vnni(q: Any, wp: Any, out: Any) -> None:
 
 
 @njit(**OPTS8)
+def _gemm_avx2(q: Any, wp: Any, out: Any) -> None:
+    """out (M, N') int32 = q (M, K') int16 @ packed int16 weights^T, no zero-point correction."""
+    M, kp = q.shape
+    nb, k2 = wp.shape[0], wp.shape[1]
+    no = out.shape[1]
+    qa, wa, oa = q.ctypes.data, wp.ctypes.data, out.ctypes.data
+    for b in range(nb):
+        wb = wa + b * k2 * 64
+        m = 0
+        while m + 4 <= M:
+            _w4(qa + m * kp * 2, kp * 2, wb, k2, oa + (m * no + b * 16) * 4, no * 4)
+            m += 4
+        rest = M - m
+        if rest == 3:
+            _w3(qa + m * kp * 2, kp * 2, wb, k2, oa + (m * no + b * 16) * 4, no * 4)
+        elif rest == 2:
+            _w2(qa + m * kp * 2, kp * 2, wb, k2, oa + (m * no + b * 16) * 4, no * 4)
+        elif rest == 1:
+            _w1(qa + m * kp * 2, kp * 2, wb, k2, oa + (m * no + b * 16) * 4, no * 4)
+
+
+@njit(**OPTS8)
 def _gemm_plain(q: Any, w: Any, out: Any) -> None:
     """out (M, N) int32 = q (M, K') uint8 @ w (N, K') int8 ^T: int32 dot products."""
     M, kp = q.shape
@@ -142,7 +244,7 @@ def _gemm_plain(q: Any, w: Any, out: Any) -> None:
             out[m, n] = acc
 
 
-gemm = _gemm_vnni if VNNI else _gemm_plain
+gemm = _gemm_vnni if VNNI else _gemm_avx2 if AVX2 else _gemm_plain
 
 
 def assembly() -> dict[str, int]:
@@ -150,10 +252,11 @@ def assembly() -> dict[str, int]:
     compiled for this machine (compiled afresh: Numba shows no assembly of cached code):
     ``vpdpbusd``, ``vpdpwssd``, ``vpmaddwd``, ``vpmaddubsw``."""
     fresh = njit(error_model="numpy")(gemm.py_func)
-    fresh(np.zeros((5, 8), np.uint8), pack(np.zeros((3, 8), np.int8)), np.zeros((5, out_width(3)), np.int32))
+    fresh(np.zeros((5, 8), QDT), pack(np.zeros((3, 8), np.int8)), np.zeros((5, out_width(3)), np.int32))
     asm = "\n".join(fresh.inspect_asm(sig) for sig in fresh.signatures)
     names = ("vpdpbusd", "vpdpwssd", "vpmaddwd", "vpmaddubsw")
     return {ins: len(re.findall(rf"\b{ins}\b", asm)) for ins in names}
 
 
-__all__ = ["KG", "NB", "OPTS8", "VNNI", "assembly", "gemm", "out_width", "pack", "padded"]
+__all__ = ["AVX2", "KG", "LAYOUT", "NB", "OPTS8", "QDT", "VNNI", "assembly", "gemm", "out_width", "pack",
+           "padded"]
