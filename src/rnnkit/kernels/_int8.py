@@ -225,14 +225,13 @@ def _bufs(B: int, R: int, N: int, no: int) -> tuple[Any, Any, Any, Any, Any]:
 
 
 @njit(**OPTS8)
-def _in_bufs(x: Any, G: int, wp: Any) -> tuple[Any, Any, Any, Any, Any]:
+def _in_bufs(x: Any, G: int, wp: Any) -> tuple[Any, Any, Any, Any]:
     """The input side's buffers of a walk over ``x`` (T, B, F): (quantized chunk (n*B, F'), its
-    scales, its zero points, one step's accumulators (B, G'), one step's products (B, G))."""
+    scales, its zero points, one step's accumulators (B, G'))."""
     T, B, F = x.shape
     rows = walks_chunk(T, B, F) * B
     return (np.empty((rows, (F + KG - 1) // KG * KG), QDT), np.empty(rows, np.float32),
-            np.empty(rows, np.int32), np.empty((B, G if wp.ndim == 2 else wp.shape[0] * NB), np.int32),
-            np.empty((B, G), np.float32))
+            np.empty(rows, np.int32), np.empty((B, G if wp.ndim == 2 else wp.shape[0] * NB), np.int32))
 
 
 @njit(**OPTS8)
@@ -246,8 +245,8 @@ def walk_lstm(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any,
     G = bias.shape[0]
     H = G // 4
     no = G if up.ndim == 2 else up.shape[0] * NB
-    q, s, zp, acc, _ = _bufs(B, H, G, no)
-    qx, sx, zpx, accx, _ = _in_bufs(x, G, wp)
+    q, s, zp, acc, _ = _bufs(B, H, 0, no)
+    qx, sx, zpx, accx = _in_bufs(x, G, wp)
     xr, ar, tmp = np.empty(G, np.float32), np.empty(G, np.float32), np.empty(H, np.float32)
     per = walks_chunk(T, B, F)
     for t in range(T):
@@ -292,7 +291,8 @@ def walk_gru(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any, 
     nr = 3 * H if reset_after else 2 * H
     no = nr if up.ndim == 2 else up.shape[0] * NB
     q, s, zp, acc, a = _bufs(B, H, nr, no)
-    qx, sx, zpx, accx, xx = _in_bufs(x, G, wp)
+    qx, sx, zpx, accx = _in_bufs(x, G, wp)
+    xx = np.empty((B, G), np.float32)
     base = np.empty((B, nr), np.float32)
     for b in range(B):
         for j in range(nr):
@@ -344,7 +344,8 @@ def walk_simple(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: An
     H = bias.shape[0]
     no = H if up.ndim == 2 else up.shape[0] * NB
     q, s, zp, acc, a = _bufs(B, H, H, no)
-    qx, sx, zpx, accx, xt = _in_bufs(x, H, wp)
+    qx, sx, zpx, accx = _in_bufs(x, H, wp)
+    xt = np.empty((B, H), np.float32)
     per = walks_chunk(T, B, F)
     for t in range(T):
         if t % per == 0:
