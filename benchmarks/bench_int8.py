@@ -27,6 +27,8 @@ from typing import Any
 
 os.environ.setdefault("RNNKIT_KERNEL_THREADS", "1")
 THREADS = int(os.environ["RNNKIT_KERNEL_THREADS"])
+#: with two threads, each sample's untimed lead-in and its timed length (seconds)
+SAMPLE_S = 0.05
 
 import warnings  # noqa: E402
 
@@ -64,6 +66,15 @@ def _torch_pair(layer: Any, cell: str) -> tuple[Any, Any] | None:
     return mod, qmod
 
 
+def _calls_for(f: Callable[[], Any], clock: Callable[[], float]) -> float:
+    """Call ``f`` for at least :data:`SAMPLE_S` seconds; the seconds per call."""
+    n, t0 = 0, clock()
+    while n == 0 or clock() - t0 < SAMPLE_S:
+        f()
+        n += 1
+    return (clock() - t0) / n
+
+
 def run(shapes: list[str], cell: str, repeats: int, clock: Callable[[], float] = time.perf_counter,
         budget: float = 0.5) -> list[dict[str, Any]]:
     """Time every implementation interleaved, at least ``repeats`` rounds and until each has run
@@ -98,11 +109,16 @@ def run(shapes: list[str], cell: str, repeats: int, clock: Callable[[], float] =
         times: dict[str, list[float]] = {k: [] for k in jobs}
         while len(times["rk_int8"]) < repeats or min(sum(v) for v in times.values()) < budget:
             for k, f in jobs.items():
-                if THREADS > 1:   # (another's threads may still spin after its call: a warm-up first)
+                if THREADS == 1:
+                    t0 = clock()
                     f()
-                t0 = clock()
-                f()
-                times[k].append(clock() - t0)
+                    times[k].append(clock() - t0)
+                    continue
+                # two threads: another implementation's threads may still spin after its calls
+                # (PyTorch's OpenMP workers): 50 ms of untimed calls first, then a sample of
+                # at least 50 ms, timed per call
+                _calls_for(f, clock)
+                times[k].append(_calls_for(f, clock))
         med = {k: statistics.median(v) for k, v in times.items()}
         row: dict[str, Any] = {"shape": sname, "cell": cell, "threads": THREADS,
                                **{f"{k}_ms": v * 1e3 for k, v in med.items()}}
