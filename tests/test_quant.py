@@ -95,10 +95,12 @@ def test_compiled_quantization_and_projection_equal_the_reference() -> None:
     x[9] = rng.normal(size=13) * 1e30
     x[10] = -np.abs(x[10]) * 1e-3
     x[10, 5] = np.float32(-3.0e-45)      # a negative subnormal beside normal negatives
-    q, s, zp = np.zeros((70, k.padded(13)), k.QDT), np.zeros(70, F32), np.zeros(70, np.int32)
-    k.quant_rows(x, q, s, zp)
     rq, rs, rzp = ref.quant_rows(x)
-    assert np.array_equal(q[:, :13], rq) and np.array_equal(s, rs) and np.array_equal(zp, rzp)
+    for qdt in (np.uint8, np.int16):     # the rows of the VNNI tile and of the AVX2 tile
+        q, s, zp = np.full((70, k.padded(13)), 7, qdt), np.zeros(70, F32), np.zeros(70, np.int32)
+        k.quant_rows(x, q, s, zp)
+        assert np.array_equal(q[:, :13], rq) and np.array_equal(s, rs) and np.array_equal(zp, rzp)
+        assert not q[:, 13:].any()           # the padding set to 0
     wq, ws = ref.quantize_weight(rng.normal(size=(13, 9)).astype(F32))
     bias = rng.normal(size=9).astype(F32)
     out, want = np.empty((70, 9), F32), np.empty((70, 9), F32)
