@@ -94,41 +94,60 @@ def pack(wq: np.ndarray, layout: str = LAYOUT) -> np.ndarray:
     return w
 
 
-def _tile(rows: int) -> Any:
-    """An intrinsic: ``rows`` (1-4) activation rows x one packed 64-output block, via vpdpbusd."""
+def _vpdpbusd(builder: Any, acc: Any, x: Any, w: Any) -> Any:
+    """``acc + dot4(x, w)`` per int32 lane: 4 uint8 x 4 int8 products (AVX-512 VNNI)."""
+    v16 = acc.type
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16, v16, v16]),
+                                        "llvm.x86.avx512.vpdpbusd.512")
+    return builder.call(fn, [acc, x, w])
+
+
+def _vpmaddwd(builder: Any, acc: Any, x: Any, w: Any) -> Any:
+    """``acc + dot2(x, w)`` per int32 lane: 2 int16 x 2 int16 products (AVX2), then vpaddd."""
+    h16 = ir.VectorType(ir.IntType(16), 16)
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(acc.type, [h16, h16]),
+                                        "llvm.x86.avx2.pmadd.wd")
+    return builder.add(acc, builder.call(fn, [builder.bitcast(x, h16), builder.bitcast(w, h16)]))
+
+
+def _tile(rows: int, lanes: int, vecs: int, mac: Any) -> Any:
+    """An intrinsic ``tile(xa, xs, wa, groups, oa, os)``: ``rows`` (1-4) activation rows (at
+    address ``xa``, ``xs`` bytes apart) x one packed block of ``vecs`` vectors of ``lanes`` int32
+    outputs (at ``wa``), over ``groups`` groups of 4 activation bytes; ``out`` rows at ``oa``,
+    ``os`` bytes apart. Each group broadcasts a row's 4 bytes to every lane and issues ``mac``
+    with each of the group's weight vectors into ``rows * vecs`` accumulators."""
 
     @intrinsic
-    def tile(typingctx: Any, xa: Any, xs: Any, wa: Any, k4: Any, oa: Any, ostr: Any) -> Any:
-        sig = types.void(xa, xs, wa, k4, oa, ostr)
+    def tile(typingctx: Any, xa: Any, xs: Any, wa: Any, groups: Any, oa: Any, ostr: Any) -> Any:
+        sig = types.void(xa, xs, wa, groups, oa, ostr)
 
         def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-            xa_, xs_, wa_, k4_, oa_, os_ = args
+            xa_, xs_, wa_, groups_, oa_, os_ = args
             i32, i64 = ir.IntType(32), ir.IntType(64)
-            v16 = ir.VectorType(i32, 16)
-            fn = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(v16, [v16, v16, v16]), "llvm.x86.avx512.vpdpbusd.512")
-            zero = ir.Constant(v16, [0] * 16)
-            accs = [[cgutils.alloca_once_value(builder, zero) for _ in range(4)] for _ in range(rows)]
-            undef = ir.Constant(v16, ir.Undefined)
-            splat_mask = ir.Constant(v16, [0] * 16)
-            with cgutils.for_range(builder, k4_) as loop:
+            vec = ir.VectorType(i32, lanes)
+            vbytes = 4 * lanes
+            accs = [[cgutils.alloca_once_value(builder, ir.Constant(vec, [0] * lanes)) for _ in range(vecs)]
+                    for _ in range(rows)]
+            undef = ir.Constant(vec, ir.Undefined)
+            splat = ir.Constant(vec, [0] * lanes)
+            with cgutils.for_range(builder, groups_) as loop:
                 g = builder.zext(loop.index, i64) if loop.index.type != i64 else loop.index
-                wbase = builder.add(wa_, builder.mul(g, ir.Constant(i64, 256)))
-                ws = [builder.load(builder.inttoptr(builder.add(wbase, ir.Constant(i64, 64 * c)),
-                                                    v16.as_pointer()), align=1) for c in range(4)]
+                wbase = builder.add(wa_, builder.mul(g, ir.Constant(i64, vecs * vbytes)))
+                ws = [builder.load(builder.inttoptr(builder.add(wbase, ir.Constant(i64, vbytes * c)),
+                                                    vec.as_pointer()), align=1) for c in range(vecs)]
                 for r in range(rows):
                     xoff = builder.add(builder.mul(ir.Constant(i64, r), xs_),
                                        builder.mul(g, ir.Constant(i64, 4)))
                     xv = builder.load(builder.inttoptr(builder.add(xa_, xoff), i32.as_pointer()), align=1)
                     xb = builder.shuffle_vector(builder.insert_element(undef, xv, ir.Constant(i32, 0)),
-                                                undef, splat_mask)
-                    for c in range(4):
-                        builder.store(builder.call(fn, [builder.load(accs[r][c]), xb, ws[c]]), accs[r][c])
+                                                undef, splat)
+                    for c in range(vecs):
+                        builder.store(mac(builder, builder.load(accs[r][c]), xb, ws[c]), accs[r][c])
             for r in range(rows):
-                for c in range(4):
-                    off = builder.add(builder.mul(ir.Constant(i64, r), os_), ir.Constant(i64, 64 * c))
+                for c in range(vecs):
+                    off = builder.add(builder.mul(ir.Constant(i64, r), os_), ir.Constant(i64, vbytes * c))
                     builder.store(builder.load(accs[r][c]),
-                                  builder.inttoptr(builder.add(oa_, off), v16.as_pointer()), align=1)
+                                  builder.inttoptr(builder.add(oa_, off), vec.as_pointer()), align=1)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -136,55 +155,10 @@ def _tile(rows: int) -> Any:
     return tile
 
 
-_tile1, _tile2, _tile3, _tile4 = _tile(1), _tile(2), _tile(3), _tile(4)
-
-
-def _tile16(rows: int) -> Any:
-    """An intrinsic: ``rows`` (1-4) int16 activation rows x one packed 16-output block, via
-    vpmaddwd: each step broadcasts a row's pair of int16 activations (one int32) and multiplies
-    it with the block's two vectors of 8 outputs x 2 inputs."""
-
-    @intrinsic
-    def tile(typingctx: Any, xa: Any, xs: Any, wa: Any, k2: Any, oa: Any, ostr: Any) -> Any:
-        sig = types.void(xa, xs, wa, k2, oa, ostr)
-
-        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-            xa_, xs_, wa_, k2_, oa_, os_ = args
-            i32, i64 = ir.IntType(32), ir.IntType(64)
-            v8, h16 = ir.VectorType(i32, 8), ir.VectorType(ir.IntType(16), 16)
-            fn = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(v8, [h16, h16]), "llvm.x86.avx2.pmadd.wd")
-            accs = [[cgutils.alloca_once_value(builder, ir.Constant(v8, [0] * 8)) for _ in range(2)]
-                    for _ in range(rows)]
-            undef = ir.Constant(v8, ir.Undefined)
-            splat = ir.Constant(v8, [0] * 8)
-            with cgutils.for_range(builder, k2_) as loop:
-                g = builder.zext(loop.index, i64) if loop.index.type != i64 else loop.index
-                wbase = builder.add(wa_, builder.mul(g, ir.Constant(i64, 64)))
-                ws = [builder.load(builder.inttoptr(builder.add(wbase, ir.Constant(i64, 32 * c)),
-                                                    h16.as_pointer()), align=1) for c in range(2)]
-                for r in range(rows):
-                    xoff = builder.add(builder.mul(ir.Constant(i64, r), xs_),
-                                       builder.mul(g, ir.Constant(i64, 4)))
-                    xv = builder.load(builder.inttoptr(builder.add(xa_, xoff), i32.as_pointer()), align=1)
-                    xb = builder.bitcast(builder.shuffle_vector(
-                        builder.insert_element(undef, xv, ir.Constant(i32, 0)), undef, splat), h16)
-                    for c in range(2):
-                        builder.store(builder.add(builder.load(accs[r][c]), builder.call(fn, [xb, ws[c]])),
-                                      accs[r][c])
-            for r in range(rows):
-                for c in range(2):
-                    off = builder.add(builder.mul(ir.Constant(i64, r), os_), ir.Constant(i64, 32 * c))
-                    builder.store(builder.load(accs[r][c]),
-                                  builder.inttoptr(builder.add(oa_, off), v8.as_pointer()), align=1)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return tile
-
-
-_w1, _w2, _w3, _w4 = _tile16(1), _tile16(2), _tile16(3), _tile16(4)
+#: VNNI: 4 rows x 64 outputs (16 accumulators), a group = 4 inputs (4 x 64 B of weights)
+_tile1, _tile2, _tile3, _tile4 = (_tile(r, 16, 4, _vpdpbusd) for r in (1, 2, 3, 4))
+#: AVX2: 4 rows x 16 outputs (8 accumulators), a group = 2 int16 inputs (2 x 32 B of weights)
+_w1, _w2, _w3, _w4 = (_tile(r, 8, 2, _vpmaddwd) for r in (1, 2, 3, 4))
 
 
 @njit(**OPTS8)
