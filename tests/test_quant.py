@@ -69,7 +69,7 @@ def test_compiled_product_equals_int64_product(M: int, K: int, N: int) -> None:
     assert np.array_equal(out2, want)
     if "+avx2" in gemms._target_features().split(","):   # the AVX2 tile, on any CPU with AVX2
         out3 = np.zeros((M, -(-N // 16) * 16), np.int32)
-        gemms._gemm_avx2(q.astype(np.int16), gemms.pack(w, "avx2"), out3)
+        gemms._gemm_tiled(q.astype(np.int16), gemms.pack(w, "avx2"), out3)
         assert np.array_equal(out3[:, :N], want)
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils, config
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from rnnkit.kernels._jit import njit
 
@@ -161,48 +161,52 @@ _tile1, _tile2, _tile3, _tile4 = (_tile(r, 16, 4, _vpdpbusd) for r in (1, 2, 3, 
 _w1, _w2, _w3, _w4 = (_tile(r, 8, 2, _vpmaddwd) for r in (1, 2, 3, 4))
 
 
-@njit(**OPTS8)
-def _gemm_vnni(q: Any, wp: Any, out: Any) -> None:
-    """out (M, N') int32 = q (M, K') uint8 @ packed weights^T, no zero-point correction."""
-    M, kp = q.shape
-    nb, k4 = wp.shape[0], wp.shape[1]
-    no = out.shape[1]
-    qa, wa, oa = q.ctypes.data, wp.ctypes.data, out.ctypes.data
-    for b in range(nb):
-        wb = wa + b * k4 * 256
-        m = 0
-        while m + 4 <= M:
-            _tile4(qa + m * kp, kp, wb, k4, oa + (m * no + b * NB) * 4, no * 4)
-            m += 4
-        rest = M - m
-        if rest == 3:
-            _tile3(qa + m * kp, kp, wb, k4, oa + (m * no + b * NB) * 4, no * 4)
-        elif rest == 2:
-            _tile2(qa + m * kp, kp, wb, k4, oa + (m * no + b * NB) * 4, no * 4)
-        elif rest == 1:
-            _tile1(qa + m * kp, kp, wb, k4, oa + (m * no + b * NB) * 4, no * 4)
+def _tiles(q: Any, rows: int, xa: int, xs: int, wa: int, groups: int, oa: int,
+           ostr: int) -> None:  # pragma: no cover - replaced by the overload inside kernels
+    """The tile of ``rows`` (1-4) rows of ``q``'s kind: a compile-time stand-in (its arguments are
+    raw addresses), called only by compiled kernels."""
+    raise TypeError("_tiles works on raw addresses inside compiled kernels; call gemm()")
+
+
+@overload(_tiles)
+def _tiles_ov(q: Any, rows: Any, xa: Any, xs: Any, wa: Any, groups: Any, oa: Any, ostr: Any) -> Any:
+    """The VNNI tiles for uint8 rows, the AVX2 tiles for int16 rows, chosen while typing (only
+    the chosen family is compiled: a CPU without AVX-512 cannot select ``vpdpbusd``)."""
+    if q.dtype == types.uint8:
+        t1, t2, t3, t4 = _tile1, _tile2, _tile3, _tile4
+    elif q.dtype == types.int16:
+        t1, t2, t3, t4 = _w1, _w2, _w3, _w4
+    else:
+        return None
+
+    def impl(q: Any, rows: Any, xa: Any, xs: Any, wa: Any, groups: Any, oa: Any, ostr: Any) -> None:
+        if rows == 4:
+            t4(xa, xs, wa, groups, oa, ostr)
+        elif rows == 3:
+            t3(xa, xs, wa, groups, oa, ostr)
+        elif rows == 2:
+            t2(xa, xs, wa, groups, oa, ostr)
+        else:
+            t1(xa, xs, wa, groups, oa, ostr)
+    return impl
 
 
 @njit(**OPTS8)
-def _gemm_avx2(q: Any, wp: Any, out: Any) -> None:
-    """out (M, N') int32 = q (M, K') int16 @ packed int16 weights^T, no zero-point correction."""
+def _gemm_tiled(q: Any, wp: Any, out: Any) -> None:
+    """out (M, N') int32 = q (M, K') @ the packed weights^T, no zero-point correction: uint8
+    rows against the "vnni" packing, int16 rows against the "avx2" one (:func:`pack`), tiles of
+    4 rows x one block. The block's outputs and a group's bytes follow from the packing's shape
+    ([blocks][groups][vectors][lanes][inputs])."""
     M, kp = q.shape
-    nb, k2 = wp.shape[0], wp.shape[1]
-    no = out.shape[1]
+    nb, groups = wp.shape[0], wp.shape[1]
+    width = wp.shape[2] * wp.shape[3]
+    gbytes = width * wp.shape[4] * wp.itemsize
+    xs, no = kp * q.itemsize, out.shape[1]
     qa, wa, oa = q.ctypes.data, wp.ctypes.data, out.ctypes.data
     for b in range(nb):
-        wb = wa + b * k2 * 64
-        m = 0
-        while m + 4 <= M:
-            _w4(qa + m * kp * 2, kp * 2, wb, k2, oa + (m * no + b * 16) * 4, no * 4)
-            m += 4
-        rest = M - m
-        if rest == 3:
-            _w3(qa + m * kp * 2, kp * 2, wb, k2, oa + (m * no + b * 16) * 4, no * 4)
-        elif rest == 2:
-            _w2(qa + m * kp * 2, kp * 2, wb, k2, oa + (m * no + b * 16) * 4, no * 4)
-        elif rest == 1:
-            _w1(qa + m * kp * 2, kp * 2, wb, k2, oa + (m * no + b * 16) * 4, no * 4)
+        wb = wa + b * groups * gbytes
+        for m in range(0, M, 4):
+            _tiles(q, min(4, M - m), qa + m * xs, xs, wb, groups, oa + (m * no + b * width) * 4, no * 4)
 
 
 @njit(**OPTS8)
@@ -218,7 +222,7 @@ def _gemm_plain(q: Any, w: Any, out: Any) -> None:
             out[m, n] = acc
 
 
-gemm = _gemm_vnni if VNNI else _gemm_avx2 if AVX2 else _gemm_plain
+gemm = _gemm_tiled if VNNI or AVX2 else _gemm_plain
 
 
 def assembly() -> dict[str, int]:
