@@ -21,7 +21,7 @@ from rnnkit.timeseries._csv import (
     read_csv,
     read_header,
 )
-from rnnkit.timeseries._dates import format_index
+from rnnkit.timeseries._dates import Frequency, continue_index, format_index, infer_frequency
 from rnnkit.timeseries._window import (
     TRANSFORMS,
     ForecastSpec,
@@ -34,6 +34,7 @@ from rnnkit.timeseries._window import (
 __all__ = [
     "ARModel", "mae", "mean_forecast", "persistence_forecast", "rmse", "season_of",
     "seasonal_naive_forecast", "select_ar_order",
-    "DATE_COLUMN_NAMES", "MISSING_POLICIES", "DataError", "Table", "format_index", "read_csv", "read_header",
+    "DATE_COLUMN_NAMES", "MISSING_POLICIES", "DataError", "Table", "read_csv", "read_header",
+    "Frequency", "continue_index", "format_index", "infer_frequency",
     "TRANSFORMS", "ForecastSpec", "Scaler", "WindowArrays", "count_windows", "make_windows",
 ]
