@@ -66,8 +66,12 @@ def _rows(table: Table, pos: np.ndarray, pred: np.ndarray, actual: np.ndarray | 
 
 
 def _fmt(v: float) -> str:
-    """A value as the shortest text that reads back to the same float64 (empty: not finite)."""
-    return "" if not np.isfinite(v) else repr(float(v))
+    """A value as the shortest text that reads back to the same float64 (``29``, not ``29.0``;
+    empty: not finite)."""
+    if not np.isfinite(v):
+        return ""
+    text = repr(float(v))
+    return text[:-2] if text.endswith(".0") else text
 
 
 def predict_command(args: argparse.Namespace) -> int:
