@@ -142,11 +142,11 @@ def demo_rmse(out: str) -> dict[str, float]:
     """The sunspots demo (``rnnkit demo``'s training) and its held-out RMSE in float32 and int8."""
     from rnnkit import datasets
     from rnnkit.cli._demo import TEST_YEARS, TRANSFORM, VAL_SPLIT, WINDOW, run_demo
-    from rnnkit.cli._model import load_forecaster
     from rnnkit.cli._prepare import predict_blocks, prepare
 
     res = run_demo(out, verbose=False, plots=False)
-    model, spec = load_forecaster(res.model_path)
+    fc = rk.io.load_forecaster(res.model_path)
+    model, spec = fc.model, fc.spec
     values = datasets.sunspots().values
     prep = prepare(values[:, None], values, ["SUNACTIVITY"], "SUNACTIVITY", window=WINDOW, horizon=1,
                    val_split=VAL_SPLIT, n_test=TEST_YEARS, transform=TRANSFORM, index_name="YEAR",

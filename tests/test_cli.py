@@ -153,11 +153,9 @@ def test_train_on_sunspots_writes_model_checkpoint_history(sun_model: Trained) -
 
 
 def test_scaler_is_fitted_on_training_rows_only(sun_model: Trained) -> None:
-    from rnnkit.cli._model import load_forecaster
-
     out, _ = sun_model
-    _, spec = load_forecaster(out / "model.safetensors")
-    assert spec is not None and spec.window == 6 and spec.horizon == 1 and spec.index_name == "YEAR"
+    spec = rk.io.load_forecaster(out / "model.safetensors").spec
+    assert spec.window == 6 and spec.horizon == 1 and spec.index_name == "YEAR"
     y = datasets.sunspots().values
     rows = 242 - 1 + 6 + 1                                  # through the last training target
     assert spec.x_scaler.mean[0] == pytest.approx(y[:rows].mean(), rel=1e-12)
@@ -176,10 +174,8 @@ def test_predict_one_step_and_recursive(sun_model: Trained, tmp_path: Path) -> N
     preds = np.array([float(r[1]) for r in rows])
     assert np.isfinite(preds).all() and preds.std() > 1.0
     # the first forecast by hand: scale the years 1700-1705 as stored, run the network, unscale
-    from rnnkit.cli._model import load_forecaster
-
-    net, spec = load_forecaster(model)
-    assert spec is not None
+    fc = rk.io.load_forecaster(model)
+    net, spec = fc.model, fc.spec
     y = datasets.sunspots().values
     x = (y[:6, None] - spec.x_scaler.mean) / spec.x_scaler.std
     z = np.asarray(net.predict(x[None].astype(np.float32)), dtype=np.float64)[0, 0]
@@ -220,7 +216,7 @@ def test_train_gru_two_layers_two_features_on_generated_csv_beats_persistence(tm
     assert header == ["when", "prediction", "actual"] and rows[0][0] == "2024-01-10"   # 7 + 2 days on
     assert rows[-1][0] == "2024-08-29"                       # 2 days after the last date
     bad = run("predict", str(tmp_path / "o" / "model.safetensors"), str(p), "--steps", "2")
-    assert_bad_input(bad, "--steps needs a model whose only feature is its target")
+    assert_bad_input(bad, "(--steps) need a model whose only feature is its target")
 
 
 def test_difference_forecasts_changes_of_a_trending_series(tmp_path: Path) -> None:
@@ -233,11 +229,10 @@ def test_difference_forecasts_changes_of_a_trending_series(tmp_path: Path) -> No
     assert res.returncode == 0, res.stderr
     table = parse_table(res.stdout)
     assert next(v for k, v in table.items() if k.startswith("LSTM"))[0] < 0.5 * table["persistence"][0]
-    from rnnkit.cli._model import load_forecaster
-
     model_path = tmp_path / "d" / "model.safetensors"
-    net, spec = load_forecaster(model_path)
-    assert spec is not None and spec.difference and spec.rows_needed == 9
+    fc = rk.io.load_forecaster(model_path)
+    net, spec = fc.model, fc.spec
+    assert spec.difference and spec.rows_needed == 9
     y = np.round(level, 6)
     d = np.diff(y)
     # 199 changes -> 191 windows: 38 validate (the last), 153 train; the training windows read and

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 import rnnkit.cli._predict as predict_mod
-import rnnkit.cli._prepare as prepare_mod
 import rnnkit.timeseries._baselines as baselines_mod
 import rnnkit.timeseries._csv as csv_mod
+import rnnkit.timeseries._dates as dates_mod
+import rnnkit.timeseries._forecast as forecast_mod
 import rnnkit.timeseries._window as window_mod
 from rnnkit.cli import main
 
@@ -43,7 +44,7 @@ def _peak(argv: list[str]) -> int:
 def test_each_row_costs_at_most_four_times_its_bytes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     for mod, name in ((csv_mod, "BLOCK_ROWS"), (window_mod, "BLOCK"), (baselines_mod, "BLOCK"),
-                      (prepare_mod, "PREDICT_BLOCK"), (predict_mod, "CHUNK")):
+                      (forecast_mod, "CHUNK"), (predict_mod, "CHUNK"), (dates_mod, "FREQ_BLOCK")):
         assert getattr(mod, name) >= 1024
         monkeypatch.setattr(mod, name, 1024)
     warm = _csv(tmp_path / "warm.csv", 3000)

@@ -91,7 +91,8 @@ def test_repeat_vector_larger_than_its_file_is_refused_at_load(tmp_path: Path) -
 
 
 def _forecaster(tmp_path: Path, window: int) -> tuple[Path, Path]:
-    from rnnkit.cli._model import TrainConfig, build_network, save_forecaster
+    from rnnkit.cli._model import TrainConfig, build_network
+    from rnnkit.io import save_forecaster
     from rnnkit.timeseries import ForecastSpec, Scaler
 
     net = build_network(TrainConfig(units=2, seed=0), window, 1)

@@ -106,11 +106,10 @@ def test_convert_quantize_then_predict(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_the_sunspots_demo_keeps_its_test_rmse_in_int8(tmp_path: Path) -> None:
     from rnnkit.cli._demo import TEST_YEARS, TRANSFORM, VAL_SPLIT, WINDOW, run_demo
-    from rnnkit.cli._model import load_forecaster
     from rnnkit.cli._prepare import predict_blocks, prepare
 
     res = run_demo(tmp_path, verbose=False, plots=False)
-    model, _ = load_forecaster(res.model_path)
+    model = rk.io.load_forecaster(res.model_path).model
     values = datasets.sunspots().values
     prep = prepare(values[:, None], values, ["SUNACTIVITY"], "SUNACTIVITY", window=WINDOW, horizon=1,
                    val_split=VAL_SPLIT, n_test=TEST_YEARS, transform=TRANSFORM, index_name="YEAR",

@@ -18,7 +18,7 @@ Out (DST, by name)::
     *.weights.h5     Keras weights (rnnkit.save_keras_weights)
     *.safetensors    from a foreign file: an rnnkit model file; from an rnnkit model file: a
                      PyTorch state dict (the model must be one RNNNet or recurrent layer)
-    *.rnnkit         an rnnkit model file
+    *.rnnkit         an rnnkit model file (an rnnkit SRC's forecast settings kept)
 
 ``--quantize`` writes the int8 form of the model (:func:`rnnkit.quantize`) as an rnnkit model
 file (DST ``*.rnnkit`` or ``*.safetensors``), keeping an rnnkit SRC's forecast settings, so
@@ -34,12 +34,12 @@ from typing import Any
 import rnnkit as rk
 from rnnkit._safetensors import read_safetensors
 from rnnkit.cli._common import CliError
-from rnnkit.cli._model import SPEC_KEY
 from rnnkit.io._model import MODEL_FORMAT
 from rnnkit.io._sniff import describe, sniff
 from rnnkit.models import Sequential
 from rnnkit.recurrent import RecurrentLayer
 from rnnkit.rnn import RNNNet
+from rnnkit.timeseries import SPEC_KEY
 
 _WHAT = {"keras": "a Keras archive", "safetensors": "a safetensors file", "onnx": "an ONNX graph",
          "torch": "a torch.save file", "pickle": "a pickle", "zip": "a zip archive",
@@ -137,9 +137,11 @@ def convert_command(args: argparse.Namespace) -> int:
         raise CliError(f"{dst}: --quantize writes an rnnkit model file (.rnnkit or .safetensors), "
                        f"not {kind}")
     model, from_rnnkit = _read(args)
+    # an rnnkit SRC's forecast settings (its preprocessing) go into every rnnkit model file written
+    spec = read_safetensors(args.src)[1].get(SPEC_KEY) if from_rnnkit else None
+    keep = None if spec is None else {SPEC_KEY: spec}
     if args.quantize:
-        spec = read_safetensors(args.src)[1].get(SPEC_KEY) if from_rnnkit else None
-        rk.save_model(rk.quantize(_as_model(model)), dst, metadata=None if spec is None else {SPEC_KEY: spec})
+        rk.save_model(rk.quantize(_as_model(model)), dst, metadata=keep)
         print(f"wrote {dst} (an int8 rnnkit model file)")
         return 0
     if kind == ".onnx":
@@ -156,7 +158,7 @@ def convert_command(args: argparse.Namespace) -> int:
         rk.save_torch_safetensors(_single(model, dst), dst)
         what = "a PyTorch state dict"
     else:
-        rk.save_model(_as_model(model), dst)
+        rk.save_model(_as_model(model), dst, metadata=keep)
         what = "an rnnkit model file"
     print(f"wrote {dst} ({what})")
     return 0

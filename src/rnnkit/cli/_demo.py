@@ -27,9 +27,10 @@ import numpy as np
 
 from rnnkit import datasets
 from rnnkit.cli._common import compile_status, ensure_dir, metrics_table
-from rnnkit.cli._model import TrainConfig, build_network, save_forecaster, train_network
+from rnnkit.cli._model import TrainConfig, build_network, train_network
 from rnnkit.cli._plots import forecast_plot, have_matplotlib, loss_curve, remove_pictures
 from rnnkit.cli._prepare import Comparison, compare, predict_blocks, prepare
+from rnnkit.io import save_forecaster
 from rnnkit.kernels import _warm
 
 WINDOW = 9

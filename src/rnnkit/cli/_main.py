@@ -135,8 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--steps", type=_positive, default=None, metavar="K",
                     help="forecast K steps past the end, feeding each forecast back in")
     pr.add_argument("--output", default=None, metavar="FILE", help="write the CSV here (default stdout)")
-    pr.add_argument("--missing", choices=("error", "drop", "interpolate"), default="error",
-                    help="what to do with empty fields (default error, naming the rows)")
+    pr.add_argument("--missing", choices=("error", "drop", "interpolate"), default=None,
+                    help="what to do with empty fields: the model's own policy (the one it was "
+                         "trained with); only a model file that does not store one takes another "
+                         "(default there: error, naming the rows)")
 
     s = sub.add_parser("summary", help="describe a saved model or checkpoint")
     s.add_argument("model", metavar="MODEL", help="a model file, or a weights-only checkpoint")

@@ -1,5 +1,6 @@
-"""The forecasting network the command line trains, and its file (the model plus the settings
-that turn CSV rows into its input and its output back into data units).
+"""The forecasting network the command line trains (its file, the model plus the settings that
+turn CSV rows into its input and its output back into data units, is
+:func:`rnnkit.io.save_forecaster`'s).
 
 Network: ``layers`` recurrent layers of ``units`` (all but the last with
 ``return_sequences=True``), then ``Dense(1)`` (linear)::
@@ -14,26 +15,16 @@ checkpoint of the best weights.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from safetensors import SafetensorError, safe_open
-
 import rnnkit as rk
-from rnnkit import io as rio
-from rnnkit._errors import FileFormatError
-from rnnkit._files import check_regular
 from rnnkit.cli._common import CliError
-from rnnkit.io._sniff import sniff
 from rnnkit.layers import Dense
 from rnnkit.models import EarlyStopping, ModelCheckpoint, SequentialBuilder
-from rnnkit.timeseries import DataError, ForecastSpec, WindowArrays
+from rnnkit.timeseries import ForecastSpec, WindowArrays
 
-#: metadata key under which the forecast settings are stored in the model file
-SPEC_KEY = "rnnkit.forecast"
 CELLS = {"lstm": "LSTM", "gru": "GRU", "rnn": "SimpleRNN"}
 
 
@@ -87,52 +78,6 @@ def train_network(model: Any, cfg: TrainConfig, train: WindowArrays, val: Window
     return {k: [float(v) for v in vals] for k, vals in hist.history.items()}
 
 
-def predict_values(model: Any, spec: ForecastSpec, windows: WindowArrays,
-                   target: np.ndarray | None = None) -> np.ndarray:
-    """Forecasts in data units for scaled ``windows`` (S,), at data rows ``windows.pos``;
-    ``target`` (raw, data rows) anchors the changes a ``difference`` model predicts."""
-    z = np.asarray(model.predict(windows.x.astype(np.float32)), dtype=np.float64)
-    return spec.to_levels(z, target, windows.pos)
-
-
-def save_forecaster(model: Any, spec: ForecastSpec, path: str | os.PathLike[str]) -> Path:
-    """Write the model file at ``path`` (``rnnkit.io.save_model``: one safetensors file, the
-    architecture in its metadata) with ``spec`` as one more metadata entry, :data:`SPEC_KEY`.
-
-    The write is atomic (temporary file, then rename)."""
-    p = Path(path)
-    rio.save_model(model, p, metadata={SPEC_KEY: spec.to_json()})
-    return p
-
-
-def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
-    """The safetensors metadata of ``path``; ``{}`` for a model file of another format (a Keras
-    archive: it has none); FileFormatError when it is safetensors that cannot be read."""
-    p = check_regular(path, "a model file")
-    if sniff(p) != "safetensors":
-        return {}
-    try:
-        with safe_open(p, framework="numpy") as f:
-            return dict(f.metadata() or {})
-    except (SafetensorError, ValueError, TypeError, OSError) as e:
-        raise FileFormatError(f"{path}: not a safetensors file ({e})") from None
-
-
-def load_forecaster(path: str | os.PathLike[str]) -> tuple[Any, ForecastSpec | None]:
-    """The model at ``path`` and its forecast settings (None for a model saved without them).
-
-    A missing file, or a file that is not an rnnkit model, raises an rnnkit error naming it."""
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"{p}: no such model file")
-    if p.is_dir():
-        raise DataError(f"{p}: is a directory, expected a model file")
-
-    model = getattr(rk, "load_model", rio.load_model)(p)
-    text = read_metadata(p).get(SPEC_KEY)
-    return model, (ForecastSpec.from_json(text) if text is not None else None)
-
-
 def describe_spec(spec: ForecastSpec) -> str:
     """A few lines: what the forecaster reads, predicts, and how it scales."""
     xs = spec.x_scaler
@@ -141,6 +86,8 @@ def describe_spec(spec: ForecastSpec) -> str:
         f"features: {', '.join(spec.features)}"
         + (" (first differences; it forecasts the change)" if spec.difference else ""),
         f"index column of the training data: {spec.index_name}",
+        "missing values: " + (f"read with --missing {spec.missing}" if spec.missing is not None
+                              else "policy not stored (an older file): --missing error unless given"),
         f"scaling (fitted on training rows): transform {xs.transform}; "
         + "; ".join(f"{n}: mean {m:.6g}, std {s:.6g}" for n, m, s in zip(xs.names, xs.mean, xs.std,
                                                                        strict=True)),
@@ -150,5 +97,4 @@ def describe_spec(spec: ForecastSpec) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["CELLS", "SPEC_KEY", "TrainConfig", "build_network", "describe_spec", "load_forecaster",
-           "predict_values", "read_metadata", "save_forecaster", "train_network"]
+__all__ = ["CELLS", "TrainConfig", "build_network", "describe_spec", "train_network"]

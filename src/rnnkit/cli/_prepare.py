@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.cli._model import predict_values
 from rnnkit.timeseries import (
     ARModel,
     DataError,
+    Forecaster,
     ForecastSpec,
     Scaler,
     WindowArrays,
@@ -63,10 +63,12 @@ def split_counts(n_windows: int, val_split: float, n_test: int = 0) -> tuple[int
 
 def prepare(features: np.ndarray, target: np.ndarray, feature_names: list[str], target_name: str, *,
             window: int, horizon: int, val_split: float, n_test: int = 0, transform: str = "none",
-            index_name: str = "row", what: str = "the data", difference: bool = False) -> Prepared:
+            index_name: str = "row", what: str = "the data", difference: bool = False,
+            missing: str = "error") -> Prepared:
     """Window, split and scale (see the module docstring). With ``difference`` the windows read
     first differences and the targets are changes ``target[pos] - target[pos - horizon]`` (see
-    :class:`~rnnkit.timeseries.ForecastSpec`); every ``pos`` is a data row either way."""
+    :class:`~rnnkit.timeseries.ForecastSpec`); every ``pos`` is a data row either way.
+    ``missing``: the policy the data was read with, stored in the spec."""
     rows = int(features.shape[0])
     if difference and transform != "none":
         raise DataError(f"--difference works on the values themselves; it cannot be combined with "
@@ -88,7 +90,7 @@ def prepare(features: np.ndarray, target: np.ndarray, feature_names: list[str], 
     tfit = tin[:fit_rows]
     ys = Scaler.fit(tfit[~np.isnan(tfit), None], [target_name], transform)
     spec = ForecastSpec(target_name, tuple(feature_names), window, horizon, xs, ys, index_name,
-                        difference=difference)
+                        difference=difference, missing=missing)
     w = make_windows(xs.apply(xin, np.float32), ys.apply(tin[:, None], np.float32)[:, 0], window, horizon,
                      what=what)
     if difference:
@@ -97,15 +99,10 @@ def prepare(features: np.ndarray, target: np.ndarray, feature_names: list[str], 
                     w.take(slice(n_train, n_train + n_val)), w.take(slice(n_train + n_val, n)))
 
 
-#: windows predicted at once (the network's activations for a block, not for every window)
-PREDICT_BLOCK = 1 << 14
-
-
 def predict_blocks(model: Any, spec: ForecastSpec, windows: WindowArrays, target: np.ndarray) -> np.ndarray:
-    """:func:`~rnnkit.cli._model.predict_values` a block of :data:`PREDICT_BLOCK` windows at a time."""
-    parts = [predict_values(model, spec, windows.take(slice(a, a + PREDICT_BLOCK)), target)
-             for a in range(0, len(windows), PREDICT_BLOCK)]
-    return np.concatenate(parts) if parts else np.zeros(0)
+    """Forecasts in data units for prepared ``windows`` (:meth:`Forecaster.predict_prepared`,
+    the path ``rnnkit predict`` takes)."""
+    return Forecaster(model, spec).predict_prepared(windows, target)
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,11 @@ from rnnkit.cli._common import (
     metrics_table,
     write_text_atomic,
 )
-from rnnkit.cli._model import TrainConfig, build_network, save_forecaster, train_network
+from rnnkit.cli._model import TrainConfig, build_network, train_network
 from rnnkit.cli._plots import forecast_plot, have_matplotlib, loss_curve, remove_pictures
 from rnnkit.cli._prepare import Comparison, compare, predict_blocks, prepare
 from rnnkit.distributed import MPI, DistributedError
+from rnnkit.io import save_forecaster
 from rnnkit.timeseries import WindowArrays, read_csv, season_of
 
 
@@ -98,7 +99,7 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
         index = None                      # only the pictures need it (8 bytes a row)
     prep = prepare(x_raw, y_raw, features, args.target, window=args.window, horizon=args.horizon,
                    val_split=args.val_split, transform=args.transform, index_name=index_name,
-                   what=str(args.data), difference=args.difference)
+                   what=str(args.data), difference=args.difference, missing=args.missing)
     out = ensure_dir(args.out) if root else Path(args.out)
     cfg = TrainConfig(cell=args.cell, units=args.units, layers=args.layers, epochs=args.epochs,
                       batch_size=args.batch_size, lr=args.lr, patience=args.patience, seed=args.seed,

@@ -16,22 +16,27 @@ import os
 from typing import Any
 
 from rnnkit._errors import InvalidParameterError
-from rnnkit.io import MissingDependencyError
+from rnnkit.io import MissingDependencyError, read_forecast_spec
 from rnnkit.serve._errors import RequestError
 from rnnkit.serve._limits import ServeConfig, read_token_file
 from rnnkit.serve._servable import Servable, file_sha256, load_file
+from rnnkit.timeseries import Forecaster
 
 
 def load(path: str | os.PathLike[str], *, max_rows: int = 1024) -> Servable:
     """The model file at ``path`` (any file :func:`rnnkit.load_model`, :func:`rnnkit.load_keras` or
     :func:`rnnkit.load_torch_rnn` reads, told apart by content) ready to serve; ``/v1/model``
-    reports the file's SHA-256."""
-    return Servable(load_file(path), max_rows=max_rows, source=os.fspath(path), sha256=file_sha256(path))
+    reports the file's SHA-256. A forecaster's file (one with forecast settings, written by
+    ``rnnkit train``) is served with its preprocessing: raw data rows in, data units out."""
+    model = load_file(path)
+    return Servable(model, max_rows=max_rows, source=os.fspath(path), sha256=file_sha256(path),
+                    forecast=read_forecast_spec(path))
 
 
 def app(model: Any, config: ServeConfig | None = None, **settings: Any) -> Any:
     """The ASGI app serving ``model`` (an rnnkit model, an :class:`rnnkit.rnn.RNNNet`, a
-    :class:`Servable` from :func:`load`, or a model file's path). ``config`` or keyword
+    :class:`rnnkit.timeseries.Forecaster` (served with its preprocessing), a :class:`Servable`
+    from :func:`load`, or a model file's path). ``config`` or keyword
     ``settings`` (the fields of :class:`ServeConfig`, not both) set batching, limits, the stream
     database and the auth token."""
     if config is not None and settings:
@@ -49,6 +54,8 @@ def app(model: Any, config: ServeConfig | None = None, **settings: Any) -> Any:
         sv = load(model, max_rows=cfg.max_rows)
     elif isinstance(model, Servable):
         sv = model
+    elif isinstance(model, Forecaster):
+        sv = Servable(model.model, max_rows=cfg.max_rows, forecast=model.spec)
     else:
         sv = Servable(model, max_rows=cfg.max_rows)
     return build_app(sv, cfg)

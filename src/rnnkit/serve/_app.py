@@ -6,7 +6,10 @@ Routes::
     GET    /v1/model                     the model's contract (shapes, dtype, sha256, version)
     GET    /metrics                      Prometheus text format
     POST   /v1/predict                   {"x": (B, T, ...), "lengths"?: (B,), "mask"?: (B, T)}
-                                         or .npy bytes (?lengths=3,5,...) -> {"outputs": ...}
+                                         or .npy bytes (?lengths=3,5,...) -> {"outputs": ...};
+                                         a forecaster: {"x": (B, rows, features) raw data rows,
+                                         "target"?: (B,)} or float64 .npy bytes (?target=...)
+                                         -> {"outputs": (B, 1) forecasts in data units}
     POST   /v1/streams                   -> {"id", "seq": 0}
     GET    /v1/streams/{id}              -> {"id", "seq", "state": {...}}
     DELETE /v1/streams/{id}
@@ -36,7 +39,9 @@ from rnnkit.serve._codec import (
     NPY_TYPES,
     as_input,
     as_lengths,
+    as_levels,
     as_mask,
+    as_rows,
     as_seq,
     field_of,
     parse_json,
@@ -44,11 +49,12 @@ from rnnkit.serve._codec import (
     to_json,
     to_npy,
 )
-from rnnkit.serve._errors import RequestError, bad_request
+from rnnkit.serve._errors import RequestError, bad_request, unprocessable
 from rnnkit.serve._limits import ServeConfig, token_ok
 from rnnkit.serve._servable import Servable
 from rnnkit.serve._server import Server
 from rnnkit.serve._ws import StreamSocket
+from rnnkit.timeseries import DataError, ForecastSpec
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -150,6 +156,8 @@ class Api:
     async def predict(self, request: Request) -> Response:
         body = await read_body(request, self.cfg.max_body_bytes)
         ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        if self.sv.forecast is not None:
+            return await self.forecast(request, body, ctype, self.sv.forecast)
         lengths_raw: Any = None
         mask_raw: Any = None
         if ctype in NPY_TYPES:
@@ -174,6 +182,41 @@ class Api:
                                                           f"hold one, ask for JSON")
             return Response(to_npy(outs[0]), media_type="application/x-npy")
         return JSONResponse({"outputs": to_json(outs), "n_outputs": len(outs)})
+
+    async def forecast(self, request: Request, body: bytes, ctype: str, spec: ForecastSpec) -> Response:
+        """``/v1/predict`` of a forecaster: windows of raw data rows -> forecasts in data units,
+        the model's stored preprocessing applied by :class:`ForecastSpec` (as ``rnnkit
+        predict`` applies it)."""
+        extra: list[str]
+        if ctype in NPY_TYPES:
+            rows = as_rows(parse_npy(body), spec, self.cfg, "x")
+            target_raw: Any = request.query_params.get("target")
+            extra = [k for k in ("lengths", "mask") if k in request.query_params]
+        elif ctype in ("application/json", "text/plain", ""):
+            doc = parse_json(body)
+            rows = as_rows(field_of(doc, "x"), spec, self.cfg, "x")
+            target_raw = doc.get("target")
+            extra = [k for k in ("lengths", "mask") if doc.get(k) is not None]
+        else:
+            raise RequestError(415, "bad_content_type", f"Content-Type {ctype[:60]!r} is not served",
+                               expected=["application/json", *NPY_TYPES], got=ctype[:60])
+        if extra:
+            raise unprocessable("lengths_unsupported", f"a forecaster reads whole windows of "
+                                                       f"{spec.rows_needed} data rows; drop {extra[0]}")
+        target = None if target_raw is None else as_levels(target_raw, rows.shape[0], "target")
+        try:
+            spec.last_levels(rows, target)            # a needed target is checked before any work
+            x = spec.window_inputs(rows)
+        except DataError as e:
+            raise unprocessable("bad_rows", str(e)) from None
+        outs = await self.server.predict(x, None, None)
+        try:
+            y = spec.window_levels(outs[0], rows, target)[:, None]
+        except DataError as e:
+            raise unprocessable("non_finite_output", str(e)) from None
+        if "application/x-npy" in request.headers.get("accept", ""):
+            return Response(to_npy(y), media_type="application/x-npy")
+        return JSONResponse({"outputs": to_json([y]), "n_outputs": 1})
 
     async def create(self, request: Request) -> Response:
         s = await self.server.create()

@@ -15,6 +15,7 @@ import numpy as np
 from rnnkit.serve._errors import RequestError, bad_request, unprocessable
 from rnnkit.serve._limits import ServeConfig
 from rnnkit.serve._servable import Servable
+from rnnkit.timeseries import ForecastSpec
 
 NPY_TYPES = ("application/x-npy", "application/octet-stream")
 
@@ -116,6 +117,64 @@ def as_input(value: Any, sv: Servable, cfg: ServeConfig, what: str, *, stream: b
     return np.ascontiguousarray(out)
 
 
+def as_rows(value: Any, spec: ForecastSpec, cfg: ServeConfig, what: str) -> np.ndarray:
+    """``value`` (nested lists from JSON, or a float64 array from ``.npy``) as a forecaster's
+    windows of raw data rows, float64 (B, rows per window, features), finite."""
+    want = (spec.rows_needed, len(spec.features))
+    want_text = _shape_text(("batch", *want))
+    if isinstance(value, np.ndarray):
+        if value.dtype != np.float64:
+            raise unprocessable("bad_dtype", f"{what} has dtype {value.dtype}; a forecaster reads data rows "
+                                             f"as float64", expected="float64", got=str(value.dtype))
+        arr = value
+    else:
+        if not isinstance(value, list):
+            raise unprocessable("bad_input", f"{what} must be an array {want_text} of numbers (raw data "
+                                             f"rows of {', '.join(spec.features)}), got a JSON "
+                                             f"{type(value).__name__}", expected=want_text)
+        try:
+            arr = np.asarray(value)
+        except (ValueError, TypeError, OverflowError, RecursionError):
+            raise unprocessable("bad_input", f"{what} is not a rectangular array of numbers (ragged rows, or "
+                                             f"mixed types)", expected=want_text) from None
+        if arr.dtype.kind not in "iuf":
+            raise unprocessable("bad_dtype", f"{what} must hold numbers, got {arr.dtype}",
+                                expected="numbers", got=str(arr.dtype))
+        arr = arr.astype(np.float64)
+    if arr.ndim != 3 or arr.shape[1:] != want or arr.shape[0] == 0:
+        raise unprocessable("bad_shape", f"{what} has shape {arr.shape}; expected {want_text}: windows of "
+                                         f"{want[0]} data rows of {', '.join(spec.features)}",
+                            expected=want_text, got=list(arr.shape))
+    if arr.shape[0] > cfg.max_batch:
+        raise RequestError(413, "too_many_sequences", f"{what} holds {arr.shape[0]} windows; at most "
+                                                      f"{cfg.max_batch} per request",
+                           expected=cfg.max_batch, got=arr.shape[0])
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        pos = [int(i) for i in np.argwhere(bad)[0]]
+        raise unprocessable("non_finite", f"{what}{pos} is not finite", expected="finite numbers",
+                            got=str(arr[tuple(pos)]))
+    return np.ascontiguousarray(arr)
+
+
+def as_levels(value: Any, batch: int, what: str) -> np.ndarray:
+    """``value`` (a JSON list, or text ``1.5,2.25`` from a query) as (batch,) finite float64."""
+    if isinstance(value, str):
+        try:
+            value = [float(v) for v in value.split(",") if v.strip()]
+        except ValueError:
+            raise unprocessable("bad_target", f"{what} must be numbers separated by commas") from None
+    try:
+        arr = np.asarray(value, dtype=np.float64) if isinstance(value, list) else None
+    except (ValueError, TypeError):
+        arr = None
+    if arr is None or arr.shape != (batch,) or not np.isfinite(arr).all():
+        raise unprocessable("bad_target", f"{what} must be {batch} finite numbers (one per window)",
+                            expected=f"({batch},) numbers",
+                            got=None if arr is None else f"shape {list(arr.shape)}")
+    return arr
+
+
 def as_lengths(value: Any, batch: int, T: int, sv: Servable) -> np.ndarray:
     """``lengths``: (batch,) integers in [1, T]."""
     if not sv.lengths_ok:
@@ -192,5 +251,5 @@ def to_npy(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-__all__ = ["NPY_TYPES", "as_input", "as_lengths", "as_mask", "as_seq", "field_of", "parse_json", "parse_npy",
-           "to_json", "to_npy"]
+__all__ = ["NPY_TYPES", "as_input", "as_lengths", "as_levels", "as_mask", "as_rows", "as_seq", "field_of",
+           "parse_json", "parse_npy", "to_json", "to_npy"]

@@ -5,6 +5,11 @@ Batching is allowed only where it changes no bit: at start the server runs the m
 batches of several sizes and compares every probed row with the same input run alone
 (:func:`rows_independent`). When they differ, requests are computed one by one (and
 ``/v1/model`` says so); answers never depend on what else was in the batch.
+
+A forecaster (a model file written by ``rnnkit train``, or a :class:`rnnkit.timeseries.Forecaster`)
+is served with the preprocessing it was trained with: ``/v1/predict`` takes windows of raw data
+rows and answers forecasts in data units, through :class:`~rnnkit.timeseries.ForecastSpec`, the
+path ``rnnkit predict`` takes, so the answers are its bits.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from rnnkit.models import Model
 from rnnkit.recurrent import RecurrentLayer
 from rnnkit.rnn import RNNNet
 from rnnkit.serve._stepper import StreamPlan, plan_streams
+from rnnkit.timeseries import ForecastSpec
 
 #: batch sizes probed for bit-equality with a request run alone (the row limit is added)
 PROBE_SIZES = (2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 64, 65)
@@ -100,10 +106,12 @@ class Servable:
     :class:`rnnkit.rnn.RNNNet` (PyTorch layout; the server always speaks batch-first
     ``(batch, timesteps, features)`` and converts). ``max_rows``: the largest batch the
     micro-batcher forms (probed for bit-equality). ``source`` / ``sha256``: the file it came from.
+    ``forecast``: the forecaster's stored preprocessing, applied to every predict request (raw
+    data rows in, forecasts in data units out; no streams: a forecaster reads whole windows).
     """
 
     def __init__(self, model: Any, *, max_rows: int = 1024, source: str | None = None,
-                 sha256: str | None = None) -> None:
+                 sha256: str | None = None, forecast: ForecastSpec | None = None) -> None:
         if isinstance(model, RecurrentLayer) or not isinstance(model, (Model, RNNNet)):
             raise InvalidParameterError(
                 f"serve: expected an rnnkit model (Sequential, GraphModel) or an rnnkit.rnn.RNNNet, got "
@@ -141,6 +149,15 @@ class Servable:
         self.sizes = sorted({s for s in PROBE_SIZES if s <= self.max_rows} | {self.max_rows})
         self.streams: StreamPlan | None
         self.streams, self.stream_reason = plan_streams(model, self.sizes)
+        self.forecast = forecast
+        if forecast is not None:
+            if self.is_net or self.sample_shape != (forecast.window, len(forecast.features)):
+                raise InvalidParameterError(
+                    f"serve: the forecast settings are for windows of {forecast.window} rows of "
+                    f"{len(forecast.features)} feature(s); the model takes {self.sample_shape}")
+            self.streams, self.stream_reason = None, (
+                "a forecaster reads whole windows of data rows, scaled as in training; send them "
+                "to /v1/predict")
         self.lengths_ok = True
         self.output_shapes = self._probe_outputs()
         self.predict_batched = rows_independent(self._predict_pairs, self.sizes)
@@ -200,7 +217,25 @@ class Servable:
         return list(out) if isinstance(out, list) else [out]
 
     def describe(self) -> dict[str, Any]:
-        """The ``/v1/model`` document."""
+        """The ``/v1/model`` document (a forecaster's: what its requests and answers hold)."""
+        doc = self._describe()
+        spec = self.forecast
+        if spec is not None:
+            doc.update({
+                "input_shape": [None, spec.rows_needed, len(spec.features)], "input_dtype": "float64",
+                "output_shapes": [[None, 1]], "output_dtype": "float64", "lengths": False,
+                "forecast": {
+                    "target": spec.target, "features": list(spec.features), "window": spec.window,
+                    "rows_per_window": spec.rows_needed, "horizon": spec.horizon,
+                    "difference": spec.difference, "transform": spec.x_scaler.transform,
+                    "missing": spec.missing, "index_name": spec.index_name,
+                    "target_needed": spec.difference and spec.target not in spec.features,
+                    "units": "x: raw data rows (as in the CSV); outputs: forecasts of the target in "
+                             "data units, one per window",
+                }})
+        return doc
+
+    def _describe(self) -> dict[str, Any]:
         return {
             "model": type(self.model).__name__,
             "name": getattr(self.model, "name", None),

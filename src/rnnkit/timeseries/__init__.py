@@ -1,6 +1,7 @@
 """Time-series preparation for recurrent forecasters: CSV reading (dates, missing values),
 windowing into (samples, window, features), scaling fitted on training rows, the forecast
-settings saved with a model, and the baselines a forecaster must beat: persistence,
+settings saved with a model and the one place they are applied (:class:`Forecaster`), calendar
+frequencies of dated rows, and the baselines a forecaster must beat: persistence,
 least-squares AR(p), the training mean and the seasonal-naive forecast."""
 
 from rnnkit.timeseries._baselines import (
@@ -21,10 +22,10 @@ from rnnkit.timeseries._csv import (
     read_csv,
     read_header,
 )
-from rnnkit.timeseries._dates import format_index
+from rnnkit.timeseries._dates import Frequency, continue_index, format_index, infer_frequency
+from rnnkit.timeseries._forecast import SPEC_KEY, Forecaster, ForecastSpec
 from rnnkit.timeseries._window import (
     TRANSFORMS,
-    ForecastSpec,
     Scaler,
     WindowArrays,
     count_windows,
@@ -34,6 +35,8 @@ from rnnkit.timeseries._window import (
 __all__ = [
     "ARModel", "mae", "mean_forecast", "persistence_forecast", "rmse", "season_of",
     "seasonal_naive_forecast", "select_ar_order",
-    "DATE_COLUMN_NAMES", "MISSING_POLICIES", "DataError", "Table", "format_index", "read_csv", "read_header",
-    "TRANSFORMS", "ForecastSpec", "Scaler", "WindowArrays", "count_windows", "make_windows",
+    "DATE_COLUMN_NAMES", "MISSING_POLICIES", "DataError", "Table", "read_csv", "read_header",
+    "Frequency", "continue_index", "format_index", "infer_frequency",
+    "SPEC_KEY", "ForecastSpec", "Forecaster",
+    "TRANSFORMS", "Scaler", "WindowArrays", "count_windows", "make_windows",
 ]

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rnnkit.timeseries._csv import DataError
+from rnnkit.timeseries._dates import infer_frequency
 
 
 def rmse(pred: np.ndarray, actual: np.ndarray) -> float:
@@ -150,18 +151,22 @@ def seasonal_naive_forecast(target: np.ndarray, pos: np.ndarray, season: int, ho
 
 
 #: rows per season by the spacing of a dated index (the calendar's own cycle)
-SEASONS = {"hour": 24, "day": 7, "week": 52, "month": 12, "quarter": 4}
+SEASONS = {"hour": 24, "day": 7, "bday": 5, "week": 52, "month": 12, "quarter": 4}
 
 
 def season_of(index: np.ndarray, kind: str) -> int | None:
     """The season length in rows a dated index implies: hourly data 24 (a day), daily 7 (a week),
-    weekly 52, monthly 12, quarterly 4 (a year); None for years, row numbers and irregular or
-    other spacings. The spacing is the median step between rows."""
+    business days 5 (a week: :func:`~rnnkit.timeseries.infer_frequency` finds them), weekly 52,
+    monthly 12, quarterly 4 (a year); None for years, row numbers and irregular or other
+    spacings. Besides business days, the spacing is the median step between rows."""
     idx = np.asarray(index)
     if kind == "quarter":
         return SEASONS["quarter"]
     if idx.dtype.kind != "M" or len(idx) < 3:
         return None
+    freq = infer_frequency(idx)
+    if freq is not None and freq.rule == "bday":
+        return SEASONS["bday"]
     step = float(np.median(np.diff(idx.astype("datetime64[s]").astype(np.int64))))
     for name, secs, slack in (("hour", 3600, 0), ("day", 86400, 0), ("week", 7 * 86400, 0),
                               ("month", 30.44 * 86400, 3 * 86400), ("quarter", 91.3 * 86400, 3 * 86400)):

@@ -55,7 +55,7 @@ from typing import Literal
 
 import numpy as np
 
-from rnnkit.timeseries._dates import DataError, IndexParseError, IndexParser, format_index
+from rnnkit.timeseries._dates import DataError, IndexParseError, IndexParser, continue_index, format_index
 
 #: column names recognised as the date / index column (compared lower-case)
 DATE_COLUMN_NAMES = ("date", "datetime", "time", "timestamp", "ds", "day", "week", "month", "quarter",
@@ -108,18 +108,17 @@ class Table:
 
     def labels(self, positions: np.ndarray, *, as_in_file: bool = False) -> list[str]:
         """The index of data rows ``positions`` as text (:func:`format_index`; dates as
-        ``YYYY-MM-DD`` unless ``as_in_file``); a position past the last row continues the last
-        spacing (one step for a one-row table)."""
+        ``YYYY-MM-DD`` unless ``as_in_file``); a position past the last row continues the index
+        (:func:`continue_index`: the calendar frequency pandas would infer from it, else the
+        last step)."""
         idx = self.index
         n = len(idx)
-        if idx.dtype.kind == "M":
-            unit: str = np.datetime_data(idx.dtype)[0]
-            step = idx[-1] - idx[-2] if n >= 2 else np.timedelta64(1, unit)  # type: ignore[call-overload]
-        else:
-            step = idx[-1] - idx[-2] if n >= 2 else 1
         pos = np.asarray(positions, dtype=np.int64)
-        inside = np.minimum(pos, n - 1)
-        vals = idx[inside] + step * np.maximum(pos - (n - 1), 0)
+        past = int(pos.max()) - (n - 1) if pos.size else 0
+        if past <= 0:
+            return format_index(idx[pos], self.index_kind, as_in_file=as_in_file)
+        ext = np.concatenate([idx[-1:], continue_index(idx, past)])
+        vals = np.where(pos < n, idx[np.minimum(pos, n - 1)], ext[np.maximum(pos - (n - 1), 0)])
         return format_index(vals, self.index_kind, as_in_file=as_in_file)
 
 

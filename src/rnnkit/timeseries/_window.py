@@ -21,8 +21,7 @@ A column whose training rows are constant gets ``std = 1`` (it is centred only).
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -185,92 +184,3 @@ def _forward(v: np.ndarray, transform: str, names: tuple[str, ...]) -> np.ndarra
             raise DataError(f"transform 'log1p' needs values > -1; column {names[bad[0]]!r} has some <= -1")
         return np.log1p(v)
     return v
-
-
-@dataclass(frozen=True)
-class ForecastSpec:
-    """Everything besides the network that a saved forecaster needs to predict from a CSV.
-
-    Stored as JSON with the model (key :data:`SPEC_KEY`). ``features`` are the input columns
-    in order; ``target`` the predicted column; ``index_name`` the date column the training
-    file had (``"row"`` for none); ``x_scaler`` / ``y_scaler`` were fitted on training rows.
-
-    With ``difference`` the network reads first differences and predicts a change::
-
-        input row j  = x_scaler(v[j + 1] - v[j])              (one row fewer than the data)
-        forecast     = target[pos - horizon] + y_scaler^-1(network output)
-
-    i.e. it forecasts ``target[pos] - target[pos - horizon]``, the change since the window's last
-    row — the usual cure for a trending series, whose later values leave the training range.
-    """
-
-    target: str
-    features: tuple[str, ...]
-    window: int
-    horizon: int
-    x_scaler: Scaler
-    y_scaler: Scaler
-    index_name: str = "row"
-    extra: dict[str, Any] = field(default_factory=dict)
-    difference: bool = False
-
-    def to_json(self) -> str:
-        return json.dumps({
-            "format": "rnnkit.forecast/1", "target": self.target, "features": list(self.features),
-            "window": self.window, "horizon": self.horizon, "index_name": self.index_name,
-            "x_scaler": self.x_scaler.to_dict(), "y_scaler": self.y_scaler.to_dict(),
-            "extra": self.extra, "difference": self.difference,
-        }, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> ForecastSpec:
-        try:
-            d = json.loads(text)
-            if d.get("format") != "rnnkit.forecast/1":
-                raise ValueError(f"unknown format {d.get('format')!r}")
-            return cls(str(d["target"]), tuple(d["features"]), int(d["window"]), int(d["horizon"]),
-                       Scaler.from_dict(d["x_scaler"]), Scaler.from_dict(d["y_scaler"]),
-                       str(d.get("index_name", "row")), dict(d.get("extra", {})),
-                       bool(d.get("difference", False)))
-        except (ValueError, KeyError, TypeError) as e:
-            raise DataError(f"the forecast settings stored with the model are damaged ({e})") from None
-
-    @property
-    def rows_needed(self) -> int:
-        """Data rows one input window reads (``window``, plus 1 with ``difference``)."""
-        return self.window + (1 if self.difference else 0)
-
-    def prepare(self, features: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
-        """Network input rows from raw feature rows (rows, F): scaled, or with ``difference``
-        the scaled first differences (row j of the result is data row j + 1), in ``dtype``."""
-        v = np.asarray(features, dtype=np.float64)
-        return self.x_scaler.apply(np.diff(v, axis=0) if self.difference else v, dtype)
-
-    def input_windows(self, features: np.ndarray, *, what: str = "the data") -> WindowArrays:
-        """Every complete input window of ``features`` (raw rows); ``pos`` = the DATA row each
-        forecast is for (``horizon`` rows after the window's last data row; it may lie past
-        the end). ``y`` is empty."""
-        if features.shape[0] < self.rows_needed:
-            raise DataError(f"too few rows in {what}: {features.shape[0]} row(s), but window "
-                            f"{self.window} needs at least {self.rows_needed}")
-        w = make_windows(self.prepare(features, np.float32), None, self.window, self.horizon, what=what)
-        return WindowArrays(w.x, w.y, w.pos + 1) if self.difference else w
-
-    def to_levels(self, z: np.ndarray, target: np.ndarray | None, pos: np.ndarray) -> np.ndarray:
-        """Network outputs (S, 1) or (S,) -> forecasts of the target at data rows ``pos`` in data
-        units; with ``difference`` the change is added to ``target[pos - horizon]``. A forecast
-        that is not finite (NaN, or an overflow mapping back) is a DataError, never returned."""
-        out = self.y_scaler.invert(np.asarray(z, dtype=np.float64).reshape(-1, 1))[:, 0]
-        if self.difference:
-            if target is None:
-                raise DataError(f"this model forecasts changes of {self.target!r}; the data must "
-                                f"hold the {self.target!r} column")
-            out = out + np.asarray(target, dtype=np.float64)[np.asarray(pos) - self.horizon]
-        bad = np.flatnonzero(~np.isfinite(out))
-        if bad.size:
-            k = int(bad[0])
-            raise DataError(f"the forecast for data row {int(np.asarray(pos)[k])} is not finite (network "
-                            f"output {float(np.asarray(z).reshape(-1)[k]):.3g} in scaled units, "
-                            f"{bad.size} such forecast(s)); the data or the model is outside the range "
-                            f"the scaler can map back")
-        return out

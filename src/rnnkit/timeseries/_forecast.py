@@ -1,0 +1,287 @@
+"""A saved forecaster's preprocessing, applied in one place: the settings stored with the model
+(:class:`ForecastSpec`) and the network beside them (:class:`Forecaster`).
+
+What a forecaster did to its input in training is part of the model, and every caller — the
+``rnnkit predict`` command, the model server and Python — gets it from here:
+
+* which columns it reads (``features``, in order) and forecasts (``target``),
+* the date column of the training file (``index_name``; ``"row"``: rows were numbered),
+* the missing-value policy the training file was read with (``missing``),
+* the transform and standardisation fitted on the training rows (``x_scaler``, ``y_scaler``),
+* first differences (``difference``),
+* the window (``window`` rows of network input) and the ``horizon``.
+
+The network sees float32 windows of scaled rows; a forecast leaves it as a scaled value (or a
+scaled change) and is mapped back to data units in float64. Scaling and differencing are
+element-wise, so the windows of a whole file and one window sent alone give the same bits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from rnnkit.timeseries._csv import MISSING_POLICIES, DataError, Table, read_csv, read_header
+from rnnkit.timeseries._window import Scaler, WindowArrays, make_windows
+
+#: metadata key under which the forecast settings are stored in a model file
+SPEC_KEY = "rnnkit.forecast"
+#: the format tag of the stored settings
+SPEC_FORMAT = "rnnkit.forecast/1"
+#: windows sent through the network at once
+CHUNK = 1 << 14
+#: the most forecasts :meth:`Forecaster.recursive` makes (each is one network call)
+MAX_STEPS = 100_000
+
+
+@dataclass(frozen=True)
+class ForecastSpec:
+    """Everything besides the network that a saved forecaster needs to predict from data rows.
+
+    Stored as JSON with the model (metadata key :data:`SPEC_KEY`). ``features`` are the input
+    columns in order; ``target`` the predicted column; ``index_name`` the date column the
+    training file had (``"row"`` for none); ``x_scaler`` / ``y_scaler`` were fitted on training
+    rows; ``missing`` is the policy the training file was read with (see
+    :func:`~rnnkit.timeseries.read_csv`), None for a file saved before it was stored and whose
+    training notes do not name it either.
+
+    With ``difference`` the network reads first differences and predicts a change::
+
+        input row j  = x_scaler(v[j + 1] - v[j])              (one row fewer than the data)
+        forecast     = target[pos - horizon] + y_scaler^-1(network output)
+
+    i.e. it forecasts ``target[pos] - target[pos - horizon]``, the change since the window's last
+    row — the usual cure for a trending series, whose later values leave the training range.
+    """
+
+    target: str
+    features: tuple[str, ...]
+    window: int
+    horizon: int
+    x_scaler: Scaler
+    y_scaler: Scaler
+    index_name: str = "row"
+    extra: dict[str, Any] = field(default_factory=dict)
+    difference: bool = False
+    missing: str | None = "error"
+
+    def __post_init__(self) -> None:
+        if self.missing is not None and self.missing not in MISSING_POLICIES:
+            raise DataError(f"ForecastSpec: missing must be one of {', '.join(MISSING_POLICIES)} or None, "
+                            f"got {self.missing!r}")
+        if self.window < 1 or self.horizon < 1:
+            raise DataError(f"ForecastSpec: window and horizon must be >= 1, got window={self.window}, "
+                            f"horizon={self.horizon}")
+        if tuple(self.x_scaler.names) != tuple(self.features):
+            raise DataError(f"ForecastSpec: the input scaler is for columns {list(self.x_scaler.names)}, "
+                            f"the features are {list(self.features)}")
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "format": SPEC_FORMAT, "target": self.target, "features": list(self.features),
+            "window": self.window, "horizon": self.horizon, "index_name": self.index_name,
+            "x_scaler": self.x_scaler.to_dict(), "y_scaler": self.y_scaler.to_dict(),
+            "extra": self.extra, "difference": self.difference, "missing": self.missing,
+        }, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ForecastSpec:
+        """The settings stored as :meth:`to_json` wrote them. Settings saved before the
+        missing-value policy had its own entry take it from the training notes (``extra``,
+        where ``rnnkit train`` has always written it); without either it is None."""
+        try:
+            d = json.loads(text)
+            if d.get("format") != SPEC_FORMAT:
+                raise ValueError(f"unknown format {d.get('format')!r}")
+            extra = dict(d.get("extra", {}))
+            missing = d["missing"] if "missing" in d else extra.get("missing")
+            return cls(str(d["target"]), tuple(d["features"]), int(d["window"]), int(d["horizon"]),
+                       Scaler.from_dict(d["x_scaler"]), Scaler.from_dict(d["y_scaler"]),
+                       str(d.get("index_name", "row")), extra, bool(d.get("difference", False)),
+                       None if missing is None else str(missing))
+        except (ValueError, KeyError, TypeError, DataError) as e:
+            raise DataError(f"the forecast settings stored with the model are damaged ({e})") from None
+
+    @property
+    def rows_needed(self) -> int:
+        """Data rows one input window reads (``window``, plus 1 with ``difference``)."""
+        return self.window + (1 if self.difference else 0)
+
+    # -- reading data as training did --------------------------------------------------------
+    def policy(self, missing: str | None = None) -> str:
+        """The missing-value policy to read data with: the stored one; ``missing`` must agree
+        with it (DataError otherwise) and is used only where none is stored (then ``"error"``
+        when it is None too)."""
+        if missing is not None and missing not in MISSING_POLICIES:
+            raise DataError(f"missing must be one of {', '.join(MISSING_POLICIES)}, got {missing!r}")
+        if self.missing is None:
+            return missing or "error"
+        if missing is not None and missing != self.missing:
+            raise DataError(f"this model was trained on data read with --missing {self.missing} and "
+                            f"reads its input the same way; got --missing {missing} (leave it out)")
+        return self.missing
+
+    def read_csv(self, path: str | os.PathLike[str], *, missing: str | None = None) -> Table:
+        """The CSV file at ``path`` read as the training file was: the feature columns (and the
+        target's, when the file has it and it is not a feature), the training file's date
+        column when this file has it (rows numbered when training numbered them, else the date
+        column found as :func:`~rnnkit.timeseries.read_csv` finds one), under the stored
+        missing-value policy (:meth:`policy`)."""
+        header = read_header(path)
+        feats = list(self.features)
+        want_target = self.target in header and self.target not in feats
+        date_col: str | Literal[False] | None = (self.index_name if self.index_name in header
+                                                 else False if self.index_name == "row" else None)
+        return read_csv(path, feats + ([self.target] if want_target else []), date_col=date_col,
+                        missing=self.policy(missing))
+
+    # -- data rows to network input, network output to data units ---------------------------
+    def prepare(self, features: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
+        """Network input rows from raw feature rows (..., rows, F): scaled, or with
+        ``difference`` the scaled first differences along the rows (row j of the result is
+        data row j + 1), in ``dtype``."""
+        v = np.asarray(features, dtype=np.float64)
+        if v.ndim < 2 or v.shape[-1] != len(self.features):
+            raise DataError(f"expected rows of {len(self.features)} feature value(s) "
+                            f"({', '.join(self.features)}), got shape {v.shape}")
+        if self.difference:
+            v = np.diff(v, axis=-2)
+        return self.x_scaler.apply(v.reshape(-1, v.shape[-1]), dtype).reshape(v.shape)
+
+    def input_windows(self, features: np.ndarray, *, what: str = "the data") -> WindowArrays:
+        """Every complete input window of ``features`` (raw rows); ``pos`` = the DATA row each
+        forecast is for (``horizon`` rows after the window's last data row; it may lie past
+        the end). ``y`` is empty."""
+        if features.shape[0] < self.rows_needed:
+            raise DataError(f"too few rows in {what}: {features.shape[0]} row(s), but window "
+                            f"{self.window} needs at least {self.rows_needed}")
+        w = make_windows(self.prepare(features, np.float32), None, self.window, self.horizon, what=what)
+        return WindowArrays(w.x, w.y, w.pos + 1) if self.difference else w
+
+    def window_inputs(self, rows: np.ndarray) -> np.ndarray:
+        """Network input (B, window, F) float32 for ``rows`` (B, :attr:`rows_needed`, F), each
+        sample the data rows of one window (raw values, float64)."""
+        r = np.asarray(rows, dtype=np.float64)
+        if r.ndim != 3 or r.shape[1:] != (self.rows_needed, len(self.features)):
+            raise DataError(f"expected windows of shape (batch, {self.rows_needed}, {len(self.features)}): "
+                            f"{self.rows_needed} data rows of {', '.join(self.features)}; got shape "
+                            f"{r.shape}")
+        return self.prepare(r, np.float32)
+
+    def last_levels(self, rows: np.ndarray, target: np.ndarray | None) -> np.ndarray | None:
+        """The target at each window's last data row, for a ``difference`` model: from
+        ``rows`` when the target is a feature, else ``target`` (B,); None for other models."""
+        if not self.difference:
+            return None
+        if self.target in self.features:
+            return np.asarray(rows, dtype=np.float64)[:, -1, self.features.index(self.target)]
+        if target is None:
+            raise DataError(f"this model forecasts changes of {self.target!r}, which is not one of its "
+                            f"features; give the value of {self.target!r} at each window's last row")
+        t = np.asarray(target, dtype=np.float64)
+        if t.shape != (np.asarray(rows).shape[0],):
+            raise DataError(f"expected one value of {self.target!r} per window, shape "
+                            f"({np.asarray(rows).shape[0]},); got shape {t.shape}")
+        return t
+
+    def to_levels(self, z: np.ndarray, target: np.ndarray | None, pos: np.ndarray) -> np.ndarray:
+        """Network outputs (S, 1) or (S,) -> forecasts of the target at data rows ``pos`` in data
+        units; with ``difference`` the change is added to ``target[pos - horizon]``. A forecast
+        that is not finite (NaN, or an overflow mapping back) is a DataError, never returned."""
+        out = self.y_scaler.invert(np.asarray(z, dtype=np.float64).reshape(-1, 1))[:, 0]
+        if self.difference:
+            if target is None:
+                raise DataError(f"this model forecasts changes of {self.target!r}; the data must "
+                                f"hold the {self.target!r} column")
+            out = out + np.asarray(target, dtype=np.float64)[np.asarray(pos) - self.horizon]
+        bad = np.flatnonzero(~np.isfinite(out))
+        if bad.size:
+            k = int(bad[0])
+            raise DataError(f"the forecast for data row {int(np.asarray(pos)[k])} is not finite (network "
+                            f"output {float(np.asarray(z).reshape(-1)[k]):.3g} in scaled units, "
+                            f"{bad.size} such forecast(s)); the data or the model is outside the range "
+                            f"the scaler can map back")
+        return out
+
+    def window_levels(self, z: np.ndarray, rows: np.ndarray, target: np.ndarray | None = None) -> np.ndarray:
+        """Network outputs for :meth:`window_inputs` ``(rows)`` -> one forecast per window in
+        data units (B,) float64; ``target`` as :meth:`last_levels` takes it."""
+        last = self.last_levels(rows, target)
+        # window k's forecast is for "data row" k + horizon of a series whose row k is its last
+        return self.to_levels(z, last, np.arange(int(np.asarray(rows).shape[0])) + self.horizon)
+
+
+@dataclass(frozen=True)
+class Forecaster:
+    """A network and the preprocessing it was trained with: what ``rnnkit predict`` and the
+    model server run (``rnnkit.io.load_forecaster`` reads one from a model file).
+
+    ``model`` is any model whose ``predict`` maps float32 windows (S, window, F) to (S, 1).
+    """
+
+    model: Any
+    spec: ForecastSpec
+
+    def network(self, x: np.ndarray) -> np.ndarray:
+        """The network's outputs (S, 1) for scaled windows ``x``, in float64."""
+        return np.asarray(self.model.predict(np.asarray(x, dtype=np.float32)), dtype=np.float64)
+
+    def read_csv(self, path: str | os.PathLike[str], *, missing: str | None = None) -> Table:
+        """:meth:`ForecastSpec.read_csv`."""
+        return self.spec.read_csv(path, missing=missing)
+
+    def predict_windows(self, rows: np.ndarray, target: np.ndarray | None = None) -> np.ndarray:
+        """One forecast (data units, float64) per window of raw data rows ``rows`` (B,
+        rows_needed, F); a ``difference`` model whose target is not a feature also needs the
+        target at each window's last row (``target``, (B,))."""
+        return self.spec.window_levels(self.network(self.spec.window_inputs(rows)), rows, target)
+
+    def predict_prepared(self, windows: WindowArrays, target: np.ndarray | None) -> np.ndarray:
+        """Forecasts in data units for prepared (scaled) ``windows`` at data rows ``windows.pos``
+        (:meth:`ForecastSpec.to_levels`; ``target``, raw data rows, anchors the changes a
+        ``difference`` model predicts), :data:`CHUNK` windows through the network at a time.
+        Every forecast is checked (finite) before any is returned."""
+        out = np.empty(len(windows))
+        for a in range(0, len(windows), CHUNK):
+            part = windows.take(slice(a, a + CHUNK))
+            out[a:a + CHUNK] = self.spec.to_levels(self.network(part.x), target, part.pos)
+        return out
+
+    def one_step(self, table: Table) -> tuple[np.ndarray, np.ndarray]:
+        """``(pos, forecasts)``: a forecast for every complete window of ``table``'s feature
+        rows, for data row ``pos`` (``horizon`` rows after the window's last; the last ones lie
+        past the end of the table: :meth:`Table.labels` names them)."""
+        w = self.spec.input_windows(table.matrix(list(self.spec.features)), what=table.path)
+        return w.pos, self.predict_prepared(w, table.columns.get(self.spec.target))
+
+    def recursive(self, table: Table, steps: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(pos, forecasts)`` of the ``steps`` rows after ``table``'s last: from its last
+        window, forecast the next row, append it to the window, repeat. Needs a model whose
+        only feature is its target and whose horizon is 1, and 1 <= ``steps`` <=
+        :data:`MAX_STEPS`."""
+        spec = self.spec
+        if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
+            raise DataError(f"steps must be a whole number from 1 to {MAX_STEPS}, got {steps!r}")
+        if list(spec.features) != [spec.target] or spec.horizon != 1:
+            raise DataError(
+                f"recursive forecasts (--steps) need a model whose only feature is its target and whose "
+                f"horizon is 1; this one reads {', '.join(spec.features)} and forecasts {spec.target!r} "
+                f"{spec.horizon} ahead")
+        need = spec.rows_needed
+        target = table.columns[spec.target]
+        if len(table) < need:
+            raise DataError(f"too few rows in {table.path}: {len(table)} row(s), but window "
+                            f"{spec.window} needs at least {need}")
+        hist = np.empty(need + steps)          # raw levels, each forecast appended
+        hist[:need] = target[-need:]
+        for k in range(steps):
+            rows = hist[k:k + need, None][None]
+            hist[need + k] = self.predict_windows(rows)[0]
+        return np.arange(len(table), len(table) + steps), hist[need:].copy()
+
+
+__all__ = ["CHUNK", "MAX_STEPS", "SPEC_FORMAT", "SPEC_KEY", "ForecastSpec", "Forecaster"]
