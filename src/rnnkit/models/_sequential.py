@@ -85,12 +85,7 @@ class Sequential(Model):
         graph node (Keras' nested-model call): this model's layers called in turn on it — the
         same layers, so the same weights — giving the node of the last one's output."""
         if not isinstance(x, Node):
-            chain = self._chain
-            if chain is not None and ctx is None and type(x) is np.ndarray:
-                y = chain.run(x, False)   # the layers' own passes (None: not the quick door's case)
-                if y is not None:
-                    return y
-            return super().__call__(x, ctx)
+            return super().__call__(x, ctx)   # (the quick door of a chain, one step's weights)
         if ctx is not None:
             raise InvalidInputError(f"{self.name}: a call on graph nodes takes no ctx")
         if not self.layers:
