@@ -67,7 +67,7 @@ def weight_problem(value: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, str 
         out = value.astype(dtype)
     if value.dtype.kind == "f" and out.dtype.kind == "f" and not np.isfinite(out).all():
         pos = tuple(int(i) for i in np.argwhere(~np.isfinite(out))[0])
-        return out, (f"the weight holds {value[pos]!r} at {pos}, beyond the largest {out.dtype.name} "
+        return out, (f"the weight holds {value[pos]} at {pos}, beyond the largest {out.dtype.name} "
                      f"({float(np.finfo(out.dtype).max):.4g}); in the layer's dtype {out.dtype.name} it "
                      f"would be {out[pos]}")
     return out, None

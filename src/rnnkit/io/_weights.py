@@ -47,7 +47,7 @@ def check_finite_weights(tensors: Mapping[str, np.ndarray], source: str,
         a = np.asarray(tensors[key])
         cast, problem = weight_problem(a, a.dtype if dtypes is None else dtypes[key])
         if problem is not None:
-            raise FileFormatError(f"{source}: weight {key!r}: {problem.removeprefix('the weight ')} "
+            raise FileFormatError(f"{source}: weight {key!r} {problem.removeprefix('the weight ')} "
                                   f"(nothing was loaded)")
         out[key] = cast
     return out

@@ -148,21 +148,34 @@ class Model(FitAliases, WeightsAPI):
         return unlist(self._backward(grads, check_ctx(ctx, f"{self.name}.backward"), False))
 
     def __call__(self, x: Data, ctx: Ctx | None = None) -> Data:
-        """``model(x)``: an inference pass on the weights of one whole optimizer step while
-        ``fit`` runs in another thread (as :meth:`predict`); ``model(x, ctx)`` is
-        :meth:`forward` in the caller's ``ctx``, the raw pass, which reads the weights as they
-        are."""
-        if ctx is not None:
-            return self.forward(x, ctx)
-        return WEIGHTS.read(self._call, x)
-
-    def _call(self, x: Data) -> Data:
+        """``model(x)`` on arrays: an inference pass, on the weights of one whole optimizer step
+        while ``fit`` runs in another thread (as :meth:`predict`; NaN passes through as the
+        layers pass it). ``model(x, ctx)`` is :meth:`forward` in the caller's ``ctx``, the raw
+        pass, which reads the weights as they are. On graph nodes (``rk.Input(...)``; Keras'
+        nested-model call): the model's layers called on them, giving the output node(s)."""
         chain = self._chain
-        if chain is not None and type(x) is np.ndarray:
-            y = chain.run(x, False)   # the layers' own passes (None: not the quick door's case)
+        if chain is not None and ctx is None and type(x) is np.ndarray:
+            start = WEIGHTS.count   # WEIGHTS.read, inlined for the quickest call (as predict)
+            if start & 1:
+                y = WEIGHTS.read_once(chain.run, x, False)
+            else:
+                y = chain.run(x, False)   # the layers' own passes (None: not the quick door's case)
+                if y is not None and WEIGHTS.count != start:
+                    y = WEIGHTS.read_once(chain.run, x, False)
             if y is not None:
                 return y
+        if any(getattr(type(a), "_symbolic", False) for a in (x if isinstance(x, (list, tuple)) else [x])):
+            return self._call_nodes(x, ctx)
+        if ctx is not None:
+            return self.forward(x, ctx)
+        return WEIGHTS.read(self._infer, x)
+
+    def _infer(self, x: Data) -> Data:
         return self.forward(x, Ctx.inference())
+
+    def _call_nodes(self, x: Any, ctx: Ctx | None) -> Any:
+        """``model(node)``: the model called on graph nodes (Sequential, GraphModel)."""
+        raise InvalidInputError(f"{self.name}: {type(self).__name__} cannot be called on graph nodes")
 
     def predict(self, x: Data, batch_size: int | None = None, *, mask: Any = None,
                 lengths: Any = None, steps: int | None = None, workers: int | None = None,
