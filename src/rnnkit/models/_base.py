@@ -299,7 +299,12 @@ class Model(FitAliases, WeightsAPI):
         silent, 1 or ``"auto"`` a progress bar (epochs, with the steps per epoch), 2 one line per
         epoch (Keras' meanings). Without ``batch_size`` on more than 512 samples a
         :class:`~rnnkit.FullBatchWarning` says once that each epoch is one full-batch step.
-        ``fit_with_batches(x, y, epochs, batch_size)`` is this with ``batch_size`` given."""
+        ``fit_with_batches(x, y, epochs, batch_size)`` is this with ``batch_size`` given.
+        Threads: each optimizer step (with its constraints) replaces the weights as one write,
+        so ``predict``, ``evaluate``, ``model(x)``, ``get_weights``, ``save_weights`` and
+        ``save`` in other threads meanwhile see the weights of one whole step, never a mixture
+        (:mod:`rnnkit._consistency`); a second ``fit`` of this model, or of one sharing a layer
+        with it, raises :class:`~rnnkit.ModelBusyError`."""
         return _training.fit(self, x, y, epochs, batch_size=batch_size, validation_data=validation_data,
                              validation_split=validation_split, callbacks=callbacks, verbose=verbose,
                              shuffle=shuffle, seed=seed, initial_epoch=initial_epoch, checkpoint=checkpoint,
