@@ -89,6 +89,7 @@ def test_readers_during_fit_see_the_weights_of_one_whole_step(switch_often: None
         except BaseException as e:  # (reported by the main thread)
             failures.append(e)
 
+    model.predict(xq), model(xq), model.evaluate(xq, yq)   # compiled before the threads start
     readers = [threading.Thread(target=read, args=(k,)) for k in readings]
     for t in readers:
         t.start()
