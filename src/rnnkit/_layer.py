@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rnnkit._arrays import as_real_array
+from rnnkit._consistency import WEIGHTS
 from rnnkit._ctx import Ctx
 from rnnkit._errors import (
     InvalidInputError,
@@ -187,7 +188,12 @@ class Layer(GraphCalls, metaclass=_LayerType):
     def predict(self, x: Any) -> np.ndarray:
         """An inference pass (records nothing). An input holding NaN or Inf is refused with
         InvalidInputError naming the first, as ``Model.predict`` refuses it; ``forward`` is
-        the raw pass, which checks nothing of the values (NaN in, NaN out)."""
+        the raw pass, which checks nothing of the values (NaN in, NaN out). While ``fit``
+        trains the layer in another thread the pass uses the weights of one whole optimizer
+        step (:mod:`rnnkit._consistency`; ``forward`` reads them as they are)."""
+        return WEIGHTS.read(self._predict, x)
+
+    def _predict(self, x: Any) -> np.ndarray:
         return self.forward(self._finite(x), Ctx.inference())
 
     def __call__(self, x: Any, ctx: Ctx | None = None, *, initial_state: Any = None) -> Any:
@@ -212,8 +218,9 @@ class Layer(GraphCalls, metaclass=_LayerType):
                 raise InvalidInputError(f"{self.name}: expected an array input, got a scalar")
             self.build(Shape.with_free_batch(np.shape(x)))
         x = x if initial_state is None else [x, *states]
-        run = Ctx.inference() if ctx is None else check_ctx(ctx, f"{self.name}.forward")
-        return self.forward(self._finite(x), run)
+        if ctx is None:
+            return WEIGHTS.read(self._predict, x)
+        return self.forward(self._finite(x), check_ctx(ctx, f"{self.name}.forward"))
 
     def _finite(self, x: Any) -> Any:
         """``x``, refused when it (or, for a list of inputs, one of them) is an array of floats
@@ -288,7 +295,11 @@ class Layer(GraphCalls, metaclass=_LayerType):
     def get_weights(self) -> list[np.ndarray]:
         """Writable COPIES of every weight, in :meth:`weights` order (Keras' ``get_weights``).
         ``set_weights(*layer.get_weights())`` copies one layer's weights into another of the
-        same configuration."""
+        same configuration. While ``fit`` trains the layer in another thread they are the
+        weights of one whole optimizer step (:mod:`rnnkit._consistency`)."""
+        return WEIGHTS.read(self._copy_weights)
+
+    def _copy_weights(self) -> list[np.ndarray]:
         return [np.array(v) for v in self._weights.values()]
 
     @property
@@ -312,9 +323,11 @@ class Layer(GraphCalls, metaclass=_LayerType):
     def set_weight(self, name: str, value: Any, *, check_finite: bool = True) -> None:
         """Replace one weight; the shape must match exactly (WeightShapeError otherwise). NaN or
         Inf is refused (InvalidInputError naming the weight; nothing changes), as the file
-        loaders refuse it. ``check_finite=False`` skips that check: the optimizer and the
-        constraints write with it, since ``fit`` finds a NaN/Inf weight and names the step that
-        made it (:class:`~rnnkit.NonFiniteError`)."""
+        loaders refuse it, and so is a finite value beyond the layer's dtype (1e300 for a
+        float32 layer: the cast would make it Inf; finiteness is checked after the cast).
+        ``check_finite=False`` skips those checks: the optimizer and the constraints write
+        with it, since ``fit`` finds a NaN/Inf weight and names the step that made it
+        (:class:`~rnnkit.NonFiniteError`)."""
         old = self.weight(name)
         arr = as_weight_array(value, f"{self.name}.{name}")
         if arr.shape != old.shape:
@@ -322,7 +335,7 @@ class Layer(GraphCalls, metaclass=_LayerType):
         if arr.dtype.kind not in "biuf":
             raise InvalidInputError(f"{self.name}.{name}: weights must be real numbers, got {arr.dtype}")
         if check_finite:
-            check_finite_weight(arr, f"{self.name}.{name}")
+            arr = check_finite_weight(arr, f"{self.name}.{name}", self.dtype)
         self._store_weight(name, arr)  # (its declaration stays)
 
     def _install(self, name: str, arr: np.ndarray) -> None:

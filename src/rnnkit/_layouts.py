@@ -109,7 +109,9 @@ def check_torch_compatible(cell: Any, where: str) -> str:
 def from_torch(cell: Any, t: Mapping[str, np.ndarray], dtype: np.dtype) -> dict[str, np.ndarray]:
     """rnnkit weights ``{kernel, recurrent_kernel[, bias][, projection_kernel]}`` from PyTorch's
     ``{weight_ih, weight_hh[, bias_ih, bias_hh][, weight_hr]}`` (names without the layer suffix;
-    shapes are checked by the caller)."""
+    shapes are checked by the caller), in the arrays' own dtype (``dtype``: that of a missing
+    bias's zeros): the layer's ``set_weights`` casts them to its dtype, refusing a value the cast
+    would make Inf."""
     kind = cell_kind(cell, "from_torch")
     H = cell.units
     out = {"kernel": reorder(t["weight_ih"], kind, H).T,
@@ -124,7 +126,7 @@ def from_torch(cell: Any, t: Mapping[str, np.ndarray], dtype: np.dtype) -> dict[
             out["bias"] = (np.asarray(b_ih, np.float64) + np.asarray(b_hh, np.float64))[None, :]
     if getattr(cell, "proj_size", 0):
         out["projection_kernel"] = np.asarray(t["weight_hr"]).T
-    return {k: np.asarray(v).astype(dtype) for k, v in out.items()}
+    return {k: np.asarray(v) for k, v in out.items()}   # (cast, checked, by the layer's set_weights)
 
 
 def _to_torch_layout(cell: Any, w: Mapping[str, np.ndarray], where: str,

@@ -50,13 +50,38 @@ def as_weight_array(value: Any, where: str) -> np.ndarray:
         raise InvalidInputError(f"{where}: not an array ({type(value).__name__}: {e})") from None
 
 
-def check_finite_weight(value: np.ndarray, where: str) -> None:
-    """InvalidInputError when the weight ``value`` holds NaN or Inf, naming ``where`` (the layer
-    and weight, or the model's key) and the first such position: what the file loaders refuse."""
-    if value.dtype.kind in "fc" and not np.isfinite(value).all():
+def weight_problem(value: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, str | None]:
+    """``value`` in ``dtype``, and what is wrong with it there (None: nothing): a NaN or Inf it
+    holds, or a finite value beyond ``dtype``'s range, which the cast made Inf (1e300 in a
+    float32 weight). Each names the first such position and the value as given. The check runs
+    on the cast array, so a value that rounds to the largest finite number passes. An array of
+    anything but booleans, integers and floats is refused as it is."""
+    if value.dtype.kind not in "biuf":
+        return value, f"weights must be real numbers, got dtype {value.dtype}"
+    if value.dtype.kind == "f" and not np.isfinite(value).all():
         pos = tuple(int(i) for i in np.argwhere(~np.isfinite(value))[0])
-        raise InvalidInputError(f"{where}: the weight holds {value[pos]} at {pos}; expected finite numbers "
-                                f"(nothing was changed)")
+        return value, f"the weight holds {value[pos]} at {pos}; expected finite numbers"
+    if value.dtype == dtype:
+        return value, None
+    with np.errstate(over="ignore"):
+        out = value.astype(dtype)
+    if value.dtype.kind == "f" and out.dtype.kind == "f" and not np.isfinite(out).all():
+        pos = tuple(int(i) for i in np.argwhere(~np.isfinite(out))[0])
+        return out, (f"the weight holds {value[pos]} at {pos}, beyond the largest {out.dtype.name} "
+                     f"({float(np.finfo(out.dtype).max):.4g}); in the layer's dtype {out.dtype.name} it "
+                     f"would be {out[pos]}")
+    return out, None
+
+
+def check_finite_weight(value: np.ndarray, where: str, dtype: np.dtype) -> np.ndarray:
+    """``value`` cast to ``dtype`` (the layer's), or InvalidInputError naming ``where`` (the
+    layer and weight, or the model's key), the value, its position and ``dtype`` when it holds
+    NaN or Inf, or a finite value the cast would make Inf (:func:`weight_problem`): what the
+    file loaders refuse. Finiteness is checked after the cast."""
+    out, problem = weight_problem(value, dtype)
+    if problem is not None:
+        raise InvalidInputError(f"{where}: {problem} (nothing was changed)")
+    return out
 
 
 def check_real(value: object, what: str, where: str) -> float:

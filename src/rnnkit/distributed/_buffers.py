@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit._consistency import WEIGHTS
 from rnnkit._ctx import Ctx
 from rnnkit._layer import Layer
 from rnnkit.distributed._comm import Comm
@@ -86,8 +87,9 @@ class FlatLayout:
         for b in self.buffers:
             dist.bcast_array(b)
         if not dist.is_root:
-            for (layer, n), view in zip(self.pairs, self.views, strict=True):
-                layer.set_weight(n, view)
+            with WEIGHTS:   # one write: a reader in another thread sees all of it or none
+                for (layer, n), view in zip(self.pairs, self.views, strict=True):
+                    layer.set_weight(n, view)
         for b in self.buffers:
             b[...] = 0
 

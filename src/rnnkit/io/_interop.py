@@ -24,17 +24,22 @@ import numpy as np
 from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
 from rnnkit._kind import builtin_kind, describe_cell
 from rnnkit._layouts import check_torch_compatible, from_torch, to_torch, torch_shapes
+from rnnkit._validate import weight_problem
 from rnnkit.recurrent import RecurrentLayer
 
 
-def _check_finite(arrays: Mapping[str, Any], where: str) -> None:
-    """InvalidInputError naming the first weight holding NaN or Inf (nothing is installed)."""
+def _check_finite(arrays: Mapping[str, Any], where: str, dtype: np.dtype) -> dict[str, np.ndarray]:
+    """The arrays cast to ``dtype`` (the layer's); InvalidInputError naming the first weight
+    holding NaN or Inf, or a finite value the cast would make Inf, with its value and position
+    (nothing is installed)."""
+    out: dict[str, np.ndarray] = {}
     for name, a in arrays.items():
-        arr = np.asarray(a)
-        if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
-            pos = tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])
-            raise InvalidInputError(f"{where}: {name} holds {arr[pos]} at {pos}; expected finite numbers "
+        cast, problem = weight_problem(np.asarray(a), dtype)
+        if problem is not None:
+            raise InvalidInputError(f"{where}: {name} {problem.removeprefix('the weight ')} "
                                     f"(nothing was loaded)")
+        out[name] = cast
+    return out
 
 
 def _kind(layer: Any, where: str) -> str:
@@ -92,9 +97,7 @@ def from_torch_state(layer: RecurrentLayer, state_dict: Mapping[str, Any], suffi
         raise WeightShapeError(problems[0][0], problems[0][1], problems[0][2],
                                f"{where} into {kind}(units={layer.units}): {listing}; names ending "
                                f"{suffix!r} in the state dict: {near}")
-    weights = from_torch(cell, arrs, layer.dtype)
-    _check_finite(weights, "from_torch_state")
-    layer.set_weights(**weights)
+    layer.set_weights(**_check_finite(from_torch(cell, arrs, layer.dtype), "from_torch_state", layer.dtype))
     if has_bias and kind != "GRU" and cell.bias_rows == 1:  # type: ignore[attr-defined]
         warnings.warn(
             f"{where}: PyTorch's bias_ih and bias_hh are summed into this {kind}'s one bias row: "
@@ -149,8 +152,8 @@ def from_keras_weights(layer: RecurrentLayer, weights: Sequence[Any]) -> None:
         elif kind != "GRU" and rows == 2 and bias.shape == (GH,):   # bias_layout="torch"
             arrays[2] = np.stack([bias, np.zeros_like(bias)])
     names = ("kernel", "recurrent_kernel", "bias")
-    _check_finite(dict(zip(names, arrays, strict=False)), "from_keras_weights")
-    layer.set_weights(*arrays)
+    layer.set_weights(*_check_finite(dict(zip(names, arrays, strict=False)), "from_keras_weights",
+                                     layer.dtype).values())
 
 
 def to_keras_weights(layer: RecurrentLayer) -> list[np.ndarray]:

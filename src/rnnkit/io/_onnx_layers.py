@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit._errors import InvalidParameterError
+from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._kind import builtin_kind, describe_cell
 from rnnkit._layer import Layer
 from rnnkit._layouts import ONNX_ACTIVATIONS, ONNX_OP, check_onnx_compatible, onnx_activations, to_onnx
+from rnnkit._validate import weight_problem
 from rnnkit.io._interop_errors import UnsupportedFeatureError
 
 _INT64_MIN = np.iinfo(np.int64).min
@@ -48,8 +49,13 @@ class Graph:
         return f"{hint}__{self._n}"
 
     def const(self, hint: str, value: Any, dtype: Any = None) -> str:
-        """An initializer holding ``value`` (the model's dtype unless ``dtype``)."""
-        arr = np.ascontiguousarray(np.asarray(value, dtype=self.dtype if dtype is None else dtype))
+        """An initializer holding ``value`` (the model's dtype unless ``dtype``); InvalidInputError
+        naming it when a value is NaN or Inf, or becomes Inf in that dtype (a float64 layer's
+        1e300 in a float32 graph)."""
+        arr, problem = weight_problem(np.asarray(value), np.dtype(self.dtype if dtype is None else dtype))
+        if problem is not None:
+            raise InvalidInputError(f"save_onnx: {hint}: {problem} (nothing was written)")
+        arr = np.ascontiguousarray(arr)
         nm = self.name(hint)
         self.initializers.append(self.numpy_helper.from_array(arr, nm))
         return nm

@@ -180,7 +180,7 @@ def load_torch_rnn(path: str | os.PathLike[str], *, prefix: str = "", batch_firs
         raise InvalidInputError(f"{where}: the {mode.upper()} inferred ({config.num_layers} layer(s), "
                                 f"{'bi' if config.bidirectional else 'uni'}directional, in_dim "
                                 f"{wih.shape[1]}, hidden {H}) does not fit: {'; '.join(bad)}")
-    net.load_state_dict({n: np.asarray(v).astype(net.dtype) for n, v in state.items()})
+    net.load_state_dict(check_finite_weights(state, where, dict.fromkeys(state, net.dtype)))
     return net
 
 

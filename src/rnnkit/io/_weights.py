@@ -6,7 +6,9 @@ little-endian arrays and a JSON header.
 Loading is strict and all-or-nothing: every name of the model must be in the file with the
 weight's exact shape, and the file must hold no other name. Otherwise :class:`WeightShapeError`
 lists EACH offending name (expected vs got) and no weight changes. Arrays are converted to the
-layer's dtype. Every write is atomic (:mod:`rnnkit._atomic`).
+layer's dtype; a value that is NaN or Inf, or becomes Inf in that dtype (1e300 read into a
+float32 layer), is a FileFormatError naming the weight, and nothing changes. Every write is
+atomic (:mod:`rnnkit._atomic`).
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rnnkit._consistency import WEIGHTS
 from rnnkit._errors import FileFormatError, InvalidParameterError, WeightShapeError
 from rnnkit._safetensors import read_safetensors, write_safetensors
+from rnnkit._validate import weight_problem
 from rnnkit._version import __version__
 from rnnkit.io._keras_export import save_keras_weights
 
@@ -32,18 +36,31 @@ FORMAT_VERSION = "1"
 Named = Mapping[str, tuple["Layer", str]]
 
 
-def check_finite_weights(tensors: Mapping[str, np.ndarray], source: str) -> None:
-    """FileFormatError naming the first weight that holds NaN or Inf (nothing is loaded)."""
+def check_finite_weights(tensors: Mapping[str, np.ndarray], source: str,
+                         dtypes: Mapping[str, np.dtype] | None = None) -> dict[str, np.ndarray]:
+    """The tensors, each cast to its dtype in ``dtypes`` (as they are when None): FileFormatError
+    naming the first weight that holds NaN or Inf, or a finite value beyond its dtype (the cast
+    would make it Inf; :func:`rnnkit._validate.weight_problem`), its value and position (nothing
+    is loaded)."""
+    out: dict[str, np.ndarray] = {}
     for key in sorted(tensors):
         a = np.asarray(tensors[key])
-        if a.dtype.kind == "f" and not np.isfinite(a).all():
-            pos = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
-            raise FileFormatError(f"{source}: weight {key!r} holds {a[pos]} at {pos}; expected finite "
-                                  f"numbers (nothing was loaded)")
+        cast, problem = weight_problem(a, a.dtype if dtypes is None else dtypes[key])
+        if problem is not None:
+            raise FileFormatError(f"{source}: weight {key!r} {problem.removeprefix('the weight ')} "
+                                  f"(nothing was loaded)")
+        out[key] = cast
+    return out
 
 
 def collect(named: Named) -> dict[str, np.ndarray]:
-    """The live arrays under their file names."""
+    """The live arrays under their file names: those of one whole optimizer step while ``fit``
+    trains in another thread (a weight array is never changed in place, only replaced, so the
+    arrays stay what they were after this returns; :mod:`rnnkit._consistency`)."""
+    return WEIGHTS.read(_live, named)
+
+
+def _live(named: Named) -> dict[str, np.ndarray]:
     return {key: layer.weight(wname) for key, (layer, wname) in named.items()}
 
 
@@ -77,9 +94,10 @@ def apply_strict(named: Named, tensors: Mapping[str, np.ndarray], source: str) -
         )
         err.problems = problems  # type: ignore[attr-defined]
         raise err
-    check_finite_weights(tensors, source)
-    for key, (layer, wname) in named.items():
-        layer.set_weight(wname, np.asarray(tensors[key]).astype(layer.dtype, copy=False))
+    cast = check_finite_weights(tensors, source, {key: layer.dtype for key, (layer, _) in named.items()})
+    with WEIGHTS:   # one write: a reader in another thread sees all of it or none
+        for key, (layer, wname) in named.items():
+            layer.set_weight(wname, cast[key])
 
 
 def _named_of(model: Any) -> Named:

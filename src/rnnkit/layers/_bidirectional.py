@@ -142,7 +142,7 @@ class Bidirectional(Layer):
     def weights(self) -> list[WeightEntry]:
         return [WeightEntry(f"{r}.{e.name}", e.value) for r, sub in self._parts for e in sub.weights()]
 
-    def get_weights(self) -> list[np.ndarray]:
+    def _copy_weights(self) -> list[np.ndarray]:   # (get_weights: both directions, one step's)
         return [np.array(e.value) for e in self.weights()]
 
     def weight(self, name: str) -> np.ndarray:

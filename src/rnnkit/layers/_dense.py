@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit._activations import Activation, ActivationLike
+from rnnkit._consistency import WEIGHTS
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
 from rnnkit._initializers import glorot_uniform, zeros
@@ -118,8 +119,9 @@ class Dense(Layer):
 
     def set_weights(self, kernel: Any, bias: Any = None) -> None:
         """Install ``kernel`` (F, units) and ``bias`` (units,); an unbuilt layer builds from
-        ``kernel``'s rows. Shapes and finiteness (no NaN or Inf) are checked before anything
-        changes. A tied Dense takes ``kernel=None`` (its kernel is the Embedding's table)."""
+        ``kernel``'s rows. Shapes and finiteness in the layer's dtype (no NaN or Inf, no value the
+        cast would make Inf) are checked before anything changes. A tied Dense takes
+        ``kernel=None`` (its kernel is the Embedding's table)."""
         if self.tie_to is not None:
             if kernel is not None:
                 raise InvalidParameterError(f"{self.name}: the kernel is the tied Embedding's table "
@@ -130,8 +132,7 @@ class Dense(Layer):
                 b = as_weight_array(bias, f"{self.name}.bias")
                 if b.shape != (self.units,):
                     raise WeightShapeError("bias", (self.units,), b.shape, f"layer {self.name}")
-                check_finite_weight(b, f"{self.name}.bias")
-                self.set_weight("bias", b)
+                self.set_weight("bias", check_finite_weight(b, f"{self.name}.bias", self.dtype))
             return
         k = as_weight_array(kernel, f"{self.name}.kernel")
         if k.ndim != 2 or k.shape[1] != self.units or k.shape[0] < 1:
@@ -147,13 +148,15 @@ class Dense(Layer):
                 raise WeightShapeError("bias", (self.units,), b.shape, f"layer {self.name}")
         elif bias is not None:
             raise WeightShapeError("bias", None, np.shape(bias), f"layer {self.name} has use_bias=False")
-        for n, a in (("kernel", k), ("bias", b)) if self.use_bias else (("kernel", k),):
-            check_finite_weight(a, f"{self.name}.{n}")
+        k = check_finite_weight(k, f"{self.name}.kernel", self.dtype)
+        if self.use_bias:
+            b = check_finite_weight(b, f"{self.name}.bias", self.dtype)
         if not self.built:
             self.build(Shape((None, k.shape[0])))
-        self.set_weight("kernel", k)
-        if self.use_bias:
-            self.set_weight("bias", b)
+        with WEIGHTS:   # one write: a reader in another thread sees both or neither
+            self.set_weight("kernel", k)
+            if self.use_bias:
+                self.set_weight("bias", b)
 
     def kernel_array(self) -> np.ndarray:
         """The kernel W (F, units) the forward multiplies by: the ``kernel`` weight, or for a tied

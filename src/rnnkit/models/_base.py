@@ -18,6 +18,7 @@ import numpy as np
 
 from rnnkit import losses, optimizers
 from rnnkit import metrics as metrics_mod
+from rnnkit._consistency import WEIGHTS
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, NotBuiltError
 from rnnkit._layer import Layer, check_bool, check_ctx
@@ -147,12 +148,34 @@ class Model(FitAliases, WeightsAPI):
         return unlist(self._backward(grads, check_ctx(ctx, f"{self.name}.backward"), False))
 
     def __call__(self, x: Data, ctx: Ctx | None = None) -> Data:
+        """``model(x)`` on arrays: an inference pass, on the weights of one whole optimizer step
+        while ``fit`` runs in another thread (as :meth:`predict`; NaN passes through as the
+        layers pass it). ``model(x, ctx)`` is :meth:`forward` in the caller's ``ctx``, the raw
+        pass, which reads the weights as they are. On graph nodes (``rk.Input(...)``; Keras'
+        nested-model call): the model's layers called on them, giving the output node(s)."""
         chain = self._chain
         if chain is not None and ctx is None and type(x) is np.ndarray:
-            y = chain.run(x, False)   # the layers' own passes (None: not the quick door's case)
+            start = WEIGHTS.count   # WEIGHTS.read, inlined for the quickest call (as predict)
+            if start & 1:
+                y = WEIGHTS.read_once(chain.run, x, False)
+            else:
+                y = chain.run(x, False)   # the layers' own passes (None: not the quick door's case)
+                if y is not None and WEIGHTS.count != start:
+                    y = WEIGHTS.read_once(chain.run, x, False)
             if y is not None:
                 return y
-        return self.forward(x, ctx if ctx is not None else Ctx.inference())
+        if any(getattr(type(a), "_symbolic", False) for a in (x if isinstance(x, (list, tuple)) else [x])):
+            return self._call_nodes(x, ctx)
+        if ctx is not None:
+            return self.forward(x, ctx)
+        return WEIGHTS.read(self._infer, x)
+
+    def _infer(self, x: Data) -> Data:
+        return self.forward(x, Ctx.inference())
+
+    def _call_nodes(self, x: Any, ctx: Ctx | None) -> Any:
+        """``model(node)``: the model called on graph nodes (Sequential, GraphModel)."""
+        raise InvalidInputError(f"{self.name}: {type(self).__name__} cannot be called on graph nodes")
 
     def predict(self, x: Data, batch_size: int | None = None, *, mask: Any = None,
                 lengths: Any = None, steps: int | None = None, workers: int | None = None,
@@ -166,7 +189,14 @@ class Model(FitAliases, WeightsAPI):
         :mod:`rnnkit.models._fit_batches`). Inputs holding NaN or Inf are refused with
         InvalidInputError naming the first (as ``fit`` and ``evaluate`` refuse them).
         ``verbose``: 0 (default) prints nothing; 1, 2 or ``"auto"`` print one line when done
-        (:func:`rnnkit.models._habits.report`)."""
+        (:func:`rnnkit.models._habits.report`).
+
+        While ``fit`` trains the model in another thread, every output of one ``predict`` call
+        comes from the weights of one whole optimizer step (those before some step, or after
+        it), never from a mixture: the call runs without a lock and is run again, holding the
+        lock that an optimizer step takes, when a step started or ended while it ran (a batch
+        source, which cannot be read twice, is predicted holding that lock throughout, so the
+        steps wait for it); :mod:`rnnkit._consistency`."""
         # each argument and the data are checked once here, each in one quick test where the
         # common case passes it (an array, no batch_size, no mask, verbose=0); the pass runs on
         # the checked arrays as they are. A maskless chain on one array that passes the quick
@@ -174,7 +204,13 @@ class Model(FitAliases, WeightsAPI):
         chain = self._chain
         if (chain is not None and batch_size is None and mask is None and lengths is None
                 and type(x) is np.ndarray and type(verbose) is int and verbose == 0):
-            out = chain.run(x, True)
+            start = WEIGHTS.count   # WEIGHTS.read, inlined for the quickest call
+            if start & 1:
+                out = WEIGHTS.read_once(chain.run, x, True)
+            else:
+                out = chain.run(x, True)
+                if out is not None and WEIGHTS.count != start:
+                    out = WEIGHTS.read_once(chain.run, x, True)
             if out is not None:
                 return out
         shown = 0 if type(verbose) is int and verbose == 0 else check_verbose(verbose, f"{self.name}.predict")
@@ -182,10 +218,18 @@ class Model(FitAliases, WeightsAPI):
             if mask is not None or lengths is not None:
                 raise InvalidParameterError(f"{self.name}.predict: mask= / lengths= cannot be given with a "
                                             f"batch source as x (a source's mask(i) gives them)")
-            out = predict_source(self, x, steps, workers)
+            out = WEIGHTS.read_once(predict_source, self, x, steps, workers)
             if shown:
                 report(shown, f"{self.name}.predict", len(as_list(out, self.n_outputs, "output")[0]))
             return out
+        outs, n = WEIGHTS.read(self._predict_arrays, x, batch_size, mask, lengths)
+        if shown:
+            report(shown, f"{self.name}.predict", n)
+        return unlist(outs)
+
+    def _predict_arrays(self, x: Data, batch_size: int | None, mask: Any,
+                        lengths: Any) -> tuple[list[np.ndarray], int]:
+        """:meth:`predict`'s general path on arrays: the outputs and the sample count."""
         xs = self._inputs(x)
         first_non_finite(xs, f"{self.name}.predict: x")
         n = xs[0].shape[0]
@@ -204,9 +248,7 @@ class Model(FitAliases, WeightsAPI):
                     part = take(data, slice(a, a + bs))
                     parts.append(self._forward_masks(part.xs, Ctx.inference(), False, part.masks)[0])
                 outs = [np.concatenate([p[k] for p in parts]) for k in range(self.n_outputs)]
-        if shown:
-            report(shown, f"{self.name}.predict", n)
-        return unlist(outs)
+        return outs, n
 
     # -- compile / train ---------------------------------------------------------------------
     def compile(self, optimizer: Any = "adam", loss: Any = "mse", metrics: list[Any] | None = None) -> Model:
@@ -257,7 +299,12 @@ class Model(FitAliases, WeightsAPI):
         silent, 1 or ``"auto"`` a progress bar (epochs, with the steps per epoch), 2 one line per
         epoch (Keras' meanings). Without ``batch_size`` on more than 512 samples a
         :class:`~rnnkit.FullBatchWarning` says once that each epoch is one full-batch step.
-        ``fit_with_batches(x, y, epochs, batch_size)`` is this with ``batch_size`` given."""
+        ``fit_with_batches(x, y, epochs, batch_size)`` is this with ``batch_size`` given.
+        Threads: each optimizer step (with its constraints) replaces the weights as one write,
+        so ``predict``, ``evaluate``, ``model(x)``, ``get_weights``, ``save_weights`` and
+        ``save`` in other threads meanwhile see the weights of one whole step, never a mixture
+        (:mod:`rnnkit._consistency`); a second ``fit`` of this model, or of one sharing a layer
+        with it, raises :class:`~rnnkit.ModelBusyError`."""
         return _training.fit(self, x, y, epochs, batch_size=batch_size, validation_data=validation_data,
                              validation_split=validation_split, callbacks=callbacks, verbose=verbose,
                              shuffle=shuffle, seed=seed, initial_epoch=initial_epoch, checkpoint=checkpoint,
@@ -276,7 +323,9 @@ class Model(FitAliases, WeightsAPI):
         the samples and every rank returns the result over all of them.
         ``x`` may be a batch source (``steps`` batches of it, all when None;
         :mod:`rnnkit.models._fit_batches`). ``verbose``: 0 (default) prints nothing; 1, 2 or
-        ``"auto"`` print the results as one line (:func:`rnnkit.models._habits.report`)."""
+        ``"auto"`` print the results as one line (:func:`rnnkit.models._habits.report`).
+        While ``fit`` trains the model in another thread, the whole evaluation uses the weights
+        of one whole optimizer step, as :meth:`predict` does."""
         self._require_compiled("evaluate")
         shown = check_verbose(verbose, f"{self.name}.evaluate")
         check_bool(return_dict, "return_dict", f"{self.name}.evaluate")
@@ -288,14 +337,17 @@ class Model(FitAliases, WeightsAPI):
                     v is not None for v in (sample_weight, mask, lengths)):
                 raise InvalidParameterError(f"{self.name}.evaluate: y, distributed=, sample_weight=, mask= "
                                             f"and lengths= cannot be given with a batch source as x")
-            logs = _training.evaluate_source(self, x, check_steps(steps, "evaluate: steps"),
-                                             check_workers(workers, "evaluate"), f"{self.name}.evaluate")
+            logs = WEIGHTS.read_once(_training.evaluate_source, self, x,
+                                     check_steps(steps, "evaluate: steps"),
+                                     check_workers(workers, "evaluate"), f"{self.name}.evaluate")
         elif y is None:
             raise InvalidInputError(f"{self.name}.evaluate: y (the targets) is missing; give y beside the "
                                     f"arrays x, or a batch source of (x, y) batches as x")
         else:
-            logs = _training.evaluate_arrays(self, x, y, bs, sample_weight=sample_weight, mask=mask,
-                                             lengths=lengths, distributed=distributed)
+            # (the ranks of a distributed evaluation run it once, together)
+            read = WEIGHTS.read if distributed is None else WEIGHTS.read_once
+            logs = read(_training.evaluate_arrays, self, x, y, bs, sample_weight=sample_weight, mask=mask,
+                        lengths=lengths, distributed=distributed)
         if shown:
             n = None if is_batch_source(x) else len(as_list(x, self.n_inputs, "input")[0])
             report(shown, f"{self.name}.evaluate", n, logs)

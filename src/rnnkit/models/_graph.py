@@ -180,14 +180,11 @@ class GraphModel(Model):
         """Keras' ``model.output``: the output node, or the list of them for several."""
         return self.outputs[0] if len(self.outputs) == 1 else list(self.outputs)
 
-    def __call__(self, x: Any, ctx: Ctx | None = None) -> Any:
-        """On arrays: :meth:`forward` (an inference pass unless ``ctx`` says otherwise). On graph
-        nodes (one per model input; Keras' nested-model call): this model's layer calls
-        repeated on those nodes — the same layers, so the same weights — giving the nodes of
-        its outputs (a list for several); the new model lists those layers, not this model."""
+    def _call_nodes(self, x: Any, ctx: Ctx | None) -> Any:
+        """``model(nodes)`` (one per model input; Keras' nested-model call): this model's layer
+        calls repeated on those nodes — the same layers, so the same weights — giving the nodes
+        of its outputs (a list for several); the new model lists those layers, not this model."""
         xs = list(x) if isinstance(x, (list, tuple)) else [x]
-        if not any(isinstance(a, Node) for a in xs):
-            return super().__call__(x, ctx)
         if ctx is not None or len(xs) != len(self.inputs) or not all(isinstance(a, Node) for a in xs):
             raise InvalidInputError(f"{self.name}: a call on graph nodes takes one node per model input "
                                     f"({len(self.inputs)}) and no ctx, got {len(xs)} value(s)")

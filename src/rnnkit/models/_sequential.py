@@ -80,19 +80,15 @@ class Sequential(Model):
         if input_shape is not None:  # Keras' convention (no batch axis) too: models/_keras_shape.py
             self.build(with_batch_axis(self.layers, input_shape))
 
-    def __call__(self, x: Any, ctx: Ctx | None = None) -> Any:
-        """On arrays: :meth:`forward` (an inference pass unless ``ctx`` says otherwise). On a
-        graph node (Keras' nested-model call): this model's layers called in turn on it — the
-        same layers, so the same weights — giving the node of the last one's output."""
-        if not isinstance(x, Node):
-            chain = self._chain
-            if chain is not None and ctx is None and type(x) is np.ndarray:
-                y = chain.run(x, False)   # the layers' own passes (None: not the quick door's case)
-                if y is not None:
-                    return y
-            return super().__call__(x, ctx)
+    def _call_nodes(self, x: Any, ctx: Ctx | None) -> Any:
+        """``model(node)`` (Keras' nested-model call): this model's layers called in turn on the
+        graph node — the same layers, so the same weights — giving the node of the last one's
+        output."""
         if ctx is not None:
             raise InvalidInputError(f"{self.name}: a call on graph nodes takes no ctx")
+        if not isinstance(x, Node):
+            raise InvalidInputError(f"{self.name}: a Sequential is called on one graph node, got "
+                                    f"{type(x).__name__}")
         if not self.layers:
             raise InvalidInputError(f"{self.name}: a Sequential without layers cannot be called on a node")
         out: Any = x

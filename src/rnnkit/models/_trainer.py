@@ -15,7 +15,8 @@ collectives. One STEP on a :class:`Batch` (this process's part of the global bat
     model backward(d loss / d pred)                          no checks on the way
     grads       = team.sum_grads(...)                        the gradient of the GLOBAL loss
     grads      += regularizer.grad(weight) per regularized weight
-    optimizer.apply_gradients(grads); constraints
+    optimizer.apply_gradients(grads); constraints          one write (rnnkit._consistency):
+                                                             a reader sees all or none of it
 
 With one process ``n_r = n_b`` and ``V_r = V``: every share is the whole, nothing is scaled, and
 the step is the plain single-process step. The loss and the gradients are tested for NaN/Inf
@@ -51,6 +52,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rnnkit import _penalties as _pen
+from rnnkit._consistency import WEIGHTS
 from rnnkit._ctx import Ctx
 from rnnkit._mask import Mask
 from rnnkit.models._batch import Batch
@@ -251,8 +253,9 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
     with team.region(f"{at}, optimizer step"):
         if not team.failed:
             pairs = plan.penalties.add_grads(pairs)
-            plan.apply(model, pairs)
-            plan.penalties.apply_constraints()  # (a constraint keeps finite weights finite)
+            with WEIGHTS:   # readers in other threads see the weights before or after, whole
+                plan.apply(model, pairs)
+                plan.penalties.apply_constraints()  # (a constraint keeps finite weights finite)
     stats[0] += penalty
     return n_b, stats
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit._consistency import WEIGHTS
 from rnnkit._errors import NotBuiltError, WeightShapeError
 from rnnkit._layer import Layer, as_weight_array, check_finite_weight
 from rnnkit.models import _files
@@ -49,13 +50,19 @@ class WeightsAPI:
                 layer.reset_state()
 
     def get_weights(self) -> list[np.ndarray]:
-        """Copies of every weight, in :meth:`named_weights` order."""
+        """Copies of every weight, in :meth:`named_weights` order: those of one whole optimizer
+        step while ``fit`` trains the model in another thread (:mod:`rnnkit._consistency`)."""
+        return WEIGHTS.read(self._copy_weights)
+
+    def _copy_weights(self) -> list[np.ndarray]:
         return [np.array(layer.weight(n)) for layer, n in self.all_weights()]
 
     def set_weights(self, weights: list[Any]) -> None:
         """Install arrays in :meth:`named_weights` order. Every shape, and that every value is
-        finite (NaN or Inf: InvalidInputError naming the weight, as the file loaders refuse
-        them), is checked before anything changes."""
+        finite in the layer's dtype (NaN or Inf, or a value the cast would make Inf such as
+        1e300 for float32: InvalidInputError naming the weight, as the file loaders refuse
+        them), is checked before anything changes. A reader in another thread (``predict``
+        ...) sees the weights before this call or after it, never a mixture."""
         pairs = self.all_weights()
         if len(weights) != len(pairs):
             raise WeightShapeError("weights", f"{len(pairs)} arrays", f"{len(weights)} arrays",
@@ -63,20 +70,23 @@ class WeightsAPI:
         keys = list(self.named_weights())
         arrs = [as_weight_array(w, f"{self.name}.set_weights: weight {key}")
                 for key, w in zip(keys, weights, strict=True)]
-        for key, (layer, n), a in zip(keys, pairs, arrs, strict=True):
+        for k, (key, (layer, n), a) in enumerate(zip(keys, pairs, arrs, strict=True)):
             if a.shape != layer.weight(n).shape:
                 raise WeightShapeError(key, layer.weight(n).shape, a.shape, f"model {self.name}")
-            check_finite_weight(a, f"{self.name}.set_weights: weight {key}")
-        for (layer, n), a in zip(pairs, arrs, strict=True):
-            layer.set_weight(n, a)
+            arrs[k] = check_finite_weight(a, f"{self.name}.set_weights: weight {key}", layer.dtype)
+        with WEIGHTS:   # one write: a reader in another thread sees all of it or none
+            for (layer, n), a in zip(pairs, arrs, strict=True):
+                layer.set_weight(n, a)
 
     def param_count(self) -> int:
         """Number of scalar weights; a shared layer counts once."""
         return int(sum(layer.weight(n).size for layer, n in self.all_weights()))
 
     def save_weights(self, path: str) -> None:
-        """Write every weight under its :meth:`named_weights` name (``rnnkit.io.save_weights``)."""
-        _files.save_weights(self, path)
+        """Write every weight under its :meth:`named_weights` name (``rnnkit.io.save_weights``):
+        those of one whole optimizer step while ``fit`` trains the model in another thread (the
+        step waits for the write)."""
+        WEIGHTS.read_once(_files.save_weights, self, path)
 
     def load_weights(self, path: str) -> None:
         """Read weights written by :meth:`save_weights` (strict: ``rnnkit.io.load_weights``)."""
@@ -84,8 +94,10 @@ class WeightsAPI:
 
     def save(self, path: str) -> None:
         """Write architecture and weights (``rnnkit.io.save_model``; ``rnnkit.load_model`` reads);
-        a ``.keras`` / ``.onnx`` name writes that format or raises, never another."""
-        _files.save_model(self, path)
+        a ``.keras`` / ``.onnx`` name writes that format or raises, never another. While
+        ``fit`` trains the model in another thread, the file holds the weights of one whole
+        optimizer step (the step waits for the write)."""
+        WEIGHTS.read_once(_files.save_model, self, path)
 
     # -- summary -----------------------------------------------------------------------------
     def summary(self, print_fn: Callable[[str], None] | None = print) -> str:

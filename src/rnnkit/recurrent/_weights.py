@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rnnkit._consistency import WEIGHTS
 from rnnkit._errors import InvalidInputError, WeightShapeError
 from rnnkit._layer import as_weight_array, check_finite_weight
 from rnnkit._shape import Shape
@@ -22,6 +23,7 @@ class RecurrentWeights:
     # provided by RecurrentLayer / Layer
     cell: Cell
     name: str
+    dtype: np.dtype
     _weights: dict[str, np.ndarray]
     _trainable: list[str]
     _input_shape: Shape | None
@@ -47,8 +49,8 @@ class RecurrentWeights:
         """Install every weight at once, positionally in :meth:`weights` order (for the built-in
         cells ``kernel, recurrent_kernel[, bias][, projection_kernel]``) or by name. An unbuilt
         layer is built from the first array's rows. Every shape and every value is checked before
-        anything changes (WeightShapeError names the first misfit; NaN or Inf is an
-        InvalidInputError naming the weight)."""
+        anything changes (WeightShapeError names the first misfit; NaN or Inf, or a value beyond
+        the layer's dtype, is an InvalidInputError naming the weight)."""
         if not self.built:
             first = as_weight_array(arrays[0] if arrays else next(iter(named.values()), None),
                                     f"{self.name}.set_weights")
@@ -78,12 +80,11 @@ class RecurrentWeights:
         for n in names:  # check all before changing anything
             if arrs[n].shape != expected[n]:
                 raise WeightShapeError(n, expected[n], arrs[n].shape, f"layer {self.name}")
-            check_finite_weight(arrs[n], f"{self.name}.{n}")
+            if arrs[n].dtype.kind not in "biuf":
+                raise InvalidInputError(
+                    f"{self.name}.{n}: weights must be real numbers, got {arrs[n].dtype}")
+            arrs[n] = check_finite_weight(arrs[n], f"{self.name}.{n}", self.dtype)
         if not self.built:   # built from these arrays: nothing is drawn only to be replaced
-            for n in names:
-                if arrs[n].dtype.kind not in "biuf":
-                    raise InvalidInputError(
-                        f"{self.name}.{n}: weights must be real numbers, got {arrs[n].dtype}")
             shape = Shape((None, None, F))
             self._check_build_shape(shape)
             self._weights = {}
@@ -92,5 +93,6 @@ class RecurrentWeights:
             self._trainable = [p.name for p in self.cell.params(F) if p.trainable]
             self._input_shape = shape
             return
-        for n in names:
-            self.set_weight(n, arrs[n])
+        with WEIGHTS:   # one write: a reader in another thread sees all of it or none
+            for n in names:
+                self.set_weight(n, arrs[n])

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit._consistency import WEIGHTS
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
 from rnnkit._layer import Layer, as_weight_array, check_bool, check_finite_weight, check_positive_int
@@ -110,8 +111,9 @@ class RNNNet(Layer):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Install PyTorch-named tensors (numpy arrays, or anything ``np.asarray`` reads, such as
         CPU torch tensors after ``.detach().numpy()``). Every name must be present and fit, and
-        every value be finite (NaN or Inf: InvalidInputError naming the tensor, as the file
-        loaders refuse them); all are checked before anything changes."""
+        every value be finite in the net's dtype (NaN or Inf, or a value the cast would make Inf:
+        InvalidInputError naming the tensor, as the file loaders refuse them);
+        all are checked before anything changes."""
         if not isinstance(state, Mapping):
             raise TypeError(f"{self.name}.load_state_dict: state must be a mapping of names to arrays, "
                             f"got {type(state).__name__}")
@@ -127,9 +129,10 @@ class RNNNet(Layer):
                 raise WeightShapeError(name, old.shape, a.shape, f"layer {self.name}")
             if a.dtype.kind not in "biuf":
                 raise InvalidInputError(f"{where}: {name!r} must hold real numbers, got {a.dtype}")
-            check_finite_weight(a, f"{where}: {name!r}")
-        for name, a in arrs.items():
-            self.set_weight(name, a, check_finite=False)    # checked above
+            arrs[name] = check_finite_weight(a, f"{where}: {name!r}", self.dtype)
+        with WEIGHTS:   # one write: a reader in another thread sees all of it or none
+            for name, a in arrs.items():
+                self.set_weight(name, a, check_finite=False)    # checked above
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Copies of every parameter under its PyTorch name."""

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit._consistency import WEIGHTS
 from rnnkit._ctx import Ctx
 from rnnkit._errors import FileFormatError, InvalidInputError, InvalidParameterError
 from rnnkit._safetensors import read_safetensors
@@ -209,8 +210,11 @@ class Servable:
         if self.is_net:
             net = self.model
             xin = x if net.config.batch_first else x.transpose(1, 0, 2)
-            ctx = Ctx.inference().set_mask(mask, lengths=lengths)
-            y = net.forward(xin, ctx)
+
+            def run() -> Any:
+                return net.forward(xin, Ctx.inference().set_mask(mask, lengths=lengths))
+
+            y = WEIGHTS.read(run)   # one whole step's weights while the net trains in another thread
             y = y[0] if isinstance(y, list) else y
             return [np.ascontiguousarray(y if net.config.batch_first else y.transpose(1, 0, 2))]
         out = self.model.predict(x, lengths=lengths, mask=mask)
