@@ -154,7 +154,8 @@ def normalize_axis(axis: Any, ndim: int, op: str) -> tuple[int, ...] | None:
     return tuple(out)
 
 
-def keep_dims(g: np.ndarray, shape: tuple[int, ...], axes: tuple[int, ...] | None, keepdims: bool) -> np.ndarray:
+def keep_dims(g: np.ndarray, shape: tuple[int, ...], axes: tuple[int, ...] | None,
+              keepdims: bool) -> np.ndarray:
     """``g`` of a reduction's output reshaped so that it broadcasts against the input ``shape``."""
     if keepdims:
         return g
@@ -164,7 +165,8 @@ def keep_dims(g: np.ndarray, shape: tuple[int, ...], axes: tuple[int, ...] | Non
 
 
 def unary(op: str, x: Any, value: Callable[[np.ndarray], np.ndarray],
-          vjp: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray], float_result: bool = True) -> np.ndarray:
+          vjp: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+          float_result: bool = True) -> np.ndarray:
     """A one-argument elementwise op: ``value(x)``, recorded with ``vjp(g, x, out)``."""
     arr = as_array(x, op)
     if float_result:

@@ -72,16 +72,18 @@ def _tensordot_axes(op: str, a: np.ndarray, b: np.ndarray, axes: Any) -> tuple[l
         la = [xa] if isinstance(xa, (int, np.integer)) else list(xa)
         lb = [xb] if isinstance(xb, (int, np.integer)) else list(xb)
     except (TypeError, ValueError):
-        raise InvalidInputError(f"ops.{op}: axes must be an int or a pair of axis lists, got {axes!r}") from None
-    la = list(normalize_axis(tuple(la), a.ndim, op) or ())
-    lb = list(normalize_axis(tuple(lb), b.ndim, op) or ())
-    if len(la) != len(lb) or any(a.shape[i] != b.shape[j] for i, j in zip(la, lb, strict=True)):
-        raise InvalidInputError(f"ops.{op}: the contracted axes {la} of x1 {a.shape} and {lb} of x2 "
+        raise InvalidInputError(f"ops.{op}: axes must be an int or a pair of axis lists, "
+                                f"got {axes!r}") from None
+    ia = list(normalize_axis(tuple(la), a.ndim, op) or ())
+    ib = list(normalize_axis(tuple(lb), b.ndim, op) or ())
+    if len(ia) != len(ib) or any(a.shape[i] != b.shape[j] for i, j in zip(ia, ib, strict=True)):
+        raise InvalidInputError(f"ops.{op}: the contracted axes {ia} of x1 {a.shape} and {ib} of x2 "
                                 f"{b.shape} must pair up with equal sizes")
-    return la, lb
+    return ia, ib
 
 
-def _tensordot(op: str, x1: Any, x2: Any, a: np.ndarray, b: np.ndarray, la: list[int], lb: list[int]) -> np.ndarray:
+def _tensordot(op: str, x1: Any, x2: Any, a: np.ndarray, b: np.ndarray, la: list[int],
+               lb: list[int]) -> np.ndarray:
     out = np.tensordot(a, b, axes=(la, lb))
     fa = [i for i in range(a.ndim) if i not in la]
     fb = [j for j in range(b.ndim) if j not in lb]
@@ -90,11 +92,11 @@ def _tensordot(op: str, x1: Any, x2: Any, a: np.ndarray, b: np.ndarray, la: list
         nfa = len(fa)
         da = db = None
         if needs[0]:
-            t = np.tensordot(g, b, axes=(list(range(nfa, g.ndim)), fb))       # axes: fa + la
-            da = grad_of(x1, np.transpose(t, np.argsort(fa + la)))
+            t = np.tensordot(g, b, axes=(list(range(nfa, g.ndim)), fb))   # fa, then b's kept axes in order
+            da = grad_of(x1, np.transpose(t, np.argsort(fa + [la[k] for k in np.argsort(lb)])))
         if needs[1]:
-            t = np.tensordot(a, g, axes=(fa, list(range(nfa))))                 # axes: lb + fb
-            db = grad_of(x2, np.transpose(t, np.argsort(lb + fb)))
+            t = np.tensordot(a, g, axes=(fa, list(range(nfa))))   # a's kept axes in order, then fb
+            db = grad_of(x2, np.transpose(t, np.argsort([lb[k] for k in np.argsort(la)] + fb)))
         return (da, db)
     return done(out, (x1, x2), back)
 
@@ -127,9 +129,11 @@ def einsum(subscripts: str, *operands: Any, **kwargs: Any) -> np.ndarray:
     gradient of each operand is another einsum; an index repeated within one operand (a
     diagonal) has none and raises while a tape records."""
     if kwargs:
-        raise InvalidInputError(f"ops.einsum: takes subscripts and operands only, got keywords {sorted(kwargs)}")
+        raise InvalidInputError(f"ops.einsum: takes subscripts and operands only, got keywords "
+                                f"{sorted(kwargs)}")
     if not isinstance(subscripts, str):
-        raise InvalidInputError(f"ops.einsum: subscripts must be a str such as 'ij,jk->ik', got {subscripts!r}")
+        raise InvalidInputError(f"ops.einsum: subscripts must be a str such as 'ij,jk->ik', got "
+                                f"{subscripts!r}")
     arrs = [as_array(x, "einsum", f"operand {i}") for i, x in enumerate(operands)]
     dt = arrs[0].dtype if arrs else np.dtype("float32")
     for a in arrs[1:]:
@@ -155,7 +159,8 @@ def einsum(subscripts: str, *operands: Any, **kwargs: Any) -> np.ndarray:
             others = [(t, b) for j, (t, b) in enumerate(zip(ins, arrs, strict=True)) if j != i]
             have = set(out_spec).union(*[set(t) for t, _ in others])
             keep = "".join(c for c in s if c in have)
-            d = np.einsum(",".join([out_spec] + [t for t, _ in others]) + "->" + keep, g, *[b for _, b in others])
+            spec_i = ",".join([out_spec] + [t for t, _ in others]) + "->" + keep
+            d = np.einsum(spec_i, g, *[b for _, b in others])
             full = d.reshape([a.shape[k] if c in have else 1 for k, c in enumerate(s)])
             res.append(grad_of(operands[i], np.broadcast_to(full, a.shape)))
         return res
@@ -190,7 +195,8 @@ def _einsum_specs(sub: str, arrs: list[np.ndarray]) -> tuple[list[str], str]:
 def transpose(x: Any, axes: Any = None) -> np.ndarray:
     """``x`` with its axes permuted (reversed when ``axes`` is None)."""
     arr = as_array(x, "transpose")
-    perm = tuple(range(arr.ndim))[::-1] if axes is None else normalize_axis(tuple(axes), arr.ndim, "transpose")
+    perm = (tuple(range(arr.ndim))[::-1] if axes is None
+            else normalize_axis(tuple(axes), arr.ndim, "transpose"))
     assert perm is not None
     if len(perm) != arr.ndim:
         raise InvalidInputError(f"ops.transpose: axes must permute all {arr.ndim} axes of shape {arr.shape}, "
