@@ -210,6 +210,14 @@ class GradientTape:
             self._weight_of[key] = (layer, name)
             self._weight_ids.setdefault((id(layer), name), []).append(key)
 
+    def _watch_layer(self, layer: Any) -> None:
+        seen = self._weight_of
+        for arr in layer._weights.values():
+            if id(arr) not in seen:               # (a new layer, or weights an optimizer replaced)
+                for n in layer.trainable_names:
+                    self._watch_weight(layer, n)
+                return
+
     def _add(self, outs: Sequence[np.ndarray], ins: Sequence[Any], vjp: Vjp, multi: bool,
              ctx: Ctx | None = None, layer: Any = None) -> None:
         tracked = self._tracked
@@ -365,8 +373,7 @@ def call_layer(layer: TapeLayer, x: Any, initial_state: Any, mask: Any, training
         return layer.forward(inputs, ctx)
     for t in tapes:
         if t.watch_accessed_variables:
-            for n in layer.trainable_names:
-                t._watch_weight(layer, n)
+            t._watch_layer(layer)
     if not any(t.tracks(a) for t in tapes for a in flat):
         ctx.skip_input_grad(layer)
     out = layer.forward(inputs, ctx)

@@ -188,10 +188,11 @@ def done(out: Any, ins: Sequence[Any], vjp: Vjp, multi: bool = False) -> Any:
         if recording():
             record(outs, ins, vjp, True)
         return outs
-    o = fresh(out, ins)
+    if type(out) is not np.ndarray or any(out is a for a in ins):
+        out = fresh(out, ins)
     if recording():
-        record((o,), ins, vjp)
-    return o
+        record((out,), ins, vjp)
+    return out
 
 
 def cast(x: Any, dtype: Any) -> np.ndarray:

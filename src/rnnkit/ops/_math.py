@@ -28,6 +28,9 @@ Needs = tuple[bool, ...]
 
 
 def _binary(op: str, x1: Any, x2: Any, force_float: bool = False) -> tuple[Any, Any, np.dtype]:
+    if type(x1) is np.ndarray and type(x2) is np.ndarray and x1.dtype == x2.dtype \
+            and x1.dtype.kind == "f" and x1.shape == x2.shape:     # the common case, checked quickly
+        return x1, x2, x1.dtype
     a, b = as_operand(x1, op, "x1"), as_operand(x2, op, "x2")
     check_same_shape_or_broadcast(op, a, b)
     dt = result_dtype(a, b)
