@@ -273,3 +273,58 @@ def test_masked_call_on_the_tape_equals_the_ctx_pass() -> None:
     np.testing.assert_array_equal(y, enc.forward(x, ctx))
     np.testing.assert_array_equal(gx, enc.backward(w, ctx))
     np.testing.assert_array_equal(gk, ctx.grad(enc, "kernel"))
+
+
+def _x3() -> np.ndarray:
+    return data(20, 2, 4, 3)
+
+
+def _x2() -> np.ndarray:
+    return data(21, 2, 3)
+
+
+LAYERS: dict[str, tuple[Callable[[], rk.Layer], Callable[[], Any]]] = {
+    "Dense": (lambda: rk.Dense(5, seed=1, dtype="float64"), _x2),
+    "GRU": (lambda: rk.GRU(4, seed=1, dtype="float64", return_sequences=True), _x3),
+    "GRU_reset_after": (lambda: rk.GRU(4, seed=1, dtype="float64", reset_after=True), _x3),
+    "SimpleRNN": (lambda: rk.SimpleRNN(4, seed=1, dtype="float64"), _x3),
+    "LSTM_go_backwards": (lambda: rk.LSTM(4, seed=1, dtype="float64", go_backwards=True), _x3),
+    "Bidirectional": (lambda: rk.Bidirectional(rk.LSTM(4, seed=1, dtype="float64", return_sequences=True)),
+                      _x3),
+    "RepeatVector": (lambda: rk.RepeatVector(3, dtype="float64"), _x2),
+    "Reverse": (lambda: rk.Reverse(dtype="float64"), _x3),
+    "ActivationLayer": (lambda: rk.ActivationLayer("tanh", dtype="float64"), _x2),
+    "Add": (lambda: rk.Add(dtype="float64"), lambda: [_x2(), data(22, 2, 3)]),
+    "Concatenate": (lambda: rk.Concatenate(dtype="float64"), lambda: [_x2(), data(22, 2, 3)]),
+    "Multiply": (lambda: rk.Multiply(dtype="float64"), lambda: [_x2(), data(22, 2, 3)]),
+    "Embedding": (lambda: rk.Embedding(10, 3, seed=1, dtype="float64"),
+                  lambda: np.array([[1, 2, 1], [0, 9, 9]])),
+}
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_every_kind_of_layer_on_the_tape_is_its_own_ctx_pass(name: str) -> None:
+    """One entry per call, whose backward is the layer's own: the tape's gradients are exactly
+    (bit for bit) those of ``forward`` / ``backward`` in a training Ctx."""
+    make, inputs = LAYERS[name]
+    layer, x = make(), inputs()
+    xs = x if isinstance(x, list) else [x]
+    with rk.GradientTape() as tape:
+        for a in xs:
+            if a.dtype.kind == "f":
+                tape.watch(a)
+        y = layer(x)
+    w = data(23, *y.shape)
+    names = layer.trainable_names
+    got = tape.gradient(y, [(layer, n) for n in names] + xs, output_gradients=w)
+    ctx = rk.Ctx.training()
+    np.testing.assert_array_equal(y, layer.forward(x, ctx))
+    back = layer.backward(w, ctx)
+    for n, g in zip(names, got, strict=False):
+        np.testing.assert_array_equal(g, ctx.grad(layer, n), err_msg=n)
+    want_x = back if isinstance(x, list) else [back]
+    for a, g, wx in zip(xs, got[len(names):], want_x, strict=True):
+        if a.dtype.kind == "f":
+            np.testing.assert_array_equal(g, wx)
+        else:
+            assert g is None      # integer ids: no gradient, as TensorFlow
