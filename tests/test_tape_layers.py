@@ -297,6 +297,9 @@ LAYERS: dict[str, tuple[Callable[[], rk.Layer], Callable[[], Any]]] = {
     "Add": (lambda: rk.Add(dtype="float64"), lambda: [_x2(), data(22, 2, 3)]),
     "Concatenate": (lambda: rk.Concatenate(dtype="float64"), lambda: [_x2(), data(22, 2, 3)]),
     "Multiply": (lambda: rk.Multiply(dtype="float64"), lambda: [_x2(), data(22, 2, 3)]),
+    "rnn.lstm": (lambda: rk.rnn.lstm(3, 4, rk.rnn.RNNConfig(num_layers=2), seed=1, dtype="float64"), _x3),
+    "rnn.gru_bidirectional": (lambda: rk.rnn.gru(3, 4, rk.rnn.RNNConfig(bidirectional=True), seed=1,
+                                                 dtype="float64"), _x3),
     "Embedding": (lambda: rk.Embedding(10, 3, seed=1, dtype="float64"),
                   lambda: np.array([[1, 2, 1], [0, 9, 9]])),
 }
@@ -328,3 +331,41 @@ def test_every_kind_of_layer_on_the_tape_is_its_own_ctx_pass(name: str) -> None:
             np.testing.assert_array_equal(g, wx)
         else:
             assert g is None      # integer ids: no gradient, as TensorFlow
+
+
+def test_a_pytorch_layout_network_on_the_tape_equals_torch() -> None:
+    """``rnnkit.rnn.lstm`` (PyTorch's parameter names) on the tape: its gradients are
+    ``nn.LSTM``'s with the same state dict."""
+    th = torch()
+    net = rk.rnn.lstm(3, 4, rk.rnn.RNNConfig(num_layers=2), seed=1, dtype="float64")
+    x, w = data(30, 2, 5, 3), data(31, 2, 5, 4)
+    with rk.GradientTape() as tape:
+        tape.watch(x)
+        loss = ops.sum(ops.multiply(ops.tanh(net(x)), w))
+    names = net.trainable_names
+    got = tape.gradient(loss, [x] + [(net, n) for n in names])
+    m = th.nn.LSTM(3, 4, num_layers=2, batch_first=True, dtype=th.float64)
+    m.load_state_dict({n: th.tensor(np.asarray(net.weight(n))) for n in names})
+    tx = th.tensor(x, requires_grad=True)
+    tl = (m(tx)[0].tanh() * th.tensor(w)).sum()
+    tl.backward()
+    np.testing.assert_allclose(float(loss), tl.item(), rtol=1e-12)
+    np.testing.assert_allclose(got[0], tx.grad.numpy(), **TOL["float64"])
+    params = dict(m.named_parameters())
+    for n, g in zip(names, got[1:], strict=True):
+        np.testing.assert_allclose(g, params[n].grad.numpy(), **TOL["float64"], err_msg=n)
+
+
+def test_keras_call_arguments_without_a_tape() -> None:
+    enc = lstm("float64", return_sequences=True)
+    x = data(13, B, T, F)
+    mask = np.array([[True] * T, [True] * 3 + [False] * 2, [True] * 2 + [False] * 3])
+    np.testing.assert_array_equal(enc(x, mask=mask), enc.forward(x, rk.Ctx.inference().set_mask(mask)))
+    drop = rk.Dropout(0.5, dtype="float64")
+    y = drop(np.ones((8, 8)), training=True)
+    assert set(np.unique(y)) == {0.0, 2.0}
+    np.testing.assert_array_equal(drop(np.ones((8, 8))), np.ones((8, 8)))
+    with pytest.raises(TypeError, match="give ctx, or mask= / training=, not both"):
+        drop(np.ones(3), rk.Ctx.training(), training=True)
+    with pytest.raises(TypeError, match="a call on graph nodes takes no ctx, mask or training"):
+        rk.Dense(2)(rk.Input((3,)), training=True)
