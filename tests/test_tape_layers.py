@@ -369,3 +369,29 @@ def test_keras_call_arguments_without_a_tape() -> None:
         drop(np.ones(3), rk.Ctx.training(), training=True)
     with pytest.raises(TypeError, match="a call on graph nodes takes no ctx, mask or training"):
         rk.Dense(2)(rk.Input((3,)), training=True)
+
+
+def test_models_called_on_the_tape_are_one_entry_of_their_own_pass() -> None:
+    """``model(x)`` inside a tape (Sequential, functional) records the model's forward /
+    backward: gradients bit for bit those of its own training Ctx pass."""
+    seq = rk.Sequential([rk.LSTM(4, seed=1, dtype="float64", return_sequences=True),
+                         rk.Dense(2, seed=2, dtype="float64")])
+    seq.build((None, T, F))
+    a = rk.Input((T, F))
+    b = rk.Input((T, F))
+    shared = rk.LSTM(4, seed=3, dtype="float64")
+    graph = rk.Model([a, b], rk.Dense(1, seed=4, dtype="float64")(rk.Concatenate()([shared(a), shared(b)])))
+    x1, x2 = data(40, B, T, F), data(41, B, T, F)
+    for model, x in ((seq, x1), (graph, [x1, x2])):
+        with rk.GradientTape() as tape:
+            tape.watch(x1)
+            y = model(x)
+        w = data(42, *y.shape)
+        pairs = model.trainable_weights()
+        got = tape.gradient(y, [x1, pairs], output_gradients=w)
+        ctx = rk.Ctx.training()
+        np.testing.assert_array_equal(y, model.forward(x, ctx))
+        dx = model.backward(w, ctx)
+        np.testing.assert_array_equal(got[0], dx[0] if isinstance(x, list) else dx)
+        for (lay, n), g in zip(pairs, got[1], strict=True):
+            np.testing.assert_array_equal(g, ctx.grad(lay, n), err_msg=f"{lay.name}.{n}")

@@ -41,16 +41,11 @@ class TapeError(Error, RuntimeError):
 
 
 class TapeLayer(Protocol):
-    """What the tape reads of a layer: its name, its weights and its two passes."""
+    """What the tape reads of a layer (or a model): its name and its two passes; its weights
+    are read as a layer's ``_weights`` / ``trainable_names`` or a model's
+    ``trainable_weights()``."""
 
     name: str
-    dtype: np.dtype
-    _weights: dict[str, np.ndarray]
-
-    @property
-    def trainable_names(self) -> list[str]: ...
-
-    def weight(self, name: str) -> np.ndarray: ...
 
     def forward(self, x: Any, ctx: Ctx) -> Any: ...
 
@@ -212,6 +207,10 @@ class GradientTape:
 
     def _watch_layer(self, layer: Any) -> None:
         seen = self._weight_of
+        if not hasattr(layer, "_weights"):         # a model: the weights of its layers
+            for lay, n in layer.trainable_weights():
+                self._watch_weight(lay, n)
+            return
         for arr in layer._weights.values():
             if id(arr) not in seen:               # (a new layer, or weights an optimizer replaced)
                 for n in layer.trainable_names:
@@ -383,8 +382,9 @@ def call_layer(layer: TapeLayer, x: Any, initial_state: Any, mask: Any, training
     as_list = isinstance(inputs, (list, tuple))
 
     def vjp(g: Any, needs: tuple[bool, ...]) -> Sequence[Any]:
-        if multi:
-            g = [None if gi is None else np.array(gi, dtype=o.dtype) for gi, o in zip(g, outs, strict=True)]
+        if multi:   # (an output nobody reached: zeros, which every backward takes)
+            g = [np.zeros(o.shape, o.dtype) if gi is None else np.array(gi, dtype=o.dtype)
+                 for gi, o in zip(g, outs, strict=True)]
         else:
             g = np.array(g, dtype=outs[0].dtype)   # the layer may write into what it is handed
         back = layer.backward(g, ctx)

@@ -22,6 +22,7 @@ from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, NotBuiltError
 from rnnkit._layer import Layer, check_bool, check_ctx
 from rnnkit._shape import Shape
+from rnnkit._tape import call_layer, recording
 from rnnkit.models import _training
 from rnnkit.models._aliases import FitAliases
 from rnnkit.models._batch import Batch, take
@@ -147,6 +148,11 @@ class Model(FitAliases, WeightsAPI):
         return unlist(self._backward(grads, check_ctx(ctx, f"{self.name}.backward"), False))
 
     def __call__(self, x: Data, ctx: Ctx | None = None) -> Data:
+        """On arrays: :meth:`forward` (an inference pass unless ``ctx`` says otherwise). While a
+        :class:`~rnnkit.GradientTape` records (and no ``ctx`` is given): the whole model's pass,
+        recorded as one entry whose backward is :meth:`backward`."""
+        if ctx is None and recording():
+            return call_layer(self, x, None, None, None)
         chain = self._chain
         if chain is not None and ctx is None and type(x) is np.ndarray:
             y = chain.run(x, False)   # the layers' own passes (None: not the quick door's case)
