@@ -29,7 +29,7 @@ from rnnkit._errors import (
 from rnnkit._graph_calls import GraphCalls
 from rnnkit._random import check_seed, make_rng
 from rnnkit._shape import Shape, pop_input_shape
-from rnnkit._tape import call_layer, recording
+from rnnkit._tape import ACTIVE, call_layer
 from rnnkit._validate import as_weight_array as as_weight_array
 from rnnkit._validate import check_bool as check_bool
 from rnnkit._validate import check_ctx as check_ctx
@@ -222,7 +222,7 @@ class Layer(GraphCalls, metaclass=_LayerType):
             if not np.shape(x):
                 raise InvalidInputError(f"{self.name}: expected an array input, got a scalar")
             self.build(Shape.with_free_batch(np.shape(x)))
-        if ctx is None and recording():
+        if ctx is None and ACTIVE.tapes:
             return call_layer(self, self._finite(x), initial_state, mask, training)
         x = x if initial_state is None else [x, *states]
         if ctx is None:

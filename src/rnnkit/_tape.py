@@ -59,6 +59,9 @@ class _Stack(threading.local):
 
 
 _LOCAL = _Stack()
+#: this thread's recording tapes as an attribute, ``ACTIVE.tapes`` (an empty list when none): the
+#: check a hot path makes without a function call
+ACTIVE = _LOCAL
 
 
 def recording() -> list[GradientTape]:

@@ -22,7 +22,7 @@ from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, NotBuiltError
 from rnnkit._layer import Layer, check_bool, check_ctx
 from rnnkit._shape import Shape
-from rnnkit._tape import call_layer, recording
+from rnnkit._tape import ACTIVE, call_layer
 from rnnkit.models import _training
 from rnnkit.models._aliases import FitAliases
 from rnnkit.models._batch import Batch, take
@@ -151,7 +151,7 @@ class Model(FitAliases, WeightsAPI):
         """On arrays: :meth:`forward` (an inference pass unless ``ctx`` says otherwise). While a
         :class:`~rnnkit.GradientTape` records (and no ``ctx`` is given): the whole model's pass,
         recorded as one entry whose backward is :meth:`backward`."""
-        if ctx is None and recording():
+        if ctx is None and ACTIVE.tapes:
             return call_layer(self, x, None, None, None)
         chain = self._chain
         if chain is not None and ctx is None and type(x) is np.ndarray:

@@ -13,7 +13,7 @@ from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError
 from rnnkit._layer import Layer, resolve_dtype
 from rnnkit._shape import Shape
-from rnnkit._tape import recording
+from rnnkit._tape import ACTIVE
 from rnnkit.layers import MergeLayer, layer_from_config, layer_to_config
 from rnnkit.layers._tied import resolve_ties
 from rnnkit.models._base import Model, check_finite
@@ -87,7 +87,7 @@ class Sequential(Model):
         same layers, so the same weights — giving the node of the last one's output."""
         if not isinstance(x, Node):
             chain = self._chain
-            if chain is not None and ctx is None and type(x) is np.ndarray and not recording():
+            if chain is not None and ctx is None and type(x) is np.ndarray and not ACTIVE.tapes:
                 y = chain.run(x, False)   # the layers' own passes (None: not the quick door's case)
                 if y is not None:
                     return y
