@@ -70,16 +70,18 @@ def recording() -> list[GradientTape]:
 
 
 class _Entry:
-    __slots__ = ("ins", "outs", "vjp", "multi", "ctx", "layer")
+    """One recorded call: its inputs' ids (None: not tracked), its outputs' ids, its backward,
+    whether it has several outputs, and (a layer's call) the Ctx its weight gradients go to."""
+
+    __slots__ = ("ins", "outs", "vjp", "multi", "ctx")
 
     def __init__(self, ins: tuple[int | None, ...], outs: tuple[int, ...], vjp: Vjp, multi: bool,
-                 ctx: Ctx | None = None, layer: Any = None) -> None:
+                 ctx: Ctx | None = None) -> None:
         self.ins = ins
         self.outs = outs
         self.vjp = vjp
         self.multi = multi
         self.ctx = ctx
-        self.layer = layer
 
 
 class _TapeCtx(Ctx):
@@ -97,7 +99,7 @@ class _TapeCtx(Ctx):
         return self._drops
 
 
-def _fresh(out: Any, ins: Sequence[Any]) -> np.ndarray:
+def fresh(out: Any, ins: Sequence[Any]) -> np.ndarray:
     """``out`` as an ndarray object distinct from every input (a 0-d result of a reduction is a
     NumPy scalar; an op that returns its input unchanged must not give it a second producer)."""
     if not isinstance(out, np.ndarray):
@@ -118,8 +120,6 @@ def record(outs: Sequence[np.ndarray], ins: Sequence[Any], vjp: Vjp, multi: bool
     for tape in _LOCAL.tapes:
         tape._add(outs, ins, vjp, multi)
 
-
-fresh = _fresh
 
 
 def _is_weight_ref(x: Any) -> bool:
@@ -221,16 +221,16 @@ class GradientTape:
                 return
 
     def _add(self, outs: Sequence[np.ndarray], ins: Sequence[Any], vjp: Vjp, multi: bool,
-             ctx: Ctx | None = None, layer: Any = None) -> None:
+             ctx: Ctx | None = None) -> None:
         tracked = self._tracked
         keys = tuple(id(a) if id(a) in tracked else None for a in ins)
-        if layer is None and not any(k is not None for k in keys):
-            return
+        if ctx is None and not any(k is not None for k in keys):
+            return                                # (a layer's call is kept: its weights train)
         out_ids = []
         for o in outs:
             tracked[id(o)] = o
             out_ids.append(id(o))
-        self._entries.append(_Entry(keys, tuple(out_ids), vjp, multi, ctx, layer))
+        self._entries.append(_Entry(keys, tuple(out_ids), vjp, multi, ctx))
 
     def tracks(self, x: Any) -> bool:
         """Whether ``x`` is an array this tape tracks."""
@@ -380,7 +380,7 @@ def call_layer(layer: TapeLayer, x: Any, initial_state: Any, mask: Any, training
         ctx.skip_input_grad(layer)
     out = layer.forward(inputs, ctx)
     multi = isinstance(out, list)
-    outs = [_fresh(o, flat) for o in (out if multi else [out])]
+    outs = [fresh(o, flat) for o in (out if multi else [out])]
     keep = ctx.peek(layer) if any(t.persistent for t in tapes) else None
     as_list = isinstance(inputs, (list, tuple))
 
@@ -398,6 +398,6 @@ def call_layer(layer: TapeLayer, x: Any, initial_state: Any, mask: Any, training
         return list(back) if as_list else [back]
 
     for t in tapes:
-        t._add(outs, flat, vjp, multi, ctx, layer)
+        t._add(outs, flat, vjp, multi, ctx)
     return outs if multi else outs[0]
 
