@@ -395,3 +395,13 @@ def test_models_called_on_the_tape_are_one_entry_of_their_own_pass() -> None:
         np.testing.assert_array_equal(got[0], dx[0] if isinstance(x, list) else dx)
         for (lay, n), g in zip(pairs, got[1], strict=True):
             np.testing.assert_array_equal(g, ctx.grad(lay, n), err_msg=f"{lay.name}.{n}")
+
+
+def test_nested_tapes_both_walk_a_layer_call() -> None:
+    enc, head = lstm("float64"), dense("float64", 1, U)
+    x1, x2 = data(1, B, T, F), data(2, B, T, F)
+    with rk.GradientTape() as outer:
+        with rk.GradientTape() as inner:
+            loss = shared_encoder(enc, head, x1, x2)
+        g_inner = inner.gradient(loss, (enc, "kernel"))
+    np.testing.assert_array_equal(g_inner, outer.gradient(loss, (enc, "kernel")))

@@ -381,7 +381,7 @@ def call_layer(layer: TapeLayer, x: Any, initial_state: Any, mask: Any, training
     out = layer.forward(inputs, ctx)
     multi = isinstance(out, list)
     outs = [fresh(o, flat) for o in (out if multi else [out])]
-    keep = ctx.peek(layer) if any(t.persistent for t in tapes) else None
+    keep = ctx.peek(layer) if len(tapes) > 1 or tapes[0].persistent else None   # walked again
     as_list = isinstance(inputs, (list, tuple))
 
     def vjp(g: Any, needs: tuple[bool, ...]) -> Sequence[Any]:
