@@ -8,7 +8,7 @@ modules import one another in no cycle, counting imports inside functions and un
 
     0  base      _errors _kind _version _config _arrays _random _shape _mask _budget
                  _files _atomic _limits _safetensors _graph_calls
-    1  core      _activations _initializers _ctx _layer _layouts _penalties kernels regularizers
+    1  core      _activations _initializers _ctx _tape _layer _layouts _penalties kernels ops regularizers
                  constraints losses optimizers metrics activations initializers data timeseries
                  datasets _validate _weight_decl
     2  layers    recurrent layers rnn
@@ -54,6 +54,7 @@ from rnnkit import (
     losses,
     metrics,
     models,
+    ops,  # keras.ops' names with gradients: rnnkit.ops.matmul, softmax, ... (the tape records them)
     optimizers,
     quant,  # int8 inference: rnnkit.quantize(model) (its layers: rnnkit.quant)
     regularizers,  # L1, L2, L1L2 (Keras' definitions)
@@ -81,6 +82,7 @@ from rnnkit._mask import Mask
 from rnnkit._penalties import attach as attach_regularization
 from rnnkit._random import set_global_seed
 from rnnkit._shape import Shape
+from rnnkit._tape import GradientTape, TapeError
 from rnnkit._version import __version__ as __version__
 from rnnkit.io import (
     MissingDependencyError,
@@ -198,3 +200,4 @@ __all__ = [
     "Input", "InputLayer", "Model",
 ]
 __all__ += ["callbacks", "FullBatchWarning", "quant", "quantize"]
+__all__ += ["ops", "GradientTape", "TapeError"]

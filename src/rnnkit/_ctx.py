@@ -80,6 +80,13 @@ class Ctx:
     def is_training(self) -> bool:
         return self.training_mode
 
+    @property
+    def drops(self) -> bool:
+        """Whether the passes run in this context apply dropout: a training context does (a
+        gradient tape's context for a call with ``training=False`` records caches and drops
+        nothing)."""
+        return self.training_mode
+
     # -- the mask of the sequence being passed ------------------------------------------------
     @property
     def mask(self) -> Mask | None:

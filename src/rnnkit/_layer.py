@@ -30,6 +30,7 @@ from rnnkit._errors import (
 from rnnkit._graph_calls import GraphCalls
 from rnnkit._random import check_seed, make_rng
 from rnnkit._shape import Shape, pop_input_shape
+from rnnkit._tape import ACTIVE, call_layer
 from rnnkit._validate import as_weight_array as as_weight_array
 from rnnkit._validate import check_bool as check_bool
 from rnnkit._validate import check_ctx as check_ctx
@@ -196,10 +197,16 @@ class Layer(GraphCalls, metaclass=_LayerType):
     def _predict(self, x: Any) -> np.ndarray:
         return self.forward(self._finite(x), Ctx.inference())
 
-    def __call__(self, x: Any, ctx: Ctx | None = None, *, initial_state: Any = None) -> Any:
-        """On arrays: :meth:`forward` in ``ctx`` (default: an inference Ctx) after refusing an
-        input holding NaN or Inf (as :meth:`predict`); an unbuilt layer is first built for one
-        array's shape (batch free). ``initial_state=[h, c]`` starts a recurrent layer there.
+    def __call__(self, x: Any, ctx: Ctx | None = None, *, initial_state: Any = None, mask: Any = None,
+                 training: bool | None = None) -> Any:
+        """On arrays: :meth:`forward` in ``ctx`` (default: an inference Ctx; ``training=True``: a
+        training one, dropout on) after refusing an input holding NaN or Inf (as :meth:`predict`);
+        an unbuilt layer is first built for one array's shape (batch free).
+        ``initial_state=[h, c]`` starts a recurrent layer there; ``mask=`` (a boolean (B, T)
+        array or a :class:`~rnnkit.Mask`) marks the real steps (Keras' call arguments).
+
+        While a :class:`~rnnkit.GradientTape` records (and no ``ctx`` is given): the call is
+        recorded as one entry whose backward is this layer's :meth:`backward` (``rnnkit._tape``).
 
         On graph nodes (``rk.Input(...)``, another call's output; Keras' functional API): a
         symbolic call building the layer for the nodes' shapes. Returns a node, or the list of
@@ -207,19 +214,33 @@ class Layer(GraphCalls, metaclass=_LayerType):
         states = initial_state if isinstance(initial_state, (list, tuple)) else [initial_state]
         for a in [*(x if isinstance(x, (list, tuple)) else [x]), *states]:
             if getattr(type(a), "_symbolic", False):
-                if ctx is not None:
-                    raise TypeError(f"{self.name}: a call on graph nodes takes no ctx")
+                if ctx is not None or mask is not None or training is not None:
+                    raise InvalidParameterError(f"{self.name}: a call on graph nodes takes no ctx, mask or training "
+                                    f"(the model's fit / predict give them)")
                 return type(a)._call_layer(self, x, initial_state)
         if initial_state is not None and isinstance(x, (list, tuple)):
             raise InvalidInputError(f"{self.name}: initial_state= came with a list input; pass x "
                                     f"alone, or [x, *initial_state] without initial_state=")
+        if ctx is not None and (mask is not None or training is not None):
+            raise InvalidParameterError(f"{self.name}: give ctx, or mask= / training=, not both (the ctx holds "
+                            f"its mask and mode)")
         if not self.built and not isinstance(x, (list, tuple)):
             if not np.shape(x):
                 raise InvalidInputError(f"{self.name}: expected an array input, got a scalar")
             self.build(Shape.with_free_batch(np.shape(x)))
+        if ctx is None and ACTIVE.tapes:
+            return call_layer(self, self._finite(x), initial_state, mask, training)
         x = x if initial_state is None else [x, *states]
         if ctx is None:
-            return WEIGHTS.read(self._predict, x)
+            if not training and mask is None:
+                return WEIGHTS.read(self._predict, x)
+
+            def run(v: Any) -> Any:
+                pass_ = Ctx.training() if training else Ctx.inference()
+                if mask is not None:
+                    pass_.set_mask(mask)
+                return self.forward(self._finite(v), pass_)
+            return WEIGHTS.read(run, x)
         return self.forward(self._finite(x), check_ctx(ctx, f"{self.name}.forward"))
 
     def _finite(self, x: Any) -> Any:

@@ -23,6 +23,7 @@ from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, NotBuiltError
 from rnnkit._layer import Layer, check_bool, check_ctx
 from rnnkit._shape import Shape
+from rnnkit._tape import ACTIVE, call_layer
 from rnnkit.models import _training
 from rnnkit.models._aliases import FitAliases
 from rnnkit.models._batch import Batch, take
@@ -151,8 +152,12 @@ class Model(FitAliases, WeightsAPI):
         """``model(x)`` on arrays: an inference pass, on the weights of one whole optimizer step
         while ``fit`` runs in another thread (as :meth:`predict`; NaN passes through as the
         layers pass it). ``model(x, ctx)`` is :meth:`forward` in the caller's ``ctx``, the raw
-        pass, which reads the weights as they are. On graph nodes (``rk.Input(...)``; Keras'
-        nested-model call): the model's layers called on them, giving the output node(s)."""
+        pass, which reads the weights as they are. While a :class:`~rnnkit.GradientTape`
+        records (and no ``ctx`` is given): the whole model's pass, recorded as one entry whose
+        backward is :meth:`backward`. On graph nodes (``rk.Input(...)``; Keras' nested-model
+        call): the model's layers called on them, giving the output node(s)."""
+        if ctx is None and ACTIVE.tapes:
+            return call_layer(self, x, None, None, None)
         chain = self._chain
         if chain is not None and ctx is None and type(x) is np.ndarray:
             start = WEIGHTS.count   # WEIGHTS.read, inlined for the quickest call (as predict)

@@ -56,6 +56,31 @@ def check_float(value: Any, arg: str, where: str, *, lo: float | None = None, hi
     return v
 
 
+def _triples(pairs: Iterable[Any], where: str) -> list[Any]:
+    """``(layer, name, gradient)`` triples from triples or Keras' ``(gradient, (layer, name))``
+    pairs (None gradients dropped; InvalidInputError when every gradient is None)."""
+    out: list[Any] = []
+    skipped = []
+    for item in pairs:
+        if isinstance(item, tuple) and len(item) == 2:
+            grad, ref = item
+            if not (isinstance(ref, tuple) and len(ref) == 2 and isinstance(ref[0], Layer)
+                    and isinstance(ref[1], str)):
+                raise InvalidInputError(
+                    f"{where}: a (gradient, weight) pair names the weight as (layer, weight name), as "
+                    f"model.trainable_weights() lists them; got a {type(ref).__name__}")
+            if grad is None:
+                skipped.append(f"{ref[0].name}.{ref[1]}")
+                continue
+            out.append((ref[0], ref[1], grad))
+        else:
+            out.append(item)
+    if skipped and not out:
+        raise InvalidInputError(f"{where}: no gradient for any weight (every gradient is None: "
+                                f"{', '.join(skipped)}); expected at least one array")
+    return out
+
+
 #: the frameworks whose update formulas an optimizer can follow (its ``formula=`` argument)
 FORMULAS = ("keras", "torch")
 
@@ -191,14 +216,17 @@ class Optimizer:
             return [np.clip(g, -c, c) for g in grads]
         return grads
 
-    def apply_gradients(self, pairs: Iterable[GradPair]) -> list[np.ndarray]:
-        """One step over ``pairs`` = [(layer, weight_name, gradient), ...] (see the module doc).
+    def apply_gradients(self, pairs: Iterable[Any]) -> list[np.ndarray]:
+        """One step over ``pairs`` = [(layer, weight_name, gradient), ...] (see the module doc),
+        or Keras' spelling ``zip(grads, weights)``: ``(gradient, (layer, weight_name))`` pairs,
+        as ``tape.gradient(loss, model.trainable_weights())`` and the weight list make them; a
+        None gradient there (a weight the loss did not reach) is skipped, as Keras skips it.
         Returns the new values of the weights (the arrays the rule made), in pair order.
 
         Every pair is checked before anything changes: a bad pair raises InvalidInputError and
         leaves every weight, slot and ``iterations`` as they were.
         """
-        return self._step(self._check_pairs(pairs))
+        return self._step(self._check_pairs(_triples(pairs, f"{type(self).__name__}.apply_gradients")))
 
     def _apply_known(self, pairs: list[GradPair]) -> list[np.ndarray]:
         """:meth:`apply_gradients` for pairs whose layer, weight name and uniqueness the caller

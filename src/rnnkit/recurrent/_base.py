@@ -283,7 +283,7 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
             self._carried_state(B) if self.stateful and api == "layer" else None)
         idx, m_tm = (None, None) if mask is None else self._order(mask, B, T)
         drop = None
-        if ctx.training_mode and self.dropout > 0.0:   # one input mask per sequence, every step
+        if ctx.drops and self.dropout > 0.0:   # one input mask per sequence, every step
             drop = (ctx.rng.random((B, 1, arr.shape[2])) >= self.dropout).astype(self.dtype)
             drop /= self.dtype.type(1.0 - self.dropout)
             arr = arr * drop
@@ -301,7 +301,7 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
             x_tm, m_tm = np.ascontiguousarray(x_tm[:, order]), np.ascontiguousarray(m_tm[:, order])
             parts = None if parts is None else tuple(p[order] for p in parts)
         rdrop = None
-        if ctx.training_mode and self.recurrent_dropout > 0.0:
+        if ctx.drops and self.recurrent_dropout > 0.0:
             S = self.cell.state_sizes()[0]
             rdrop = (ctx.rng.random((B, S)) >= self.recurrent_dropout).astype(self.dtype)
             rdrop /= self.dtype.type(1.0 - self.recurrent_dropout)

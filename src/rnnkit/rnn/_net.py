@@ -295,7 +295,7 @@ class RNNNet(Layer):
                     lst.append(f)
             inp = np.concatenate(outs, axis=-1) if D == 2 else outs[0]
             drop = None
-            if ctx.training_mode and self.config.train and p > 0.0 and k < L - 1:
+            if ctx.drops and self.config.train and p > 0.0 and k < L - 1:
                 drop = (ctx.rng.random(inp.shape) >= p).astype(self.dtype) / (1.0 - p)
                 inp = inp * drop
             drops.append(drop)
