@@ -215,15 +215,16 @@ class Layer(GraphCalls, metaclass=_LayerType):
         for a in [*(x if isinstance(x, (list, tuple)) else [x]), *states]:
             if getattr(type(a), "_symbolic", False):
                 if ctx is not None or mask is not None or training is not None:
-                    raise InvalidParameterError(f"{self.name}: a call on graph nodes takes no ctx, mask or training "
-                                    f"(the model's fit / predict give them)")
+                    raise InvalidParameterError(
+                        f"{self.name}: a call on graph nodes takes no ctx, mask or training (the "
+                        f"model's fit / predict give them)")
                 return type(a)._call_layer(self, x, initial_state)
         if initial_state is not None and isinstance(x, (list, tuple)):
             raise InvalidInputError(f"{self.name}: initial_state= came with a list input; pass x "
                                     f"alone, or [x, *initial_state] without initial_state=")
         if ctx is not None and (mask is not None or training is not None):
-            raise InvalidParameterError(f"{self.name}: give ctx, or mask= / training=, not both (the ctx holds "
-                            f"its mask and mode)")
+            raise InvalidParameterError(f"{self.name}: give ctx, or mask= / training=, not both (the "
+                                        f"ctx holds its mask and mode)")
         if not self.built and not isinstance(x, (list, tuple)):
             if not np.shape(x):
                 raise InvalidInputError(f"{self.name}: expected an array input, got a scalar")

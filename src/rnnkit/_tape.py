@@ -145,8 +145,8 @@ class GradientTape:
 
     def __init__(self, persistent: bool = False, watch_accessed_variables: bool = True) -> None:
         if not isinstance(persistent, bool) or not isinstance(watch_accessed_variables, bool):
-            raise InvalidParameterError(f"GradientTape: persistent and watch_accessed_variables must be bools, got "
-                            f"{persistent!r}, {watch_accessed_variables!r}")
+            raise InvalidParameterError(f"GradientTape: persistent and watch_accessed_variables must be "
+                                        f"bools, got {persistent!r}, {watch_accessed_variables!r}")
         self.persistent = persistent
         self.watch_accessed_variables = watch_accessed_variables
         self._entries: list[_Entry] = []
