@@ -208,7 +208,7 @@ def test_refusals_are_typed_and_say_what_was_wrong() -> None:
         rk.Input((0, 3))
     with pytest.raises(rk.InvalidParameterError, match="dtype must be one of"):
         rk.Input((3,), dtype="float16")
-    with pytest.raises(TypeError, match="takes no ctx"):
+    with pytest.raises(rk.InvalidParameterError, match="takes no ctx"):
         rk.Dense(1)(a, rk.Ctx.inference())
     with pytest.raises(TypeError, match="cannot be subclassed"):
         type("Sub", (rk.Model,), {})(a, seq)
