@@ -21,7 +21,7 @@ import pytest
 
 import rnnkit as rk
 import torch_layout
-from harness import numeric_grad, rel_err
+from harness import check_layer, numeric_grad, rel_err
 from rnnkit import rnn
 
 TOL = {"float64": 1e-9, "float32": 1e-5}
@@ -368,3 +368,12 @@ def test_a_gradient_of_another_shape_is_refused_not_broadcast() -> None:
     with pytest.raises(rk.InvalidInputError, match=r"A\.bias.*\(1, 3\).*\(3,\)"):
         ctx.add_grad(a, "bias", np.ones(3))
     np.testing.assert_array_equal(ctx.grad(a, "bias"), np.zeros((1, 3)))
+
+
+@pytest.mark.parametrize("mode", ["lstm", "rnn", "gru"])
+def test_the_layer_harness_passes_on_a_two_layer_bidirectional_rnn_net(mode: str) -> None:
+    """The whole layer contract (its step 5 sums two passes on two inputs in one Ctx), which the
+    rnn nets' doubled bias gradient failed."""
+    cfg = rnn.RNNConfig(num_layers=2, bidirectional=True)
+    check_layer(lambda dtype: getattr(rnn, mode)(3, 2, cfg, seed=1, dtype=dtype),
+                lambda rng: rng.standard_normal((2, 4, 3)))
