@@ -377,3 +377,27 @@ def test_the_layer_harness_passes_on_a_two_layer_bidirectional_rnn_net(mode: str
     cfg = rnn.RNNConfig(num_layers=2, bidirectional=True)
     check_layer(lambda dtype: getattr(rnn, mode)(3, 2, cfg, seed=1, dtype=dtype),
                 lambda rng: rng.standard_normal((2, 4, 3)))
+
+
+def test_a_gradient_written_into_the_stores_own_array_is_kept_then_summed() -> None:
+    """``add_grad_from``: the first gradient is the zeroed array the Ctx made and handed to
+    ``write`` (kept, not copied); a later one is written into another zeroed array and added."""
+    a = _Named("A")
+    ctx = rk.Ctx.training()
+    seen: list[np.ndarray] = []
+
+    def write(rows: list[int]) -> Any:
+        def w(out: np.ndarray) -> None:
+            assert not out.any()
+            seen.append(out)
+            out[rows] += 1.0
+        return w
+
+    ctx.add_grad_from(a, "embeddings", (4, 2), np.float32, write([0, 2]))
+    assert ctx.grad(a, "embeddings") is seen[0] and seen[0].dtype == np.float32
+    ctx.add_grad_from(a, "embeddings", (4, 2), np.float32, write([2, 3]))
+    np.testing.assert_array_equal(ctx.grad(a, "embeddings"), [[1, 1], [0, 0], [2, 2], [1, 1]])
+    assert ctx.grad(a, "embeddings") is seen[0]
+    np.testing.assert_array_equal(seen[1], [[0, 0], [0, 0], [1, 1], [1, 1]])  # only read
+    with pytest.raises(rk.InvalidInputError, match=r"A\.embeddings.*\(4, 2\).*\(3, 2\)"):
+        ctx.add_grad_from(a, "embeddings", (3, 2), np.float32, write([0]))

@@ -9,7 +9,8 @@ recent one (last in, first out), which is the order a graph model's reverse walk
 
 Gradient storage (:class:`GradStore`): every stored gradient is an array the store allocated
 itself and hands to nobody to write: the first gradient of a weight is COPIED into a fresh
-C-contiguous array, and every later one is added into that array. So a gradient is never a
+C-contiguous array (or written by the caller into a zeroed array the store made and keeps,
+:meth:`Ctx.add_grad_from`), and every later one is added into that array. So a gradient is never a
 view of another weight's gradient (two PyTorch biases that receive one rnnkit bias row's
 gradient), of a weight, or of a buffer that a later pass, a collective or an optimizer
 overwrites, whatever the caller hands in, and summing passes in one ``Ctx`` is always right.
@@ -17,7 +18,7 @@ overwrites, whatever the caller hands in, and summing passes in one ``Ctx`` is a
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -102,6 +103,20 @@ class GradStore(MutableMapping[GradKey, np.ndarray]):
             self._arrays[key] = _owned(value)
         else:
             _add_into(have, value, key)
+
+    def add_from(self, key: GradKey, shape: tuple[int, ...], dtype: Any,
+                 write: Callable[[np.ndarray], None]) -> None:
+        """Sum into ``key``'s gradient what ``write(out)`` adds into ``out``, a zeroed array of
+        ``shape`` and ``dtype`` that the store allocates (and keeps, for the first gradient of
+        the key: no copy) -- ``write`` must not keep ``out``. The same sums as :meth:`add` of
+        that array."""
+        have = self._arrays.get(key)
+        out = np.zeros(shape, dtype)
+        write(out)
+        if have is None:
+            self._arrays[key] = out
+        else:
+            _add_into(have, out, key)
 
     def move(self, key: GradKey, to: GradKey) -> bool:
         """Remove ``key``'s gradient and sum it into ``to``'s (taking the array over when ``to``
@@ -246,6 +261,14 @@ class Ctx:
         Ctx owns, later ones are added into it (:class:`GradStore`), so the caller may hand over
         a view, a weight or a scratch buffer and reuse it afterwards."""
         self.grads.add((layer, name), value)
+
+    def add_grad_from(self, layer: Layer, name: str, shape: tuple[int, ...], dtype: Any,
+                      write: Callable[[np.ndarray], None]) -> None:
+        """Add into the gradient of ``layer``'s weight ``name`` what ``write(out)`` adds into
+        ``out``, a zeroed array of ``shape`` and ``dtype`` the Ctx allocates and owns (so a
+        gradient built by scattering, such as an Embedding's, is not copied); ``write`` must
+        not keep ``out``."""
+        self.grads.add_from((layer, name), shape, dtype, write)
 
     def move_grad(self, layer: Layer, name: str, to: Layer, to_name: str) -> bool:
         """Re-key the gradient of ``layer.name`` as ``to.to_name`` (summed into one already
