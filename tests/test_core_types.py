@@ -70,10 +70,11 @@ def test_ctx_grad_store_sums_and_names_what_it_holds() -> None:
     ctx = rk.Ctx.training()
     g = np.array([1.0, 2.0])
     ctx.add_grad(a, "kernel", g)
-    assert ctx.grad(a, "kernel") is g  # handed over, not copied: the caller leaves it alone
+    assert not np.shares_memory(ctx.grad(a, "kernel"), g)  # copied: the Ctx owns what it sums into
     ctx.add_grad(a, "kernel", np.array([0.5, 0.5]))
     ctx.add_grad(b, "kernel", np.array([3.0]))
     np.testing.assert_array_equal(ctx.grad(a, "kernel"), [1.5, 2.5])
+    np.testing.assert_array_equal(g, [1.0, 2.0])  # the caller's array is only read
     frozen = np.array([1.0])
     frozen.flags.writeable = False
     ctx.add_grad(b, "bias", frozen)

@@ -373,3 +373,32 @@ except TypeError as e:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["True", "rnnkit.distributed.MPI: comm must be an mpi4py "
                                         "intra-communicator (e.g. MPI.COMM_WORLD), got int"]
+
+
+@needs_mpi
+def test_the_gradients_a_distributed_step_hands_the_optimizer_are_never_overwritten(tmp_path: Path) -> None:
+    """An optimizer that keeps the gradients it was given (one keeping the previous step's, as
+    Rprop does) finds them as they were: each step's summed gradients live in buffers of their
+    own, not in ones the next step's allreduce writes again."""
+    code = """
+import numpy as np, rnnkit as rk, mpi_worker as w
+
+class Keeper(rk.SGD):
+    kept = []
+    def apply_gradients(self, pairs):
+        pairs = list(pairs)
+        self.kept.append([(g, np.array(g)) for _, _, g in pairs])
+        return super().apply_gradients(pairs)
+
+model = w.build("float64", "sgd")
+model.compile(Keeper(0.1), "mse")
+x, y = w.data("float64")
+model.fit(x, y, 1, batch_size=4, shuffle=False, distributed=rk.distributed.MPI())
+print(len(Keeper.kept) > 1, all(np.array_equal(g, at) for step in Keeper.kept for g, at in step))
+"""
+    e = env()
+    e["PYTHONPATH"] = os.pathsep.join([str(TESTS), e["PYTHONPATH"]])
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=120,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "True"]

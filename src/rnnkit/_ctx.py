@@ -6,10 +6,19 @@ places of a graph model records two caches and receives the summed gradient.
 
 Cache discipline: ``forward`` pushes one cache per call of a layer, ``backward`` pops the most
 recent one (last in, first out), which is the order a graph model's reverse walk visits them.
+
+Gradient storage (:class:`GradStore`): every stored gradient is an array the store allocated
+itself and hands to nobody to write: the first gradient of a weight is COPIED into a fresh
+C-contiguous array (or written by the caller into a zeroed array the store made and keeps,
+:meth:`Ctx.add_grad_from`), and every later one is added into that array. So a gradient is never a
+view of another weight's gradient (two PyTorch biases that receive one rnnkit bias row's
+gradient), of a weight, or of a buffer that a later pass, a collective or an optimizer
+overwrites, whatever the caller hands in, and summing passes in one ``Ctx`` is always right.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -29,11 +38,109 @@ class Layer(Protocol):
     def name(self) -> str: ...
 
 
+GradKey = tuple[Layer, str]
+
+
+def _owned(value: Any) -> np.ndarray:
+    """A fresh writable C-contiguous copy of ``value`` in its own dtype (memory nobody else
+    holds)."""
+    return np.array(value, copy=True, order="C", subok=False)
+
+
+def _add_into(have: np.ndarray, value: Any, key: GradKey) -> None:
+    """``have += value`` for two gradients of one weight; InvalidInputError when their shapes
+    differ (nothing is broadcast)."""
+    v = np.asarray(value)
+    if v.shape != have.shape:
+        raise InvalidInputError(
+            f"gradient of {key[0].name}.{key[1]}: expected the shape of the gradient already "
+            f"summed, {have.shape}, got {v.shape}")
+    np.add(have, v, out=have, casting="same_kind")
+
+
+class GradStore(MutableMapping[GradKey, np.ndarray]):
+    """``(layer, weight_name)`` -> the summed gradient, each in storage of its own.
+
+    Writing a key (``store[key] = g``, :meth:`add`) copies ``g`` into a fresh array the store
+    owns; :meth:`add` adds into that array afterwards (in place: a reader holding the array sees
+    the sum). Reading hands out the stored array itself, no copy (the optimizer reads it as it
+    is); writing it in place and assigning it back (``store[key] *= s``) keeps it, as the same
+    array. :meth:`move` re-keys a stored array without copying it (it never leaves the store).
+    """
+
+    __slots__ = ("_arrays",)
+
+    def __init__(self) -> None:
+        self._arrays: dict[GradKey, np.ndarray] = {}
+
+    def __getitem__(self, key: GradKey) -> np.ndarray:
+        return self._arrays[key]
+
+    def __setitem__(self, key: GradKey, value: Any) -> None:
+        if value is not self._arrays.get(key):   # (the stored array itself, updated in place)
+            self._arrays[key] = _owned(value)
+
+    def __delitem__(self, key: GradKey) -> None:
+        del self._arrays[key]
+
+    def __iter__(self) -> Iterator[GradKey]:
+        return iter(self._arrays)
+
+    def __len__(self) -> int:
+        return len(self._arrays)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._arrays
+
+    def clear(self) -> None:
+        self._arrays.clear()
+
+    def add(self, key: GradKey, value: Any) -> None:
+        """Sum ``value`` into ``key``'s gradient: the first value is copied into a fresh array,
+        later ones are added into it. ``value`` is only read (the caller may reuse it)."""
+        have = self._arrays.get(key)
+        if have is None:
+            self._arrays[key] = _owned(value)
+        else:
+            _add_into(have, value, key)
+
+    def add_from(self, key: GradKey, shape: tuple[int, ...], dtype: Any,
+                 write: Callable[[np.ndarray], None]) -> None:
+        """Sum into ``key``'s gradient what ``write(out)`` adds into ``out``, a zeroed array of
+        ``shape`` and ``dtype`` that the store allocates (and keeps, for the first gradient of
+        the key: no copy) -- ``write`` must not keep ``out``. The same sums as :meth:`add` of
+        that array."""
+        have = self._arrays.get(key)
+        out = np.zeros(shape, dtype)
+        write(out)
+        if have is None:
+            self._arrays[key] = out
+        else:
+            _add_into(have, out, key)
+
+    def move(self, key: GradKey, to: GradKey) -> bool:
+        """Remove ``key``'s gradient and sum it into ``to``'s (taking the array over when ``to``
+        has none yet); False, and nothing changes, when ``key`` has no gradient."""
+        arr = self._arrays.pop(key, None)
+        if arr is None:
+            return False
+        have = self._arrays.get(to)
+        if have is None:
+            self._arrays[to] = arr
+        else:
+            _add_into(have, arr, to)
+        return True
+
+    def __repr__(self) -> str:
+        return f"GradStore({', '.join(f'{lay.name}.{n}' for lay, n in self._arrays)})"
+
+
 class Ctx:
     """The state of one forward (and backward) pass.
 
     Create with :meth:`training` (records caches, enables dropout) or :meth:`inference`
-    (records nothing). ``grads`` maps ``(layer, weight_name)`` to the summed gradient.
+    (records nothing). ``grads`` (a :class:`GradStore`) maps ``(layer, weight_name)`` to the
+    summed gradient, each in storage of its own.
     """
 
     __slots__ = ("training_mode", "grads", "penalties", "_caches", "_seed", "_rng", "_mask", "_no_input_grad")
@@ -46,7 +153,7 @@ class Ctx:
             training = bool(training)
         self._mask: Mask | None = None
         self.training_mode: bool = training
-        self.grads: dict[tuple[Layer, str], np.ndarray] = {}
+        self.grads: GradStore = GradStore()
         self._caches: dict[int, list[tuple[Layer, Any]]] = {}
         #: the activity-regularizer penalties of the passes run in this context, in order
         self.penalties: list[float] = []
@@ -155,19 +262,26 @@ class Ctx:
         return id(layer) not in self._no_input_grad
 
     def add_grad(self, layer: Layer, name: str, value: np.ndarray) -> None:
-        """Add ``value`` into the gradient store at ``(layer, name)`` (sums repeated calls).
+        """Add ``value`` into the gradient of ``layer``'s weight ``name`` (sums repeated calls).
 
-        The store keeps the array it is handed, uncopied: the caller hands it over and must not
-        change or reuse it afterwards, since a later ``add_grad`` for the same weight adds into
-        it in place (a read-only array is never written; the sum is then a new array)."""
-        key = (layer, name)
-        have = self.grads.get(key)
-        if have is None:
-            self.grads[key] = np.asarray(value)
-        elif have.flags.writeable:
-            have += value
-        else:
-            self.grads[key] = have + value
+        ``value`` is only read: the first gradient of a weight is copied into an array the
+        Ctx owns, later ones are added into it (:class:`GradStore`), so the caller may hand over
+        a view, a weight or a scratch buffer and reuse it afterwards."""
+        self.grads.add((layer, name), value)
+
+    def add_grad_from(self, layer: Layer, name: str, shape: tuple[int, ...], dtype: Any,
+                      write: Callable[[np.ndarray], None]) -> None:
+        """Add into the gradient of ``layer``'s weight ``name`` what ``write(out)`` adds into
+        ``out``, a zeroed array of ``shape`` and ``dtype`` the Ctx allocates and owns (so a
+        gradient built by scattering, such as an Embedding's, is not copied); ``write`` must
+        not keep ``out``."""
+        self.grads.add_from((layer, name), shape, dtype, write)
+
+    def move_grad(self, layer: Layer, name: str, to: Layer, to_name: str) -> bool:
+        """Re-key the gradient of ``layer.name`` as ``to.to_name`` (summed into one already
+        there), without a copy; False when ``layer.name`` has none (a wrapper collecting its
+        parts' gradients under its own names)."""
+        return self.grads.move((layer, name), (to, to_name))
 
     def grad(self, layer: Layer, name: str) -> np.ndarray:
         """The summed gradient of ``layer``'s weight ``name``; UnknownWeightError (a KeyError)

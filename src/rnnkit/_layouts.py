@@ -157,8 +157,9 @@ def to_torch(cell: Any, w: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def grads_to_torch(cell: Any, g: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The gradients of PyTorch's parameters from those of the rnnkit weights (a summed bias
-    passes its gradient to both PyTorch biases)."""
-    return _to_torch_layout(cell, g, "grads_to_torch", lambda row: row)
+    passes its gradient to both PyTorch biases: ``bias_hh`` is then a copy of the row, so no two
+    results share memory; a result may be a view of an array of ``g``)."""
+    return _to_torch_layout(cell, g, "grads_to_torch", np.copy)
 
 
 def torch_shapes(cell: Any, in_dim: int | str) -> dict[str, tuple[Any, ...]]:

@@ -22,7 +22,9 @@ For anyone writing a layer or a :class:`~rnnkit.Cell` (no private module needed)
    one array is ``max|analytic - numeric| / max(max|numeric|, max|analytic|, 1e-30)`` and must
    be ``<= rtol``.
 4. **unchanged** — every weight is bit-identical (same bytes) before and after forward+backward.
-5. **sums** — two forward passes and two backward passes in one Ctx store twice the gradient.
+5. **sums** — two forward passes on two different inputs (``make_input`` of another seed) and
+   their two backward passes, with two different upstream gradients, in one Ctx store the sum
+   of the two passes' gradients (each computed in a Ctx of its own) to 1e-12 relative.
 6. **no forward** — ``backward`` on a fresh training Ctx, and after an inference pass, raises
    ``ForwardPassNotRunError`` whose ``.layer`` is the layer's name.
 7. **fast vs reference** — the output, input gradient and weight gradients of the default
@@ -292,15 +294,18 @@ def _check_pass(layer: Any, x: np.ndarray, y_inf: np.ndarray, G: np.ndarray, inp
 
 
 def _check_sums_and_no_forward(layer: Any, x: np.ndarray, G: np.ndarray,
-                               grads: dict[str, np.ndarray]) -> None:
-    """Steps 5 and 6."""
+                               grads: dict[str, np.ndarray], x2: np.ndarray, seed: int) -> None:
+    """Steps 5 and 6 (``x2``: a second input of ``x``'s shape and dtype)."""
+    G2 = np.random.default_rng(seed + 104729).standard_normal(layer.predict(x2).shape)
+    _, _, grads2 = analytic_grads(layer, x2, G2)
     ctx = Ctx.training()
     layer.forward(x, ctx)
-    layer.forward(x, ctx)
-    layer.backward(G, ctx)
+    layer.forward(x2, ctx)
+    layer.backward(G2, ctx)
     layer.backward(G, ctx)
     for n, g in grads.items():
-        np.testing.assert_allclose(ctx.grad(layer, n), 2 * g, rtol=1e-12, atol=1e-300)
+        np.testing.assert_allclose(ctx.grad(layer, n), g + grads2[n], rtol=1e-12, atol=1e-300,
+                                   err_msg=f"{_who(layer)}: grad {n} summed over two passes")
     for c in (Ctx.training(), Ctx.inference()):
         if not c.is_training:
             layer.forward(x, c)
@@ -338,13 +343,13 @@ def check_layer(
     before = snapshot(layer)
     errs = assert_gradcheck(layer, x, rtol=rtol, G=G, eps=eps, input_grad=input_grad)   # 3.
     assert_unchanged(layer, before, "the gradcheck")
-    _check_sums_and_no_forward(layer, x, G, grads)                         # 5., 6.
+    xs = [x] + [np.asarray(make_input(np.random.default_rng(seed + k)), x.dtype)
+                for k in range(1, max(threads, 2))]
+    _check_sums_and_no_forward(layer, x, G, grads, xs[1], seed)            # 5., 6.
     if fast_vs_reference:                                                  # 7.
         assert_fast_matches_reference(layer, x, G)
     if threads > 1:                                                        # 8.
-        xs = [x] + [np.asarray(make_input(np.random.default_rng(seed + k)), x.dtype)
-                    for k in range(1, threads)]
-        assert_thread_safe(layer, xs, seed)
+        assert_thread_safe(layer, xs[:threads], seed)
     f32_err = 0.0
     if check_float32:                                                      # 9.
         l32 = make_layer("float32")

@@ -5,6 +5,9 @@
 contiguous buffer. A step's gradients are written into those buffers (scaled by the rank's share
 of the global batch), summed over the ranks by ONE ``Allreduce`` per buffer, and read back as
 views. Because every rank sums the same numbers in the same order, every rank gets the same bits.
+Each step writes into buffers of its own (made by :meth:`FlatLayout.load_grads`), so the
+gradients a step hands to the optimizer are never overwritten by a later step, whatever the
+optimizer keeps.
 """
 
 from __future__ import annotations
@@ -24,24 +27,32 @@ from rnnkit.models._checks import Trainable as Model
 class FlatLayout:
     """Where each trainable weight of ``model`` lives in the flat buffers (see the module doc).
 
-    ``buffers`` (one per dtype) hold gradients during a step; ``views[i]`` is weight ``i``'s
-    slot, shaped like the weight."""
+    ``buffers`` (one per dtype, new for every step) hold gradients during a step; ``views[i]``
+    is weight ``i``'s slot, shaped like the weight."""
 
     def __init__(self, model: Model) -> None:
         named = model.named_weights()
         self.names: list[str] = list(named)
         self.pairs: list[tuple[Layer, str]] = list(named.values())
         weights = [layer.weight(n) for layer, n in self.pairs]
-        dtypes = sorted({w.dtype for w in weights}, key=lambda d: d.itemsize)
-        sizes = {d: sum(w.size for w in weights if w.dtype == d) for d in dtypes}
-        self.buffers: list[np.ndarray] = [np.zeros(sizes[d], dtype=d) for d in dtypes]
+        self._dtypes: list[np.dtype[Any]] = sorted({w.dtype for w in weights}, key=lambda d: d.itemsize)
+        self._shapes: list[tuple[np.dtype[Any], tuple[int, ...]]] = [(w.dtype, w.shape) for w in weights]
+        self.buffers: list[np.ndarray] = []
         self.views: list[np.ndarray] = []
+        self._new_buffers()
+
+    def _new_buffers(self) -> None:
+        """Fresh zeroed :attr:`buffers` and their :attr:`views` (the arrays handed out before
+        keep their values)."""
+        dtypes = self._dtypes
+        sizes = {d: sum(int(np.prod(s)) for dt, s in self._shapes if dt == d) for d in dtypes}
+        self.buffers = [np.zeros(sizes[d], dtype=d) for d in dtypes]
+        self.views = []
         offsets = dict.fromkeys(dtypes, 0)
-        for w in weights:
-            k = dtypes.index(w.dtype)
-            a = offsets[w.dtype]
-            self.views.append(self.buffers[k][a:a + w.size].reshape(w.shape))
-            offsets[w.dtype] = a + w.size
+        for dt, shape in self._shapes:
+            a, n = offsets[dt], int(np.prod(shape))
+            self.views.append(self.buffers[dtypes.index(dt)][a:a + n].reshape(shape))
+            offsets[dt] = a + n
 
     @property
     def nbytes(self) -> int:
@@ -54,9 +65,11 @@ class FlatLayout:
 
     # -- gradients ---------------------------------------------------------------------------
     def load_grads(self, ctx: Ctx | None, scale: float) -> list[float]:
-        """Write ``scale * grad`` of every weight into its slot (zeros for a weight without a
-        gradient, or every weight when ``ctx`` is None); returns 1.0/0.0 per weight: whether
-        this rank had a gradient for it."""
+        """Write ``scale * grad`` of every weight into its slot of fresh buffers (zeros for a
+        weight without a gradient, or every weight when ``ctx`` is None); returns 1.0/0.0 per
+        weight: whether this rank had a gradient for it. The previous step's buffers, and the
+        gradients :meth:`grad_pairs` handed out of them, are left as they are."""
+        self._new_buffers()
         present: list[float] = []
         for (layer, n), view in zip(self.pairs, self.views, strict=True):
             g = None if ctx is None else ctx.grads.get((layer, n))
@@ -81,7 +94,9 @@ class FlatLayout:
 
     # -- weights -----------------------------------------------------------------------------
     def bcast_weights(self, dist: Comm) -> None:
-        """Every rank takes rank 0's weights (through the gradient buffers, then cleared)."""
+        """Every rank takes rank 0's weights (through fresh buffers: the gradients handed out
+        of the earlier ones keep their values)."""
+        self._new_buffers()
         for (layer, n), view in zip(self.pairs, self.views, strict=True):
             view[...] = layer.weight(n)
         for b in self.buffers:
@@ -90,8 +105,6 @@ class FlatLayout:
             with WEIGHTS:   # one write: a reader in another thread sees all of it or none
                 for (layer, n), view in zip(self.pairs, self.views, strict=True):
                     layer.set_weight(n, view)
-        for b in self.buffers:
-            b[...] = 0
 
     def weights_crc(self) -> int:
         """CRC-32 of every weight's bytes, in layout order (equal iff the bits are, almost

@@ -275,9 +275,7 @@ class Bidirectional(Layer):
         out_f = self.forward_layer.backward([gf, *g_sf] if self.return_state else gf, ctx)
         for role, sub in self._parts:   # the layers' gradients, under this layer's names
             for n in sub.trainable_names:
-                g_sub = ctx.grads.pop((sub, n), None)
-                if g_sub is not None:
-                    ctx.add_grad(self, f"{role}.{n}", g_sub)
+                ctx.move_grad(sub, n, self, f"{role}.{n}")
         if given:
             return [out_f[0] + out_b[0], *out_f[1:], *out_b[1:]]
         return out_f + out_b

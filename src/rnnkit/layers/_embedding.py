@@ -22,25 +22,31 @@ MAX_ROUNDS = 32
 def scatter_rows(idx: np.ndarray, rows: np.ndarray, n: int, dtype: np.dtype) -> np.ndarray:
     """The (n, D) table whose row ``i`` is the sum of the ``rows`` (M, D) whose ``idx`` (M,) is
     ``i``, added from zero in increasing position order (the sums ``np.add.at`` makes, bit for
-    bit), zeros elsewhere. In rounds: round ``k`` adds, with one fancy-indexed ``+=``, the
-    ``k``-th selection of every row selected more than ``k`` times, so the work is a few numpy
-    calls per round instead of one step per position; a row selected more than
-    :data:`MAX_ROUNDS` times sends the whole sum to ``np.add.at``."""
+    bit), zeros elsewhere (:func:`scatter_rows_into` a zeroed table)."""
     table = np.zeros((n, rows.shape[1]), dtype)
+    scatter_rows_into(table, idx, rows)
+    return table
+
+
+def scatter_rows_into(table: np.ndarray, idx: np.ndarray, rows: np.ndarray) -> None:
+    """Add each of the ``rows`` (M, D) into row ``idx`` (M,) of ``table`` (n, D), in increasing
+    position order per row (the sums ``np.add.at`` makes, bit for bit). In rounds: round ``k``
+    adds, with one fancy-indexed ``+=``, the ``k``-th selection of every row selected more than
+    ``k`` times, so the work is a few numpy calls per round instead of one step per position; a
+    row selected more than :data:`MAX_ROUNDS` times sends the whole sum to ``np.add.at``."""
     if idx.size == 0:
-        return table
+        return
     order = np.argsort(idx, kind="stable")
     sidx = idx[order]
     starts = np.flatnonzero(np.r_[True, sidx[1:] != sidx[:-1]])
     counts = np.diff(np.r_[starts, sidx.size])
     if counts.max() > MAX_ROUNDS:
         np.add.at(table, idx, rows)
-        return table
+        return
     rank = np.arange(sidx.size) - np.repeat(starts, counts)
     for k in range(int(counts.max())):
         sel = order[rank == k]
         table[idx[sel]] += rows[sel]
-    return table
 
 
 class Embedding(Layer):
@@ -62,7 +68,7 @@ class Embedding(Layer):
     Weight: ``embeddings`` (input_dim, output_dim), U(-0.05, 0.05) (Keras' default, not Glorot).
     ``param_count = input_dim * output_dim``.
 
-    Backward scatter-adds the upstream gradient into the selected rows (:func:`scatter_rows`:
+    Backward scatter-adds the upstream gradient into the selected rows (:func:`scatter_rows_into`:
     ``np.add.at``'s sums, in position order): a row selected twice gets the sum, a row never
     selected gets exactly 0. The table gradient is
     dense. The input gradient is zeros (indices are not differentiable).
@@ -166,8 +172,11 @@ class Embedding(Layer):
         idx = ctx.peek(self)
         g = self._as_grad(grad, (*idx.shape, self.output_dim))
         ctx.load(self)  # consumed only once the gradient fits
-        ctx.add_grad(self, "embeddings", scatter_rows(idx.reshape(-1), g.reshape(-1, self.output_dim),
-                                                      self.input_dim, self.dtype))
+        flat_idx, rows = idx.reshape(-1), g.reshape(-1, self.output_dim)
+        # written straight into a zeroed table the Ctx makes: the rows not selected stay
+        # untouched pages, and nothing is copied (a big vocabulary's table costs a copy otherwise)
+        ctx.add_grad_from(self, "embeddings", (self.input_dim, self.output_dim), self.dtype,
+                          lambda table: scatter_rows_into(table, flat_idx, rows))
         return np.zeros(idx.shape, self.dtype)
 
     def get_config(self) -> dict[str, Any]:
