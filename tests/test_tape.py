@@ -179,3 +179,16 @@ def test_apply_gradients_takes_keras_pairs_and_steps_like_triples() -> None:
         opt_a.apply_gradients([(None, (a, "kernel"))])
     with pytest.raises(rk.InvalidInputError, match=r"names the weight as \(layer, weight name\)"):
         opt_a.apply_gradients([(ga[0], a.weight("kernel"))])
+
+
+def test_every_gradient_returned_is_storage_of_its_own() -> None:
+    a = np.array([1.0, 2.0])
+    b = np.array([3.0, 4.0])
+    with rk.GradientTape() as tape:
+        tape.watch(a)
+        tape.watch(b)
+        y = rk.ops.sum(rk.ops.add(a, b))
+    ga, gb = tape.gradient(y, [a, b])
+    assert not np.shares_memory(ga, gb)
+    ga *= 10.0                       # a caller clipping one gradient in place leaves the other
+    np.testing.assert_array_equal(gb, [1.0, 1.0])

@@ -325,8 +325,9 @@ class GradientTape:
                             f"pair or a nesting of them, got {type(s).__name__}")
         if got is None:
             return np.zeros(like.shape, like.dtype) if zero and like.dtype.kind == "f" else None
-        got = np.asarray(got)
-        return got if got.dtype == like.dtype else got.astype(like.dtype)
+        # a gradient of its own: during the walk one array may stand for several gradients
+        # (the two operands of an add share their output's), and a caller may change it in place
+        return np.array(got, dtype=like.dtype, copy=True)
 
 
 def _acc(store: dict[Any, Any], key: Any, g: Any) -> None:
