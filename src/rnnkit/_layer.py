@@ -35,6 +35,7 @@ from rnnkit._validate import check_ctx as check_ctx
 from rnnkit._validate import check_finite_weight as check_finite_weight
 from rnnkit._validate import check_positive_int as check_positive_int
 from rnnkit._validate import check_real as check_real
+from rnnkit._validate import keras_weight_list as keras_weight_list
 from rnnkit._validate import resolve_dtype as resolve_dtype
 from rnnkit._weight_decl import WeightDecl, keywords_of, weight_of
 from rnnkit.constraints import Constraint
@@ -294,6 +295,13 @@ class Layer(GraphCalls, metaclass=_LayerType):
     @property
     def weight_names(self) -> list[str]:
         return list(self._weights)
+
+    def from_keras_weight(self, name: str, value: Any) -> Any:
+        """``value`` as this layer stores its weight ``name`` where ``value`` is Keras' spelling
+        of that weight and Keras spells it another way (a recurrent layer's one-row bias:
+        Keras' ``(G*H,)`` for the ``(1, G*H)`` kept here); anything else is returned as given,
+        for the shape checks that follow to refuse a misfit. Default: as given."""
+        return value
 
     @property
     def trainable_names(self) -> list[str]:

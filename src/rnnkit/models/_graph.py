@@ -144,6 +144,9 @@ class GraphModel(Model):
         self.outputs = outputs
         self.n_inputs = len(inputs)
         self.n_outputs = len(outputs)
+        #: Keras' order of ``model.layers`` (an input node stands for its InputLayer); fixed,
+        #: as the graph is
+        self._layer_order: list[Any] = keras_layer_order(outputs)
         self._keep_chain(graph_chain(nodes, inputs, outputs), GraphModel)   # a chain: the layers alone
 
     @property
@@ -167,7 +170,7 @@ class GraphModel(Model):
         """Keras' ``model.layers``: each input's :class:`~rnnkit.models.InputLayer` and each layer
         once, in Keras' order (by depth from the outputs, deepest first), so ``model.layers[i]``
         is what Keras' functional model of the same graph has at ``i``."""
-        return [op.input_layer if isinstance(op, Node) else op for op in keras_layer_order(self.outputs)]
+        return [op.input_layer if isinstance(op, Node) else op for op in self._layer_order]
 
     @property
     def input(self) -> Node | list[Node]:
@@ -323,13 +326,20 @@ class GraphModel(Model):
         return [acc[id(n)] if id(n) in acc else np.zeros((0,)) for n in self.inputs]
 
     def named_weights(self) -> dict[str, tuple[Layer, str]]:
-        out: dict[str, tuple[Layer, str]] = {}
-        seen: list[Layer] = []
+        """Every weight as ``{"{node}.{weight}": (layer, weight)}`` (``node``: the layer's first
+        node), layer by layer in :attr:`layers` order, each layer's weights in its own order:
+        Keras' order of ``model.weights`` for the same graph, so ``get_weights`` /
+        ``set_weights`` exchange lists with Keras' functional model position by position."""
+        first: dict[int, Node] = {}
         for n in self.nodes:
-            if n.layer is None or any(n.layer is s for s in seen):
+            if n.layer is not None:
+                first.setdefault(id(n.layer), n)
+        out: dict[str, tuple[Layer, str]] = {}
+        for op in self._layer_order:
+            if isinstance(op, Node):   # an input: no weights
                 continue
-            seen.append(n.layer)
-            out.update({f"{n.name}.{w}": (n.layer, w) for w in n.layer.weight_names})
+            n = first[id(op)]
+            out.update({f"{n.name}.{w}": (op, w) for w in op.weight_names})
         return out
 
     def _summary_rows(self) -> tuple[list[str], list[list[str]]]:

@@ -53,19 +53,29 @@ class WeightsAPI:
         return [np.array(layer.weight(n)) for layer, n in self.all_weights()]
 
     def set_weights(self, weights: list[Any]) -> None:
-        """Install arrays in :meth:`named_weights` order. Every shape, and that every value is
-        finite (NaN or Inf: InvalidInputError naming the weight, as the file loaders refuse
-        them), is checked before anything changes."""
+        """Install arrays in :meth:`named_weights` order (Keras' order of ``model.weights``: a
+        Keras model's ``get_weights()`` of the same architecture fits position by position).
+        Each array must have its weight's shape; the one exception is Keras' spelling of a
+        recurrent layer's one-row bias, ``(G*H,)`` for the ``(1, G*H)`` kept here
+        (:meth:`rnnkit.Layer.from_keras_weight`). A misfit is a WeightShapeError naming its
+        position, the weight and its layer, the expected and the given shape; NaN or Inf an
+        InvalidInputError naming the weight, as the file loaders refuse them. Everything is
+        checked before anything changes."""
         pairs = self.all_weights()
+        if isinstance(weights, np.ndarray) or not isinstance(weights, (list, tuple)):
+            raise WeightShapeError("weights", f"a list of {len(pairs)} arrays", type(weights).__name__,
+                                   f"model {self.name}")
         if len(weights) != len(pairs):
             raise WeightShapeError("weights", f"{len(pairs)} arrays", f"{len(weights)} arrays",
                                    f"model {self.name}")
         keys = list(self.named_weights())
-        arrs = [as_weight_array(w, f"{self.name}.set_weights: weight {key}")
-                for key, w in zip(keys, weights, strict=True)]
-        for key, (layer, n), a in zip(keys, pairs, arrs, strict=True):
+        arrs = [as_weight_array(layer.from_keras_weight(n, w), f"{self.name}.set_weights: weight {key}")
+                for key, (layer, n), w in zip(keys, pairs, weights, strict=True)]
+        for i, (key, (layer, n), a) in enumerate(zip(keys, pairs, arrs, strict=True)):
             if a.shape != layer.weight(n).shape:
-                raise WeightShapeError(key, layer.weight(n).shape, a.shape, f"model {self.name}")
+                raise WeightShapeError(key, layer.weight(n).shape, a.shape,
+                                       f"position {i} of model {self.name}'s weight list: weight "
+                                       f"{n!r} of layer {layer.name} ({type(layer).__name__})")
             check_finite_weight(a, f"{self.name}.set_weights: weight {key}")
         for (layer, n), a in zip(pairs, arrs, strict=True):
             layer.set_weight(n, a)
