@@ -107,7 +107,8 @@ class WeightsAPI:
                                 f"this one is not built yet (its input shape is unknown); call "
                                 f"build(input_shape) or fit first, or give input_shape= to the first layer")
         header, rows = self._summary_rows()
-        text = render_summary(self.name, header, rows, self.param_count())
+        trainable = int(sum(layer.weight(n).size for layer, n in self.trainable_weights()))
+        text = render_summary(self.name, header, rows, self.param_count(), trainable)
         if print_fn is not None:
             print_fn(text)
         return text
