@@ -74,6 +74,28 @@ def _bidirectional_branches(ns: Any, Input: Any, Model: Any) -> Any:
     return Model(a, ns.Dense(2)(ns.Concatenate()([y, x])))
 
 
+def _nested(ns: Any, Input: Any, Model: Any) -> Any:
+    """A nested model beside a layer of the same depth: Keras lists the nested model (its
+    weights in its own order) as ONE operation at its depth, here after the GRU the walk meets
+    first; its layers, placed one by one by depth, would come before the GRU."""
+    a = Input((5, 3))
+    inner = Model(a, ns.Dense(4)(ns.SimpleRNN(6)(a)))
+    x = Input((5, 3))
+    return Model(x, ns.Dense(2)(ns.Concatenate()([ns.GRU(2, reset_after=True)(x), inner(x)])))
+
+
+def _nested_twice(ns: Any, Input: Any, Model: Any) -> Any:
+    """One nested model called on two inputs (a shared operation), itself holding a nested
+    model, beside a branch of another depth."""
+    a = Input((5, 3))
+    core = Model(a, ns.LSTM(3, return_sequences=True)(a))
+    b = Input((5, 3))
+    inner = Model(b, ns.SimpleRNN(4)(ns.Dense(3)(core(b))))
+    x, y = Input((5, 3)), Input((5, 3))
+    side = ns.GRU(4, reset_after=True)(ns.Dense(3)(y))
+    return Model([x, y], ns.Dense(2)(ns.Add()([inner(x), side, inner(y)])))
+
+
 GRAPHS: dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]] = {
     "two_branches": (_two_branches, [(3, 5, 3)]),
     "encoder_decoder": (_encoder_decoder, [(3, 5, 3), (3, 4, 3)]),
@@ -81,14 +103,28 @@ GRAPHS: dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]] = {
     "two_outputs": (_two_outputs, [(3, 5, 3)]),
     "diamond": (_diamond, [(3, 5, 3)]),
     "bidirectional_branches": (_bidirectional_branches, [(3, 5, 3)]),
+    "nested": (_nested, [(3, 5, 3)]),
+    "nested_twice": (_nested_twice, [(3, 5, 3), (3, 5, 3)]),
 }
+
+
+def _keras_layers(kmodel: Any) -> list[Any]:
+    """Keras' ``model.layers`` with a nested model replaced by its layers (its own order, its
+    inputs left out), each layer once: what rnnkit's ``model.layers`` lists."""
+    out: list[Any] = []
+    for lay in kmodel.layers:
+        nested = isinstance(lay, type(kmodel)) and lay is not kmodel
+        for sub in ([s for s in _keras_layers(lay) if type(s).__name__ != "InputLayer"] if nested else [lay]):
+            if all(sub is not o for o in out):
+                out.append(sub)
+    return out
 
 
 def _entries(model: Any, keras_model: bool) -> list[tuple[str, tuple[int, ...]]]:
     """(layer kind, weight shape) of every weight in the model's list order. rnnkit keeps a
     recurrent layer's one-row bias as (1, G*H) where Keras has (G*H,): compared as Keras'."""
     if keras_model:
-        return [(type(lay).__name__, tuple(w.shape)) for lay in model.layers for w in lay.weights]
+        return [(type(lay).__name__, tuple(w.shape)) for lay in _keras_layers(model) for w in lay.weights]
     return [(type(lay).__name__, tuple(lay.weight(n).shape[1:] if n.endswith("bias")
                                        and lay.weight(n).shape[0] == 1
                                        and isinstance(lay, (rk.RecurrentLayer, rk.Bidirectional))
@@ -101,11 +137,10 @@ def test_functional_weight_order_is_keras_order(keras: Any, graph: str) -> None:
     build, shapes = GRAPHS[graph]
     kmodel = build(keras.layers, keras.Input, keras.Model)
     model = build(rk, rk.Input, rk.Model)
-    assert [type(lay).__name__ for lay in model.layers] == [type(lay).__name__ for lay in kmodel.layers]
-    # the model's weight list is its layers' weights, layer by layer, in model.layers order
-    flat = [(type(lay).__name__, tuple(w.shape)) for lay in kmodel.layers for w in lay.weights]
-    assert flat == [(type(kmodel.get_layer(w.path.split("/")[0])).__name__, tuple(w.shape))
-                    for w in kmodel.weights]
+    kinds = [type(lay).__name__ for lay in _keras_layers(kmodel)]
+    assert [type(lay).__name__ for lay in model.layers] == kinds
+    # Keras' weight list is its layers' weights, layer by layer, in model.layers order
+    assert [id(w) for lay in kmodel.layers for w in lay.weights] == [id(w) for w in kmodel.weights]
     assert _entries(model, False) == _entries(kmodel, True)
     g = np.random.default_rng(sorted(GRAPHS).index(graph))
     for w in kmodel.weights:
@@ -159,3 +194,12 @@ def test_only_keras_one_row_bias_is_taken_in_another_shape() -> None:
     gk, gr, gb = gm.get_weights()
     with pytest.raises(rk.WeightShapeError, match="position 2"):
         gm.set_weights([gk, gr, gb[0]])
+
+
+def test_a_nested_models_order_survives_the_model_file(tmp_path: Any) -> None:
+    model = _nested_twice(rk, rk.Input, rk.Model)
+    rk.save_model(model, str(tmp_path / "m.rnnkit"))
+    back = rk.load_model(str(tmp_path / "m.rnnkit"))
+    assert list(back.named_weights()) == list(model.named_weights())
+    for a, b in zip(back.get_weights(), model.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
