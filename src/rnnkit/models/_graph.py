@@ -135,7 +135,8 @@ class GraphBuilder:
 class GraphModel(Model):
     """A DAG of layer calls (build with :class:`GraphBuilder`). One input and one output are
     plain arrays; several are lists in the builder's order. Weights are named
-    ``"{node_name}.{weight}"``; a shared layer appears once, under its first node."""
+    ``"{node_name}.{weight}"``; a shared layer appears once, under its first node; the weight
+    list is in Keras' order (:meth:`named_weights`)."""
 
     def __init__(self, nodes: list[Node], inputs: list[Node], outputs: list[Node], name: str) -> None:
         super().__init__(name)
