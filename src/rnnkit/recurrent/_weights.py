@@ -61,13 +61,15 @@ class RecurrentWeights:
 
     def set_weights(self, *arrays: Any, **named: Any) -> None:
         """Install every weight at once, positionally in :meth:`weights` order (for the built-in
-        cells ``kernel, recurrent_kernel[, bias][, projection_kernel]``) or by name; or, as Keras'
-        ``layer.set_weights(weights)``, ONE list (or tuple) of those arrays: a Keras layer's
-        ``get_weights()``, whose one-row bias ``(G*H,)`` is taken for the ``(1, G*H)`` kept here
-        (the only array taken in another shape). An unbuilt layer is built from the first
-        array's rows. Every shape and every value is checked before anything changes
-        (WeightShapeError names the first misfit; NaN or Inf is an InvalidInputError naming the
-        weight)."""
+        cells ``kernel, recurrent_kernel[, bias][, projection_kernel]``) or by name, each in its
+        shape here; or, as Keras' ``layer.set_weights(weights)``, ONE list (or tuple) of those
+        arrays (told from a kernel written as nested lists by its first item's axes): a Keras
+        layer's ``get_weights()``, whose one-row bias ``(G*H,)`` is taken for the ``(1, G*H)``
+        kept here (the only array taken in another shape, and only in the list). An unbuilt
+        layer is built from the first array's rows. Every shape and every value is checked
+        before anything changes (WeightShapeError names the first misfit; NaN or Inf is an
+        InvalidInputError naming the weight)."""
+        listed = None
         if len(arrays) == 1 and not named:   # Keras' one list, or the first weight alone
             listed = keras_weight_list(arrays[0], len(self.cell.params(1)[0].shape))
             arrays = arrays if listed is None else tuple(listed)
@@ -96,8 +98,9 @@ class RecurrentWeights:
             raise InvalidInputError(
                 f"{self.name}.set_weights: expected {len(names)} arrays ({', '.join(names)}), "
                 f"missing {missing}")
-        arrs = {n: as_weight_array(keras_bias(n, v, expected[n]), f"{self.name}.{n}")
-                for n, v in given.items()}
+        if listed is not None:   # Keras' shapes in Keras' spelling; the separate arrays exactly
+            given = {n: keras_bias(n, v, expected[n]) for n, v in given.items()}
+        arrs = {n: as_weight_array(v, f"{self.name}.{n}") for n, v in given.items()}
         for n in names:  # check all before changing anything
             if arrs[n].shape != expected[n]:
                 raise WeightShapeError(n, expected[n], arrs[n].shape, f"layer {self.name}")
