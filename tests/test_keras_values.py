@@ -68,18 +68,23 @@ def test_batch_logs_are_the_running_means_keras_gives(keras: Any) -> None:
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             seen.append(dict(logs))
 
-    kh = kmodel.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0, callbacks=[KRec()])
-    h = model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0, callbacks=[Rec()])
+    val = _data(5)
+    kh = kmodel.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0, callbacks=[KRec()],
+                    validation_data=val)
+    h = model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0, callbacks=[Rec()],
+                  validation_data=val)
     assert len(seen) == len(klogs) == 6
     for ours, theirs in zip(seen, klogs, strict=True):
         assert set(ours) == set(theirs) == {"loss", "mae"}
         for k in theirs:
             _close(ours[k], theirs[k])
-    # the last batch's running means are the epoch's logs, Python floats in both histories
-    assert set(h.history) == set(kh.history)
+    # the last batch's running means are the epoch's logs; Python floats in both histories,
+    # the validation values (from evaluate) too
+    assert list(h.history) == list(kh.history) == ["loss", "mae", "val_loss", "val_mae"]
     for k in kh.history:
         for ours_v, theirs_v in zip(h.history[k], kh.history[k], strict=True):
             _close(ours_v, theirs_v)
+    for k in ("loss", "mae"):
         _close(seen[-1][k], h.history[k][-1])
     # and not the batch's own loss: the third batch's alone differs from the running mean
     p = model.predict(x)
