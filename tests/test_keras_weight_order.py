@@ -148,9 +148,10 @@ def test_functional_weight_order_is_keras_order(keras: Any, graph: str) -> None:
     model.set_weights(kmodel.get_weights())
     xs = [g.normal(size=s).astype("float32") for s in shapes]
     arg = xs if len(xs) > 1 else xs[0]
-    want = _listed(kmodel.predict(arg, verbose=0))
-    got = _listed(model.predict(arg))
-    assert len(want) == len(got)
+    raw_want, raw_got = kmodel.predict(arg, verbose=0), model.predict(arg)
+    assert type(raw_got) is type(raw_want)   # an array, or a list of them for several outputs
+    want, got = _listed(raw_want), _listed(raw_got)
+    assert len(want) == len(got) and [o.dtype for o in got] == [w_.dtype for w_ in want]
     for w_, o in zip(want, got, strict=True):
         np.testing.assert_allclose(o, w_, atol=ATOL)
     # and back: our list (each array in Keras' shape) set into Keras predicts the same
