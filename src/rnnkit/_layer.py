@@ -37,6 +37,7 @@ from rnnkit._validate import check_ctx as check_ctx
 from rnnkit._validate import check_finite_weight as check_finite_weight
 from rnnkit._validate import check_positive_int as check_positive_int
 from rnnkit._validate import check_real as check_real
+from rnnkit._validate import keras_weight_list as keras_weight_list
 from rnnkit._validate import resolve_dtype as resolve_dtype
 from rnnkit._weight_decl import WeightDecl, keywords_of, weight_of
 from rnnkit.constraints import Constraint
@@ -316,7 +317,7 @@ class Layer(GraphCalls, metaclass=_LayerType):
 
     def get_weights(self) -> list[np.ndarray]:
         """Writable COPIES of every weight, in :meth:`weights` order (Keras' ``get_weights``).
-        ``set_weights(*layer.get_weights())`` copies one layer's weights into another of the
+        ``set_weights(layer.get_weights())`` copies one layer's weights into another of the
         same configuration. While ``fit`` trains the layer in another thread they are the
         weights of one whole optimizer step (:mod:`rnnkit._consistency`)."""
         return WEIGHTS.read(self._copy_weights)
@@ -324,9 +325,42 @@ class Layer(GraphCalls, metaclass=_LayerType):
     def _copy_weights(self) -> list[np.ndarray]:
         return [np.array(v) for v in self._weights.values()]
 
+    def set_weights(self, weights: Any) -> None:
+        """Keras' ``layer.set_weights(weights)``: ONE list of arrays in :meth:`weights` order (a
+        Keras layer's ``get_weights()``), each in its weight's shape or in Keras' spelling of it
+        (:meth:`from_keras_weight`). The layer must be built. The count, every shape and every
+        value are checked before anything changes: InvalidInputError for another count (naming
+        the weights), WeightShapeError naming the position, the weight, the expected and the
+        given shape, InvalidInputError naming a weight holding NaN or Inf."""
+        self._require_built("set_weights")
+        names = self.weight_names
+        if not isinstance(weights, (list, tuple)):
+            raise InvalidInputError(f"{self.name}.set_weights: expected one list of {len(names)} arrays "
+                                    f"({', '.join(names)}), got {type(weights).__name__}")
+        if len(weights) != len(names):
+            raise InvalidInputError(f"{self.name}.set_weights: expected {len(names)} arrays "
+                                    f"({', '.join(names)}), got {len(weights)}")
+        arrs = [as_weight_array(self.from_keras_weight(n, w), f"{self.name}.{n}")
+                for n, w in zip(names, weights, strict=True)]
+        for i, (n, a) in enumerate(zip(names, arrs, strict=True)):
+            want = self.weight(n).shape
+            if a.shape != want:
+                raise WeightShapeError(n, want, a.shape, f"position {i} of layer {self.name}'s list")
+            arrs[i] = check_finite_weight(a, f"{self.name}.{n}", self.dtype)
+        with WEIGHTS:   # one write: a reader in another thread sees all of it or none
+            for n, a in zip(names, arrs, strict=True):
+                self.set_weight(n, a)
+
     @property
     def weight_names(self) -> list[str]:
         return list(self._weights)
+
+    def from_keras_weight(self, name: str, value: Any) -> Any:
+        """``value`` as this layer stores its weight ``name`` where ``value`` is Keras' spelling
+        of that weight and Keras spells it another way (a recurrent layer's one-row bias:
+        Keras' ``(G*H,)`` for the ``(1, G*H)`` kept here); anything else is returned as given,
+        for the shape checks that follow to refuse a misfit. Default: as given."""
+        return value
 
     @property
     def trainable_names(self) -> list[str]:

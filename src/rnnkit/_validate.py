@@ -103,3 +103,17 @@ def check_ctx(ctx: Any, where: str) -> Ctx:
         raise TypeError(f"{where}: ctx must be an rnnkit.Ctx (Ctx.inference() or Ctx.training(seed)), "
                         f"got {type(ctx).__name__}; layer(x) runs inference")
     return ctx
+
+
+def keras_weight_list(value: Any, first_rank: int) -> list[Any] | None:
+    """The arrays of Keras' ``layer.set_weights(weights)`` spelling, or None when ``value`` is
+    not that spelling. ``value`` is Keras' one list when it is a list or tuple whose first item
+    has ``first_rank`` axes, the rank of the layer's first weight: a first weight itself written
+    as nested lists has items of one axis fewer (its rows), so the two never meet."""
+    if not isinstance(value, (list, tuple)) or not value:
+        return None
+    try:
+        rank = np.ndim(value[0])
+    except (ValueError, TypeError):   # a ragged item: not an array of the first weight
+        return None
+    return list(value) if rank == first_rank else None

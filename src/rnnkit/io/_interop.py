@@ -26,6 +26,7 @@ from rnnkit._kind import builtin_kind, describe_cell
 from rnnkit._layouts import check_torch_compatible, from_torch, to_torch, torch_shapes
 from rnnkit._validate import weight_problem
 from rnnkit.recurrent import RecurrentLayer
+from rnnkit.recurrent._weights import keras_bias
 
 
 def _check_finite(arrays: Mapping[str, Any], where: str, dtype: np.dtype) -> dict[str, np.ndarray]:
@@ -147,8 +148,8 @@ def from_keras_weights(layer: RecurrentLayer, weights: Sequence[Any]) -> None:
                 f"{where}: a Keras GRU bias of shape {bias.shape} comes from a Keras GRU with {need}; "
                 f"this GRU has reset_after={rows == 2}; build GRU(..., {need})"
             )
-        if rows == 1 and bias.shape == (GH,):
-            arrays[2] = bias.reshape(1, GH)
+        if rows == 1:
+            arrays[2] = keras_bias("bias", bias, (1, GH))
         elif kind != "GRU" and rows == 2 and bias.shape == (GH,):   # bias_layout="torch"
             arrays[2] = np.stack([bias, np.zeros_like(bias)])
     names = ("kernel", "recurrent_kernel", "bias")

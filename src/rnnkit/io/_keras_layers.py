@@ -39,6 +39,7 @@ from rnnkit.layers import (
     RepeatVector,
 )
 from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
+from rnnkit.recurrent._weights import keras_bias
 
 RECURRENT = {"SimpleRNN": SimpleRNN, "LSTM": LSTM, "GRU": GRU}
 SUPPORTED = ("InputLayer", "SimpleRNN", "LSTM", "GRU", "Bidirectional", "Dense", "Embedding",
@@ -319,7 +320,7 @@ def to_rnnkit_weights(layer: Layer, arrays: list[np.ndarray]) -> dict[str, np.nd
     if isinstance(layer, RecurrentLayer):
         b = out.get("bias")
         if b is not None and layer.cell.bias_rows == 1 and b.ndim == 1:  # type: ignore[attr-defined]
-            out["bias"] = b.reshape(1, -1)
+            out["bias"] = keras_bias("bias", b, (1, layer.cell.gate_width))  # type: ignore[attr-defined]
         elif b is not None and getattr(layer.cell, "bias_layout", "") == "torch" and b.ndim == 1:
             out["bias"] = np.stack([b, np.zeros_like(b)])   # Keras' one bias as PyTorch's bias_ih
     return out

@@ -159,6 +159,12 @@ class Bidirectional(Layer):
         decl: WeightDecl = sub.declaration(inner)
         return decl
 
+    def from_keras_weight(self, name: str, value: Any) -> Any:
+        """Keras' spelling of ``name`` (``"forward.bias"``, ...) as the direction holding it
+        takes it (:meth:`rnnkit.Layer.from_keras_weight`)."""
+        sub, inner = self._split(name)
+        return sub.from_keras_weight(inner, value)
+
     def set_weight(self, name: str, value: Any, *, check_finite: bool = True) -> None:
         sub, inner = self._split(name)
         sub.set_weight(inner, value, check_finite=check_finite)

@@ -11,7 +11,14 @@ from rnnkit._consistency import WEIGHTS
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
 from rnnkit._initializers import glorot_uniform, zeros
-from rnnkit._layer import Layer, as_weight_array, check_bool, check_finite_weight, check_positive_int
+from rnnkit._layer import (
+    Layer,
+    as_weight_array,
+    check_bool,
+    check_finite_weight,
+    check_positive_int,
+    keras_weight_list,
+)
 from rnnkit._penalties import attach, config_of
 from rnnkit._shape import Shape
 from rnnkit.layers._common import activation_config, activation_from, check_activation_axis
@@ -118,10 +125,20 @@ class Dense(Layer):
         return Shape((*shp[:-1], self.units))
 
     def set_weights(self, kernel: Any, bias: Any = None) -> None:
-        """Install ``kernel`` (F, units) and ``bias`` (units,); an unbuilt layer builds from
-        ``kernel``'s rows. Shapes and finiteness in the layer's dtype (no NaN or Inf, no value the
-        cast would make Inf) are checked before anything changes. A tied Dense takes
-        ``kernel=None`` (its kernel is the Embedding's table)."""
+        """Install ``kernel`` (F, units) and ``bias`` (units,), or, as Keras'
+        ``layer.set_weights(weights)``, ONE list ``[kernel, bias]`` (``[kernel]`` with
+        ``use_bias=False``; told from a kernel written as nested lists by its first item's two
+        axes); an unbuilt layer builds from ``kernel``'s rows. Shapes and finiteness in the layer's
+        dtype (no NaN or Inf, no value the cast would make Inf) are checked before anything
+        changes. A tied Dense takes ``kernel=None`` (its kernel
+        is the Embedding's table)."""
+        listed = keras_weight_list(kernel, 2) if bias is None and self.tie_to is None else None
+        if listed is not None:
+            want = ["kernel", "bias"] if self.use_bias else ["kernel"]
+            if len(listed) != len(want):
+                raise InvalidInputError(f"{self.name}.set_weights: expected one list of {len(want)} "
+                                        f"arrays ({', '.join(want)}), got {len(listed)}")
+            kernel, bias = listed[0], (listed[1] if self.use_bias else None)
         if self.tie_to is not None:
             if kernel is not None:
                 raise InvalidParameterError(f"{self.name}: the kernel is the tied Embedding's table "

@@ -10,7 +10,7 @@ from rnnkit._arrays import as_real_array
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
 from rnnkit._initializers import uniform
-from rnnkit._layer import Layer, check_positive_int
+from rnnkit._layer import Layer, as_weight_array, check_positive_int, keras_weight_list
 from rnnkit._mask import Mask
 from rnnkit._penalties import attach, config_of
 from rnnkit._shape import Shape
@@ -124,8 +124,16 @@ class Embedding(Layer):
         return Shape((*shp, self.output_dim))
 
     def set_weights(self, table: Any) -> None:
-        """Install the table, shape (input_dim, output_dim); an unbuilt layer is built."""
-        t = np.asarray(table)
+        """Install the table, shape (input_dim, output_dim), given alone or, as Keras'
+        ``layer.set_weights(weights)``, as ONE list ``[table]`` (told from a table written as
+        nested lists by its item's two axes); an unbuilt layer is built."""
+        listed = keras_weight_list(table, 2)
+        if listed is not None:
+            if len(listed) != 1:
+                raise InvalidInputError(f"{self.name}.set_weights: expected one list of 1 array "
+                                        f"(embeddings), got {len(listed)}")
+            table = listed[0]
+        t = as_weight_array(table, f"{self.name}.embeddings")
         if t.shape != (self.input_dim, self.output_dim):
             raise WeightShapeError("embeddings", (self.input_dim, self.output_dim), t.shape,
                                    f"layer {self.name}")

@@ -46,7 +46,9 @@ class Callback:
         """Called before each optimizer step."""
 
     def on_train_batch_end(self, batch: int, logs: Logs | None = None) -> None:
-        """Called after each optimizer step with that batch's pre-update loss and metrics."""
+        """Called after each optimizer step. ``logs`` (Keras 3's): ``loss`` and each metric as
+        the running mean over the epoch so far (each batch's pre-update value weighted by its
+        samples), Python floats; after the epoch's last batch they equal the epoch's logs."""
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
         """Called after each epoch with the epoch's logs."""

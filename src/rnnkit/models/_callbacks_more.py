@@ -206,12 +206,13 @@ class TerminateOnNaN(Callback):
     """Stop training when a batch's loss is NaN or Inf (Keras 3).
 
     ``fit`` never applies the step of a non-finite loss; with this callback attached it hands
-    the batch (its ``loss`` is the non-finite value) to ``on_train_batch_end`` instead of raising
-    :class:`~rnnkit.NonFiniteError`, and the epoch ends at that batch (Keras stops after the
-    batch too). Then ``model.stop_training`` is set and the epoch's logs (holding the NaN) reach
-    ``on_epoch_end`` as Keras' do. ``raise_error=True`` raises :class:`~rnnkit.NonFiniteError`
-    naming the batch instead (Keras raises RuntimeError). Non-finite values elsewhere (a
-    gradient, a weight) still raise, as without the callback.
+    the batch (its ``loss``, the epoch's running mean, is then non-finite) to
+    ``on_train_batch_end`` instead of raising :class:`~rnnkit.NonFiniteError`, and the epoch
+    ends at that batch (Keras stops after the batch too). Then ``model.stop_training`` is set
+    and the epoch's logs (holding the NaN) reach ``on_epoch_end`` as Keras' do.
+    ``raise_error=True`` raises :class:`~rnnkit.NonFiniteError` naming the batch instead (Keras
+    raises RuntimeError). Non-finite values elsewhere (a gradient, a weight) still raise, as
+    without the callback.
     """
 
     def __init__(self, raise_error: bool = False) -> None:

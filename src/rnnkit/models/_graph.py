@@ -22,7 +22,7 @@ from rnnkit.layers import MergeLayer, layer_from_config, layer_to_config
 from rnnkit.models._base import Model, check_finite
 from rnnkit.models._graph_order import keras_layer_order
 from rnnkit.models._inference import graph_chain
-from rnnkit.models._node import Node, call_node, check_arity, record
+from rnnkit.models._node import InputLayer, NestedCall, Node, call_node, check_arity, record
 from rnnkit.models._sequential import check_weight_grads, layer_label
 from rnnkit.models._summary import shape_text
 
@@ -135,7 +135,8 @@ class GraphBuilder:
 class GraphModel(Model):
     """A DAG of layer calls (build with :class:`GraphBuilder`). One input and one output are
     plain arrays; several are lists in the builder's order. Weights are named
-    ``"{node_name}.{weight}"``; a shared layer appears once, under its first node."""
+    ``"{node_name}.{weight}"``; a shared layer appears once, under its first node; the weight
+    list is in Keras' order (:meth:`named_weights`)."""
 
     def __init__(self, nodes: list[Node], inputs: list[Node], outputs: list[Node], name: str) -> None:
         super().__init__(name)
@@ -144,6 +145,9 @@ class GraphModel(Model):
         self.outputs = outputs
         self.n_inputs = len(inputs)
         self.n_outputs = len(outputs)
+        #: Keras' order of ``model.layers`` (an input node stands for its InputLayer); fixed,
+        #: as the graph is
+        self._layer_order: list[Any] = keras_layer_order(outputs)
         self._keep_chain(graph_chain(nodes, inputs, outputs), GraphModel)   # a chain: the layers alone
 
     @property
@@ -166,8 +170,24 @@ class GraphModel(Model):
     def layers(self) -> list[Layer]:
         """Keras' ``model.layers``: each input's :class:`~rnnkit.models.InputLayer` and each layer
         once, in Keras' order (by depth from the outputs, deepest first), so ``model.layers[i]``
-        is what Keras' functional model of the same graph has at ``i``."""
-        return [op.input_layer if isinstance(op, Node) else op for op in keras_layer_order(self.outputs)]
+        is what Keras' functional model of the same graph has at ``i``. A nested model (one
+        called on this graph's nodes) is listed as its layers, in its own order, where Keras
+        lists the nested model itself."""
+        out: list[Layer] = []
+        for op in self._layer_order:
+            if isinstance(op, Node):
+                out.append(op.input_layer)
+            else:
+                out.extend(lay for lay in (op.layers if isinstance(op, NestedCall) else [op])
+                           if all(lay is not o for o in out))
+        return out
+
+    def weight_layers(self) -> list[Layer]:
+        """The layers holding the model's weights, each once, in Keras' order of
+        ``model.weights``: :attr:`layers`' order, a nested model's layers (a model called on
+        this graph's nodes) in that model's own order at the place Keras lists the nested
+        model (by its depth in this graph, as one operation)."""
+        return [lay for lay in self.layers if not isinstance(lay, InputLayer)]
 
     @property
     def input(self) -> Node | list[Node]:
@@ -189,6 +209,7 @@ class GraphModel(Model):
             raise InvalidInputError(f"{self.name}: a call on graph nodes takes one node per model input "
                                     f"({len(self.inputs)}) and no ctx, got {len(xs)} value(s)")
         vals: dict[int, Any] = {id(n): a for n, a in zip(self.inputs, xs, strict=True)}
+        call = NestedCall(self, tuple(xs), self.weight_layers())
         for n in self.nodes:
             if n.is_input:
                 continue
@@ -197,7 +218,9 @@ class GraphModel(Model):
                 continue
             args = [vals[id(p)] for p in n.inbound]
             arg = args if isinstance(n.layer, MergeLayer) or len(args) > 1 else args[0]
-            vals[id(n)] = Node._call_layer(n.layer, arg, None)
+            made = Node._call_layer(n.layer, arg, None)
+            (made if isinstance(made, Node) else made[0].inbound[0]).nested = call
+            vals[id(n)] = made
         outs = [vals[id(n)] for n in self.outputs]
         return outs[0] if len(outs) == 1 else outs
 
@@ -320,13 +343,18 @@ class GraphModel(Model):
         return [acc[id(n)] if id(n) in acc else np.zeros((0,)) for n in self.inputs]
 
     def named_weights(self) -> dict[str, tuple[Layer, str]]:
-        out: dict[str, tuple[Layer, str]] = {}
-        seen: list[Layer] = []
+        """Every weight as ``{"{node}.{weight}": (layer, weight)}`` (``node``: the layer's first
+        node), layer by layer in :attr:`layers` order, each layer's weights in its own order:
+        Keras' order of ``model.weights`` for the same graph, so ``get_weights`` /
+        ``set_weights`` exchange lists with Keras' functional model position by position."""
+        first: dict[int, Node] = {}
         for n in self.nodes:
-            if n.layer is None or any(n.layer is s for s in seen):
-                continue
-            seen.append(n.layer)
-            out.update({f"{n.name}.{w}": (n.layer, w) for w in n.layer.weight_names})
+            if n.layer is not None:
+                first.setdefault(id(n.layer), n)
+        out: dict[str, tuple[Layer, str]] = {}
+        for lay in self.weight_layers():
+            n = first[id(lay)]
+            out.update({f"{n.name}.{w}": (lay, w) for w in lay.weight_names})
         return out
 
     def _summary_rows(self) -> tuple[list[str], list[list[str]]]:
@@ -354,7 +382,14 @@ class GraphModel(Model):
         "outputs"}}``; a node refers to its layer by index into ``layers`` (shared layers
         appear once) and to its inputs by node name."""
         layers = self.called_layers
+
+        def index(layer: Layer) -> int:
+            return next(i for i, lay in enumerate(layers) if lay is layer)
+
         nodes: list[dict[str, Any]] = []
+        calls: list[NestedCall] = []
+        ops: list[object] = []
+        nested: list[dict[str, Any]] = []
         for n in self.nodes:
             if n.is_input:
                 nodes.append({"name": n.name, "input_shape": list(n.shape.dims)}
@@ -362,19 +397,35 @@ class GraphModel(Model):
             elif n.layer is None:
                 nodes.append({"name": n.name, "output_of": n.inbound[0].name, "index": n.index})
             else:
-                idx = next(i for i, lay in enumerate(layers) if lay is n.layer)
-                nodes.append({"name": n.name, "layer": idx, "inbound": [p.name for p in n.inbound]})
+                spec = {"name": n.name, "layer": index(n.layer), "inbound": [p.name for p in n.inbound]}
+                if n.nested is not None:
+                    if all(c is not n.nested for c in calls):
+                        calls.append(n.nested)
+                        if all(o is not n.nested.op for o in ops):
+                            ops.append(n.nested.op)
+                        nested.append({"model": next(i for i, o in enumerate(ops) if o is n.nested.op),
+                                       "inputs": [p.name for p in n.nested.inputs],
+                                       "layers": [index(lay) for lay in n.nested.layers]})
+                    spec["nested"] = next(i for i, c in enumerate(calls) if c is n.nested)
+                nodes.append(spec)
         return {"class_name": "GraphModel",
                 "config": {"name": self.name, "layers": [layer_to_config(lay) for lay in layers],
                            "nodes": nodes, "inputs": [n.name for n in self.inputs],
-                           "outputs": [n.name for n in self.outputs]}}
+                           "outputs": [n.name for n in self.outputs]}
+                | ({"nested": nested} if nested else {})}
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> GraphModel:
-        """A new model (fresh weights, same sharing) from the ``"config"`` of :meth:`get_config`."""
+        """A new model (fresh weights, same sharing, the same nested model calls) from the
+        ``"config"`` of :meth:`get_config`. A node's ``"nested"`` is the index of the nested
+        model call that made it in ``"nested"`` (the calling model's index among the nested
+        models, the nodes it reads, its layers in weight order)."""
         layers = [layer_from_config(c) for c in config["layers"]]
         b = GraphBuilder(config.get("name", "graph_model"))
         by_name: dict[str, Node] = {}
+        specs = config.get("nested", [])
+        ops = [object() for _ in range(1 + max((int(c["model"]) for c in specs), default=-1))]
+        calls: dict[int, NestedCall] = {}
         for spec in config["nodes"]:
             if "input_shape" in spec:
                 by_name[spec["name"]] = b.input(spec["input_shape"], name=spec["name"],
@@ -384,4 +435,11 @@ class GraphModel(Model):
             else:
                 by_name[spec["name"]] = b.add(layers[spec["layer"]], [by_name[p] for p in spec["inbound"]],
                                               name=spec["name"])
+                if "nested" in spec:
+                    k = int(spec["nested"])
+                    if k not in calls:
+                        c = specs[k]
+                        calls[k] = NestedCall(ops[int(c["model"])], tuple(by_name[p] for p in c["inputs"]),
+                                              [layers[int(i)] for i in c["layers"]])
+                    by_name[spec["name"]].nested = calls[k]
         return b.build([by_name[o] for o in config["outputs"]], [by_name[i] for i in config["inputs"]])

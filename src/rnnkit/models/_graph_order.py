@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rnnkit._errors import InvalidInputError
-from rnnkit.models._node import Node
+from rnnkit.models._node import NestedCall, Node
 
 
 def _call_of(n: Node) -> Node:
@@ -63,32 +63,68 @@ def ordered_nodes(outputs: list[Node]) -> list[Node]:
     return out
 
 
+def _unit(v: Node) -> Node | NestedCall:
+    """What Keras counts as one node of the graph for the value ``v``: its call, or the nested
+    model call that made that call."""
+    n = _call_of(v)
+    return n if n.nested is None else n.nested
+
+
+def _reads(u: Node | NestedCall) -> tuple[Node, ...]:
+    return u.inputs if isinstance(u, NestedCall) else u.inbound
+
+
+def _op(u: Node | NestedCall) -> Any:
+    """The operation of a unit: a call's layer, an input node itself, a nested call's model."""
+    if isinstance(u, NestedCall):
+        return u.op
+    return u.layer if u.layer is not None else u
+
+
 def keras_layer_order(outputs: list[Node]) -> list[Any]:
-    """The calls' operations as Keras orders ``model.layers``: by depth (the longest path to
-    an output), deepest first, ties in the order the walk first meets each operation. An
-    operation is a layer (one entry however often it is called) or an input node."""
-    calls, _ = walk(outputs)
+    """The operations of the graph as Keras orders ``model.layers`` (``ops/function.py``'s
+    ``map_graph``): by depth (the longest path to an output), deepest first, ties in the order
+    a depth-first walk from the outputs (each node's inputs in order) first enters each
+    operation. An operation is a layer (one entry however often it is called), an input node,
+    or a nested model (all its calls one operation: the first :class:`NestedCall` met stands
+    for it, its layers are the model's)."""
     first: dict[int, int] = {}
-    # Keras numbers an operation when the walk first enters it (pre-order)
+    entry: dict[int, Any] = {}
+    # pre-order numbering, as Keras numbers an operation when its walk first enters it
     stack: list[Node] = list(reversed(outputs))
     seen: set[int] = set()
     while stack:
-        n = _call_of(stack.pop())
-        if id(n) in seen:
+        u = _unit(stack.pop())
+        if id(u) in seen:
             continue
-        seen.add(id(n))
-        op = n.layer if n.layer is not None else n
-        first.setdefault(id(op), len(first))
-        stack.extend(reversed(n.inbound))
-    node_depth: dict[int, int] = {}
+        seen.add(id(u))
+        op = _op(u)
+        if id(op) not in first:
+            first[id(op)] = len(first)
+            entry[id(op)] = u if isinstance(u, NestedCall) else op
+        stack.extend(reversed(_reads(u)))
+    # post-order (every unit after the units it reads), then depths from the outputs down
+    units: list[Node | NestedCall] = []
+    done: set[int] = set()
+    todo: list[tuple[Node | NestedCall, bool]] = [(_unit(v), False) for v in reversed(outputs)]
+    while todo:
+        u, expanded = todo.pop()
+        if expanded:
+            if id(u) not in done:
+                done.add(id(u))
+                units.append(u)
+            continue
+        if id(u) in done:
+            continue
+        todo.append((u, True))
+        todo.extend((_unit(p), False) for p in reversed(_reads(u)))
+    unit_depth: dict[int, int] = {}
     op_depth: dict[int, int] = {}
-    ops: dict[int, Any] = {}
-    for n in reversed(calls):
-        op = n.layer if n.layer is not None else n
-        ops[id(op)] = op
-        depth = max(node_depth.setdefault(id(n), 0), op_depth.get(id(op), 0))
-        op_depth[id(op)] = node_depth[id(n)] = depth
-        for p in n.inbound:
-            c = _call_of(p)
-            node_depth[id(c)] = max(depth + 1, node_depth.get(id(c), 0))
-    return [ops[k] for k in sorted(ops, key=lambda k: (-op_depth[k], first[k]))]
+    for u in reversed(units):
+        op = _op(u)
+        depth = max(unit_depth.setdefault(id(u), 0), op_depth.get(id(op), 0))
+        op_depth[id(op)] = unit_depth[id(u)] = depth
+        for p in _reads(u):
+            c = _unit(p)
+            unit_depth[id(c)] = max(depth + 1, unit_depth.get(id(c), 0))
+    return [entry[k] for k in sorted(op_depth, key=lambda k: (-op_depth[k], first[k]))]

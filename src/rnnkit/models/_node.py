@@ -33,7 +33,8 @@ class Node:
     shapes for a layer with several outputs (``return_state=True``, ``merge_mode=None``): such a
     node is indexed (``enc[1]``) or unpacked (``out, h, c = enc``) to use its outputs."""
 
-    __slots__ = ("name", "layer", "inbound", "shape", "builder", "index", "_picks", "dtype", "_input_layer")
+    __slots__ = ("name", "layer", "inbound", "shape", "builder", "index", "_picks", "dtype", "_input_layer",
+                 "nested")
 
     def __init__(self, name: str | None, layer: Layer | None, inbound: tuple[Node, ...], shape: Any,
                  builder: Builder | None, index: int | None = None, dtype: str | None = None) -> None:
@@ -44,6 +45,8 @@ class Node:
         self.dtype = dtype
         self._picks: dict[int, Node] = {}
         self._input_layer: InputLayer | None = None
+        #: the model call this layer call was made by (a nested model's call on nodes), or None
+        self.nested: NestedCall | None = None
 
     @property
     def input_layer(self) -> InputLayer:
@@ -124,6 +127,20 @@ class Node:
         what = "Input" if self.is_input else f"output {self.index}" if self.layer is None \
             else type(self.layer).__name__
         return f"Node({self.name!r}, {what}, shape={self.shape})"
+
+
+class NestedCall:
+    """One call of a model on graph nodes (Keras' nested model): its layer calls are repeated
+    in the outer graph, each node made by it points here (``node.nested``). Keras counts the
+    call as ONE node of ONE operation (the inner model) in the outer graph: ``op`` stands for
+    that operation (every call of one model shares it), ``inputs`` are the outer nodes it
+    reads, and ``layers`` are the inner model's layers in its own weight order (what the
+    operation's weights are, in order)."""
+
+    __slots__ = ("op", "inputs", "layers")
+
+    def __init__(self, op: object, inputs: tuple[Node, ...], layers: list[Layer]) -> None:
+        self.op, self.inputs, self.layers = op, inputs, layers
 
 
 def state_shapes(layer: Any) -> tuple[list[str], list[Shape]]:

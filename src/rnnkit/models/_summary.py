@@ -14,7 +14,10 @@ Layout (every line right-stripped)::
 
 Columns are left-aligned, each padded to the widest of its header and cells, and separated
 by 2 spaces; the table width is the sum of the column widths plus 2 per gap. Counts carry
-thousands separators. Every weight is trainable, so the non-trainable count is 0.
+thousands separators. Trainable params are those of the weights training updates (the model's
+``trainable_weights()``); the rest are non-trainable: every weight of an int8 layer (an
+inference-only layer: its int8 kernels, their scales and its bias), a cell's ``Param``
+declared ``trainable=False``. Keras counts an int8 kernel and its scale as non-trainable too.
 
 Rows. Sequential: ``Layer (type) | Output Shape | Param #``; the layer cell is
 ``"{index} ({Class})"`` (the index is the weight-name prefix), or ``"{index} {name} ({Class})"``
@@ -36,7 +39,7 @@ def shape_text(shape: Shape) -> str:
     return f"({dims[0]},)" if len(dims) == 1 else f"({', '.join(dims)})"
 
 
-def render_summary(name: str, header: list[str], rows: list[list[str]], total: int) -> str:
+def render_summary(name: str, header: list[str], rows: list[list[str]], total: int, trainable: int) -> str:
     widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=True)]
     width = sum(widths) + 2 * (len(widths) - 1)
 
@@ -45,6 +48,6 @@ def render_summary(name: str, header: list[str], rows: list[list[str]], total: i
 
     out = [f'Model: "{name}"', "=" * width, line(header), "-" * width]
     out += [line(r) for r in rows]
-    out += ["=" * width, f"Total params: {total:,}", f"Trainable params: {total:,}",
-            "Non-trainable params: 0"]
+    out += ["=" * width, f"Total params: {total:,}", f"Trainable params: {trainable:,}",
+            f"Non-trainable params: {total - trainable:,}"]
     return "\n".join(out)

@@ -313,7 +313,7 @@ def evaluate(model: Model, batches: Iterator[Batch], team: Team = SOLO, where: s
     tot = team.totals(sums)
     if tot[0] == 0:
         return {}
-    return {k: float(v) / tot[0] for k, v in zip(keys, tot[1:], strict=True)}
+    return {k: float(v / tot[0]) for k, v in zip(keys, tot[1:], strict=True)}   # Python floats, as Keras
 
 
 @dataclass
@@ -362,15 +362,17 @@ def run(model: Model, batches: Batches, rng: np.random.Generator, cbs: CallbackL
                 seen += nb
                 if plan.batch_end:
                     check_weights(model, team, plan)  # a callback never sees a NaN/Inf weight
+                    # Keras 3's batch logs: the running means over the epoch so far, each batch
+                    # weighted by its samples, as the epoch's logs are (the last equals them)
                     team.hook(cbs, "on_train_batch_end", b,
-                              {k: float(v) for k, v in zip(keys, values, strict=True)})
+                              {k: float(s / seen) for k, s in zip(keys, sums, strict=True)})
                 if team.stop_after_batch(model):
                     break
             if seen == 0 and on_empty_epoch is not None:
                 on_empty_epoch(epoch)
                 break
             check_weights(model, team, plan)
-            logs = {} if seen == 0 else {k: v / seen for k, v in zip(keys, sums, strict=True)}
+            logs = {} if seen == 0 else {k: float(v / seen) for k, v in zip(keys, sums, strict=True)}
             if validate is not None:
                 logs.update({f"val_{k}": v for k, v in validate().items()})
             team.hook(cbs, "on_epoch_end", epoch, logs)

@@ -58,22 +58,32 @@ class WeightsAPI:
         return [np.array(layer.weight(n)) for layer, n in self.all_weights()]
 
     def set_weights(self, weights: list[Any]) -> None:
-        """Install arrays in :meth:`named_weights` order. Every shape, and that every value is
-        finite in the layer's dtype (NaN or Inf, or a value the cast would make Inf such as
-        1e300 for float32: InvalidInputError naming the weight, as the file loaders refuse
-        them), is checked before anything changes. A reader in another thread (``predict``
-        ...) sees the weights before this call or after it, never a mixture."""
+        """Install arrays in :meth:`named_weights` order (Keras' order of ``model.weights``: a
+        Keras model's ``get_weights()`` of the same architecture fits position by position).
+        Each array must have its weight's shape; the one exception is Keras' spelling of a
+        recurrent layer's one-row bias, ``(G*H,)`` for the ``(1, G*H)`` kept here
+        (:meth:`rnnkit.Layer.from_keras_weight`). A misfit is a WeightShapeError naming its
+        position, the weight and its layer, the expected and the given shape; a value that is
+        not finite in the layer's dtype (NaN or Inf, or a value the cast would make Inf such as
+        1e300 for float32) an InvalidInputError naming the weight, as the file loaders refuse
+        them. Everything is checked before anything changes, and a reader in another thread
+        (``predict`` ...) sees the weights before this call or after it, never a mixture."""
         pairs = self.all_weights()
+        if isinstance(weights, np.ndarray) or not isinstance(weights, (list, tuple)):
+            raise WeightShapeError("weights", f"a list of {len(pairs)} arrays", type(weights).__name__,
+                                   f"model {self.name}")
         if len(weights) != len(pairs):
             raise WeightShapeError("weights", f"{len(pairs)} arrays", f"{len(weights)} arrays",
                                    f"model {self.name}")
         keys = list(self.named_weights())
-        arrs = [as_weight_array(w, f"{self.name}.set_weights: weight {key}")
-                for key, w in zip(keys, weights, strict=True)]
-        for k, (key, (layer, n), a) in enumerate(zip(keys, pairs, arrs, strict=True)):
+        arrs = [as_weight_array(layer.from_keras_weight(n, w), f"{self.name}.set_weights: weight {key}")
+                for key, (layer, n), w in zip(keys, pairs, weights, strict=True)]
+        for i, (key, (layer, n), a) in enumerate(zip(keys, pairs, arrs, strict=True)):
             if a.shape != layer.weight(n).shape:
-                raise WeightShapeError(key, layer.weight(n).shape, a.shape, f"model {self.name}")
-            arrs[k] = check_finite_weight(a, f"{self.name}.set_weights: weight {key}", layer.dtype)
+                raise WeightShapeError(key, layer.weight(n).shape, a.shape,
+                                       f"position {i} of model {self.name}'s weight list: weight "
+                                       f"{n!r} of layer {layer.name} ({type(layer).__name__})")
+            arrs[i] = check_finite_weight(a, f"{self.name}.set_weights: weight {key}", layer.dtype)
         with WEIGHTS:   # one write: a reader in another thread sees all of it or none
             for (layer, n), a in zip(pairs, arrs, strict=True):
                 layer.set_weight(n, a)
@@ -109,7 +119,8 @@ class WeightsAPI:
                                 f"this one is not built yet (its input shape is unknown); call "
                                 f"build(input_shape) or fit first, or give input_shape= to the first layer")
         header, rows = self._summary_rows()
-        text = render_summary(self.name, header, rows, self.param_count())
+        trainable = int(sum(layer.weight(n).size for layer, n in self.trainable_weights()))
+        text = render_summary(self.name, header, rows, self.param_count(), trainable)
         if print_fn is not None:
             print_fn(text)
         return text

@@ -10,11 +10,21 @@ import numpy as np
 
 from rnnkit._consistency import WEIGHTS
 from rnnkit._errors import InvalidInputError, WeightShapeError
-from rnnkit._layer import as_weight_array, check_finite_weight
+from rnnkit._layer import as_weight_array, check_finite_weight, keras_weight_list
 from rnnkit._shape import Shape
 from rnnkit.constraints import Constraint
 from rnnkit.recurrent._cell import Cell
 from rnnkit.regularizers import Regularizer
+
+
+def keras_bias(name: str, value: Any, expected: tuple[int, ...]) -> Any:
+    """Keras' spelling of a one-row recurrent bias: ``value`` of shape ``(n,)`` for the weight
+    ``"bias"`` kept as ``(1, n)`` is that row; any other ``value`` is returned as given (the
+    shape checks that follow refuse a misfit). Nothing else is ever reshaped."""
+    if name != "bias" or len(expected) != 2 or expected[0] != 1:
+        return value
+    arr = as_weight_array(value, "bias")
+    return arr.reshape(expected) if arr.shape == expected[1:] else arr
 
 
 class RecurrentWeights:
@@ -42,15 +52,29 @@ class RecurrentWeights:
 
         def set_weight(self, name: str, value: Any, *, check_finite: bool = True) -> None: ...
 
+    def from_keras_weight(self, name: str, value: Any) -> Any:
+        """Keras' ``(G*H,)`` bias as the ``(1, G*H)`` kept here (:func:`keras_bias`); anything
+        else as given."""
+        return keras_bias(name, value, tuple(self._weights[name].shape)) if name in self._weights \
+            else value
+
     def _weight_shapes(self, input_dim: int) -> dict[str, tuple[int, ...]]:
         return {p.name: p.shape for p in self.cell.params(input_dim)}
 
     def set_weights(self, *arrays: Any, **named: Any) -> None:
         """Install every weight at once, positionally in :meth:`weights` order (for the built-in
-        cells ``kernel, recurrent_kernel[, bias][, projection_kernel]``) or by name. An unbuilt
-        layer is built from the first array's rows. Every shape and every value is checked before
-        anything changes (WeightShapeError names the first misfit; NaN or Inf, or a value beyond
-        the layer's dtype, is an InvalidInputError naming the weight)."""
+        cells ``kernel, recurrent_kernel[, bias][, projection_kernel]``) or by name, each in its
+        shape here; or, as Keras' ``layer.set_weights(weights)``, ONE list (or tuple) of those
+        arrays (told from a kernel written as nested lists by its first item's axes): a Keras
+        layer's ``get_weights()``, whose one-row bias ``(G*H,)`` is taken for the ``(1, G*H)``
+        kept here (the only array taken in another shape, and only in the list). An unbuilt
+        layer is built from the first array's rows. Every shape and every value is checked
+        before anything changes (WeightShapeError names the first misfit; NaN or Inf, or a value
+        beyond the layer's dtype, is an InvalidInputError naming the weight)."""
+        listed = None
+        if len(arrays) == 1 and not named:   # Keras' one list, or the first weight alone
+            listed = keras_weight_list(arrays[0], len(self.cell.params(1)[0].shape))
+            arrays = arrays if listed is None else tuple(listed)
         if not self.built:
             first = as_weight_array(arrays[0] if arrays else next(iter(named.values()), None),
                                     f"{self.name}.set_weights")
@@ -76,6 +100,8 @@ class RecurrentWeights:
             raise InvalidInputError(
                 f"{self.name}.set_weights: expected {len(names)} arrays ({', '.join(names)}), "
                 f"missing {missing}")
+        if listed is not None:   # Keras' shapes in Keras' spelling; the separate arrays exactly
+            given = {n: keras_bias(n, v, expected[n]) for n, v in given.items()}
         arrs = {n: as_weight_array(v, f"{self.name}.{n}") for n, v in given.items()}
         for n in names:  # check all before changing anything
             if arrs[n].shape != expected[n]:
