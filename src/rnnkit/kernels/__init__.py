@@ -327,5 +327,6 @@ def check(cell: Any, where: str) -> None:
         check_step(cell, step, where)
 
 
-__all__ = ["ACTIVATION_CODES", "ACTIVATIONS", "ANY", "MODES", "KernelCell", "Step", "activation_code", "available",
-           "check", "compile_seconds", "compiled_step", "find", "find_options", "int8", "mode", "set_mode", "use"]
+__all__ = ["ACTIVATION_CODES", "ACTIVATIONS", "ANY", "MODES", "KernelCell", "Step", "activation_code",
+           "available", "check", "compile_seconds", "compiled_step", "find", "find_options", "int8", "mode",
+           "set_mode", "use"]
