@@ -53,7 +53,9 @@ Rules (checked when a layer is built, an :class:`~rnnkit.InvalidParameterError` 
 rule otherwise): the cell names an ``input_kernel`` and a ``recurrent_kernel``; one or two
 groups, contiguous from column 0 to N, each from state part 0 or a park as wide as U has
 rows; a bias has 1 row, or 2 with ``rec_apart``; ``own`` names parameters that are none of
-those; parks have distinct names, none a state part's or ``input_park``. On masked rows the step
+those; parks have distinct names, none a state part's or ``input_park``; ``implements`` maps
+option names to containers of values; ``cell.get_config()`` returns every argument of the cell's
+constructor (so no option escapes :meth:`Step.missing`). On masked rows the step
 runs on whatever the state holds and the walker puts the carried state back afterwards;
 backward, those rows arrive with a zero gradient and what the step returns for them is
 discarded, so the step must stay finite there. The step must write only what it is given to
