@@ -313,7 +313,7 @@ def find_options(cell: Any) -> tuple[Step, tuple[int, ...]] | None:
     if mode() != "fast":
         return None
     step = compiled_step(cell)
-    if step is None or step.missing(cell):
+    if step is None or not step.runs(cell):
         return None
     opts = step.options(cell)
     if opts is None or _load() is None:

@@ -85,7 +85,7 @@ def check_step(cell: Any, step: Any, where: str) -> None:
               "compiled step runs only the options it implements, read from get_config)",
               f"{type(cell).__name__}.__init__ takes {unsaid}, which get_config() does not return (it "
               f"returns {sorted(config)})")
-    if step.missing(cell):   # (this configuration runs the reference: its options are never read)
+    if not step.runs(cell):   # (this configuration runs the reference: its options are never read)
         return
     opts = step.options(cell)
     if opts is not None and not (isinstance(opts, tuple) and all(isinstance(v, int) for v in opts)):

@@ -6,7 +6,7 @@ without importing the package that loads it."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,8 +82,15 @@ class Step:
         """The options of ``cell`` (its ``get_config()`` but ``units``) that this step does
         not compute, as ``"name=value"``: an option not declared in :attr:`implements`, or a
         value outside the declared ones. Empty: the step computes exactly this configuration."""
+        return list(self._unimplemented(cell))
+
+    def runs(self, cell: Any) -> bool:
+        """Whether this step computes ``cell``'s configuration (:meth:`missing` is empty); stops
+        at the first option it does not compute (read on every pass)."""
+        return next(self._unimplemented(cell), None) is None
+
+    def _unimplemented(self, cell: Any) -> Iterator[str]:
         impl = self.implements
-        out = []
         for name, value in cell.get_config().items():
             if name in IMPLICIT:
                 continue
@@ -93,5 +100,4 @@ class Step:
             except TypeError:   # (an unhashable value asked of a set): not declared
                 ok = False
             if not ok:
-                out.append(f"{name}={value!r}")
-        return out
+                yield f"{name}={value!r}"
