@@ -279,3 +279,27 @@ def test_error_no_worse_than_torch_quantize_dynamic(B: int, T: int, F: int, H: i
     torch_err = _torch_max_err(model, x)
     ours = float(np.abs(rk.quantize(model).predict(x) - model.predict(x)).max())
     assert 0 < ours <= torch_err, (ours, torch_err)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "SimpleRNN"])
+def test_pytorch_bias_layout_adds_both_rows(kind: str) -> None:
+    """A layer with PyTorch's two biases (``bias_layout="torch"``) adds both rows to every
+    pre-activation: its int8 form equals, bit for bit, the int8 form of the same layer with the
+    rows' sum in one bias row (the same int8 kernels, the same float32 bias), on both paths,
+    and stays near the float layer."""
+    compiled()
+    x = _x()
+    torch_layer = getattr(rk, kind)(6, bias_layout="torch", seed=3, return_sequences=True)
+    torch_model = rk.Sequential([torch_layer]).build((None, 9, 6))
+    b = np.random.default_rng(5).normal(size=torch_layer.weight("bias").shape).astype(F32)
+    torch_layer.set_weight("bias", b)
+    fused_layer = getattr(rk, kind)(6, seed=3, return_sequences=True)
+    fused_model = rk.Sequential([fused_layer]).build((None, 9, 6))
+    for name in ("kernel", "recurrent_kernel"):
+        fused_layer.set_weight(name, torch_layer.weight(name))
+    fused_layer.set_weight("bias", (b[0] + b[1])[None])
+    for mode in ("fast", "reference"):
+        with rk.kernels.use(mode):
+            got = rk.quantize(torch_model).predict(x)
+            assert np.array_equal(got, rk.quantize(fused_model).predict(x)), mode
+            assert np.abs(got - torch_model.predict(x)).max() < 0.05

@@ -8,8 +8,12 @@ product of each group of :meth:`~rnnkit.Cell.rec_groups` on packed weights, the 
 projection, direction, masks, recurrent dropout, initial and final states, batch-block
 threading, the cache, and the batched weight-gradient reductions; the cell's functions only
 compute what happens between the products. SimpleRNN, LSTM (with ``proj_size``) and GRU (both
-forms) are such cells. A cell without a compiled step (or whose :meth:`Step.options` returns
-None for its configuration, e.g. a softmax activation) runs the reference, with no warning.
+forms) are such cells. A compiled path runs exactly what the reference runs, or does not run:
+a step declares in :attr:`Step.implements` the values it computes of every option of the cell
+(every key of ``cell.get_config()`` but ``units``: ``activation``, ``use_bias``, ...), and a
+cell with an option undeclared or a value outside the declared ones runs the reference, as
+does a cell without a compiled step, or whose :meth:`Step.options` returns None, with no
+warning (e.g. a softmax activation: no compiled step implements it).
 :func:`find` decides; it never looks at the cell's type: a subclass that overrides ``step``,
 ``step_back`` or ``rec_groups`` below the class that declares ``compiled_step`` runs the
 reference until it declares a compiled step of its own.
@@ -49,7 +53,9 @@ Rules (checked when a layer is built, an :class:`~rnnkit.InvalidParameterError` 
 rule otherwise): the cell names an ``input_kernel`` and a ``recurrent_kernel``; one or two
 groups, contiguous from column 0 to N, each from state part 0 or a park as wide as U has
 rows; a bias has 1 row, or 2 with ``rec_apart``; ``own`` names parameters that are none of
-those; parks have distinct names, none a state part's or ``input_park``. On masked rows the step
+those; parks have distinct names, none a state part's or ``input_park``; ``implements`` maps
+option names to containers of values; ``cell.get_config()`` returns every argument of the cell's
+constructor (so no option escapes :meth:`Step.missing`). On masked rows the step
 runs on whatever the state holds and the walker puts the carried state back afterwards;
 backward, those rows arrive with a zero gradient and what the step returns for them is
 discarded, so the step must stay finite there. The step must write only what it is given to
@@ -108,7 +114,7 @@ from typing import Any, Protocol
 
 from rnnkit._errors import InvalidParameterError
 from rnnkit.kernels._rules import check_step
-from rnnkit.kernels._step import Step
+from rnnkit.kernels._step import ANY, Step
 
 MODES = ("fast", "reference")
 _ENV = "RNNKIT_KERNELS"
@@ -232,6 +238,8 @@ def int8() -> ModuleType | None:
 
 #: the activation codes of the compiled steps (``rnnkit.kernels.ops.act`` and friends)
 ACTIVATION_CODES = {"tanh": 0, "sigmoid": 1, "relu": 2, "linear": 3, "hard_sigmoid": 4}
+#: the activations that have a code: a step that maps an option through ``ops.act`` implements these
+ACTIVATIONS = tuple(ACTIVATION_CODES)
 
 
 def activation_code(fn: Any) -> int | None:
@@ -293,21 +301,19 @@ def driver() -> ModuleType:
 
 def find(cell: Any) -> Step | None:
     """The compiled step that runs ``cell`` here, or None (the reference)."""
-    if mode() != "fast":
-        return None
-    step = compiled_step(cell)
-    if step is None or step.options(cell) is None or _load() is None:
-        return None
-    return step
+    found = find_options(cell)
+    return None if found is None else found[0]
 
 
 def find_options(cell: Any) -> tuple[Step, tuple[int, ...]] | None:
     """:func:`find` and the step's options for ``cell`` read once: ``(step, options)``, or None
-    (the reference). The walker hands the options on, so a pass reads them once."""
+    (the reference): the mode is ``"reference"``, the cell has no compiled step, the step does
+    not implement one of the cell's options (:meth:`Step.missing`), its ``options`` are None,
+    or numba is missing. The walker hands the options on, so a pass reads them once."""
     if mode() != "fast":
         return None
     step = compiled_step(cell)
-    if step is None:
+    if step is None or not step.runs(cell):
         return None
     opts = step.options(cell)
     if opts is None or _load() is None:
@@ -323,5 +329,6 @@ def check(cell: Any, where: str) -> None:
         check_step(cell, step, where)
 
 
-__all__ = ["ACTIVATION_CODES", "MODES", "KernelCell", "Step", "activation_code", "available", "check",
-           "compile_seconds", "compiled_step", "find", "find_options", "int8", "mode", "set_mode", "use"]
+__all__ = ["ACTIVATION_CODES", "ACTIVATIONS", "ANY", "MODES", "KernelCell", "Step", "activation_code",
+           "available", "check", "compile_seconds", "compiled_step", "find", "find_options", "int8", "mode",
+           "set_mode", "use"]

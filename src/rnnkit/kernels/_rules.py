@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from rnnkit._errors import InvalidParameterError
@@ -71,6 +73,30 @@ def check_step(cell: Any, step: Any, where: str) -> None:
     if bad:
         _fail(cell, where, "own must name parameters of the cell other than the input/recurrent kernel, the "
               "bias and the projection", bad)
+    impl = step.implements
+    if not isinstance(impl, Mapping) or not all(isinstance(k, str) and hasattr(v, "__contains__")
+                                                for k, v in impl.items()):
+        _fail(cell, where, "implements must map option names to the values the step computes (a tuple, "
+              "or rnnkit.kernels.ANY)", repr(impl))
+    config = cell.get_config()
+    unsaid = [n for n in _constructor_options(cell) if n not in config]
+    if unsaid:
+        _fail(cell, where, "get_config() must return every argument of the cell's constructor (the "
+              "compiled step runs only the options it implements, read from get_config)",
+              f"{type(cell).__name__}.__init__ takes {unsaid}, which get_config() does not return (it "
+              f"returns {sorted(config)})")
+    if not step.runs(cell):   # (this configuration runs the reference: its options are never read)
+        return
     opts = step.options(cell)
     if opts is not None and not (isinstance(opts, tuple) and all(isinstance(v, int) for v in opts)):
         _fail(cell, where, "options(cell) must return a tuple of ints, or None", repr(opts))
+
+
+def _constructor_options(cell: Any) -> list[str]:
+    """The named arguments of the cell's constructor (``*args`` / ``**kwargs`` left out)."""
+    try:
+        sig = inspect.signature(type(cell).__init__)
+    except (TypeError, ValueError):   # (no signature to read: a constructor written in C)
+        return []
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in list(sig.parameters.values())[1:] if p.kind in named]

@@ -6,8 +6,8 @@ without importing the package that loads it."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Container, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -17,6 +17,23 @@ def _no_parks(cell: Any) -> dict[str, int]:
 
 def _no_options(cell: Any) -> tuple[int, ...]:
     return ()
+
+
+class _AnyValue:
+    """:data:`ANY`: an :attr:`Step.implements` entry that holds every value."""
+
+    def __contains__(self, value: object) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "rnnkit.kernels.ANY"
+
+
+#: the :attr:`Step.implements` entry of an option whose every value the compiled step computes
+ANY: Container[Any] = _AnyValue()
+
+#: the configuration keys every compiled step implements: ``units`` reaches it as the arrays' widths
+IMPLICIT = ("units",)
 
 
 def _resolve_fn(f: Any) -> Any:
@@ -37,7 +54,15 @@ class Step:
     cell's output projection (its ``projection`` attribute names the parameter, (width, S))
     multiplies into state part 0. ``own``: parameters the step reads, whose gradients it writes
     per row. ``options(cell)``: the ints handed to the step (activation codes...), or None when
-    this configuration has no compiled step (the reference runs)."""
+    this configuration has no compiled step (the reference runs).
+
+    ``implements``: ``{option: the values the step computes}`` for every option of the cell,
+    i.e. every key of ``cell.get_config()`` but ``units`` (a tuple of values, or :data:`ANY`).
+    The compiled step runs a cell only when each of its options is declared here with its
+    value among the declared ones (:meth:`missing` is empty); any other configuration runs the
+    reference. So an option that a step does not read (an ``activation`` that its functions
+    hard-code as tanh) never runs compiled with another value: the default, ``{}``, runs no cell
+    that has options, and every cell has ``activation``."""
 
     forward: Any
     backward: Any
@@ -47,7 +72,32 @@ class Step:
     projects: str | None = None
     own: tuple[str, ...] = ()
     options: Callable[[Any], tuple[int, ...] | None] = _no_options
+    implements: Mapping[str, Container[Any]] = field(default_factory=dict)
 
     def functions(self) -> tuple[Any, Any]:
         """(forward, backward) as compiled functions (imports them on first use)."""
         return _resolve_fn(self.forward), _resolve_fn(self.backward)
+
+    def missing(self, cell: Any) -> list[str]:
+        """The options of ``cell`` (its ``get_config()`` but ``units``) that this step does
+        not compute, as ``"name=value"``: an option not declared in :attr:`implements`, or a
+        value outside the declared ones. Empty: the step computes exactly this configuration."""
+        return list(self._unimplemented(cell))
+
+    def runs(self, cell: Any) -> bool:
+        """Whether this step computes ``cell``'s configuration (:meth:`missing` is empty); stops
+        at the first option it does not compute (read on every pass)."""
+        return next(self._unimplemented(cell), None) is None
+
+    def _unimplemented(self, cell: Any) -> Iterator[str]:
+        impl = self.implements
+        for name, value in cell.get_config().items():
+            if name in IMPLICIT:
+                continue
+            vals = impl.get(name)
+            try:
+                ok = vals is not None and value in vals
+            except TypeError:   # (an unhashable value asked of a set): not declared
+                ok = False
+            if not ok:
+                yield f"{name}={value!r}"

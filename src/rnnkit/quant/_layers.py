@@ -250,7 +250,11 @@ class QuantizedRecurrent(Int8Weights, RecurrentLayer):
         T, B, F = x_tm.shape
         G = w["kernel_q"].shape[0]
         bias = w["bias"] if "bias" in w else np.zeros((1, G), F32)
-        xin = (*self._product("kernel", mod), np.ascontiguousarray(bias[0]))
+        ra = bool(getattr(cell, "reset_after", False))
+        # row 1 of a bias adds to the recurrent product under reset_after; otherwise (PyTorch's
+        # bias_ih and bias_hh, bias_layout="torch") both rows add to every pre-activation
+        b_in = bias[0] if ra or bias.shape[0] == 1 else bias[0] + bias[1]
+        xin = (*self._product("kernel", mod), np.ascontiguousarray(b_in))
         code = int(kernels.activation_code(cell.activation))  # type: ignore[arg-type]
         kind = builtin_kind(cell)
         if kind == "SimpleRNN":
@@ -266,7 +270,6 @@ class QuantizedRecurrent(Int8Weights, RecurrentLayer):
                 mod.walk_lstm(x, *xin, up, ucol, us, st[0], st[1], m, sq, code, rcode)
         else:
             rcode = int(kernels.activation_code(cell.recurrent_activation))  # type: ignore[attr-defined,arg-type]
-            ra = bool(getattr(cell, "reset_after", False))
             hb = np.ascontiguousarray(bias[1]) if ra and bias.shape[0] > 1 else np.zeros(G, F32)
             if ra:
                 up, ucol, us = self._product("recurrent_kernel", mod)

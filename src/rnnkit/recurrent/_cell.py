@@ -37,8 +37,11 @@ What a cell declares:
 A cell holds configuration only (units, activations, options): no weights and nothing of a
 pass. A cell may also give its step compiled (:attr:`Cell.compiled_step`, a
 :class:`rnnkit.kernels.Step`: the gate arithmetic between the walker's products, forward and
-backward, as numba functions over rows); the compiled walker then runs it. A cell without one
-runs this reference arithmetic.
+backward, as numba functions over rows); the compiled walker then runs it, for the
+configurations it declares it computes (:attr:`rnnkit.kernels.Step.implements`: the values of
+every option in :meth:`Cell.get_config`). A cell without one, or with another configuration,
+runs this reference arithmetic: a compiled path runs exactly what the reference runs, or does
+not run.
 """
 
 from __future__ import annotations
@@ -127,7 +130,8 @@ class Cell:
     supports_recurrent_dropout: ClassVar[bool] = False
     #: the step compiled (:class:`rnnkit.kernels.Step`), or None: the reference runs. It counts
     #: only for the class that declares it and its subclasses that keep its ``step``,
-    #: ``step_back`` and ``rec_groups``
+    #: ``step_back`` and ``rec_groups``, and only for a cell whose every option (``get_config()``
+    #: but ``units``) has a value its ``implements`` declares
     compiled_step: ClassVar[Step | None] = None
 
     def __init__(self, units: int, activation: ActivationLike = "tanh") -> None:

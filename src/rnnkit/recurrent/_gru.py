@@ -42,10 +42,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rnnkit._activations import ActivationLike
-from rnnkit.kernels import Step
+from rnnkit.kernels import ACTIVATIONS, Step
 from rnnkit.recurrent._cell import Arrays, StepBack
 from rnnkit.recurrent._gated import GatedCell, fed_back, fed_back_grad, gate_codes, resolve_gate_activation
 from rnnkit.recurrent._states import GRUState
+
+#: the options of a GRU cell and the values its compiled steps compute (a softmax activation: none)
+GATED_OPTIONS = {"activation": ACTIVATIONS, "recurrent_activation": ACTIVATIONS, "use_bias": (True, False)}
 
 
 class GRUCell(GatedCell):
@@ -60,7 +63,7 @@ class GRUCell(GatedCell):
     #: the gate arithmetic compiled (rnnkit.kernels._gru): two groups, parks rh, the gates
     compiled_step: ClassVar[Step | None] = Step(
         "rnnkit.kernels._gru:forward", "rnnkit.kernels._gru:backward", parks=lambda cell: {"rh": cell.units},
-        input_park="gates", options=gate_codes)
+        input_park="gates", options=gate_codes, implements=GATED_OPTIONS)
 
     def __init__(self, units: int, activation: ActivationLike = "tanh", *,
                  recurrent_activation: ActivationLike = "sigmoid", use_bias: bool = True) -> None:
@@ -126,7 +129,8 @@ class GRUResetAfterCell(GRUCell):
     #: the gate arithmetic compiled: the product apart (with bias row 1), parks hu_n, the gates
     compiled_step: ClassVar[Step | None] = Step(
         "rnnkit.kernels._gru:forward_ra", "rnnkit.kernels._gru:backward_ra",
-        parks=lambda cell: {"hu_n": cell.units}, input_park="gates", rec_apart=True, options=gate_codes)
+        parks=lambda cell: {"hu_n": cell.units}, input_park="gates", rec_apart=True, options=gate_codes,
+        implements=GATED_OPTIONS)
 
     def rec_groups(self, width: int) -> list[tuple[str, int, int]]:
         return [("h", 0, width)]

@@ -30,7 +30,7 @@ import numpy as np
 
 from rnnkit._activations import ActivationLike
 from rnnkit._errors import InvalidParameterError
-from rnnkit.kernels import Step
+from rnnkit.kernels import ACTIVATIONS, ANY, Step
 from rnnkit.recurrent._cell import Arrays, Param, StepBack
 from rnnkit.recurrent._gated import (
     GatedCell,
@@ -59,7 +59,9 @@ class LSTMCell(GatedCell):
         "rnnkit.kernels._lstm:forward", "rnnkit.kernels._lstm:backward",
         parks=lambda cell: {"act_c": cell.units, **({"m": cell.units} if cell.proj_size else {})},
         input_park="gates", projects="m",
-        options=lambda cell: gate_codes(cell, (1 if cell.proj_size else 0,)))
+        options=lambda cell: gate_codes(cell, (1 if cell.proj_size else 0,)),
+        implements={"activation": ACTIVATIONS, "recurrent_activation": ACTIVATIONS, "use_bias": (True, False),
+                    "proj_size": ANY})
 
     def __init__(self, units: int, activation: ActivationLike = "tanh", *,
                  recurrent_activation: ActivationLike = "sigmoid", use_bias: bool = True,

@@ -21,7 +21,7 @@ from typing import ClassVar
 import numpy as np
 
 from rnnkit._activations import ActivationLike
-from rnnkit.kernels import Step, activation_code
+from rnnkit.kernels import ACTIVATIONS, Step, activation_code
 from rnnkit.recurrent._cell import Arrays, StepBack
 from rnnkit.recurrent._gated import GatedCell, check_torch_bias, fed_back, fed_back_grad
 from rnnkit.recurrent._states import SimpleRNNState
@@ -40,7 +40,8 @@ class SimpleRNNCell(GatedCell):
     state_type: ClassVar[type | None] = SimpleRNNState
     #: the arithmetic compiled (rnnkit.kernels._simple): h = act(a), parks nothing
     compiled_step: ClassVar[Step | None] = Step(
-        "rnnkit.kernels._simple:forward", "rnnkit.kernels._simple:backward", options=act_code)
+        "rnnkit.kernels._simple:forward", "rnnkit.kernels._simple:backward", options=act_code,
+        implements={"activation": ACTIVATIONS, "use_bias": (True, False)})
 
     def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
              park: dict[str, np.ndarray] | None, *, rdrop: np.ndarray | None = None) -> Arrays:
