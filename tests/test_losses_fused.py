@@ -130,10 +130,12 @@ def test_float32_logits_stay_float32_and_match_torch(sparse: bool) -> None:
     ``|x|`` (``x - m``), ``T + X + 4`` (the sum, ``T = torch_sum_chain(C)``, sequential per lane),
     ``4 L`` (the ``log``) and ``|x| + L`` (the subtraction); ``exp(out)`` adds 4, the factor
     ``c`` two roundings (``1 / N`` times ``w``) and the product one: an entry errs by at most
-    ``(2 |x| + 3 L + T + X + 13) c p``, the label's entry ``3 c`` more. The loss of a row errs by
+    ``(2 |x| + 5 L + T + X + 11) c p``, the label's entry ``3 c`` more. The loss of a row errs by
     ``|x_l| + T + X + 4 + 4 L + v``; the weighted sum of the N rows adds ``(N + 1)`` roundings of
     the total. With AVX2's 8 lanes ``T`` is 1,079 for 8,606 classes, with AVX-512's 16 lanes 542:
-    why torch's gradient moves twice as far from the definition on AVX2 as on AVX-512.
+    torch's float32 gradient is further from the definition on AVX2, too far for a comparison
+    of rnnkit with torch itself at 1e-6 of the largest entry, which is why each is held to the
+    definition instead.
     """
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
@@ -175,7 +177,7 @@ def test_float32_logits_stay_float32_and_match_torch(sparse: bool) -> None:
     S, T = numpy_sum_chain(C), torch_sum_chain(C)
     rk_g = U32 * (c[:, None] * p * (np.abs(x) + 5.04 + S + X[:, None] + 5.04 + 3) + 2 * c[:, None] * label)
     rk_v = U32 * np.sum(c * (S + X + 5.04 + 7.66 * L + x_l + np.abs(m) + L + v))
-    t_g = U32 * (c[:, None] * p * (2 * np.abs(x) + 3 * L[:, None] + T + X[:, None] + 13)
+    t_g = U32 * (c[:, None] * p * (2 * np.abs(x) + 5 * L[:, None] + T + X[:, None] + 11)
                  + 3 * c[:, None] * label)
     t_v = U32 * (np.sum(c * (x_l + T + X + 4 + 4 * L + v)) + (N + 1) * ref_v)
 
