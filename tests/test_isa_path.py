@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import ISA_SENSITIVE
 from rnnkit.kernels import _int8_gemm, _isa, _packed
 from rnnkit.kernels._jit import njit
 
@@ -97,3 +98,9 @@ def test_the_avx2_script_forces_the_avx2_path() -> None:
                           "-p", "no:cacheprovider", guard],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0 and "1 passed" in run.stdout, run.stdout + run.stderr
+
+
+def test_every_file_of_the_isa_list_exists() -> None:
+    """A renamed or removed test file may not drop out of the AVX2 run unnoticed."""
+    tests = Path(__file__).resolve().parent
+    assert sorted(n for n in ISA_SENSITIVE if not (tests / n).is_file()) == []
