@@ -20,6 +20,41 @@ if str(TESTS) not in sys.path:  # so `import harness` works whatever the import 
 #: the test data folder (fixtures written by the scripts in tools/)
 DATA = TESTS / "data"
 
+#: The kernel-sensitive test files, marked ``isa``: the compiled kernels, the losses, the int8
+#: products, and every comparison of a fast path with its reference or with PyTorch / Keras /
+#: onnxruntime. CI runs them a second time on the AVX2 code path of every library
+#: (``tools/avx2.sh python -m pytest -q -m isa``), whatever the CPU it has.
+ISA_SENSITIVE = frozenset({
+    # the compiled kernels against the NumPy reference, and the layers' fast paths
+    "test_kernels.py", "test_kernels_compile.py", "test_kernels_gates.py", "test_kernels_infer.py",
+    "test_kernels_ksplit.py", "test_kernels_one_version.py", "test_kernels_pairs.py",
+    "test_kernels_plans.py", "test_kernels_pool.py", "test_kernels_quick.py", "test_kernels_rows.py",
+    "test_kernels_threads.py", "test_kernels_whole.py", "test_user_cells.py", "test_dense_product.py",
+    "test_dense_wide.py", "test_dense_lm.py", "test_predict_path.py", "test_sequences.py",
+    "test_bidirectional.py", "test_input_grad.py", "test_recurrent_gradients.py",
+    # losses and gradient norms
+    "test_losses.py", "test_losses_fused.py", "test_clip_norms.py", "test_sample_weights.py",
+    # int8
+    "test_quant.py", "test_quant_files.py",
+    # against PyTorch, Keras and onnxruntime
+    "test_recurrent_torch.py", "test_recurrent_fixtures.py", "test_cells.py", "test_rnn_net.py",
+    "test_rnn_in_sequential.py", "test_torch_biases.py", "test_torch_files.py", "test_io_interop.py",
+    "test_keras_parity.py", "test_keras_sequences.py", "test_keras_files.py", "test_functional_keras.py",
+    "test_keras_export.py", "test_keras_seq_export.py", "test_keras_compile_import.py",
+    "test_onnx_export.py", "test_onnx_seq_layers.py", "test_optimizer_formulas.py",
+    "test_optimizers.py", "test_weight_tying.py", "test_models_programs.py", "test_porting_examples.py",
+    "test_regularizers.py",
+    # the check that the AVX2 run is one
+    "test_isa_path.py",
+})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test of :data:`ISA_SENSITIVE` ``isa``."""
+    for item in items:
+        if item.path.name in ISA_SENSITIVE:
+            item.add_marker(pytest.mark.isa)
+
 try:  # property tests (tests/test_fuzz.py): a small profile by default, a long one on request
     from hypothesis import settings as _hyp_settings
 
