@@ -43,7 +43,9 @@ ISA_SENSITIVE = frozenset({
     "test_keras_export.py", "test_keras_seq_export.py", "test_keras_compile_import.py",
     "test_onnx_export.py", "test_onnx_seq_layers.py", "test_optimizer_formulas.py",
     "test_optimizers.py", "test_weight_tying.py", "test_models_programs.py", "test_porting_examples.py",
-    "test_regularizers.py",
+    "test_regularizers.py", "test_grad_accumulation.py", "test_keras_weight_order.py",
+    # automatic gradients: the ops' VJPs and layers on the tape, against torch autograd
+    "test_ops_grad.py", "test_tape_layers.py",
     # the check that the AVX2 run is one
     "test_isa_path.py",
 })
