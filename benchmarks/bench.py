@@ -31,11 +31,13 @@ in a child process of its own (``RNNKIT_KERNEL_THREADS``, ``torch.set_num_thread
 ``intra_op_num_threads``); the results file holds them under ``"peers"``, and ``--markdown``
 prints their tables.
 
-``--isa avx2`` runs rnnkit and PyTorch in a child process restricted to AVX2:
-``OPENBLAS_CORETYPE=Haswell`` (OpenBLAS's AVX2 kernels), ``NUMBA_CPU_NAME=haswell`` with an
-empty ``NUMBA_CPU_FEATURES`` (rnnkit's compiled loops; the name alone keeps the host's features,
-AVX-512 included), ``ONEDNN_MAX_CPU_ISA=AVX2`` (PyTorch's oneDNN: its LSTM) and
-``MKL_ENABLE_INSTRUCTIONS=AVX2`` (PyTorch's MKL: its GRU and products); the child checks that each
+``--isa avx2`` runs rnnkit and PyTorch in a child process restricted to AVX2 by
+``tools/avx2.sh`` (the recipe the tests' AVX2 run uses): ``OPENBLAS_CORETYPE=Haswell`` (OpenBLAS's
+AVX2 kernels), ``NUMBA_CPU_NAME=haswell`` with an empty ``NUMBA_CPU_FEATURES`` (rnnkit's compiled
+loops; the name alone keeps the host's features, AVX-512 included), numpy's AVX-512 dispatch
+targets disabled, ``ATEN_CPU_CAPABILITY=avx2`` (PyTorch's vector kernels),
+``ONEDNN_MAX_CPU_ISA=AVX2`` (its LSTM) and ``MKL_ENABLE_INSTRUCTIONS=AVX2`` (its GRU and
+products); the child checks that each
 took effect (the BLAS architectures threadpoolctl reports, Numba's CPU name, the ISA oneDNN's
 verbose mode names) and records them in the results (``meta.isa``).
 
@@ -63,7 +65,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_peers  # noqa: E402
-from bench_report import AVX2_ENV, isa_in_effect, markdown, save_results  # noqa: E402
+from bench_report import AVX2_SH, isa_in_effect, markdown, on_avx2, save_results  # noqa: E402
 
 SHAPES: dict[str, tuple[int, int, int, int]] = {
     "S1": (1, 100, 16, 32),
@@ -298,9 +300,9 @@ def main(argv: list[str] | None = None) -> int:
                 return rc
         if args.isa == "both":   # latest.json (the README's first table) keeps the native run
             rest = [a for a in rest if a != "--update-latest"]
-        env = {**os.environ, **AVX2_ENV, "RNNKIT_BENCH_ISA": "avx2"}
-        print("-- AVX2 only (child process):", " ".join(f"{k}={v}" for k, v in AVX2_ENV.items()), flush=True)
-        return subprocess.run([sys.executable, __file__, *rest], env=env).returncode
+        env = {**os.environ, "RNNKIT_BENCH_ISA": "avx2", "PYTHON": sys.executable}
+        print(f"-- AVX2 only (child process under {AVX2_SH.name})", flush=True)
+        return subprocess.run(on_avx2([sys.executable, __file__, *rest]), env=env).returncode
     if args.kernels:
         os.environ["RNNKIT_KERNELS"] = args.kernels
     if args.user_cells:

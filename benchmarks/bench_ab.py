@@ -7,7 +7,8 @@ SimpleRNN, LSTM and GRU (``return_sequences=True``) at each shape, the median of
 a fixed time budget, in process CPU time (``time.process_time``, so other load on the
 machine moves the figures less than wall time would). Rounds alternate the order of the
 trees; the table gives the median of the per-round medians and new/old (below 1: the new
-tree is faster). ``avx2`` restricts Numba and OpenBLAS to AVX2 in the children.
+tree is faster). ``avx2`` runs the children under ``tools/avx2.sh`` (Numba, OpenBLAS, numpy
+and PyTorch on their AVX2 paths).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import subprocess
 import sys
 import time
 from typing import Any
+
+from bench_report import on_avx2
 
 SHAPES = {"S1": (1, 100, 16, 32), "S2": (32, 50, 32, 64), "S3": (64, 100, 128, 256),
           "S4": (128, 200, 256, 512)}
@@ -63,12 +66,11 @@ def main() -> None:
     a, b, isa = sys.argv[1], sys.argv[2], sys.argv[3]
     rounds, shapes = int(sys.argv[4]), sys.argv[5].split(",")
     env = {**os.environ, "RNNKIT_KERNEL_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    if isa == "avx2":
-        env.update({"OPENBLAS_CORETYPE": "Haswell", "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": ""})
+    run = on_avx2 if isa == "avx2" else (lambda cmd: cmd)   # tools/avx2.sh: the one AVX2 recipe
     res: dict[str, list[dict[str, float]]] = {a: [], b: []}
     for r in range(rounds):
         for src in ((a, b) if r % 2 == 0 else (b, a)):
-            p = subprocess.run([sys.executable, __file__, "child", ",".join(shapes)],
+            p = subprocess.run(run([sys.executable, __file__, "child", ",".join(shapes)]),
                                env={**env, "PYTHONPATH": src}, capture_output=True, text=True)
             line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT")]
             if not line:

@@ -146,7 +146,7 @@ def demo_rmse(out: str) -> dict[str, float]:
 
     res = run_demo(out, verbose=False, plots=False)
     fc = rk.io.load_forecaster(res.model_path)
-    model, spec = fc.model, fc.spec
+    model = fc.model
     values = datasets.sunspots().values
     prep = prepare(values[:, None], values, ["SUNACTIVITY"], "SUNACTIVITY", window=WINDOW, horizon=1,
                    val_split=VAL_SPLIT, n_test=TEST_YEARS, transform=TRANSFORM, index_name="YEAR",

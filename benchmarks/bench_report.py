@@ -11,9 +11,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-AVX2_ENV = {"OPENBLAS_CORETYPE": "Haswell", "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "",
-            "ONEDNN_MAX_CPU_ISA": "AVX2",  # NUMBA_CPU_NAME alone keeps the host's features
-            "MKL_ENABLE_INSTRUCTIONS": "AVX2"}  # PyTorch's GRU (and sgemm) run on MKL, not oneDNN
+#: the script that runs a command on the AVX2 path of Numba, OpenBLAS, numpy's SIMD loops and
+#: PyTorch (ATen's vector kernels, oneDNN, MKL): the one recipe the tests' AVX2 run uses too
+AVX2_SH = Path(__file__).resolve().parents[1] / "tools" / "avx2.sh"
+
+
+def on_avx2(cmd: list[str]) -> list[str]:
+    """``cmd`` run through :data:`AVX2_SH` (the interpreter it asks about numpy: ``cmd[0]``)."""
+    return [str(AVX2_SH), *cmd]
 
 
 def isa_in_effect() -> dict[str, Any]:
