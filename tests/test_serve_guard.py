@@ -27,6 +27,7 @@ TOOLS = Path(__file__).resolve().parents[1] / "tools"
 sys.path.insert(0, str(TOOLS))
 
 from serve_trials import F, ServerProcess, write_model  # noqa: E402
+from starlette.testclient import TestClient  # noqa: E402
 
 import rnnkit as rk  # noqa: E402
 from rnnkit.serve._errors import RequestError  # noqa: E402
@@ -133,8 +134,8 @@ def test_slow_heads_and_bodies_are_cut_off_and_do_not_hold_the_server(tmp_path: 
         server.stop()
 
 
-@pytest.mark.parametrize("case", ["fifo_model", "fifo_db", "db_dir_missing", "db_not_sqlite", "db_is_dir",
-                                  "timesteps_1e12"])
+@pytest.mark.parametrize("case", ["fifo_model", "fifo_db", "fifo_token", "db_dir_missing", "db_not_sqlite",
+                                  "db_is_dir", "timesteps_1e12"])
 def test_startup_problems_are_one_typed_line_and_exit_2(tmp_path: Path, case: str) -> None:
     model = write_model(tmp_path / "m.safetensors", units=8)
     args = [str(model)]
@@ -146,6 +147,10 @@ def test_startup_problems_are_one_typed_line_and_exit_2(tmp_path: Path, case: st
         os.mkfifo(tmp_path / "fifo")
         args += ["--state-db", str(tmp_path / "fifo")]
         want = "--state-db"
+    elif case == "fifo_token":
+        os.mkfifo(tmp_path / "fifo")
+        args += ["--token-file", str(tmp_path / "fifo")]
+        want = "expected a token file (a regular file), found a FIFO"
     elif case == "db_dir_missing":
         args += ["--state-db", str(tmp_path / "no" / "x.db")]
         want = "does not exist"
@@ -214,3 +219,29 @@ def test_reading_a_stream_refreshes_its_idle_time(tmp_path: Path) -> None:
     store.get(s.id)
     assert store.idle(50.0) == []
     store.close()
+
+
+def test_a_full_disk_at_a_step_answers_503_with_the_cause_and_the_stream_keeps_its_state(
+        tmp_path: Path) -> None:
+    model = rk.Sequential([rk.LSTM(8, "tanh", seed=1, return_sequences=True)], input_shape=(None, None, F))
+    app = rk.serve.app(model, state_db=str(tmp_path / "s.db"))
+    xs = np.random.default_rng(1).standard_normal((2, 2000, F)).astype(np.float32)
+    with TestClient(app) as c:
+        sid = c.post("/v1/streams").json()["id"]
+        assert c.post(f"/v1/streams/{sid}/step", json={"seq": 1, "x": xs[0].tolist()}).status_code == 200
+        before = c.get(f"/v1/streams/{sid}").json()
+        db = app.app.state.server.store.db
+        db.execute(f"PRAGMA max_page_count={db.execute('PRAGMA page_count').fetchone()[0]}")
+        r = c.post(f"/v1/streams/{sid}/step", json={"seq": 2, "x": xs[1].tolist()})
+        assert r.status_code == 503, r.text
+        err = r.json()["error"]
+        assert err["code"] == "storage_failed" and "database or disk is full" in err["message"]
+        after = c.get(f"/v1/streams/{sid}").json()
+        assert after["seq"] == 1 and after["state"] == before["state"]
+        db.execute("PRAGMA max_page_count=1073741823")  # room again: the same step now applies
+        again = c.post(f"/v1/streams/{sid}/step", json={"seq": 2, "x": xs[1].tolist()})
+        assert again.status_code == 200 and not again.json()["replayed"]
+        want = model.predict(np.concatenate(xs)[None])[0, 2000:]
+        # the step continues the recurrence from the stored state in float32, as predict runs it
+        # over the whole sequence: equal bits (checked on the AVX-512 and the AVX2 paths)
+        np.testing.assert_array_equal(np.asarray(again.json()["outputs"], np.float32), want)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from rnnkit._errors import InvalidParameterError
+from rnnkit._files import check_regular, open_regular
 
 #: the environment variable through which ``rnnkit serve`` hands ``header_timeout_s`` to its HTTP
 #: protocol (:mod:`rnnkit.serve._http`), in its own process and in ``--workers`` processes
@@ -86,13 +87,21 @@ class ServeConfig:
             raise InvalidParameterError("ServeConfig: token must be a string of at least 16 characters")
 
 
+_TOKEN_FILE_BYTES = 64 << 10
+
+
 def read_token_file(path: str | os.PathLike[str]) -> str:
     """The bearer token in ``path`` (its first line, surrounding whitespace removed; at least 16
-    characters)."""
-    p = Path(path)
-    if not p.is_file():
-        raise InvalidParameterError(f"--token-file {p}: no such file")
-    text = p.read_text(encoding="utf-8", errors="strict").strip().splitlines()
+    characters; only the file's first 64 KiB are read). A path that is not a regular file is
+    refused before it is opened."""
+    p = Path(check_regular(path, "a token file"))  # a FIFO or device: refused, never opened
+    with open_regular(p, "a token file") as fh:
+        head = fh.read(_TOKEN_FILE_BYTES)  # the first line is all that is used
+    try:
+        text = head.decode("utf-8", errors="strict").strip().splitlines()
+    except UnicodeDecodeError as e:
+        raise InvalidParameterError(f"--token-file {p}: expected UTF-8 text, found {e.reason} at byte "
+                                    f"{e.start}") from None
     token = text[0].strip() if text else ""
     if len(token) < 16:
         raise InvalidParameterError(f"--token-file {p}: the token must be at least 16 characters, "
