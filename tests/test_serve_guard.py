@@ -86,6 +86,13 @@ def test_requests_beyond_the_limits_get_their_4xx_read_by_urllib(tmp_path: Path)
         status, doc = _post(server.url + "/v1/predict", head.getvalue() + bytes(96), "application/x-npy")
         assert status == 422 and doc["error"]["code"] == "bad_npy"
         assert doc["error"]["got"] == 2 * 3 * 10 ** 11 * 4 and doc["error"]["expected"] == 96
+        # a client that asks Expect: 100-continue has sent no body yet: its 413 comes at once
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(b"POST /v1/predict HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+                         b"content-length: 20000000\r\nexpect: 100-continue\r\n\r\n")
+            reply, closed = _recv_all(sock)
+        assert closed and reply.startswith(b"HTTP/1.1 413 ") and b"body_too_large" in reply
+        assert b"100 Continue" not in reply
         # the server still answers, with the model's numbers
         x = np.random.default_rng(0).standard_normal((2, 3, F)).astype(np.float32)
         status, doc = _post(server.url + "/v1/predict", json.dumps({"x": x.tolist()}).encode())
