@@ -79,6 +79,12 @@ def test_requests_beyond_the_limits_get_their_4xx_read_by_urllib(tmp_path: Path)
         status, doc = _post(server.url + "/v1/predict", big)
         assert status == 413 and doc["error"]["code"] == "body_too_large"
         assert doc["error"]["got"] == len(big) and doc["error"]["expected"] == 8 << 20
+        # 100 MB: past what the server drains (64 MiB), so it answers, half-closes, and discards
+        # the rest until urllib has sent it all and reads the 413
+        huge = b"[" + b"0," * (50 << 20) + b"0]"
+        status, doc = _post(server.url + "/v1/predict", huge)
+        assert status == 413 and doc["error"]["got"] == len(huge)
+        del huge
         # a .npy header declaring (2, 3, 1e11) float32 over 96 bytes of data (before: a 500 MemoryError)
         head = io.BytesIO()
         np.lib.format.write_array_header_1_0(head, {"descr": "<f4", "fortran_order": False,
