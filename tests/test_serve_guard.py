@@ -258,3 +258,11 @@ def test_a_full_disk_at_a_step_answers_503_with_the_cause_and_the_stream_keeps_i
         # the step continues the recurrence from the stored state in float32, as predict runs it
         # over the whole sequence: equal bits (checked on the AVX-512 and the AVX2 paths)
         np.testing.assert_array_equal(np.asarray(again.json()["outputs"], np.float32), want)
+
+
+@pytest.mark.parametrize(("name", "value"), [("synchronous", 1.5), ("streams", "yes"), ("state_db", 3),
+                                             ("header_timeout_s", 0), ("body_timeout_s", float("nan")),
+                                             ("idle_timeout_s", -1.0)])
+def test_serve_config_refuses_wrong_types_with_a_typed_error(name: str, value: Any) -> None:
+    with pytest.raises(rk.InvalidParameterError, match=f"ServeConfig: {name} must be"):
+        rk.serve.ServeConfig(**{name: value})
