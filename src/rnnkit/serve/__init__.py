@@ -23,13 +23,14 @@ from rnnkit.serve._servable import Servable, file_sha256, load_file
 from rnnkit.timeseries import Forecaster
 
 
-def load(path: str | os.PathLike[str], *, max_rows: int = 1024) -> Servable:
+def load(path: str | os.PathLike[str], *, max_rows: int = 1024, max_timesteps: int = 4096) -> Servable:
     """The model file at ``path`` (any file :func:`rnnkit.load_model`, :func:`rnnkit.load_keras` or
     :func:`rnnkit.load_torch_rnn` reads, told apart by content) ready to serve; ``/v1/model``
     reports the file's SHA-256. A forecaster's file (one with forecast settings, written by
     ``rnnkit train``) is served with its preprocessing: raw data rows in, data units out."""
     model = load_file(path)
-    return Servable(model, max_rows=max_rows, source=os.fspath(path), sha256=file_sha256(path),
+    return Servable(model, max_rows=max_rows, max_timesteps=max_timesteps, source=os.fspath(path),
+                    sha256=file_sha256(path),
                     forecast=read_forecast_spec(path))
 
 
@@ -51,13 +52,14 @@ def app(model: Any, config: ServeConfig | None = None, **settings: Any) -> Any:
         raise MissingDependencyError(f"rnnkit.serve needs Starlette ({e}); "
                                      f"pip install 'rnnkit[serve]'") from None
     if isinstance(model, (str, os.PathLike)):
-        sv = load(model, max_rows=cfg.max_rows)
+        sv = load(model, max_rows=cfg.max_rows, max_timesteps=cfg.max_timesteps)
     elif isinstance(model, Servable):
         sv = model
     elif isinstance(model, Forecaster):
-        sv = Servable(model.model, max_rows=cfg.max_rows, forecast=model.spec)
+        sv = Servable(model.model, max_rows=cfg.max_rows, max_timesteps=cfg.max_timesteps,
+                      forecast=model.spec)
     else:
-        sv = Servable(model, max_rows=cfg.max_rows)
+        sv = Servable(model, max_rows=cfg.max_rows, max_timesteps=cfg.max_timesteps)
     return build_app(sv, cfg)
 
 

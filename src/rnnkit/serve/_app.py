@@ -24,6 +24,7 @@ Every refusal is a 4xx with ``{"error": {"code", "message", "expected"?, "got"?}
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -60,24 +61,70 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 def _error(e: RequestError) -> JSONResponse:
-    return JSONResponse(e.body(), status_code=e.status)
+    return JSONResponse(e.body(), status_code=e.status, headers={"connection": "close"} if e.close else None)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused with a 413 as soon as it exceeds ``limit`` bytes."""
+#: the most bytes of a refused (too large) body read and discarded before the 413 is sent, as a
+#: multiple of the body limit (at least 64 MiB): a client that sends its whole body before reading
+#: the answer (Python's ``urllib``, most HTTP libraries) then reads the 413; a longer body gets the
+#: 413 and the connection closed, which such a client may see as a reset
+DRAIN_FACTOR = 4
+DRAIN_MIN_BYTES = 64 << 20
+
+
+def _expects_continue(request: Request) -> bool:
+    return request.headers.get("expect", "").lower() == "100-continue"
+
+
+async def read_body(request: Request, limit: int, timeout_s: float = 30.0) -> bytes:
+    """The request body, at most ``limit`` bytes, arriving within ``timeout_s`` seconds.
+
+    Too large (by its ``Content-Length`` or as it arrives): 413. The rest of the body is read and
+    discarded first (up to ``max(DRAIN_FACTOR * limit, DRAIN_MIN_BYTES)`` bytes, within the same
+    time), so that a client still sending it reads the answer instead of a reset; a client that
+    asked ``Expect: 100-continue`` has sent nothing yet and is answered at once. Too slow: 408.
+    When the body was not read to its end, the answer closes the connection."""
     declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
-            raise bad_request("bad_header", f"Content-Length {declared[:40]!r} is not a number")
-        if int(declared) > limit:
-            raise RequestError(413, "body_too_large", f"the body has {declared} bytes; at most {limit}",
-                               expected=limit, got=int(declared))
-    parts, total = [], 0
-    async for chunk in request.stream():
-        total += len(chunk)
-        if total > limit:
-            raise RequestError(413, "body_too_large", f"the body exceeds {limit} bytes", expected=limit)
-        parts.append(chunk)
+    if declared is not None and not declared.isdigit():
+        raise bad_request("bad_header", f"Content-Length {declared[:40]!r} is not a number", close=True)
+    too_large: RequestError | None = None
+    if declared is not None and int(declared) > limit:
+        too_large = RequestError(413, "body_too_large", f"the body has {declared} bytes; at most {limit}",
+                                 expected=limit, got=int(declared))
+        if _expects_continue(request):
+            too_large.close = True
+            raise too_large
+    parts: list[bytes] = []
+    total = 0
+    cap = max(DRAIN_FACTOR * limit, DRAIN_MIN_BYTES)
+    deadline = time.monotonic() + timeout_s
+    chunks = request.stream().__aiter__()
+    try:
+        while True:
+            try:
+                chunk = await asyncio.wait_for(chunks.__anext__(), max(deadline - time.monotonic(), 0.0))
+            except StopAsyncIteration:
+                break
+            total += len(chunk)
+            if too_large is None and total > limit:
+                too_large = RequestError(413, "body_too_large", f"the body exceeds {limit} bytes",
+                                         expected=limit)
+                parts.clear()
+            if too_large is None:
+                parts.append(chunk)
+            elif total > cap:
+                too_large.close = True  # drained as far as allowed: answer and close
+                break
+    except asyncio.TimeoutError:
+        if too_large is not None:
+            too_large.close = True
+            raise too_large from None
+        raise RequestError(408, "body_timeout", f"the body did not arrive within {timeout_s} s "
+                                                f"({total} bytes came); send it at once, or raise "
+                                                f"--body-timeout-s", expected=timeout_s, got=total,
+                           close=True) from None
+    if too_large is not None:
+        raise too_large
     return b"".join(parts)
 
 
@@ -154,7 +201,7 @@ class Api:
         return PlainTextResponse(self.server.metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def predict(self, request: Request) -> Response:
-        body = await read_body(request, self.cfg.max_body_bytes)
+        body = await read_body(request, self.cfg.max_body_bytes, self.cfg.body_timeout_s)
         ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
         if self.sv.forecast is not None:
             return await self.forecast(request, body, ctype, self.sv.forecast)
@@ -232,7 +279,7 @@ class Api:
     async def step(self, request: Request) -> Response:
         sid = request.path_params["sid"]
         self.server.get(sid)
-        doc = parse_json(await read_body(request, self.cfg.max_body_bytes))
+        doc = parse_json(await read_body(request, self.cfg.max_body_bytes, self.cfg.body_timeout_s))
         seq = as_seq(field_of(doc, "seq"))
         x = as_input(field_of(doc, "x"), self.sv, self.cfg, "x", stream=True)
         y, replayed = await self.server.step(sid, seq, x)

@@ -14,10 +14,13 @@ from rnnkit._errors import InvalidParameterError
 from rnnkit.io import MissingDependencyError
 from rnnkit.kernels import _threads as kernel_threads
 from rnnkit.serve import app
-from rnnkit.serve._limits import ServeConfig, read_token_file
+from rnnkit.serve._limits import HEADER_TIMEOUT_ENV, ServeConfig, read_token_file
 
 #: uvicorn's WebSocket implementations (its ``ws`` setting)
 WS_IMPLEMENTATIONS = ("auto", "websockets-sansio", "websockets", "wsproto")
+
+#: uvicorn's HTTP protocol for ``rnnkit serve``: its own, with a deadline on each request's head
+HTTP_PROTOCOL = "rnnkit.serve._http:HeadTimeoutProtocol"
 
 #: the environment variable through which ``--workers`` processes get the model and settings
 CONFIG_ENV = "RNNKIT_SERVE_CONFIG"
@@ -32,7 +35,12 @@ _FLAGS: dict[str, tuple[type, str]] = {
     "max_queue_rows": (int, "rows waiting for the worker beyond which requests get 429"),
     "request_timeout_s": (float, "seconds a request may wait for the kernels before it gets 503 (it is "
                                  "then never computed)"),
-    "stream_ttl_s": (float, "seconds of idleness after which a stream is deleted"),
+    "stream_ttl_s": (float, "seconds without a step, read or WebSocket after which a stream is deleted"),
+    "header_timeout_s": (float, "seconds a request's head (request line and headers) may take to arrive "
+                                "(408 and the connection closed beyond)"),
+    "body_timeout_s": (float, "seconds a request's body may take to arrive after its head (408 and the "
+                              "connection closed beyond)"),
+    "idle_timeout_s": (float, "seconds a kept-alive connection may sit idle between requests"),
 }
 
 
@@ -111,10 +119,12 @@ def serve_command(args: argparse.Namespace) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1") and cfg.token is None:
         print(f"rnnkit serve: warning: binding {args.host} without --token-file: anyone who can reach "
               f"it can use the model", file=sys.stderr)
+    os.environ[HEADER_TIMEOUT_ENV] = repr(cfg.header_timeout_s)  # read by each connection's protocol
     opts: dict[str, Any] = {"host": args.host, "port": args.port, "log_level": args.log_level,
                             "ws_max_size": cfg.max_body_bytes, "ws_per_message_deflate": False,
                             "timeout_graceful_shutdown": 5, "ws": args.ws,
-                            "access_log": args.access_log}
+                            "access_log": args.access_log, "http": HTTP_PROTOCOL,
+                            "timeout_keep_alive": cfg.idle_timeout_s}
     if args.workers > 1:
         os.environ[CONFIG_ENV] = json.dumps({"model": os.path.abspath(args.model), "config": asdict(cfg)})
         uvicorn.run("rnnkit.serve._cli:factory", factory=True, workers=args.workers, **opts)

@@ -34,8 +34,39 @@ def parse_json(body: bytes) -> Any:
                           expected="a UTF-8 JSON object") from None
 
 
+def _npy_header(body: bytes) -> None:
+    """Check a ``.npy`` header against the body before NumPy allocates what it declares: the
+    shape's bytes must be exactly the bytes that follow the header (a header declaring
+    (2, 3, 1e11) in a small body is refused here, not by a ``MemoryError``)."""
+    buf = io.BytesIO(body)
+    try:
+        version = np.lib.format.read_magic(buf)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(buf)
+        elif version in ((2, 0), (3, 0)):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(buf)
+        else:
+            raise ValueError(f"unknown .npy format version {version}")
+    except (ValueError, OSError, EOFError, TypeError, SyntaxError) as e:
+        raise bad_request("bad_npy", f"the body is not a .npy array: {str(e)[:200]}",
+                          expected="the bytes np.save writes, without pickled objects") from None
+    if dtype.hasobject:
+        raise bad_request("bad_npy", "the .npy array holds Python objects (pickled); send numbers",
+                          expected="a numeric .npy array", got=str(dtype)[:60])
+    declared = dtype.itemsize
+    for d in shape:
+        declared *= int(d)
+    held = len(body) - buf.tell()
+    if declared != held:
+        raise unprocessable("bad_npy", f"the .npy header declares shape {tuple(int(d) for d in shape)} of "
+                                       f"{dtype} ({declared} bytes of data), but the body holds {held} bytes "
+                                       f"after the header", expected=held, got=declared)
+
+
 def parse_npy(body: bytes) -> np.ndarray:
-    """The array in ``.npy`` bytes (never unpickled)."""
+    """The array in ``.npy`` bytes (never unpickled), its header checked against the body's
+    length before anything is allocated."""
+    _npy_header(body)
     try:
         arr = np.load(io.BytesIO(body), allow_pickle=False)
     except (ValueError, OSError, EOFError, TypeError) as e:

@@ -11,11 +11,13 @@ from rnnkit._errors import InvalidInputError
 class RequestError(InvalidInputError):
     """A request the server refuses. ``status`` is the HTTP status (4xx), ``code`` a short
     stable name (``bad_shape``, ``unknown_stream``, ...); ``expected`` / ``got`` describe the
-    mismatch when there is one. The JSON body of the answer is :meth:`body`."""
+    mismatch when there is one; ``close``: the answer closes the connection (a body left unread).
+    The JSON body of the answer is :meth:`body`."""
 
     def __init__(self, status: int, code: str, message: str, *, expected: Any = None,
-                 got: Any = None, **extra: Any) -> None:
+                 got: Any = None, close: bool = False, **extra: Any) -> None:
         super().__init__(message)
+        self.close = close
         self.status = status
         self.code = code
         self.expected = expected

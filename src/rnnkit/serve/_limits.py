@@ -9,6 +9,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from rnnkit._errors import InvalidParameterError
+from rnnkit._files import check_regular, open_regular
+
+#: the environment variable through which ``rnnkit serve`` hands ``header_timeout_s`` to its HTTP
+#: protocol (:mod:`rnnkit.serve._http`), in its own process and in ``--workers`` processes
+HEADER_TIMEOUT_ENV = "RNNKIT_SERVE_HEADER_TIMEOUT_S"
 
 
 @dataclass(frozen=True)
@@ -25,7 +30,15 @@ class ServeConfig:
     - ``max_queue_rows``: rows waiting for the worker beyond which requests get 429.
     - ``request_timeout_s``: a request still waiting for the kernels this long gets 503 and is
       never computed (a step can be sent again with the same sequence number).
-    - ``stream_ttl_s``: a stream unused this long is deleted.
+    - ``stream_ttl_s``: a stream unused this long (no step, read or WebSocket opened) is deleted.
+    - ``header_timeout_s``: a connection must deliver a request's whole head (request line and
+      headers) within this many seconds of its first byte (of connecting, for its first
+      request); else it gets 408 and is closed. Served by ``rnnkit serve`` (the HTTP protocol
+      is where headers are read); :func:`rnnkit.serve.app` under another ASGI server leaves
+      this to that server.
+    - ``body_timeout_s``: a request's whole body must arrive within this many seconds of its
+      head; else 408 and the connection is closed.
+    - ``idle_timeout_s``: a kept-alive connection idle this long between requests is closed.
     - ``state_db``: the SQLite file the streams persist in (None: memory only, lost on exit).
     - ``synchronous``: ``"FULL"`` (a commit survives a power cut) or ``"NORMAL"`` (it survives a
       killed server process).
@@ -42,6 +55,9 @@ class ServeConfig:
     max_queue_rows: int = 1 << 20
     request_timeout_s: float = 30.0
     stream_ttl_s: float = 3600.0
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    idle_timeout_s: float = 5.0
     state_db: str | None = None
     synchronous: str = "FULL"
     token: str | None = None
@@ -58,20 +74,34 @@ class ServeConfig:
                 raise InvalidParameterError(f"ServeConfig: {f.name} must be an integer >= 1, got {v!r}")
             if f.type == "float" and (v < 0 or (v == 0 and f.name != "max_wait_ms")):
                 raise InvalidParameterError(f"ServeConfig: {f.name} must be a positive number, got {v!r}")
-        if self.synchronous.upper() not in ("FULL", "NORMAL"):
+        if self.state_db is not None and not isinstance(self.state_db, (str, os.PathLike)):
+            raise InvalidParameterError(f"ServeConfig: state_db must be a path (str) or None, got "
+                                        f"{type(self.state_db).__name__} {self.state_db!r:.60}")
+        if not isinstance(self.streams, bool):
+            raise InvalidParameterError(f"ServeConfig: streams must be True or False, got "
+                                        f"{type(self.streams).__name__} {self.streams!r:.60}")
+        if not isinstance(self.synchronous, str) or self.synchronous.upper() not in ("FULL", "NORMAL"):
             raise InvalidParameterError(f"ServeConfig: synchronous must be 'FULL' or 'NORMAL', "
                                         f"got {self.synchronous!r}")
         if self.token is not None and (not isinstance(self.token, str) or len(self.token) < 16):
             raise InvalidParameterError("ServeConfig: token must be a string of at least 16 characters")
 
 
+_TOKEN_FILE_BYTES = 64 << 10
+
+
 def read_token_file(path: str | os.PathLike[str]) -> str:
     """The bearer token in ``path`` (its first line, surrounding whitespace removed; at least 16
-    characters)."""
-    p = Path(path)
-    if not p.is_file():
-        raise InvalidParameterError(f"--token-file {p}: no such file")
-    text = p.read_text(encoding="utf-8", errors="strict").strip().splitlines()
+    characters; only the file's first 64 KiB are read). A path that is not a regular file is
+    refused before it is opened."""
+    p = Path(check_regular(path, "a token file"))  # a FIFO or device: refused, never opened
+    with open_regular(p, "a token file") as fh:
+        head = fh.read(_TOKEN_FILE_BYTES)  # the first line is all that is used
+    try:
+        text = head.decode("utf-8", errors="strict").strip().splitlines()
+    except UnicodeDecodeError as e:
+        raise InvalidParameterError(f"--token-file {p}: expected UTF-8 text, found {e.reason} at byte "
+                                    f"{e.start}") from None
     token = text[0].strip() if text else ""
     if len(token) < 16:
         raise InvalidParameterError(f"--token-file {p}: the token must be at least 16 characters, "
@@ -88,4 +118,4 @@ def token_ok(header: bytes | None, token: str) -> bool:
     return hmac.compare_digest(header, want)
 
 
-__all__ = ["ServeConfig", "read_token_file", "token_ok"]
+__all__ = ["HEADER_TIMEOUT_ENV", "ServeConfig", "read_token_file", "token_ok"]

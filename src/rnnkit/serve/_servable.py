@@ -25,7 +25,8 @@ import numpy as np
 
 from rnnkit._consistency import WEIGHTS
 from rnnkit._ctx import Ctx
-from rnnkit._errors import FileFormatError, InvalidInputError, InvalidParameterError
+from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit._files import check_regular, open_regular, read_head
 from rnnkit._safetensors import read_safetensors
 from rnnkit._version import __version__
 from rnnkit.io import load_keras, load_model, load_torch_rnn
@@ -45,7 +46,7 @@ PROBE_SIZES = (2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 64, 65)
 def file_sha256(path: str | os.PathLike[str]) -> str:
     """The SHA-256 of a file's bytes (hex)."""
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -67,14 +68,11 @@ def load_file(path: str | os.PathLike[str]) -> Any:
     """The model in ``path``, the reader chosen by the file's content: a zip archive is a Keras 3
     ``.keras`` file (:func:`rnnkit.load_keras`); a safetensors file with rnnkit model metadata is
     read by :func:`rnnkit.load_model`, any other safetensors file as PyTorch LSTM/GRU/RNN weights
-    (:func:`rnnkit.load_torch_rnn`). Anything else raises FileFormatError naming what it is."""
-    p = os.fspath(path)
-    if not os.path.exists(p):
-        raise FileNotFoundError(f"no such model file: {p}")
-    if os.path.isdir(p):
-        raise FileFormatError(f"{p}: is a directory, expected a model file")
-    with open(p, "rb") as fh:
-        head = fh.read(4)
+    (:func:`rnnkit.load_torch_rnn`). Anything else raises FileFormatError naming what it is; a
+    path that is not a regular file (a FIFO, a device, a directory) is refused before it is
+    opened."""
+    p = check_regular(path, "a model file")  # a FIFO, device or directory: refused, never opened
+    head = read_head(p, 4)
     if head == b"PK\x03\x04" and zipfile.is_zipfile(p):
         with zipfile.ZipFile(p) as z:
             if "config.json" in z.namelist():
@@ -111,8 +109,9 @@ class Servable:
     data rows in, forecasts in data units out; no streams: a forecaster reads whole windows).
     """
 
-    def __init__(self, model: Any, *, max_rows: int = 1024, source: str | None = None,
-                 sha256: str | None = None, forecast: ForecastSpec | None = None) -> None:
+    def __init__(self, model: Any, *, max_rows: int = 1024, max_timesteps: int = 4096,
+                 source: str | None = None, sha256: str | None = None,
+                 forecast: ForecastSpec | None = None) -> None:
         if isinstance(model, RecurrentLayer) or not isinstance(model, (Model, RNNNet)):
             raise InvalidParameterError(
                 f"serve: expected an rnnkit model (Sequential, GraphModel) or an rnnkit.rnn.RNNNet, got "
@@ -146,6 +145,13 @@ class Servable:
         if len(self.sample_shape) < (1 if self.input_dtype.kind in "iu" else 2):
             raise InvalidParameterError(f"serve: the model's input {self.sample_shape} has no time axis; "
                                         f"expected (batch, timesteps, ...)")
+        fixed_t = self.sample_shape[0]
+        if fixed_t is not None and int(fixed_t) > max_timesteps:
+            raise InvalidParameterError(
+                f"serve: the model takes exactly {fixed_t} timesteps per sequence, more than the "
+                f"{max_timesteps} a request may hold (max_timesteps, --max-timesteps); every request would "
+                f"be refused. Serve a model built for at most {max_timesteps} timesteps (or None), or "
+                f"raise --max-timesteps if the memory allows")
         self.max_rows = int(max_rows)
         self.sizes = sorted({s for s in PROBE_SIZES if s <= self.max_rows} | {self.max_rows})
         self.streams: StreamPlan | None
@@ -160,8 +166,14 @@ class Servable:
                 "a forecaster reads whole windows of data rows, scaled as in training; send them "
                 "to /v1/predict")
         self.lengths_ok = True
-        self.output_shapes = self._probe_outputs()
-        self.predict_batched = rows_independent(self._predict_pairs, self.sizes)
+        try:
+            self.output_shapes = self._probe_outputs()
+            self.predict_batched = rows_independent(self._predict_pairs, self.sizes)
+        except MemoryError:
+            raise InvalidParameterError(
+                f"serve: probing the model with batches of up to {max(self.sizes)} sequences of "
+                f"{self.probe_T()} timesteps (input {self.sample_shape}) ran out of memory; lower "
+                f"--max-rows or serve a model with a smaller input") from None
 
     # -- the input contract ------------------------------------------------------------------
     def probe_T(self) -> int:

@@ -94,7 +94,10 @@ class Server:
         ids = [i for i in self.store.idle(self.cfg.stream_ttl_s, now)
                if not (i in self.locks and self.locks[i].locked())]
         if ids:
-            await self._call(self.store.delete, ids)
+            try:
+                await self._call(self.store.delete, ids)
+            except RequestError:  # the database refused (full disk): they stay, tried again next round
+                return []
             for i in ids:
                 self.locks.pop(i, None)
             self.metrics.inc("rnnkit_serve_streams_expired_total", len(ids))
