@@ -243,6 +243,16 @@ class Optimizer:
             checked.append((layer, name, w, g if g.dtype == w.dtype else g.astype(w.dtype)))
         return self._step(checked)
 
+    def _scratch(self, like: np.ndarray) -> np.ndarray:
+        """A work array of ``like``'s shape and dtype that this optimizer keeps and reuses (its
+        contents are undefined; a rule uses it within one ``_update``, never returns it)."""
+        bufs: dict[tuple[Any, ...], np.ndarray] = self.__dict__.setdefault("_buffers", {})
+        key = (like.shape, like.dtype.str)
+        buf = bufs.get(key)
+        if buf is None:
+            buf = bufs[key] = np.empty(like.shape, like.dtype)
+        return buf
+
     def _step(self, checked: list[tuple[Layer, str, np.ndarray, np.ndarray]]) -> list[np.ndarray]:
         """Steps 2-5 of the module docstring on checked ``(layer, name, weight, gradient)``."""
         grads = self._clip([g for *_, g in checked])
