@@ -38,7 +38,8 @@ def case(mode: str, in_dim: int, hidden: int, layers: int) -> dict[str, float | 
     pairs = [(net, n, np.array(g)) for (_, n), g in ctx.grads.items()]
     opt = rk.optimizers.Adam(1e-6)
 
-    mod = (torch.nn.LSTM if mode == "lstm" else torch.nn.GRU)(in_dim, hidden, num_layers=layers, batch_first=True)
+    module = torch.nn.LSTM if mode == "lstm" else torch.nn.GRU
+    mod = module(in_dim, hidden, num_layers=layers, batch_first=True)
     for p in mod.parameters():
         p.grad = torch.ones_like(p) * 1e-3
     topt = torch.optim.Adam(mod.parameters(), lr=1e-6)   # (PyTorch's default: foreach on CPU off)
@@ -56,12 +57,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    rows = [case("lstm", 32, 64, 1), case("lstm", 64, 128, 2), case("gru", 64, 128, 2), case("lstm", 256, 256, 1)]
+    rows = [case("lstm", 32, 64, 1), case("lstm", 64, 128, 2), case("gru", 64, 128, 2),
+            case("lstm", 256, 256, 1)]
     if args.json:
         print(json.dumps(rows, indent=1))
         return
     for r in rows:
-        print(f"{r['mode']:4s} in={r['in']:<4} H={r['hidden']:<4} layers={r['layers']}  params={r['params']:<3} "
+        print(f"{r['mode']:4s} in={r['in']:<4} H={r['hidden']:<4} layers={r['layers']}  "
+              f"params={r['params']:<3} "
               f"rnnkit {r['rnnkit_us']:8.1f} us ({r['rnnkit_us_per_param']:6.2f}/param)  "
               f"torch {r['torch_us']:8.1f} us ({r['torch_us_per_param']:6.2f}/param)  ratio {r['ratio']:.2f}")
 
