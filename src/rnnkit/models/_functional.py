@@ -23,7 +23,7 @@ given; two nodes of one name in one model are refused.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import check_positive_int
@@ -191,13 +191,7 @@ class _ModelType(type):
         return issubclass(sub, BaseModel)
 
 
-if TYPE_CHECKING:   # what a class deriving from rk.Model derives from (_ModelType.__new__)
-    _Subclassable = SubclassModel
-else:
-    _Subclassable = object
-
-
-class Model(_Subclassable, metaclass=_ModelType):
+class Model(metaclass=_ModelType):
     """Keras' ``keras.Model(inputs, outputs, name=None)``: the :class:`~rnnkit.GraphModel`
     computing ``outputs`` from ``inputs`` (see :func:`functional_model`). Every rnnkit model
     (Sequential, GraphModel, subclassed) is an instance of it, as Keras' models are of
