@@ -34,6 +34,13 @@ team are the means of the processes' values weighted by their sample counts. Not
 up per step that :class:`~rnnkit.models._plan.Plan` found when the run started; per-batch
 callback hooks run, and the step's logs are made as a dict, only when a callback listens.
 
+A model's pass is its own: a Sequential or graph model runs its layers, a subclassed model
+(:mod:`rnnkit.models._subclass`) runs its ``call`` on a tape of its own and its backward is that
+tape's gradient, so this one step trains every kind of model. A model overriding Keras'
+``train_step`` has that run as its step instead (:func:`custom_step`): its returned dict is the
+step's logs, and the epoch's logs are the last step's (Keras' stateful metrics); it trains in one
+process.
+
 One EPOCH: the batches of :class:`Batches` (arrays: a permutation drawn each epoch when
 shuffling, from the fit generator, which then draws one Ctx seed per step; a batch source:
 its batches as given), callbacks around each batch and epoch, ``model.stop_training`` checked
