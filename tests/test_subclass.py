@@ -427,3 +427,33 @@ def test_mpi_fit_of_a_subclassed_model_equals_one_process(tmp_path: Path) -> Non
     np.testing.assert_allclose(got["loss"], h.history["loss"], rtol=1e-5)
     for k, w in enumerate(m.get_weights()):
         np.testing.assert_allclose(got[f"arr_{k}"], w, atol=1e-5)
+
+
+def test_a_loss_object_called_in_train_step_is_recorded_on_the_tape() -> None:
+    """``self.loss_fn(y, y_pred)`` (a Keras loss object kept by the model) in place of
+    ``compute_loss``: the loss is recorded on the tape with its own gradient, so the training is
+    the compute_loss one to the bit; outside a tape the loss is a float."""
+    class LossFn(CustomStep):
+        def __init__(self) -> None:
+            super().__init__()
+            self.loss_fn = rk.losses.MeanSquaredError()
+
+        def train_step(self, data: Any) -> dict[str, Any]:
+            x, y = data
+            with rk.GradientTape() as tape:
+                loss = self.loss_fn(y, self(x, training=True))
+            grads = tape.gradient(loss, self.trainable_weights)
+            self.optimizer.apply_gradients(zip(grads, self.trainable_weights, strict=True))
+            self.metrics[0].update_state(loss)
+            return {"loss": self.metrics[0].result()}
+
+    x, y = data(16)
+    runs = []
+    for cls in (CustomStep, LossFn):
+        m = cls()
+        m.compile(rk.optimizers.SGD(0.1), "mse")
+        runs.append((m.fit(x, y, epochs=2, batch_size=8, shuffle=False).history, m.get_weights()))
+    assert runs[0][0] == runs[1][0]
+    for a, b in zip(runs[0][1], runs[1][1], strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert isinstance(rk.losses.MeanSquaredError()(y, y + 1.0), float)
