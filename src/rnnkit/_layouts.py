@@ -82,8 +82,11 @@ def reorder(a: np.ndarray, kind: str, H: int, axis: int = 0) -> np.ndarray:
     order = ORDER[kind]
     if order == tuple(range(len(order))):
         return a
-    blocks = [np.take(a, range(k * H, (k + 1) * H), axis=axis) for k in range(len(order))]
-    return np.concatenate([blocks[k] for k in order], axis=axis)
+    def block(k: int) -> np.ndarray:   # a view: the one copy is the concatenation's
+        at: list[slice] = [slice(None)] * a.ndim
+        at[axis] = slice(k * H, (k + 1) * H)
+        return a[tuple(at)]
+    return np.concatenate([block(k) for k in order], axis=axis)
 
 
 def check_torch_compatible(cell: Any, where: str) -> str:
@@ -190,8 +193,11 @@ def torch_shapes(cell: Any, in_dim: int | str) -> dict[str, tuple[Any, ...]]:
 
 # -- ONNX ----------------------------------------------------------------------------------------
 def _permute(a: np.ndarray, order: tuple[int, ...], H: int, axis: int = 0) -> np.ndarray:
-    blocks = [np.take(a, range(k * H, (k + 1) * H), axis=axis) for k in range(len(order))]
-    return np.concatenate([blocks[k] for k in order], axis=axis)
+    def block(k: int) -> np.ndarray:   # a view: the one copy is the concatenation's
+        at: list[slice] = [slice(None)] * a.ndim
+        at[axis] = slice(k * H, (k + 1) * H)
+        return a[tuple(at)]
+    return np.concatenate([block(k) for k in order], axis=axis)
 
 
 def onnx_activations(cell: Any, where: str) -> tuple[list[str], list[float], list[float]]:
