@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from rnnkit._consistency import WEIGHTS
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import Layer
 from rnnkit.optimizers._norms import sum_of_squares
@@ -224,9 +225,14 @@ class Optimizer:
         Returns the new values of the weights (the arrays the rule made), in pair order.
 
         Every pair is checked before anything changes: a bad pair raises InvalidInputError and
-        leaves every weight, slot and ``iterations`` as they were.
+        leaves every weight, slot and ``iterations`` as they were. The step is one write
+        (:mod:`rnnkit._consistency`): ``predict`` and friends in other threads see every weight
+        from before it or every weight from after it (a custom loop's or ``train_step``'s step
+        too).
         """
-        return self._step(self._check_pairs(_triples(pairs, f"{type(self).__name__}.apply_gradients")))
+        checked = self._check_pairs(_triples(pairs, f"{type(self).__name__}.apply_gradients"))
+        with WEIGHTS:   # one write: a reader in another thread sees the weights before or after it
+            return self._step(checked)
 
     def _apply_known(self, pairs: list[GradPair]) -> list[np.ndarray]:
         """:meth:`apply_gradients` for pairs whose layer, weight name and uniqueness the caller
