@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -134,3 +136,27 @@ def test_float32_stack_matches_float64_stack(mode: str) -> None:
                 assert entry.value.flags["C_CONTIGUOUS"], (k, d, entry.name)
     x = _x((2, 6, 3))
     np.testing.assert_allclose(n32.seq(x.astype(np.float32))[0], n64.seq(x)[0], atol=2e-6)
+
+
+@pytest.mark.parametrize("make, cfg", [
+    (rnn.lstm, {"num_layers": 2, "bidirectional": True}),
+    (rnn.gru, {"num_layers": 2}),
+    (rnn.lstm, {"proj_size": 2}),
+])
+def test_an_optimizer_step_updates_the_direction_layers_in_place_as_a_rebuild_would(
+        make: Any, cfg: dict[str, Any]) -> None:
+    """An optimizer step rebuilds no direction layer (it updates the one rnnkit weight each
+    parameter makes), and the net then computes exactly what a net loaded with its parameters
+    computes."""
+    net = make(3, 4, rnn.RNNConfig(**cfg), seed=0)
+    before = dict(net._layers)
+    x = np.random.default_rng(0).normal(size=(2, 5, 3)).astype(np.float32)
+    ctx = rk.Ctx.training(0)
+    y = net.forward(x, ctx)
+    net.backward(np.ones_like(y), ctx)
+    rk.optimizers.Adam(0.1).apply_gradients([(net, n, g) for (_, n), g in ctx.grads.items()])
+    assert all(net._layers[k] is before[k] for k in before)
+    fresh = make(3, 4, rnn.RNNConfig(**cfg), seed=5)
+    fresh.load_state_dict(net.state_dict())
+    np.testing.assert_array_equal(net.forward(x, rk.Ctx.inference()),
+                                  fresh.forward(x, rk.Ctx.inference()))

@@ -82,8 +82,11 @@ def reorder(a: np.ndarray, kind: str, H: int, axis: int = 0) -> np.ndarray:
     order = ORDER[kind]
     if order == tuple(range(len(order))):
         return a
-    blocks = [np.take(a, range(k * H, (k + 1) * H), axis=axis) for k in range(len(order))]
-    return np.concatenate([blocks[k] for k in order], axis=axis)
+    def block(k: int) -> np.ndarray:   # a view: the one copy is the concatenation's
+        at: list[slice] = [slice(None)] * a.ndim
+        at[axis] = slice(k * H, (k + 1) * H)
+        return a[tuple(at)]
+    return np.concatenate([block(k) for k in order], axis=axis)
 
 
 def check_torch_compatible(cell: Any, where: str) -> str:
@@ -106,27 +109,40 @@ def check_torch_compatible(cell: Any, where: str) -> str:
     return kind
 
 
+#: the rnnkit weight that each PyTorch parameter (name without the layer suffix) goes into
+RK_WEIGHT_OF = {"weight_ih": "kernel", "weight_hh": "recurrent_kernel", "bias_ih": "bias", "bias_hh": "bias",
+                "weight_hr": "projection_kernel"}
+
+
 def from_torch(cell: Any, t: Mapping[str, np.ndarray], dtype: np.dtype) -> dict[str, np.ndarray]:
     """rnnkit weights ``{kernel, recurrent_kernel[, bias][, projection_kernel]}`` from PyTorch's
     ``{weight_ih, weight_hh[, bias_ih, bias_hh][, weight_hr]}`` (names without the layer suffix;
     shapes are checked by the caller), in the arrays' own dtype (``dtype``: that of a missing
     bias's zeros): the layer's ``set_weights`` casts them to its dtype, refusing a value the cast
-    would make Inf."""
+    would make Inf. Each is :func:`from_torch_weight`'s."""
+    names = ["kernel", "recurrent_kernel", *(["bias"] if cell.use_bias else []),
+             *(["projection_kernel"] if getattr(cell, "proj_size", 0) else [])]
+    return {n: from_torch_weight(cell, n, t, dtype) for n in names}
+
+
+def from_torch_weight(cell: Any, name: str, t: Mapping[str, np.ndarray], dtype: np.dtype) -> np.ndarray:
+    """The rnnkit weight ``name`` of ``cell`` from the PyTorch parameters it is made of (``t``,
+    as :func:`from_torch` takes them; only those read: ``kernel`` reads ``weight_ih``, ``bias``
+    the two biases ...), uncast (a view where no arithmetic is needed)."""
     kind = cell_kind(cell, "from_torch")
     H = cell.units
-    out = {"kernel": reorder(t["weight_ih"], kind, H).T,
-           "recurrent_kernel": reorder(t["weight_hh"], kind, H).T}
-    if cell.use_bias:
-        GH = len(ORDER[kind]) * H
-        b_ih = reorder(t["bias_ih"], kind, H) if "bias_ih" in t else np.zeros(GH, dtype)
-        b_hh = reorder(t["bias_hh"], kind, H) if "bias_hh" in t else np.zeros(GH, dtype)
-        if kind == "GRU" or cell.bias_rows == 2:   # reset_after, or bias_layout="torch"
-            out["bias"] = np.stack([b_ih, b_hh])
-        else:
-            out["bias"] = (np.asarray(b_ih, np.float64) + np.asarray(b_hh, np.float64))[None, :]
-    if getattr(cell, "proj_size", 0):
-        out["projection_kernel"] = np.asarray(t["weight_hr"]).T
-    return {k: np.asarray(v) for k, v in out.items()}   # (cast, checked, by the layer's set_weights)
+    if name == "kernel":
+        return np.asarray(reorder(t["weight_ih"], kind, H).T)
+    if name == "recurrent_kernel":
+        return np.asarray(reorder(t["weight_hh"], kind, H).T)
+    if name == "projection_kernel":
+        return np.asarray(t["weight_hr"]).T
+    GH = len(ORDER[kind]) * H
+    b_ih = reorder(t["bias_ih"], kind, H) if "bias_ih" in t else np.zeros(GH, dtype)
+    b_hh = reorder(t["bias_hh"], kind, H) if "bias_hh" in t else np.zeros(GH, dtype)
+    if kind == "GRU" or cell.bias_rows == 2:   # reset_after, or bias_layout="torch"
+        return np.stack([b_ih, b_hh])
+    return (np.asarray(b_ih, np.float64) + np.asarray(b_hh, np.float64))[None, :]
 
 
 def _to_torch_layout(cell: Any, w: Mapping[str, np.ndarray], where: str,
@@ -177,8 +193,11 @@ def torch_shapes(cell: Any, in_dim: int | str) -> dict[str, tuple[Any, ...]]:
 
 # -- ONNX ----------------------------------------------------------------------------------------
 def _permute(a: np.ndarray, order: tuple[int, ...], H: int, axis: int = 0) -> np.ndarray:
-    blocks = [np.take(a, range(k * H, (k + 1) * H), axis=axis) for k in range(len(order))]
-    return np.concatenate([blocks[k] for k in order], axis=axis)
+    def block(k: int) -> np.ndarray:   # a view: the one copy is the concatenation's
+        at: list[slice] = [slice(None)] * a.ndim
+        at[axis] = slice(k * H, (k + 1) * H)
+        return a[tuple(at)]
+    return np.concatenate([block(k) for k in order], axis=axis)
 
 
 def onnx_activations(cell: Any, where: str) -> tuple[list[str], list[float], list[float]]:

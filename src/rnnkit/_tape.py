@@ -21,6 +21,7 @@ With no tape active, recording costs one check of a thread-local list (:func:`re
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -56,6 +57,12 @@ class _Stack(threading.local):
     def __init__(self) -> None:
         self.tapes: list[GradientTape] = []
         self.paused = 0
+        #: the ``training`` a layer call that does not say gets (Keras' call context: a model
+        #: called with ``training=True`` passes it to the layers its ``call`` runs); None: False
+        self.training: bool | None = None
+        #: the seeds of the recorded layer calls' contexts (dropout), while a model's pass
+        #: gives them; None: entropy
+        self.seeds: Iterator[int] | None = None
 
 
 _LOCAL = _Stack()
@@ -90,8 +97,8 @@ class _TapeCtx(Ctx):
 
     __slots__ = ("_drops",)
 
-    def __init__(self, drops: bool) -> None:
-        super().__init__(True)
+    def __init__(self, drops: bool, seed: int | None = None) -> None:
+        super().__init__(True, seed)
         self._drops = drops
 
     @property
@@ -120,6 +127,36 @@ def record(outs: Sequence[np.ndarray], ins: Sequence[Any], vjp: Vjp, multi: bool
     for tape in _LOCAL.tapes:
         tape._add(outs, ins, vjp, multi)
 
+
+
+@contextmanager
+def call_scope(training: bool | None, seed: int | None = None) -> Iterator[None]:
+    """Inside this block a layer call that gives no ``training`` takes ``training`` (Keras'
+    call context), and the recorded calls' contexts draw their seeds (dropout masks) from
+    ``seed``: the k-th call's is ``seed * 1_000_003 + k`` (mod 2**63), so a pass is repeatable
+    from its seed; ``seed=None`` leaves the seeds as they were. Nests; restores on exit."""
+    saved = (_LOCAL.training, _LOCAL.seeds)
+    _LOCAL.training = training
+    if seed is not None:
+        _LOCAL.seeds = ((seed * 1_000_003 + k) % 2**63 for k in itertools.count())
+    try:
+        yield
+    finally:
+        _LOCAL.training, _LOCAL.seeds = saved
+
+
+@contextmanager
+def recording_alone(tape: GradientTape) -> Iterator[None]:
+    """Record on ``tape`` only: the tapes recording in this thread (and a paused recording)
+    are set aside until the block ends (a model whose pass is its own tape's: its backward is
+    one entry on those tapes, and its layers' calls must not be recorded there twice)."""
+    saved = (_LOCAL.tapes, _LOCAL.paused)
+    _LOCAL.tapes, _LOCAL.paused = [], 0
+    try:
+        with tape:
+            yield
+    finally:
+        _LOCAL.tapes, _LOCAL.paused = saved
 
 
 def _is_weight_ref(x: Any) -> bool:
@@ -359,11 +396,16 @@ def _unflatten(like: Any, it: Iterator[Any]) -> Any:
 # -- layers on the tape ----------------------------------------------------------------------------
 def call_layer(layer: TapeLayer, x: Any, initial_state: Any, mask: Any, training: bool | None) -> Any:
     """``layer(x, initial_state=..., mask=..., training=...)`` while a tape records: the layer's
-    ``forward`` in a context of its own (recording its caches; dropout only when ``training``),
+    ``forward`` in a context of its own (recording its caches; dropout only when ``training``,
+    which defaults to the :func:`call_scope`'s; seeded from it),
     recorded as one entry whose backward is the layer's ``backward`` on that context. The
     layer's weights are watched (unless a tape says ``watch_accessed_variables=False``)."""
     tapes = [t for t in _LOCAL.tapes] if not _LOCAL.paused else []
-    ctx = _TapeCtx(bool(training)) if tapes else Ctx(bool(training))
+    if training is None:
+        training = _LOCAL.training
+    seeds = _LOCAL.seeds
+    seed = None if seeds is None else next(seeds)
+    ctx = _TapeCtx(bool(training), seed) if tapes else Ctx(bool(training), seed)
     if mask is not None:
         ctx.set_mask(mask)
     if initial_state is not None:

@@ -9,6 +9,7 @@ import numpy as np
 
 from rnnkit._arrays import as_real_array
 from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit._tape import ACTIVE, record
 
 #: the probability clip of the probability forms (Keras' backend epsilon)
 EPSILON = 1e-7
@@ -63,8 +64,13 @@ class Loss:
     #: the Keras-style name (``losses.get`` accepts it)
     name: ClassVar[str] = "loss"
 
-    def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
-        """The loss value (the weighted mean over positions)."""
+    def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Any:
+        """The loss value (the weighted mean over positions): a float; while a
+        :class:`~rnnkit.GradientTape` tracks ``y_pred``, a 0-d array of ``y_pred``'s dtype
+        recorded on the tape (its gradient is :meth:`value_and_grad`'s), as Keras' losses are
+        differentiable in a custom loop (``float()`` reads it)."""
+        if ACTIVE.tapes and any(t.tracks(y_pred) for t in ACTIVE.tapes):
+            return loss_on_tape(self, [y_true], [y_pred], None if sample_weight is None else [sample_weight])
         return self._compute(y_true, y_pred, False, sample_weight)[0]
 
     def value_and_grad(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> tuple[float, np.ndarray]:
@@ -129,3 +135,25 @@ class _FromLogits(Loss):
 
     def get_config(self) -> dict[str, Any]:
         return {"from_logits": self.from_logits}
+
+
+def loss_on_tape(loss: Loss, ys: list[Any], preds: list[np.ndarray], weights: list[Any] | None) -> np.ndarray:
+    """``sum_k loss(ys[k], preds[k], weights[k])`` as a 0-d array (of the first prediction's
+    float dtype) recorded on the recording tapes as one entry over ``preds``: its backward
+    scales each :meth:`Loss.value_and_grad` gradient by the upstream gradient."""
+    total = 0.0
+    grads: list[np.ndarray] = []
+    for k, (y, p) in enumerate(zip(ys, preds, strict=True)):
+        w = None if weights is None else weights[k]
+        v, g = loss.value_and_grad(y, p, w)
+        total += float(v)
+        grads.append(g)
+    out = np.asarray(total, dtype=_grad_dtype(np.asarray(preds[0])))
+
+    def vjp(g: Any, needs: tuple[bool, ...]) -> list[Any]:
+        s = float(g)
+        return [(gk if s == 1.0 else gk * gk.dtype.type(s)) if need else None
+                for gk, need in zip(grads, needs, strict=True)]
+
+    record([out], preds, vjp)
+    return out

@@ -80,6 +80,16 @@ class Model(FitAliases, WeightsAPI):
         to skip it, :meth:`rnnkit.Ctx.skip_input_grad`); none unless the model says so."""
         return ()
 
+    def _compiled_metrics(self) -> list[Any]:
+        """The metric functions ``compile(metrics=...)`` gave, which the trainer and the
+        evaluator compute (a subclassed model's ``metrics`` are Keras' stateful trackers)."""
+        return self.metrics
+
+    def _custom_step(self) -> Any:
+        """``(train_step, reset_metrics)`` of a model that overrides Keras' ``train_step``
+        (the trainer then runs it for each batch); None: the trainer's own step."""
+        return None
+
     def _forward_masks(self, xs: list[np.ndarray], ctx: Ctx, check: bool,
                        masks: list[Any] | None = None) -> tuple[list[np.ndarray], list[Any]]:
         """``_forward`` with the input masks (default ``ctx.mask`` for the first input) and

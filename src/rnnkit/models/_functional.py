@@ -23,7 +23,6 @@ given; two nodes of one name in one model are refused.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
@@ -33,16 +32,10 @@ from rnnkit.models._base import Model as BaseModel
 from rnnkit.models._graph import GraphModel
 from rnnkit.models._graph_order import ordered_nodes
 from rnnkit.models._node import Node
+from rnnkit.models._subclass import SubclassModel, snake_case
 
 #: the dtypes an input may declare (Keras' names); the layers reading it convert the values
 INPUT_DTYPES = ("float32", "float64", "int32", "int64")
-
-
-def snake_case(class_name: str) -> str:
-    """Keras' ``naming.to_snake_case``: ``"SimpleRNN"`` -> ``"simple_rnn"``."""
-    name = re.sub(r"\W+", "", class_name)
-    name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
-    return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
 def Input(shape: Any, dtype: str | None = None, name: str | None = None,
@@ -181,6 +174,16 @@ def functional_model(inputs: Any, outputs: Any, name: str | None = None) -> Grap
 
 
 class _ModelType(type):
+    """``rk.Model``'s type: every rnnkit model is an instance of ``rk.Model``, and a class
+    deriving from ``rk.Model`` derives from :class:`~rnnkit.models._subclass.SubclassModel`
+    in its place (Keras' subclassing)."""
+
+    def __new__(mcs, name: str, bases: tuple[type, ...], ns: dict[str, Any]) -> Any:  # noqa: N804
+        if any(isinstance(b, _ModelType) for b in bases):   # (rk.Model itself has no bases)
+            bases = tuple(SubclassModel if isinstance(b, _ModelType) else b for b in bases)
+            return type(name, bases, ns)
+        return super().__new__(mcs, name, bases, ns)
+
     def __instancecheck__(cls, obj: object) -> bool:
         return isinstance(obj, BaseModel)
 
@@ -191,13 +194,11 @@ class _ModelType(type):
 class Model(metaclass=_ModelType):
     """Keras' ``keras.Model(inputs, outputs, name=None)``: the :class:`~rnnkit.GraphModel`
     computing ``outputs`` from ``inputs`` (see :func:`functional_model`). Every rnnkit model
-    (Sequential, GraphModel) is an instance of it, as Keras' models are of ``keras.Model``;
-    a subclassed model (``class M(rk.Model)`` with ``call``) is not supported."""
+    (Sequential, GraphModel, subclassed) is an instance of it, as Keras' models are of
+    ``keras.Model``. ``class M(rk.Model)`` with layers made in ``__init__`` and the pass in
+    ``call`` is Keras' subclassing: :mod:`rnnkit.models._subclass`."""
 
     def __new__(cls, inputs: Any = None, outputs: Any = None, name: str | None = None) -> GraphModel:  # type: ignore[misc]
-        if cls is not Model:
-            raise TypeError("rk.Model cannot be subclassed; build the model from layers called on "
-                            "rk.Input nodes, or subclass rnnkit.Layer for a custom layer")
         if inputs is None or outputs is None:
             raise TypeError("rk.Model(inputs, outputs, name=None) needs inputs and outputs")
         return functional_model(inputs, outputs, name)

@@ -17,7 +17,7 @@ Arrays = list[np.ndarray]
 
 def log_keys(model: Model) -> list[str]:
     """``loss`` then the metric keys, in the order :func:`metric_values` makes them."""
-    ms = [m.name for m in model.metrics]
+    ms = [m.name for m in model._compiled_metrics()]
     return ["loss", *(ms if model.n_outputs == 1 else
                       [f"output_{k}_{m}" for k in range(model.n_outputs) for m in ms])]
 
@@ -61,7 +61,7 @@ def metric_values(model: Model, ys: Arrays, preds: Arrays,
     out: dict[str, float] = {}
     for k, (y, p) in enumerate(zip(ys, preds, strict=True)):
         w = None if weights is None else weights[k]
-        for m in model.metrics:
+        for m in model._compiled_metrics():
             key = m.name if len(ys) == 1 else f"output_{k}_{m.name}"
             out[key] = float(m(y, p) if w is None else m(y, p, sample_weight=w))
     return out

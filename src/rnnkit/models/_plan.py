@@ -57,6 +57,11 @@ class Plan:
         self.penalties = _pen.Plan(model)
         self.unread = model._unread_input_grads()
         self.fused = softmax_fusion(model)
+        #: whether the model was compiled with metrics (the step computes them)
+        self.metered = bool(model._compiled_metrics())
+        #: ``(train_step, reset_metrics)`` of a model overriding Keras' ``train_step`` (its step
+        #: is that, :func:`rnnkit.models._trainer.custom_step`); None: the trainer's own step
+        self.custom: tuple[Any, Any] | None = model._custom_step()
         hooks = batch_listeners(cbs)
         self.batch_begin = hooks["on_train_batch_begin"]
         self.batch_end = hooks["on_train_batch_end"]

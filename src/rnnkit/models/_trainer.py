@@ -34,6 +34,13 @@ team are the means of the processes' values weighted by their sample counts. Not
 up per step that :class:`~rnnkit.models._plan.Plan` found when the run started; per-batch
 callback hooks run, and the step's logs are made as a dict, only when a callback listens.
 
+A model's pass is its own: a Sequential or graph model runs its layers, a subclassed model
+(:mod:`rnnkit.models._subclass`) runs its ``call`` on a tape of its own and its backward is that
+tape's gradient, so this one step trains every kind of model. A model overriding Keras'
+``train_step`` has that run as its step instead (:func:`custom_step`): its returned dict is the
+step's logs, and the epoch's logs are the last step's (Keras' stateful metrics); it trains in one
+process.
+
 One EPOCH: the batches of :class:`Batches` (arrays: a permutation drawn each epoch when
 shuffling, from the fit generator, which then draws one Ctx seed per step; a batch source:
 its batches as given), callbacks around each batch and epoch, ``model.stop_training`` checked
@@ -54,10 +61,12 @@ import numpy as np
 from rnnkit import _penalties as _pen
 from rnnkit._consistency import WEIGHTS
 from rnnkit._ctx import Ctx
+from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._mask import Mask
+from rnnkit._tape import call_scope
 from rnnkit.models._batch import Batch
 from rnnkit.models._callbacks import CallbackList, History
-from rnnkit.models._checks import NonFiniteAt, all_finite
+from rnnkit.models._checks import NonFiniteAt, all_finite, unlist
 from rnnkit.models._checks import Trainable as Model
 from rnnkit.models._objective import loss_and_grads, metric_values
 from rnnkit.models._plan import Facts, Plan, eval_facts, non_finite
@@ -208,7 +217,10 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
     pre-update values of ``plan.keys`` (float64). Raises NonFiniteLoss when the loss is NaN/Inf
     (nothing applied), and NonFiniteError naming ``at`` and the first NaN/Inf elsewhere (or an
     earlier step's non-finite weight that caused it)."""
+    if plan.custom is not None:
+        return custom_step(model, batch, ctx, plan)
     n_out = model.n_outputs
+    ctx.skip_input_grad(*plan.unread)   # (before the pass: a model taping its pass reads it there)
     preds, out_masks, tot = _forward_counted(model, batch, ctx, team, at)
     n_b = int(tot[0])
     stats = np.zeros(len(plan.keys))
@@ -227,7 +239,7 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
             loss, grads = loss_and_grads(model, batch.ys, preds, lw, scales, plan.fused)
             whole = loss + penalty
             lname = type(model.loss).__name__
-            metrics = metric_values(model, batch.ys, preds, mw) if model.metrics else {}
+            metrics = metric_values(model, batch.ys, preds, mw) if plan.metered else {}
             if not math.isfinite(whole):
                 stale = plan.stale_error(model)
                 if stale is not None:
@@ -240,7 +252,6 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
                 if not all_finite(g):
                     raise plan.stale_error(model) or non_finite(
                         model, at, f"the gradient of the loss ({lname}) w.r.t. the model output")
-            ctx.skip_input_grad(*plan.unread)
             model._backward(grads, ctx, False)
             for (layer, n), g in ctx.grads.items():
                 if not all_finite(g):
@@ -258,6 +269,34 @@ def train_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str,
                 plan.penalties.apply_constraints()  # (a constraint keeps finite weights finite)
     stats[0] += penalty
     return n_b, stats
+
+
+def custom_step(model: Model, batch: Batch, ctx: Ctx, plan: Plan) -> tuple[int, np.ndarray]:
+    """One step of a model that overrides Keras' ``train_step(data)``: ``data`` is ``(x, y)``,
+    or ``(x, y, sample_weight)`` with sample weights (one array, or a list per input / output,
+    as the model's call and loss take them); the layer calls of its pass draw their seeds from
+    the step's Ctx seed (:func:`rnnkit._tape.call_scope`). Its returned dict is the step's logs
+    (``{name: value}``; each value read with ``float``): the first step's keys become the
+    run's log keys (:attr:`Plan.keys`), and every later step must return the same keys
+    (InvalidInputError naming them otherwise). The optimizer's ``apply_gradients`` inside it
+    writes the weights as one write (:mod:`rnnkit._consistency`)."""
+    assert plan.custom is not None
+    train, _ = plan.custom
+    x = unlist(batch.xs)
+    y = unlist(batch.ys)
+    data = (x, y) if batch.sws is None else (x, y, unlist(batch.sws))
+    with call_scope(None, ctx.seed):
+        logs = train(data)
+    if not isinstance(logs, dict) or not all(isinstance(k, str) for k in logs):
+        raise InvalidInputError(f"{model.name}.train_step must return a dict of str -> number (Keras' "
+                                f"logs), got {type(logs).__name__}")
+    keys = list(logs)
+    if plan.keys != keys:
+        if plan.previous is not None:
+            raise InvalidInputError(f"{model.name}.train_step returned the keys {keys}; the earlier steps "
+                                    f"returned {plan.keys}")
+        plan.keys = keys
+    return batch.n, np.array([float(v) for v in logs.values()], dtype=np.float64)
 
 
 def guarded_step(model: Model, batch: Batch, ctx: Ctx, team: Team, at: str, nan_stops: bool,
@@ -339,16 +378,21 @@ def run(model: Model, batches: Batches, rng: np.random.Generator, cbs: CallbackL
         start = start if done is None else (epochs if model.stop_training else done)
     logs: dict[str, float] = {}
     plan = Plan(model, cbs)
-    keys = plan.keys
+    if plan.custom is not None and team.size > 1:
+        raise InvalidParameterError(f"{model.name}: a model overriding train_step trains in one process; "
+                                    f"distributed= runs the trainer's own step on each rank")
     bar = EpochBar(model.name, epochs, start, verbose if team.is_root else 0)
     try:
         for epoch in range(start, epochs):
             team.hook(cbs, "on_epoch_begin", epoch, {})
+            if plan.custom is not None:
+                plan.custom[1]()   # Keras resets the metrics at each epoch's start
             team.sync(model, history)
             epoch_batches = batches.epoch(epoch)  # (arrays: the epoch's permutation drawn here)
             total = batches.steps()
             of = "" if total is None else f"/{total}"
-            sums = [0.0] * len(keys)
+            sums: list[float] = []
+            values = np.zeros(0)
             seen = steps_run = 0
             for b, batch in enumerate(epoch_batches):
                 steps_run = b + 1
@@ -358,21 +402,28 @@ def run(model: Model, batches: Batches, rng: np.random.Generator, cbs: CallbackL
                 at = team.at(epoch + 1, epochs, b + 1, of)
                 nb, values = guarded_step(model, batch, ctx, team, at, nan_stops, plan)
                 plan.previous = at
-                sums = [s + nb * v for s, v in zip(sums, values.tolist(), strict=True)]
+                sums = [s + nb * v for s, v in zip(sums or [0.0] * len(values), values.tolist(), strict=True)]
                 seen += nb
                 if plan.batch_end:
                     check_weights(model, team, plan)  # a callback never sees a NaN/Inf weight
                     # Keras 3's batch logs: the running means over the epoch so far, each batch
                     # weighted by its samples, as the epoch's logs are (the last equals them)
                     team.hook(cbs, "on_train_batch_end", b,
-                              {k: float(s / seen) for k, s in zip(keys, sums, strict=True)})
+                              {k: float(v) for k, v in zip(plan.keys, values, strict=True)}
+                              if plan.custom is not None   # (a train_step's own running values)
+                              else {k: float(s / seen) for k, s in zip(plan.keys, sums, strict=True)})
                 if team.stop_after_batch(model):
                     break
             if seen == 0 and on_empty_epoch is not None:
                 on_empty_epoch(epoch)
                 break
             check_weights(model, team, plan)
-            logs = {} if seen == 0 else {k: float(v / seen) for k, v in zip(keys, sums, strict=True)}
+            if seen == 0:
+                logs = {}
+            elif plan.custom is not None:   # Keras: the last step's logs (its metrics' running values)
+                logs = {k: float(v) for k, v in zip(plan.keys, values, strict=True)}
+            else:
+                logs = {k: float(v / seen) for k, v in zip(plan.keys, sums, strict=True)}
             if validate is not None:
                 logs.update({f"val_{k}": v for k, v in validate().items()})
             team.hook(cbs, "on_epoch_end", epoch, logs)

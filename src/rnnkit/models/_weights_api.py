@@ -16,6 +16,14 @@ from rnnkit.models import _files
 from rnnkit.models._summary import render_summary
 
 
+class WeightList(list[tuple[Layer, str]]):
+    """A list of ``(layer, weight name)`` pairs that calling returns (a plain list of them), so
+    ``model.trainable_weights`` reads as Keras' property and as rnnkit's method."""
+
+    def __call__(self) -> list[tuple[Layer, str]]:
+        return list(self)
+
+
 class WeightsAPI:
     """Weights, files and summary of a model (needs ``name``, ``built``, ``named_weights()``,
     ``_summary_rows()`` from the model)."""
@@ -37,11 +45,13 @@ class WeightsAPI:
         """Every (layer, weight name) once, in :meth:`named_weights` order."""
         return list(self.named_weights().values())
 
-    def trainable_weights(self) -> list[tuple[Layer, str]]:
+    @property
+    def trainable_weights(self) -> WeightList:
         """The (layer, weight name) pairs that training updates, in :meth:`named_weights` order:
         each layer's ``trainable_names`` (every weight, except a cell's ``Param`` declared
-        ``trainable=False``)."""
-        return [(la, n) for la, n in self.named_weights().values() if n in la.trainable_names]
+        ``trainable=False``). A list, read as Keras' property (``tape.gradient(loss,
+        model.trainable_weights)``) or called (``model.trainable_weights()``, the same list)."""
+        return WeightList((la, n) for la, n in self.named_weights().values() if n in la.trainable_names)
 
     def reset_states(self) -> None:
         """Clear the carried state of every stateful layer (Keras' ``reset_states``)."""

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from rnnkit._consistency import WEIGHTS
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import Layer
 from rnnkit.optimizers._norms import sum_of_squares
@@ -224,9 +225,14 @@ class Optimizer:
         Returns the new values of the weights (the arrays the rule made), in pair order.
 
         Every pair is checked before anything changes: a bad pair raises InvalidInputError and
-        leaves every weight, slot and ``iterations`` as they were.
+        leaves every weight, slot and ``iterations`` as they were. The step is one write
+        (:mod:`rnnkit._consistency`): ``predict`` and friends in other threads see every weight
+        from before it or every weight from after it (a custom loop's or ``train_step``'s step
+        too).
         """
-        return self._step(self._check_pairs(_triples(pairs, f"{type(self).__name__}.apply_gradients")))
+        checked = self._check_pairs(_triples(pairs, f"{type(self).__name__}.apply_gradients"))
+        with WEIGHTS:   # one write: a reader in another thread sees the weights before or after it
+            return self._step(checked)
 
     def _apply_known(self, pairs: list[GradPair]) -> list[np.ndarray]:
         """:meth:`apply_gradients` for pairs whose layer, weight name and uniqueness the caller
@@ -242,6 +248,16 @@ class Optimizer:
                 return self.apply_gradients(pairs)
             checked.append((layer, name, w, g if g.dtype == w.dtype else g.astype(w.dtype)))
         return self._step(checked)
+
+    def _scratch(self, like: np.ndarray) -> np.ndarray:
+        """A work array of ``like``'s shape and dtype that this optimizer keeps and reuses (its
+        contents are undefined; a rule uses it within one ``_update``, never returns it)."""
+        bufs: dict[tuple[Any, ...], np.ndarray] = self.__dict__.setdefault("_buffers", {})
+        key = (like.shape, like.dtype.str)
+        buf = bufs.get(key)
+        if buf is None:
+            buf = bufs[key] = np.empty(like.shape, like.dtype)
+        return buf
 
     def _step(self, checked: list[tuple[Layer, str, np.ndarray, np.ndarray]]) -> list[np.ndarray]:
         """Steps 2-5 of the module docstring on checked ``(layer, name, weight, gradient)``."""

@@ -136,21 +136,30 @@ class Adam(Optimizer):
         return {"m": np.zeros_like(w), "v": np.zeros_like(w)}
 
     def _update(self, w: np.ndarray, g: np.ndarray, state: dict[str, Any], lr: float) -> np.ndarray:
+        # the formulas above, operation for operation, in one scratch array (no temporaries):
+        # only the new weight is a new array
         t, b1, b2 = state["t"], self.beta1, self.beta2
         m, v = state["m"], state["v"]
+        tmp = self._scratch(w)
         m *= b1
-        m += (1.0 - b1) * g
+        m += np.multiply(g, 1.0 - b1, out=tmp)
         v *= b2
-        v += (1.0 - b2) * (g * g)
+        np.multiply(g, g, out=tmp)
+        tmp *= 1.0 - b2
+        v += tmp
         bc1 = 1.0 - b1 ** t
         bc2 = 1.0 - b2 ** t
+        np.sqrt(v, out=tmp)
         if self.formula == "keras":
-            denom = np.sqrt(v)
-            denom += self.epsilon
-            return w - (lr * math.sqrt(bc2) / bc1) * (m / denom)
-        denom = np.sqrt(v) / math.sqrt(bc2)
-        denom += self.epsilon
-        return w - (lr / bc1) * (m / denom)
+            tmp += self.epsilon
+            step = lr * math.sqrt(bc2) / bc1
+        else:
+            tmp /= math.sqrt(bc2)
+            tmp += self.epsilon
+            step = lr / bc1
+        np.divide(m, tmp, out=tmp)
+        tmp *= step
+        return np.subtract(w, tmp)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "beta1": self.beta1, "beta2": self.beta2,
