@@ -24,7 +24,10 @@ log-probabilities to 1e-5 and its argmax exactly), or the script stops. Threads:
 (``RNNKIT_KERNEL_THREADS=1``, ``OMP_NUM_THREADS=1`` / ``OPENBLAS_NUM_THREADS=1`` for NumPy's BLAS,
 set before the imports; ``torch.set_num_threads(1)``). Timing: ``--repeats`` samples per side,
 interleaved (the side timed first alternates), each sample the mean of an inner loop of about
-``--sample`` seconds; medians reported, and the ratio rnnkit / PyTorch (below 1: rnnkit faster).
+``--sample`` seconds of this process's CPU time (``time.process_time``: both sides run on one
+thread, and on a shared machine the CPU time is what other processes disturb least; wall-clock
+time is the same figure on an idle machine); medians reported, and the ratio rnnkit / PyTorch
+(below 1: rnnkit faster).
 
     python benchmarks/bench_programs.py                      # all three, 7 samples each
     python benchmarks/bench_programs.py --cases s2s --repeats 5
@@ -214,15 +217,15 @@ def tagger_cases() -> dict[str, tuple[Callable[[], object], Callable[[], object]
 
 # -- timing --------------------------------------------------------------------------------------------
 def sample(f: Callable[[], object], seconds: float) -> float:
-    """Seconds per call of ``f``: the mean of an inner loop of about ``seconds``."""
-    t0 = time.perf_counter()
+    """CPU seconds per call of ``f``: the mean of an inner loop of about ``seconds``."""
+    t0 = time.process_time()
     f()
-    one = max(time.perf_counter() - t0, 1e-7)
+    one = max(time.process_time() - t0, 1e-6)
     n = max(1, int(seconds / one))
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for _ in range(n):
         f()
-    return (time.perf_counter() - t0) / n
+    return (time.process_time() - t0) / n
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         f = cases[args.profile][1]
         prof = cProfile.Profile()
-        n = max(1, int(2.0 / sample(f, 0.2)))
+        n = max(5, int(3.0 / sample(f, 0.3)))
         prof.enable()
         for _ in range(n):
             f()

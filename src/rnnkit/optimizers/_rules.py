@@ -138,19 +138,28 @@ class Adam(Optimizer):
     def _update(self, w: np.ndarray, g: np.ndarray, state: dict[str, Any], lr: float) -> np.ndarray:
         t, b1, b2 = state["t"], self.beta1, self.beta2
         m, v = state["m"], state["v"]
+        # one scratch array, which becomes the new weight: the same operations in the same order
+        # as ``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) g^2``, ``w - lr' * m / denom``
+        # (the same bits), without a temporary array per operation
+        tmp = np.multiply(g, 1.0 - b1)
         m *= b1
-        m += (1.0 - b1) * g
+        m += tmp
+        np.multiply(g, g, out=tmp)
+        tmp *= 1.0 - b2
         v *= b2
-        v += (1.0 - b2) * (g * g)
+        v += tmp
         bc1 = 1.0 - b1 ** t
         bc2 = 1.0 - b2 ** t
+        np.sqrt(v, out=tmp)
         if self.formula == "keras":
-            denom = np.sqrt(v)
-            denom += self.epsilon
-            return w - (lr * math.sqrt(bc2) / bc1) * (m / denom)
-        denom = np.sqrt(v) / math.sqrt(bc2)
-        denom += self.epsilon
-        return w - (lr / bc1) * (m / denom)
+            scale = lr * math.sqrt(bc2) / bc1
+        else:
+            tmp /= math.sqrt(bc2)
+            scale = lr / bc1
+        tmp += self.epsilon
+        np.divide(m, tmp, out=tmp)
+        tmp *= scale
+        return np.subtract(w, tmp, out=tmp)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "beta1": self.beta1, "beta2": self.beta2,
