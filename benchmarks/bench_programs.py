@@ -208,7 +208,7 @@ def tagger_cases() -> dict[str, tuple[Callable[[], object], Callable[[], object]
         with rk.GradientTape() as tape:
             tag_scores = r_model(sentence_in)
             loss = ops.negative(ops.mean(ops.take_along_axis(tag_scores, targets[:, None], axis=1)))
-        r_opt.apply_gradients(zip(tape.gradient(loss, weights), weights))
+        r_opt.apply_gradients(zip(tape.gradient(loss, weights), weights, strict=True))
         return float(loss)
 
     _check("tagger", [torch_step(i) for i in range(3)], [rnnkit_step(i) for i in range(3)])
