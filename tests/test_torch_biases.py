@@ -205,3 +205,18 @@ def test_two_bias_rows_run_the_compiled_walker_and_equal_torch_autograd(
     np.testing.assert_allclose(grads[3], tx.grad.numpy(), **tol)
     for g, t in zip(grads[4:], t_init, strict=True):
         np.testing.assert_allclose(g, t.grad.numpy()[0], **tol)
+    # the summed bias is kept read-only with the weights, so the compiled walker keeps its plan
+    # (the packed panels of W and U): another pass on the same weights lays out nothing anew
+    from rnnkit.kernels import _plans
+    made: list[object] = []
+    real_init = _plans._Plan.__init__
+
+    def counting(self: Any, *a: Any, **k: Any) -> None:
+        made.append(self)
+        real_init(self, *a, **k)
+
+    monkeypatch.setattr(_plans._Plan, "__init__", counting)
+    with rk.GradientTape() as tape:
+        again = layer(x, initial_state=init)[0]
+    tape.gradient(again, [(layer, "kernel")])
+    assert made == []

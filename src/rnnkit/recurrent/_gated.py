@@ -108,9 +108,9 @@ def summed_bias_view(cell: GatedCell, plain: Cell,
     b = w["bias"]
     kept: tuple[np.ndarray, np.ndarray] | None = getattr(cell, "_summed", None)
     if kept is None or kept[0] is not b or b.flags.writeable:
-        summed = (b[0] + b[1])[None, :]
-        summed.flags.writeable = False
-        kept = (b, summed)
+        total = b[0] + b[1]
+        total.flags.writeable = False         # (the whole chain read-only: the plan is kept)
+        kept = (b, total[None, :])
         cell._summed = kept  # type: ignore[attr-defined]
     return plain, {**w, "bias": kept[1]}
 
