@@ -19,8 +19,8 @@ from rnnkit.optimizers import _norms
 class Params(Layer):
     """A stand-in layer holding the given weights."""
 
-    def __init__(self, weights: dict[str, np.ndarray]) -> None:
-        super().__init__(dtype="float32", name="Params")
+    def __init__(self, weights: dict[str, np.ndarray], dtype: str = "float32") -> None:
+        super().__init__(dtype=dtype, name="Params")
         self._init = weights
         self.build(Shape((None, 1)))
 
@@ -92,3 +92,40 @@ def test_clipnorm_per_tensor_at_large_sizes_against_exact_norms() -> None:
     assert norm > 1.0
     np.testing.assert_allclose(layer.weight("a"), -(g.astype(np.float64) / norm), rtol=2e-6, atol=1e-9)
     np.testing.assert_array_equal(layer.weight("s"), -small)        # under the norm: unchanged
+
+
+@pytest.mark.parametrize("gap", [0.3, 0.0, -5e-7])
+@pytest.mark.parametrize("kind", ["global_clipnorm", "clipnorm"])
+def test_clip_formula_torch_equals_clip_grad_norm_(gap: float, kind: str) -> None:
+    """``clip_formula="torch"`` scales by PyTorch's ``min(1, c / (norm + 1e-6))``: checked where
+    the norm is well over the clip (0.3 over), equal to it (Keras' formula leaves the gradients
+    alone there, PyTorch's scales them by c / (c + 1e-6)) and just under it (5e-7 under: PyTorch
+    still scales). float64 throughout, so the two differ only by rounding (rtol 1e-12: a few
+    operations of 1.1e-16 each), while the formulas differ by 1e-6 / c = 2e-7 at the edge."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(4)
+    g = {"a": rng.standard_normal((30, 7)), "b": rng.standard_normal(11)}
+    norms = {k: math.sqrt(_exact(v)) for k, v in g.items()}
+    total = math.sqrt(sum(n * n for n in norms.values()))
+    clip = (total if kind == "global_clipnorm" else norms["a"]) - gap
+    layer = Params({k: np.zeros_like(v) for k, v in g.items()}, dtype="float64")
+    rk.SGD(1.0, clip_formula="torch", **{kind: clip}).apply_gradients([(layer, k, v) for k, v in g.items()])
+    params = {k: torch.nn.Parameter(torch.zeros(v.shape, dtype=torch.float64)) for k, v in g.items()}
+    for k, p in params.items():
+        p.grad = torch.tensor(g[k])
+    groups = [list(params.values())] if kind == "global_clipnorm" else [[p] for p in params.values()]
+    for group in groups:
+        torch.nn.utils.clip_grad_norm_(group, clip)
+    for k, p in params.items():
+        np.testing.assert_allclose(layer.weight(k), -p.grad.numpy(), rtol=1e-12, atol=0)
+    keras_form = Params({k: np.zeros_like(v) for k, v in g.items()}, dtype="float64")
+    rk.SGD(1.0, **{kind: clip}).apply_gradients([(keras_form, k, v) for k, v in g.items()])
+    if gap < 0.1:     # at the edge the formulas differ: Keras' leaves the gradient as it is
+        np.testing.assert_array_equal(keras_form.weight("a"), -g["a"])
+        assert np.max(np.abs(layer.weight("a") + g["a"])) > 1e-8
+    assert "clip_formula='torch'" in repr(rk.SGD(1.0, clip_formula="torch", **{kind: clip}))
+
+
+def test_clip_formula_must_be_keras_or_torch() -> None:
+    with pytest.raises(rk.InvalidParameterError, match=r"clip_formula.*\['keras', 'torch'\].*'tf'"):
+        rk.SGD(1.0, clipnorm=1.0, clip_formula="tf")

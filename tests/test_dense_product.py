@@ -141,3 +141,30 @@ def test_a_weight_is_packed_once_and_never_stale() -> None:
         want = _ref_matmul(x, new) + np.asarray(d.weight("bias"), np.float64)
         np.testing.assert_allclose(d.forward(x, rk.Ctx.inference()), want, rtol=1e-5, atol=1e-5)
     assert len(_product._PANELS) <= before + 1
+
+
+def test_the_input_gradient_packs_a_weights_transpose_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``g @ W.T`` (Dense's input gradient, once per call of a layer called at every step of a
+    decoder) lays out the panels of a read-only ``W.T`` once while the weight lives, with the
+    bits of a fresh product (a writable ``W``) and within float32 rounding of float64."""
+    from rnnkit.kernels import _packed
+    packs: list[tuple[int, ...]] = []
+    real = _packed.pack
+
+    def counting(b: np.ndarray) -> np.ndarray:
+        packs.append(b.shape)
+        return real(b)
+
+    monkeypatch.setattr(_packed, "pack", counting)
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((37, 300)).astype(np.float32)     # (F, N): a Dense kernel
+    w.flags.writeable = False
+    g = rng.standard_normal((9, 300)).astype(np.float32)
+    first = _product.matmul(g, w, trans_b=True)
+    for _ in range(5):
+        np.testing.assert_array_equal(_product.matmul(g, w, trans_b=True), first)
+    assert packs == [(300, 37)]                                # W.T, packed once
+    np.testing.assert_array_equal(first, _product.matmul(g, np.array(w), trans_b=True))
+    ref = _ref_matmul(g, w.T)
+    np.testing.assert_allclose(first, ref, rtol=0, atol=300 * 6e-8 * np.abs(g).max() * np.abs(w).max())
+    np.testing.assert_array_equal(_product.matmul(g[3:5], w, trans_b=True), first[3:5])   # rows alone

@@ -192,3 +192,28 @@ def test_every_gradient_returned_is_storage_of_its_own() -> None:
     assert not np.shares_memory(ga, gb)
     ga *= 10.0                       # a caller clipping one gradient in place leaves the other
     np.testing.assert_array_equal(gb, [1.0, 1.0])
+
+
+def test_a_layer_called_three_times_sums_in_place_and_each_request_is_its_own_array() -> None:
+    """The walk sums a weight's gradients of several calls into the first call's array and hands
+    that sum out as it is, once: a weight named twice among the sources (as a pair and by its
+    live array) gets two arrays of their own, both the closed form, and a persistent tape's
+    second walk sums afresh (its first results are not changed in place)."""
+    dense = rk.Dense(2, dtype="float64")
+    dense.build((None, 3))
+    dense.set_weights(np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]), np.array([0.5, -0.5]))
+    xs = [np.array([[1.0, 2.0, 3.0]]), np.array([[0.0, -1.0, 2.0]]), np.array([[4.0, 0.5, -2.0]])]
+    with rk.GradientTape(persistent=True) as tape:
+        loss = ops.sum(ops.add(ops.add(dense(xs[0]), dense(xs[1])), dense(xs[2])))
+    # d loss / d kernel = sum over calls of x^T @ ones(1, 2); d loss / d bias = 3 * ones
+    want_k = sum(x.T @ np.ones((1, 2)) for x in xs)
+    first = tape.gradient(loss, [(dense, "kernel"), dense.weight("kernel"), (dense, "bias")])
+    np.testing.assert_array_equal(first[0], want_k)
+    np.testing.assert_array_equal(first[1], want_k)
+    np.testing.assert_array_equal(first[2], [3.0, 3.0])
+    assert not np.shares_memory(first[0], first[1])
+    first[0] *= 10.0                   # a caller scaling one leaves the other
+    np.testing.assert_array_equal(first[1], want_k)
+    again = tape.gradient(loss, [(dense, "kernel")])
+    np.testing.assert_array_equal(again[0], want_k)
+    np.testing.assert_array_equal(first[1], want_k)

@@ -154,3 +154,69 @@ def test_onnx_export_of_two_bias_rows(tmp_path: Any) -> None:
     want = rnn(torch.tensor(x))[0].detach().numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(model.predict(x), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "SimpleRNN"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_two_bias_rows_run_the_compiled_walker_and_equal_torch_autograd(
+        kind: str, dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bias_layout="torch"`` runs the compiled walker (the plain cell with the two rows summed;
+    the reference walker is made to raise here) from a given initial state, and its output and
+    every gradient (both bias rows, the inputs, the initial state) equal torch autograd's: float64
+    to 1e-10 (rounding of a few hundred operations), float32 to 2e-5 (T = 5 steps of float32
+    gate arithmetic on values of order 1, about 1e-6 each, summed over the batch)."""
+    if rk.kernels.mode() != "fast" or not rk.kernels.available():
+        pytest.skip("the compiled kernels are not in use here")
+    from rnnkit.recurrent import _walker
+
+    def refuse(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the reference walker ran")
+
+    monkeypatch.setattr(_walker, "reference_walk", refuse)
+    monkeypatch.setattr(_walker, "reference_walk_back", refuse)
+    rnn, _ = _torch_net(kind, 3)
+    rnn = rnn.to(getattr(torch, dtype))
+    layer = getattr(rk, kind)(H, dtype=dtype, bias_layout="torch", return_sequences=True,
+                              return_state=True)
+    from_torch_state(layer, rnn.state_dict())
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((B, T, F)).astype(dtype)
+    parts = 2 if kind == "LSTM" else 1
+    init = [rng.standard_normal((B, H)).astype(dtype) for _ in range(parts)]
+    g_out = rng.standard_normal((B, T, H)).astype(dtype)
+    with rk.GradientTape() as tape:
+        tape.watch([x, *init])
+        out = layer(x, initial_state=init)[0]
+        loss = rk.ops.sum(rk.ops.multiply(out, g_out))
+    grads = tape.gradient(loss, [(layer, "kernel"), (layer, "recurrent_kernel"), (layer, "bias"), x, *init])
+    tx = torch.tensor(x, requires_grad=True)
+    t_init = [torch.tensor(s[None], requires_grad=True) for s in init]
+    t_out, _ = rnn(tx, tuple(t_init) if parts == 2 else t_init[0])
+    (t_out * torch.tensor(g_out)).sum().backward()
+    tol = {"rtol": 1e-10, "atol": 1e-12} if dtype == "float64" else {"rtol": 2e-5, "atol": 2e-5}
+    np.testing.assert_allclose(out, t_out.detach().numpy(), **tol)
+    want = to_torch_state(layer)   # the layout's names, filled with torch's gradients below
+    got = dict(zip(["weight_ih_l0", "weight_hh_l0"], [grads[0].T, grads[1].T], strict=True))
+    got["bias_ih_l0"], got["bias_hh_l0"] = grads[2][0], grads[2][1]
+    params = dict(rnn.named_parameters())
+    assert set(got) == set(want)
+    for name, g in got.items():
+        np.testing.assert_allclose(g, params[name].grad.numpy(), **tol, err_msg=name)   # (gates i f g o)
+    np.testing.assert_allclose(grads[3], tx.grad.numpy(), **tol)
+    for g, t in zip(grads[4:], t_init, strict=True):
+        np.testing.assert_allclose(g, t.grad.numpy()[0], **tol)
+    # the summed bias is kept read-only with the weights, so the compiled walker keeps its plan
+    # (the packed panels of W and U): another pass on the same weights lays out nothing anew
+    from rnnkit.kernels import _plans
+    made: list[object] = []
+    real_init = _plans._Plan.__init__
+
+    def counting(self: Any, *a: Any, **k: Any) -> None:
+        made.append(self)
+        real_init(self, *a, **k)
+
+    monkeypatch.setattr(_plans._Plan, "__init__", counting)
+    with rk.GradientTape() as tape:
+        again = layer(x, initial_state=init)[0]
+    tape.gradient(again, [(layer, "kernel")])
+    assert made == []

@@ -44,6 +44,7 @@ EXAMPLES: dict[str, tuple[str, dict[str, str]]] = {
     "lstm_character_level_text_generation": ("charlm", {}),
     "lstm_seq2seq": ("s2s", {}),
     "word_language_model": ("wlm", {}),
+    "seq2seq_translation": ("translate", {}),
 }
 
 _RENAMES = [(re.compile(r"\bkeras\.layers\."), "rk."), (re.compile(r"\bkeras\."), "rk."),

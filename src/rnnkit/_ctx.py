@@ -118,6 +118,18 @@ class GradStore(MutableMapping[GradKey, np.ndarray]):
         else:
             _add_into(have, out, key)
 
+    def give(self, key: GradKey, value: np.ndarray) -> None:
+        """:meth:`add` of an array the caller gives up (made for this gradient, held by nobody
+        else, written by nobody afterwards): the first gradient of the key is kept as it is,
+        without a copy, when it is a writable C-contiguous ndarray; later ones are added in."""
+        have = self._arrays.get(key)
+        if have is None:
+            f = value.flags
+            self._arrays[key] = value if type(value) is np.ndarray and f.c_contiguous and f.writeable \
+                else _owned(value)
+        else:
+            _add_into(have, value, key)
+
     def move(self, key: GradKey, to: GradKey) -> bool:
         """Remove ``key``'s gradient and sum it into ``to``'s (taking the array over when ``to``
         has none yet); False, and nothing changes, when ``key`` has no gradient."""
@@ -268,6 +280,12 @@ class Ctx:
         Ctx owns, later ones are added into it (:class:`GradStore`), so the caller may hand over
         a view, a weight or a scratch buffer and reuse it afterwards."""
         self.grads.add((layer, name), value)
+
+    def give_grad(self, layer: Layer, name: str, value: np.ndarray) -> None:
+        """:meth:`add_grad` of an array the caller made for this gradient and gives up (nobody
+        else holds or writes it afterwards): the first gradient of a weight is kept without a
+        copy (:meth:`GradStore.give`)."""
+        self.grads.give((layer, name), value)
 
     def add_grad_from(self, layer: Layer, name: str, shape: tuple[int, ...], dtype: Any,
                       write: Callable[[np.ndarray], None]) -> None:

@@ -313,7 +313,8 @@ class GradientTape:
         try:
             self._walk(grads, wgrads)
             flat = _flatten(sources)
-            out = [self._result(s, grads, wgrads, unconnected_gradients == "zero") for s in flat]
+            given: set[int] = set()
+            out = [self._result(s, grads, wgrads, unconnected_gradients == "zero", given) for s in flat]
         finally:
             if not self.persistent:
                 self.reset()
@@ -337,12 +338,22 @@ class GradientTape:
                 if k is not None and gi is not None:
                     _acc(grads, k, gi)
             if e.ctx is not None:
+                # the entry's Ctx owns each of its weight gradients (GradStore: storage of its
+                # own) and forgets them here, so the walk takes the first one of a weight as it
+                # is and adds the later ones into it in place (no new array per call)
                 for (lay, name), g in e.ctx.grads.items():
-                    _acc(wgrads, (id(lay), name), g)
+                    key = (id(lay), name)
+                    have = wgrads.get(key)
+                    if have is None:
+                        wgrads[key] = g
+                    else:
+                        np.add(have, g, out=have)
                 e.ctx.grads.clear()
 
     def _result(self, s: Any, grads: dict[int, Any], wgrads: dict[tuple[int, str], np.ndarray],
-                zero: bool) -> Any:
+                zero: bool, given: set[int]) -> Any:
+        """The gradient of source ``s``; ``given`` holds the ids of the walk's own weight-gradient
+        arrays already handed out (each is handed out once as it is, later as copies)."""
         if _is_weight_ref(s):
             layer, name = s
             like = layer.weight(name)
@@ -351,11 +362,15 @@ class GradientTape:
             for k in self._weight_ids.get(key, []):
                 if k in grads:
                     got = grads[k] if got is None else got + grads[k]
+            if got is not None and got is wgrads.get(key) and id(got) not in given \
+                    and got.dtype == like.dtype:
+                given.add(id(got))   # the walk's own sum, nobody else holds it: no copy
+                return got
         elif isinstance(s, np.ndarray):
             like = s
             ref = self._weight_of.get(id(s))
             if ref is not None:
-                return self._result(ref, grads, wgrads, zero)
+                return self._result(ref, grads, wgrads, zero, given)
             got = grads.get(id(s))
         else:
             raise TapeError(f"GradientTape.gradient: a source must be an array, a (layer, weight name) "

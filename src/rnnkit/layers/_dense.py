@@ -226,7 +226,7 @@ class Dense(Layer):
         dw, db = weight_grads(x.reshape(-1, F), da2, self.use_bias)
         if db is not None:
             ctx.add_grad(self, "bias", db)
-        ctx.add_grad(self, "kernel", dw)
+        ctx.give_grad(self, "kernel", dw)      # (weight_grads' own array: kept, not copied)
         if not ctx.needs_input_grad(self):
             return None
         return matmul(da2, self._weights["kernel"], trans_b=True).reshape(x.shape)

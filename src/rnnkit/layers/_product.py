@@ -47,20 +47,23 @@ def _operand(a: np.ndarray, writable: bool) -> np.ndarray:
     return np.array(a, order="C")
 
 
-#: packed panels of read-only right-hand sides, by ``id``: {id: (weak reference, panels)}
-_PANELS: dict[int, tuple[weakref.ref[np.ndarray], np.ndarray]] = {}
+#: packed panels of read-only right-hand sides, by ``(id, transposed)``:
+#: {(id, transposed): (weak reference, panels)}
+_PANELS: dict[tuple[int, bool], tuple[weakref.ref[np.ndarray], np.ndarray]] = {}
 
 
-def _panels(pk: ModuleType, b: np.ndarray) -> np.ndarray:
-    """``b`` (read-only, so its values never change: a layer's weight) packed once while it
-    lives (a new weight is a new array). The entry goes when ``b`` does."""
-    key = id(b)
+def _panels(pk: ModuleType, b: np.ndarray, transposed: bool = False) -> np.ndarray:
+    """``b`` (``b.T`` when ``transposed``; ``b`` read-only, so its values never change: a
+    layer's weight) packed once while it lives (a new weight is a new array): a layer's input
+    gradient ``g @ W.T`` reads the panels of ``W.T`` for every call of a step as its forward
+    reads those of ``W``. The entry goes when ``b`` does."""
+    key = (id(b), transposed)
     hit = _PANELS.get(key)
     if hit is not None and hit[0]() is b:
         return hit[1]
-    P: np.ndarray = pk.pack(b)
+    P: np.ndarray = pk.pack(np.ascontiguousarray(b.T) if transposed else b)
 
-    def drop(_ref: Any, key: int = key) -> None:
+    def drop(_ref: Any, key: tuple[int, bool] = key) -> None:
         got = _PANELS.get(key)
         if got is not None and got[0] is _ref:
             del _PANELS[key]
@@ -86,8 +89,8 @@ def matmul(a: np.ndarray, b: np.ndarray, trans_b: bool = False) -> np.ndarray:
         return out
     pk.ready(A.dtype)
     big = M * K * N >= PARALLEL_PRODUCT and CORES > 1
-    if not trans_b and not B.flags.writeable:     # a weight: laid out once, for every call
-        P = _panels(pk, B)
+    if not B.flags.writeable:     # a weight: laid out once (as W or W.T), for every call
+        P = _panels(pk, B, trans_b)
         if big and M >= 4 * CORES:
             run_parts(M, lambda lo, hi: pk.rgemm(A[lo:hi], P, out[lo:hi], 0.0))
         else:

@@ -9,6 +9,9 @@ One call of :meth:`Optimizer.apply_gradients` is one training step::
          global_clipnorm   g <- g * c / max(||G||, c)          ||G|| = sqrt(sum ||g_i||^2) over
                                                                 every tensor of this call
          clipvalue         g <- clip(g, -c, c)                 elementwise
+       with ``clip_formula="torch"`` the two norm clips follow PyTorch's
+       ``torch.nn.utils.clip_grad_norm_`` instead:
+                           g <- g * min(1, c / (||G|| + 1e-6))  (||g|| for clipnorm)
     3. lr_t = learning_rate / (1 + decay * iterations)         time-based decay (Keras' legacy
                                                                 ``decay``); ``iterations`` counts
                                                                 the steps taken BEFORE this one
@@ -98,6 +101,21 @@ def _check_clip(value: Any, arg: str, where: str) -> float | None:
     return None if value is None else check_float(value, arg, where, lo=0.0, lo_open=True)
 
 
+#: the formulas of the norm clips: Keras' ``c / max(norm, c)`` and PyTorch's
+#: ``min(1, c / (norm + 1e-6))`` (``torch.nn.utils.clip_grad_norm_``)
+CLIP_FORMULAS = ("keras", "torch")
+#: the term ``torch.nn.utils.clip_grad_norm_`` adds to the norm it divides by
+TORCH_CLIP_EPS = 1e-6
+
+
+def _clip_scale(norm: float, c: float, formula: str) -> float | None:
+    """The factor a norm clip multiplies the gradients by (None: leave them as they are)."""
+    if formula == "torch":
+        coef = c / (norm + TORCH_CLIP_EPS)
+        return coef if coef < 1.0 else None
+    return c / norm if norm > c else None
+
+
 class Optimizer:
     """Base class. Subclasses implement :meth:`_update` (and :meth:`_init_state` for slots).
 
@@ -106,14 +124,22 @@ class Optimizer:
             is what learning-rate schedulers do.
         decay: time-based decay, ``lr_t = learning_rate / (1 + decay * iterations)`` (>= 0).
         clipnorm / global_clipnorm / clipvalue: gradient clipping (> 0; at most one of them).
+        clip_formula: ``"keras"`` (default: ``g * c / max(norm, c)``) or ``"torch"`` (PyTorch's
+            ``clip_grad_norm_``: ``g * min(1, c / (norm + 1e-6))``), the formula of
+            ``clipnorm`` and ``global_clipnorm``.
     """
 
     #: the name ``get`` / ``serialize`` use
     name: ClassVar[str] = "optimizer"
 
     def __init__(self, learning_rate: float = 0.01, *, decay: float = 0.0, clipnorm: float | None = None,
-                 clipvalue: float | None = None, global_clipnorm: float | None = None) -> None:
+                 clipvalue: float | None = None, global_clipnorm: float | None = None,
+                 clip_formula: str = "keras") -> None:
         where = type(self).__name__
+        if not isinstance(clip_formula, str) or clip_formula not in CLIP_FORMULAS:
+            raise InvalidParameterError(f"{where}: clip_formula must be one of {list(CLIP_FORMULAS)} "
+                                        f"(whose norm-clipping formula to follow), got {clip_formula!r}")
+        self.clip_formula = clip_formula
         self._learning_rate = check_float(learning_rate, "learning_rate", where, lo=0.0)
         self.decay = check_float(decay, "decay", where, lo=0.0)
         self.clipnorm = _check_clip(clipnorm, "clipnorm", where)
@@ -200,17 +226,14 @@ class Optimizer:
 
     def _clip(self, grads: list[np.ndarray]) -> list[np.ndarray]:
         if self.global_clipnorm is not None:
-            c = self.global_clipnorm
             total = math.sqrt(sum(sum_of_squares(g) for g in grads))
-            if total > c:
-                return [g * (c / total) for g in grads]
-            return grads
+            scale = _clip_scale(total, self.global_clipnorm, self.clip_formula)
+            return grads if scale is None else [g * scale for g in grads]
         if self.clipnorm is not None:
-            c = self.clipnorm
             out = []
             for g in grads:
-                n = math.sqrt(sum_of_squares(g))
-                out.append(g * (c / n) if n > c else g)
+                scale = _clip_scale(math.sqrt(sum_of_squares(g)), self.clipnorm, self.clip_formula)
+                out.append(g if scale is None else g * scale)
             return out
         if self.clipvalue is not None:
             c = self.clipvalue
@@ -281,7 +304,8 @@ class Optimizer:
     def get_config(self) -> dict[str, Any]:
         """The constructor keywords that rebuild this optimizer (JSON-serialisable)."""
         return {"learning_rate": self._learning_rate, "decay": self.decay, "clipnorm": self.clipnorm,
-                "clipvalue": self.clipvalue, "global_clipnorm": self.global_clipnorm}
+                "clipvalue": self.clipvalue, "global_clipnorm": self.global_clipnorm,
+                "clip_formula": self.clip_formula}
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Optimizer:
@@ -290,5 +314,6 @@ class Optimizer:
 
     def __repr__(self) -> str:
         cfg = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items()
-                        if v is not None and not (k == "decay" and v == 0.0))
+                        if v is not None and not (k == "decay" and v == 0.0)
+                        and not (k == "clip_formula" and v == "keras"))
         return f"{type(self).__name__}({cfg})"

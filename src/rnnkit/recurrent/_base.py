@@ -360,7 +360,7 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
         need_dx = cache.given or ctx.needs_input_grad(self)
         dx_tm, grads, d_init = walk_back(self.cell, self._weights, cache.walk, g, full, d_final, need_dx)
         for name in self._trainable:
-            ctx.add_grad(self, name, grads[name])
+            ctx.give_grad(self, name, grads[name])   # (the walk's own arrays: kept, not copied)
         if dx_tm is None:   # nobody reads dL/dx (Ctx.skip_input_grad)
             return None
         idx = cache.idx

@@ -138,6 +138,17 @@ class Cell:
         self.units = check_positive_int(units, "units", self.name)
         self.activation: ActivationFn = resolve_activation(activation, self.name)
 
+    def compiled_view(self, w: Mapping[str, np.ndarray]) -> tuple[Cell, Mapping[str, np.ndarray]] | None:
+        """A cell and weights whose compiled walk computes exactly this cell's recurrence on
+        ``w``, for a cell that has no compiled step of its own (None, the default: the cell
+        itself, compiled or not). The walker runs the view's forward and backward and hands its
+        weight gradients to :meth:`grads_from_view`."""
+        return None
+
+    def grads_from_view(self, grads: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """This cell's weight gradients from those of the walk of :meth:`compiled_view`."""
+        return grads
+
     # -- declarations ------------------------------------------------------------------------
     def params(self, input_dim: int) -> list[Param]:
         """The parameters for inputs of ``input_dim`` features, in draw order."""

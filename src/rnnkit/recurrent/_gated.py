@@ -13,6 +13,7 @@ an LSTM projects it), in draw order::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -95,6 +96,32 @@ class GatedCell(Cell):
         cfg = super().get_config()
         cfg["use_bias"] = self.use_bias
         return cfg
+
+
+def summed_bias_view(cell: GatedCell, plain: Cell,
+                     w: Mapping[str, np.ndarray]) -> tuple[Cell, Mapping[str, np.ndarray]]:
+    """The compiled view (:meth:`Cell.compiled_view`) of a cell with PyTorch's two bias rows
+    both added at every step (LSTM, SimpleRNN): ``plain``, the one-row cell of the same
+    configuration, on ``w`` with the bias ``b_ih + b_hh`` as its one row. The sum is kept on
+    ``cell`` for as long as the bias is the same read-only array (a weight is replaced, never
+    written to), so the compiled walker keeps its plan (its packed panels) from pass to pass."""
+    b = w["bias"]
+    kept: tuple[np.ndarray, np.ndarray] | None = getattr(cell, "_summed", None)
+    if kept is None or kept[0] is not b or b.flags.writeable:
+        total = b[0] + b[1]
+        total.flags.writeable = False         # (the whole chain read-only: the plan is kept)
+        kept = (b, total[None, :])
+        cell._summed = kept  # type: ignore[attr-defined]
+    return plain, {**w, "bias": kept[1]}
+
+
+def both_bias_rows(grads: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The gradients of a two-row cell from its :func:`summed_bias_view`'s: each row of the bias
+    gets the summed row's gradient (the gradient of their sum)."""
+    if "bias" in grads:
+        db = grads["bias"]
+        grads["bias"] = np.concatenate([db, db])
+    return grads
 
 
 def check_torch_bias(cell: GatedCell) -> None:

@@ -31,15 +31,17 @@ import numpy as np
 from rnnkit._activations import ActivationLike
 from rnnkit._errors import InvalidParameterError
 from rnnkit.kernels import ACTIVATIONS, ANY, Step
-from rnnkit.recurrent._cell import Arrays, Param, StepBack
+from rnnkit.recurrent._cell import Arrays, Cell, Param, StepBack
 from rnnkit.recurrent._gated import (
     GatedCell,
+    both_bias_rows,
     check_torch_bias,
     fed_back,
     fed_back_grad,
     gate_codes,
     glorot_gates,
     resolve_gate_activation,
+    summed_bias_view,
 )
 from rnnkit.recurrent._states import LSTMState
 
@@ -148,7 +150,9 @@ class LSTMTorchBiasCell(LSTMCell):
     """``LSTM(..., bias_layout="torch")``: the bias is (2, 4H), row 0 PyTorch's ``bias_ih`` and
     row 1 its ``bias_hh``; step 1 adds both (``a = xw + b_hh + h_prev @ U``, ``xw`` holding
     ``b_ih``), so each row is a parameter of its own with the gradient of their sum, as PyTorch
-    trains them. The compiled walker takes one bias row: this cell runs the reference walker."""
+    trains them. The compiled walker takes one bias row: it runs this cell as a plain
+    :class:`LSTMCell` (:meth:`compiled_view`) whose one bias row is the sum of the two, and both
+    rows get that row's gradient (the gradient of their sum)."""
 
     kind: ClassVar[str | None] = "LSTM"
     bias_rows: ClassVar[int] = 2
@@ -160,11 +164,23 @@ class LSTMTorchBiasCell(LSTMCell):
         super().__init__(units, activation, recurrent_activation=recurrent_activation, use_bias=use_bias,
                          proj_size=proj_size)
         check_torch_bias(self)
+        self._fused = LSTMCell(units, activation, recurrent_activation=recurrent_activation,
+                               use_bias=use_bias, proj_size=proj_size)
 
     def initial_bias(self, rng: np.random.Generator, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
         b = np.zeros(shape, dtype=dt)
         b[0, self.units:2 * self.units] = 1.0   # forget gate starts open (the sum is 1.0)
         return b
+
+    def compiled_view(self, w: Mapping[str, np.ndarray]) -> tuple[Cell, Mapping[str, np.ndarray]] | None:
+        """This cell as a plain :class:`LSTMCell` with the bias ``b_ih + b_hh`` in one row (the
+        same arithmetic: every gate reads the sum); None for a subclass, whose own step the
+        plain cell would not run."""
+        return summed_bias_view(self, self._fused, w) if type(self) is LSTMTorchBiasCell else None
+
+    def grads_from_view(self, grads: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Both bias rows get the gradient of the summed row."""
+        return both_bias_rows(grads)
 
     def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
              park: dict[str, np.ndarray] | None, *, rdrop: np.ndarray | None = None) -> Arrays:

@@ -22,8 +22,15 @@ import numpy as np
 
 from rnnkit._activations import ActivationLike
 from rnnkit.kernels import ACTIVATIONS, Step, activation_code
-from rnnkit.recurrent._cell import Arrays, StepBack
-from rnnkit.recurrent._gated import GatedCell, check_torch_bias, fed_back, fed_back_grad
+from rnnkit.recurrent._cell import Arrays, Cell, StepBack
+from rnnkit.recurrent._gated import (
+    GatedCell,
+    both_bias_rows,
+    check_torch_bias,
+    fed_back,
+    fed_back_grad,
+    summed_bias_view,
+)
 from rnnkit.recurrent._states import SimpleRNNState
 
 
@@ -63,8 +70,9 @@ class SimpleRNNCell(GatedCell):
 class SimpleRNNTorchBiasCell(SimpleRNNCell):
     """``SimpleRNN(..., bias_layout="torch")``: the bias is (2, H), rows PyTorch's ``bias_ih``
     and ``bias_hh``, both added (``a = xw + b_hh + h_prev @ U``), each a parameter of its own
-    as PyTorch trains them. The compiled walker takes one bias row: this cell runs the
-    reference walker."""
+    as PyTorch trains them. The compiled walker takes one bias row: it runs this cell as a
+    plain :class:`SimpleRNNCell` (:meth:`compiled_view`) whose one bias row is the sum of the
+    two, and both rows get that row's gradient (the gradient of their sum)."""
 
     kind: ClassVar[str | None] = "SimpleRNN"
     bias_rows: ClassVar[int] = 2
@@ -73,6 +81,16 @@ class SimpleRNNTorchBiasCell(SimpleRNNCell):
     def __init__(self, units: int, activation: ActivationLike = "tanh", *, use_bias: bool = True) -> None:
         super().__init__(units, activation, use_bias=use_bias)
         check_torch_bias(self)
+        self._fused = SimpleRNNCell(units, activation, use_bias=use_bias)
+
+    def compiled_view(self, w: Mapping[str, np.ndarray]) -> tuple[Cell, Mapping[str, np.ndarray]] | None:
+        """This cell as a plain :class:`SimpleRNNCell` with the bias ``b_ih + b_hh`` in one row;
+        None for a subclass, whose own step the plain cell would not run."""
+        return summed_bias_view(self, self._fused, w) if type(self) is SimpleRNNTorchBiasCell else None
+
+    def grads_from_view(self, grads: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Both bias rows get the gradient of the summed row."""
+        return both_bias_rows(grads)
 
     def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
              park: dict[str, np.ndarray] | None, *, rdrop: np.ndarray | None = None) -> Arrays:

@@ -76,7 +76,11 @@ def walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, init: Arrays
     parts (views: copy before changing them), the cache when ``record``)."""
     found = kernels.find_options(cell)
     if found is None:
-        return reference_walk(cell, w, x_tm, init, record, keep_seq, mask, rdrop)
+        view = cell.compiled_view(w)
+        found = None if view is None else kernels.find_options(view[0])
+        if view is None or found is None:
+            return reference_walk(cell, w, x_tm, init, record, keep_seq, mask, rdrop)
+        cell, w = view
     seq, final, kept = kernels.driver().walk(cell, found[0], w, x_tm, init, record, keep_seq, mask, rdrop,
                                              found[1])
     return seq, final, None if kept is None else WalkCache(x_tm, kept[0], kept[1], mask, rdrop)
@@ -101,11 +105,17 @@ def walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCache, g: np.n
     (dL/dx_tm (T, B, F), {parameter name: gradient}, dL/d(initial state)); without
     ``need_dx``, dL/dx_tm is not computed and is None."""
     found = kernels.find_options(cell)
-    if found is None:
-        return reference_walk_back(cell, w, cache, g, full, d_final, need_dx)
-    return kernels.driver().walk_back(  # type: ignore[no-any-return]
-        cell, found[0], w, cache.x_tm, cache.states, cache.parks, cache.mask, cache.rdrop, g, full, d_final,
+    run = cell
+    if found is None:                          # (the walk ran the cell's compiled view, if any)
+        view = cell.compiled_view(w)
+        found = None if view is None else kernels.find_options(view[0])
+        if view is None or found is None:
+            return reference_walk_back(cell, w, cache, g, full, d_final, need_dx)
+        run, w = view
+    dx, grads, d_init = kernels.driver().walk_back(
+        run, found[0], w, cache.x_tm, cache.states, cache.parks, cache.mask, cache.rdrop, g, full, d_final,
         need_dx, found[1])
+    return dx, (grads if run is cell else cell.grads_from_view(grads)), d_init
 
 
 def project(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray) -> np.ndarray:
