@@ -100,6 +100,15 @@ def _weightless(keras_class: str, **options: str) -> Any:
     return conv
 
 
+def _declared(keras_class: str, *options: str) -> Any:
+    """A layer whose Keras config is ``{option: layer.<option>}`` and whose weights are its own,
+    declared in Keras' order."""
+    def conv(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
+        return (keras_class, {k: getattr(layer, k) for k in options},
+                [("vars", name, [layer.weight(n) for n in layer.weight_names])])
+    return conv
+
+
 def _refuse(why: str) -> Any:
     def conv(layer: Any, name: str) -> Any:
         raise UnsupportedFeatureError(name, type(layer).__name__, why)
@@ -113,6 +122,7 @@ KERAS_LAYERS: dict[str, Any] = {
     "RepeatVector": _plain, "Concatenate": _plain, "ActivationLayer": _plain,
     # the sequence-model layers (where rnnkit has them)
     "Bidirectional": _bidirectional, "Masking": _weightless("Masking", mask_value="mask_value"),
+    "LayerNormalization": _declared("LayerNormalization", "axis", "epsilon", "center", "scale"),
     "Add": _weightless("Add"), "Multiply": _weightless("Multiply"), "Average": _weightless("Average"),
     "RNNNet": _refuse("an RNNNet is a PyTorch-layout stack with no Keras layer; write it with "
                       "save_torch_safetensors, or export a Sequential of SimpleRNN/LSTM/GRU layers"),

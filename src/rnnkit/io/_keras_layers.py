@@ -34,6 +34,7 @@ from rnnkit.layers import (
     Dense,
     Dropout,
     Embedding,
+    LayerNormalization,
     Masking,
     Multiply,
     RepeatVector,
@@ -43,7 +44,7 @@ from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
 RECURRENT = {"SimpleRNN": SimpleRNN, "LSTM": LSTM, "GRU": GRU}
 SUPPORTED = ("InputLayer", "SimpleRNN", "LSTM", "GRU", "Bidirectional", "Dense", "Embedding",
              "Dropout", "RepeatVector", "Activation", "Concatenate", "TimeDistributed", "Masking",
-             "Add", "Multiply", "Average")
+             "Add", "Multiply", "Average", "LayerNormalization")
 MERGES = {"Add": Add, "Multiply": Multiply, "Average": Average}
 ACTIVATIONS = ("tanh", "sigmoid", "relu", "linear", "softmax", "hard_sigmoid")
 _TRAIN_ONLY = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
@@ -155,6 +156,16 @@ def _int(cfg: dict[str, Any], key: str, name: str, default: int | None = None) -
     return v
 
 
+def _norm_train_options(cfg: dict[str, Any], name: str) -> None:
+    """A normalization layer's gamma / beta regularizers and constraints act only in training:
+    warned about, not carried over."""
+    present = [k for k in ("gamma_regularizer", "beta_regularizer", "gamma_constraint", "beta_constraint")
+               if cfg.get(k) is not None]
+    if present:
+        _warn(name, f"{', '.join(present)} not carried over (they act only in training; predictions "
+                    f"are unaffected)")
+
+
 def _recurrent(class_name: str, cfg: dict[str, Any], name: str) -> RecurrentLayer:
     extra: dict[str, Any] = {}
     if class_name != "SimpleRNN":
@@ -255,6 +266,15 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
         return Mapped(name, class_name, Masking(float(cfg.get("mask_value", 0.0)), dtype=dtype, name=name))
     if class_name in MERGES:
         return Mapped(name, class_name, MERGES[class_name](dtype=dtype, name=name))
+    if class_name == "LayerNormalization":
+        _refuse_if(bool(cfg.get("rms_scaling")), name, "rms_scaling",
+                   "rms_scaling=True (Keras' deprecated variance scaling) is not supported")
+        _norm_train_options(cfg, name)
+        axis = cfg.get("axis", -1)
+        out = LayerNormalization(axis if isinstance(axis, int) else [int(a) for a in axis],
+                                 float(cfg.get("epsilon", 1e-3)), _flag(cfg, "center", True, name),
+                                 _flag(cfg, "scale", True, name), dtype=dtype, name=name)
+        return Mapped(name, class_name, out, [(out, "vars")])
     if class_name == "RepeatVector":
         return Mapped(name, class_name, RepeatVector(_int(cfg, "n", name), dtype=dtype, name=name))
     if class_name == "Activation":
@@ -303,7 +323,7 @@ def weight_names(layer: Layer) -> list[str]:
         return ["kernel", "bias"] if layer.use_bias else ["kernel"]
     if isinstance(layer, Embedding):
         return ["embeddings"]
-    return []
+    return list(layer.weight_names)   # the other layers declare their weights in Keras' order
 
 
 def to_rnnkit_weights(layer: Layer, arrays: list[np.ndarray]) -> dict[str, np.ndarray] | str:

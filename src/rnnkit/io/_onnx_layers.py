@@ -40,6 +40,8 @@ class Graph:
         self.masked: set[str] = set()
         #: the ranks of the inputs of the layer being converted (set by the model walk)
         self.in_ranks: list[int] = []
+        #: the opset being written (the reductions take their axes as an input from opset 18 on)
+        self.opset = 17
         self._lengths32: str | None = None
         self._n = 0
         self._ints: dict[tuple[int, ...], str] = {}
@@ -74,6 +76,13 @@ class Graph:
 
     def one(self, op_type: str, inputs: list[str], hint: str, **attrs: Any) -> str:
         return self.op(op_type, inputs, hint, **attrs)[0]
+
+    def reduce(self, op_type: str, x: str, axes: list[int], hint: str, keepdims: int = 1) -> str:
+        """``op_type`` (ReduceMean, ReduceMax, ReduceSum) of ``x`` over ``axes``, written as the
+        opset takes the axes (an attribute before opset 18, an input from 18 on)."""
+        if self.opset >= 18 or op_type == "ReduceSum":
+            return self.one(op_type, [x, self.ints("axes", axes)], hint, keepdims=keepdims)
+        return self.one(op_type, [x], hint, axes=axes, keepdims=keepdims)
 
     def seq_lens(self, x: str, where: str) -> str:
         """The lengths as the int32 ``sequence_lens`` of an ONNX recurrent op reading ``x`` (""
@@ -247,6 +256,25 @@ def concatenate(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
     return [g.one("Concat", inputs, layer.name, axis=int(layer.axis))]
 
 
+def layer_normalization(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    """``(x - mean) / sqrt(var + epsilon) * gamma + beta`` over the layer's axes (elementary
+    operators, so every opset from 14 on writes it, whichever axes are normalized)."""
+    rank = g.in_ranks[0]
+    given = layer.axis if isinstance(layer.axis, list) else [layer.axis]
+    axes = sorted(a + rank if a < 0 else a for a in given)
+    bshape = [layer.input_shape[a] if a in axes else 1 for a in range(rank)]
+    nm, x = layer.name, inputs[0]
+    xc = g.one("Sub", [x, g.reduce("ReduceMean", x, axes, nm)], nm)
+    var = g.reduce("ReduceMean", g.one("Mul", [xc, xc], nm), axes, nm)
+    s = g.one("Sqrt", [g.one("Add", [var, g.const(f"{nm}_epsilon", np.asarray(layer.epsilon))], nm)], nm)
+    y = g.one("Div", [xc, s], nm)
+    if layer.scale:
+        y = g.one("Mul", [y, g.const(f"{nm}_gamma", layer.weight("gamma").reshape(bshape))], nm)
+    if layer.center:
+        y = g.one("Add", [y, g.const(f"{nm}_beta", layer.weight("beta").reshape(bshape))], nm)
+    return [y]
+
+
 def activation_layer(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
     return [activation(g, inputs[0], layer.activation, layer.name, layer.name)]
 
@@ -256,7 +284,7 @@ Converter = Callable[..., list[str]]
 CONVERTERS: dict[str, Converter] = {
     "RecurrentLayer": recurrent, "RNNNet": rnn_net, "Dense": dense, "Embedding": embedding,
     "Dropout": identity, "RepeatVector": repeat_vector, "Reverse": reverse, "Concatenate": concatenate,
-    "ActivationLayer": activation_layer,
+    "ActivationLayer": activation_layer, "LayerNormalization": layer_normalization,
 }
 #: layer class name -> why it cannot be exported exactly
 REFUSED: dict[str, str] = {

@@ -1,6 +1,6 @@
 """Non-recurrent layers (Dense, Embedding, Masking, RepeatVector, Reverse, Concatenate, Add,
-Multiply, Average, Dropout, ActivationLayer) and the layer registry that covers every layer,
-recurrent ones included."""
+Multiply, Average, Dropout, ActivationLayer, LayerNormalization) and the layer registry that
+covers every layer, recurrent ones included."""
 
 from rnnkit.layers._bidirectional import Bidirectional
 from rnnkit.layers._dense import ActivationLayer, Dense
@@ -8,17 +8,18 @@ from rnnkit.layers._dropout import Dropout
 from rnnkit.layers._embedding import Embedding
 from rnnkit.layers._masking import Masking
 from rnnkit.layers._merge import Add, Average, Concatenate, MergeLayer, Multiply
+from rnnkit.layers._normalization import LayerNormalization
 from rnnkit.layers._registry import layer_from_config, layer_to_config, register_layer
 from rnnkit.layers._reshape import RepeatVector, Reverse
 from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
 
 for _cls in (Dense, ActivationLayer, Embedding, RepeatVector, Reverse, Concatenate, Dropout, Masking, Add,
-             Multiply, Average, Bidirectional, SimpleRNN, LSTM, GRU, RecurrentLayer):
+             Multiply, Average, Bidirectional, SimpleRNN, LSTM, GRU, RecurrentLayer, LayerNormalization):
     register_layer(_cls)
 
 __all__ = [
     "ActivationLayer", "Add", "Average", "Bidirectional", "Concatenate", "Dense", "Dropout",
-    "Embedding", "Masking", "MergeLayer", "Multiply",
+    "Embedding", "LayerNormalization", "Masking", "MergeLayer", "Multiply",
     "RepeatVector", "Reverse", "GRU", "LSTM", "SimpleRNN",
     "layer_from_config", "layer_to_config", "register_layer",
 ]

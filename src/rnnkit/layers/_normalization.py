@@ -1,0 +1,152 @@
+"""``LayerNormalization``: normalize each sample over chosen axes (Keras 3's layer)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rnnkit._ctx import Ctx
+from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit._initializers import zeros
+from rnnkit._layer import Layer, check_bool, check_real
+from rnnkit._shape import Shape
+from rnnkit.layers._common import check_int, normalize_axis
+
+
+class LayerNormalization(Layer):
+    """Normalize every sample over ``axis`` (Keras 3's ``LayerNormalization``)::
+
+        mean, var = mean(x), mean((x - mean)^2)      over the axes in ``axis``, per sample
+        y = (x - mean) / sqrt(var + epsilon) * gamma + beta
+
+    ``axis``: an int or a list of ints (negative counts from the end; the batch axis 0 is
+    refused), default ``-1``; the variance is the biased one (divided by the number of values
+    reduced), as Keras computes it. ``epsilon`` (> 0) defaults to ``1e-3`` (Keras' default).
+
+    Weights, in Keras' order: ``gamma`` (ones; absent with ``scale=False``) and ``beta`` (zeros;
+    absent with ``center=False``), each of the shape of the normalized axes (the input's sizes
+    along ``axis``, sorted), so those sizes must be known at build.
+
+    Masks: acts on each sample (each timestep, with ``axis=-1``) alone, so a mask passes through
+    unchanged (Keras).
+
+    Backward, with ``xhat = (x - mean) / s``, ``s = sqrt(var + epsilon)``, ``d = g * gamma``::
+
+        dx = (d - mean(d) - xhat * mean(d * xhat)) / s         (means over ``axis``)
+        dgamma = sum(g * xhat),  dbeta = sum(g)                 (over every other axis)
+    """
+
+    supports_masking = True
+
+    def __init__(self, axis: int | list[int] | tuple[int, ...] = -1, epsilon: float = 1e-3,
+                 center: bool = True, scale: bool = True, *, dtype: Any = "float32",
+                 name: str | None = None) -> None:
+        super().__init__(dtype=dtype, name=name)
+        if isinstance(axis, (list, tuple)):
+            if not axis:
+                raise InvalidParameterError(f"{self.name}: axis must be an int or a non-empty list of "
+                                            f"ints, got {axis!r}")
+            self.axis: int | list[int] = [check_int(a, "axis", self.name) for a in axis]
+        else:
+            self.axis = check_int(axis, "axis", self.name)
+        eps = check_real(epsilon, "epsilon", self.name)
+        if not eps > 0.0:
+            raise InvalidParameterError(f"{self.name}: epsilon must be a number > 0, got {epsilon!r}")
+        self.epsilon = eps
+        self.center = check_bool(center, "center", self.name)
+        self.scale = check_bool(scale, "scale", self.name)
+
+    def _axes(self, shape: Shape | tuple[Any, ...]) -> tuple[int, ...]:
+        """The normalized axes of an input of ``shape``, sorted, each once."""
+        rank = len(shape)
+        given = self.axis if isinstance(self.axis, list) else [self.axis]
+        axes = sorted(normalize_axis(a, rank, self.name, shape) for a in given)
+        if len(set(axes)) != len(axes):
+            raise InvalidParameterError(f"{self.name}: axis {self.axis} names an axis twice for an input "
+                                        f"of rank {rank} (shape {shape})")
+        return tuple(axes)
+
+    def _check_build_shape(self, shape: Shape) -> None:
+        if shape.rank < 2:
+            raise InvalidInputError(f"{self.name}: expected an input of rank >= 2 (batch, ...), got "
+                                    f"{shape} (rank {shape.rank})")
+        for a in self._axes(shape):
+            size = shape[a]
+            if size is None or size < 1:
+                raise InvalidInputError(f"{self.name}: the normalized axis {a} of {shape} must have a "
+                                        f"known size >= 1 (gamma and beta have its size)")
+
+    def _param_shape(self, shape: Shape | tuple[Any, ...]) -> tuple[int, ...]:
+        return tuple(int(shape[a] or 0) for a in self._axes(shape))
+
+    def _check_rebuild(self, shape: Shape) -> None:
+        built = self._param_shape(self.input_shape)
+        if shape.rank != self.input_shape.rank or self._param_shape(shape) != built:
+            raise InvalidInputError(f"{self.name}: built for {self.input_shape} (normalized sizes "
+                                    f"{self._param_shape(self.input_shape)}), asked to build again for "
+                                    f"{shape}")
+
+    def _build(self, shape: Shape, rng: np.random.Generator) -> None:
+        p = self._param_shape(shape)
+        if self.scale:
+            self._add_weight("gamma", np.ones(p, self.dtype))
+        if self.center:
+            self._add_weight("beta", zeros(p, self.dtype))
+
+    def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
+        shp = Shape.of(shape)
+        self._check_build_shape(shp)
+        return shp
+
+    def _check_input(self, x: Any) -> tuple[np.ndarray, tuple[int, ...], list[int]]:
+        self._require_built()
+        arr = self._as_input(x)
+        built = self._param_shape(self.input_shape)
+        if arr.ndim != self.input_shape.rank or self._param_shape(arr.shape) != built:
+            raise InvalidInputError(f"{self.name}: expected an input like {self.input_shape} (normalized "
+                                    f"sizes {self._param_shape(self.input_shape)}), got shape {arr.shape}")
+        axes = self._axes(arr.shape)
+        bshape = [arr.shape[a] if a in axes else 1 for a in range(arr.ndim)]
+        return arr, axes, bshape
+
+    def forward(self, x: Any, ctx: Ctx) -> np.ndarray:
+        arr, axes, bshape = self._check_input(x)
+        xhat = arr - arr.mean(axis=axes, keepdims=True)
+        var = np.mean(np.square(xhat), axis=axes, keepdims=True)
+        var += self.dtype.type(self.epsilon)
+        inv = 1.0 / np.sqrt(var)
+        xhat *= inv
+        if self.scale:
+            y = xhat * self._weights["gamma"].reshape(bshape)
+        else:
+            y = xhat.copy() if ctx.training_mode else xhat
+        if self.center:
+            y += self._weights["beta"].reshape(bshape)
+        ctx.save(self, (xhat, inv))
+        return y
+
+    def backward(self, grad: Any, ctx: Ctx) -> np.ndarray | None:
+        self._require_built("backward")
+        xhat, inv = ctx.peek(self)
+        g = self._as_grad(grad, xhat.shape)
+        ctx.load(self)  # consumed only once the gradient fits
+        axes = self._axes(xhat.shape)
+        rest = tuple(a for a in range(xhat.ndim) if a not in axes)
+        bshape = [xhat.shape[a] if a in axes else 1 for a in range(xhat.ndim)]
+        p = self._param_shape(xhat.shape)
+        if self.center:
+            ctx.add_grad(self, "beta", g.sum(axis=rest).reshape(p))
+        if self.scale:
+            ctx.add_grad(self, "gamma", (g * xhat).sum(axis=rest).reshape(p))
+        if not ctx.needs_input_grad(self):
+            return None
+        d = g * self._weights["gamma"].reshape(bshape) if self.scale else g.copy()
+        dx = d - d.mean(axis=axes, keepdims=True)
+        dx -= xhat * np.mean(d * xhat, axis=axes, keepdims=True)
+        dx *= inv
+        return dx
+
+    def get_config(self) -> dict[str, Any]:
+        return {"axis": self.axis, "epsilon": self.epsilon, "center": self.center, "scale": self.scale,
+                "dtype": self.dtype.name, "name": self.name}

@@ -1,0 +1,298 @@
+"""Normalization, convolution and pooling over time, each against Keras 3 itself (torch backend)
+and the shared layer harness.
+
+For every layer in :data:`CASES`: the harness (build, forward, backward, float64 gradcheck,
+save/load of the weights, layer unchanged by a pass); the forward equal to the Keras layer with
+copied weights and the gradients (input and every weight) equal to torch autograd through the
+Keras layer; the layer in a Sequential and a functional model, saved to ``.keras`` by Keras and
+loaded by rnnkit and back; rnnkit's own files and ``model_from_config``; the tape; ONNX through
+onnxruntime.
+
+Tolerances, from the arithmetic: float32 forwards agree to 1e-6 absolute on outputs of size
+~1 (each output is a sum of at most ~60 products or a normalization over ~16 values: float32's
+eps 6e-8 times that count and the values' size stays near 1e-6; reductions whose summation order
+differs between NumPy and torch set the bound). Gradients compare float64 rnnkit with float64
+Keras-on-torch to 1e-9 (the same formulas up to summation order), and the float32 path to 1e-5.
+ONNX outputs agree to 1e-5 (float32, other kernels' summation order). The gradcheck is float64
+central differences with h = 1e-6 (truncation ~h^2, rounding ~1e-16 / h: below 1e-6 relative).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rnnkit as rk
+from harness import check_layer
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One layer configuration: rnnkit's and Keras' constructors with the same arguments, the
+    input's shape (batch first), and Keras weight arrays -> rnnkit weights (None: the same
+    arrays in the same order)."""
+
+    id: str
+    ours: Callable[..., Any]
+    theirs: Callable[[Any], Any]
+    shape: tuple[int, ...]
+    #: the layer in PyTorch: (torch, rnnkit layer, x tensor, {weight name: tensor}) -> y
+    torch_fn: Callable[..., Any]
+    seq_model: bool = True   # usable between an LSTM(return_sequences) and a Dense
+    #: whether Keras-on-torch computes it (its LayerNormalization passes a single non-last axis
+    #: to torch's layer_norm, which takes trailing axes only, and fails)
+    keras_ok: bool = True
+
+
+def t_layernorm(th: Any, layer: Any, x: Any, w: dict[str, Any]) -> Any:
+    axes = sorted(a % x.ndim for a in (layer.axis if isinstance(layer.axis, list) else [layer.axis]))
+    bshape = [x.shape[a] if a in axes else 1 for a in range(x.ndim)]
+    mean = x.mean(dim=axes, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=axes, keepdim=True)
+    y = (x - mean) / th.sqrt(var + layer.epsilon)
+    if "gamma" in w:
+        y = y * w["gamma"].reshape(bshape)
+    return y + w["beta"].reshape(bshape) if "beta" in w else y
+
+
+CASES = [
+    Case("layernorm", lambda **kw: rk.LayerNormalization(**kw),
+         lambda L: L.LayerNormalization(), (3, 5, 6), t_layernorm),
+    Case("layernorm_eps_axis12", lambda **kw: rk.LayerNormalization([1, 2], epsilon=0.01, **kw),
+         lambda L: L.LayerNormalization([1, 2], epsilon=0.01), (3, 5, 6), t_layernorm),
+    Case("layernorm_no_center", lambda **kw: rk.LayerNormalization(center=False, **kw),
+         lambda L: L.LayerNormalization(center=False), (3, 5, 6), t_layernorm),
+    Case("layernorm_no_scale_axis1", lambda **kw: rk.LayerNormalization(1, scale=False, **kw),
+         lambda L: L.LayerNormalization(1, scale=False), (3, 5, 6), t_layernorm, keras_ok=False),
+    Case("layernorm_no_scale", lambda **kw: rk.LayerNormalization(scale=False, **kw),
+         lambda L: L.LayerNormalization(scale=False), (3, 5, 6), t_layernorm),
+]
+IDS = [c.id for c in CASES]
+KERAS_CASES = [c for c in CASES if c.keras_ok]
+KERAS_IDS = [c.id for c in KERAS_CASES]
+SEQ_CASES = [c for c in KERAS_CASES if c.seq_model]
+
+
+def keras() -> Any:
+    os.environ.setdefault("KERAS_BACKEND", "torch")
+    k = pytest.importorskip("keras")
+    if k.backend.backend() != "torch":  # pragma: no cover
+        pytest.skip("Keras on its torch backend is the oracle here")
+    return k
+
+
+def _x(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=shape)
+
+
+def _randomise(layer: Any, seed: int) -> None:
+    """Every weight of an rnnkit layer redrawn (gamma near 1, the others near 0)."""
+    g = np.random.default_rng(seed)
+    for n in layer.weight_names:
+        w = layer.weight(n)
+        layer.set_weight(n, (1.0 if n == "gamma" else 0.0) + g.normal(0.0, 0.4, w.shape))
+
+
+def _make(case: Case, dtype: str) -> Any:
+    layer = case.ours(dtype=dtype)
+    layer.build((None, *case.shape[1:]))
+    _randomise(layer, 5)
+    return layer
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_harness(case: Case) -> None:
+    check_layer(lambda dtype: _make(case, dtype), lambda rng: rng.normal(size=case.shape))
+
+
+def _keras_layer(case: Case, dtype: str) -> Any:
+    """The Keras layer built for the case's shape, with rnnkit's randomised weights copied in."""
+    k = keras()
+    proto = case.theirs(k.layers)
+    kl = type(proto).from_config({**proto.get_config(), "dtype": dtype})
+    kl.build(case.shape)
+    ours = _make(case, dtype)
+    assert [w.path.rsplit("/", 1)[-1] for w in kl.weights] == ours.weight_names   # names and order
+    for w, n in zip(kl.weights, ours.weight_names, strict=True):
+        w.assign(np.asarray(ours.weight(n)))
+    return kl, ours
+
+
+@pytest.mark.parametrize("case", KERAS_CASES, ids=KERAS_IDS)
+def test_forward_and_gradients_equal_keras(case: Case) -> None:
+    """float32: the Keras layer's forward (1e-6) and torch autograd through it (1e-5)."""
+    import torch
+
+    dtype, atol, gtol = "float32", 1e-6, 1e-5
+    kl, ours = _keras_layer(case, dtype)
+    x = _x(case.shape).astype(dtype)
+    tx = torch.tensor(x, requires_grad=True)
+    ty = kl(tx)
+    ctx = rk.Ctx.training()
+    y = ours.forward(x, ctx)
+    np.testing.assert_allclose(y, ty.detach().numpy(), atol=atol, rtol=0)
+    G = np.random.default_rng(1).normal(size=y.shape).astype(dtype)
+    ty.backward(torch.tensor(G))
+    dx = ours.backward(G, ctx)
+    np.testing.assert_allclose(dx, tx.grad.numpy(), atol=gtol, rtol=gtol)
+    for w, n in zip(kl.weights, ours.weight_names, strict=True):
+        np.testing.assert_allclose(ctx.grad(ours, n), w.value.grad.numpy(), atol=gtol, rtol=gtol, err_msg=n)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_float64_gradients_equal_torch_autograd(case: Case) -> None:
+    """float64: the output and every gradient equal PyTorch autograd on the same formula."""
+    th = pytest.importorskip("torch")
+    ours = _make(case, "float64")
+    x = _x(case.shape, 3)
+    tx = th.tensor(x, requires_grad=True)
+    tw = {n: th.tensor(np.asarray(ours.weight(n)), requires_grad=True) for n in ours.weight_names}
+    ty = case.torch_fn(th, ours, tx, tw)
+    ctx = rk.Ctx.training()
+    y = ours.forward(x, ctx)
+    np.testing.assert_allclose(y, ty.detach().numpy(), atol=1e-12, rtol=1e-12)
+    G = np.random.default_rng(1).normal(size=y.shape)
+    ty.backward(th.tensor(G))
+    np.testing.assert_allclose(ours.backward(G, ctx), tx.grad.numpy(), atol=1e-10, rtol=1e-10)
+    for n in ours.weight_names:
+        np.testing.assert_allclose(ctx.grad(ours, n), tw[n].grad.numpy(), atol=1e-10, rtol=1e-10, err_msg=n)
+
+
+def _seq_models(case: Case) -> tuple[Any, Any]:
+    k = keras()
+    L = k.layers
+    F = case.shape[-1]
+    km = k.Sequential([k.Input(case.shape[1:]), L.LSTM(F, return_sequences=True), case.theirs(L),
+                       L.Dense(2)])
+    ki = k.Input(case.shape[1:])
+    kf = k.Model(ki, L.Dense(2)(case.theirs(L)(L.LSTM(F, return_sequences=True)(ki))))
+    g = np.random.default_rng(3)
+    for m in (km, kf):
+        for w in m.weights:
+            mean = 1.0 if w.path.endswith("gamma") else 0.0
+            w.assign(g.normal(mean, 0.4, tuple(w.shape)).astype("float32"))
+    return km, kf
+
+
+@pytest.mark.parametrize("case", SEQ_CASES, ids=[c.id for c in SEQ_CASES])
+def test_keras_files_both_ways(case: Case, tmp_path: Path) -> None:
+    """Keras writes a Sequential and a functional model holding the layer; rnnkit loads both and
+    predicts Keras' outputs; rnnkit writes them back and Keras predicts the same again."""
+    k = keras()
+    x = _x(case.shape, 2).astype("float32")
+    for km in _seq_models(case):
+        km.save(tmp_path / "k.keras")
+        model = rk.load_keras(tmp_path / "k.keras")
+        want = np.asarray(km.predict(x, verbose=0))
+        np.testing.assert_allclose(model.predict(x), want, atol=2e-6, rtol=0)
+        rk.save_keras(model, tmp_path / "r.keras")
+        back = k.saving.load_model(str(tmp_path / "r.keras"))
+        np.testing.assert_allclose(np.asarray(back.predict(x, verbose=0)), want, atol=2e-6, rtol=0)
+
+
+def _rk_model(case: Case, dtype: str = "float32") -> Any:
+    """Dense(F) -> the layer -> Dense(2), its weights randomised."""
+    F = case.shape[-1]
+    model = rk.Sequential([rk.Dense(F, "tanh", seed=1, dtype=dtype), case.ours(dtype=dtype),
+                           rk.Dense(2, seed=2, dtype=dtype)], input_shape=(None, *case.shape[1:]))
+    _randomise(model.layers[1], 6)
+    return model
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_rnnkit_files_and_config(case: Case, tmp_path: Path) -> None:
+    model = _rk_model(case)
+    x = _x(case.shape, 4).astype("float32")
+    want = model.predict(x)
+    rk.save_model(model, tmp_path / "m.rnnkit")
+    np.testing.assert_array_equal(rk.load_model(tmp_path / "m.rnnkit").predict(x), want)
+    again = rk.model_from_config(model.get_config())
+    assert [type(a) for a in again.layers] == [type(b) for b in model.layers]
+    assert again.layers[1].get_config() == model.layers[1].get_config()
+    again.set_weights(model.get_weights())
+    np.testing.assert_array_equal(again.predict(x), want)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_tape_gives_the_layers_gradients(case: Case) -> None:
+    """On the tape, the layer's call is one entry: its gradients equal its own backward's (and
+    those equal Keras-on-torch above)."""
+    layer = _make(case, "float64")
+    x = _x(case.shape, 7)
+    G = np.random.default_rng(8).normal(size=layer.compute_output_shape(case.shape).dims)
+    with rk.GradientTape() as tape:
+        tape.watch(x)
+        y = layer(x)
+        loss = rk.ops.sum(rk.ops.multiply(y, G))
+    got = tape.gradient(loss, [x, *((layer, n) for n in layer.weight_names)])
+    ctx = rk.Ctx.training()
+    layer.forward(x, ctx)
+    np.testing.assert_allclose(got[0], layer.backward(G, ctx), rtol=1e-12, atol=1e-12)
+    for g, n in zip(got[1:], layer.weight_names, strict=True):
+        np.testing.assert_allclose(g, ctx.grad(layer, n), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_onnx_equals_rnnkit(case: Case, tmp_path: Path) -> None:
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    model = _rk_model(case)
+    for opset in (14, 18):
+        rk.save_onnx(model, tmp_path / "m.onnx", opset=opset)
+        onnx.checker.check_model(onnx.load(str(tmp_path / "m.onnx")), full_check=True)
+        sess = ort.InferenceSession(str(tmp_path / "m.onnx"))
+        for B in (2, 5):
+            x = _x((B, *case.shape[1:]), B).astype("float32")
+            np.testing.assert_allclose(sess.run(None, {"input": x})[0], model.predict(x), atol=1e-5, rtol=0)
+
+
+# -- LayerNormalization's own behaviour -----------------------------------------------------------
+def test_layernorm_passes_a_mask_on_as_keras() -> None:
+    """Masking -> LayerNormalization -> LSTM: the mask reaches the LSTM (Keras' rule), which
+    carries its state over the masked steps; equal to Keras."""
+    k = keras()
+    L = k.layers
+    km = k.Sequential([k.Input((6, 3)), L.Masking(0.0), L.LayerNormalization(), L.LSTM(4)])
+    x = _x((2, 6, 3), 9).astype("float32")
+    x[0, 4:] = 0.0
+    x[1, 2:] = 0.0
+    g = np.random.default_rng(1)
+    for w in km.weights:
+        w.assign(g.normal(1.0 if w.path.endswith("gamma") else 0.0, 0.4, tuple(w.shape)).astype("float32"))
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"ln_mask_{os.getpid()}.keras"
+    km.save(path)
+    try:
+        model = rk.load_keras(path)
+    finally:
+        path.unlink()
+    np.testing.assert_allclose(model.predict(x), np.asarray(km.predict(x, verbose=0)), atol=2e-6, rtol=0)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"axis": 0}, "batch axis"),
+    ({"axis": 3}, "out of range"),
+    ({"axis": [2, -1]}, "twice"),
+])
+def test_layernorm_bad_axes_fail_at_build(kwargs: dict[str, Any], match: str) -> None:
+    layer = rk.LayerNormalization(**kwargs)
+    with pytest.raises(rk.Error, match=match):
+        layer.build((None, 5, 6))
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"epsilon": 0.0}, "epsilon"), ({"epsilon": -1.0}, "epsilon"), ({"axis": 1.5}, "axis"),
+    ({"axis": []}, "axis"),
+])
+def test_layernorm_bad_arguments_are_typed(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(rk.InvalidParameterError, match=match):
+        rk.LayerNormalization(**kwargs)
+    with pytest.raises(TypeError, match="center"):   # the bool checks' convention (check_bool)
+        rk.LayerNormalization(center=1)
