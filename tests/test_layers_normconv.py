@@ -63,6 +63,57 @@ def t_layernorm(th: Any, layer: Any, x: Any, w: dict[str, Any]) -> Any:
     return y + w["beta"].reshape(bshape) if "beta" in w else y
 
 
+def _tpads(layer: Any, T: int, span: int, stride: int) -> tuple[int, int]:
+    from rnnkit.layers._conv import pads
+    return pads(T, span, stride, layer.padding)
+
+
+def t_conv(th: Any, layer: Any, x: Any, w: dict[str, Any]) -> Any:
+    F = th.nn.functional
+    left, right = _tpads(layer, x.shape[1], layer.span, layer.strides)
+    xp = F.pad(x.permute(0, 2, 1), (left, right))
+    y = F.conv1d(xp, w["kernel"].permute(2, 1, 0), w.get("bias"), stride=layer.strides,
+                 dilation=layer.dilation_rate, groups=layer.groups).permute(0, 2, 1)
+    return y if layer.activation.name == "linear" else getattr(th, layer.activation.name)(y)
+
+
+def t_maxpool(th: Any, layer: Any, x: Any, w: dict[str, Any]) -> Any:
+    F = th.nn.functional
+    left, right = _tpads(layer, x.shape[1], layer.pool_size, layer.strides)
+    xp = F.pad(x.permute(0, 2, 1), (left, right), value=-float("inf"))
+    return F.max_pool1d(xp, layer.pool_size, layer.strides).permute(0, 2, 1)
+
+
+def t_avgpool(th: Any, layer: Any, x: Any, w: dict[str, Any]) -> Any:
+    """The window sums over the counts of real steps (padding never counted)."""
+    F = th.nn.functional
+    left, right = _tpads(layer, x.shape[1], layer.pool_size, layer.strides)
+    xc = x.permute(0, 2, 1)
+    total = F.avg_pool1d(F.pad(xc, (left, right)), layer.pool_size, layer.strides)
+    count = F.avg_pool1d(F.pad(th.ones_like(xc[:1, :1]), (left, right)), layer.pool_size, layer.strides)
+    return (total / count).permute(0, 2, 1)
+
+
+def t_gavg(th: Any, layer: Any, x: Any, w: dict[str, Any]) -> Any:
+    return x.mean(dim=1, keepdim=layer.keepdims)
+
+
+def t_gmax(th: Any, layer: Any, x: Any, w: dict[str, Any]) -> Any:
+    return x.max(dim=1, keepdim=layer.keepdims).values
+
+
+def t_zeropad(th: Any, layer: Any, x: Any, w: dict[str, Any]) -> Any:
+    return th.nn.functional.pad(x, (0, 0, *layer.padding))
+
+
+def t_crop(th: Any, layer: Any, x: Any, w: dict[str, Any]) -> Any:
+    return x[:, layer.cropping[0]:x.shape[1] - layer.cropping[1]]
+
+
+def t_upsample(th: Any, layer: Any, x: Any, w: dict[str, Any]) -> Any:
+    return x.repeat_interleave(layer.size, dim=1)
+
+
 CASES = [
     Case("layernorm", lambda **kw: rk.LayerNormalization(**kw),
          lambda L: L.LayerNormalization(), (3, 5, 6), t_layernorm),
@@ -74,6 +125,42 @@ CASES = [
          lambda L: L.LayerNormalization(1, scale=False), (3, 5, 6), t_layernorm, keras_ok=False),
     Case("layernorm_no_scale", lambda **kw: rk.LayerNormalization(scale=False, **kw),
          lambda L: L.LayerNormalization(scale=False), (3, 5, 6), t_layernorm),
+    Case("conv_valid", lambda **kw: rk.Conv1D(3, 3, seed=1, **kw), lambda L: L.Conv1D(3, 3), (2, 9, 4),
+         t_conv),
+    Case("conv_same_stride2_tanh", lambda **kw: rk.Conv1D(4, 3, strides=2, padding="same", activation="tanh",
+                                                          seed=1, **kw),
+         lambda L: L.Conv1D(4, 3, strides=2, padding="same", activation="tanh"), (2, 9, 4), t_conv),
+    Case("conv_same_even_kernel", lambda **kw: rk.Conv1D(3, 4, padding="same", seed=1, **kw),
+         lambda L: L.Conv1D(3, 4, padding="same"), (2, 9, 4), t_conv),
+    Case("conv_causal_dilated", lambda **kw: rk.Conv1D(3, 2, padding="causal", dilation_rate=2, seed=1, **kw),
+         lambda L: L.Conv1D(3, 2, padding="causal", dilation_rate=2), (2, 9, 4), t_conv),
+    Case("conv_groups_no_bias", lambda **kw: rk.Conv1D(4, 3, groups=2, use_bias=False, seed=1, **kw),
+         lambda L: L.Conv1D(4, 3, groups=2, use_bias=False), (2, 9, 4), t_conv),
+    Case("maxpool", lambda **kw: rk.MaxPooling1D(2, **kw), lambda L: L.MaxPooling1D(2), (2, 9, 4), t_maxpool),
+    Case("maxpool_same_stride1", lambda **kw: rk.MaxPooling1D(3, 1, "same", **kw),
+         lambda L: L.MaxPooling1D(3, 1, "same"), (2, 9, 4), t_maxpool),
+    Case("maxpool_same_stride2", lambda **kw: rk.MaxPooling1D(2, 2, "same", **kw),
+         lambda L: L.MaxPooling1D(2, 2, "same"), (2, 9, 4), t_maxpool),
+    Case("avgpool_stride2", lambda **kw: rk.AveragePooling1D(3, 2, **kw),
+         lambda L: L.AveragePooling1D(3, 2), (2, 9, 4), t_avgpool),
+    Case("avgpool_same_even", lambda **kw: rk.AveragePooling1D(3, 1, "same", **kw),
+         lambda L: L.AveragePooling1D(3, 1, "same"), (2, 9, 4), t_avgpool),
+    # Keras on torch pads an uneven "same" window by repeating the edge step and counts it; Keras'
+    # documented rule (and TensorFlow's) counts only the real steps, as rnnkit and ONNX do
+    Case("avgpool_same_uneven", lambda **kw: rk.AveragePooling1D(2, 1, "same", **kw),
+         lambda L: L.AveragePooling1D(2, 1, "same"), (2, 9, 4), t_avgpool, keras_ok=False),
+    Case("global_avg", lambda **kw: rk.GlobalAveragePooling1D(**kw), lambda L: L.GlobalAveragePooling1D(),
+         (2, 9, 4), t_gavg),
+    Case("global_avg_keepdims", lambda **kw: rk.GlobalAveragePooling1D(keepdims=True, **kw),
+         lambda L: L.GlobalAveragePooling1D(keepdims=True), (2, 9, 4), t_gavg),
+    Case("global_max", lambda **kw: rk.GlobalMaxPooling1D(**kw), lambda L: L.GlobalMaxPooling1D(),
+         (2, 9, 4), t_gmax),
+    Case("zero_padding", lambda **kw: rk.ZeroPadding1D((1, 2), **kw), lambda L: L.ZeroPadding1D((1, 2)),
+         (2, 9, 4), t_zeropad),
+    Case("cropping", lambda **kw: rk.Cropping1D((2, 1), **kw), lambda L: L.Cropping1D((2, 1)),
+         (2, 9, 4), t_crop),
+    Case("up_sampling", lambda **kw: rk.UpSampling1D(3, **kw), lambda L: L.UpSampling1D(3), (2, 9, 4),
+         t_upsample),
 ]
 IDS = [c.id for c in CASES]
 KERAS_CASES = [c for c in CASES if c.keras_ok]
@@ -296,3 +383,81 @@ def test_layernorm_bad_arguments_are_typed(kwargs: dict[str, Any], match: str) -
         rk.LayerNormalization(**kwargs)
     with pytest.raises(TypeError, match="center"):   # the bool checks' convention (check_bool)
         rk.LayerNormalization(center=1)
+
+
+# -- masks and bad configurations -------------------------------------------------------------------
+def test_global_average_pooling_takes_a_mask_as_keras(tmp_path: Path) -> None:
+    """Masking -> LSTM(sequences) -> GlobalAveragePooling1D -> Dense: the mean over the real steps
+    only, equal to Keras (whose pooling consumes the mask)."""
+    k = keras()
+    L = k.layers
+    km = k.Sequential([k.Input((7, 3)), L.Masking(0.0), L.LSTM(4, return_sequences=True),
+                       L.GlobalAveragePooling1D(), L.Dense(2)])
+    g = np.random.default_rng(2)
+    for w in km.weights:
+        w.assign(g.normal(0.0, 0.5, tuple(w.shape)).astype("float32"))
+    x = _x((3, 7, 3), 5).astype("float32")
+    x[0, 5:] = 0.0
+    x[1, 1:] = 0.0
+    km.save(tmp_path / "k.keras")
+    model = rk.load_keras(tmp_path / "k.keras")
+    want = np.asarray(km.predict(x, verbose=0))
+    np.testing.assert_allclose(model.predict(x), want, atol=2e-6, rtol=0)
+
+
+def test_global_average_pooling_masked_mean_and_gradient() -> None:
+    layer = rk.GlobalAveragePooling1D(dtype="float64")
+    x = _x((2, 4, 3), 1)
+    mask = np.array([[True, True, False, False], [True, False, True, True]])
+    ctx = rk.Ctx.training().set_mask(mask)
+    y = layer.forward(x, ctx)
+    np.testing.assert_allclose(y[0], x[0, :2].mean(axis=0), rtol=1e-14)
+    np.testing.assert_allclose(y[1], x[1, [0, 2, 3]].mean(axis=0), rtol=1e-14)
+    dx = layer.backward(np.ones((2, 3)), ctx)
+    np.testing.assert_allclose(dx[0], np.array([0.5, 0.5, 0, 0])[:, None] * np.ones(3), rtol=1e-14)
+    with pytest.raises(rk.InvalidInputError, match="every step masked"):
+        layer.forward(x, rk.Ctx.inference().set_mask(np.array([[True] * 4, [False] * 4])))
+
+
+@pytest.mark.parametrize("layer", [rk.Conv1D(2, 2), rk.MaxPooling1D(), rk.GlobalMaxPooling1D(),
+                                   rk.ZeroPadding1D(), rk.UpSampling1D()], ids=lambda lay: lay.name)
+def test_layers_that_refuse_a_mask(layer: Any) -> None:
+    """Keras' Conv1D, local pooling, global max pooling and the padding layers support no mask:
+    a masked input is refused, typed, naming the layer."""
+    model = rk.Sequential([rk.Masking(0.0), layer], input_shape=(None, 6, 2))
+    with pytest.raises(rk.InvalidInputError, match=f"{layer.name}.*masked input"):
+        model.predict(np.ones((1, 6, 2), "float32"))
+
+
+@pytest.mark.parametrize("layer,shape,match", [
+    (rk.Conv1D(3, 6), (None, 5, 2), "kernel_size=6"),
+    (rk.Conv1D(3, 3, dilation_rate=3), (None, 6, 2), "kernel_size=3 .dilation_rate=3, 7 steps"),
+    (rk.Conv1D(4, 3, groups=2), (None, 6, 3), "groups=2"),
+    (rk.MaxPooling1D(4), (None, 3, 2), "pool_size=4"),
+    (rk.Cropping1D((2, 2)), (None, 4, 2), "cropping"),
+    (rk.Conv1D(3, 2), (None, 6), "rank-3"),
+])
+def test_bad_configurations_fail_at_build(layer: Any, shape: tuple[Any, ...], match: str) -> None:
+    with pytest.raises(rk.InvalidInputError, match=match):
+        rk.Sequential([layer], input_shape=shape)
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: rk.Conv1D(3, 2, strides=2, dilation_rate=2), "strides > 1 with dilation_rate > 1"),
+    (lambda: rk.Conv1D(3, 2, padding="full"), "padding"),
+    (lambda: rk.Conv1D(3, 2, groups=2), "filters .3. must be divisible by groups"),
+    (lambda: rk.Conv1D(3, 0), "kernel_size"),
+    (lambda: rk.AveragePooling1D(2, padding="causal"), "padding"),
+    (lambda: rk.ZeroPadding1D((1, -1)), "padding"),
+    (lambda: rk.Cropping1D((1, 2, 3)), "cropping"),
+])
+def test_bad_arguments_are_typed(make: Callable[[], Any], match: str) -> None:
+    with pytest.raises(rk.InvalidParameterError, match=match):
+        make()
+
+
+def test_conv_kernel_longer_than_a_free_length_input_fails_at_forward() -> None:
+    layer = rk.Conv1D(2, 4)
+    layer.build((None, None, 3))
+    with pytest.raises(rk.InvalidInputError, match="kernel_size=4"):
+        layer.predict(np.ones((1, 3, 3), "float32"))

@@ -29,22 +29,34 @@ from rnnkit.layers import (
     ActivationLayer,
     Add,
     Average,
+    AveragePooling1D,
     Bidirectional,
     Concatenate,
+    Conv1D,
+    Cropping1D,
     Dense,
     Dropout,
     Embedding,
+    GlobalAveragePooling1D,
+    GlobalMaxPooling1D,
     LayerNormalization,
     Masking,
+    MaxPooling1D,
     Multiply,
     RepeatVector,
+    UpSampling1D,
+    ZeroPadding1D,
 )
 from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
 
 RECURRENT = {"SimpleRNN": SimpleRNN, "LSTM": LSTM, "GRU": GRU}
 SUPPORTED = ("InputLayer", "SimpleRNN", "LSTM", "GRU", "Bidirectional", "Dense", "Embedding",
              "Dropout", "RepeatVector", "Activation", "Concatenate", "TimeDistributed", "Masking",
-             "Add", "Multiply", "Average", "LayerNormalization")
+             "Add", "Multiply", "Average", "LayerNormalization", "Conv1D", "MaxPooling1D",
+             "AveragePooling1D", "GlobalAveragePooling1D", "GlobalMaxPooling1D", "ZeroPadding1D",
+             "Cropping1D", "UpSampling1D")
+POOLS = {"MaxPooling1D": MaxPooling1D, "AveragePooling1D": AveragePooling1D}
+GLOBAL_POOLS = {"GlobalAveragePooling1D": GlobalAveragePooling1D, "GlobalMaxPooling1D": GlobalMaxPooling1D}
 MERGES = {"Add": Add, "Multiply": Multiply, "Average": Average}
 ACTIVATIONS = ("tanh", "sigmoid", "relu", "linear", "softmax", "hard_sigmoid")
 _TRAIN_ONLY = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
@@ -275,6 +287,33 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
                                  float(cfg.get("epsilon", 1e-3)), _flag(cfg, "center", True, name),
                                  _flag(cfg, "scale", True, name), dtype=dtype, name=name)
         return Mapped(name, class_name, out, [(out, "vars")])
+    if class_name in ("Conv1D", *POOLS, *GLOBAL_POOLS, "ZeroPadding1D"):
+        fmt = cfg.get("data_format", "channels_last")
+        _refuse_if(fmt not in ("channels_last", None), name, "data_format",
+                   f"data_format={cfg.get('data_format')!r} is not supported; rnnkit reads (batch, steps, "
+                   f"channels) inputs (channels_last)")
+    if class_name == "Conv1D":
+        _refuse_if(cfg.get("lora_rank") is not None, name, "lora_rank",
+                   "LoRA-adapted Conv1D is not supported")
+        _train_only_options(cfg, name)
+        out = Conv1D(_int(cfg, "filters", name), cfg["kernel_size"], cfg.get("strides", 1),
+                     cfg.get("padding", "valid"), cfg.get("dilation_rate", 1), _int(cfg, "groups", name, 1),
+                     _activation(cfg, "activation", name), _flag(cfg, "use_bias", True, name),
+                     dtype=dtype, name=name)
+        return Mapped(name, class_name, out, [(out, "vars")])
+    if class_name in POOLS:
+        pool = POOLS[class_name](cfg.get("pool_size", 2), cfg.get("strides"), cfg.get("padding", "valid"),
+                                 dtype=dtype, name=name)
+        return Mapped(name, class_name, pool)
+    if class_name in GLOBAL_POOLS:
+        return Mapped(name, class_name, GLOBAL_POOLS[class_name](_flag(cfg, "keepdims", False, name),
+                                                                 dtype=dtype, name=name))
+    if class_name == "ZeroPadding1D":
+        return Mapped(name, class_name, ZeroPadding1D(cfg.get("padding", 1), dtype=dtype, name=name))
+    if class_name == "Cropping1D":
+        return Mapped(name, class_name, Cropping1D(cfg.get("cropping", (1, 1)), dtype=dtype, name=name))
+    if class_name == "UpSampling1D":
+        return Mapped(name, class_name, UpSampling1D(_int(cfg, "size", name, 2), dtype=dtype, name=name))
     if class_name == "RepeatVector":
         return Mapped(name, class_name, RepeatVector(_int(cfg, "n", name), dtype=dtype, name=name))
     if class_name == "Activation":

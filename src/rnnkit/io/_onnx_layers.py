@@ -23,6 +23,7 @@ from rnnkit._layer import Layer
 from rnnkit._layouts import ONNX_ACTIVATIONS, ONNX_OP, check_onnx_compatible, onnx_activations, to_onnx
 from rnnkit._validate import weight_problem
 from rnnkit.io._interop_errors import UnsupportedFeatureError
+from rnnkit.layers._conv import pads
 
 _INT64_MIN = np.iinfo(np.int64).min
 
@@ -275,6 +276,68 @@ def layer_normalization(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
     return [y]
 
 
+def _channels_first(g: Graph, x: str, hint: str) -> str:
+    return g.one("Transpose", [x], hint, perm=[0, 2, 1])
+
+
+def conv1d(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    """Conv on (B, C, T) with the padding as explicit ``pads`` (Keras' ``same`` and ``causal`` are
+    uneven), the kernel as ONNX's (filters, C / groups, kernel_size)."""
+    T = layer.input_shape[1]
+    if T is None and layer.padding == "same" and layer.strides > 1:
+        raise UnsupportedFeatureError(layer.name, "padding", "padding='same' with strides > 1 pads by the "
+                                      "sequence's length, which this graph does not fix; build the model "
+                                      "for a known number of steps")
+    left, right = pads(T or 1, layer.span, layer.strides, layer.padding)
+    w = g.const(f"{layer.name}_kernel", np.transpose(layer.weight("kernel"), (2, 1, 0)))
+    ins = [_channels_first(g, inputs[0], layer.name), w]
+    if layer.use_bias:
+        ins.append(g.const(f"{layer.name}_bias", layer.weight("bias")))
+    y = g.one("Conv", ins, layer.name, kernel_shape=[layer.kernel_size], strides=[layer.strides],
+              dilations=[layer.dilation_rate], group=layer.groups, pads=[left, right])
+    y = _channels_first(g, y, layer.name)
+    return [activation(g, y, layer.activation, layer.name, layer.name)]
+
+
+def pooling1d(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    """MaxPool / AveragePool (padding never counted: ``count_include_pad=0``)."""
+    T = layer.input_shape[1]
+    if T is None and layer.padding == "same" and layer.strides > 1:
+        raise UnsupportedFeatureError(layer.name, "padding", "padding='same' with strides > 1 pads by the "
+                                      "sequence's length, which this graph does not fix; build the model "
+                                      "for a known number of steps")
+    left, right = pads(T or 1, layer.pool_size, layer.strides, layer.padding)
+    attrs: dict[str, Any] = {"kernel_shape": [layer.pool_size], "strides": [layer.strides],
+                             "pads": [left, right]}
+    if type(layer).__name__ == "AveragePooling1D":
+        attrs["count_include_pad"] = 0
+    op = "MaxPool" if type(layer).__name__ == "MaxPooling1D" else "AveragePool"
+    y = g.one(op, [_channels_first(g, inputs[0], layer.name)], layer.name, **attrs)
+    return [_channels_first(g, y, layer.name)]
+
+
+def global_pooling1d(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    op = "ReduceMax" if type(layer).__name__ == "GlobalMaxPooling1D" else "ReduceMean"
+    return [g.reduce(op, inputs[0], [1], layer.name, keepdims=int(layer.keepdims))]
+
+
+def zero_padding1d(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    left, right = layer.padding
+    return [g.one("Pad", [inputs[0], g.ints("pads", [0, left, 0, 0, right, 0])], layer.name)]
+
+
+def cropping1d(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    start, end = layer.cropping
+    return [g.one("Slice", [inputs[0], g.ints("start", [start]), g.ints("end", [-end if end else 2**62]),
+                            g.ints("axis", [1])], layer.name)]
+
+
+def up_sampling1d(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    x = g.one("Unsqueeze", [inputs[0], g.ints("axis2", [2])], layer.name)              # (B, T, 1, C)
+    x = g.one("Tile", [x, g.ints("repeats", [1, 1, int(layer.size), 1])], layer.name)   # (B, T, s, C)
+    return [g.one("Reshape", [x, g.ints("shape", [0, -1, int(layer.input_shape[-1])])], layer.name)]
+
+
 def activation_layer(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
     return [activation(g, inputs[0], layer.activation, layer.name, layer.name)]
 
@@ -284,8 +347,15 @@ Converter = Callable[..., list[str]]
 CONVERTERS: dict[str, Converter] = {
     "RecurrentLayer": recurrent, "RNNNet": rnn_net, "Dense": dense, "Embedding": embedding,
     "Dropout": identity, "RepeatVector": repeat_vector, "Reverse": reverse, "Concatenate": concatenate,
-    "ActivationLayer": activation_layer, "LayerNormalization": layer_normalization,
+    "ActivationLayer": activation_layer, "LayerNormalization": layer_normalization, "Conv1D": conv1d,
+    "MaxPooling1D": pooling1d, "AveragePooling1D": pooling1d, "GlobalAveragePooling1D": global_pooling1d,
+    "GlobalMaxPooling1D": global_pooling1d, "ZeroPadding1D": zero_padding1d, "Cropping1D": cropping1d,
+    "UpSampling1D": up_sampling1d,
 }
+#: layers whose outputs' steps are not the input's steps (or are none): padded sequences' lengths
+#: do not describe them
+RESHAPES_TIME = ("Conv1D", "MaxPooling1D", "AveragePooling1D", "GlobalAveragePooling1D",
+                 "GlobalMaxPooling1D", "ZeroPadding1D", "Cropping1D", "UpSampling1D")
 #: layer class name -> why it cannot be exported exactly
 REFUSED: dict[str, str] = {
     "Masking": ("Keras masking repeats the previous output at a masked step; ONNX's sequence_lens "
@@ -303,6 +373,9 @@ def carries_lengths(layer: Layer, masked: list[bool]) -> bool:
     name = type(layer).__name__
     if name == "RepeatVector":
         return False
+    if name in RESHAPES_TIME:
+        raise UnsupportedFeatureError(layer.name, "lengths", f"a {name} mixes or moves the steps of a "
+                                      f"padded sequence, so the lengths no longer describe its output")
     if name == "Reverse":
         raise UnsupportedFeatureError(layer.name, "lengths", "reversing a padded sequence puts its "
                                       "padding first, which only a Keras mask describes")
