@@ -363,6 +363,36 @@ def test_layernorm_passes_a_mask_on_as_keras() -> None:
     np.testing.assert_allclose(model.predict(x), np.asarray(km.predict(x, verbose=0)), atol=2e-6, rtol=0)
 
 
+@pytest.mark.parametrize("kwargs", [{}, {"center": False}, {"scale": False},
+                                    {"center": False, "scale": False}])
+def test_layernorm_kernel_equals_numpy_and_torch(kwargs: dict[str, Any]) -> None:
+    """The compiled last-axis kernel (8-lane row sums: a width of 37 covers the lanes and the
+    tail) equals the NumPy reference to 1e-12 in float64, and torch's layer_norm to 1e-6 (output)
+    and 1e-5 (gradients) in float32 at (8, 20, 256)."""
+    from harness import assert_fast_matches_reference
+
+    layer = rk.LayerNormalization(**kwargs, dtype="float64")
+    layer.build((None, 7, 37))
+    _randomise(layer, 2)
+    x = _x((4, 7, 37), 3) * 3.0 + 1.0
+    assert_fast_matches_reference(layer, x, _x((4, 7, 37), 4), rtol=1e-12)
+    th = pytest.importorskip("torch")
+    ln = rk.LayerNormalization(**kwargs)
+    ln.build((None, 20, 256))
+    _randomise(ln, 3)
+    x32 = _x((8, 20, 256), 5).astype("float32")
+    tx = th.tensor(x32, requires_grad=True)
+    tw = {n: th.tensor(np.asarray(ln.weight(n)), requires_grad=True) for n in ln.weight_names}
+    ty = th.nn.functional.layer_norm(tx, (256,), tw.get("gamma"), tw.get("beta"), eps=1e-3)
+    ctx = rk.Ctx.training()
+    np.testing.assert_allclose(ln.forward(x32, ctx), ty.detach().numpy(), atol=1e-6, rtol=0)
+    G = _x((8, 20, 256), 6).astype("float32")
+    ty.backward(th.tensor(G))
+    np.testing.assert_allclose(ln.backward(G, ctx), tx.grad.numpy(), atol=1e-5, rtol=0)
+    for n in ln.weight_names:   # sums over 160 rows of values ~1: float32 rounding ~1e-5 relative
+        np.testing.assert_allclose(ctx.grad(ln, n), tw[n].grad.numpy(), atol=1e-4, rtol=1e-5, err_msg=n)
+
+
 @pytest.mark.parametrize("kwargs,match", [
     ({"axis": 0}, "batch axis"),
     ({"axis": 3}, "out of range"),

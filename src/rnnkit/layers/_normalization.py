@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+from rnnkit import kernels
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._initializers import zeros
@@ -30,6 +32,10 @@ class LayerNormalization(Layer):
 
     Masks: acts on each sample (each timestep, with ``axis=-1``) alone, so a mask passes through
     unchanged (Keras).
+
+    The last axis alone is normalized by a compiled kernel (:mod:`rnnkit.kernels._norm`, one
+    row at a time) in the ``"fast"`` kernel mode; other axes, and the ``"reference"`` mode, by
+    NumPy.
 
     Backward, with ``xhat = (x - mean) / s``, ``s = sqrt(var + epsilon)``, ``d = g * gamma``::
 
@@ -110,8 +116,32 @@ class LayerNormalization(Layer):
         bshape = [arr.shape[a] if a in axes else 1 for a in range(arr.ndim)]
         return arr, axes, bshape
 
+    def _kernel(self, axes: tuple[int, ...], rank: int) -> ModuleType | None:
+        """The compiled kernels (:mod:`rnnkit.kernels._norm`) when they take this pass: the last
+        axis alone, in the ``"fast"`` kernel mode with numba installed; else None (NumPy)."""
+        if axes != (rank - 1,) or kernels.mode() != "fast" or not kernels.available():
+            return None
+        # compiled with numba, an optional dependency: loaded on first use, once available() said so
+        from rnnkit.kernels import _norm
+        return _norm
+
+    def _gamma_beta(self) -> tuple[np.ndarray, np.ndarray]:
+        """gamma and beta, or an empty array for the one the layer lacks (the kernels' "none")."""
+        none = np.empty(0, self.dtype)
+        gamma = self._weights["gamma"] if self.scale else none
+        return gamma, (self._weights["beta"] if self.center else none)
+
     def forward(self, x: Any, ctx: Ctx) -> np.ndarray:
         arr, axes, bshape = self._check_input(x)
+        nk = self._kernel(axes, arr.ndim)
+        if nk is not None:
+            F = arr.shape[-1]
+            X = np.ascontiguousarray(arr).reshape(-1, F)
+            Y, H = np.empty_like(X), np.empty_like(X)
+            inv_rows = np.empty(X.shape[0], self.dtype)
+            nk.forward(X, *self._gamma_beta(), self.epsilon, Y, H, inv_rows)
+            ctx.save(self, (H.reshape(arr.shape), inv_rows.reshape(*arr.shape[:-1], 1)))
+            return Y.reshape(arr.shape)
         xhat = arr - arr.mean(axis=axes, keepdims=True)
         var = np.mean(np.square(xhat), axis=axes, keepdims=True)
         var += self.dtype.type(self.epsilon)
@@ -135,6 +165,21 @@ class LayerNormalization(Layer):
         rest = tuple(a for a in range(xhat.ndim) if a not in axes)
         bshape = [xhat.shape[a] if a in axes else 1 for a in range(xhat.ndim)]
         p = self._param_shape(xhat.shape)
+        nk = self._kernel(axes, xhat.ndim)
+        if nk is not None:
+            F = xhat.shape[-1]
+            gamma, _ = self._gamma_beta()
+            want = ctx.needs_input_grad(self)
+            dgamma = np.empty(F if self.scale else 0, self.dtype)
+            dbeta = np.empty(F if self.center else 0, self.dtype)
+            dx = np.empty(xhat.shape if want else (0, F), self.dtype)
+            nk.backward(np.ascontiguousarray(g).reshape(-1, F), xhat.reshape(-1, F), inv.reshape(-1), gamma,
+                        dx.reshape(-1, F), dgamma, dbeta, want)
+            if self.center:
+                ctx.add_grad(self, "beta", dbeta)
+            if self.scale:
+                ctx.add_grad(self, "gamma", dgamma)
+            return dx if want else None
         if self.center:
             ctx.add_grad(self, "beta", g.sum(axis=rest).reshape(p))
         if self.scale:
