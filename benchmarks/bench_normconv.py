@@ -8,6 +8,8 @@ Cases (float32):
               cross-entropy, batch 64 x 400 steps x 8 channels; torch: ``Conv1d``, ``MaxPool1d``,
               ``LSTM``, ``Linear``, ``cross_entropy``, ``SGD`` with rnnkit's weights
 ``layernorm`` ``LayerNormalization()`` forward + backward at (64, 100, 256); torch ``nn.LayerNorm``
+``batchnorm`` ``BatchNormalization()`` training forward + backward at (64, 100, 256); torch
+              ``nn.BatchNorm1d(256)`` in training mode on the (64, 256, 100) transpose, contiguous (its own layout)
 ============  =====================================================================================
 
 Before timing, each case's outputs are compared with PyTorch's (float32 tolerance). The two run
@@ -127,12 +129,38 @@ def layernorm(repeats: int) -> tuple[float, float]:
     return interleaved(ours, theirs, repeats)
 
 
+def batchnorm(repeats: int) -> tuple[float, float]:
+    shape = (64, 100, 256)
+    x = np.random.default_rng(0).normal(size=shape).astype("float32")
+    G = np.random.default_rng(1).normal(size=shape).astype("float32")
+    bn = rk.BatchNormalization()
+    bn.build((None, *shape[1:]))
+    tbn = torch.nn.BatchNorm1d(shape[-1], eps=1e-3)
+    tbn.train()
+    xt = np.ascontiguousarray(x.transpose(0, 2, 1))      # torch's own layout (N, C, L), contiguous
+    tG = torch.tensor(np.ascontiguousarray(G.transpose(0, 2, 1)))
+    y = bn.forward(x, rk.Ctx.training())
+    tx = torch.tensor(xt)
+    assert float(np.max(np.abs(tbn(tx).transpose(1, 2).detach().numpy() - y))) < 1e-5
+
+    def ours() -> None:
+        c = rk.Ctx.training()
+        bn.forward(x, c)
+        bn.backward(G, c)
+
+    def theirs() -> None:
+        t = torch.tensor(xt, requires_grad=True)
+        tbn(t).backward(tG)
+
+    return interleaved(ours, theirs, repeats)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--cases", default="convlstm,layernorm")
+    ap.add_argument("--cases", default="convlstm,layernorm,batchnorm")
     args = ap.parse_args()
-    cases = {"convlstm": convlstm, "layernorm": layernorm}
+    cases = {"convlstm": convlstm, "layernorm": layernorm, "batchnorm": batchnorm}
     for name in args.cases.split(","):
         ours, theirs = cases[name](args.repeats)
         print(f"{name:10s} rnnkit {ours * 1e3:9.2f} ms   torch {theirs * 1e3:9.2f} ms   "

@@ -50,6 +50,24 @@ class Case:
     #: whether Keras-on-torch computes it (its LayerNormalization passes a single non-last axis
     #: to torch's layer_norm, which takes trailing axes only, and fails)
     keras_ok: bool = True
+    #: whether the whole harness applies (a layer whose training pass moves weights of its own,
+    #: BatchNormalization, goes through the single checks instead)
+    harness: bool = True
+
+
+def t_batchnorm(th: Any, layer: Any, x: Any, w: dict[str, Any], mask: Any = None) -> Any:
+    """The training pass: the batch's statistics (Keras' masked formulas with a mask)."""
+    if mask is None:
+        wt = th.full((1, 1, 1), 1.0 / (x.shape[0] * x.shape[1]), dtype=x.dtype)
+    else:
+        m = th.tensor(mask, dtype=x.dtype)[:, :, None]
+        wt = m / (m.sum() + 1e-7)
+    mean = (wt * x).sum(dim=(0, 1), keepdim=True)
+    var = (wt * (x - mean) ** 2).sum(dim=(0, 1), keepdim=True)
+    y = (x - mean) / th.sqrt(var + layer.epsilon)
+    if "gamma" in w:
+        y = y * w["gamma"]
+    return y + w["beta"] if "beta" in w else y
 
 
 def t_layernorm(th: Any, layer: Any, x: Any, w: dict[str, Any]) -> Any:
@@ -125,6 +143,10 @@ CASES = [
          lambda L: L.LayerNormalization(1, scale=False), (3, 5, 6), t_layernorm, keras_ok=False),
     Case("layernorm_no_scale", lambda **kw: rk.LayerNormalization(scale=False, **kw),
          lambda L: L.LayerNormalization(scale=False), (3, 5, 6), t_layernorm),
+    Case("batchnorm", lambda **kw: rk.BatchNormalization(momentum=0.9, **kw),
+         lambda L: L.BatchNormalization(momentum=0.9), (3, 5, 6), t_batchnorm, harness=False),
+    Case("batchnorm_no_center", lambda **kw: rk.BatchNormalization(center=False, epsilon=0.01, **kw),
+         lambda L: L.BatchNormalization(center=False, epsilon=0.01), (3, 5, 6), t_batchnorm, harness=False),
     Case("conv_valid", lambda **kw: rk.Conv1D(3, 3, seed=1, **kw), lambda L: L.Conv1D(3, 3), (2, 9, 4),
          t_conv),
     Case("conv_same_stride2_tanh", lambda **kw: rk.Conv1D(4, 3, strides=2, padding="same", activation="tanh",
@@ -185,7 +207,10 @@ def _randomise(layer: Any, seed: int) -> None:
     g = np.random.default_rng(seed)
     for n in layer.weight_names:
         w = layer.weight(n)
-        layer.set_weight(n, (1.0 if n == "gamma" else 0.0) + g.normal(0.0, 0.4, w.shape))
+        if n == "moving_variance":
+            layer.set_weight(n, 0.5 + np.abs(g.normal(0.0, 0.4, w.shape)))
+        else:
+            layer.set_weight(n, (1.0 if n == "gamma" else 0.0) + g.normal(0.0, 0.4, w.shape))
 
 
 def _make(case: Case, dtype: str) -> Any:
@@ -195,7 +220,7 @@ def _make(case: Case, dtype: str) -> Any:
     return layer
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize("case", [c for c in CASES if c.harness], ids=[c.id for c in CASES if c.harness])
 def test_harness(case: Case) -> None:
     check_layer(lambda dtype: _make(case, dtype), lambda rng: rng.normal(size=case.shape))
 
@@ -222,7 +247,7 @@ def test_forward_and_gradients_equal_keras(case: Case) -> None:
     kl, ours = _keras_layer(case, dtype)
     x = _x(case.shape).astype(dtype)
     tx = torch.tensor(x, requires_grad=True)
-    ty = kl(tx)
+    ty = kl(tx, training=True)
     ctx = rk.Ctx.training()
     y = ours.forward(x, ctx)
     np.testing.assert_allclose(y, ty.detach().numpy(), atol=atol, rtol=0)
@@ -230,8 +255,10 @@ def test_forward_and_gradients_equal_keras(case: Case) -> None:
     ty.backward(torch.tensor(G))
     dx = ours.backward(G, ctx)
     np.testing.assert_allclose(dx, tx.grad.numpy(), atol=gtol, rtol=gtol)
-    for w, n in zip(kl.weights, ours.weight_names, strict=True):
+    for w, n in zip(kl.trainable_weights, ours.trainable_names, strict=True):
         np.testing.assert_allclose(ctx.grad(ours, n), w.value.grad.numpy(), atol=gtol, rtol=gtol, err_msg=n)
+    for w, n in zip(kl.weights, ours.weight_names, strict=True):   # BatchNormalization's moving statistics
+        np.testing.assert_allclose(ours.weight(n), np.asarray(w.value.detach()), atol=atol, rtol=0, err_msg=n)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -241,7 +268,7 @@ def test_float64_gradients_equal_torch_autograd(case: Case) -> None:
     ours = _make(case, "float64")
     x = _x(case.shape, 3)
     tx = th.tensor(x, requires_grad=True)
-    tw = {n: th.tensor(np.asarray(ours.weight(n)), requires_grad=True) for n in ours.weight_names}
+    tw = {n: th.tensor(np.asarray(ours.weight(n)), requires_grad=True) for n in ours.trainable_names}
     ty = case.torch_fn(th, ours, tx, tw)
     ctx = rk.Ctx.training()
     y = ours.forward(x, ctx)
@@ -249,7 +276,7 @@ def test_float64_gradients_equal_torch_autograd(case: Case) -> None:
     G = np.random.default_rng(1).normal(size=y.shape)
     ty.backward(th.tensor(G))
     np.testing.assert_allclose(ours.backward(G, ctx), tx.grad.numpy(), atol=1e-10, rtol=1e-10)
-    for n in ours.weight_names:
+    for n in ours.trainable_names:
         np.testing.assert_allclose(ctx.grad(ours, n), tw[n].grad.numpy(), atol=1e-10, rtol=1e-10, err_msg=n)
 
 
@@ -264,8 +291,8 @@ def _seq_models(case: Case) -> tuple[Any, Any]:
     g = np.random.default_rng(3)
     for m in (km, kf):
         for w in m.weights:
-            mean = 1.0 if w.path.endswith("gamma") else 0.0
-            w.assign(g.normal(mean, 0.4, tuple(w.shape)).astype("float32"))
+            value = g.normal(1.0 if w.path.endswith("gamma") else 0.0, 0.4, tuple(w.shape))
+            w.assign((0.5 + np.abs(value) if w.path.endswith("moving_variance") else value).astype("float32"))
     return km, kf
 
 
@@ -317,13 +344,13 @@ def test_tape_gives_the_layers_gradients(case: Case) -> None:
     G = np.random.default_rng(8).normal(size=layer.compute_output_shape(case.shape).dims)
     with rk.GradientTape() as tape:
         tape.watch(x)
-        y = layer(x)
+        y = layer(x, training=True)
         loss = rk.ops.sum(rk.ops.multiply(y, G))
-    got = tape.gradient(loss, [x, *((layer, n) for n in layer.weight_names)])
+    got = tape.gradient(loss, [x, *((layer, n) for n in layer.trainable_names)])
     ctx = rk.Ctx.training()
     layer.forward(x, ctx)
     np.testing.assert_allclose(got[0], layer.backward(G, ctx), rtol=1e-12, atol=1e-12)
-    for g, n in zip(got[1:], layer.weight_names, strict=True):
+    for g, n in zip(got[1:], layer.trainable_names, strict=True):
         np.testing.assert_allclose(g, ctx.grad(layer, n), rtol=1e-12, atol=1e-12)
 
 
@@ -491,3 +518,120 @@ def test_conv_kernel_longer_than_a_free_length_input_fails_at_forward() -> None:
     layer.build((None, None, 3))
     with pytest.raises(rk.InvalidInputError, match="kernel_size=4"):
         layer.predict(np.ones((1, 3, 3), "float32"))
+
+
+# -- BatchNormalization's own behaviour ----------------------------------------------------------
+def _bn_pair(momentum: float = 0.8) -> tuple[Any, Any]:
+    case = Case("bn", lambda **kw: rk.BatchNormalization(momentum=momentum, **kw),
+                lambda L: L.BatchNormalization(momentum=momentum), (4, 6, 5), t_batchnorm)
+    return _keras_layer(case, "float32")
+
+
+def test_batchnorm_masked_training_pass_equals_keras() -> None:
+    """A masked training pass: Keras' masked moments (the real steps only, 1e-7 in the count),
+    every step normalized, the moving statistics moved by the masked moments; outputs 1e-6,
+    gradients 1e-5 against torch autograd through the Keras layer."""
+    import torch
+
+    kl, ours = _bn_pair()
+    x = _x((4, 6, 5), 11).astype("float32") * 2.0 + 0.5
+    mask = np.ones((4, 6), bool)
+    mask[0, 3:] = False
+    mask[2, 1:] = False
+    tx = torch.tensor(x, requires_grad=True)
+    ty = kl(tx, training=True, mask=torch.tensor(mask))
+    ctx = rk.Ctx.training().set_mask(mask)
+    y = ours.forward(x, ctx)
+    np.testing.assert_allclose(y, ty.detach().numpy(), atol=1e-6, rtol=0)
+    G = _x((4, 6, 5), 12).astype("float32")
+    ty.backward(torch.tensor(G))
+    np.testing.assert_allclose(ours.backward(G, ctx), tx.grad.numpy(), atol=1e-5, rtol=0)
+    for w, n in zip(kl.trainable_weights, ours.trainable_names, strict=True):
+        np.testing.assert_allclose(ctx.grad(ours, n), w.value.grad.numpy(), atol=1e-5, rtol=1e-5, err_msg=n)
+    for w, n in zip(kl.weights, ours.weight_names, strict=True):
+        np.testing.assert_allclose(ours.weight(n), np.asarray(w.value.detach()), atol=1e-6, rtol=0, err_msg=n)
+
+
+def test_batchnorm_masked_float64_gradients_equal_torch_autograd() -> None:
+    th = pytest.importorskip("torch")
+    ours = _make(CASES[IDS.index("batchnorm")], "float64")
+    x = _x((3, 5, 6), 13)
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], bool)
+    tx = th.tensor(x, requires_grad=True)
+    tw = {n: th.tensor(np.asarray(ours.weight(n)), requires_grad=True) for n in ours.trainable_names}
+    ty = t_batchnorm(th, ours, tx, tw, mask)
+    ctx = rk.Ctx.training().set_mask(mask)
+    np.testing.assert_allclose(ours.forward(x, ctx), ty.detach().numpy(), atol=1e-12, rtol=1e-12)
+    G = _x((3, 5, 6), 14)
+    ty.backward(th.tensor(G))
+    np.testing.assert_allclose(ours.backward(G, ctx), tx.grad.numpy(), atol=1e-10, rtol=1e-10)
+    for n in ours.trainable_names:
+        np.testing.assert_allclose(ctx.grad(ours, n), tw[n].grad.numpy(), atol=1e-10, rtol=1e-10, err_msg=n)
+
+
+def test_batchnorm_training_moves_the_statistics_inference_reads_them() -> None:
+    """Two training passes move the moving statistics as Keras' momentum rule (checked by hand
+    here); an inference pass uses them and changes nothing; its gradient is the affine map's."""
+    layer = rk.BatchNormalization(momentum=0.75, dtype="float64")
+    layer.build((None, 4, 3))
+    x1, x2 = _x((5, 4, 3), 1) + 2.0, _x((5, 4, 3), 2) * 3.0
+    mm, mv = np.zeros(3), np.ones(3)
+    for x in (x1, x2):
+        layer.forward(x, rk.Ctx.training())
+        mm = mm * 0.75 + x.mean(axis=(0, 1)) * 0.25
+        mv = mv * 0.75 + x.var(axis=(0, 1)) * 0.25
+    np.testing.assert_allclose(layer.weight("moving_mean"), mm, rtol=1e-14)
+    np.testing.assert_allclose(layer.weight("moving_variance"), mv, rtol=1e-14)
+    ctx = rk.Ctx(False)
+    y = layer.forward(x1, ctx)
+    np.testing.assert_allclose(y, (x1 - mm) / np.sqrt(mv + 1e-3), rtol=1e-13)
+    np.testing.assert_array_equal(layer.weight("moving_mean"), mm)
+    with rk.GradientTape() as tape:
+        tape.watch(x1)
+        out = layer(x1)
+    np.testing.assert_allclose(tape.gradient(out, x1), np.broadcast_to(1 / np.sqrt(mv + 1e-3), x1.shape),
+                               rtol=1e-13)
+    np.testing.assert_array_equal(layer.weight("moving_mean"), mm)
+    assert layer.trainable_names == ["gamma", "beta"]
+
+
+def test_batchnorm_in_fit_equals_keras_fit() -> None:
+    """One ``fit`` step of Dense -> BatchNormalization -> Dense in both (SGD, MSE): the moving
+    statistics and the trained weights agree (float32, 1e-5)."""
+    k = keras()
+    L = k.layers
+    km = k.Sequential([k.Input((4, 3)), L.Dense(5), L.BatchNormalization(momentum=0.5), L.Dense(1)])
+    model = rk.Sequential([rk.Dense(5), rk.BatchNormalization(momentum=0.5), rk.Dense(1)],
+                          input_shape=(None, 4, 3))
+    g = np.random.default_rng(4)
+    values = [g.normal(0.0, 0.5, tuple(w.shape)).astype("float32") for w in km.weights]
+    values[5] = 0.5 + np.abs(values[5])     # moving_variance
+    for w, v in zip(km.weights, values, strict=True):
+        w.assign(v)
+    model.set_weights(values)
+    km.compile(optimizer=k.optimizers.SGD(0.1), loss="mse")
+    model.compile(optimizer=rk.optimizers.SGD(0.1), loss="mse")
+    x, y = _x((8, 4, 3), 5).astype("float32"), _x((8, 4, 1), 6).astype("float32")
+    km.fit(x, y, epochs=1, batch_size=8, shuffle=False, verbose=0)
+    model.fit(x, y, epochs=1, batch_size=8, shuffle=False, verbose=0)
+    for want, got in zip(km.get_weights(), model.get_weights(), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(model.predict(x), np.asarray(km.predict(x, verbose=0)), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kwargs,match", [({"momentum": 1.5}, "momentum"), ({"epsilon": 0.0}, "epsilon"),
+                                          ({"axis": 1.0}, "axis")])
+def test_batchnorm_bad_arguments_are_typed(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(rk.InvalidParameterError, match=match):
+        rk.BatchNormalization(**kwargs)
+
+
+def test_maskless_models_of_these_layers_take_the_inference_chain() -> None:
+    """None of these layers makes a mask out of none, so a maskless model of them runs on the
+    inference chain (GlobalAveragePooling1D's own compute_mask is declared so)."""
+    from rnnkit.models._inference import chain_plan
+
+    ids = ("conv_valid", "batchnorm", "layernorm", "global_avg")
+    layers = [case.ours() for case in CASES if case.id in ids]
+    model = rk.Sequential(layers, input_shape=(None, 9, 4))
+    assert chain_plan(model.layers, model.input_shapes()[0]) is not None

@@ -143,6 +143,7 @@ KERAS_LAYERS: dict[str, Any] = {
     # the sequence-model layers (where rnnkit has them)
     "Bidirectional": _bidirectional, "Masking": _weightless("Masking", mask_value="mask_value"),
     "LayerNormalization": _declared("LayerNormalization", "axis", "epsilon", "center", "scale"),
+    "BatchNormalization": _declared("BatchNormalization", "axis", "momentum", "epsilon", "center", "scale"),
     "Conv1D": _conv1d, "MaxPooling1D": _pool("MaxPooling1D"), "AveragePooling1D": _pool("AveragePooling1D"),
     "GlobalAveragePooling1D": _global_pool("GlobalAveragePooling1D"),
     "GlobalMaxPooling1D": _global_pool("GlobalMaxPooling1D"),

@@ -30,6 +30,7 @@ from rnnkit.layers import (
     Add,
     Average,
     AveragePooling1D,
+    BatchNormalization,
     Bidirectional,
     Concatenate,
     Conv1D,
@@ -54,7 +55,7 @@ SUPPORTED = ("InputLayer", "SimpleRNN", "LSTM", "GRU", "Bidirectional", "Dense",
              "Dropout", "RepeatVector", "Activation", "Concatenate", "TimeDistributed", "Masking",
              "Add", "Multiply", "Average", "LayerNormalization", "Conv1D", "MaxPooling1D",
              "AveragePooling1D", "GlobalAveragePooling1D", "GlobalMaxPooling1D", "ZeroPadding1D",
-             "Cropping1D", "UpSampling1D")
+             "Cropping1D", "UpSampling1D", "BatchNormalization")
 POOLS = {"MaxPooling1D": MaxPooling1D, "AveragePooling1D": AveragePooling1D}
 GLOBAL_POOLS = {"GlobalAveragePooling1D": GlobalAveragePooling1D, "GlobalMaxPooling1D": GlobalMaxPooling1D}
 MERGES = {"Add": Add, "Multiply": Multiply, "Average": Average}
@@ -314,6 +315,16 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
         return Mapped(name, class_name, Cropping1D(cfg.get("cropping", (1, 1)), dtype=dtype, name=name))
     if class_name == "UpSampling1D":
         return Mapped(name, class_name, UpSampling1D(_int(cfg, "size", name, 2), dtype=dtype, name=name))
+    if class_name == "BatchNormalization":
+        _refuse_if(bool(cfg.get("renorm")), name, "renorm", "batch renormalization (renorm=True) is not "
+                   "supported")
+        _refuse_if(not isinstance(cfg.get("axis", -1), int), name, "axis",
+                   f"axis {cfg.get('axis')!r}: rnnkit normalizes one axis (an int)")
+        _norm_train_options(cfg, name)
+        out = BatchNormalization(cfg.get("axis", -1), float(cfg.get("momentum", 0.99)),
+                                 float(cfg.get("epsilon", 1e-3)), _flag(cfg, "center", True, name),
+                                 _flag(cfg, "scale", True, name), dtype=dtype, name=name)
+        return Mapped(name, class_name, out, [(out, "vars")])
     if class_name == "RepeatVector":
         return Mapped(name, class_name, RepeatVector(_int(cfg, "n", name), dtype=dtype, name=name))
     if class_name == "Activation":

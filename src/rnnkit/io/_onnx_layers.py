@@ -276,6 +276,23 @@ def layer_normalization(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
     return [y]
 
 
+def batch_normalization(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    """The inference formula with the moving statistics: ``x * a + b``, ``a = gamma /
+    sqrt(moving_variance + epsilon)``, ``b = beta - moving_mean * a`` (computed in float64)."""
+    rank = g.in_ranks[0]
+    ax = layer.axis + rank if layer.axis < 0 else layer.axis
+    bshape = [-1 if k == ax else 1 for k in range(rank)]
+    mv = np.asarray(layer.weight("moving_variance"), np.float64)
+    a = 1.0 / np.sqrt(mv + layer.epsilon)
+    if layer.scale:
+        a = a * np.asarray(layer.weight("gamma"), np.float64)
+    b = -np.asarray(layer.weight("moving_mean"), np.float64) * a
+    if layer.center:
+        b = b + np.asarray(layer.weight("beta"), np.float64)
+    y = g.one("Mul", [inputs[0], g.const(f"{layer.name}_scale", a.reshape(bshape))], layer.name)
+    return [g.one("Add", [y, g.const(f"{layer.name}_offset", b.reshape(bshape))], layer.name)]
+
+
 def _channels_first(g: Graph, x: str, hint: str) -> str:
     return g.one("Transpose", [x], hint, perm=[0, 2, 1])
 
@@ -348,6 +365,7 @@ CONVERTERS: dict[str, Converter] = {
     "RecurrentLayer": recurrent, "RNNNet": rnn_net, "Dense": dense, "Embedding": embedding,
     "Dropout": identity, "RepeatVector": repeat_vector, "Reverse": reverse, "Concatenate": concatenate,
     "ActivationLayer": activation_layer, "LayerNormalization": layer_normalization, "Conv1D": conv1d,
+    "BatchNormalization": batch_normalization,
     "MaxPooling1D": pooling1d, "AveragePooling1D": pooling1d, "GlobalAveragePooling1D": global_pooling1d,
     "GlobalMaxPooling1D": global_pooling1d, "ZeroPadding1D": zero_padding1d, "Cropping1D": cropping1d,
     "UpSampling1D": up_sampling1d,
