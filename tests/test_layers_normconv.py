@@ -595,6 +595,17 @@ def test_batchnorm_training_moves_the_statistics_inference_reads_them() -> None:
     assert layer.trainable_names == ["gamma", "beta"]
 
 
+def test_batchnorm_call_with_training_moves_the_statistics_once() -> None:
+    """``layer(x, training=True)`` is one training pass: one move of the statistics (the pass's
+    own write must not make it run again)."""
+    layer = rk.BatchNormalization(momentum=0.9)
+    layer.build((None, 20, 3))
+    x = _x((8, 20, 3), 1).astype("float32") + 2.0
+    layer(x, training=True)
+    np.testing.assert_allclose(layer.weight("moving_mean"), 0.1 * x.mean(axis=(0, 1)), rtol=1e-5)
+    np.testing.assert_allclose(layer.weight("moving_variance"), 0.9 + 0.1 * x.var(axis=(0, 1)), rtol=1e-5)
+
+
 def test_batchnorm_in_fit_equals_keras_fit() -> None:
     """One ``fit`` step of Dense -> BatchNormalization -> Dense in both (SGD, MSE): the moving
     statistics and the trained weights agree (float32, 1e-5)."""
