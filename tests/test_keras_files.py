@@ -224,7 +224,7 @@ def _refused(tmp_path: Path, layers: list[Any], option: str, layer_name: str) ->
     (lambda: L.LSTM(3, recurrent_activation="softmax", name="x"), "recurrent_activation"),
     (lambda: L.LSTM(3, activation="elu", name="x"), "activation"),
     (lambda: L.Dense(3, activation="gelu", name="x"), "activation"),
-    (lambda: L.Conv1D(2, 2, name="x"), "class_name"),
+    (lambda: L.Conv1DTranspose(2, 2, name="x"), "class_name"),
 ])
 def test_refusals(tmp_path: Path, layer: Any, option: str) -> None:
     stateful = option == "stateful"

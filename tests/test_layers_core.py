@@ -178,7 +178,7 @@ def test_registry_round_trip(layer: rk.Layer) -> None:
 
 
 def test_registry_errors_name_the_class() -> None:
-    with pytest.raises(rk.InvalidInputError, match="'Conv1D'"):
-        layer_from_config({"class_name": "Conv1D", "config": {}})
+    with pytest.raises(rk.InvalidInputError, match="'Conv1DTranspose'"):
+        layer_from_config({"class_name": "Conv1DTranspose", "config": {}})
     with pytest.raises(rk.InvalidInputError, match="Dense"):
         layer_from_config({"class_name": "Dense", "config": {"unitz": 3}})

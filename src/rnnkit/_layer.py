@@ -242,7 +242,9 @@ class Layer(GraphCalls, metaclass=_LayerType):
                 if mask is not None:
                     pass_.set_mask(mask)
                 return self.forward(self._finite(v), pass_)
-            return WEIGHTS.read(run, x)
+            # a training pass may write weights of its own (BatchNormalization moves its moving
+            # statistics): it runs once, holding the lock, never again after a write it made itself
+            return (WEIGHTS.read_once if training else WEIGHTS.read)(run, x)
         return self.forward(self._finite(x), check_ctx(ctx, f"{self.name}.forward"))
 
     def _finite(self, x: Any) -> Any:

@@ -100,6 +100,35 @@ def _weightless(keras_class: str, **options: str) -> Any:
     return conv
 
 
+def _declared(keras_class: str, *options: str) -> Any:
+    """A layer whose Keras config is ``{option: layer.<option>}`` and whose weights are its own,
+    declared in Keras' order."""
+    def conv(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
+        return (keras_class, {k: getattr(layer, k) for k in options},
+                [("vars", name, [layer.weight(n) for n in layer.weight_names])])
+    return conv
+
+
+def _conv1d(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
+    cfg = {"filters": layer.filters, "kernel_size": [layer.kernel_size], "strides": [layer.strides],
+           "padding": layer.padding, "data_format": "channels_last", "dilation_rate": [layer.dilation_rate],
+           "groups": layer.groups, "activation": _act(layer.activation, name), "use_bias": layer.use_bias}
+    return "Conv1D", cfg, [("vars", name, [layer.weight(n) for n in layer.weight_names])]
+
+
+def _pool(keras_class: str) -> Any:
+    def conv(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
+        return keras_class, {"pool_size": [layer.pool_size], "strides": [layer.strides],
+                             "padding": layer.padding, "data_format": "channels_last"}, [("vars", name, [])]
+    return conv
+
+
+def _global_pool(keras_class: str) -> Any:
+    def conv(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
+        return keras_class, {"data_format": "channels_last", "keepdims": layer.keepdims}, [("vars", name, [])]
+    return conv
+
+
 def _refuse(why: str) -> Any:
     def conv(layer: Any, name: str) -> Any:
         raise UnsupportedFeatureError(name, type(layer).__name__, why)
@@ -113,6 +142,14 @@ KERAS_LAYERS: dict[str, Any] = {
     "RepeatVector": _plain, "Concatenate": _plain, "ActivationLayer": _plain,
     # the sequence-model layers (where rnnkit has them)
     "Bidirectional": _bidirectional, "Masking": _weightless("Masking", mask_value="mask_value"),
+    "LayerNormalization": _declared("LayerNormalization", "axis", "epsilon", "center", "scale"),
+    "BatchNormalization": _declared("BatchNormalization", "axis", "momentum", "epsilon", "center", "scale"),
+    "Conv1D": _conv1d, "MaxPooling1D": _pool("MaxPooling1D"), "AveragePooling1D": _pool("AveragePooling1D"),
+    "GlobalAveragePooling1D": _global_pool("GlobalAveragePooling1D"),
+    "GlobalMaxPooling1D": _global_pool("GlobalMaxPooling1D"),
+    "ZeroPadding1D": _weightless("ZeroPadding1D", padding="padding"),
+    "Cropping1D": _weightless("Cropping1D", cropping="cropping"),
+    "UpSampling1D": _weightless("UpSampling1D", size="size"),
     "Add": _weightless("Add"), "Multiply": _weightless("Multiply"), "Average": _weightless("Average"),
     "RNNNet": _refuse("an RNNNet is a PyTorch-layout stack with no Keras layer; write it with "
                       "save_torch_safetensors, or export a Sequential of SimpleRNN/LSTM/GRU layers"),

@@ -29,14 +29,24 @@ from rnnkit.layers import (
     ActivationLayer,
     Add,
     Average,
+    AveragePooling1D,
+    BatchNormalization,
     Bidirectional,
     Concatenate,
+    Conv1D,
+    Cropping1D,
     Dense,
     Dropout,
     Embedding,
+    GlobalAveragePooling1D,
+    GlobalMaxPooling1D,
+    LayerNormalization,
     Masking,
+    MaxPooling1D,
     Multiply,
     RepeatVector,
+    UpSampling1D,
+    ZeroPadding1D,
 )
 from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
 from rnnkit.recurrent._weights import keras_bias
@@ -44,7 +54,11 @@ from rnnkit.recurrent._weights import keras_bias
 RECURRENT = {"SimpleRNN": SimpleRNN, "LSTM": LSTM, "GRU": GRU}
 SUPPORTED = ("InputLayer", "SimpleRNN", "LSTM", "GRU", "Bidirectional", "Dense", "Embedding",
              "Dropout", "RepeatVector", "Activation", "Concatenate", "TimeDistributed", "Masking",
-             "Add", "Multiply", "Average")
+             "Add", "Multiply", "Average", "LayerNormalization", "Conv1D", "MaxPooling1D",
+             "AveragePooling1D", "GlobalAveragePooling1D", "GlobalMaxPooling1D", "ZeroPadding1D",
+             "Cropping1D", "UpSampling1D", "BatchNormalization")
+POOLS = {"MaxPooling1D": MaxPooling1D, "AveragePooling1D": AveragePooling1D}
+GLOBAL_POOLS = {"GlobalAveragePooling1D": GlobalAveragePooling1D, "GlobalMaxPooling1D": GlobalMaxPooling1D}
 MERGES = {"Add": Add, "Multiply": Multiply, "Average": Average}
 ACTIVATIONS = ("tanh", "sigmoid", "relu", "linear", "softmax", "hard_sigmoid")
 _TRAIN_ONLY = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
@@ -156,6 +170,16 @@ def _int(cfg: dict[str, Any], key: str, name: str, default: int | None = None) -
     return v
 
 
+def _norm_train_options(cfg: dict[str, Any], name: str) -> None:
+    """A normalization layer's gamma / beta regularizers and constraints act only in training:
+    warned about, not carried over."""
+    present = [k for k in ("gamma_regularizer", "beta_regularizer", "gamma_constraint", "beta_constraint")
+               if cfg.get(k) is not None]
+    if present:
+        _warn(name, f"{', '.join(present)} not carried over (they act only in training; predictions "
+                    f"are unaffected)")
+
+
 def _recurrent(class_name: str, cfg: dict[str, Any], name: str) -> RecurrentLayer:
     extra: dict[str, Any] = {}
     if class_name != "SimpleRNN":
@@ -256,6 +280,52 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
         return Mapped(name, class_name, Masking(float(cfg.get("mask_value", 0.0)), dtype=dtype, name=name))
     if class_name in MERGES:
         return Mapped(name, class_name, MERGES[class_name](dtype=dtype, name=name))
+    if class_name == "LayerNormalization":
+        _refuse_if(bool(cfg.get("rms_scaling")), name, "rms_scaling",
+                   "rms_scaling=True (Keras' deprecated variance scaling) is not supported")
+        _norm_train_options(cfg, name)
+        axis = cfg.get("axis", -1)
+        out = LayerNormalization(axis if isinstance(axis, int) else [int(a) for a in axis],
+                                 float(cfg.get("epsilon", 1e-3)), _flag(cfg, "center", True, name),
+                                 _flag(cfg, "scale", True, name), dtype=dtype, name=name)
+        return Mapped(name, class_name, out, [(out, "vars")])
+    if class_name in ("Conv1D", *POOLS, *GLOBAL_POOLS, "ZeroPadding1D"):
+        fmt = cfg.get("data_format", "channels_last")
+        _refuse_if(fmt not in ("channels_last", None), name, "data_format",
+                   f"data_format={cfg.get('data_format')!r} is not supported; rnnkit reads (batch, steps, "
+                   f"channels) inputs (channels_last)")
+    if class_name == "Conv1D":
+        _refuse_if(cfg.get("lora_rank") is not None, name, "lora_rank",
+                   "LoRA-adapted Conv1D is not supported")
+        _train_only_options(cfg, name)
+        out = Conv1D(_int(cfg, "filters", name), cfg["kernel_size"], cfg.get("strides", 1),
+                     cfg.get("padding", "valid"), cfg.get("dilation_rate", 1), _int(cfg, "groups", name, 1),
+                     _activation(cfg, "activation", name), _flag(cfg, "use_bias", True, name),
+                     dtype=dtype, name=name)
+        return Mapped(name, class_name, out, [(out, "vars")])
+    if class_name in POOLS:
+        pool = POOLS[class_name](cfg.get("pool_size", 2), cfg.get("strides"), cfg.get("padding", "valid"),
+                                 dtype=dtype, name=name)
+        return Mapped(name, class_name, pool)
+    if class_name in GLOBAL_POOLS:
+        return Mapped(name, class_name, GLOBAL_POOLS[class_name](_flag(cfg, "keepdims", False, name),
+                                                                 dtype=dtype, name=name))
+    if class_name == "ZeroPadding1D":
+        return Mapped(name, class_name, ZeroPadding1D(cfg.get("padding", 1), dtype=dtype, name=name))
+    if class_name == "Cropping1D":
+        return Mapped(name, class_name, Cropping1D(cfg.get("cropping", (1, 1)), dtype=dtype, name=name))
+    if class_name == "UpSampling1D":
+        return Mapped(name, class_name, UpSampling1D(_int(cfg, "size", name, 2), dtype=dtype, name=name))
+    if class_name == "BatchNormalization":
+        _refuse_if(bool(cfg.get("renorm")), name, "renorm", "batch renormalization (renorm=True) is not "
+                   "supported")
+        _refuse_if(not isinstance(cfg.get("axis", -1), int), name, "axis",
+                   f"axis {cfg.get('axis')!r}: rnnkit normalizes one axis (an int)")
+        _norm_train_options(cfg, name)
+        out = BatchNormalization(cfg.get("axis", -1), float(cfg.get("momentum", 0.99)),
+                                 float(cfg.get("epsilon", 1e-3)), _flag(cfg, "center", True, name),
+                                 _flag(cfg, "scale", True, name), dtype=dtype, name=name)
+        return Mapped(name, class_name, out, [(out, "vars")])
     if class_name == "RepeatVector":
         return Mapped(name, class_name, RepeatVector(_int(cfg, "n", name), dtype=dtype, name=name))
     if class_name == "Activation":
@@ -304,7 +374,7 @@ def weight_names(layer: Layer) -> list[str]:
         return ["kernel", "bias"] if layer.use_bias else ["kernel"]
     if isinstance(layer, Embedding):
         return ["embeddings"]
-    return []
+    return list(layer.weight_names)   # the other layers declare their weights in Keras' order
 
 
 def to_rnnkit_weights(layer: Layer, arrays: list[np.ndarray]) -> dict[str, np.ndarray] | str:

@@ -170,6 +170,7 @@ def save_onnx(model: Any, path: str | os.PathLike[str], *, opset: int | None = N
     dtype = np.dtype(next((lay.dtype for lay in _layers(model)), np.float32))
     elem = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE}[dtype]
     g = Graph(helper, numpy_helper, dtype)
+    g.opset = opset
     inputs: list[Any] = []
     if single:
         tm_first = isinstance(model, RNNNet) and not model.config.batch_first

@@ -23,6 +23,7 @@ from rnnkit._layer import Layer
 from rnnkit._layouts import ONNX_ACTIVATIONS, ONNX_OP, check_onnx_compatible, onnx_activations, to_onnx
 from rnnkit._validate import weight_problem
 from rnnkit.io._interop_errors import UnsupportedFeatureError
+from rnnkit.layers._conv import pads
 
 _INT64_MIN = np.iinfo(np.int64).min
 
@@ -40,6 +41,8 @@ class Graph:
         self.masked: set[str] = set()
         #: the ranks of the inputs of the layer being converted (set by the model walk)
         self.in_ranks: list[int] = []
+        #: the opset being written (the reductions take their axes as an input from opset 18 on)
+        self.opset = 17
         self._lengths32: str | None = None
         self._n = 0
         self._ints: dict[tuple[int, ...], str] = {}
@@ -74,6 +77,13 @@ class Graph:
 
     def one(self, op_type: str, inputs: list[str], hint: str, **attrs: Any) -> str:
         return self.op(op_type, inputs, hint, **attrs)[0]
+
+    def reduce(self, op_type: str, x: str, axes: list[int], hint: str, keepdims: int = 1) -> str:
+        """``op_type`` (ReduceMean, ReduceMax, ReduceSum) of ``x`` over ``axes``, written as the
+        opset takes the axes (an attribute before opset 18, an input from 18 on)."""
+        if self.opset >= 18 or op_type == "ReduceSum":
+            return self.one(op_type, [x, self.ints("axes", axes)], hint, keepdims=keepdims)
+        return self.one(op_type, [x], hint, axes=axes, keepdims=keepdims)
 
     def seq_lens(self, x: str, where: str) -> str:
         """The lengths as the int32 ``sequence_lens`` of an ONNX recurrent op reading ``x`` (""
@@ -247,6 +257,104 @@ def concatenate(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
     return [g.one("Concat", inputs, layer.name, axis=int(layer.axis))]
 
 
+def layer_normalization(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    """``(x - mean) / sqrt(var + epsilon) * gamma + beta`` over the layer's axes (elementary
+    operators, so every opset from 14 on writes it, whichever axes are normalized)."""
+    rank = g.in_ranks[0]
+    given = layer.axis if isinstance(layer.axis, list) else [layer.axis]
+    axes = sorted(a + rank if a < 0 else a for a in given)
+    bshape = [layer.input_shape[a] if a in axes else 1 for a in range(rank)]
+    nm, x = layer.name, inputs[0]
+    xc = g.one("Sub", [x, g.reduce("ReduceMean", x, axes, nm)], nm)
+    var = g.reduce("ReduceMean", g.one("Mul", [xc, xc], nm), axes, nm)
+    s = g.one("Sqrt", [g.one("Add", [var, g.const(f"{nm}_epsilon", np.asarray(layer.epsilon))], nm)], nm)
+    y = g.one("Div", [xc, s], nm)
+    if layer.scale:
+        y = g.one("Mul", [y, g.const(f"{nm}_gamma", layer.weight("gamma").reshape(bshape))], nm)
+    if layer.center:
+        y = g.one("Add", [y, g.const(f"{nm}_beta", layer.weight("beta").reshape(bshape))], nm)
+    return [y]
+
+
+def batch_normalization(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    """The inference formula with the moving statistics: ``x * a + b``, ``a = gamma /
+    sqrt(moving_variance + epsilon)``, ``b = beta - moving_mean * a`` (computed in float64)."""
+    rank = g.in_ranks[0]
+    ax = layer.axis + rank if layer.axis < 0 else layer.axis
+    bshape = [-1 if k == ax else 1 for k in range(rank)]
+    mv = np.asarray(layer.weight("moving_variance"), np.float64)
+    a = 1.0 / np.sqrt(mv + layer.epsilon)
+    if layer.scale:
+        a = a * np.asarray(layer.weight("gamma"), np.float64)
+    b = -np.asarray(layer.weight("moving_mean"), np.float64) * a
+    if layer.center:
+        b = b + np.asarray(layer.weight("beta"), np.float64)
+    y = g.one("Mul", [inputs[0], g.const(f"{layer.name}_scale", a.reshape(bshape))], layer.name)
+    return [g.one("Add", [y, g.const(f"{layer.name}_offset", b.reshape(bshape))], layer.name)]
+
+
+def _channels_first(g: Graph, x: str, hint: str) -> str:
+    return g.one("Transpose", [x], hint, perm=[0, 2, 1])
+
+
+def conv1d(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    """Conv on (B, C, T) with the padding as explicit ``pads`` (Keras' ``same`` and ``causal`` are
+    uneven), the kernel as ONNX's (filters, C / groups, kernel_size)."""
+    T = layer.input_shape[1]
+    if T is None and layer.padding == "same" and layer.strides > 1:
+        raise UnsupportedFeatureError(layer.name, "padding", "padding='same' with strides > 1 pads by the "
+                                      "sequence's length, which this graph does not fix; build the model "
+                                      "for a known number of steps")
+    left, right = pads(T or 1, layer.span, layer.strides, layer.padding)
+    w = g.const(f"{layer.name}_kernel", np.transpose(layer.weight("kernel"), (2, 1, 0)))
+    ins = [_channels_first(g, inputs[0], layer.name), w]
+    if layer.use_bias:
+        ins.append(g.const(f"{layer.name}_bias", layer.weight("bias")))
+    y = g.one("Conv", ins, layer.name, kernel_shape=[layer.kernel_size], strides=[layer.strides],
+              dilations=[layer.dilation_rate], group=layer.groups, pads=[left, right])
+    y = _channels_first(g, y, layer.name)
+    return [activation(g, y, layer.activation, layer.name, layer.name)]
+
+
+def pooling1d(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    """MaxPool / AveragePool (padding never counted: ``count_include_pad=0``)."""
+    T = layer.input_shape[1]
+    if T is None and layer.padding == "same" and layer.strides > 1:
+        raise UnsupportedFeatureError(layer.name, "padding", "padding='same' with strides > 1 pads by the "
+                                      "sequence's length, which this graph does not fix; build the model "
+                                      "for a known number of steps")
+    left, right = pads(T or 1, layer.pool_size, layer.strides, layer.padding)
+    attrs: dict[str, Any] = {"kernel_shape": [layer.pool_size], "strides": [layer.strides],
+                             "pads": [left, right]}
+    if type(layer).__name__ == "AveragePooling1D":
+        attrs["count_include_pad"] = 0
+    op = "MaxPool" if type(layer).__name__ == "MaxPooling1D" else "AveragePool"
+    y = g.one(op, [_channels_first(g, inputs[0], layer.name)], layer.name, **attrs)
+    return [_channels_first(g, y, layer.name)]
+
+
+def global_pooling1d(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    op = "ReduceMax" if type(layer).__name__ == "GlobalMaxPooling1D" else "ReduceMean"
+    return [g.reduce(op, inputs[0], [1], layer.name, keepdims=int(layer.keepdims))]
+
+
+def zero_padding1d(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    left, right = layer.padding
+    return [g.one("Pad", [inputs[0], g.ints("pads", [0, left, 0, 0, right, 0])], layer.name)]
+
+
+def cropping1d(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    start, end = layer.cropping
+    return [g.one("Slice", [inputs[0], g.ints("start", [start]), g.ints("end", [-end if end else 2**62]),
+                            g.ints("axis", [1])], layer.name)]
+
+
+def up_sampling1d(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    x = g.one("Unsqueeze", [inputs[0], g.ints("axis2", [2])], layer.name)              # (B, T, 1, C)
+    x = g.one("Tile", [x, g.ints("repeats", [1, 1, int(layer.size), 1])], layer.name)   # (B, T, s, C)
+    return [g.one("Reshape", [x, g.ints("shape", [0, -1, int(layer.input_shape[-1])])], layer.name)]
+
+
 def activation_layer(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
     return [activation(g, inputs[0], layer.activation, layer.name, layer.name)]
 
@@ -256,8 +364,16 @@ Converter = Callable[..., list[str]]
 CONVERTERS: dict[str, Converter] = {
     "RecurrentLayer": recurrent, "RNNNet": rnn_net, "Dense": dense, "Embedding": embedding,
     "Dropout": identity, "RepeatVector": repeat_vector, "Reverse": reverse, "Concatenate": concatenate,
-    "ActivationLayer": activation_layer,
+    "ActivationLayer": activation_layer, "LayerNormalization": layer_normalization, "Conv1D": conv1d,
+    "BatchNormalization": batch_normalization,
+    "MaxPooling1D": pooling1d, "AveragePooling1D": pooling1d, "GlobalAveragePooling1D": global_pooling1d,
+    "GlobalMaxPooling1D": global_pooling1d, "ZeroPadding1D": zero_padding1d, "Cropping1D": cropping1d,
+    "UpSampling1D": up_sampling1d,
 }
+#: layers whose outputs' steps are not the input's steps (or are none): padded sequences' lengths
+#: do not describe them
+RESHAPES_TIME = ("Conv1D", "MaxPooling1D", "AveragePooling1D", "GlobalAveragePooling1D",
+                 "GlobalMaxPooling1D", "ZeroPadding1D", "Cropping1D", "UpSampling1D")
 #: layer class name -> why it cannot be exported exactly
 REFUSED: dict[str, str] = {
     "Masking": ("Keras masking repeats the previous output at a masked step; ONNX's sequence_lens "
@@ -275,6 +391,9 @@ def carries_lengths(layer: Layer, masked: list[bool]) -> bool:
     name = type(layer).__name__
     if name == "RepeatVector":
         return False
+    if name in RESHAPES_TIME:
+        raise UnsupportedFeatureError(layer.name, "lengths", f"a {name} mixes or moves the steps of a "
+                                      f"padded sequence, so the lengths no longer describe its output")
     if name == "Reverse":
         raise UnsupportedFeatureError(layer.name, "lengths", "reversing a padded sequence puts its "
                                       "padding first, which only a Keras mask describes")

@@ -32,7 +32,7 @@ import numpy as np
 from rnnkit._ctx import Ctx
 from rnnkit._layer import Layer
 from rnnkit._shape import Shape
-from rnnkit.layers import Bidirectional, MergeLayer, Reverse
+from rnnkit.layers import Bidirectional, GlobalAveragePooling1D, MergeLayer, Reverse
 from rnnkit.models._node import Node
 from rnnkit.recurrent import RecurrentLayer
 
@@ -42,6 +42,7 @@ __all__ = ["PASSES_NONE", "ChainPlan", "chain_plan", "graph_chain"]
 #: whose class uses one of them makes no mask of its own)
 PASSES_NONE: frozenset[Callable[..., Any]] = frozenset({
     Layer.compute_mask, RecurrentLayer.compute_mask, Bidirectional.compute_mask, Reverse.compute_mask,
+    GlobalAveragePooling1D.compute_mask,
 })
 
 
