@@ -9,7 +9,8 @@ Cases (float32):
               ``LSTM``, ``Linear``, ``cross_entropy``, ``SGD`` with rnnkit's weights
 ``layernorm`` ``LayerNormalization()`` forward + backward at (64, 100, 256); torch ``nn.LayerNorm``
 ``batchnorm`` ``BatchNormalization()`` training forward + backward at (64, 100, 256); torch
-              ``nn.BatchNorm1d(256)`` in training mode on the (64, 256, 100) transpose, contiguous (its own layout)
+              ``nn.BatchNorm1d(256)`` in training mode on the (64, 256, 100) transpose, contiguous
+              (its own layout)
 ============  =====================================================================================
 
 Before timing, each case's outputs are compared with PyTorch's (float32 tolerance). The two run
