@@ -105,6 +105,8 @@ from rnnkit.io import (
 from rnnkit.layers import (  # the non-recurrent layers; ActivationLayer: Activation is the enum
     ActivationLayer,
     Add,
+    AdditiveAttention,
+    Attention,
     Average,
     Bidirectional,
     Concatenate,
@@ -190,7 +192,8 @@ __all__ = [
     "losses", "Loss", "MeanSquaredError", "MeanAbsoluteError", "BinaryCrossentropy",
     "CategoricalCrossentropy", "SparseCategoricalCrossentropy",
     "BinaryCrossEntropy", "CategoricalCrossEntropy", "SparseCategoricalCrossEntropy",
-    "layers", "ActivationLayer", "Concatenate", "Dense", "Dropout", "Embedding", "RepeatVector", "Reverse",
+    "layers", "ActivationLayer", "AdditiveAttention", "Attention",
+    "Concatenate", "Dense", "Dropout", "Embedding", "RepeatVector", "Reverse",
     "Add", "Average", "Bidirectional", "Masking", "Multiply",
     "models", "EarlyStopping", "GraphBuilder", "GraphModel", "History", "LearningRateScheduler",
     "ModelCheckpoint", "Sequential", "SequentialBuilder", "model_from_config",

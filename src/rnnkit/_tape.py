@@ -30,6 +30,7 @@ import numpy as np
 
 from rnnkit._ctx import Ctx
 from rnnkit._errors import Error, InvalidInputError, InvalidParameterError
+from rnnkit._mask import Mask
 
 #: an entry's backward: (output gradient(s), which inputs need one) -> a gradient per input (or None)
 Vjp = Callable[[Any, tuple[bool, ...]], Sequence[Any]]
@@ -356,6 +357,21 @@ def _unflatten(like: Any, it: Iterator[Any]) -> Any:
     return next(it)
 
 
+def forward_with_mask(layer: Any, x: Any, mask: Any, ctx: Ctx) -> Any:
+    """``layer``'s forward in ``ctx`` under a call's ``mask=``: for a layer of several inputs
+    that takes one mask per input (it has ``forward_masked``, as a graph model calls it) a list
+    of masks (each a boolean (B, T) array, a :class:`~rnnkit.Mask` or None) goes there; any other
+    mask becomes ``ctx.mask``."""
+    if isinstance(mask, (list, tuple)) and isinstance(x, (list, tuple)) and hasattr(layer, "forward_masked"):
+        if len(mask) > len(x):
+            raise InvalidInputError(f"{layer.name}: expected at most one mask (or None) per input, "
+                                    f"{len(x)}, got {len(mask)}")
+        return layer.forward_masked(x, [Mask.of(m) for m in mask], ctx)
+    if mask is not None:
+        ctx.set_mask(mask)
+    return layer.forward(x, ctx)
+
+
 # -- layers on the tape ----------------------------------------------------------------------------
 def call_layer(layer: TapeLayer, x: Any, initial_state: Any, mask: Any, training: bool | None) -> Any:
     """``layer(x, initial_state=..., mask=..., training=...)`` while a tape records: the layer's
@@ -364,8 +380,6 @@ def call_layer(layer: TapeLayer, x: Any, initial_state: Any, mask: Any, training
     layer's weights are watched (unless a tape says ``watch_accessed_variables=False``)."""
     tapes = [t for t in _LOCAL.tapes] if not _LOCAL.paused else []
     ctx = _TapeCtx(bool(training)) if tapes else Ctx(bool(training))
-    if mask is not None:
-        ctx.set_mask(mask)
     if initial_state is not None:
         states = list(initial_state) if isinstance(initial_state, (list, tuple)) else [initial_state]
         inputs: Any = [x, *states]
@@ -373,13 +387,13 @@ def call_layer(layer: TapeLayer, x: Any, initial_state: Any, mask: Any, training
         inputs = x
     flat = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     if not tapes:
-        return layer.forward(inputs, ctx)
+        return forward_with_mask(layer, inputs, mask, ctx)
     for t in tapes:
         if t.watch_accessed_variables:
             t._watch_layer(layer)
     if not any(t.tracks(a) for t in tapes for a in flat):
         ctx.skip_input_grad(layer)
-    out = layer.forward(inputs, ctx)
+    out = forward_with_mask(layer, inputs, mask, ctx)
     multi = isinstance(out, list)
     outs = [fresh(o, flat) for o in (out if multi else [out])]
     keep = ctx.peek(layer) if len(tapes) > 1 or tapes[0].persistent else None   # walked again

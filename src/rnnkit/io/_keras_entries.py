@@ -83,6 +83,24 @@ def bidirectional_entry(name: str, fwd: Any, bwd: Any, shape: Any,
     return entry, vars_
 
 
+def _attention(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
+    """``Attention`` / ``AdditiveAttention``: the constructor's options (the call's go to
+    :func:`call_kwargs`) and the weights in Keras' order (rnnkit's names are Keras')."""
+    cls = type(layer).__name__
+    cfg: dict[str, Any] = {"use_scale": layer.use_scale, "dropout": layer.dropout, "seed": layer.seed}
+    if cls == "Attention":
+        cfg["score_mode"] = layer.score_mode
+    return cls, cfg, [("vars", name, [layer.weight(n) for n in layer.weight_names])]
+
+
+def call_kwargs(layer: Any) -> dict[str, Any]:
+    """The Keras call arguments of ``layer``'s calls that rnnkit holds as its configuration."""
+    if type(layer).__name__ in ("Attention", "AdditiveAttention"):
+        return {"use_causal_mask": layer.use_causal_mask,
+                "return_attention_scores": layer.return_attention_scores}
+    return {}
+
+
 def _bidirectional(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
     """rnnkit's ``Bidirectional`` layer (forward_layer, backward_layer, merge_mode)."""
     entry, vars_ = bidirectional_entry(name, layer.forward_layer, layer.backward_layer, None,
@@ -113,6 +131,7 @@ KERAS_LAYERS: dict[str, Any] = {
     "RepeatVector": _plain, "Concatenate": _plain, "ActivationLayer": _plain,
     # the sequence-model layers (where rnnkit has them)
     "Bidirectional": _bidirectional, "Masking": _weightless("Masking", mask_value="mask_value"),
+    "Attention": _attention, "AdditiveAttention": _attention,
     "Add": _weightless("Add"), "Multiply": _weightless("Multiply"), "Average": _weightless("Average"),
     "RNNNet": _refuse("an RNNNet is a PyTorch-layout stack with no Keras layer; write it with "
                       "save_torch_safetensors, or export a Sequential of SimpleRNN/LSTM/GRU layers"),

@@ -28,6 +28,8 @@ from rnnkit.io._interop_errors import UnsupportedFeatureError
 from rnnkit.layers import (
     ActivationLayer,
     Add,
+    AdditiveAttention,
+    Attention,
     Average,
     Bidirectional,
     Concatenate,
@@ -43,7 +45,7 @@ from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
 RECURRENT = {"SimpleRNN": SimpleRNN, "LSTM": LSTM, "GRU": GRU}
 SUPPORTED = ("InputLayer", "SimpleRNN", "LSTM", "GRU", "Bidirectional", "Dense", "Embedding",
              "Dropout", "RepeatVector", "Activation", "Concatenate", "TimeDistributed", "Masking",
-             "Add", "Multiply", "Average")
+             "Add", "Multiply", "Average", "Attention", "AdditiveAttention")
 MERGES = {"Add": Add, "Multiply": Multiply, "Average": Average}
 ACTIVATIONS = ("tanh", "sigmoid", "relu", "linear", "softmax", "hard_sigmoid")
 _TRAIN_ONLY = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
@@ -255,6 +257,8 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
         return Mapped(name, class_name, Masking(float(cfg.get("mask_value", 0.0)), dtype=dtype, name=name))
     if class_name in MERGES:
         return Mapped(name, class_name, MERGES[class_name](dtype=dtype, name=name))
+    if class_name in ("Attention", "AdditiveAttention"):
+        return _attention(class_name, cfg, layer_cfg.get("inbound_nodes"), dtype, name)
     if class_name == "RepeatVector":
         return Mapped(name, class_name, RepeatVector(_int(cfg, "n", name), dtype=dtype, name=name))
     if class_name == "Activation":
@@ -262,6 +266,44 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
                       ActivationLayer(_activation(cfg, "activation", name), dtype=dtype, name=name))
     # Concatenate
     return Mapped(name, class_name, Concatenate(_int(cfg, "axis", name, -1), dtype=dtype, name=name))
+
+
+#: the call arguments of a Keras attention layer that are configuration in rnnkit
+ATTENTION_CALL_OPTIONS = ("use_causal_mask", "return_attention_scores")
+
+
+def call_options(nodes: Any, keys: tuple[str, ...], name: str) -> dict[str, bool]:
+    """The boolean call arguments ``keys`` of a Keras layer's calls (``inbound_nodes``), which
+    rnnkit holds as configuration: every call must give the same (UnsupportedFeatureError
+    otherwise); a missing one is False."""
+    seen: list[dict[str, bool]] = []
+    for node in nodes if isinstance(nodes, list) else []:
+        kwargs = node.get("kwargs") if isinstance(node, dict) else None
+        kwargs = kwargs if isinstance(kwargs, dict) else {}
+        seen.append({k: _flag(kwargs, k, False, name) for k in keys})
+    if any(s != seen[0] for s in seen):
+        raise UnsupportedFeatureError(name, "/".join(keys), f"the layer's calls differ in {keys} "
+                                      f"({seen}); rnnkit holds them as the layer's configuration")
+    return seen[0] if seen else dict.fromkeys(keys, False)
+
+
+def _attention(class_name: str, cfg: dict[str, Any], nodes: Any, dtype: str, name: str) -> Mapped:
+    opts = call_options(nodes, ATTENTION_CALL_OPTIONS, name)
+    seed = cfg.get("seed")
+    common: dict[str, Any] = {"dropout": float(cfg.get("dropout") or 0.0), "dtype": dtype, "name": name,
+                              "seed": seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
+                              **opts}
+    out: Layer
+    if class_name == "Attention":
+        mode = cfg.get("score_mode", "dot")
+        _refuse_if(mode not in ("dot", "concat"), name, "score_mode",
+                   f"score_mode {mode!r}; Keras and rnnkit have 'dot' and 'concat'")
+        out = Attention(_flag(cfg, "use_scale", False, name), str(mode), **common)
+        weighted = out.use_scale or out.score_mode == "concat"
+    else:
+        out = AdditiveAttention(_flag(cfg, "use_scale", True, name), **common)
+        weighted = out.use_scale
+    return Mapped(name, class_name, out, [(out, "vars")] if weighted else [])
 
 
 def _bidirectional(cfg: dict[str, Any], name: str) -> Mapped:
@@ -303,6 +345,8 @@ def weight_names(layer: Layer) -> list[str]:
         return ["kernel", "bias"] if layer.use_bias else ["kernel"]
     if isinstance(layer, Embedding):
         return ["embeddings"]
+    if isinstance(layer, (Attention, AdditiveAttention)):
+        return list(layer.weight_names)   # Keras' names, in Keras' order
     return []
 
 

@@ -55,7 +55,7 @@ class Graph:
         arr, problem = weight_problem(np.asarray(value), np.dtype(self.dtype if dtype is None else dtype))
         if problem is not None:
             raise InvalidInputError(f"save_onnx: {hint}: {problem} (nothing was written)")
-        arr = np.ascontiguousarray(arr)
+        arr = np.ascontiguousarray(arr).reshape(arr.shape)   # (ascontiguousarray makes 0-d 1-d)
         nm = self.name(hint)
         self.initializers.append(self.numpy_helper.from_array(arr, nm))
         return nm
@@ -251,12 +251,47 @@ def activation_layer(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
     return [activation(g, inputs[0], layer.activation, layer.name, layer.name)]
 
 
+def score_attention(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    """``Attention`` / ``AdditiveAttention`` at inference (no dropout; no masks: a masked input
+    is refused by :func:`carries_lengths`): the scores, ``- 1e9`` above the diagonal under a
+    causal mask (``Trilu`` of ones), ``Softmax`` over the last axis, ``MatMul`` with the value."""
+    q, v = inputs[0], inputs[1]
+    k = inputs[2] if len(inputs) > 2 else v
+    nm = layer.name
+    kind = type(layer).__name__
+    if kind == "Attention" and layer.score_mode == "dot":
+        s = g.one("MatMul", [q, g.one("Transpose", [k], nm, perm=[0, 2, 1])], nm)
+        if layer.use_scale:
+            s = g.one("Mul", [s, g.const(f"{nm}_scale", layer.weight("scale"))], nm)
+    else:
+        a = g.one("Add", [g.one("Unsqueeze", [q, g.ints("axis2", [2])], nm),
+                          g.one("Unsqueeze", [k, g.ints("axis1", [1])], nm)], nm)
+        if kind == "Attention" and layer.use_scale:
+            a = g.one("Mul", [a, g.const(f"{nm}_scale", layer.weight("scale"))], nm)
+        u = g.one("Tanh", [a], nm)
+        if kind == "AdditiveAttention" and layer.use_scale:
+            u = g.one("Mul", [u, g.const(f"{nm}_scale", layer.weight("scale"))], nm)
+        s = g.one("ReduceSum", [u, g.ints("axis_last", [-1])], nm, keepdims=0)
+        if kind == "Attention":
+            c = g.const(f"{nm}_concat_score_weight", layer.weight("concat_score_weight"))
+            s = g.one("Mul", [s, c], nm)
+    if layer.use_causal_mask:
+        ones = g.one("ConstantOfShape", [g.one("Shape", [s], nm)], nm,
+                     value=g.numpy_helper.from_array(np.ones((1,), g.dtype)))
+        above = g.one("Sub", [ones, g.one("Trilu", [ones], nm, upper=0)], nm)
+        s = g.one("Sub", [s, g.one("Mul", [above, g.const(f"{nm}_shift", np.asarray(1.0e9))], nm)], nm)
+    w = g.one("Softmax", [s], nm, axis=-1)
+    out = g.one("MatMul", [w, v], nm)
+    return [out, w] if layer.return_attention_scores else [out]
+
+
 Converter = Callable[..., list[str]]
 #: rnnkit layer class name -> converter (a RecurrentLayer subclass uses "RecurrentLayer")
 CONVERTERS: dict[str, Converter] = {
     "RecurrentLayer": recurrent, "RNNNet": rnn_net, "Dense": dense, "Embedding": embedding,
     "Dropout": identity, "RepeatVector": repeat_vector, "Reverse": reverse, "Concatenate": concatenate,
-    "ActivationLayer": activation_layer,
+    "ActivationLayer": activation_layer, "Attention": score_attention,
+    "AdditiveAttention": score_attention,
 }
 #: layer class name -> why it cannot be exported exactly
 REFUSED: dict[str, str] = {
@@ -275,6 +310,9 @@ def carries_lengths(layer: Layer, masked: list[bool]) -> bool:
     name = type(layer).__name__
     if name == "RepeatVector":
         return False
+    if name in ("Attention", "AdditiveAttention"):
+        raise UnsupportedFeatureError(layer.name, "lengths", "attention over padded sequences needs "
+                                      "their masks, which the exported graph does not compute")
     if name == "Reverse":
         raise UnsupportedFeatureError(layer.name, "lengths", "reversing a padded sequence puts its "
                                       "padding first, which only a Keras mask describes")

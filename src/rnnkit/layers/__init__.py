@@ -1,7 +1,9 @@
-"""Non-recurrent layers (Dense, Embedding, Masking, RepeatVector, Reverse, Concatenate, Add,
+"""Non-recurrent layers (Dense, Attention, AdditiveAttention, Embedding, Masking, RepeatVector,
+Reverse, Concatenate, Add,
 Multiply, Average, Dropout, ActivationLayer) and the layer registry that covers every layer,
 recurrent ones included."""
 
+from rnnkit.layers._attention import AdditiveAttention, Attention
 from rnnkit.layers._bidirectional import Bidirectional
 from rnnkit.layers._dense import ActivationLayer, Dense
 from rnnkit.layers._dropout import Dropout
@@ -13,11 +15,13 @@ from rnnkit.layers._reshape import RepeatVector, Reverse
 from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
 
 for _cls in (Dense, ActivationLayer, Embedding, RepeatVector, Reverse, Concatenate, Dropout, Masking, Add,
-             Multiply, Average, Bidirectional, SimpleRNN, LSTM, GRU, RecurrentLayer):
+             Multiply, Average, Bidirectional, SimpleRNN, LSTM, GRU, RecurrentLayer, Attention,
+             AdditiveAttention):
     register_layer(_cls)
 
 __all__ = [
-    "ActivationLayer", "Add", "Average", "Bidirectional", "Concatenate", "Dense", "Dropout",
+    "ActivationLayer", "Add", "AdditiveAttention", "Attention",
+    "Average", "Bidirectional", "Concatenate", "Dense", "Dropout",
     "Embedding", "Masking", "MergeLayer", "Multiply",
     "RepeatVector", "Reverse", "GRU", "LSTM", "SimpleRNN",
     "layer_from_config", "layer_to_config", "register_layer",
