@@ -30,7 +30,6 @@ import numpy as np
 
 from rnnkit._ctx import Ctx
 from rnnkit._errors import Error, InvalidInputError, InvalidParameterError
-from rnnkit._mask import Mask
 
 #: an entry's backward: (output gradient(s), which inputs need one) -> a gradient per input (or None)
 Vjp = Callable[[Any, tuple[bool, ...]], Sequence[Any]]
@@ -360,13 +359,10 @@ def _unflatten(like: Any, it: Iterator[Any]) -> Any:
 def forward_with_mask(layer: Any, x: Any, mask: Any, ctx: Ctx) -> Any:
     """``layer``'s forward in ``ctx`` under a call's ``mask=``: for a layer of several inputs
     that takes one mask per input (it has ``forward_masked``, as a graph model calls it) a list
-    of masks (each a boolean (B, T) array, a :class:`~rnnkit.Mask` or None) goes there; any other
-    mask becomes ``ctx.mask``."""
+    of masks (each a boolean (B, T) array, a :class:`~rnnkit.Mask` or None; the layer's
+    ``forward_masked`` reads and checks them) goes there; any other mask becomes ``ctx.mask``."""
     if isinstance(mask, (list, tuple)) and isinstance(x, (list, tuple)) and hasattr(layer, "forward_masked"):
-        if len(mask) > len(x):
-            raise InvalidInputError(f"{layer.name}: expected at most one mask (or None) per input, "
-                                    f"{len(x)}, got {len(mask)}")
-        return layer.forward_masked(x, [Mask.of(m) for m in mask], ctx)
+        return layer.forward_masked(x, list(mask), ctx)
     if mask is not None:
         ctx.set_mask(mask)
     return layer.forward(x, ctx)

@@ -93,9 +93,25 @@ def _attention(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
     return cls, cfg, [("vars", name, [layer.weight(n) for n in layer.weight_names])]
 
 
+def _multi_head(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
+    """``MultiHeadAttention``: its options, and each projection's kernel and bias in the h5 group
+    of Keras' EinsumDense sublayer (``query_dense``, ``key_dense``, ``value_dense``,
+    ``output_dense``)."""
+    cfg = {"num_heads": layer.num_heads, "key_dim": layer.key_dim, "value_dim": layer.value_dim,
+           "dropout": layer.dropout, "use_bias": layer.use_bias, "use_gate": False,
+           "output_shape": None if layer.output_shape is None else [layer.output_shape],
+           "attention_axes": [1], "sliding_window": None, "seed": layer.seed}
+    vars_: Vars = []
+    for part, group in (("query", "query"), ("key", "key"), ("value", "value"),
+                        ("attention_output", "output")):
+        names = [n for n in (f"{part}_kernel", f"{part}_bias") if n in layer.weight_names]
+        vars_.append((f"{group}_dense/vars", part, [layer.weight(n) for n in names]))
+    return "MultiHeadAttention", cfg, vars_ + [("vars", name, [])]
+
+
 def call_kwargs(layer: Any) -> dict[str, Any]:
     """The Keras call arguments of ``layer``'s calls that rnnkit holds as its configuration."""
-    if type(layer).__name__ in ("Attention", "AdditiveAttention"):
+    if type(layer).__name__ in ("Attention", "AdditiveAttention", "MultiHeadAttention"):
         return {"use_causal_mask": layer.use_causal_mask,
                 "return_attention_scores": layer.return_attention_scores}
     return {}
@@ -131,7 +147,7 @@ KERAS_LAYERS: dict[str, Any] = {
     "RepeatVector": _plain, "Concatenate": _plain, "ActivationLayer": _plain,
     # the sequence-model layers (where rnnkit has them)
     "Bidirectional": _bidirectional, "Masking": _weightless("Masking", mask_value="mask_value"),
-    "Attention": _attention, "AdditiveAttention": _attention,
+    "Attention": _attention, "AdditiveAttention": _attention, "MultiHeadAttention": _multi_head,
     "Add": _weightless("Add"), "Multiply": _weightless("Multiply"), "Average": _weightless("Average"),
     "RNNNet": _refuse("an RNNNet is a PyTorch-layout stack with no Keras layer; write it with "
                       "save_torch_safetensors, or export a Sequential of SimpleRNN/LSTM/GRU layers"),
@@ -156,8 +172,11 @@ def keras_layer(layer: Any, name: str, shape: Any, states_ok: bool = False) -> t
                                       f"no Keras export for layer class {type(layer).__name__!r}; "
                                       f"exported: {', '.join(sorted(KERAS_LAYERS))}")
     cfg = {"name": name, "trainable": True, "dtype": layer.dtype.name, **cfg}
+    build: dict[str, Any] = {"input_shape": shape}
+    if kcls == "MultiHeadAttention":   # Keras builds it from named shapes
+        build = {"shapes_dict": dict(zip(("query_shape", "value_shape", "key_shape"), shape, strict=False))}
     return ({"module": "keras.layers", "class_name": kcls, "config": cfg, "registered_name": None,
-             "build_config": {"input_shape": shape}}, vars_)
+             "build_config": build}, vars_)
 
 
 def shape_list(s: Any) -> Any:

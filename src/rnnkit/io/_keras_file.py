@@ -238,7 +238,7 @@ def _install(model: Any, entries: list[tuple[Layer, str]], store: WeightStore, s
             problems.append((prefix, f"the weights of {type(layer).__name__} {layer.name!r}", "missing"))
             continue
         used.update(k for k in store.arrays if k.startswith(prefix + "/"))
-        conv = to_rnnkit_weights(layer, arrays)
+        conv = to_rnnkit_weights(layer, arrays, prefix)
         if isinstance(conv, str):
             problems.append((prefix, f"{type(layer).__name__} {layer.name!r} weights", conv))
             continue

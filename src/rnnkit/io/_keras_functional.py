@@ -116,7 +116,10 @@ def functional_config(model: Any) -> tuple[dict[str, Any], list[tuple[str, Vars]
         if len(tensors) > 1 and not isinstance(n.layer, MergeLayer):   # [x, *initial_state]
             call: dict[str, Any] = {"args": [tensors[0]], "kwargs": {"initial_state": tensors[1:]}}
         else:
-            call = {"args": [tensors if len(tensors) > 1 else tensors[0]], "kwargs": call_kwargs(n.layer)}
+            # Keras' MultiHeadAttention takes query, value (and key) as arguments, not one list
+            spread = type(n.layer).__name__ == "MultiHeadAttention"
+            call = {"args": tensors if spread else [tensors if len(tensors) > 1 else tensors[0]],
+                    "kwargs": call_kwargs(n.layer)}
         entry["inbound_nodes"].append(call)
     ins = [ref[id(n)] for n in model.inputs]
     outs = [ref[id(n)] for n in model.outputs]

@@ -37,6 +37,7 @@ from rnnkit.layers import (
     Dropout,
     Embedding,
     Masking,
+    MultiHeadAttention,
     Multiply,
     RepeatVector,
 )
@@ -45,7 +46,8 @@ from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
 RECURRENT = {"SimpleRNN": SimpleRNN, "LSTM": LSTM, "GRU": GRU}
 SUPPORTED = ("InputLayer", "SimpleRNN", "LSTM", "GRU", "Bidirectional", "Dense", "Embedding",
              "Dropout", "RepeatVector", "Activation", "Concatenate", "TimeDistributed", "Masking",
-             "Add", "Multiply", "Average", "Attention", "AdditiveAttention")
+             "Add", "Multiply", "Average", "Attention", "AdditiveAttention",
+             "MultiHeadAttention")
 MERGES = {"Add": Add, "Multiply": Multiply, "Average": Average}
 ACTIVATIONS = ("tanh", "sigmoid", "relu", "linear", "softmax", "hard_sigmoid")
 _TRAIN_ONLY = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
@@ -259,6 +261,8 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
         return Mapped(name, class_name, MERGES[class_name](dtype=dtype, name=name))
     if class_name in ("Attention", "AdditiveAttention"):
         return _attention(class_name, cfg, layer_cfg.get("inbound_nodes"), dtype, name)
+    if class_name == "MultiHeadAttention":
+        return _multi_head(cfg, layer_cfg.get("inbound_nodes"), dtype, name)
     if class_name == "RepeatVector":
         return Mapped(name, class_name, RepeatVector(_int(cfg, "n", name), dtype=dtype, name=name))
     if class_name == "Activation":
@@ -306,6 +310,28 @@ def _attention(class_name: str, cfg: dict[str, Any], nodes: Any, dtype: str, nam
     return Mapped(name, class_name, out, [(out, "vars")] if weighted else [])
 
 
+def _multi_head(cfg: dict[str, Any], nodes: Any, dtype: str, name: str) -> Mapped:
+    """Keras' MultiHeadAttention, the sequence case; each projection's weights in the h5 group of
+    its EinsumDense sublayer."""
+    for opt, off in (("use_gate", False), ("sliding_window", None), ("flash_attention", None)):
+        _refuse_if(cfg.get(opt, off) not in (off, False if off is None else off), name, opt,
+                   f"{opt}={cfg.get(opt)!r} is not supported")
+    axes = cfg.get("attention_axes")
+    _refuse_if(axes not in (None, 1, -2, [1], [-2]), name, "attention_axes",
+               f"attention_axes={axes!r}; rnnkit attends over the time axis of (batch, time, features)")
+    shape = cfg.get("output_shape")
+    _refuse_if(not (shape is None or isinstance(shape, int) or isinstance(shape, list) and len(shape) == 1),
+               name, "output_shape", f"output_shape={shape!r}; rnnkit's output is (batch, time, width)")
+    seed = cfg.get("seed")
+    opts = call_options(nodes, ATTENTION_CALL_OPTIONS, name)
+    out = MultiHeadAttention(_int(cfg, "num_heads", name), _int(cfg, "key_dim", name),
+                             cfg.get("value_dim"), float(cfg.get("dropout") or 0.0),
+                             _flag(cfg, "use_bias", True, name), shape, axes, dtype=dtype, name=name,
+                             seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
+                             **opts)
+    return Mapped(name, "MultiHeadAttention", out, [(out, f"{g}/vars") for g in MHA_GROUPS.values()])
+
+
 def _bidirectional(cfg: dict[str, Any], name: str) -> Mapped:
     mode = cfg.get("merge_mode", "concat")
     _refuse_if(mode not in ("concat", "sum", "mul", "ave", None), name, "merge_mode",
@@ -337,8 +363,19 @@ def _bidirectional(cfg: dict[str, Any], name: str) -> Mapped:
                   return_sequences=dirs[0].return_sequences)
 
 
-def weight_names(layer: Layer) -> list[str]:
-    """The Keras order of ``layer``'s weights (the h5 ``vars/0, 1, ...``)."""
+#: the sublayer of a Keras MultiHeadAttention holding each part's weights (its h5 group)
+MHA_GROUPS = {"query": "query_dense", "key": "key_dense", "value": "value_dense",
+              "attention_output": "output_dense"}
+
+
+def weight_names(layer: Layer, group: str = "vars") -> list[str]:
+    """The Keras order of ``layer``'s weights in its h5 vars group ``group`` (``vars/0, 1,
+    ...``; a MultiHeadAttention has one per projection, ``query_dense/vars``, ...)."""
+    if isinstance(layer, MultiHeadAttention):
+        part = next((p for p, g in MHA_GROUPS.items() if group.endswith(f"{g}/vars")), None)
+        if part is None:
+            return []
+        return [n for n in (f"{part}_kernel", f"{part}_bias") if n in layer.weight_names]
     if isinstance(layer, RecurrentLayer):
         return ["kernel", "recurrent_kernel"] + (["bias"] if layer.cell.bias is not None else [])
     if isinstance(layer, Dense):
@@ -350,13 +387,14 @@ def weight_names(layer: Layer) -> list[str]:
     return []
 
 
-def to_rnnkit_weights(layer: Layer, arrays: list[np.ndarray]) -> dict[str, np.ndarray] | str:
+def to_rnnkit_weights(layer: Layer, arrays: list[np.ndarray],
+                      group: str = "vars") -> dict[str, np.ndarray] | str:
     """Keras arrays of ``layer`` -> ``{rnnkit weight name: array}``, or a problem description.
 
     Recurrent bias ``(G*H,)`` becomes ``(1, G*H)``; a ``(2, 3H)`` GRU ``reset_after`` bias stays;
     a recurrent layer saved with ``use_bias=False`` has two arrays (and no bias here either).
     """
-    names = weight_names(layer)
+    names = weight_names(layer, group)
     if len(arrays) != len(names):
         return f"expected {len(names)} arrays ({', '.join(names)}), found {len(arrays)}"
     out = dict(zip(names, arrays, strict=True))

@@ -275,14 +275,49 @@ def score_attention(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
         if kind == "Attention":
             c = g.const(f"{nm}_concat_score_weight", layer.weight("concat_score_weight"))
             s = g.one("Mul", [s, c], nm)
-    if layer.use_causal_mask:
-        ones = g.one("ConstantOfShape", [g.one("Shape", [s], nm)], nm,
-                     value=g.numpy_helper.from_array(np.ones((1,), g.dtype)))
-        above = g.one("Sub", [ones, g.one("Trilu", [ones], nm, upper=0)], nm)
-        s = g.one("Sub", [s, g.one("Mul", [above, g.const(f"{nm}_shift", np.asarray(1.0e9))], nm)], nm)
-    w = g.one("Softmax", [s], nm, axis=-1)
+    w = g.one("Softmax", [_causal(g, s, nm) if layer.use_causal_mask else s], nm, axis=-1)
     out = g.one("MatMul", [w, v], nm)
     return [out, w] if layer.return_attention_scores else [out]
+
+
+def _causal(g: Graph, s: str, nm: str) -> str:
+    """The scores ``s`` (..., T, S) less 1e9 above the diagonal (``Trilu`` of ones), as rnnkit's
+    causal mask takes them away (a probability there is then exactly 0, as rnnkit's)."""
+    ones = g.one("ConstantOfShape", [g.one("Shape", [s], nm)], nm,
+                 value=g.numpy_helper.from_array(np.ones((1,), g.dtype)))
+    above = g.one("Sub", [ones, g.one("Trilu", [ones], nm, upper=0)], nm)
+    return g.one("Sub", [s, g.one("Mul", [above, g.const(f"{nm}_shift", np.asarray(1.0e9))], nm)], nm)
+
+
+def multi_head_attention(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    """``MultiHeadAttention`` at inference (no dropout; no masks but the causal one): the three
+    projections, heads split by ``Reshape`` / ``Transpose``, scaled scores, ``Softmax``, the
+    heads joined and the output projection."""
+    nm = layer.name
+    N, Kd, Vd = layer.num_heads, layer.key_dim, layer.value_dim
+    q, v = inputs[0], inputs[1]
+    k = inputs[2] if len(inputs) > 2 else v
+
+    def project(part: str, x: str, width: int, perm: list[int]) -> str:
+        w = layer.weight(f"{part}_kernel")
+        y = g.one("MatMul", [x, g.const(f"{nm}_{part}_kernel", w.reshape(w.shape[0], -1))], nm)
+        if layer.use_bias:
+            y = g.one("Add", [y, g.const(f"{nm}_{part}_bias", layer.weight(f"{part}_bias").reshape(-1))], nm)
+        y = g.one("Reshape", [y, g.ints(f"heads{width}", [0, 0, N, width])], nm)
+        return g.one("Transpose", [y], nm, perm=perm)
+
+    qh = g.one("Mul", [project("query", q, Kd, [0, 2, 1, 3]),
+                       g.const(f"{nm}_inv_sqrt_key_dim", np.asarray(1.0 / np.sqrt(float(Kd))))], nm)
+    s = g.one("MatMul", [qh, project("key", k, Kd, [0, 2, 3, 1])], nm)
+    p = g.one("Softmax", [_causal(g, s, nm) if layer.use_causal_mask else s], nm, axis=-1)
+    o = g.one("MatMul", [p, project("value", v, Vd, [0, 2, 1, 3])], nm)
+    o = g.one("Transpose", [o], nm, perm=[0, 2, 1, 3])
+    o = g.one("Reshape", [o, g.ints("joined", [0, 0, N * Vd])], nm)
+    wo = layer.weight("attention_output_kernel")
+    out = g.one("MatMul", [o, g.const(f"{nm}_output_kernel", wo.reshape(N * Vd, -1))], nm)
+    if layer.use_bias:
+        out = g.one("Add", [out, g.const(f"{nm}_output_bias", layer.weight("attention_output_bias"))], nm)
+    return [out, p] if layer.return_attention_scores else [out]
 
 
 Converter = Callable[..., list[str]]
@@ -291,7 +326,7 @@ CONVERTERS: dict[str, Converter] = {
     "RecurrentLayer": recurrent, "RNNNet": rnn_net, "Dense": dense, "Embedding": embedding,
     "Dropout": identity, "RepeatVector": repeat_vector, "Reverse": reverse, "Concatenate": concatenate,
     "ActivationLayer": activation_layer, "Attention": score_attention,
-    "AdditiveAttention": score_attention,
+    "AdditiveAttention": score_attention, "MultiHeadAttention": multi_head_attention,
 }
 #: layer class name -> why it cannot be exported exactly
 REFUSED: dict[str, str] = {
@@ -310,7 +345,7 @@ def carries_lengths(layer: Layer, masked: list[bool]) -> bool:
     name = type(layer).__name__
     if name == "RepeatVector":
         return False
-    if name in ("Attention", "AdditiveAttention"):
+    if name in ("Attention", "AdditiveAttention", "MultiHeadAttention"):
         raise UnsupportedFeatureError(layer.name, "lengths", "attention over padded sequences needs "
                                       "their masks, which the exported graph does not compute")
     if name == "Reverse":

@@ -1,7 +1,6 @@
-"""Non-recurrent layers (Dense, Attention, AdditiveAttention, Embedding, Masking, RepeatVector,
-Reverse, Concatenate, Add,
-Multiply, Average, Dropout, ActivationLayer) and the layer registry that covers every layer,
-recurrent ones included."""
+"""Non-recurrent layers (Dense, Attention, AdditiveAttention, MultiHeadAttention, Embedding,
+Masking, RepeatVector, Reverse, Concatenate, Add, Multiply, Average, Dropout, ActivationLayer)
+and the layer registry that covers every layer, recurrent ones included."""
 
 from rnnkit.layers._attention import AdditiveAttention, Attention
 from rnnkit.layers._bidirectional import Bidirectional
@@ -10,19 +9,20 @@ from rnnkit.layers._dropout import Dropout
 from rnnkit.layers._embedding import Embedding
 from rnnkit.layers._masking import Masking
 from rnnkit.layers._merge import Add, Average, Concatenate, MergeLayer, Multiply
+from rnnkit.layers._mha import MultiHeadAttention
 from rnnkit.layers._registry import layer_from_config, layer_to_config, register_layer
 from rnnkit.layers._reshape import RepeatVector, Reverse
 from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
 
 for _cls in (Dense, ActivationLayer, Embedding, RepeatVector, Reverse, Concatenate, Dropout, Masking, Add,
              Multiply, Average, Bidirectional, SimpleRNN, LSTM, GRU, RecurrentLayer, Attention,
-             AdditiveAttention):
+             AdditiveAttention, MultiHeadAttention):
     register_layer(_cls)
 
 __all__ = [
     "ActivationLayer", "Add", "AdditiveAttention", "Attention",
     "Average", "Bidirectional", "Concatenate", "Dense", "Dropout",
-    "Embedding", "Masking", "MergeLayer", "Multiply",
+    "Embedding", "Masking", "MergeLayer", "MultiHeadAttention", "Multiply",
     "RepeatVector", "Reverse", "GRU", "LSTM", "SimpleRNN",
     "layer_from_config", "layer_to_config", "register_layer",
 ]

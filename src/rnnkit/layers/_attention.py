@@ -69,8 +69,11 @@ def _check_mask(m: Mask | None, what: str, B: int, T: int, where: str) -> np.nda
 
 
 def softmax_last(s: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis (the largest score subtracted first)."""
-    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    """Softmax over the last axis (the largest score subtracted first; ``fmax.reduce`` finds it
+    several times faster than ``max`` over a short last axis, and a NaN score makes its row NaN
+    either way)."""
+    e = s - np.fmax.reduce(s, axis=-1, keepdims=True)
+    np.exp(e, out=e)
     e /= e.sum(axis=-1, keepdims=True)
     return e
 
