@@ -3,11 +3,12 @@ training step (forward, loss = sum of output * G, backward: every weight gradien
 input gradients), self-attention, float32 (run by hand, never a test).
 
 Both get the same weights (PyTorch's packed ``in_proj_weight`` is rnnkit's ``query_kernel``,
-``key_kernel`` and ``value_kernel``, each reshaped (E, E) and transposed, stacked) and the outputs are compared before timing. The sides then run
-interleaved (the order flips every repeat); each sample is the mean of an inner loop of about
-``--sample`` seconds; the medians are reported with ratio = rnnkit / PyTorch (below 1: rnnkit is
-faster). One thread: ``OPENBLAS_NUM_THREADS`` / ``RNNKIT_KERNEL_THREADS`` are set to 1 before
-NumPy and rnnkit are imported, and ``torch.set_num_threads(1)``.
+``key_kernel`` and ``value_kernel``, each reshaped (E, E) and transposed, stacked) and the
+outputs are compared before timing. The sides then run interleaved (the order flips every
+repeat); each sample is the mean of an inner loop of about ``--sample`` seconds; the medians
+are reported with ratio = rnnkit / PyTorch (below 1: rnnkit is faster). One thread:
+``OPENBLAS_NUM_THREADS`` / ``RNNKIT_KERNEL_THREADS`` are set to 1 before NumPy and rnnkit are
+imported, and ``torch.set_num_threads(1)``.
 
 Usage::
 
@@ -61,7 +62,8 @@ def run(batch: int, steps: int, width: int, heads: int, repeats: int, seconds: f
             [layer.weight(f"{p}_kernel").reshape(width, width).T for p in ("query", "key", "value")])))
         tm.in_proj_bias.zero_()
         tm.out_proj.bias.zero_()
-        tm.out_proj.weight.copy_(torch.tensor(layer.weight("attention_output_kernel").reshape(width, width).T))
+        wo = layer.weight("attention_output_kernel").reshape(width, width)
+        tm.out_proj.weight.copy_(torch.tensor(wo.T))
     tx, tG = torch.tensor(x, requires_grad=True), torch.tensor(G)
 
     def ours() -> None:
