@@ -321,3 +321,28 @@ def test_onnx_export_equals_rnnkit(kw: dict[str, Any], causal: bool, tmp_path: P
     got = sess.run(None, {i.name: x for i, x in zip(sess.get_inputs(), xs, strict=True)})
     for want, g in zip(model.predict(xs), got, strict=True):
         np.testing.assert_allclose(g, want, rtol=0, atol=1e-5)
+
+
+def test_masks_propagated_in_a_functional_model_equal_keras(keras: Any, tmp_path: Path) -> None:
+    """Masking on both inputs: Keras hands MultiHeadAttention and Attention the query's and the
+    value's masks, rnnkit's graph the same (weights through Keras' file; 1e-6, float32). Each
+    layer reads Masking outputs of its own: Keras' MultiHeadAttention clears the masks of the
+    tensors it is called on, so an Attention called on the same tensors after it gets none."""
+    pytest.importorskip("h5py")
+    L = keras.layers
+    kq, kv = keras.Input((T, DQ)), keras.Input((S, DQ))
+    mha = L.MultiHeadAttention(2, 3)(L.Masking(0.0)(kq), L.Masking(0.0)(kv))
+    kout = L.Concatenate()([mha, L.Attention(use_scale=True)([L.Masking(0.0)(kq), L.Masking(0.0)(kv)])])
+    kmodel = keras.Model([kq, kv], L.Dense(2)(kout))
+    q, v = rk.Input((T, DQ)), rk.Input((S, DQ))
+    ours = rk.MultiHeadAttention(2, 3)([rk.Masking(0.0)(q), rk.Masking(0.0)(v)])
+    out = rk.Concatenate()([ours, rk.Attention(use_scale=True)([rk.Masking(0.0)(q), rk.Masking(0.0)(v)])])
+    model = rk.Model([q, v], rk.Dense(2)(out))
+    g = np.random.default_rng(0)
+    for w in kmodel.weights:
+        w.assign(g.uniform(-0.5, 0.5, tuple(w.shape)).astype("float32"))
+    kmodel.save_weights(tmp_path / "k.weights.h5")
+    rk.load_keras_weights(model, tmp_path / "k.weights.h5")
+    xs, (qm, vm, _, _) = _data()
+    xs = [xs[0] * qm[..., None], g.standard_normal((B, S, DQ)).astype("float32") * vm[..., None]]
+    np.testing.assert_allclose(model.predict(xs), kmodel.predict(xs, verbose=0), rtol=0, atol=1e-6)
