@@ -16,6 +16,7 @@ from safetensors.numpy import save_file
 import rnnkit as rk
 from rnnkit import io as rio
 from rnnkit._layer import Layer
+from rnnkit._safetensors import read_safetensors, write_safetensors
 from rnnkit.layers import Dense
 from rnnkit.models import GraphBuilder, Sequential, SequentialBuilder
 
@@ -276,3 +277,11 @@ def test_no_pickle_anywhere_in_the_library() -> None:
     # and the files are read by safetensors, whose loader runs no code
     assert "safe_open" in (src / "_safetensors.py").read_text(encoding="utf-8")
     assert pattern.search("import pickle\n") and pattern.search("np.load(f, allow_pickle=True)")
+
+
+def test_a_0d_weight_keeps_its_shape_in_safetensors(tmp_path: Path) -> None:
+    """A scalar weight (Attention's ``scale``) is written with shape [] and read back 0-d (the
+    writer's ``ascontiguousarray`` had made it (1,), and the load refused it)."""
+    write_safetensors(tmp_path / "s.safetensors", {"scale": np.array(1.5, np.float32)}, {})
+    got, _ = read_safetensors(tmp_path / "s.safetensors")
+    assert got["scale"].shape == () and got["scale"] == np.float32(1.5)

@@ -233,3 +233,23 @@ def test_masked_multiply_float64_gradients() -> None:
     assert max(errs.values()) < 1e-7, errs
     y = model._forward_masks(xs, rk.Ctx.inference(), False, masks)[0][0]
     assert np.all(y[1, 2:][~masks[1].valid(5)[1, 2:]] == 0.0)   # masked in both: 0 (Keras)
+
+
+def test_a_merge_call_on_arrays_takes_one_mask_per_input() -> None:
+    """``rk.Multiply()([a, b], mask=[m1, m2])`` on arrays (and on the tape) is the masked product a
+    graph model computes from the inputs' propagated masks (the list of masks had been read as
+    one (2, B, T) mask and refused)."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 3, 4))
+    m1 = np.array([[1, 1, 0], [1, 0, 0]], bool)
+    m2 = np.array([[1, 0, 0], [1, 1, 1]], bool)
+    x1, x2 = rk.Input((3, 4)), rk.Input((3, 4))
+    graph = rk.Model([x1, x2], rk.Multiply(dtype="float64")([rk.Masking(0.0)(x1), rk.Masking(0.0)(x2)]))
+    want = graph.predict([a * m1[..., None], b * m2[..., None]])
+    layer = rk.Multiply(dtype="float64")
+    np.testing.assert_allclose(layer([a * m1[..., None], b * m2[..., None]], mask=[m1, m2]), want, rtol=1e-6)
+    with rk.GradientTape():
+        taped = layer([a * m1[..., None], b * m2[..., None]], mask=[m1, m2])
+    np.testing.assert_allclose(taped, want, rtol=1e-6)
+    with pytest.raises(rk.InvalidInputError, match="one mask"):
+        layer([a, b], mask=[m1, m2, m1])

@@ -30,7 +30,7 @@ from rnnkit._errors import (
 from rnnkit._graph_calls import GraphCalls
 from rnnkit._random import check_seed, make_rng
 from rnnkit._shape import Shape, pop_input_shape
-from rnnkit._tape import ACTIVE, call_layer
+from rnnkit._tape import ACTIVE, call_layer, forward_with_mask
 from rnnkit._validate import as_weight_array as as_weight_array
 from rnnkit._validate import check_bool as check_bool
 from rnnkit._validate import check_ctx as check_ctx
@@ -239,9 +239,7 @@ class Layer(GraphCalls, metaclass=_LayerType):
 
             def run(v: Any) -> Any:
                 pass_ = Ctx.training() if training else Ctx.inference()
-                if mask is not None:
-                    pass_.set_mask(mask)
-                return self.forward(self._finite(v), pass_)
+                return forward_with_mask(self, self._finite(v), mask, pass_)
             # a training pass may write weights of its own (BatchNormalization moves its moving
             # statistics): it runs once, holding the lock, never again after a write it made itself
             return (WEIGHTS.read_once if training else WEIGHTS.read)(run, x)

@@ -34,7 +34,8 @@ def safetensors_bytes(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, 
     blobs: list[bytes] = []
     offset = 0
     for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name])
+        arr = np.asarray(tensors[name])
+        a = np.ascontiguousarray(arr).reshape(arr.shape)   # (ascontiguousarray makes a 0-d array 1-d)
         if a.dtype.name not in _ST_DTYPES:
             raise TypeError(f"cannot write {name!r}: dtype {a.dtype} has no safetensors code")
         data = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()

@@ -408,6 +408,18 @@ def _unflatten(like: Any, it: Iterator[Any]) -> Any:
     return next(it)
 
 
+def forward_with_mask(layer: Any, x: Any, mask: Any, ctx: Ctx) -> Any:
+    """``layer``'s forward in ``ctx`` under a call's ``mask=``: for a layer of several inputs
+    that takes one mask per input (it has ``forward_masked``, as a graph model calls it) a list
+    of masks (each a boolean (B, T) array, a :class:`~rnnkit.Mask` or None; the layer's
+    ``forward_masked`` reads and checks them) goes there; any other mask becomes ``ctx.mask``."""
+    if isinstance(mask, (list, tuple)) and isinstance(x, (list, tuple)) and hasattr(layer, "forward_masked"):
+        return layer.forward_masked(x, list(mask), ctx)
+    if mask is not None:
+        ctx.set_mask(mask)
+    return layer.forward(x, ctx)
+
+
 # -- layers on the tape ----------------------------------------------------------------------------
 def call_layer(layer: TapeLayer, x: Any, initial_state: Any, mask: Any, training: bool | None) -> Any:
     """``layer(x, initial_state=..., mask=..., training=...)`` while a tape records: the layer's
@@ -421,8 +433,6 @@ def call_layer(layer: TapeLayer, x: Any, initial_state: Any, mask: Any, training
     seeds = _LOCAL.seeds
     seed = None if seeds is None else next(seeds)
     ctx = _TapeCtx(bool(training), seed) if tapes else Ctx(bool(training), seed)
-    if mask is not None:
-        ctx.set_mask(mask)
     if initial_state is not None:
         states = list(initial_state) if isinstance(initial_state, (list, tuple)) else [initial_state]
         inputs: Any = [x, *states]
@@ -430,13 +440,13 @@ def call_layer(layer: TapeLayer, x: Any, initial_state: Any, mask: Any, training
         inputs = x
     flat = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     if not tapes:
-        return layer.forward(inputs, ctx)
+        return forward_with_mask(layer, inputs, mask, ctx)
     for t in tapes:
         if t.watch_accessed_variables:
             t._watch_layer(layer)
     if not any(t.tracks(a) for t in tapes for a in flat):
         ctx.skip_input_grad(layer)
-    out = layer.forward(inputs, ctx)
+    out = forward_with_mask(layer, inputs, mask, ctx)
     multi = isinstance(out, list)
     outs = [fresh(o, flat) for o in (out if multi else [out])]
     keep = ctx.peek(layer) if len(tapes) > 1 or tapes[0].persistent else None   # walked again

@@ -48,8 +48,10 @@ saying what differed (also under ``python -O``: nothing here is a bare ``assert`
 The layer's pass must be deterministic too (training output == inference output); a layer
 with pass randomness (Dropout) uses the single functions with a seeded ``Ctx`` instead.
 ``make_input(rng)`` returns the input array (float64 values; indices for an Embedding, then
-pass ``input_grad=False``). Keep shapes small: the gradcheck costs two forward passes per
-scalar of the input and of every weight.
+pass ``input_grad=False``), or for a layer of several inputs (``Attention``) the list of its
+input arrays: the input gradient is then checked per input (``"input0"``, ``"input1"``, ...).
+Keep shapes small: the gradcheck costs two forward passes per scalar of the input and of every
+weight.
 """
 
 from __future__ import annotations
@@ -98,6 +100,18 @@ def rel_err(analytic: np.ndarray, numeric: np.ndarray) -> float:
     return float(np.max(np.abs(a - n))) / scale
 
 
+def _copy(x: Any) -> Any:
+    """A copy of an array, or of each array of a list (a layer of several inputs)."""
+    return [np.array(a) for a in x] if isinstance(x, list) else np.array(x)
+
+
+def _free_batch(x: Any) -> Any:
+    """The build shape of input ``x`` (batch free); a list of them for a list of inputs."""
+    if isinstance(x, list):
+        return [Shape.with_free_batch(np.shape(a)) for a in x]
+    return Shape.with_free_batch(np.shape(x))
+
+
 def _loss(layer: Any, x: np.ndarray, G: np.ndarray) -> float:
     return float(np.sum(np.asarray(layer.forward(x, Ctx.inference()), np.float64) * G))
 
@@ -110,12 +124,27 @@ def analytic_grads(layer: Any, x: np.ndarray, G: np.ndarray) -> Grads:
     dx = layer.backward(G, ctx)
     names = getattr(layer, "trainable_names", layer.weight_names)
     grads = {n: np.array(ctx.grad(layer, n)) for n in names}
-    return np.array(y), (None if dx is None else np.array(dx)), grads
+    return np.array(y), (None if dx is None else _copy(dx)), grads
 
 
 def numeric_grad(layer: Any, x: np.ndarray, G: np.ndarray, wrt: str, eps: float = 1e-6) -> np.ndarray:
     """Central differences of ``L = sum(forward(x) * G)`` w.r.t. ``"input"`` or a weight name
-    (the weight is restored afterwards, also when a pass raises)."""
+    (the weight is restored afterwards, also when a pass raises); ``"input3"`` is the input of
+    index 3 of a layer of several inputs."""
+    if wrt.startswith("input") and wrt != "input":
+        k = int(wrt[5:])
+        xs = [np.array(a, np.float64, copy=True) for a in x]
+        xp = xs[k]
+        out = np.empty_like(xp)
+        for i in np.ndindex(xp.shape):
+            v = xp[i]
+            xp[i] = v + eps
+            lp = _loss(layer, xs, G)  # type: ignore[arg-type]
+            xp[i] = v - eps
+            lm = _loss(layer, xs, G)  # type: ignore[arg-type]
+            xp[i] = v
+            out[i] = (lp - lm) / (2 * eps)
+        return out
     if wrt == "input":
         xp = np.array(x, np.float64, copy=True)
         out = np.empty_like(xp)
@@ -159,10 +188,14 @@ def gradcheck(
     if G is None:
         G = np.random.default_rng(seed + 7919).standard_normal(y.shape)
     _, dx, grads = analytic_grads(layer, x, G)
-    names = wrt if wrt is not None else (["input"] if input_grad else []) + list(grads)
+    ins = [f"input{k}" for k in range(len(x))] if isinstance(x, list) else ["input"]
+    names = wrt if wrt is not None else (ins if input_grad else []) + list(grads)
     errs: dict[str, float] = {}
     for name in names:
-        ana = dx if name == "input" else grads[name]
+        if name.startswith("input"):
+            ana = dx if name == "input" or dx is None else dx[int(name[5:])]
+        else:
+            ana = grads[name]
         _require(ana is not None, f"{_who(layer)}: backward returned no input gradient")
         errs[name] = rel_err(np.asarray(ana), numeric_grad(layer, x, G, name, eps))
     return errs
@@ -197,7 +230,9 @@ def assert_fast_matches_reference(layer: Any, x: np.ndarray, G: np.ndarray, rtol
     with kernels.use("reference"):
         ref = analytic_grads(layer, x, G)
     pairs: list[tuple[str, Any, Any]] = [("output", fast[0], ref[0])]
-    if fast[1] is not None:
+    if isinstance(fast[1], list):
+        pairs += [(f"input gradient {k}", a, b) for k, (a, b) in enumerate(zip(fast[1], ref[1], strict=True))]
+    elif fast[1] is not None:
         pairs.append(("input gradient", fast[1], ref[1]))
     pairs += [(f"gradient of {n}", fast[2][n], ref[2][n]) for n in ref[2]]
     for what, a, b in pairs:
@@ -216,7 +251,7 @@ def assert_round_trip(make_layer: MakeLayer, layer: Any, x: np.ndarray, seed: in
     fresh, loaded = make_layer(layer.dtype.name), make_layer(layer.dtype.name)
     for other in (fresh, loaded):
         if not other.built:
-            other.build(layer.input_shape)
+            other.build(_free_batch(x) if isinstance(x, list) else layer.input_shape)
     ref = layer.predict(x)
     if layer.weights():
         _require(not np.array_equal(fresh.predict(x), ref), "round trip check cannot fail: same weights")
@@ -262,8 +297,10 @@ def assert_thread_safe(layer: Any, xs: list[np.ndarray], seed: int = 0) -> None:
         for r in range(rounds):
             ty, tdx, tgrads = results[k][r]
             np.testing.assert_array_equal(ty, y, err_msg=f"thread {k} round {r}: output")
-            if dx is not None:
-                np.testing.assert_array_equal(tdx, dx, err_msg=f"thread {k} round {r}: input grad")
+            for a, b in zip(tdx if isinstance(dx, list) else [tdx], dx if isinstance(dx, list) else [dx],
+                            strict=True):
+                if b is not None:
+                    np.testing.assert_array_equal(a, b, err_msg=f"thread {k} round {r}: input grad")
             for n in grads:
                 np.testing.assert_array_equal(tgrads[n], grads[n], err_msg=f"thread {k}: grad {n}")
 
@@ -284,7 +321,11 @@ def _check_pass(layer: Any, x: np.ndarray, y_inf: np.ndarray, G: np.ndarray, inp
     assert_unchanged(layer, before)
     _require(y.dtype == np.float64, f"float64 layer gave {y.dtype} outputs")
     np.testing.assert_allclose(y, y_inf, rtol=1e-12, atol=1e-12)
-    if input_grad:
+    if input_grad and isinstance(x, list):
+        _require(isinstance(dx, list) and [np.shape(d) for d in dx] == [a.shape for a in x],
+                 f"input grads {[np.shape(d) for d in dx] if isinstance(dx, list) else dx} vs "
+                 f"{[a.shape for a in x]}")
+    elif input_grad:
         _require(dx is not None and dx.shape == x.shape,
                  f"input grad {getattr(dx, 'shape', None)} vs {x.shape}")
     for e in layer.weights():
@@ -317,6 +358,13 @@ def _check_sums_and_no_forward(layer: Any, x: np.ndarray, G: np.ndarray,
             raise AssertionError(f"{_who(layer)}: backward without a recorded forward did not raise")
 
 
+def _like(value: Any, x: Any) -> Any:
+    """``value`` (another draw of ``make_input``) in the dtype of ``x`` (each array of a list)."""
+    if isinstance(x, list):
+        return [np.asarray(a, b.dtype) for a, b in zip(value, x, strict=True)]
+    return np.asarray(value, x.dtype)
+
+
 def check_layer(
     make_layer: MakeLayer, make_input: MakeInput, *, seed: int = 0, rtol: float = 1e-6,
     eps: float = 1e-6, input_grad: bool = True, threads: int = 2, check_float32: bool = True,
@@ -325,15 +373,19 @@ def check_layer(
     """Run the whole contract (see the module docstring) and return the measured numbers."""
     rng = np.random.default_rng(seed)
     x = make_input(rng)
-    if input_grad:
+    if isinstance(x, list):
+        x = [np.asarray(a, np.float64) for a in x]
+    elif input_grad:
         x = np.asarray(x, np.float64)
     layer = make_layer("float64")
-    if not layer.built:                                                    # 1. build
+    if not layer.built and isinstance(x, list):                            # 1. build
+        layer.build(_free_batch(x))
+    elif not layer.built:
         layer.forward_mut(x, Ctx.inference())
     _require(layer.built, f"{_who(layer)} is not built after forward_mut")
     y_inf = layer.predict(x)
     try:
-        out_shape = layer.compute_output_shape(Shape.with_free_batch(x.shape))
+        out_shape = layer.compute_output_shape(_free_batch(x))
     except NotImplementedError:
         out_shape = None
     if out_shape is not None:
@@ -343,8 +395,7 @@ def check_layer(
     before = snapshot(layer)
     errs = assert_gradcheck(layer, x, rtol=rtol, G=G, eps=eps, input_grad=input_grad)   # 3.
     assert_unchanged(layer, before, "the gradcheck")
-    xs = [x] + [np.asarray(make_input(np.random.default_rng(seed + k)), x.dtype)
-                for k in range(1, max(threads, 2))]
+    xs = [x] + [_like(make_input(np.random.default_rng(seed + k)), x) for k in range(1, max(threads, 2))]
     _check_sums_and_no_forward(layer, x, G, grads, xs[1], seed)            # 5., 6.
     if fast_vs_reference:                                                  # 7.
         assert_fast_matches_reference(layer, x, G)
@@ -353,7 +404,9 @@ def check_layer(
     f32_err = 0.0
     if check_float32:                                                      # 9.
         l32 = make_layer("float32")
-        if not l32.built:
+        if not l32.built and isinstance(x, list):
+            l32.build(_free_batch(x))
+        elif not l32.built:
             l32.forward_mut(x, Ctx.inference())
         y32 = l32.predict(x)
         _require(y32.dtype == np.float32, f"float32 layer gave {y32.dtype} outputs")

@@ -83,6 +83,40 @@ def bidirectional_entry(name: str, fwd: Any, bwd: Any, shape: Any,
     return entry, vars_
 
 
+def _attention(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
+    """``Attention`` / ``AdditiveAttention``: the constructor's options (the call's go to
+    :func:`call_kwargs`) and the weights in Keras' order (rnnkit's names are Keras')."""
+    cls = type(layer).__name__
+    cfg: dict[str, Any] = {"use_scale": layer.use_scale, "dropout": layer.dropout, "seed": layer.seed}
+    if cls == "Attention":
+        cfg["score_mode"] = layer.score_mode
+    return cls, cfg, [("vars", name, [layer.weight(n) for n in layer.weight_names])]
+
+
+def _multi_head(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
+    """``MultiHeadAttention``: its options, and each projection's kernel and bias in the h5 group
+    of Keras' EinsumDense sublayer (``query_dense``, ``key_dense``, ``value_dense``,
+    ``output_dense``)."""
+    cfg = {"num_heads": layer.num_heads, "key_dim": layer.key_dim, "value_dim": layer.value_dim,
+           "dropout": layer.dropout, "use_bias": layer.use_bias, "use_gate": False,
+           "output_shape": None if layer.output_shape is None else [layer.output_shape],
+           "attention_axes": [1], "sliding_window": None, "seed": layer.seed}
+    vars_: Vars = []
+    for part, group in (("query", "query"), ("key", "key"), ("value", "value"),
+                        ("attention_output", "output")):
+        names = [n for n in (f"{part}_kernel", f"{part}_bias") if n in layer.weight_names]
+        vars_.append((f"{group}_dense/vars", part, [layer.weight(n) for n in names]))
+    return "MultiHeadAttention", cfg, vars_ + [("vars", name, [])]
+
+
+def call_kwargs(layer: Any) -> dict[str, Any]:
+    """The Keras call arguments of ``layer``'s calls that rnnkit holds as its configuration."""
+    if type(layer).__name__ in ("Attention", "AdditiveAttention", "MultiHeadAttention"):
+        return {"use_causal_mask": layer.use_causal_mask,
+                "return_attention_scores": layer.return_attention_scores}
+    return {}
+
+
 def _bidirectional(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
     """rnnkit's ``Bidirectional`` layer (forward_layer, backward_layer, merge_mode)."""
     entry, vars_ = bidirectional_entry(name, layer.forward_layer, layer.backward_layer, None,
@@ -150,6 +184,7 @@ KERAS_LAYERS: dict[str, Any] = {
     "ZeroPadding1D": _weightless("ZeroPadding1D", padding="padding"),
     "Cropping1D": _weightless("Cropping1D", cropping="cropping"),
     "UpSampling1D": _weightless("UpSampling1D", size="size"),
+    "Attention": _attention, "AdditiveAttention": _attention, "MultiHeadAttention": _multi_head,
     "Add": _weightless("Add"), "Multiply": _weightless("Multiply"), "Average": _weightless("Average"),
     "RNNNet": _refuse("an RNNNet is a PyTorch-layout stack with no Keras layer; write it with "
                       "save_torch_safetensors, or export a Sequential of SimpleRNN/LSTM/GRU layers"),
@@ -174,8 +209,11 @@ def keras_layer(layer: Any, name: str, shape: Any, states_ok: bool = False) -> t
                                       f"no Keras export for layer class {type(layer).__name__!r}; "
                                       f"exported: {', '.join(sorted(KERAS_LAYERS))}")
     cfg = {"name": name, "trainable": True, "dtype": layer.dtype.name, **cfg}
+    build: dict[str, Any] = {"input_shape": shape}
+    if kcls == "MultiHeadAttention":   # Keras builds it from named shapes
+        build = {"shapes_dict": dict(zip(("query_shape", "value_shape", "key_shape"), shape, strict=False))}
     return ({"module": "keras.layers", "class_name": kcls, "config": cfg, "registered_name": None,
-             "build_config": {"input_shape": shape}}, vars_)
+             "build_config": build}, vars_)
 
 
 def shape_list(s: Any) -> Any:

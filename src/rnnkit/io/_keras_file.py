@@ -68,9 +68,9 @@ from rnnkit.io._keras_compile import compile_from_keras
 from rnnkit.io._keras_graph import Ref, inbound, layer_name, mask_ops, tensor
 from rnnkit.io._keras_graph import refs as tensor_refs
 from rnnkit.io._keras_h5 import WeightStore, unique_groups
-from rnnkit.io._keras_layers import RECURRENT, Mapped, map_layer, to_rnnkit_weights
+from rnnkit.io._keras_layers import MHA_GROUPS, RECURRENT, Mapped, map_layer, to_rnnkit_weights
 from rnnkit.io._weights import apply_strict
-from rnnkit.layers import Bidirectional, Dense, Embedding, MergeLayer
+from rnnkit.layers import Bidirectional, Dense, Embedding, MergeLayer, MultiHeadAttention
 from rnnkit.models import GraphBuilder, GraphModel, Sequential
 from rnnkit.models._graph import Node
 from rnnkit.recurrent import RecurrentLayer
@@ -238,7 +238,7 @@ def _install(model: Any, entries: list[tuple[Layer, str]], store: WeightStore, s
             problems.append((prefix, f"the weights of {type(layer).__name__} {layer.name!r}", "missing"))
             continue
         used.update(k for k in store.arrays if k.startswith(prefix + "/"))
-        conv = to_rnnkit_weights(layer, arrays)
+        conv = to_rnnkit_weights(layer, arrays, prefix)
         if isinstance(conv, str):
             problems.append((prefix, f"{type(layer).__name__} {layer.name!r} weights", conv))
             continue
@@ -329,6 +329,8 @@ def _entries(layer: Layer, group: str) -> list[tuple[Layer, str]]:
     if isinstance(layer, Bidirectional):
         return [(layer.forward_layer, f"{group}/forward_layer/cell/vars"),
                 (layer.backward_layer, f"{group}/backward_layer/cell/vars")]
+    if isinstance(layer, MultiHeadAttention):   # one EinsumDense sublayer per projection
+        return [(layer, f"{group}/{sub}/vars") for sub in MHA_GROUPS.values()]
     return [(layer, f"{group}/{_rel(layer)}")]
 
 
@@ -351,7 +353,7 @@ def _graph_entries(model: GraphModel, store: WeightStore) -> list[tuple[Layer, s
         where = {id(lay): groups.get(first[id(lay)], "layers/" + first[id(lay)]) for lay in weighted}
     entries: list[tuple[Layer, str]] = []
     for lay in weighted:
-        group, rel = where[id(lay)], _rel(lay)
+        group, rel = where[id(lay)], _entries(lay, "")[0][1].lstrip("/")
         if store.vars_at(f"{group}/{rel}") is None and store.vars_at(f"{group}/layer/{rel}") is not None:
             group = f"{group}/layer"  # a Keras TimeDistributed
         entries.extend(_entries(lay, group))

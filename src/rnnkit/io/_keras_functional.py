@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from rnnkit._layer import Layer
-from rnnkit.io._keras_entries import Vars, bidirectional_entry, keras_layer, shape_list
+from rnnkit.io._keras_entries import Vars, bidirectional_entry, call_kwargs, keras_layer, shape_list
 from rnnkit.io._keras_graph import inbound
 from rnnkit.io._keras_h5 import unique_groups
 from rnnkit.layers import Concatenate, MergeLayer, Reverse
@@ -116,7 +116,10 @@ def functional_config(model: Any) -> tuple[dict[str, Any], list[tuple[str, Vars]
         if len(tensors) > 1 and not isinstance(n.layer, MergeLayer):   # [x, *initial_state]
             call: dict[str, Any] = {"args": [tensors[0]], "kwargs": {"initial_state": tensors[1:]}}
         else:
-            call = {"args": [tensors if len(tensors) > 1 else tensors[0]], "kwargs": {}}
+            # Keras' MultiHeadAttention takes query, value (and key) as arguments, not one list
+            spread = type(n.layer).__name__ == "MultiHeadAttention"
+            call = {"args": tensors if spread else [tensors if len(tensors) > 1 else tensors[0]],
+                    "kwargs": call_kwargs(n.layer)}
         entry["inbound_nodes"].append(call)
     ins = [ref[id(n)] for n in model.inputs]
     outs = [ref[id(n)] for n in model.outputs]

@@ -64,7 +64,8 @@ def mask_ops(layer_cfgs: Any) -> set[str]:
 
 
 def inbound(node: Any, layer: str, mask_ops: frozenset[str] | set[str] = frozenset()) -> list[Ref]:
-    """The tensors a call reads: its positional tensors, then its ``initial_state`` ones. A
+    """The tensors a call reads: its positional tensors, then its ``initial_state`` ones (or a
+    MultiHeadAttention's ``key=``). A
     ``mask=`` computed by the recorded mask ops (``mask_ops``) is the one rnnkit propagates."""
     if isinstance(node, dict):
         kwargs = node.get("kwargs") or {}
@@ -74,6 +75,8 @@ def inbound(node: Any, layer: str, mask_ops: frozenset[str] | set[str] = frozens
         states: list[Ref] = []
         for key, val in kwargs.items():
             if key == "initial_state" and tensors(val):
+                states = [history(t, f"layer {layer!r}") for t in tensors(val)]
+            elif key == "key" and tensors(val):   # MultiHeadAttention(query, value, key=...)
                 states = [history(t, f"layer {layer!r}") for t in tensors(val)]
             elif key == "mask" and tensors(val) and all(
                     history(t, layer)[0] in mask_ops for t in tensors(val)):

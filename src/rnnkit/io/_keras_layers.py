@@ -28,6 +28,8 @@ from rnnkit.io._interop_errors import UnsupportedFeatureError
 from rnnkit.layers import (
     ActivationLayer,
     Add,
+    AdditiveAttention,
+    Attention,
     Average,
     AveragePooling1D,
     BatchNormalization,
@@ -43,6 +45,7 @@ from rnnkit.layers import (
     LayerNormalization,
     Masking,
     MaxPooling1D,
+    MultiHeadAttention,
     Multiply,
     RepeatVector,
     UpSampling1D,
@@ -56,7 +59,8 @@ SUPPORTED = ("InputLayer", "SimpleRNN", "LSTM", "GRU", "Bidirectional", "Dense",
              "Dropout", "RepeatVector", "Activation", "Concatenate", "TimeDistributed", "Masking",
              "Add", "Multiply", "Average", "LayerNormalization", "Conv1D", "MaxPooling1D",
              "AveragePooling1D", "GlobalAveragePooling1D", "GlobalMaxPooling1D", "ZeroPadding1D",
-             "Cropping1D", "UpSampling1D", "BatchNormalization")
+             "Cropping1D", "UpSampling1D", "BatchNormalization", "Attention", "AdditiveAttention",
+             "MultiHeadAttention")
 POOLS = {"MaxPooling1D": MaxPooling1D, "AveragePooling1D": AveragePooling1D}
 GLOBAL_POOLS = {"GlobalAveragePooling1D": GlobalAveragePooling1D, "GlobalMaxPooling1D": GlobalMaxPooling1D}
 MERGES = {"Add": Add, "Multiply": Multiply, "Average": Average}
@@ -326,6 +330,10 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
                                  float(cfg.get("epsilon", 1e-3)), _flag(cfg, "center", True, name),
                                  _flag(cfg, "scale", True, name), dtype=dtype, name=name)
         return Mapped(name, class_name, out, [(out, "vars")])
+    if class_name in ("Attention", "AdditiveAttention"):
+        return _attention(class_name, cfg, layer_cfg.get("inbound_nodes"), dtype, name)
+    if class_name == "MultiHeadAttention":
+        return _multi_head(cfg, layer_cfg.get("inbound_nodes"), dtype, name)
     if class_name == "RepeatVector":
         return Mapped(name, class_name, RepeatVector(_int(cfg, "n", name), dtype=dtype, name=name))
     if class_name == "Activation":
@@ -333,6 +341,66 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
                       ActivationLayer(_activation(cfg, "activation", name), dtype=dtype, name=name))
     # Concatenate
     return Mapped(name, class_name, Concatenate(_int(cfg, "axis", name, -1), dtype=dtype, name=name))
+
+
+#: the call arguments of a Keras attention layer that are configuration in rnnkit
+ATTENTION_CALL_OPTIONS = ("use_causal_mask", "return_attention_scores")
+
+
+def call_options(nodes: Any, keys: tuple[str, ...], name: str) -> dict[str, bool]:
+    """The boolean call arguments ``keys`` of a Keras layer's calls (``inbound_nodes``), which
+    rnnkit holds as configuration: every call must give the same (UnsupportedFeatureError
+    otherwise); a missing one is False."""
+    seen: list[dict[str, bool]] = []
+    for node in nodes if isinstance(nodes, list) else []:
+        kwargs = node.get("kwargs") if isinstance(node, dict) else None
+        kwargs = kwargs if isinstance(kwargs, dict) else {}
+        seen.append({k: _flag(kwargs, k, False, name) for k in keys})
+    if any(s != seen[0] for s in seen):
+        raise UnsupportedFeatureError(name, "/".join(keys), f"the layer's calls differ in {keys} "
+                                      f"({seen}); rnnkit holds them as the layer's configuration")
+    return seen[0] if seen else dict.fromkeys(keys, False)
+
+
+def _attention(class_name: str, cfg: dict[str, Any], nodes: Any, dtype: str, name: str) -> Mapped:
+    opts = call_options(nodes, ATTENTION_CALL_OPTIONS, name)
+    seed = cfg.get("seed")
+    common: dict[str, Any] = {"dropout": float(cfg.get("dropout") or 0.0), "dtype": dtype, "name": name,
+                              "seed": seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
+                              **opts}
+    out: Layer
+    if class_name == "Attention":
+        mode = cfg.get("score_mode", "dot")
+        _refuse_if(mode not in ("dot", "concat"), name, "score_mode",
+                   f"score_mode {mode!r}; Keras and rnnkit have 'dot' and 'concat'")
+        out = Attention(_flag(cfg, "use_scale", False, name), str(mode), **common)
+        weighted = out.use_scale or out.score_mode == "concat"
+    else:
+        out = AdditiveAttention(_flag(cfg, "use_scale", True, name), **common)
+        weighted = out.use_scale
+    return Mapped(name, class_name, out, [(out, "vars")] if weighted else [])
+
+
+def _multi_head(cfg: dict[str, Any], nodes: Any, dtype: str, name: str) -> Mapped:
+    """Keras' MultiHeadAttention, the sequence case; each projection's weights in the h5 group of
+    its EinsumDense sublayer."""
+    for opt, off in (("use_gate", False), ("sliding_window", None), ("flash_attention", None)):
+        _refuse_if(cfg.get(opt, off) not in (off, False if off is None else off), name, opt,
+                   f"{opt}={cfg.get(opt)!r} is not supported")
+    axes = cfg.get("attention_axes")
+    _refuse_if(axes not in (None, 1, -2, [1], [-2]), name, "attention_axes",
+               f"attention_axes={axes!r}; rnnkit attends over the time axis of (batch, time, features)")
+    shape = cfg.get("output_shape")
+    _refuse_if(not (shape is None or isinstance(shape, int) or isinstance(shape, list) and len(shape) == 1),
+               name, "output_shape", f"output_shape={shape!r}; rnnkit's output is (batch, time, width)")
+    seed = cfg.get("seed")
+    opts = call_options(nodes, ATTENTION_CALL_OPTIONS, name)
+    out = MultiHeadAttention(_int(cfg, "num_heads", name), _int(cfg, "key_dim", name),
+                             cfg.get("value_dim"), float(cfg.get("dropout") or 0.0),
+                             _flag(cfg, "use_bias", True, name), shape, axes, dtype=dtype, name=name,
+                             seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
+                             **opts)
+    return Mapped(name, "MultiHeadAttention", out, [(out, f"{g}/vars") for g in MHA_GROUPS.values()])
 
 
 def _bidirectional(cfg: dict[str, Any], name: str) -> Mapped:
@@ -366,8 +434,19 @@ def _bidirectional(cfg: dict[str, Any], name: str) -> Mapped:
                   return_sequences=dirs[0].return_sequences)
 
 
-def weight_names(layer: Layer) -> list[str]:
-    """The Keras order of ``layer``'s weights (the h5 ``vars/0, 1, ...``)."""
+#: the sublayer of a Keras MultiHeadAttention holding each part's weights (its h5 group)
+MHA_GROUPS = {"query": "query_dense", "key": "key_dense", "value": "value_dense",
+              "attention_output": "output_dense"}
+
+
+def weight_names(layer: Layer, group: str = "vars") -> list[str]:
+    """The Keras order of ``layer``'s weights in its h5 vars group ``group`` (``vars/0, 1,
+    ...``; a MultiHeadAttention has one per projection, ``query_dense/vars``, ...)."""
+    if isinstance(layer, MultiHeadAttention):
+        part = next((p for p, g in MHA_GROUPS.items() if group.endswith(f"{g}/vars")), None)
+        if part is None:
+            return []
+        return [n for n in (f"{part}_kernel", f"{part}_bias") if n in layer.weight_names]
     if isinstance(layer, RecurrentLayer):
         return ["kernel", "recurrent_kernel"] + (["bias"] if layer.cell.bias is not None else [])
     if isinstance(layer, Dense):
@@ -377,13 +456,14 @@ def weight_names(layer: Layer) -> list[str]:
     return list(layer.weight_names)   # the other layers declare their weights in Keras' order
 
 
-def to_rnnkit_weights(layer: Layer, arrays: list[np.ndarray]) -> dict[str, np.ndarray] | str:
+def to_rnnkit_weights(layer: Layer, arrays: list[np.ndarray],
+                      group: str = "vars") -> dict[str, np.ndarray] | str:
     """Keras arrays of ``layer`` -> ``{rnnkit weight name: array}``, or a problem description.
 
     Recurrent bias ``(G*H,)`` becomes ``(1, G*H)``; a ``(2, 3H)`` GRU ``reset_after`` bias stays;
     a recurrent layer saved with ``use_bias=False`` has two arrays (and no bias here either).
     """
-    names = weight_names(layer)
+    names = weight_names(layer, group)
     if len(arrays) != len(names):
         return f"expected {len(names)} arrays ({', '.join(names)}), found {len(arrays)}"
     out = dict(zip(names, arrays, strict=True))

@@ -58,7 +58,7 @@ class Graph:
         arr, problem = weight_problem(np.asarray(value), np.dtype(self.dtype if dtype is None else dtype))
         if problem is not None:
             raise InvalidInputError(f"save_onnx: {hint}: {problem} (nothing was written)")
-        arr = np.ascontiguousarray(arr)
+        arr = np.ascontiguousarray(arr).reshape(arr.shape)   # (ascontiguousarray makes 0-d 1-d)
         nm = self.name(hint)
         self.initializers.append(self.numpy_helper.from_array(arr, nm))
         return nm
@@ -359,6 +359,75 @@ def activation_layer(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
     return [activation(g, inputs[0], layer.activation, layer.name, layer.name)]
 
 
+def score_attention(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    """``Attention`` / ``AdditiveAttention`` at inference (no dropout; no masks: a masked input
+    is refused by :func:`carries_lengths`): the scores, ``- 1e9`` above the diagonal under a
+    causal mask (``Trilu`` of ones), ``Softmax`` over the last axis, ``MatMul`` with the value."""
+    q, v = inputs[0], inputs[1]
+    k = inputs[2] if len(inputs) > 2 else v
+    nm = layer.name
+    kind = type(layer).__name__
+    if kind == "Attention" and layer.score_mode == "dot":
+        s = g.one("MatMul", [q, g.one("Transpose", [k], nm, perm=[0, 2, 1])], nm)
+        if layer.use_scale:
+            s = g.one("Mul", [s, g.const(f"{nm}_scale", layer.weight("scale"))], nm)
+    else:
+        a = g.one("Add", [g.one("Unsqueeze", [q, g.ints("axis2", [2])], nm),
+                          g.one("Unsqueeze", [k, g.ints("axis1", [1])], nm)], nm)
+        if kind == "Attention" and layer.use_scale:
+            a = g.one("Mul", [a, g.const(f"{nm}_scale", layer.weight("scale"))], nm)
+        u = g.one("Tanh", [a], nm)
+        if kind == "AdditiveAttention" and layer.use_scale:
+            u = g.one("Mul", [u, g.const(f"{nm}_scale", layer.weight("scale"))], nm)
+        s = g.one("ReduceSum", [u, g.ints("axis_last", [-1])], nm, keepdims=0)
+        if kind == "Attention":
+            c = g.const(f"{nm}_concat_score_weight", layer.weight("concat_score_weight"))
+            s = g.one("Mul", [s, c], nm)
+    w = g.one("Softmax", [_causal(g, s, nm) if layer.use_causal_mask else s], nm, axis=-1)
+    out = g.one("MatMul", [w, v], nm)
+    return [out, w] if layer.return_attention_scores else [out]
+
+
+def _causal(g: Graph, s: str, nm: str) -> str:
+    """The scores ``s`` (..., T, S) less 1e9 above the diagonal (``Trilu`` of ones), as rnnkit's
+    causal mask takes them away (a probability there is then exactly 0, as rnnkit's)."""
+    ones = g.one("ConstantOfShape", [g.one("Shape", [s], nm)], nm,
+                 value=g.numpy_helper.from_array(np.ones((1,), g.dtype)))
+    above = g.one("Sub", [ones, g.one("Trilu", [ones], nm, upper=0)], nm)
+    return g.one("Sub", [s, g.one("Mul", [above, g.const(f"{nm}_shift", np.asarray(1.0e9))], nm)], nm)
+
+
+def multi_head_attention(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    """``MultiHeadAttention`` at inference (no dropout; no masks but the causal one): the three
+    projections, heads split by ``Reshape`` / ``Transpose``, scaled scores, ``Softmax``, the
+    heads joined and the output projection."""
+    nm = layer.name
+    N, Kd, Vd = layer.num_heads, layer.key_dim, layer.value_dim
+    q, v = inputs[0], inputs[1]
+    k = inputs[2] if len(inputs) > 2 else v
+
+    def project(part: str, x: str, width: int, perm: list[int]) -> str:
+        w = layer.weight(f"{part}_kernel")
+        y = g.one("MatMul", [x, g.const(f"{nm}_{part}_kernel", w.reshape(w.shape[0], -1))], nm)
+        if layer.use_bias:
+            y = g.one("Add", [y, g.const(f"{nm}_{part}_bias", layer.weight(f"{part}_bias").reshape(-1))], nm)
+        y = g.one("Reshape", [y, g.ints(f"heads{width}", [0, 0, N, width])], nm)
+        return g.one("Transpose", [y], nm, perm=perm)
+
+    qh = g.one("Mul", [project("query", q, Kd, [0, 2, 1, 3]),
+                       g.const(f"{nm}_inv_sqrt_key_dim", np.asarray(1.0 / np.sqrt(float(Kd))))], nm)
+    s = g.one("MatMul", [qh, project("key", k, Kd, [0, 2, 3, 1])], nm)
+    p = g.one("Softmax", [_causal(g, s, nm) if layer.use_causal_mask else s], nm, axis=-1)
+    o = g.one("MatMul", [p, project("value", v, Vd, [0, 2, 1, 3])], nm)
+    o = g.one("Transpose", [o], nm, perm=[0, 2, 1, 3])
+    o = g.one("Reshape", [o, g.ints("joined", [0, 0, N * Vd])], nm)
+    wo = layer.weight("attention_output_kernel")
+    out = g.one("MatMul", [o, g.const(f"{nm}_output_kernel", wo.reshape(N * Vd, -1))], nm)
+    if layer.use_bias:
+        out = g.one("Add", [out, g.const(f"{nm}_output_bias", layer.weight("attention_output_bias"))], nm)
+    return [out, p] if layer.return_attention_scores else [out]
+
+
 Converter = Callable[..., list[str]]
 #: rnnkit layer class name -> converter (a RecurrentLayer subclass uses "RecurrentLayer")
 CONVERTERS: dict[str, Converter] = {
@@ -369,6 +438,8 @@ CONVERTERS: dict[str, Converter] = {
     "MaxPooling1D": pooling1d, "AveragePooling1D": pooling1d, "GlobalAveragePooling1D": global_pooling1d,
     "GlobalMaxPooling1D": global_pooling1d, "ZeroPadding1D": zero_padding1d, "Cropping1D": cropping1d,
     "UpSampling1D": up_sampling1d,
+    "Attention": score_attention, "AdditiveAttention": score_attention,
+    "MultiHeadAttention": multi_head_attention,
 }
 #: layers whose outputs' steps are not the input's steps (or are none): padded sequences' lengths
 #: do not describe them
@@ -394,6 +465,9 @@ def carries_lengths(layer: Layer, masked: list[bool]) -> bool:
     if name in RESHAPES_TIME:
         raise UnsupportedFeatureError(layer.name, "lengths", f"a {name} mixes or moves the steps of a "
                                       f"padded sequence, so the lengths no longer describe its output")
+    if name in ("Attention", "AdditiveAttention", "MultiHeadAttention"):
+        raise UnsupportedFeatureError(layer.name, "lengths", "attention over padded sequences needs "
+                                      "their masks, which the exported graph does not compute")
     if name == "Reverse":
         raise UnsupportedFeatureError(layer.name, "lengths", "reversing a padded sequence puts its "
                                       "padding first, which only a Keras mask describes")

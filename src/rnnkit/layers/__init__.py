@@ -1,8 +1,9 @@
 """Non-recurrent layers (Dense, Embedding, Masking, RepeatVector, Reverse, Concatenate, Add,
-Multiply, Average, Dropout, ActivationLayer, LayerNormalization, BatchNormalization, Conv1D and
-the pooling / padding layers over time) and the layer registry that covers every layer, recurrent
-ones included."""
+Multiply, Average, Dropout, ActivationLayer, LayerNormalization, BatchNormalization, Conv1D, the
+pooling / padding layers over time, Attention, AdditiveAttention and MultiHeadAttention) and the
+layer registry that covers every layer, recurrent ones included."""
 
+from rnnkit.layers._attention import AdditiveAttention, Attention
 from rnnkit.layers._bidirectional import Bidirectional
 from rnnkit.layers._conv import Conv1D
 from rnnkit.layers._dense import ActivationLayer, Dense
@@ -10,6 +11,7 @@ from rnnkit.layers._dropout import Dropout
 from rnnkit.layers._embedding import Embedding
 from rnnkit.layers._masking import Masking
 from rnnkit.layers._merge import Add, Average, Concatenate, MergeLayer, Multiply
+from rnnkit.layers._mha import MultiHeadAttention
 from rnnkit.layers._normalization import BatchNormalization, LayerNormalization
 from rnnkit.layers._pooling import (
     AveragePooling1D,
@@ -27,14 +29,15 @@ from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
 for _cls in (Dense, ActivationLayer, Embedding, RepeatVector, Reverse, Concatenate, Dropout, Masking, Add,
              Multiply, Average, Bidirectional, SimpleRNN, LSTM, GRU, RecurrentLayer, LayerNormalization,
              Conv1D, MaxPooling1D, AveragePooling1D, GlobalAveragePooling1D, GlobalMaxPooling1D,
-             ZeroPadding1D, Cropping1D, UpSampling1D, BatchNormalization):
+             ZeroPadding1D, Cropping1D, UpSampling1D, BatchNormalization, Attention, AdditiveAttention,
+             MultiHeadAttention):
     register_layer(_cls)
 
 __all__ = [
-    "ActivationLayer", "Add", "Average", "Bidirectional", "Concatenate", "Dense", "Dropout",
-    "Embedding", "LayerNormalization", "Conv1D", "MaxPooling1D", "AveragePooling1D",
+    "ActivationLayer", "Add", "AdditiveAttention", "Attention", "Average", "Bidirectional", "Concatenate",
+    "Dense", "Dropout", "Embedding", "LayerNormalization", "Conv1D", "MaxPooling1D", "AveragePooling1D",
     "GlobalAveragePooling1D", "GlobalMaxPooling1D", "ZeroPadding1D", "Cropping1D", "UpSampling1D",
-    "Masking", "MergeLayer", "Multiply", "BatchNormalization",
+    "Masking", "MergeLayer", "MultiHeadAttention", "Multiply", "BatchNormalization",
     "RepeatVector", "Reverse", "GRU", "LSTM", "SimpleRNN",
     "layer_from_config", "layer_to_config", "register_layer",
 ]

@@ -233,9 +233,12 @@ class Multiply(_Elementwise):
         arrs = self._inputs(x)
         keeps: list[np.ndarray | None] = [None] * len(arrs)
         out_keep = None
+        if masks is not None and len(masks) != len(arrs):
+            raise InvalidInputError(f"{self.name}: expected one mask (or None) per input, {len(arrs)}, "
+                                    f"got {len(masks)}")
         if masks is not None and any(m is not None for m in masks):
             B, T = arrs[0].shape[:2]
-            for i, m in enumerate(masks):
+            for i, m in enumerate(map(Mask.of, masks)):
                 if m is not None:
                     m.check(B, T, self.name)
                     keep = m.valid(T).reshape((B, T) + (1,) * (arrs[0].ndim - 2))

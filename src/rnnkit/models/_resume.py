@@ -48,7 +48,7 @@ _FORMAT = "rnnkit-fit-state"
 def _digest(arrays: list[np.ndarray]) -> str:
     h = hashlib.sha256()
     for a in arrays:
-        a = np.ascontiguousarray(a)
+        a = np.ascontiguousarray(a).reshape(np.shape(a))   # (ascontiguousarray makes 0-d 1-d)
         h.update(f"{a.dtype.str}{a.shape}".encode())
         h.update(a.tobytes())
     return h.hexdigest()

@@ -58,7 +58,7 @@ def weights_sha256(model: Any) -> str:
     named = model.state_dict() if isinstance(model, RNNNet) else {
         n: lay.weight(w) for n, (lay, w) in model.named_weights().items()}
     for name in sorted(named):
-        a = np.ascontiguousarray(named[name])
+        a = np.ascontiguousarray(named[name]).reshape(np.shape(named[name]))   # (0-d stays 0-d)
         h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
         h.update(a.tobytes())
     return h.hexdigest()
