@@ -188,6 +188,41 @@ def _sequential(cfg: dict[str, Any], top: dict[str, Any]) -> tuple[Any, list[Map
     return Sequential([x for x in layers if x is not None], input_shape=shape, name=name), mapped, groups
 
 
+def _call_order(pending: list[tuple[Mapped, int, list[Ref]]],
+                made: set[tuple[str, int]]) -> list[tuple[Mapped, int, list[Ref]]]:
+    """The calls of ``pending`` (in file order) in the order the graph is built: by level (a
+    call reading only the ``made`` calls, the inputs, is level 1; any other one level above the
+    highest call it reads), file order within a level. Kahn's algorithm with a count of the
+    calls each one still waits for: linear in the number of calls and references.
+    FileFormatError naming the first call in file order that can never run (it reads a call
+    the file does not have, or a cycle)."""
+    waiting: dict[tuple[str, int], list[int]] = {}   # a call -> the pending calls reading it
+    left: list[int] = []                             # per pending call: calls it still waits for
+    for i, (_, _, refs) in enumerate(pending):
+        wanted = {r[:2] for r in refs} - made
+        left.append(len(wanted))
+        for key in wanted:
+            waiting.setdefault(key, []).append(i)
+    level = [1] * len(pending)
+    ready = [i for i in range(len(pending)) if left[i] == 0]
+    at = 0
+    while at < len(ready):
+        i = ready[at]
+        at += 1
+        m, k, _ = pending[i]
+        for j in waiting.pop((m.name, k), []):
+            level[j] = max(level[j], level[i] + 1)
+            left[j] -= 1
+            if left[j] == 0:
+                ready.append(j)
+    if len(ready) < len(pending):
+        first = next(i for i in range(len(pending)) if left[i])
+        done = made | {(pending[i][0].name, pending[i][1]) for i in ready}
+        raise FileFormatError(f"the functional graph cannot be resolved: {pending[first][0].name!r} waits "
+                              f"for {[r for r in pending[first][2] if r[:2] not in done]}")
+    return [pending[i] for i in sorted(ready, key=lambda i: (level[i], i))]
+
+
 def _functional(cfg: dict[str, Any]) -> tuple[Any, list[Mapped], list[str]]:
     b = GraphBuilder(str(cfg.get("name", "functional")))
     nodes: dict[tuple[str, int], Node] = {}
@@ -205,15 +240,8 @@ def _functional(cfg: dict[str, Any]) -> tuple[Any, list[Mapped], list[str]]:
             continue
         for k, node in enumerate(lc.get("inbound_nodes", [])):
             pending.append((m, k, inbound(node, m.name, ops)))
-    while pending:
-        ready = [p for p in pending if all(r[:2] in nodes for r in p[2])]
-        if not ready:
-            raise FileFormatError(f"the functional graph cannot be resolved: {pending[0][0].name!r} waits "
-                                  f"for {[r for r in pending[0][2] if r[:2] not in nodes]}")
-        for p in ready:
-            m, k, refs = p
-            nodes[(m.name, k)] = _call(b, m, [tensor(nodes, r) for r in refs], k)
-            pending.remove(p)
+    for m, k, refs in _call_order(pending, set(nodes)):
+        nodes[(m.name, k)] = _call(b, m, [tensor(nodes, r) for r in refs], k)
     outs = [tensor(nodes, r) for r in tensor_refs(cfg.get("output_layers"), "output_layers")]
     ins = [tensor(nodes, r) for r in tensor_refs(cfg.get("input_layers"), "input_layers")]
     model = b.build(outs if len(outs) > 1 else outs[0], ins)

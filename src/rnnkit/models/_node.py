@@ -108,7 +108,7 @@ class Node:
             else:
                 pick = Node(self.builder._name(f"{self.name}[{k}]", None, exact=True), None, (self,),
                             self.shape[k], self.builder, k)
-                self.builder._nodes.append(pick)
+                self.builder._keep(pick)
             self._picks[k] = pick
         return self._picks[k]
 
