@@ -25,6 +25,8 @@ class Builder(Protocol):
 
     def _name(self, base: str, name: str | None, exact: bool = False) -> str: ...
 
+    def _keep(self, node: Node) -> None: ...
+
 
 class Node:
     """One value of the graph: a model input (``layer is None``, no inbound), one call of

@@ -1,0 +1,146 @@
+"""Loading costs time linear in the file: doubling the layers of a model file at most ~doubles
+its load time (a functional ``.keras`` chain, a ``.rnnkit`` Sequential of many layers), and a
+long chain saves and loads back with the values it had.
+
+The timings compare n and 2n layers in one test, not a duration: a linear loader gives a ratio
+near 2 (the per-layer work is the same, plus a fixed cost that only lowers it), a quadratic one
+near 4. The bound 2.2 leaves 10% for noise; each size is timed in CPU time (``process_time``,
+little moved by other processes on the machine), the best of a few runs taken in turns."""
+
+from __future__ import annotations
+
+import gc
+import io
+import json
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rnnkit as rk
+from rnnkit.models import GraphBuilder
+
+#: layers of the smaller file of each pair (the larger has twice as many)
+KERAS_LAYERS = 2_500
+RNNKIT_LAYERS = 5_000
+#: a linear loader's ratio is <= 2 (+10% for noise); a quadratic one's is ~4
+RATIO = 2.2
+
+
+def _cpu(fn: Callable[[], Any]) -> float:
+    """The CPU time of one call of ``fn``, the garbage collector paused (its full passes come at
+    growth steps that n and 2n would straddle unevenly)."""
+    gc.collect()
+    gc.disable()
+    try:
+        t = time.process_time()
+        fn()
+        return time.process_time() - t
+    finally:
+        gc.enable()
+
+
+def _ratio(small: Callable[[], Any], large: Callable[[], Any], repeats: int = 3) -> tuple[float, float]:
+    """The best CPU times of ``small`` and ``large``, timed in turns (after one call of
+    ``large``, so both run with the process's memory already grown to the larger size)."""
+    large()
+    t1 = t2 = float("inf")
+    for _ in range(repeats):
+        t1 = min(t1, _cpu(small))
+        t2 = min(t2, _cpu(large))
+    return t1, t2
+
+
+def _tensor(name: str) -> dict[str, object]:
+    return {"class_name": "__keras_tensor__",
+            "config": {"shape": [None, 4], "dtype": "float32", "keras_history": [name, 0, 0]}}
+
+
+def _keras_chain(path: Path, n: int) -> None:
+    """A functional ``.keras`` archive: an input and ``n`` Dropout layers, each reading the one
+    before (layers listed last first, so a resolver scanning for ready calls pays n per call)."""
+    h5py = pytest.importorskip("h5py")
+    layers: list[dict[str, object]] = [
+        {"module": "keras.layers", "class_name": "InputLayer", "name": "inp", "registered_name": None,
+         "inbound_nodes": [],
+         "config": {"batch_shape": [None, 4], "dtype": "float32", "sparse": False, "name": "inp"}}]
+    prev = "inp"
+    chain = []
+    for i in range(n):
+        chain.append({"module": "keras.layers", "class_name": "Dropout", "name": f"d{i}",
+                      "registered_name": None,
+                      "config": {"name": f"d{i}", "trainable": True, "dtype": "float32", "rate": 0.1},
+                      "inbound_nodes": [{"args": [_tensor(prev)], "kwargs": {}}]})
+        prev = f"d{i}"
+    layers += chain[::-1]
+    cfg = {"module": "keras.src.models.functional", "class_name": "Functional",
+           "registered_name": "Functional",
+           "config": {"name": "chain", "trainable": True, "layers": layers,
+                      "input_layers": ["inp", 0, 0], "output_layers": [prev, 0, 0]},
+           "build_config": {"input_shape": None}, "compile_config": None}
+    buf = io.BytesIO()
+    with h5py.File(buf, "w") as f:
+        f.create_group("layers")
+        f.create_group("vars")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("metadata.json", json.dumps({"keras_version": "3.15.1"}))
+        z.writestr("config.json", json.dumps(cfg))
+        z.writestr("model.weights.h5", buf.getvalue())
+
+
+def test_functional_keras_chain_loads_in_linear_time(tmp_path: Path) -> None:
+    """2.5k and 5k chained layers: the graph is ordered by in-degree counts (Kahn), not by
+    rescanning the calls still waiting; the model built is the whole chain, in order."""
+    small, large = tmp_path / "small.keras", tmp_path / "large.keras"
+    _keras_chain(small, KERAS_LAYERS)
+    _keras_chain(large, 2 * KERAS_LAYERS)
+    model = rk.load_keras(large)
+    assert isinstance(model, rk.GraphModel)
+    assert [n.name for n in model.nodes] == ["inp"] + [f"d{i}" for i in range(2 * KERAS_LAYERS)]
+    del model
+    t1, t2 = _ratio(lambda: rk.load_keras(small), lambda: rk.load_keras(large))
+    assert t2 / t1 <= RATIO, (t1, t2)
+
+
+def test_sequential_of_many_layers_loads_in_linear_time(tmp_path: Path) -> None:
+    """5k and 10k Dropout layers in a ``.rnnkit`` file: Sequential.add finds a repeated layer
+    by a position map, not by scanning the layers added before."""
+    paths = []
+    for n in (RNNKIT_LAYERS, 2 * RNNKIT_LAYERS):
+        p = tmp_path / f"m{n}.rnnkit"
+        rk.save_model(rk.Sequential([rk.Dropout(0.1) for _ in range(n)], input_shape=(None, 2, 3)), p)
+        paths.append(p)
+    assert len(rk.load_model(paths[1]).layers) == 2 * RNNKIT_LAYERS
+    t1, t2 = _ratio(lambda: rk.load_model(paths[0]), lambda: rk.load_model(paths[1]))
+    assert t2 / t1 <= RATIO, (t1, t2)
+
+
+def test_sequential_still_refuses_a_layer_added_twice() -> None:
+    d = rk.Dropout(0.1)
+    model = rk.Sequential([rk.Dropout(0.2), d])
+    with pytest.raises(rk.InvalidInputError, match="already at position 1"):
+        model.add(d)
+
+
+def test_a_long_chain_saves_to_keras_and_loads_back_with_its_values(tmp_path: Path) -> None:
+    """1,500 chained layers (deeper than Python's recursion limit) round-trip through
+    ``save_keras``/``load_keras``: the loaded model predicts what the saved one did. The chain
+    is Dense(3) then ActivationLayer(tanh) pairs; both sides run the same float32 arithmetic
+    in the same order, so the outputs agree to rounding (rtol 1e-6)."""
+    pytest.importorskip("h5py")
+    b = GraphBuilder("long")
+    x = b.input((None, 3))
+    h = b.add(rk.Dense(3, seed=0), [x])
+    for _ in range(1_499):
+        h = b.add(rk.ActivationLayer("tanh"), [h])
+    model = b.build(h)
+    path = tmp_path / "long.keras"
+    rk.save_keras(model, path)
+    back = rk.load_keras(path)
+    xs = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    np.testing.assert_allclose(back.predict(xs), model.predict(xs), rtol=1e-6, atol=0)
+    assert len(back.nodes) == len(model.nodes)
