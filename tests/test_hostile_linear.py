@@ -13,6 +13,7 @@ import gc
 import io
 import json
 import time
+import tracemalloc
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -144,3 +145,32 @@ def test_a_long_chain_saves_to_keras_and_loads_back_with_its_values(tmp_path: Pa
     xs = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
     np.testing.assert_allclose(back.predict(xs), model.predict(xs), rtol=1e-6, atol=0)
     assert len(back.nodes) == len(model.nodes)
+
+
+def test_keras_weights_entry_is_streamed_not_held_twice(tmp_path: Path) -> None:
+    """A 64 MiB weights entry (deflated ~50-fold, under the 100-fold limit) that is no HDF5
+    file keeps no data: it is streamed to a temporary file, so the load's peak of traced
+    allocations (Python's and NumPy's) is a 1 MiB read chunk and the config, far under 32 MiB
+    (joined in memory it was 2 x 64 MiB)."""
+    pytest.importorskip("h5py")
+    n = 64 << 20
+    rng = np.random.default_rng(0)
+    data = np.zeros(n, np.uint8)
+    at = rng.integers(0, n, n // 200)
+    data[at] = rng.integers(1, 256, at.size)
+    path = tmp_path / "junk.keras"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("config.json", json.dumps({"class_name": "Sequential", "config": {"layers": []}}))
+        z.writestr("model.weights.h5", data.tobytes())
+    del data
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo("model.weights.h5")
+        assert info.file_size / info.compress_size < 100   # not refused by the expansion limit
+    tracemalloc.start()
+    try:
+        with pytest.raises(rk.FileFormatError, match="not an HDF5 Keras weights file"):
+            rk.load_keras(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, f"the load allocated up to {peak >> 20} MiB at once"
