@@ -174,3 +174,43 @@ def test_keras_weights_entry_is_streamed_not_held_twice(tmp_path: Path) -> None:
     finally:
         tracemalloc.stop()
     assert peak < 32 << 20, f"the load allocated up to {peak >> 20} MiB at once"
+
+
+def test_repeat_vector_through_the_api_is_refused_before_predict_allocates() -> None:
+    """RepeatVector(10**9) of a (2, 3) float32 batch would be 24e9 bytes (2 * 1e9 * 3 * 4):
+    over the 8 GiB default budget, refused naming the shape, bytes and the setting; a budget
+    raised above it is obeyed (checked here without allocating: a budget just below still
+    refuses), and an ordinary repeat is exact."""
+    model = rk.Sequential([rk.RepeatVector(10**9)], input_shape=(None, 3))
+    x = np.ones((2, 3), np.float32)
+    refused = r"\(2, 1000000000, 3\).*24000000000 bytes.*max_array_bytes"
+    with pytest.raises(rk.MemoryBudgetError, match=refused):
+        model.predict(x)
+    old = rk.io.set_limits(max_array_bytes=24_000_000_000 - 1)
+    try:
+        with pytest.raises(MemoryError, match="budget of 23999999999 bytes"):
+            model.predict(x)
+    finally:
+        rk.io.set_limits(**old)
+    small = rk.Sequential([rk.RepeatVector(3)], input_shape=(None, 3))
+    np.testing.assert_array_equal(small.predict(x), np.stack([x, x, x], axis=1))
+
+
+@pytest.mark.parametrize("make", [lambda: rk.LSTM(8), lambda: rk.GRU(8), lambda: rk.SimpleRNN(8)])
+def test_zero_state_of_a_huge_batch_is_a_typed_error(make: Callable[[], Any]) -> None:
+    """zero_state(2**31) of 8 units in float32: >= 2**31 * 8 * 4 = 64 GiB, over the budget;
+    a MemoryBudgetError (not numpy's bare MemoryError) naming the batch. zero_state(2) is zeros."""
+    layer = make()
+    layer.build((None, 2, 3))
+    with pytest.raises(rk.MemoryBudgetError, match=r"zero_state\(2147483648\).*over the memory budget"):
+        layer.zero_state(2**31)
+    state = layer.zero_state(2)
+    assert len(state) >= 1
+    for part in state:
+        np.testing.assert_array_equal(part, np.zeros((2, 8), np.float32))
+
+
+def test_rnn_net_zero_state_of_a_huge_batch_is_a_typed_error() -> None:
+    net = rk.rnn.lstm(3, 8, rk.rnn.RNNConfig(num_layers=2))
+    with pytest.raises(rk.MemoryBudgetError, match=r"zero_state\(2147483648\)"):
+        net.zero_state(2**31)
