@@ -71,11 +71,11 @@ class FileFormatError(Error, ValueError):
     The message names the path and what was found there."""
 
 
-class MemoryBudgetError(Error, MemoryError):
+class MemoryBudgetError(InvalidParameterError, MemoryError):
     """A size given by a caller or a file (units, repeats, a batch of states, an input shape)
     would make an array larger than the memory budget (``rnnkit.io.set_limits(max_array_bytes=)``).
     Raised before anything is allocated; the message names the size, the budget and how to
-    raise it."""
+    raise it. An InvalidParameterError (a size out of range) and a MemoryError."""
 
 
 class ModelBusyError(Error, RuntimeError):
