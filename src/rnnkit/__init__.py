@@ -71,6 +71,7 @@ from rnnkit._errors import (
     ForwardPassNotRunError,
     InvalidInputError,
     InvalidParameterError,
+    MemoryBudgetError,
     ModelBusyError,
     NonFiniteError,
     NotBuiltError,
@@ -183,7 +184,8 @@ from rnnkit.recurrent import (
 __all__ = [
     "Activation", "HardSigmoid", "Linear", "ReLU", "Sigmoid", "Softmax", "Tanh",
     "Ctx",
-    "Error", "ForwardPassNotRunError", "InvalidInputError", "InvalidParameterError", "ModelBusyError",
+    "Error", "ForwardPassNotRunError", "InvalidInputError", "InvalidParameterError", "MemoryBudgetError",
+    "ModelBusyError",
     "NonFiniteError", "NotBuiltError", "UnknownWeightError", "WeightShapeError",
     "Layer", "WeightEntry", "Mask",
     "set_global_seed",

@@ -19,7 +19,8 @@ import math
 from collections.abc import Iterator
 from contextvars import ContextVar
 
-from rnnkit._errors import FileFormatError
+from rnnkit._errors import FileFormatError, MemoryBudgetError
+from rnnkit._limits import LIMITS
 
 #: weight numbers a build may draw beyond twice the file's (4 Mi numbers, 32 MiB as float64)
 SLACK = 1 << 22
@@ -38,6 +39,21 @@ def allocation_budget(numbers: int, source: str) -> Iterator[None]:
     finally:
         _BUDGET.reset(tok)
         _SOURCE.reset(tok_src)
+
+
+def check_array(shape: tuple[int, ...], itemsize: int, what: str) -> None:
+    """Refuse, before it is allocated, an array of ``shape`` with ``itemsize``-byte elements
+    larger than the memory budget ``LIMITS.max_array_bytes``: MemoryBudgetError naming
+    ``what``, the shape, its bytes, the budget and how to raise it. Sizes are Python ints (no
+    overflow)."""
+    n = math.prod(int(d) for d in shape)
+    size = n * int(itemsize)
+    if size > LIMITS.max_array_bytes:
+        raise MemoryBudgetError(
+            f"{what}: an array of shape {tuple(int(d) for d in shape)} ({n} numbers, {size} bytes) is "
+            f"over the memory budget of {LIMITS.max_array_bytes} bytes per array; expected at most "
+            f"that. Raise it with rnnkit.io.set_limits(max_array_bytes=...) if the machine has the "
+            f"memory")
 
 
 def _active(shape: tuple[int, ...]) -> tuple[list[int] | None, int]:

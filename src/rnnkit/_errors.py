@@ -71,6 +71,13 @@ class FileFormatError(Error, ValueError):
     The message names the path and what was found there."""
 
 
+class MemoryBudgetError(InvalidParameterError, MemoryError):
+    """A size given by a caller or a file (units, repeats, a batch of states, an input shape)
+    would make an array larger than the memory budget (``rnnkit.io.set_limits(max_array_bytes=)``).
+    Raised before anything is allocated; the message names the size, the budget and how to
+    raise it. An InvalidParameterError (a size out of range) and a MemoryError."""
+
+
 class ModelBusyError(Error, RuntimeError):
     """``fit`` was called on a model that is already training in another thread. Two trainings
     of one model would interleave their optimizer steps in whatever order the threads run, so

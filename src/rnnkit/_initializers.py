@@ -19,6 +19,7 @@ import math
 import numpy as np
 from numpy.typing import DTypeLike
 
+from rnnkit._budget import check_array
 from rnnkit._budget import reserve as _reserve
 from rnnkit._errors import InvalidParameterError
 
@@ -29,8 +30,9 @@ def reserve(shape: tuple[int, ...]) -> None:
     MemoryError or "Maximum allowed dimension exceeded")."""
     _reserve(shape)
     n = math.prod(int(d) for d in shape)
-    if any(int(d) < 0 for d in shape) or n * 8 >= 2**63:
+    if any(int(d) < 0 for d in shape):
         raise InvalidParameterError(f"a weight of shape {tuple(shape)} ({n} numbers) cannot be allocated")
+    check_array(shape, 8, "a weight drawn in float64")
 
 
 def _alloc(shape: tuple[int, ...], draw: object) -> np.ndarray:

@@ -18,6 +18,9 @@ max_json_bytes             16 MiB     a JSON document: ``config.json``, model me
 max_json_depth             100        nesting of ``[`` / ``{`` in such a document
 max_archive_entry_bytes    1 GiB      an uncompressed entry of a ``.keras`` archive
 max_compression_ratio      100        uncompressed / compressed size of an entry > 1 MiB
+max_array_bytes            8 GiB      one array a size given by a caller or a file makes
+                                      (weights of ``units``, ``RepeatVector(n)``'s output,
+                                      ``zero_state(batch)``): MemoryBudgetError otherwise
 =========================  =========  =====================================================
 
 A model file's architecture may not declare far more weight numbers than the file holds: a
@@ -43,6 +46,7 @@ class Limits:
     max_json_depth: int = 100
     max_archive_entry_bytes: int = 1 << 30
     max_compression_ratio: float = 100.0
+    max_array_bytes: int = 8 << 30
 
 
 LIMITS = Limits()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Iterable, Iterator
 from typing import Any, overload
@@ -113,9 +114,11 @@ def declared_input_shape(value: object, where: str) -> Shape:
     return Shape((None, *value))
 
 
+@functools.lru_cache(maxsize=1024)
 def _accepts(cls: type, keyword: str) -> bool:
     """Whether ``cls(...)`` takes ``keyword`` itself: its ``__init__`` names it, or passes
-    ``**kwargs`` on to a base class whose ``__init__`` does (the next in the MRO)."""
+    ``**kwargs`` on to a base class whose ``__init__`` does (the next in the MRO). Remembered
+    per class (a config of many layers of one class inspects its signature once)."""
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
         if init is None:

@@ -53,10 +53,13 @@ left uncompiled with a warning: :mod:`rnnkit.io._keras_compile`).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 import zipfile
 import zlib
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 from rnnkit._budget import allocation_budget
 from rnnkit._errors import Error, FileFormatError, WeightShapeError
@@ -86,9 +89,11 @@ def _check_path(p: str) -> None:
     check_regular(p, "a Keras file")
 
 
-def _read_entry(z: zipfile.ZipFile, name: str, p: str) -> bytes:
-    """One archive entry, its stated size checked against the limits before decompressing and
-    the read itself capped (a lying header cannot make it longer)."""
+def _copy_entry(z: zipfile.ZipFile, name: str, p: str, out: BinaryIO | None) -> bytes:
+    """Stream one archive entry into ``out`` (a file) 1 MiB at a time, or, without ``out``,
+    into bytes. Its stated size is checked against the limits before anything is decompressed
+    or allocated, and the read itself is capped (a lying header cannot make it longer); bytes
+    are read into one buffer of the stated size, never joined from pieces."""
     info = z.getinfo(name)
     cap = LIMITS.max_json_bytes if name.endswith(".json") else LIMITS.max_archive_entry_bytes
     if info.file_size > cap:
@@ -99,23 +104,32 @@ def _read_entry(z: zipfile.ZipFile, name: str, p: str) -> bytes:
         raise FileFormatError(f"{p}: archive entry {name!r} expands {ratio:.0f}-fold ({info.compress_size} "
                               f"-> {info.file_size} bytes), over the limit of "
                               f"{LIMITS.max_compression_ratio:g} (rnnkit.io.set_limits)")
-    chunks: list[bytes] = []
+    buf = bytearray(0 if out is not None else info.file_size)
     total = 0
     try:
         with z.open(info) as fh:
             while chunk := fh.read(1 << 20):
-                total += len(chunk)
-                if total > cap or total > info.file_size:
+                if total + len(chunk) > info.file_size:
                     raise FileFormatError(f"{p}: archive entry {name!r} holds more than it states "
                                           f"({info.file_size} bytes)")
-                chunks.append(chunk)
+                if out is not None:
+                    out.write(chunk)
+                else:
+                    buf[total:total + len(chunk)] = chunk
+                total += len(chunk)
     except (zipfile.BadZipFile, EOFError, OSError, NotImplementedError, RuntimeError, zlib.error) as e:
         raise FileFormatError(f"{p}: archive entry {name!r} cannot be read ({e})") from None
-    return b"".join(chunks)
+    if total != info.file_size:
+        raise FileFormatError(f"{p}: archive entry {name!r} holds {total} bytes, not the {info.file_size} "
+                              f"it states")
+    return b"" if out is not None else bytes(buf)
 
 
-def _read_archive(p: str) -> tuple[dict[str, Any], bytes]:
-    """``(config, weights h5 bytes)`` of a ``.keras`` zip archive, entry by entry, bounded."""
+@contextlib.contextmanager
+def _read_archive(p: str) -> Iterator[tuple[dict[str, Any], BinaryIO]]:
+    """``(config, weights h5 file)`` of a ``.keras`` zip archive, entry by entry, bounded: the
+    weights are streamed into an anonymous temporary file (gone when the block ends), so the
+    memory a load uses is the arrays it keeps, not the archive's bytes as well."""
     _check_path(p)
     head = read_head(p, 16, "a Keras file")
     if head.startswith(b"\x89HDF"):
@@ -129,7 +143,7 @@ def _read_archive(p: str) -> tuple[dict[str, Any], bytes]:
         z = zipfile.ZipFile(p)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as e:
         raise FileFormatError(f"{p}: a damaged zip archive ({e})") from None
-    with z:
+    with z, tempfile.TemporaryFile(prefix="rnnkit-keras-") as weights:
         names = z.namelist()
         if any(n.endswith("data.pkl") for n in names):
             raise FileFormatError(f"{p}: a torch.save archive, not a '.keras' file")
@@ -139,11 +153,17 @@ def _read_archive(p: str) -> tuple[dict[str, Any], bytes]:
         if _WEIGHTS not in names:
             raise FileFormatError(f"{p}: the archive has no {_WEIGHTS} (found {names[:10]}); sharded or "
                                   f"weightless Keras archives are not supported")
-        config = parse_json(_read_entry(z, "config.json", p), f"{p}:config.json")
+        config = parse_json(_copy_entry(z, "config.json", p, None), f"{p}:config.json")
         if not isinstance(config, dict) or not isinstance(config.get("config"), dict):
             raise FileFormatError(f"{p}: config.json holds no model config")
-        data = _read_entry(z, _WEIGHTS, p)
-    return config, data
+        try:
+            _copy_entry(z, _WEIGHTS, p, weights)
+            weights.flush()
+            weights.seek(0)
+        except OSError as e:
+            raise FileFormatError(f"{p}: the weights could not be copied to a temporary file "
+                                  f"({e.strerror or e})") from None
+        yield config, weights
 
 
 def _batch_shape(cfg: dict[str, Any]) -> tuple[int | None, ...]:
@@ -188,6 +208,41 @@ def _sequential(cfg: dict[str, Any], top: dict[str, Any]) -> tuple[Any, list[Map
     return Sequential([x for x in layers if x is not None], input_shape=shape, name=name), mapped, groups
 
 
+def _call_order(pending: list[tuple[Mapped, int, list[Ref]]],
+                made: set[tuple[str, int]]) -> list[tuple[Mapped, int, list[Ref]]]:
+    """The calls of ``pending`` (in file order) in the order the graph is built: by level (a
+    call reading only the ``made`` calls, the inputs, is level 1; any other one level above the
+    highest call it reads), file order within a level. Kahn's algorithm with a count of the
+    calls each one still waits for: linear in the number of calls and references.
+    FileFormatError naming the first call in file order that can never run (it reads a call
+    the file does not have, or a cycle)."""
+    waiting: dict[tuple[str, int], list[int]] = {}   # a call -> the pending calls reading it
+    left: list[int] = []                             # per pending call: calls it still waits for
+    for i, (_, _, refs) in enumerate(pending):
+        wanted = {r[:2] for r in refs} - made
+        left.append(len(wanted))
+        for key in wanted:
+            waiting.setdefault(key, []).append(i)
+    level = [1] * len(pending)
+    ready = [i for i in range(len(pending)) if left[i] == 0]
+    at = 0
+    while at < len(ready):
+        i = ready[at]
+        at += 1
+        m, k, _ = pending[i]
+        for j in waiting.pop((m.name, k), []):
+            level[j] = max(level[j], level[i] + 1)
+            left[j] -= 1
+            if left[j] == 0:
+                ready.append(j)
+    if len(ready) < len(pending):
+        first = next(i for i in range(len(pending)) if left[i])
+        done = made | {(pending[i][0].name, pending[i][1]) for i in ready}
+        raise FileFormatError(f"the functional graph cannot be resolved: {pending[first][0].name!r} waits "
+                              f"for {[r for r in pending[first][2] if r[:2] not in done]}")
+    return [pending[i] for i in sorted(ready, key=lambda i: (level[i], i))]
+
+
 def _functional(cfg: dict[str, Any]) -> tuple[Any, list[Mapped], list[str]]:
     b = GraphBuilder(str(cfg.get("name", "functional")))
     nodes: dict[tuple[str, int], Node] = {}
@@ -205,15 +260,8 @@ def _functional(cfg: dict[str, Any]) -> tuple[Any, list[Mapped], list[str]]:
             continue
         for k, node in enumerate(lc.get("inbound_nodes", [])):
             pending.append((m, k, inbound(node, m.name, ops)))
-    while pending:
-        ready = [p for p in pending if all(r[:2] in nodes for r in p[2])]
-        if not ready:
-            raise FileFormatError(f"the functional graph cannot be resolved: {pending[0][0].name!r} waits "
-                                  f"for {[r for r in pending[0][2] if r[:2] not in nodes]}")
-        for p in ready:
-            m, k, refs = p
-            nodes[(m.name, k)] = _call(b, m, [tensor(nodes, r) for r in refs], k)
-            pending.remove(p)
+    for m, k, refs in _call_order(pending, set(nodes)):
+        nodes[(m.name, k)] = _call(b, m, [tensor(nodes, r) for r in refs], k)
     outs = [tensor(nodes, r) for r in tensor_refs(cfg.get("output_layers"), "output_layers")]
     ins = [tensor(nodes, r) for r in tensor_refs(cfg.get("input_layers"), "input_layers")]
     model = b.build(outs if len(outs) > 1 else outs[0], ins)
@@ -260,7 +308,7 @@ def _install(model: Any, entries: list[tuple[Layer, str]], store: WeightStore, s
     apply_strict(named, tensors, source)
 
 
-def _rebuild(top: dict[str, Any], data: bytes, p: str) -> tuple[Any, list[Mapped], list[str], WeightStore]:
+def _rebuild(top: dict[str, Any], data: BinaryIO, p: str) -> tuple[Any, list[Mapped], list[str], WeightStore]:
     """The model of a ``.keras`` archive's config, built within the allocation budget of its
     weights, with its mapped layers, their h5 groups and the weights."""
     cfg = top["config"]
@@ -299,14 +347,14 @@ def load_keras(path: str | os.PathLike[str]) -> Sequential | GraphModel:
     within ~1e-6). A compiled Keras model comes back compiled with Keras' optimizer formula
     (see the module doc)."""
     p = os.fspath(path)
-    top, data = _read_archive(p)
-    try:
-        model, mapped, groups, store = _rebuild(top, data, p)
-    except Error:
-        raise
-    except (KeyError, IndexError, AttributeError, ValueError, TypeError) as e:
-        # a value of the wrong kind somewhere in config.json that no check above names
-        raise FileFormatError(f"{p}: config.json is malformed ({type(e).__name__}: {e})"[:500]) from None
+    with _read_archive(p) as (top, data):
+        try:
+            model, mapped, groups, store = _rebuild(top, data, p)
+        except Error:
+            raise
+        except (KeyError, IndexError, AttributeError, ValueError, TypeError) as e:
+            # a value of the wrong kind somewhere in config.json that no check above names
+            raise FileFormatError(f"{p}: config.json is malformed ({type(e).__name__}: {e})"[:500]) from None
     entries: list[tuple[Layer, str]] = []
     for m, group in zip(mapped, groups, strict=True):
         g = store.by_name.get(m.name, f"layers/{group}")
@@ -376,8 +424,11 @@ def load_keras_weights(model: Any, path: str | os.PathLike[str]) -> None:
     WeightShapeError lists each problem otherwise."""
     p = os.fspath(path)
     _check_path(p)
-    data: bytes | str = _read_archive(p)[1] if zipfile.is_zipfile(p) else p
-    store = WeightStore.read(data, p)
+    if zipfile.is_zipfile(p):
+        with _read_archive(p) as (_, data):
+            store = WeightStore.read(data, p)
+    else:
+        store = WeightStore.read(p, p)
     entries: list[tuple[Layer, str]] = []
     if isinstance(model, Sequential):
         classes = [_KERAS_CLASS.get(type(layer), type(layer).__name__) for layer in model.layers]

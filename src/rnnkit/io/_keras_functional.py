@@ -32,7 +32,17 @@ def _readers(model: Any) -> dict[int, int]:
     return count
 
 
-def _bidirectional(model: Any, n: Any, readers: dict[int, int]) -> tuple[Any, Any, Any, list[Any]] | None:
+def _calls(model: Any) -> dict[int, int]:
+    """How many nodes call each layer (by ``id``)."""
+    count: dict[int, int] = {}
+    for n in model.nodes:
+        if n.layer is not None:
+            count[id(n.layer)] = count.get(id(n.layer), 0) + 1
+    return count
+
+
+def _bidirectional(n: Any, readers: dict[int, int],
+                   calls: dict[int, int]) -> tuple[Any, Any, Any, list[Any]] | None:
     """``(input node, forward layer, backward layer, absorbed nodes)`` when concatenation node
     ``n`` closes the Bidirectional pattern, else None."""
     if not isinstance(n.layer, Concatenate) or len(n.inbound) != 2:
@@ -49,8 +59,8 @@ def _bidirectional(model: Any, n: Any, readers: dict[int, int]) -> tuple[Any, An
     if rev is not None:
         ok = ok and rev.layer.axis in (1, -rev.shape.rank + 1)
     absorbed = [fwd, b] + ([rev] if rev is not None else [])
-    shared = [m for m in model.nodes if m.layer is not None and any(m.layer is a.layer for a in absorbed)]
-    if not ok or len(shared) != len(absorbed) or any(readers.get(id(a), 0) != 1 for a in absorbed):
+    shared = sum(calls.get(id(lay), 0) for lay in {id(a.layer): a.layer for a in absorbed}.values())
+    if not ok or shared != len(absorbed) or any(readers.get(id(a), 0) != 1 for a in absorbed):
         return None
     return fwd.inbound[0], fwd.layer, b.layer, absorbed
 
@@ -60,15 +70,17 @@ def functional_config(model: Any) -> tuple[dict[str, Any], list[tuple[str, Vars]
     a layer with several (``return_state``) refers to Keras' tensor ``k`` of that call; a
     recurrent node with inputs ``[x, *states]`` is a call with ``initial_state``."""
     readers = _readers(model)
+    calls = _calls(model)
     bidi: dict[int, tuple[Any, Any, Any]] = {}
     skip: set[int] = set()
     for n in model.nodes:
-        found = None if n.layer is None else _bidirectional(model, n, readers)
+        found = None if n.layer is None else _bidirectional(n, readers, calls)
         if found is not None:
             bidi[id(n)] = found[:3]
             skip.update(id(a) for a in found[3])
     dtype = model.called_layers[0].dtype.name if model.called_layers else "float32"
     entries: list[dict[str, Any]] = []
+    listed: set[int] = set()                  # id() of every entry in entries
     vars_all: list[tuple[str, Vars]] = []
     ref: dict[int, list[Any]] = {}            # node -> [keras layer name, node index, 0]
     by_layer: dict[int, dict[str, Any]] = {}  # rnnkit layer -> its Keras entry
@@ -104,12 +116,13 @@ def functional_config(model: Any) -> tuple[dict[str, Any], list[tuple[str, Vars]
                                        or isinstance(n.layer, MergeLayer) else shape_list(inbound[0].shape),
                                        states_ok)
             by_layer[id(n.layer)] = entry
-        if not vars_ and entry in entries:
+        if not vars_ and id(entry) in listed:
             ref[id(n)] = [entry["name"], len(entry["inbound_nodes"]), 0]
         else:
             entry["name"] = entry["config"]["name"]
             entry["inbound_nodes"] = []
             entries.append(entry)
+            listed.add(id(entry))
             vars_all.append((entry["class_name"], vars_))
             ref[id(n)] = [entry["name"], 0, 0]
         tensors = [_tensor(p, ref[id(p)], dtype) for p in inbound]
@@ -126,7 +139,8 @@ def functional_config(model: Any) -> tuple[dict[str, Any], list[tuple[str, Vars]
     # Keras reads a layer's weights from the group its class and position in ITS model.layers
     # order give (lstm, lstm_1, ...), so the groups follow the order Keras lists these layers in
     order = keras_order(entries, outs)
-    order += [i for i in range(len(entries)) if i not in order]
+    placed = set(order)
+    order += [i for i in range(len(entries)) if i not in placed]
     group_of = dict(zip(order, unique_groups([vars_all[i][0] for i in order]), strict=True))
     groups = [group_of[i] for i in range(len(entries))]
     cfg = {"module": "keras.src.models.functional", "class_name": "Functional",
@@ -147,23 +161,35 @@ def keras_order(entries: list[dict[str, Any]], outputs: list[list[Any]]) -> list
     ops: dict[int, int] = {}
     calls: dict[tuple[str, int], Node] = {}
 
-    def call(name: str, k: int) -> Node:
-        if (name, k) not in calls:
+    def made(r: tuple[str, int, int]) -> Node:
+        parent = calls[(r[0], r[1])]
+        return parent if r[2] == 0 else Node(None, None, (parent,), None, None, index=r[2])
+
+    def tensor(r: tuple[str, int, int]) -> Node:
+        """Keras tensor ``r``, every call it depends on made first (an explicit stack, not
+        recursion: a chain of any length is fine)."""
+        stack = [(r[0], r[1])]
+        while stack:
+            name, k = stack[-1]
+            if (name, k) in calls:
+                stack.pop()
+                continue
             e = entries[index[name]]
             if e["class_name"] == "InputLayer":
                 node = Node(name, None, (), None, None)
                 ops[id(node)] = index[name]
             else:
+                reads = inbound(e["inbound_nodes"][k], name)
+                todo = [(q[0], q[1]) for q in reads if (q[0], q[1]) not in calls]
+                if todo:
+                    stack.extend(todo)
+                    continue
                 token = tokens[name]
                 ops[id(token)] = index[name]
-                node = Node(name, token, tuple(tensor(r) for r in inbound(e["inbound_nodes"][k], name)),
-                            None, None)
+                node = Node(name, token, tuple(made(q) for q in reads), None, None)
             calls[(name, k)] = node
-        return calls[(name, k)]
-
-    def tensor(r: tuple[str, int, int]) -> Node:
-        parent = call(r[0], r[1])
-        return parent if r[2] == 0 else Node(None, None, (parent,), None, None, index=r[2])
+            stack.pop()
+        return made(r)
 
     order = keras_layer_order([tensor((str(o[0]), int(o[1]), int(o[2]))) for o in outputs])
     return [ops[id(op)] for op in order]

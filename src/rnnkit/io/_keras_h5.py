@@ -17,10 +17,11 @@ The layout, as Keras 3.15.1 writes it (measured)::
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -114,17 +115,21 @@ class WeightStore:
         self.source = source
 
     @classmethod
-    def read(cls, data: bytes | str, source: str) -> WeightStore:
-        """Every dataset under ``layers/`` of the HDF5 file ``data`` (its bytes, or a path to a
-        regular file), each checked by :func:`~rnnkit.io._h5_checks.check_dataset` before it
-        is read: nothing is read from outside the file. FileFormatError names the dataset or
-        link refused."""
+    def read(cls, data: bytes | str | BinaryIO, source: str) -> WeightStore:
+        """Every dataset under ``layers/`` of the HDF5 file ``data`` (its bytes, a path to a
+        regular file, or an open binary file, read from its start and left open), each checked
+        by :func:`~rnnkit.io._h5_checks.check_dataset` before it is read: nothing is read from
+        outside the file. FileFormatError names the dataset or link refused."""
         h5py = import_h5py()
-        handle: Any = io.BytesIO(data) if isinstance(data, bytes) else open_regular(data, "an HDF5 file")
-        with handle:
-            size = len(data) if isinstance(data, bytes) else os.fstat(handle.fileno()).st_size
+        if isinstance(data, (bytes, str)):
+            handle: Any = io.BytesIO(data) if isinstance(data, bytes) else open_regular(data, "an HDF5 file")
+        else:
+            data.seek(0)
+            handle = contextlib.nullcontext(data)
+        with handle as fh:
+            size = len(data) if isinstance(data, bytes) else os.fstat(fh.fileno()).st_size
             try:
-                f = h5py.File(handle, "r")
+                f = h5py.File(fh, "r")
             except (OSError, ValueError) as e:
                 raise FileFormatError(f"{source}: not an HDF5 Keras weights file ({e})") from None
             with f:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit._budget import bound
+from rnnkit._budget import bound, check_array
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError
 from rnnkit._layer import Layer, check_positive_int
@@ -49,12 +49,8 @@ class RepeatVector(Layer):
     def forward(self, x: Any, ctx: Ctx) -> np.ndarray:
         arr = self._as_input(x)
         self._check_build_shape(Shape(arr.shape))
-        numbers = arr.shape[0] * self.n * arr.shape[1]
-        if numbers * arr.itemsize > np.iinfo(np.intp).max:
-            raise InvalidInputError(
-                f"{self.name}: RepeatVector({self.n}) of a {arr.shape} input makes {numbers} numbers, "
-                f"more than one array can address; expected n * batch * features * {arr.itemsize} "
-                f"bytes below {np.iinfo(np.intp).max}")
+        check_array((arr.shape[0], self.n, arr.shape[1]), arr.itemsize,
+                    f"{self.name}: RepeatVector({self.n}) of a {arr.shape} input")
         ctx.save(self, arr.shape)
         return np.repeat(arr[:, None, :], self.n, axis=1)
 

@@ -44,11 +44,12 @@ class GraphBuilder:
     def __init__(self, name: str = "graph_model") -> None:
         self.name = name
         self._nodes: list[Node] = []
+        self._names: set[str] = set()   # every node name used so far
         self._counts: dict[str, int] = {}
 
     def _name(self, base: str, name: str | None, exact: bool = False) -> str:
         if exact:
-            if any(n.name == base for n in self._nodes):
+            if base in self._names:
                 raise InvalidInputError(f"GraphBuilder: node name {base!r} is already used")
             return base
         if name is None:
@@ -56,15 +57,19 @@ class GraphBuilder:
                 k = self._counts.get(base, 0)
                 self._counts[base] = k + 1
                 name = f"{base}_{k}"
-                if all(n.name != name for n in self._nodes):
+                if name not in self._names:
                     return name
         if not isinstance(name, str) or not name or "." in name:
             raise InvalidInputError(
                 f"GraphBuilder: a node name must be a non-empty str without '.', got {name!r}"
             )
-        if any(n.name == name for n in self._nodes):
+        if name in self._names:
             raise InvalidInputError(f"GraphBuilder: node name {name!r} is already used")
         return name
+
+    def _keep(self, node: Node) -> None:
+        self._nodes.append(node)
+        self._names.add(str(node.name))
 
     def input(self, shape: Shape | tuple[int | None, ...], name: str | None = None,
               dtype: str | None = None) -> Node:
@@ -79,7 +84,7 @@ class GraphBuilder:
             raise InvalidParameterError(f"GraphBuilder.input: dtype must be float32, float64, int32, "
                                         f"int64 or None, got {dtype!r}")
         node = Node(self._name("input", name), None, (), Shape((None, *shp[1:])), self, dtype=dtype)
-        self._nodes.append(node)
+        self._keep(node)
         return node
 
     def add(self, layer: Layer, inputs: Node | list[Node], name: str | None = None) -> Node:
@@ -97,7 +102,7 @@ class GraphBuilder:
         node_name = self._name(layer.name.lower(), name)
         out = call_node(layer, ins, f"GraphBuilder.add: node {node_name!r}")
         node = Node(node_name, layer, tuple(ins), out, self)
-        self._nodes.append(node)
+        self._keep(node)
         record(layer, node)
         return node
 
@@ -123,7 +128,8 @@ class GraphBuilder:
                 raise InvalidInputError(f"GraphBuilder.build: {n!r} is not an input node of this builder")
             if id(n) not in needed:
                 raise InvalidInputError(f"GraphBuilder.build: input {n.name!r} does not feed the outputs")
-        missing = [n.name for n in nodes if n.is_input and all(n is not i for i in ins)]
+        listed = {id(i) for i in ins}
+        missing = [n.name for n in nodes if n.is_input and id(n) not in listed]
         if any(isinstance(n.shape, list) for n in outs):
             raise InvalidInputError("GraphBuilder.build: an output node has several outputs; list "
                                     "its parts (node[0], node[1], ...) instead")
@@ -160,11 +166,11 @@ class GraphModel(Model):
     @property
     def called_layers(self) -> list[Layer]:
         """Each layer once, in order of first use (no input layers)."""
-        seen: list[Layer] = []
+        seen: dict[int, Layer] = {}
         for n in self.nodes:
-            if n.layer is not None and all(n.layer is not s for s in seen):
-                seen.append(n.layer)
-        return seen
+            if n.layer is not None:
+                seen.setdefault(id(n.layer), n.layer)
+        return list(seen.values())
 
     @property
     def layers(self) -> list[Layer]:
@@ -173,14 +179,14 @@ class GraphModel(Model):
         is what Keras' functional model of the same graph has at ``i``. A nested model (one
         called on this graph's nodes) is listed as its layers, in its own order, where Keras
         lists the nested model itself."""
-        out: list[Layer] = []
+        out: dict[int, Layer] = {}
         for op in self._layer_order:
             if isinstance(op, Node):
-                out.append(op.input_layer)
+                out[id(op)] = op.input_layer
             else:
-                out.extend(lay for lay in (op.layers if isinstance(op, NestedCall) else [op])
-                           if all(lay is not o for o in out))
-        return out
+                for lay in op.layers if isinstance(op, NestedCall) else [op]:
+                    out.setdefault(id(lay), lay)
+        return list(out.values())
 
     def weight_layers(self) -> list[Layer]:
         """The layers holding the model's weights, each once, in Keras' order of
@@ -359,15 +365,15 @@ class GraphModel(Model):
 
     def _summary_rows(self) -> tuple[list[str], list[list[str]]]:
         rows: list[list[str]] = []
-        seen: list[Layer] = []
+        seen: set[int] = set()
         for n in self.nodes:
             if n.is_input:
                 rows.append([f"{n.name} (Input)", shape_text(n.shape), "0", ""])
                 continue
             if n.layer is None:  # an output of a node with several outputs: listed with it
                 continue
-            shared = any(n.layer is s for s in seen)
-            seen.append(n.layer)
+            shared = id(n.layer) in seen
+            seen.add(id(n.layer))
             count = "shared" if shared else f"{n.layer.param_count():,}"
             shp = (", ".join(shape_text(x) for x in n.shape) if isinstance(n.shape, list)
                    else shape_text(n.shape))
@@ -382,9 +388,10 @@ class GraphModel(Model):
         "outputs"}}``; a node refers to its layer by index into ``layers`` (shared layers
         appear once) and to its inputs by node name."""
         layers = self.called_layers
+        position = {id(lay): i for i, lay in enumerate(layers)}
 
         def index(layer: Layer) -> int:
-            return next(i for i, lay in enumerate(layers) if lay is layer)
+            return position[id(layer)]
 
         nodes: list[dict[str, Any]] = []
         calls: list[NestedCall] = []

@@ -25,6 +25,8 @@ class Builder(Protocol):
 
     def _name(self, base: str, name: str | None, exact: bool = False) -> str: ...
 
+    def _keep(self, node: Node) -> None: ...
+
 
 class Node:
     """One value of the graph: a model input (``layer is None``, no inbound), one call of
@@ -108,7 +110,7 @@ class Node:
             else:
                 pick = Node(self.builder._name(f"{self.name}[{k}]", None, exact=True), None, (self,),
                             self.shape[k], self.builder, k)
-                self.builder._nodes.append(pick)
+                self.builder._keep(pick)
             self._picks[k] = pick
         return self._picks[k]
 

@@ -69,6 +69,7 @@ class Sequential(Model):
         super().__init__(name)
         self.dtype = None if dtype is None else resolve_dtype(dtype, f"{name}: dtype")
         self.layers: list[Layer] = []
+        self._position: dict[int, int] = {}   # id(layer) -> its index in self.layers (add's check)
         self._input_shape: Shape | None = None
         self._out_shapes: list[Shape] = []
         self._declared = False   # built for the first layer's input_shape= (layers may still be added)
@@ -115,14 +116,15 @@ class Sequential(Model):
             raise InvalidInputError(
                 f"{self.name}: {type(layer).__name__} takes several inputs; use a GraphBuilder"
             )
-        if any(lay is layer for lay in self.layers):
+        at = self._position.get(id(layer))
+        if at is not None and at < len(self.layers) and self.layers[at] is layer:
             raise InvalidInputError(
-                f"{self.name}: this {layer.name} layer is already at position "
-                f"{next(i for i, lay in enumerate(self.layers) if lay is layer)}; share a layer "
+                f"{self.name}: this {layer.name} layer is already at position {at}; share a layer "
                 f"in a graph model instead"
             )
         if self.dtype is not None:
             set_dtype(layer, self.dtype, f"{self.name}: layer {len(self.layers)} ({type(layer).__name__})")
+        self._position[id(layer)] = len(self.layers)
         self.layers.append(layer)
         if self._input_shape is not None:  # built for a declared input shape: build the new layer
             self._out_shapes.append(self._build_layer(len(self.layers) - 1, layer, self._out_shapes[-1]))

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit._budget import check_array
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError
 from rnnkit._layer import check_positive_int
@@ -26,7 +27,9 @@ class Streaming:
     def zero_state(self, batch: int) -> Any:
         """The all-zero state for ``batch`` sequences (the cell's state type)."""
         b = check_positive_int(batch, "batch", self.name)
-        return self.cell.make_state(tuple(np.zeros((b, n), self.dtype) for n in self.cell.state_sizes()))
+        sizes = self.cell.state_sizes()
+        check_array((b, sum(sizes)), self.dtype.itemsize, f"{self.name}.zero_state({b}), its states together")
+        return self.cell.make_state(tuple(np.zeros((b, n), self.dtype) for n in sizes))
 
     def step(self, x: Any, state: Any) -> Any:
         """Advance ``state`` by one timestep of input ``x`` (B, F); inference, records nothing."""

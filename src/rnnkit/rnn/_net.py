@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit._budget import check_array
 from rnnkit._consistency import WEIGHTS
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, WeightShapeError
@@ -219,7 +220,10 @@ class RNNNet(Layer):
         b = check_positive_int(batch, "batch", self.name)
         L = self.config.num_layers * self.directions
         cell = self._layers[(0, 0)].cell
-        return cell.make_state(tuple(np.zeros((L, b, n), self.dtype) for n in self._state_sizes()))
+        sizes = self._state_sizes()
+        check_array((L, b, sum(sizes)), np.dtype(self.dtype).itemsize,
+                    f"{self.name}.zero_state({b}), its states together")
+        return cell.make_state(tuple(np.zeros((L, b, n), self.dtype) for n in sizes))
 
     def step(self, x: Any, state: Any) -> Any:
         """One timestep ``x`` (B, in_dim) through every layer; returns the new state."""
