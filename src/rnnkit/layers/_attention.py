@@ -36,6 +36,22 @@ from rnnkit.layers._merge import MergeLayer
 MASK_SHIFT = 1.0e9
 
 
+def query_value_key(shapes: Any, name: str) -> list[Shape]:
+    """The shapes of an attention layer's ``[query, value]`` or ``[query, value, key]``, each
+    (batch, timesteps, features) with a known feature width, or InvalidInputError naming ``name``
+    and the input."""
+    if isinstance(shapes, Shape) or not isinstance(shapes, (list, tuple)) or not 2 <= len(shapes) <= 3 \
+            or not all(isinstance(s, (Shape, list, tuple)) for s in shapes):
+        raise InvalidInputError(f"{name}: expected the shapes of [query, value] or [query, value, key], "
+                                f"got {shapes!r}")
+    out = [Shape.of(s) for s in shapes]
+    for nm, s in zip(("query", "value", "key"), out, strict=False):
+        if s.rank != 3 or s[-1] is None:
+            raise InvalidInputError(f"{name}: {nm} must be (batch, timesteps, features) with a known "
+                                    f"feature width, got {s}")
+    return out
+
+
 def check_dropout(rate: Any, where: str) -> float:
     """``rate`` as a float in [0, 1), or InvalidParameterError naming ``dropout``."""
     r = check_real(rate, "dropout", where)
@@ -106,16 +122,7 @@ class _ScoreAttention(MergeLayer):
 
     # -- shapes --------------------------------------------------------------------------------
     def _shapes(self, shapes: Any) -> list[Shape]:
-        if isinstance(shapes, Shape) or not isinstance(shapes, (list, tuple)) or not 2 <= len(shapes) <= 3 \
-                or not all(isinstance(s, (Shape, list, tuple)) for s in shapes):
-            raise InvalidInputError(f"{self.name}: expected the shapes of [query, value] or [query, value, "
-                                    f"key], got {shapes!r}")
-        out = [Shape.of(s) for s in shapes]
-        names = ("query", "value", "key")
-        for nm, s in zip(names, out, strict=False):
-            if s.rank != 3 or s[-1] is None:
-                raise InvalidInputError(f"{self.name}: {nm} must be (batch, timesteps, features) with a "
-                                        f"known feature width, got {s}")
+        out = query_value_key(shapes, self.name)
         q, v = out[0], out[1]
         k = out[2] if len(out) > 2 else v
         if v[1] is not None and k[1] is not None and v[1] != k[1]:

@@ -43,7 +43,7 @@ from rnnkit._layer import check_bool
 from rnnkit._mask import Mask
 from rnnkit._random import make_rng
 from rnnkit._shape import Shape
-from rnnkit.layers._attention import MASK_SHIFT, check_dropout, softmax_last
+from rnnkit.layers._attention import MASK_SHIFT, check_dropout, query_value_key, softmax_last
 from rnnkit.layers._merge import MergeLayer
 
 _PARTS = ("query", "key", "value")
@@ -112,15 +112,7 @@ class MultiHeadAttention(MergeLayer):
 
     # -- shapes and weights --------------------------------------------------------------------
     def _shapes(self, shapes: Any) -> list[Shape]:
-        if isinstance(shapes, Shape) or not isinstance(shapes, (list, tuple)) or not 2 <= len(shapes) <= 3 \
-                or not all(isinstance(s, (Shape, list, tuple)) for s in shapes):
-            raise InvalidInputError(f"{self.name}: expected the shapes of [query, value] or [query, value, "
-                                    f"key], got {shapes!r}")
-        out = [Shape.of(s) for s in shapes]
-        for nm, s in zip(("query", "value", "key"), out, strict=False):
-            if s.rank != 3 or s[-1] is None:
-                raise InvalidInputError(f"{self.name}: {nm} must be (batch, timesteps, features) with a "
-                                        f"known feature width (the sequence case), got {s}")
+        out = query_value_key(shapes, self.name)
         if len(out) > 2 and out[1][1] is not None and out[2][1] is not None and out[1][1] != out[2][1]:
             raise InvalidInputError(f"{self.name}: value and key must have the same timesteps, got value "
                                     f"{out[1]} and key {out[2]}")
