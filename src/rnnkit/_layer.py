@@ -28,6 +28,9 @@ from rnnkit._errors import (
     WeightShapeError,
 )
 from rnnkit._graph_calls import GraphCalls
+from rnnkit._numbers import check_float as check_float
+from rnnkit._numbers import check_int as check_int
+from rnnkit._numbers import check_positive_int as check_positive_int
 from rnnkit._random import check_seed, make_rng
 from rnnkit._shape import Shape, pop_input_shape
 from rnnkit._tape import ACTIVE, call_layer
@@ -35,8 +38,6 @@ from rnnkit._validate import as_weight_array as as_weight_array
 from rnnkit._validate import check_bool as check_bool
 from rnnkit._validate import check_ctx as check_ctx
 from rnnkit._validate import check_finite_weight as check_finite_weight
-from rnnkit._validate import check_positive_int as check_positive_int
-from rnnkit._validate import check_real as check_real
 from rnnkit._validate import keras_weight_list as keras_weight_list
 from rnnkit._validate import resolve_dtype as resolve_dtype
 from rnnkit._weight_decl import WeightDecl, keywords_of, weight_of

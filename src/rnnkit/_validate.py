@@ -1,10 +1,9 @@
-"""The argument checks every layer shares: a dtype, a positive int, a bool, a finite real, a
-weight array (and that it is finite), a ``Ctx``. Each returns the checked value or raises the
+"""The argument checks every layer shares: a dtype, a bool, a weight array (and that it is
+finite), a ``Ctx`` (numbers: :mod:`rnnkit._numbers`). Each returns the checked value or raises the
 typed error naming the argument, the place, what was expected and what was given."""
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import numpy as np
@@ -25,13 +24,6 @@ def resolve_dtype(dtype: Any, where: str) -> np.dtype:
     if dt is None or dt.name not in _DTYPES:
         raise InvalidParameterError(f"{where}: dtype must be 'float32' or 'float64', got {dtype!r}")
     return dt
-
-
-def check_positive_int(value: object, what: str, where: str) -> int:
-    """An int >= 1 or InvalidParameterError naming the argument."""
-    if isinstance(value, bool) or not hasattr(value, "__index__") or int(value) < 1:  # type: ignore[call-overload]
-        raise InvalidParameterError(f"{where}: {what} must be an int >= 1, got {value!r}")
-    return int(value)  # type: ignore[call-overload]
 
 
 def check_bool(value: object, what: str, where: str) -> bool:
@@ -81,16 +73,6 @@ def check_finite_weight(value: np.ndarray, where: str, dtype: np.dtype) -> np.nd
     out, problem = weight_problem(value, dtype)
     if problem is not None:
         raise InvalidInputError(f"{where}: {problem} (nothing was changed)")
-    return out
-
-
-def check_real(value: object, what: str, where: str) -> float:
-    """A finite real number (Python or numpy, not a bool) as a float, or InvalidParameterError."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise InvalidParameterError(f"{where}: {what} must be a real number, got {value!r}")
-    out = float(value)
-    if out != out or out in (float("inf"), float("-inf")):
-        raise InvalidParameterError(f"{where}: {what} must be finite, got {value!r}")
     return out
 
 
