@@ -234,3 +234,18 @@ def test_torch_style_rnn_refuses_a_list_of_the_wrong_length(x: Any) -> None:
     with pytest.raises(rk.InvalidInputError,
                        match=rf"expected an input or a list \[x, h, c\] .*got a list of {len(x)}"):
         net.predict(x)
+
+
+@pytest.mark.parametrize("make", [
+    lambda n: rk.Dense(2, name=n), lambda n: rk.LSTM(2, name=n), lambda n: rk.Sequential([rk.Dense(1)], name=n),
+    lambda n: rk.Input((None, 2), name=n),
+])
+def test_a_name_with_a_lone_surrogate_is_refused_at_construction(make: Any) -> None:
+    # before: accepted, then the save failed with UnicodeEncodeError
+    with pytest.raises(rk.InvalidParameterError, match=r"holds the lone surrogate '\\ud800' at index 1"):
+        make("a\ud800b")
+    make("aé✓")   # any text UTF-8 encodes is a name
+
+
+def test_a_non_ascii_name_is_kept() -> None:
+    assert rk.Dense(2, name="dense_é✓").name == "dense_é✓"

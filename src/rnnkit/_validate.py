@@ -26,6 +26,19 @@ def resolve_dtype(dtype: Any, where: str) -> np.dtype:
     return dt
 
 
+def check_utf8(text: str, what: str, where: str) -> str:
+    """``text`` when UTF-8 can write it (every file format rnnkit saves stores names as UTF-8),
+    else InvalidParameterError naming the first lone surrogate and its position: refused where
+    the name is given, not when a save fails later."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidParameterError(f"{where}: {what} {text!r} holds the lone surrogate "
+                                    f"{text[e.start]!r} at index {e.start}; expected text UTF-8 can "
+                                    f"encode (names are saved as UTF-8)") from None
+    return text
+
+
 def check_bool(value: object, what: str, where: str) -> bool:
     """A bool (Python or numpy) or TypeError naming the argument: no truthy strings."""
     if not isinstance(value, (bool, np.bool_)):

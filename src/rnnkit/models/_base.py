@@ -21,7 +21,7 @@ from rnnkit import metrics as metrics_mod
 from rnnkit._consistency import WEIGHTS
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, NotBuiltError
-from rnnkit._layer import Layer, check_bool, check_ctx, check_int
+from rnnkit._layer import Layer, check_bool, check_ctx, check_int, check_utf8
 from rnnkit._shape import Shape
 from rnnkit._tape import ACTIVE, call_layer
 from rnnkit.models import _training
@@ -43,7 +43,7 @@ class Model(FitAliases, WeightsAPI):
     def __init__(self, name: str) -> None:
         if not isinstance(name, str):
             raise TypeError(f"{type(self).__name__}: name must be a str, got {name!r}")
-        self.name = name
+        self.name = check_utf8(name, "name", type(self).__name__)
         self.optimizer: Any = None
         self.loss: Any = None
         self.metrics: list[Any] = []

@@ -29,6 +29,7 @@ from typing import Any
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._numbers import check_int, show
 from rnnkit._shape import Shape
+from rnnkit._validate import check_utf8
 from rnnkit.models._base import Model as BaseModel
 from rnnkit.models._graph import GraphModel
 from rnnkit.models._graph_order import ordered_nodes
@@ -67,6 +68,8 @@ def Input(shape: Any, dtype: str | None = None, name: str | None = None,
         raise InvalidParameterError(f"rk.Input: dtype must be one of {INPUT_DTYPES} or None, got {dtype!r}")
     if name is not None and (not isinstance(name, str) or not name or "." in name):
         raise InvalidParameterError(f"rk.Input: name must be a non-empty str without '.', got {name!r}")
+    if name is not None:
+        check_utf8(name, "name", "rk.Input")
     batch = check_int(batch_size, "batch_size", "rk.Input", lo=1, none_ok=True)
     full = Shape((batch, *dims))
     return Node(name, None, (), full, None,
