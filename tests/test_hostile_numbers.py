@@ -237,8 +237,8 @@ def test_torch_style_rnn_refuses_a_list_of_the_wrong_length(x: Any) -> None:
 
 
 @pytest.mark.parametrize("make", [
-    lambda n: rk.Dense(2, name=n), lambda n: rk.LSTM(2, name=n), lambda n: rk.Sequential([rk.Dense(1)], name=n),
-    lambda n: rk.Input((None, 2), name=n),
+    lambda n: rk.Dense(2, name=n), lambda n: rk.LSTM(2, name=n),
+    lambda n: rk.Sequential([rk.Dense(1)], name=n), lambda n: rk.Input((None, 2), name=n),
 ])
 def test_a_name_with_a_lone_surrogate_is_refused_at_construction(make: Any) -> None:
     # before: accepted, then the save failed with UnicodeEncodeError
