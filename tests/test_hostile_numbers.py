@@ -249,3 +249,25 @@ def test_a_name_with_a_lone_surrogate_is_refused_at_construction(make: Any) -> N
 
 def test_a_non_ascii_name_is_kept() -> None:
     assert rk.Dense(2, name="dense_é✓").name == "dense_é✓"
+
+
+@pytest.mark.parametrize("make, arg", [
+    (lambda d: rk.ModelCheckpoint(str(d / "missing" / "m-{epoch}.safetensors")), "filepath"),
+    (lambda d: rk.CSVLogger(str(d / "missing" / "log.csv")), "filename"),
+    (lambda d: rk.CSVLogger(str(d)), "filename"),
+])
+def test_unwritable_callback_paths_stop_fit_before_the_first_epoch(tmp_path: Any, make: Any,
+                                                                   arg: str) -> None:
+    # before: the first epoch trained, then open() / the save raised an OSError
+    m = rk.Sequential([rk.Dense(1, seed=0)], input_shape=(None, 2))
+    m.compile(rk.SGD(0.1), "mse")
+    w0 = [a.copy() for a in m.get_weights()]
+    epochs: list[int] = []
+    seen = rk.LambdaCallback(on_epoch_begin=lambda e, logs: epochs.append(e))
+    x, y = np.ones((4, 2), np.float32), np.ones((4, 1), np.float32)
+    with pytest.raises(rk.InvalidParameterError,
+                       match=rf"cannot write {arg} .*(does not exist|is a directory)"):
+        m.fit(x, y, epochs=2, callbacks=[seen, make(tmp_path)])
+    assert epochs == []
+    for a, b in zip(m.get_weights(), w0, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -209,6 +209,26 @@ def check_path(path: Any, arg: str, where: str) -> str:
     return p
 
 
+def check_writable(path: str, arg: str, where: str, *, replaced: bool) -> None:
+    """InvalidParameterError naming ``where``, ``arg`` and ``path`` unless this process can write
+    there: the directory exists and is writable, ``path`` is not a directory, and (unless the
+    file is ``replaced`` by a new one, as an atomic save does) an existing file is writable.
+    Callbacks call it in ``on_train_begin``, so a bad path stops ``fit`` before the first epoch.
+    A directory holding ``{field}`` templates is checked when the name is known, at the save."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if "{" in os.path.dirname(path):
+        return
+    problem = (f"directory {directory} does not exist" if not os.path.isdir(directory)
+               else f"directory {directory} is not writable" if not os.access(directory, os.W_OK | os.X_OK)
+               else "it is a directory" if os.path.isdir(path)
+               else "the file is not writable" if (not replaced and os.path.exists(path)
+                                                   and not os.access(path, os.W_OK))
+               else None)
+    if problem is not None:
+        raise InvalidParameterError(f"{where}: cannot write {arg} {path!r}: {problem}; expected a path "
+                                    f"this process can write (checked when fit starts)")
+
+
 def check_path_template(path: Any, arg: str, where: str) -> str:
     """:func:`check_path`, and ``path`` must be a ``str.format`` template whose fields are named
     (``{epoch}``, a log key): a malformed one (``"{"``, ``"{0}"``, ``"{epoch:zz}"``) is refused
@@ -263,6 +283,7 @@ class ModelCheckpoint(Callback):
         self.last_saved: str | None = None
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
+        check_writable(self.filepath, "filepath", "ModelCheckpoint", replaced=True)
         self.best = self.initial_value_threshold
 
     def get_fit_state(self) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from rnnkit._atomic import atomic_write_bytes
 from rnnkit._errors import InvalidParameterError, NonFiniteError
 from rnnkit._layer import check_bool
 from rnnkit._numbers import check_float, check_int
-from rnnkit.models._callbacks import Callback, Logs, _monitor_op, check_path
+from rnnkit.models._callbacks import Callback, Logs, _monitor_op, check_path, check_writable
 
 
 class ReduceLROnPlateau(Callback):
@@ -127,6 +127,7 @@ class CSVLogger(Callback):
         self._resumed = False
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
+        check_writable(self.filename, "filename", "CSVLogger", replaced=False)
         self.keys, self._resumed = None, False
         self._close()
 
