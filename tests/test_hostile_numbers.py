@@ -13,6 +13,7 @@ import pytest
 
 import rnnkit as rk
 from rnnkit._numbers import INT_MAX, check_float, check_int, show
+from rnnkit._safetensors import write_safetensors
 
 
 class Indexable:
@@ -271,3 +272,13 @@ def test_unwritable_callback_paths_stop_fit_before_the_first_epoch(tmp_path: Any
     assert epochs == []
     for a, b in zip(m.get_weights(), w0, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("whh_shape", [(8,), (), (2, 2, 2)])
+def test_load_torch_rnn_with_a_weight_hh_not_2d_is_typed(tmp_path: Any, whh_shape: tuple[int, ...]) -> None:
+    # before: IndexError from weight_hh_l0.shape[1] on a 1-D tensor
+    p = tmp_path / "w.safetensors"
+    write_safetensors(p, {"weight_ih_l0": np.ones((8, 3), np.float32),
+                          "weight_hh_l0": np.ones(whh_shape, np.float32)}, {})
+    with pytest.raises(rk.InvalidInputError, match=r"weight_hh_l0 \(.*\) / weight_ih_l0 \(8, 3\) are not"):
+        rk.io.load_torch_rnn(p)

@@ -146,7 +146,7 @@ def load_torch_rnn(path: str | os.PathLike[str], *, prefix: str = "", batch_firs
         raise InvalidInputError(f"{where}: '{prefix}weight_ih_l0' and '{prefix}weight_hh_l0' are required")
     whh, wih = found[("weight_hh", 0, False)], found[("weight_ih", 0, False)]
     whr = found.get(("weight_hr", 0, False))
-    width = whh.shape[1] if whr is None or whr.ndim != 2 else whr.shape[1]   # H (the projection's input)
+    width = (whh.shape[1] if whr is None or whr.ndim != 2 else whr.shape[1]) if whh.ndim == 2 else 0  # H
     if whh.ndim != 2 or wih.ndim != 2 or whh.shape[1] < 1 or width < 1 or whh.shape[0] % width:
         raise InvalidInputError(f"{where}: weight_hh_l0 {whh.shape} / weight_ih_l0 {wih.shape} are not "
                                 f"(G*H, H or proj_size) / (G*H, in_dim)")
