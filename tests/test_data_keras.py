@@ -143,7 +143,8 @@ def test_timeseries_dataset_refusals() -> None:
     make = rk.data.timeseries_dataset
     with pytest.raises(rk.InvalidInputError, match="no window fits"):
         make(DATA[:5], None, 4, sampling_rate=2)
-    with pytest.raises(rk.InvalidParameterError, match="start_index must be in"):
+    with pytest.raises(rk.InvalidParameterError,
+                       match=r"the data has 40 rows\): start_index must be an int in \[0, 39\], got 40"):
         make(DATA, TARGETS, 3, start_index=40)
     with pytest.raises(rk.InvalidParameterError, match="end_index 5 must be above start_index 8"):
         make(DATA, TARGETS, 3, start_index=8, end_index=5)

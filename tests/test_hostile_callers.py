@@ -77,7 +77,7 @@ def test_csv_logger_arguments() -> None:
 
 
 def test_reduce_lr_factor_is_in_zero_one() -> None:
-    with pytest.raises(rk.InvalidParameterError, match="factor must be >= 0"):
+    with pytest.raises(rk.InvalidParameterError, match=r"factor must be a finite number >= 0\.0"):
         rk.ReduceLROnPlateau(factor=-0.5)
     with pytest.raises(rk.InvalidParameterError, match="factor must be < 1"):
         rk.ReduceLROnPlateau(factor=1.0)

@@ -295,7 +295,7 @@ def test_input_dropout_is_a_fixed_mask_in_the_ctx(mode: str) -> None:
     errs = _fd_check(layer, x, lambda train: rk.Ctx.training(seed=5))       # the same mask each pass
     assert max(errs.values()) < 1e-6, errs
     assert layer.get_config()["dropout"] == 0.4
-    with pytest.raises(rk.InvalidParameterError, match=r"dropout must be a number in \[0, 1\)"):
+    with pytest.raises(rk.InvalidParameterError, match=r"dropout must be a finite number in \[0\.0, 1\.0\)"):
         rk.LSTM(3, dropout=1.0)
 
 

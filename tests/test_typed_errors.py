@@ -162,9 +162,10 @@ def test_float32_layer_refuses_values_beyond_float32() -> None:
 def test_load_torch_rnn_arguments_are_checked_first(tmp_path) -> None:  # type: ignore[no-untyped-def]
     p = tmp_path / "w.safetensors"
     write_safetensors(p, {"weight_ih_l0": np.ones((8, 3), np.float32)}, {})
-    with pytest.raises(rk.InvalidParameterError, match="dropout must be a real number, got 'x'"):
+    with pytest.raises(rk.InvalidParameterError,
+                       match=r"dropout must be a real number in \[0\.0, 1\.0\), got 'x' \(str\)"):
         rk.load_torch_rnn(p, dropout="x")  # type: ignore[arg-type]
-    with pytest.raises(rk.InvalidParameterError, match=r"dropout must be a number in \[0, 1\)"):
+    with pytest.raises(rk.InvalidParameterError, match=r"dropout must be a finite number in \[0\.0, 1\.0\)"):
         rk.load_torch_rnn(p, dropout=1.5)
     with pytest.raises(TypeError, match="batch_first must be a bool"):
         rk.load_torch_rnn(p, batch_first="yes")  # type: ignore[arg-type]
@@ -238,13 +239,22 @@ def test_two_threads_fitting_one_model() -> None:
 
 
 @pytest.mark.parametrize("cls", [rk.SimpleRNN, rk.LSTM, rk.GRU])
-@pytest.mark.parametrize("units", [10**12, 10**30])
+@pytest.mark.parametrize("units", [10**12, 2**62])
 def test_weights_numpy_cannot_allocate_are_typed(cls: type, units: int) -> None:
     refused = r"shape \(3, \d+\) .*over the memory budget .*max_array_bytes"
     with pytest.raises(rk.MemoryBudgetError, match=refused):
         cls(units).build((None, 2, 3))
     with pytest.raises(rk.MemoryBudgetError, match="over the memory budget"):
         rk.Embedding(units, 10).build((None, 3))
+
+
+@pytest.mark.parametrize("cls", [rk.SimpleRNN, rk.LSTM, rk.GRU])
+def test_units_beyond_int64_are_refused_at_construction(cls: type) -> None:
+    """10**30 units: no NumPy integer holds it, so the constructor refuses it, before any build."""
+    with pytest.raises(rk.InvalidParameterError, match=r"units must be an int >= 1, at most 2\*\*63 - 1"):
+        cls(10**30)
+    with pytest.raises(rk.InvalidParameterError, match=r"input_dim must be an int >= 1, at most 2\*\*63 - 1"):
+        rk.Embedding(10**30, 10)
 
 
 def test_sequential_layers_must_be_a_list() -> None:

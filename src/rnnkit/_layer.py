@@ -28,6 +28,9 @@ from rnnkit._errors import (
     WeightShapeError,
 )
 from rnnkit._graph_calls import GraphCalls
+from rnnkit._numbers import check_float as check_float
+from rnnkit._numbers import check_int as check_int
+from rnnkit._numbers import check_positive_int as check_positive_int
 from rnnkit._random import check_seed, make_rng
 from rnnkit._shape import Shape, pop_input_shape
 from rnnkit._tape import ACTIVE, call_layer, forward_with_mask
@@ -35,8 +38,7 @@ from rnnkit._validate import as_weight_array as as_weight_array
 from rnnkit._validate import check_bool as check_bool
 from rnnkit._validate import check_ctx as check_ctx
 from rnnkit._validate import check_finite_weight as check_finite_weight
-from rnnkit._validate import check_positive_int as check_positive_int
-from rnnkit._validate import check_real as check_real
+from rnnkit._validate import check_utf8 as check_utf8
 from rnnkit._validate import keras_weight_list as keras_weight_list
 from rnnkit._validate import resolve_dtype as resolve_dtype
 from rnnkit._weight_decl import WeightDecl, keywords_of, weight_of
@@ -106,7 +108,8 @@ class Layer(GraphCalls, metaclass=_LayerType):
     def __init__(self, *, seed: int | None = None, dtype: Any = "float32", name: str | None = None) -> None:
         if name is not None and not isinstance(name, str):
             raise TypeError(f"{type(self).__name__}: name must be a str or None, got {name!r}")
-        self.name: str = name if name is not None else type(self).__name__
+        self.name: str = (check_utf8(name, "name", type(self).__name__) if name is not None
+                          else type(self).__name__)
         self._seed = check_seed(seed, self.name)
         self.dtype: np.dtype = resolve_dtype(dtype, self.name)
         self._weights: dict[str, np.ndarray] = {}

@@ -10,22 +10,15 @@ import threading
 
 import numpy as np
 
-from rnnkit._errors import InvalidParameterError
+from rnnkit._numbers import check_int
 
 _lock = threading.Lock()
 _global: np.random.Generator | None = None
 
 
 def check_seed(seed: object, where: str) -> int | None:
-    """Validate a seed argument (None or an int >= 0) and return it as int."""
-    if seed is None:
-        return None
-    if isinstance(seed, bool) or not hasattr(seed, "__index__"):
-        raise InvalidParameterError(f"{where}: seed must be an int >= 0 or None, got {seed!r}")
-    s = int(seed)  # type: ignore[call-overload]
-    if s < 0:
-        raise InvalidParameterError(f"{where}: seed must be an int >= 0 or None, got {s}")
-    return s
+    """A seed argument: None, or an int in ``0..2**63 - 1`` (:func:`~rnnkit._numbers.check_int`)."""
+    return None if seed is None else check_int(seed, "seed", where, lo=0)
 
 
 def set_global_seed(seed: int | None) -> None:

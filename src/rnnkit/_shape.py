@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, overload
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit._numbers import check_int, show
 
 Dim = int | None
 
@@ -30,12 +31,7 @@ class Shape:
             if d is None:
                 out.append(None)
                 continue
-            if isinstance(d, bool) or not isinstance(d, (int,)) and not hasattr(d, "__index__"):
-                raise InvalidInputError(f"Shape: each axis must be an int >= 0 or None, got {d!r}")
-            di = int(d)  # numpy integers
-            if di < 0:
-                raise InvalidInputError(f"Shape: each axis must be an int >= 0 or None, got {d!r}")
-            out.append(di)
+            out.append(check_int(d, "each axis", "Shape", lo=0, none_ok=True, error=InvalidInputError))
         self._dims: tuple[Dim, ...] = tuple(out)
 
     @classmethod
@@ -105,13 +101,13 @@ def declared_input_shape(value: object, where: str) -> Shape:
     """Keras' ``input_shape=`` of a layer — the shape of ONE sample, without the batch axis,
     e.g. ``(8, 8)`` — as the build shape ``(None, 8, 8)``; a tuple or list of ints >= 1 or
     ``None`` (a free axis), else InvalidParameterError naming ``where``."""
-    if not isinstance(value, (tuple, list)) or not value or any(
-            d is not None and (isinstance(d, bool) or not hasattr(d, "__index__") or int(d) < 1)
-            for d in value):
+    if not isinstance(value, (tuple, list)) or not value:
         raise InvalidParameterError(
             f"{where}: input_shape must be the shape of one sample without the batch axis, a tuple of "
-            f"ints >= 1 or None (Keras' convention: input_shape=(timesteps, features)), got {value!r}")
-    return Shape((None, *value))
+            f"ints >= 1 or None (Keras' convention: input_shape=(timesteps, features)), got {show(value)}")
+    return Shape((None, *(check_int(d, "each axis", f"{where}: input_shape {show(value)}", lo=1,
+                                    none_ok=True)
+                          for d in value)))
 
 
 @functools.lru_cache(maxsize=1024)

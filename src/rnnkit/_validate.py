@@ -1,10 +1,9 @@
-"""The argument checks every layer shares: a dtype, a positive int, a bool, a finite real, a
-weight array (and that it is finite), a ``Ctx``. Each returns the checked value or raises the
+"""The argument checks every layer shares: a dtype, a bool, a weight array (and that it is
+finite), a ``Ctx`` (numbers: :mod:`rnnkit._numbers`). Each returns the checked value or raises the
 typed error naming the argument, the place, what was expected and what was given."""
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import numpy as np
@@ -27,11 +26,17 @@ def resolve_dtype(dtype: Any, where: str) -> np.dtype:
     return dt
 
 
-def check_positive_int(value: object, what: str, where: str) -> int:
-    """An int >= 1 or InvalidParameterError naming the argument."""
-    if isinstance(value, bool) or not hasattr(value, "__index__") or int(value) < 1:  # type: ignore[call-overload]
-        raise InvalidParameterError(f"{where}: {what} must be an int >= 1, got {value!r}")
-    return int(value)  # type: ignore[call-overload]
+def check_utf8(text: str, what: str, where: str) -> str:
+    """``text`` when UTF-8 can write it (every file format rnnkit saves stores names as UTF-8),
+    else InvalidParameterError naming the first lone surrogate and its position: refused where
+    the name is given, not when a save fails later."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidParameterError(f"{where}: {what} {text!r} holds the lone surrogate "
+                                    f"{text[e.start]!r} at index {e.start}; expected text UTF-8 can "
+                                    f"encode (names are saved as UTF-8)") from None
+    return text
 
 
 def check_bool(value: object, what: str, where: str) -> bool:
@@ -81,16 +86,6 @@ def check_finite_weight(value: np.ndarray, where: str, dtype: np.dtype) -> np.nd
     out, problem = weight_problem(value, dtype)
     if problem is not None:
         raise InvalidInputError(f"{where}: {problem} (nothing was changed)")
-    return out
-
-
-def check_real(value: object, what: str, where: str) -> float:
-    """A finite real number (Python or numpy, not a bool) as a float, or InvalidParameterError."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise InvalidParameterError(f"{where}: {what} must be a real number, got {value!r}")
-    out = float(value)
-    if out != out or out in (float("inf"), float("-inf")):
-        raise InvalidParameterError(f"{where}: {what} must be finite, got {value!r}")
     return out
 
 

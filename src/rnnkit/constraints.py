@@ -23,7 +23,7 @@ import numpy as np
 
 from rnnkit._config import ConfigValue
 from rnnkit._errors import InvalidParameterError
-from rnnkit._validate import check_real
+from rnnkit._numbers import check_float
 
 EPSILON = 1e-7
 
@@ -57,7 +57,7 @@ class MaxNorm(Constraint):
     """Each slice along ``axis`` gets norm at most ``max_value``."""
 
     def __init__(self, max_value: float = 2.0, axis: int | list[int] = 0) -> None:
-        self.max_value = check_real(max_value, "max_value", "MaxNorm")
+        self.max_value = check_float(max_value, "max_value", "MaxNorm")
         self.axis = _axis(axis, "MaxNorm")
 
     def __call__(self, w: np.ndarray) -> np.ndarray:
@@ -93,9 +93,9 @@ class MinMaxNorm(Constraint):
 
     def __init__(self, min_value: float = 0.0, max_value: float = 1.0, rate: float = 1.0,
                  axis: int | list[int] = 0) -> None:
-        self.min_value = check_real(min_value, "min_value", "MinMaxNorm")
-        self.max_value = check_real(max_value, "max_value", "MinMaxNorm")
-        self.rate = check_real(rate, "rate", "MinMaxNorm")
+        self.min_value = check_float(min_value, "min_value", "MinMaxNorm")
+        self.max_value = check_float(max_value, "max_value", "MinMaxNorm")
+        self.rate = check_float(rate, "rate", "MinMaxNorm")
         if self.min_value > self.max_value:
             raise InvalidParameterError(f"MinMaxNorm: min_value {min_value} exceeds max_value {max_value}")
         self.axis = _axis(axis, "MinMaxNorm")

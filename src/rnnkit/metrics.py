@@ -31,8 +31,8 @@ import numpy as np
 
 from rnnkit._arrays import as_real_array
 from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit._numbers import check_float
 from rnnkit.losses import position_weights
-from rnnkit.optimizers._base import check_float
 
 
 def _arr(x: Any, what: str, where: str) -> np.ndarray:
@@ -79,6 +79,9 @@ class Accuracy(Metric):
     def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
         yt = _arr(y_true, "y_true", "Accuracy")
         yp = _arr(y_pred, "y_pred", "Accuracy")
+        if yp.ndim == 0:
+            raise InvalidInputError(f"Accuracy: y_pred must have at least one axis (a batch of predictions), "
+                                    f"got a scalar {yp.item()!r}; y_true shape {yt.shape}")
         binary = yp.ndim == 1 or yp.shape[-1] == 1
         if binary:
             squeezed = yp.ndim >= 1 and yp.shape[-1] == 1 and yt.shape == yp.shape[:-1]

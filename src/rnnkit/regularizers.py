@@ -22,7 +22,7 @@ import numpy as np
 
 from rnnkit._config import ConfigValue
 from rnnkit._errors import InvalidParameterError
-from rnnkit._validate import check_real
+from rnnkit._numbers import check_float
 
 
 class Regularizer(ConfigValue):
@@ -42,7 +42,7 @@ class Regularizer(ConfigValue):
 
 
 def _factor(value: Any, arg: str, where: str) -> float:
-    v = check_real(value, arg, where)
+    v = check_float(value, arg, where)
     if v < 0:
         raise InvalidParameterError(f"{where}: {arg} must be >= 0, got {value!r}")
     return v

@@ -19,7 +19,6 @@ epoch.
 
 from __future__ import annotations
 
-import math
 import numbers
 import operator
 from typing import Any
@@ -29,8 +28,9 @@ import numpy as np
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import check_bool
 from rnnkit._mask import Mask
+from rnnkit._numbers import check_float, check_int
 from rnnkit._random import check_seed, make_rng
-from rnnkit.data._dataset import Dataset, as_array, check_batch_index, check_cast, check_count, check_dtype
+from rnnkit.data._dataset import Dataset, as_array, check_batch_index, check_cast, check_dtype
 
 
 class Buckets(Dataset):
@@ -59,8 +59,8 @@ class Buckets(Dataset):
             if self.targets.shape[0] != len(self.sequences):
                 raise InvalidInputError(f"{where}: {self.targets.shape[0]} targets for "
                                         f"{len(self.sequences)} sequences")
-        self.batch_size = check_count(batch_size, "batch_size", where)
-        self.bucket_width = None if bucket_width is None else check_count(bucket_width, "bucket_width", where)
+        self.batch_size = check_int(batch_size, "batch_size", where, lo=1)
+        self.bucket_width = check_int(bucket_width, "bucket_width", where, lo=1, hi=None, none_ok=True)
         self.shuffle = check_bool(shuffle, "shuffle", where)
         self.dtype = None if dtype is None else check_dtype(dtype, where)
         out = self.dtype if self.dtype is not None else np.result_type(*(s.dtype for s in self.sequences))
@@ -122,18 +122,14 @@ def pad_value_of(value: Any, dt: np.dtype, where: str, arg: str = "pad_value") -
     """``value`` (the argument ``arg``) as a number of the batches' dtype ``dt``: a finite real
     number (not a bool) that ``dt`` holds exactly (0.5 in an int dtype, 1e40 in float32, 300 in
     uint8 are refused)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise InvalidParameterError(f"{where}: {arg} must be a real number, got {value!r}")
-    if not math.isfinite(float(value)):
-        raise InvalidParameterError(f"{where}: {arg} must be finite, got {value!r}")
+    fv = check_float(value, arg, where)
     if dt.kind == "b":
-        if float(value) not in (0.0, 1.0):
+        if fv not in (0.0, 1.0):
             raise InvalidParameterError(f"{where}: {arg} {value!r} is not a value of the batches' dtype "
                                         f"bool (0 or 1)")
-        return dt.type(float(value) == 1.0)
+        return dt.type(fv == 1.0)
     if dt.kind in "iu":
         info = np.iinfo(dt)
-        fv = float(value)
         iv = (operator.index(value) if isinstance(value, numbers.Integral)
               else int(fv) if fv.is_integer() else None)
         if iv is None or not info.min <= iv <= info.max:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit._numbers import check_int
 
 
 class BatchIndexError(InvalidInputError, IndexError):
@@ -48,9 +49,9 @@ class Dataset:
                 f"{where}: use_multiprocessing must be False, got {use_multiprocessing!r}; rnnkit reads "
                 f"batches on a thread (workers=), never in other processes: those would need the dataset "
                 f"pickled, which rnnkit does not do, and NumPy work in __getitem__ releases the GIL anyway")
-        self.workers = None if workers is None else check_count(workers, "workers", where, lo=0)
-        self.max_queue_size = None if max_queue_size is None else check_count(max_queue_size,
-                                                                                "max_queue_size", where)
+        self.workers = None if workers is None else check_int(workers, "workers", where, lo=0)
+        self.max_queue_size = None if max_queue_size is None else check_int(max_queue_size,
+                                                                                "max_queue_size", where, lo=1)
 
     def prefetch(self) -> int | None:
         """How many batches ``fit`` reads ahead when it is given no ``workers=``: 0 for
@@ -76,18 +77,10 @@ class Dataset:
 def check_batch_index(index: Any, n: int, where: str) -> int:
     """``index`` as an int in ``[-n, n)`` (negative counts from the end), else
     :class:`BatchIndexError` (TypeError for a non-int)."""
-    if isinstance(index, bool) or not hasattr(index, "__index__"):
-        raise TypeError(f"{where}: a batch index must be an int, got {index!r}")
-    i = int(index)
+    i = check_int(index, "a batch index", where, hi=None, error=TypeError)
     if not -n <= i < n:
         raise BatchIndexError(f"{where}: batch {i} out of range; there are {n} batches")
     return i % n
-
-
-def check_count(value: Any, what: str, where: str, lo: int = 1) -> int:
-    if isinstance(value, bool) or not hasattr(value, "__index__") or int(value) < lo:
-        raise InvalidParameterError(f"{where}: {what} must be an int >= {lo}, got {value!r}")
-    return int(value)
 
 
 def as_array(value: Any, what: str, where: str) -> np.ndarray:

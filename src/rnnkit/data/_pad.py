@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit._numbers import check_int
 from rnnkit.data._buckets import pad_value_of
-from rnnkit.data._dataset import as_array, check_count, check_dtype
+from rnnkit.data._dataset import as_array, check_dtype
 
 _WHERE = "pad_sequences"
 
@@ -72,7 +73,7 @@ def pad_sequences(sequences: Any, maxlen: int | None = None, dtype: Any = "int32
         if len(a) and a.shape[1:] != sample:
             raise InvalidInputError(f"{_WHERE}: the steps of sequence {k} have shape {a.shape[1:]}; those of "
                                     f"the first non-empty sequence {sample}")
-    n = max(len(a) for a in seqs) if maxlen is None else check_count(maxlen, "maxlen", _WHERE)
+    n = max(len(a) for a in seqs) if maxlen is None else check_int(maxlen, "maxlen", _WHERE, lo=1)
     out = np.full((len(seqs), n, *sample), fill, dtype=dt)
     for k, a in enumerate(seqs):
         if not len(a) or not n:

@@ -32,8 +32,9 @@ import numpy as np
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import check_bool
+from rnnkit._numbers import check_int
 from rnnkit._random import check_seed, make_rng
-from rnnkit.data._dataset import Dataset, as_array, check_batch_index, check_count
+from rnnkit.data._dataset import Dataset, as_array, check_batch_index
 
 _WHERE = "timeseries_dataset"
 
@@ -47,13 +48,7 @@ def _rows(a: Any, what: str) -> np.ndarray:
 
 
 def _index(value: Any, what: str, lo: int, hi: int, n: int) -> int:
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise InvalidParameterError(f"{_WHERE}: {what} must be an int or None, got {value!r}")
-    v = int(value)
-    if not lo <= v <= hi:
-        raise InvalidParameterError(f"{_WHERE}: {what} must be in [{lo}, {hi}] (the data has {n} rows), "
-                                    f"got {v}")
-    return v
+    return check_int(value, what, f"{_WHERE} (the data has {n} rows)", lo=lo, hi=hi)
 
 
 class TimeseriesDataset(Dataset):
@@ -65,13 +60,13 @@ class TimeseriesDataset(Dataset):
         self.data = _rows(data, "data")
         self.targets = None if targets is None else _rows(targets, "targets")
         n = int(self.data.shape[0])
-        self.sequence_length = check_count(sequence_length, "sequence_length", _WHERE)
-        self.sequence_stride = check_count(sequence_stride, "sequence_stride", _WHERE)
-        self.sampling_rate = check_count(sampling_rate, "sampling_rate", _WHERE)
+        self.sequence_length = check_int(sequence_length, "sequence_length", _WHERE, lo=1)
+        self.sequence_stride = check_int(sequence_stride, "sequence_stride", _WHERE, lo=1)
+        self.sampling_rate = check_int(sampling_rate, "sampling_rate", _WHERE, lo=1)
         if batch_size is None:
             raise InvalidParameterError(f"{_WHERE}: batch_size must be an int >= 1, got None (Keras' None "
                                         f"gives single unbatched samples; fit takes batches)")
-        self.batch_size = check_count(batch_size, "batch_size", _WHERE)
+        self.batch_size = check_int(batch_size, "batch_size", _WHERE, lo=1)
         self.shuffle = check_bool(shuffle, "shuffle", _WHERE)
         self.start = 0 if start_index is None else _index(start_index, "start_index", 0, n - 1, n)
         self.end = n if end_index is None else _index(end_index, "end_index", 1, n, n)

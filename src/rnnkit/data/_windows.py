@@ -32,8 +32,9 @@ import numpy as np
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import check_bool
+from rnnkit._numbers import check_int
 from rnnkit._random import check_seed, make_rng
-from rnnkit.data._dataset import Dataset, as_array, check_batch_index, check_count, check_dtype
+from rnnkit.data._dataset import Dataset, as_array, check_batch_index, check_dtype
 
 
 def _as_rows(a: Any, what: str) -> np.ndarray:
@@ -52,15 +53,15 @@ class Windows(Dataset):
                  target_offset: int | None = None) -> None:
         self.series = _as_rows(series, "series")
         self.targets = self.series if targets is None else _as_rows(targets, "targets")
-        self.window = check_count(window, "window", "windows")
-        self.sampling_rate = check_count(sampling_rate, "sampling_rate", "windows")
-        self.batch_size = check_count(batch_size, "batch_size", "windows")
+        self.window = check_int(window, "window", "windows", lo=1)
+        self.sampling_rate = check_int(sampling_rate, "sampling_rate", "windows", lo=1)
+        self.batch_size = check_int(batch_size, "batch_size", "windows", lo=1)
         if horizon is not None and target_offset is not None:
             raise InvalidParameterError("windows: give horizon (counted after the window's last row) or "
                                         "target_offset (Keras': counted from its first row), not both")
         self.target_offset = (None if target_offset is None
-                              else check_count(target_offset, "target_offset", "windows", lo=0))
-        self.horizon = 1 if horizon is None else check_count(horizon, "horizon", "windows", lo=0)
+                              else check_int(target_offset, "target_offset", "windows", lo=0))
+        self.horizon = 1 if horizon is None else check_int(horizon, "horizon", "windows", lo=0)
         n = int(self.series.shape[0])
         self.span = (self.window - 1) * self.sampling_rate + 1
         if self.target_offset is None:

@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit._errors import FileFormatError, InvalidInputError, InvalidParameterError
+from rnnkit._errors import FileFormatError, InvalidInputError
 from rnnkit._files import check_regular, read_head
-from rnnkit._layer import check_bool, check_real, resolve_dtype
+from rnnkit._layer import check_bool, check_float, resolve_dtype
 from rnnkit._safetensors import read_safetensors, write_safetensors
 from rnnkit.io._interop import to_torch_state
 from rnnkit.io._interop_errors import UnsupportedFeatureError
@@ -136,9 +136,7 @@ def load_torch_rnn(path: str | os.PathLike[str], *, prefix: str = "", batch_firs
     if not isinstance(prefix, str):
         raise TypeError(f"{where}: prefix must be a str such as 'lstm.', got {prefix!r}")
     batch_first = check_bool(batch_first, "batch_first", where)
-    rate = check_real(dropout, "dropout", where)
-    if not 0.0 <= rate < 1.0:
-        raise InvalidParameterError(f"{where}: dropout must be a number in [0, 1), got {dropout!r}")
+    rate = check_float(dropout, "dropout", where, lo=0.0, hi=1.0, hi_open=True)
     if dtype is not None:
         resolve_dtype(dtype, where)
     tensors = load_torch_safetensors(p)
@@ -148,7 +146,7 @@ def load_torch_rnn(path: str | os.PathLike[str], *, prefix: str = "", batch_firs
         raise InvalidInputError(f"{where}: '{prefix}weight_ih_l0' and '{prefix}weight_hh_l0' are required")
     whh, wih = found[("weight_hh", 0, False)], found[("weight_ih", 0, False)]
     whr = found.get(("weight_hr", 0, False))
-    width = whh.shape[1] if whr is None or whr.ndim != 2 else whr.shape[1]   # H (the projection's input)
+    width = (whh.shape[1] if whr is None or whr.ndim != 2 else whr.shape[1]) if whh.ndim == 2 else 0  # H
     if whh.ndim != 2 or wih.ndim != 2 or whh.shape[1] < 1 or width < 1 or whh.shape[0] % width:
         raise InvalidInputError(f"{where}: weight_hh_l0 {whh.shape} / weight_ih_l0 {wih.shape} are not "
                                 f"(G*H, H or proj_size) / (G*H, in_dim)")

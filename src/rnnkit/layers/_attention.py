@@ -26,8 +26,9 @@ import numpy as np
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._initializers import glorot_uniform
-from rnnkit._layer import check_bool, check_real
+from rnnkit._layer import check_bool
 from rnnkit._mask import Mask
+from rnnkit._numbers import check_float
 from rnnkit._random import make_rng
 from rnnkit._shape import Shape
 from rnnkit.layers._merge import MergeLayer
@@ -54,10 +55,7 @@ def query_value_key(shapes: Any, name: str) -> list[Shape]:
 
 def check_dropout(rate: Any, where: str) -> float:
     """``rate`` as a float in [0, 1), or InvalidParameterError naming ``dropout``."""
-    r = check_real(rate, "dropout", where)
-    if not 0.0 <= r < 1.0:
-        raise InvalidParameterError(f"{where}: dropout must be a number in [0, 1), got {rate!r}")
-    return r
+    return check_float(rate, "dropout", where, lo=0.0, hi=1.0, hi_open=True)
 
 
 def as_masks(mask: Any, n_inputs: int, where: str) -> list[Mask | None]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from rnnkit._activations import Activation, ActivationFn, Softmax, resolve_activation
-from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit._errors import InvalidInputError
+from rnnkit._numbers import check_int
 from rnnkit._shape import Shape
 
 
@@ -14,7 +15,7 @@ def activation_from(spec: Any, where: str) -> ActivationFn:
     if isinstance(spec, dict):
         name = spec.get("name")
         if name == "softmax":
-            return resolve_activation(Softmax(int(spec.get("axis", -1))), where)
+            return resolve_activation(Softmax(check_int(spec.get("axis", -1), "axis", where)), where)
         return resolve_activation(name, where)
     return resolve_activation(spec, where)
 
@@ -31,13 +32,6 @@ def activation_config(act: ActivationFn) -> str | dict[str, Any]:
     if act.kind is Activation.SOFTMAX and act.axis != -1:
         return {"name": "softmax", "axis": act.axis}
     return act.name
-
-
-def check_int(value: object, what: str, where: str) -> int:
-    """An int (not a bool) or InvalidParameterError naming the argument."""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise InvalidParameterError(f"{where}: {what} must be an int, got {value!r}")
-    return int(value)  # type: ignore[call-overload]
 
 
 def normalize_axis(axis: int, rank: int, where: str, shape: Shape | tuple[Any, ...]) -> int:

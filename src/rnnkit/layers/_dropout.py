@@ -8,7 +8,7 @@ import numpy as np
 
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidParameterError
-from rnnkit._layer import Layer, check_real
+from rnnkit._layer import Layer, check_float
 from rnnkit._shape import Shape
 
 
@@ -25,7 +25,7 @@ class Dropout(Layer):
 
     def __init__(self, rate: float, *, dtype: Any = "float32", name: str | None = None) -> None:
         super().__init__(dtype=dtype, name=name)
-        r = check_real(rate, "rate", self.name)
+        r = check_float(rate, "rate", self.name)
         if not 0.0 <= r < 1.0:
             raise InvalidParameterError(f"{self.name}: rate must be a number in [0, 1), got {rate!r}")
         self.rate = r

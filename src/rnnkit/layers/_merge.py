@@ -17,8 +17,9 @@ from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError
 from rnnkit._layer import Layer
 from rnnkit._mask import Mask
+from rnnkit._numbers import check_int
 from rnnkit._shape import Shape
-from rnnkit.layers._common import check_int, normalize_axis
+from rnnkit.layers._common import normalize_axis
 from rnnkit.layers._masking import mask_or
 
 

@@ -13,9 +13,10 @@ from rnnkit._consistency import WEIGHTS
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._initializers import zeros
-from rnnkit._layer import Layer, check_bool, check_real
+from rnnkit._layer import Layer, check_bool
+from rnnkit._numbers import check_float, check_int
 from rnnkit._shape import Shape
-from rnnkit.layers._common import check_int, normalize_axis
+from rnnkit.layers._common import normalize_axis
 
 
 class LayerNormalization(Layer):
@@ -58,10 +59,7 @@ class LayerNormalization(Layer):
             self.axis: int | list[int] = [check_int(a, "axis", self.name) for a in axis]
         else:
             self.axis = check_int(axis, "axis", self.name)
-        eps = check_real(epsilon, "epsilon", self.name)
-        if not eps > 0.0:
-            raise InvalidParameterError(f"{self.name}: epsilon must be a number > 0, got {epsilon!r}")
-        self.epsilon = eps
+        self.epsilon = check_float(epsilon, "epsilon", self.name, lo=0.0, lo_open=True)
         self.center = check_bool(center, "center", self.name)
         self.scale = check_bool(scale, "scale", self.name)
 
@@ -240,13 +238,8 @@ class BatchNormalization(Layer):
                  scale: bool = True, *, dtype: Any = "float32", name: str | None = None) -> None:
         super().__init__(dtype=dtype, name=name)
         self.axis = check_int(axis, "axis", self.name)
-        self.momentum = check_real(momentum, "momentum", self.name)
-        if not 0.0 <= self.momentum <= 1.0:
-            raise InvalidParameterError(f"{self.name}: momentum must be a number in [0, 1], got {momentum!r}")
-        eps = check_real(epsilon, "epsilon", self.name)
-        if not eps > 0.0:
-            raise InvalidParameterError(f"{self.name}: epsilon must be a number > 0, got {epsilon!r}")
-        self.epsilon = eps
+        self.momentum = check_float(momentum, "momentum", self.name, lo=0.0, hi=1.0)
+        self.epsilon = check_float(epsilon, "epsilon", self.name, lo=0.0, lo_open=True)
         self.center = check_bool(center, "center", self.name)
         self.scale = check_bool(scale, "scale", self.name)
 

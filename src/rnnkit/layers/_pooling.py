@@ -11,8 +11,8 @@ import numpy as np
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import Layer, check_bool, check_positive_int
+from rnnkit._numbers import check_int
 from rnnkit._shape import Shape
-from rnnkit.layers._common import check_int
 from rnnkit.layers._conv import one_int, out_len, padding_of, pads, scatter_windows, windows
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from rnnkit._errors import InvalidParameterError
+from rnnkit._numbers import check_int
 from rnnkit.models._callbacks import History
 
 
@@ -34,6 +34,5 @@ class FitAliases:
     def fit_with_batches(self: _Fits, x: Any, y: Any, epochs: int, batch_size: int, **kwargs: Any) -> History:
         """``fit(x, y, epochs, batch_size=batch_size, **kwargs)``; ``batch_size`` must be an
         int >= 1 here (None is refused: that is ``fit``'s full-batch rule)."""
-        if isinstance(batch_size, bool) or not hasattr(batch_size, "__index__") or int(batch_size) < 1:
-            raise InvalidParameterError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        return self.fit(x, y, epochs, batch_size=int(batch_size), **kwargs)
+        bs = check_int(batch_size, "batch_size", "fit_with_batches", lo=1)
+        return self.fit(x, y, epochs, batch_size=bs, **kwargs)

@@ -21,7 +21,7 @@ from rnnkit import metrics as metrics_mod
 from rnnkit._consistency import WEIGHTS
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, NotBuiltError
-from rnnkit._layer import Layer, check_bool, check_ctx
+from rnnkit._layer import Layer, check_bool, check_ctx, check_int, check_utf8
 from rnnkit._shape import Shape
 from rnnkit._tape import ACTIVE, call_layer
 from rnnkit.models import _training
@@ -29,7 +29,7 @@ from rnnkit.models._aliases import FitAliases
 from rnnkit.models._batch import Batch, take
 from rnnkit.models._callbacks import Callback, History
 from rnnkit.models._checks import Data, NonFiniteAt, as_list, check_finite, first_non_finite, unlist
-from rnnkit.models._fit_batches import check_steps, check_workers, is_batch_source, predict_source
+from rnnkit.models._fit_batches import is_batch_source, predict_source
 from rnnkit.models._habits import cast_inputs, check_batch_axis, check_verbose, report
 from rnnkit.models._inference import ChainPlan
 from rnnkit.models._weighting import input_masks
@@ -43,7 +43,7 @@ class Model(FitAliases, WeightsAPI):
     def __init__(self, name: str) -> None:
         if not isinstance(name, str):
             raise TypeError(f"{type(self).__name__}: name must be a str, got {name!r}")
-        self.name = name
+        self.name = check_utf8(name, "name", type(self).__name__)
         self.optimizer: Any = None
         self.loss: Any = None
         self.metrics: list[Any] = []
@@ -251,7 +251,8 @@ class Model(FitAliases, WeightsAPI):
         if batch_size is None and mask is None and lengths is None:   # one batch, no masks
             outs = self._forward_masks(xs, Ctx.inference(), False, None)[0]
         else:
-            bs = n if batch_size is None else _check_batch_size(batch_size)
+            bs = n if batch_size is None else check_int(batch_size, "batch_size", f"{self.name}.predict",
+                                                        lo=1)
             check_batch_axis(self, f"{self.name}.predict", batch_size=bs < n)
             masks = input_masks(self, xs, mask, lengths)
             if bs >= n:   # the whole input is one batch: no slicing, no concatenation
@@ -344,7 +345,7 @@ class Model(FitAliases, WeightsAPI):
         self._require_compiled("evaluate")
         shown = check_verbose(verbose, f"{self.name}.evaluate")
         check_bool(return_dict, "return_dict", f"{self.name}.evaluate")
-        bs = None if batch_size is None else _check_batch_size(batch_size)
+        bs = check_int(batch_size, "batch_size", f"{self.name}.evaluate", lo=1, none_ok=True)
         check_batch_axis(self, f"{self.name}.evaluate", batch_size=bs is not None,
                          sample_weight=sample_weight is not None)
         if is_batch_source(x):
@@ -353,8 +354,9 @@ class Model(FitAliases, WeightsAPI):
                 raise InvalidParameterError(f"{self.name}.evaluate: y, distributed=, sample_weight=, mask= "
                                             f"and lengths= cannot be given with a batch source as x")
             logs = WEIGHTS.read_once(_training.evaluate_source, self, x,
-                                     check_steps(steps, "evaluate: steps"),
-                                     check_workers(workers, "evaluate"), f"{self.name}.evaluate")
+                                     check_int(steps, "steps", "evaluate", lo=1, none_ok=True),
+                                     check_int(workers, "workers (0: no prefetch thread)", "evaluate", lo=0,
+                                               none_ok=True), f"{self.name}.evaluate")
         elif y is None:
             raise InvalidInputError(f"{self.name}.evaluate: y (the targets) is missing; give y beside the "
                                     f"arrays x, or a batch source of (x, y) batches as x")
@@ -374,8 +376,3 @@ class Model(FitAliases, WeightsAPI):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, built={self.built})"
 
-
-def _check_batch_size(batch_size: object) -> int:
-    if isinstance(batch_size, bool) or not hasattr(batch_size, "__index__") or int(batch_size) < 1:  # type: ignore[call-overload]
-        raise InvalidParameterError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    return int(batch_size)  # type: ignore[call-overload]

@@ -21,6 +21,7 @@ import numpy as np
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import check_bool
+from rnnkit._numbers import check_float, check_int
 from rnnkit.models import _files
 from rnnkit.models._checks import Trainable as Model
 from rnnkit.models._habits import check_verbose
@@ -133,21 +134,11 @@ class EarlyStopping(Callback):
     def __init__(self, monitor: str = "val_loss", min_delta: float = 0.0, patience: int = 0,
                  verbose: int = 0, mode: str = "auto", baseline: float | None = None,
                  restore_best_weights: bool = False, start_from_epoch: int = 0) -> None:
-        if isinstance(patience, bool) or not isinstance(patience, (int, np.integer)) or patience < 0:
-            raise InvalidParameterError(f"EarlyStopping: patience must be an int >= 0, got {patience!r}")
-        if (isinstance(min_delta, bool) or not isinstance(min_delta, (int, float, np.floating))
-                or not math.isfinite(min_delta)):
-            raise InvalidParameterError(
-                f"EarlyStopping: min_delta must be a finite number, got {min_delta!r}"
-            )
-        if baseline is not None and (isinstance(baseline, bool) or not isinstance(
-                baseline, (int, float, np.integer, np.floating)) or not math.isfinite(baseline)):
-            raise InvalidParameterError(f"EarlyStopping: baseline must be a finite number or None, got "
-                                        f"{baseline!r}")
-        if (isinstance(start_from_epoch, bool) or not isinstance(start_from_epoch, (int, np.integer))
-                or start_from_epoch < 0):
-            raise InvalidParameterError(f"EarlyStopping: start_from_epoch must be an int >= 0, got "
-                                        f"{start_from_epoch!r}")
+        patience = check_int(patience, "patience", "EarlyStopping", lo=0)
+        min_delta = check_float(min_delta, "min_delta", "EarlyStopping")
+        if baseline is not None:
+            baseline = check_float(baseline, "baseline", "EarlyStopping")
+        start_from_epoch = check_int(start_from_epoch, "start_from_epoch", "EarlyStopping", lo=0)
         self.verbose = check_verbose(verbose, "EarlyStopping")
         self.baseline = None if baseline is None else float(baseline)
         self.start_from_epoch = int(start_from_epoch)
@@ -218,6 +209,26 @@ def check_path(path: Any, arg: str, where: str) -> str:
     return p
 
 
+def check_writable(path: str, arg: str, where: str, *, replaced: bool) -> None:
+    """InvalidParameterError naming ``where``, ``arg`` and ``path`` unless this process can write
+    there: the directory exists and is writable, ``path`` is not a directory, and (unless the
+    file is ``replaced`` by a new one, as an atomic save does) an existing file is writable.
+    Callbacks call it in ``on_train_begin``, so a bad path stops ``fit`` before the first epoch.
+    A directory holding ``{field}`` templates is checked when the name is known, at the save."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if "{" in os.path.dirname(path):
+        return
+    problem = (f"directory {directory} does not exist" if not os.path.isdir(directory)
+               else f"directory {directory} is not writable" if not os.access(directory, os.W_OK | os.X_OK)
+               else "it is a directory" if os.path.isdir(path)
+               else "the file is not writable" if (not replaced and os.path.exists(path)
+                                                   and not os.access(path, os.W_OK))
+               else None)
+    if problem is not None:
+        raise InvalidParameterError(f"{where}: cannot write {arg} {path!r}: {problem}; expected a path "
+                                    f"this process can write (checked when fit starts)")
+
+
 def check_path_template(path: Any, arg: str, where: str) -> str:
     """:func:`check_path`, and ``path`` must be a ``str.format`` template whose fields are named
     (``{epoch}``, a log key): a malformed one (``"{"``, ``"{0}"``, ``"{epoch:zz}"``) is refused
@@ -262,11 +273,8 @@ class ModelCheckpoint(Callback):
                                         f"ends; Keras' save_freq=N batches is not offered), got "
                                         f"{save_freq!r}")
         t = initial_value_threshold
-        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float, np.integer, np.floating))
-                              or not math.isfinite(t)):
-            raise InvalidParameterError(f"ModelCheckpoint: initial_value_threshold must be a finite number "
-                                        f"or None, got {t!r}")
-        self.initial_value_threshold = None if t is None else float(t)
+        self.initial_value_threshold = (None if t is None
+                                        else check_float(t, "initial_value_threshold", "ModelCheckpoint"))
         self.monitor = monitor
         self.save_best_only = check_bool(save_best_only, "save_best_only", "ModelCheckpoint")
         self.save_weights_only = check_bool(save_weights_only, "save_weights_only", "ModelCheckpoint")
@@ -275,6 +283,7 @@ class ModelCheckpoint(Callback):
         self.last_saved: str | None = None
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
+        check_writable(self.filepath, "filepath", "ModelCheckpoint", replaced=True)
         self.best = self.initial_value_threshold
 
     def get_fit_state(self) -> dict[str, Any]:
@@ -334,10 +343,7 @@ class LearningRateScheduler(Callback):
     def on_epoch_begin(self, epoch: int, logs: Logs | None = None) -> None:
         opt = self._optimizer()
         lr = self.schedule(epoch, float(opt.learning_rate))
-        if isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating)) or not math.isfinite(lr):
-            raise InvalidParameterError(
-                f"LearningRateScheduler: schedule({epoch}, lr) must return a finite number, got {lr!r}"
-            )
+        lr = check_float(lr, "the learning rate", f"LearningRateScheduler: schedule({epoch}, lr)")
         opt.learning_rate = float(lr)
         if self.verbose:
             print(f"Epoch {epoch + 1}: LearningRateScheduler setting learning rate to {float(lr)}.",

@@ -20,23 +20,8 @@ import numpy as np
 from rnnkit._atomic import atomic_write_bytes
 from rnnkit._errors import InvalidParameterError, NonFiniteError
 from rnnkit._layer import check_bool
-from rnnkit.models._callbacks import Callback, Logs, _monitor_op, check_path
-
-_Num = (int, float, np.integer, np.floating)
-
-
-def _number(value: Any, arg: str, where: str, *, lo: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, _Num) or not math.isfinite(float(value)):
-        raise InvalidParameterError(f"{where}: {arg} must be a finite number, got {value!r}")
-    if lo is not None and float(value) < lo:
-        raise InvalidParameterError(f"{where}: {arg} must be >= {lo}, got {value!r}")
-    return float(value)
-
-
-def _count(value: Any, arg: str, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise InvalidParameterError(f"{where}: {arg} must be an int >= 0, got {value!r}")
-    return int(value)
+from rnnkit._numbers import check_float, check_int
+from rnnkit.models._callbacks import Callback, Logs, _monitor_op, check_path, check_writable
 
 
 class ReduceLROnPlateau(Callback):
@@ -60,14 +45,14 @@ class ReduceLROnPlateau(Callback):
                  verbose: int = 0, mode: str = "auto", min_delta: float = 1e-4, cooldown: int = 0,
                  min_lr: float = 0.0) -> None:
         where = "ReduceLROnPlateau"
-        self.factor = _number(factor, "factor", where, lo=0.0)
+        self.factor = check_float(factor, "factor", where, lo=0.0)
         if self.factor >= 1.0:
             raise InvalidParameterError(f"{where}: factor must be < 1.0, got {factor!r}")
-        self.patience = _count(patience, "patience", where)
-        self.cooldown = _count(cooldown, "cooldown", where)
-        self.verbose = _count(verbose, "verbose", where)
-        self.min_delta = abs(_number(min_delta, "min_delta", where))
-        self.min_lr = _number(min_lr, "min_lr", where, lo=0.0)
+        self.patience = check_int(patience, "patience", where, lo=0)
+        self.cooldown = check_int(cooldown, "cooldown", where, lo=0)
+        self.verbose = check_int(verbose, "verbose", where, lo=0)
+        self.min_delta = abs(check_float(min_delta, "min_delta", where))
+        self.min_lr = check_float(min_lr, "min_lr", where, lo=0.0)
         self.monitor, self.mode = monitor, mode
         self._better = _monitor_op(monitor, mode, where)
         self._sign = 1.0 if self._better(1.0, 0.0) else -1.0
@@ -142,6 +127,7 @@ class CSVLogger(Callback):
         self._resumed = False
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
+        check_writable(self.filename, "filename", "CSVLogger", replaced=False)
         self.keys, self._resumed = None, False
         self._close()
 
@@ -284,8 +270,7 @@ class ProgbarLogger(Callback):
     ``write`` and ``flush`` (a text file), checked here."""
 
     def __init__(self, epochs: int, stream: TextIO | None = None) -> None:
-        if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 1:
-            raise InvalidParameterError(f"ProgbarLogger: epochs must be an int >= 1, got {epochs!r}")
+        epochs = check_int(epochs, "epochs", "ProgbarLogger", lo=1)
         if stream is not None and not all(callable(getattr(stream, m, None)) for m in ("write", "flush")):
             raise TypeError(f"ProgbarLogger: stream must be None or a text stream with write() and flush(), "
                             f"got {type(stream).__name__}")

@@ -46,6 +46,7 @@ import numpy as np
 
 from rnnkit._ctx import Ctx
 from rnnkit._errors import DataSourceError, InvalidInputError, InvalidParameterError
+from rnnkit._numbers import check_int
 from rnnkit.data import Dataset
 from rnnkit.models._batch import Batch, prepare
 from rnnkit.models._checks import Trainable as Model
@@ -63,24 +64,6 @@ def is_batch_source(x: Any) -> bool:
     if hasattr(x, "__len__") and hasattr(x, "__getitem__"):
         return not hasattr(x, "__array__") and not hasattr(x, "shape")
     return hasattr(x, "__iter__") and not hasattr(x, "__array__")
-
-
-def check_steps(value: Any, what: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not hasattr(value, "__index__") or int(value) < 1:
-        raise InvalidParameterError(f"{what} must be an int >= 1 or None, got {value!r}")
-    return int(value)
-
-
-def check_workers(value: Any, where: str) -> int | None:
-    """``workers`` as an int >= 0, or None (not given: the source's own, else 1)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not hasattr(value, "__index__") or int(value) < 0:
-        raise InvalidParameterError(f"{where}: workers must be an int >= 0 (0: no prefetch thread), "
-                                    f"got {value!r}")
-    return int(value)
 
 
 def read_ahead(data: Any, workers: int | None) -> int:
@@ -282,11 +265,12 @@ def predict_source(model: Model, data: Any, steps: int | None, workers: int | No
     """Outputs for every batch of a source, concatenated (``x`` of ``(x, y)`` batches too);
     each batch's inputs checked finite as it arrives."""
     where = f"{model.name}.predict"
-    source = Source(data, check_steps(steps, "predict: steps"), where)
+    source = Source(data, check_int(steps, "steps", "predict", lo=1, none_ok=True), where)
     masks = mask_of(source)
     parts: list[list[np.ndarray]] = []
     n_out = 1
-    for b, item in batches(source, read_ahead(data, check_workers(workers, where)), 0):
+    n_workers = check_int(workers, "workers (0: no prefetch thread)", where, lo=0, none_ok=True)
+    for b, item in batches(source, read_ahead(data, n_workers), 0):
         at = f"{where}: batch {b + 1}"
         x, _, _ = split_batch(model, item, at, False)
         xs = model._inputs(x)

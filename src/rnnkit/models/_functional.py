@@ -26,8 +26,9 @@ from __future__ import annotations
 from typing import Any
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
-from rnnkit._layer import check_positive_int
+from rnnkit._numbers import check_int, show
 from rnnkit._shape import Shape
+from rnnkit._validate import check_utf8
 from rnnkit.models._base import Model as BaseModel
 from rnnkit.models._graph import GraphModel
 from rnnkit.models._graph_order import ordered_nodes
@@ -54,16 +55,16 @@ def Input(shape: Any, dtype: str | None = None, name: str | None = None,
         raise InvalidParameterError(f"rk.Input: shape must be a tuple of ints or None without the batch "
                                     f"axis, e.g. (None, 8), got {shape!r}")
     dims = list(shape.dims if isinstance(shape, Shape) else shape)
-    for d in dims:
-        if d is not None and (isinstance(d, bool) or not hasattr(d, "__index__") or int(d) < 1):
-            raise InvalidParameterError(f"rk.Input: shape {tuple(dims)} holds {d!r}; each extent must be "
-                                        f"an int >= 1 or None (free)")
+    where = f"rk.Input: shape {show(tuple(dims))}"
+    dims = [check_int(d, "each extent", where, lo=1, none_ok=True) for d in dims]
     if dtype is not None and str(getattr(dtype, "name", dtype)) not in INPUT_DTYPES:
         raise InvalidParameterError(f"rk.Input: dtype must be one of {INPUT_DTYPES} or None, got {dtype!r}")
     if name is not None and (not isinstance(name, str) or not name or "." in name):
         raise InvalidParameterError(f"rk.Input: name must be a non-empty str without '.', got {name!r}")
-    batch = None if batch_size is None else check_positive_int(batch_size, "batch_size", "rk.Input")
-    full = Shape((batch, *(None if d is None else int(d) for d in dims)))
+    if name is not None:
+        check_utf8(name, "name", "rk.Input")
+    batch = check_int(batch_size, "batch_size", "rk.Input", lo=1, none_ok=True)
+    full = Shape((batch, *dims))
     return Node(name, None, (), full, None,
                 dtype=None if dtype is None else str(getattr(dtype, "name", dtype)))
 

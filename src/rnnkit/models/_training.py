@@ -36,14 +36,14 @@ import numpy as np
 
 from rnnkit import _penalties as _pen
 from rnnkit._errors import InvalidInputError, InvalidParameterError, ModelBusyError
-from rnnkit._layer import Layer, check_bool, check_real
+from rnnkit._layer import Layer, check_bool, check_float, check_int
 from rnnkit._random import check_seed, make_rng
 from rnnkit.models._batch import Batch, prepare, take
 from rnnkit.models._callbacks import Callback, CallbackList, History
 from rnnkit.models._callbacks_more import ProgbarLogger, TerminateOnNaN
 from rnnkit.models._checks import Data
 from rnnkit.models._checks import Trainable as Model
-from rnnkit.models._fit_batches import SourceBatches, check_steps, check_workers, is_batch_source
+from rnnkit.models._fit_batches import SourceBatches, is_batch_source
 from rnnkit.models._habits import check_batch_axis, check_verbose, warn_full_batch
 from rnnkit.models._plan import eval_facts
 from rnnkit.models._resume import fingerprint, restore_state, save_state
@@ -118,15 +118,6 @@ def _weighting(data: Batch) -> dict[str, str]:
 
 
 # -- the arguments -------------------------------------------------------------------------
-def check_count(value: Any, arg: str, lo: int, where: str, none_ok: bool = False) -> int | None:
-    if value is None and none_ok:
-        return None
-    if isinstance(value, bool) or not hasattr(value, "__index__") or int(value) < lo:
-        tail = " or None" if none_ok else ""
-        raise InvalidParameterError(f"{where}: {arg} must be an int >= {lo}{tail}, got {value!r}")
-    return int(value)
-
-
 def check_callbacks(callbacks: Any, where: str) -> list[Callback]:
     if callbacks is None:
         return []
@@ -167,15 +158,15 @@ def fit(model: Model, x: Data, y: Data, epochs: Any, *, batch_size: Any, validat
     """``Model.fit`` (see the module docstring)."""
     where = f"{model.name}.fit"
     model._require_compiled("fit")  # type: ignore[attr-defined]
-    n_epochs = check_count(epochs, "epochs", 1, "fit")
-    start = check_count(initial_epoch, "initial_epoch", 0, "fit")
-    bs = check_count(batch_size, "batch_size", 1, "fit", none_ok=True)
+    n_epochs = check_int(epochs, "epochs", "fit", lo=1)
+    start = check_int(initial_epoch, "initial_epoch", "fit", lo=0)
+    bs = check_int(batch_size, "batch_size", "fit", lo=1, none_ok=True)
     check_seed(seed, where)
     check_bool(shuffle, "shuffle", where)
     verbose = check_verbose(verbose, where)
-    n_workers = check_workers(workers, "fit")
+    n_workers = check_int(workers, "workers (0: no prefetch thread)", "fit", lo=0, none_ok=True)
     cb_list = check_callbacks(callbacks, where)
-    split = 0.0 if validation_split is None else check_real(validation_split, "validation_split", where)
+    split = 0.0 if validation_split is None else check_float(validation_split, "validation_split", where)
     if not 0.0 <= split < 1.0:
         raise InvalidParameterError(f"fit: validation_split must be a number in [0, 1), got "
                                     f"{validation_split!r}")
@@ -226,9 +217,9 @@ def fit(model: Model, x: Data, y: Data, epochs: Any, *, batch_size: Any, validat
     common = {"epochs": n_epochs, "initial_epoch": start, "verbose": int(verbose), "nan_stops": nan_stops}
     with busy(model):
         if source:
-            batches = SourceBatches(model, x, check_steps(steps_per_epoch, "fit: steps_per_epoch"), n_workers,
-                                    where)
-            vsteps = check_steps(validation_steps, "fit: validation_steps")
+            steps = check_int(steps_per_epoch, "steps_per_epoch", "fit", lo=1, none_ok=True)
+            batches = SourceBatches(model, x, steps, n_workers, where)
+            vsteps = check_int(validation_steps, "validation_steps", "fit", lo=1, none_ok=True)
 
             def validate_source() -> dict[str, float]:
                 return evaluate_source(model, validation_data, vsteps, n_workers, f"{where} (validation)")

@@ -36,28 +36,10 @@ import numpy as np
 from rnnkit._consistency import WEIGHTS
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import Layer
+from rnnkit._numbers import check_float
 from rnnkit.optimizers._norms import sum_of_squares
 
 GradPair = tuple["Layer", str, np.ndarray]
-
-
-def check_float(value: Any, arg: str, where: str, *, lo: float | None = None, hi: float | None = None,
-                lo_open: bool = False, hi_open: bool = False) -> float:
-    """``value`` as a finite float inside the given bounds, else InvalidParameterError naming
-    ``arg``, the allowed range and the value."""
-    lo_s = "-inf" if lo is None else repr(lo)
-    hi_s = "inf" if hi is None else repr(hi)
-    rng = f"{'(' if lo_open or lo is None else '['}{lo_s}, {hi_s}{')' if hi_open or hi is None else ']'}"
-    ok = not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
-    v = float(value) if ok else math.nan
-    if ok and math.isfinite(v):
-        ok = not ((lo is not None and (v < lo or (lo_open and v == lo)))
-                  or (hi is not None and (v > hi or (hi_open and v == hi))))
-    else:
-        ok = False
-    if not ok:
-        raise InvalidParameterError(f"{where}: {arg} must be a finite number in {rng}, got {value!r}")
-    return v
 
 
 def _triples(pairs: Iterable[Any], where: str) -> list[Any]:

@@ -20,7 +20,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rnnkit._errors import InvalidParameterError
-from rnnkit.optimizers._base import Optimizer, check_float, check_formula
+from rnnkit._numbers import check_float
+from rnnkit.optimizers._base import Optimizer, check_formula
 
 
 class SGD(Optimizer):

@@ -17,7 +17,7 @@ from rnnkit._activations import ActivationFn
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._kind import builtin_kind
-from rnnkit._layer import Layer, check_bool, check_positive_int
+from rnnkit._layer import Layer, check_bool, check_float, check_positive_int
 from rnnkit._mask import Mask
 from rnnkit._shape import Shape
 from rnnkit.kernels._threads import swap01
@@ -84,13 +84,8 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
         self.go_backwards = check_bool(go_backwards, "go_backwards", self.name)
         self.return_state = check_bool(return_state, "return_state", self.name)
         self.stateful = check_bool(stateful, "stateful", self.name)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-            raise InvalidParameterError(f"{self.name}: dropout must be a number in [0, 1), got {dropout!r}")
-        self.dropout = float(dropout)
-        rd = recurrent_dropout
-        if isinstance(rd, bool) or not isinstance(rd, (int, float)) or not 0.0 <= rd < 1.0:
-            raise InvalidParameterError(
-                f"{self.name}: recurrent_dropout must be a number in [0, 1), got {recurrent_dropout!r}")
+        self.dropout = check_float(dropout, "dropout", self.name, lo=0.0, hi=1.0, hi_open=True)
+        rd = check_float(recurrent_dropout, "recurrent_dropout", self.name, lo=0.0, hi=1.0, hi_open=True)
         if rd > 0 and not cell.supports_recurrent_dropout:
             raise InvalidParameterError(
                 f"{self.name}: {type(cell).__name__} does not apply recurrent dropout "

@@ -296,6 +296,10 @@ class RNNNet(Layer):
         ``[output, *final_state_parts]`` (PyTorch's ``h_n`` / ``c_n``)."""
         init = None
         if isinstance(x, (list, tuple)):
+            names = self._layers[(0, 0)].cell.state_names
+            if len(x) != 1 + len(names):
+                raise InvalidInputError(f"{self.name}: expected an input or a list [x, {', '.join(names)}] "
+                                        f"(the initial state, PyTorch's h_0 / c_0), got a list of {len(x)}")
             x, init = x[0], tuple(x[1:])
         out, final = self._forward(self._check(x), init, ctx, "layer")
         return [out, *final] if self.return_state else out

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hmac
-import math
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from rnnkit._errors import InvalidParameterError
 from rnnkit._files import check_regular, open_regular
+from rnnkit._numbers import check_float, check_int, show
+from rnnkit._validate import check_bool
 
 #: the environment variable through which ``rnnkit serve`` hands ``header_timeout_s`` to its HTTP
 #: protocol (:mod:`rnnkit.serve._http`), in its own process and in ``--workers`` processes
@@ -66,23 +67,19 @@ class ServeConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name in ("state_db", "token", "synchronous", "streams"):
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise InvalidParameterError(f"ServeConfig: {f.name} must be a finite number, got {v!r}")
-            if f.type == "int" and (not isinstance(v, int) or v < 1):
-                raise InvalidParameterError(f"ServeConfig: {f.name} must be an integer >= 1, got {v!r}")
-            if f.type == "float" and (v < 0 or (v == 0 and f.name != "max_wait_ms")):
-                raise InvalidParameterError(f"ServeConfig: {f.name} must be a positive number, got {v!r}")
+            if f.type == "int":
+                object.__setattr__(self, f.name, check_int(v, f.name, "ServeConfig", lo=1))
+            elif f.type == "float":
+                lo_open = f.name != "max_wait_ms"   # a wait of 0 computes at once; no other 0 means anything
+                object.__setattr__(self, f.name,
+                                   check_float(v, f.name, "ServeConfig", lo=0.0, lo_open=lo_open))
         if self.state_db is not None and not isinstance(self.state_db, (str, os.PathLike)):
-            raise InvalidParameterError(f"ServeConfig: state_db must be a path (str) or None, got "
-                                        f"{type(self.state_db).__name__} {self.state_db!r:.60}")
-        if not isinstance(self.streams, bool):
-            raise InvalidParameterError(f"ServeConfig: streams must be True or False, got "
-                                        f"{type(self.streams).__name__} {self.streams!r:.60}")
+            raise InvalidParameterError(f"ServeConfig: state_db must be None or a path (str), got "
+                                        f"{show(self.state_db)} ({type(self.state_db).__name__})")
         if not isinstance(self.synchronous, str) or self.synchronous.upper() not in ("FULL", "NORMAL"):
             raise InvalidParameterError(f"ServeConfig: synchronous must be 'FULL' or 'NORMAL', "
-                                        f"got {self.synchronous!r}")
+                                        f"got {show(self.synchronous)}")
+        check_bool(self.streams, "streams", "ServeConfig")
         if self.token is not None and (not isinstance(self.token, str) or len(self.token) < 16):
             raise InvalidParameterError("ServeConfig: token must be a string of at least 16 characters")
 
