@@ -213,7 +213,7 @@ def test_serve_config_numbers_and_flags_are_typed() -> None:
         serve.ServeConfig(request_timeout_s=0)
     with pytest.raises(rk.InvalidParameterError, match="state_db must be None or a path"):
         serve.ServeConfig(state_db=3)
-    with pytest.raises(TypeError, match="streams must be a bool"):
+    with pytest.raises(rk.InvalidParameterError, match="streams must be True or False"):
         serve.ServeConfig(streams="no")
 
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from rnnkit._errors import InvalidParameterError
 from rnnkit._files import check_regular, open_regular
 from rnnkit._numbers import check_float, check_int, show
-from rnnkit._validate import check_bool
 
 #: the environment variable through which ``rnnkit serve`` hands ``header_timeout_s`` to its HTTP
 #: protocol (:mod:`rnnkit.serve._http`), in its own process and in ``--workers`` processes
@@ -79,7 +78,9 @@ class ServeConfig:
         if not isinstance(self.synchronous, str) or self.synchronous.upper() not in ("FULL", "NORMAL"):
             raise InvalidParameterError(f"ServeConfig: synchronous must be 'FULL' or 'NORMAL', "
                                         f"got {show(self.synchronous)}")
-        check_bool(self.streams, "streams", "ServeConfig")
+        if not isinstance(self.streams, bool):
+            raise InvalidParameterError(f"ServeConfig: streams must be True or False, got "
+                                        f"{type(self.streams).__name__} {show(self.streams)}")
         if self.token is not None and (not isinstance(self.token, str) or len(self.token) < 16):
             raise InvalidParameterError("ServeConfig: token must be a string of at least 16 characters")
 
