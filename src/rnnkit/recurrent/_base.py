@@ -19,6 +19,7 @@ from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._kind import builtin_kind
 from rnnkit._layer import Layer, check_bool, check_positive_int
 from rnnkit._mask import Mask
+from rnnkit._penalties import attach
 from rnnkit._shape import Shape
 from rnnkit.kernels._threads import swap01
 from rnnkit.recurrent._cell import Arrays, Cell
@@ -61,6 +62,10 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
       size must stay the same) until :meth:`reset_state`; gradients stop at the call's start
       (truncated BPTT). The carried state is the one thing such a layer keeps between passes:
       a stateful layer is not for sharing between threads or between two places of a model.
+    - The layer holds the cell's weights (``cell.holder`` is the layer; a cell that already
+      holds weights of its own, from a standalone call, brings them). A Keras cell's
+      ``dropout`` / ``recurrent_dropout`` are the layer's when the layer sets neither, and its
+      regularizer and constraint keywords are the layer's.
     - ``dropout``: inverted dropout of the inputs in a training ``Ctx``, one mask per sequence
       reused at every step (drawn from ``ctx.rng``, kept in the ``Ctx``); ``recurrent_dropout``
       the same for the state where it feeds back into the recurrent products (one mask per
@@ -84,6 +89,8 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
         self.go_backwards = check_bool(go_backwards, "go_backwards", self.name)
         self.return_state = check_bool(return_state, "return_state", self.name)
         self.stateful = check_bool(stateful, "stateful", self.name)
+        if dropout == 0.0 and recurrent_dropout == 0.0:   # (a Keras cell's own rates, if any)
+            dropout, recurrent_dropout = cell.dropout, cell.recurrent_dropout
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
             raise InvalidParameterError(f"{self.name}: dropout must be a number in [0, 1), got {dropout!r}")
         self.dropout = float(dropout)
@@ -97,6 +104,11 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
                 f"(Cell.supports_recurrent_dropout is False); recurrent_dropout must be 0")
         self.recurrent_dropout = float(rd)
         self._state: Arrays | None = None
+        if cell.weight_keywords:   # a Keras cell's regularizers / constraints
+            attach(self, **cell.weight_keywords)
+        held, cell.holder = cell.holder, self
+        if held is not None and held.built:   # a cell that holds weights already brings them
+            self.set_weights(**{n: v for n, v in held.weights()})
         if input_dim is not None:
             self.build(Shape((None, None, check_positive_int(input_dim, "input_dim", self.name))))
 
