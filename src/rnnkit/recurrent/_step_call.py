@@ -186,7 +186,7 @@ class StepCalls:
         if arr.ndim != 2 or arr.shape[1] != holder.input_dim:
             raise InvalidInputError(f"{self.name} cell: expected one timestep (batch, {holder.input_dim}), "
                                     f"got shape {arr.shape}")
-        return arr[:, None, :]
+        return np.ascontiguousarray(arr)[:, None, :]   # (the compiled walk reads contiguous steps)
 
     def _step_inference(self, holder: RecurrentLayer, x: Any, parts: list[Any], training: bool) -> list[Any]:
         if training:   # dropout on: the layer's training pass over the step
