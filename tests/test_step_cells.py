@@ -136,8 +136,8 @@ def test_regularizers_and_constraints_go_to_the_layer_holding_the_weights() -> N
     holder = cell.holder
     assert isinstance(holder, rk.RecurrentLayer)
     w = cell.weight("kernel")
-    assert holder.regularizers["kernel"].penalty(w) == pytest.approx(0.01 * float(np.sum(w.astype(np.float64) ** 2)),
-                                                                     rel=1e-6)
+    want = 0.01 * float(np.sum(w.astype(np.float64) ** 2))
+    assert holder.regularizers["kernel"].penalty(w) == pytest.approx(want, rel=1e-6)
     assert set(holder.regularizers) == {"kernel", "recurrent_kernel"}
     assert set(holder.constraints) == {"bias"}
     layer = rk.RecurrentLayer(rk.LSTMCell(H, kernel_regularizer="l2", dropout=0.25, recurrent_dropout=0.5))
@@ -267,7 +267,8 @@ def test_decoder_loop_gradients_equal_float64_finite_differences(kind: str) -> N
         hp, hm = h0.copy(), h0.copy()
         hp.reshape(-1)[i] += eps
         hm.reshape(-1)[i] -= eps
-        num = (float(_decoder_rk(cell, w_out, hp, xs, ys)) - float(_decoder_rk(cell, w_out, hm, xs, ys))) / (2 * eps)
+        up, down = float(_decoder_rk(cell, w_out, hp, xs, ys)), float(_decoder_rk(cell, w_out, hm, xs, ys))
+        num = (up - down) / (2 * eps)
         assert abs(grads[-1].reshape(-1)[i] - num) <= 1e-7 * max(1.0, abs(num))
 
 
@@ -296,7 +297,8 @@ def test_wrong_number_or_shape_of_states_is_a_typed_error() -> None:
     cell = rk.LSTMCell(H)
     x = np.zeros((B, F), np.float32)
     h = np.zeros((B, H), np.float32)
-    with pytest.raises(rk.InvalidInputError, match=r"expected 2 state part\(s\), a list \[h, c\], got a list of 1"):
+    with pytest.raises(rk.InvalidInputError,
+                       match=r"expected 2 state part\(s\), a list \[h, c\], got a list of 1"):
         cell(x, [h])
     with pytest.raises(rk.InvalidInputError, match=r"expected 2 state part\(s\).*got one ndarray"):
         cell(x, h)
@@ -306,10 +308,12 @@ def test_wrong_number_or_shape_of_states_is_a_typed_error() -> None:
         cell(x, [h, np.zeros((B, 5), np.float32)])
     with pytest.raises(rk.InvalidInputError, match=r"one timestep \(batch, 5\), got shape \(3, 6\)"):
         cell(np.zeros((B, 6), np.float32), [h, h])
-    with pytest.raises(rk.InvalidInputError, match=r"one timestep \(batch, features\), got shape \(3, 1, 5\)"):
+    with pytest.raises(rk.InvalidInputError,
+                       match=r"one timestep \(batch, features\), got shape \(3, 1, 5\)"):
         cell(np.zeros((B, 1, F), np.float32), [h, h])
     gru = rk.GRUCell(H)
-    with pytest.raises(rk.InvalidInputError, match=r"expected 1 state part\(s\), a list \[h\], got a list of 2"):
+    with pytest.raises(rk.InvalidInputError,
+                       match=r"expected 1 state part\(s\), a list \[h\], got a list of 2"):
         gru(x, [h, h])
     with rk.GradientTape():   # the same checks on a tape
         with pytest.raises(rk.InvalidInputError, match=r"state 'h' must have shape \(3, 4\), got \(2, 4\)"):
@@ -317,8 +321,10 @@ def test_wrong_number_or_shape_of_states_is_a_typed_error() -> None:
     with pytest.raises(rk.NotBuiltError, match="call the cell on a step's input"):
         rk.SimpleRNNCell(2).get_weights()
     with pytest.raises(rk.WeightShapeError, match=r"'bias' expected shape \(12,\), got \(1, 12\)"):
-        rk.GRUCell(H, reset_after=False).set_weights([np.zeros((F, 12)), np.zeros((H, 12)), np.zeros((1, 12))])
-    with pytest.raises(rk.InvalidParameterError, match="GRUResetAfterCell computes the GRU with reset_after=True"):
+        rk.GRUCell(H, reset_after=False).set_weights([np.zeros((F, 12)), np.zeros((H, 12)),
+                                                      np.zeros((1, 12))])
+    with pytest.raises(rk.InvalidParameterError,
+                       match="GRUResetAfterCell computes the GRU with reset_after=True"):
         rk.GRUResetAfterCell(H, reset_after=False)
 
 
