@@ -192,7 +192,12 @@ class StepCalls:
         if training:   # dropout on: the layer's training pass over the step
             return self._step_forward([x, *parts], Ctx.training())
         arr = self._as_step(holder, x)
-        init = holder.unpack_state(tuple(parts), arr.shape[0])
+        B, dt = arr.shape[0], holder.dtype
+        if all(type(p) is np.ndarray and p.dtype == dt and p.shape == (B, n)   # (the quick test first)
+               for p, n in zip(parts, self.state_sizes(), strict=True)):
+            init = tuple(parts)
+        else:
+            init = holder.unpack_state(tuple(parts), B)
         _, final, _ = walk(holder.cell, holder._weights, swap_step(arr), init, False, False)
         return [np.array(final[0]), *(np.array(f) for f in final)]
 
