@@ -14,6 +14,7 @@ over 6 steps x 3 rows x 4 units), 1e-9 in float64 (the same count of ulps of 1.1
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import Any
 
@@ -362,5 +363,9 @@ def test_gru_cell_reset_after_default_is_keras_and_old_files_load() -> None:
     assert rk.GRU(H).reset_after is False                      # the layer's default stays
     old = cell_from_config({"class_name": "GRUCell", "config": {"units": 3}})   # written before reset_after
     assert type(old) is rk.GRUCell and old.reset_after is False
-    for c in (rk.GRUCell(3), rk.GRUCell(3, reset_after=False)):
+    for c in (rk.GRUCell(3), rk.GRUCell(3, reset_after=False), rk.GRUCell(units=3, reset_after=False)):
         assert type(cell_from_config(cell_to_config(c))) is type(c)
+        assert type(copy.deepcopy(c)) is type(c)
+    layer = rk.GRU(3, input_dim=2)
+    twin = copy.deepcopy(layer)
+    assert type(twin.cell) is rk.GRUCell and twin.cell.holder is twin

@@ -13,7 +13,6 @@ an LSTM projects it), in draw order::
 
 from __future__ import annotations
 
-from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -138,9 +137,9 @@ class GatedCell(StepCalls, Cell):
         given = {"kernel_regularizer": kernel_regularizer, "recurrent_regularizer": recurrent_regularizer,
                  "bias_regularizer": bias_regularizer, "kernel_constraint": kernel_constraint,
                  "recurrent_constraint": recurrent_constraint, "bias_constraint": bias_constraint}
-        self.weight_keywords = MappingProxyType({  # type: ignore[misc]
+        self.weight_keywords = {  # type: ignore[misc]
             k: (constraints.get if k.endswith("_constraint") else regularizers.get)(v)
-            for k, v in given.items() if v is not None})
+            for k, v in given.items() if v is not None}
         self.dropout = check_rate(dropout, "dropout", self.name)  # type: ignore[misc]
         self.recurrent_dropout = check_rate(recurrent_dropout, "recurrent_dropout", self.name)  # type: ignore[misc]
         self.seed = check_seed(seed, self.name)

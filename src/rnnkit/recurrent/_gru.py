@@ -76,7 +76,8 @@ class GRUCell(GatedCell):
         input_park="gates", options=gate_codes)
 
     def __new__(cls, *args: Any, reset_after: bool | None = None, **kwargs: Any) -> GRUCell:
-        if cls is GRUCell and (reset_after is None or reset_after is True):
+        # a constructor call names the units; a bare __new__ (copy.deepcopy's) keeps the class
+        if cls is GRUCell and (args or kwargs) and (reset_after is None or reset_after is True):
             cls = GRUResetAfterCell
         return super().__new__(cls)
 
