@@ -146,6 +146,29 @@ def test_regularizers_and_constraints_go_to_the_layer_holding_the_weights() -> N
     assert (layer.dropout, layer.recurrent_dropout) == (0.25, 0.5)
 
 
+def test_seed_draws_the_same_weights_and_dropout_is_inverted_dropout_of_the_input() -> None:
+    a, b, c = rk.LSTMCell(H, seed=5), rk.LSTMCell(H, seed=5), rk.LSTMCell(H, seed=6)
+    for cell in (a, b, c):
+        cell.build((B, F))
+    for wa, wb, wc in zip(a.get_weights()[:2], b.get_weights()[:2], c.get_weights()[:2], strict=True):
+        np.testing.assert_array_equal(wa, wb)
+        assert not np.array_equal(wa, wc)
+    cell = rk.GRUCell(H, dropout=0.5, seed=1, dtype="float64")
+    x = np.random.default_rng(2).normal(size=(8, F))
+    h = np.zeros((8, H))
+    with rk.GradientTape() as tape:
+        tape.watch(x)
+        out, _ = cell(x, [h], training=True)
+    dx = tape.gradient(out, x)
+    kept = dx != 0.0                                   # a dropped feature has no gradient
+    assert 0 < kept.sum() < kept.size
+    # the training step is the inference step on the input with the dropped features zeroed and
+    # the kept ones scaled by 1 / (1 - rate): the same arithmetic, to float64 rounding
+    want, _ = cell(np.where(kept, x / 0.5, 0.0), [h])
+    np.testing.assert_allclose(out, want, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(cell(x, [h])[0], cell(x, [h], training=False)[0])   # inference: none
+
+
 # -- gradients of decoder loops -------------------------------------------------------------------
 def _torch_cell(torch: Any, kind: str, cell: Any, dtype: Any) -> Any:
     """PyTorch's cell with ``cell``'s weights (Keras' gate orders mapped to PyTorch's)."""
