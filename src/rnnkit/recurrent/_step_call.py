@@ -191,6 +191,8 @@ class StepCalls:
     def _step_inference(self, holder: RecurrentLayer, x: Any, parts: list[Any], training: bool) -> list[Any]:
         if training:   # dropout on: the layer's training pass over the step
             return self._step_forward([x, *parts], Ctx.training())
+        if type(holder)._pass is not RecurrentLayer._pass:   # (a layer with a pass of its own: int8)
+            return self._step_forward([x, *parts], Ctx.inference())
         arr = self._as_step(holder, x)
         B, dt = arr.shape[0], holder.dtype
         if all(type(p) is np.ndarray and p.dtype == dt and p.shape == (B, n)   # (the quick test first)
