@@ -392,3 +392,15 @@ def test_gru_cell_reset_after_default_is_keras_and_old_files_load() -> None:
     layer = rk.GRU(3, input_dim=2)
     twin = copy.deepcopy(layer)
     assert type(twin.cell) is rk.GRUCell and twin.cell.holder is twin
+
+
+def test_the_cell_of_an_int8_layer_steps_with_its_int8_pass() -> None:
+    model = rk.Sequential([rk.LSTM(H, input_dim=F, seed=1, return_sequences=True)])
+    model.build((None, 6, F))
+    q = rk.quantize(model).layers[0]
+    xs = np.random.default_rng(0).normal(size=(B, 6, F)).astype(np.float32)
+    seq = q(xs)
+    state = [np.zeros((B, H), np.float32)] * 2
+    for t in range(6):                                  # the same int8 arithmetic, step by step
+        out, state = q.cell(xs[:, t], state)
+        np.testing.assert_allclose(out, seq[:, t], rtol=0, atol=1e-6)
