@@ -32,6 +32,7 @@ SLOW = os.environ.get("RNNKIT_COLD_TESTS") == "1"
     LSTMCell(7, "relu", recurrent_activation="hard_sigmoid", proj_size=3, use_bias=False),
     LSTMCell(5),
     GRUCell(6, reset_after=False),
+    GRUCell(6),
     SimpleRNNCell(4, "linear", use_bias=False),
 ], ids=lambda c: type(c).__name__)
 def test_a_description_rebuilds_the_cell(cell: object) -> None:

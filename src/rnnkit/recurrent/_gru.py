@@ -62,8 +62,9 @@ class GRUCell(GatedCell):
     ``reset_after=False`` makes this class itself, whose reset gate acts before the
     candidate's recurrent matmul (one bias row). ``None`` means True for ``GRUCell`` and the
     class's own form for a subclass; a subclass cannot be given the other form.
-    :attr:`reset_after` says which an instance computes, and :meth:`get_config` writes it (a
-    model file of a ``GRUCell`` written without it is the ``reset_after=False`` cell)."""
+    :attr:`reset_after` says which an instance computes; its class records it in files
+    (:meth:`from_config` rebuilds a ``GRUCell`` with ``reset_after=False``, as files written
+    before this argument existed mean)."""
 
     name: ClassVar[str] = "GRU"
     kind: ClassVar[str | None] = "GRU"
@@ -93,7 +94,7 @@ class GRUCell(GatedCell):
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Cell:
-        """A file's config without ``reset_after`` is the class's own form (``GRUCell``: False)."""
+        """The cell of ``config`` in the class's own form (``GRUCell``: ``reset_after=False``)."""
         return cls(**{"reset_after": cls.reset_after, **config})
 
     def rec_groups(self, width: int) -> list[tuple[str, int, int]]:
@@ -103,7 +104,6 @@ class GRUCell(GatedCell):
     def get_config(self) -> dict[str, Any]:
         cfg = super().get_config()
         cfg["recurrent_activation"] = self.recurrent_activation.name
-        cfg["reset_after"] = self.reset_after
         return cfg
 
     def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
