@@ -31,6 +31,7 @@ SLOW = os.environ.get("RNNKIT_COLD_TESTS") == "1"
 @pytest.mark.parametrize("cell", [
     LSTMCell(7, "relu", recurrent_activation="hard_sigmoid", proj_size=3, use_bias=False),
     LSTMCell(5),
+    GRUCell(6, reset_after=False),
     GRUCell(6),
     SimpleRNNCell(4, "linear", use_bias=False),
 ], ids=lambda c: type(c).__name__)
@@ -125,5 +126,6 @@ def test_cells_that_differ_in_sizes_and_activations_only_share_a_kernel_key() ->
     assert key(LSTMCell(24)) == key(LSTMCell(5, "relu", recurrent_activation="hard_sigmoid"), 7)
     assert key(LSTMCell(5, proj_size=3)) == key(LSTMCell(9, proj_size=4))
     others = [key(LSTMCell(5, proj_size=3)), key(LSTMCell(5, use_bias=False)),
-              key(LSTMCell(5), 3, np.float64), key(GRUCell(5)), key(SimpleRNNCell(5)), key(LSTMCell(5))]
+              key(LSTMCell(5), 3, np.float64), key(GRUCell(5, reset_after=False)), key(GRUCell(5)),
+              key(SimpleRNNCell(5)), key(LSTMCell(5))]
     assert len(set(others)) == len(others)

@@ -421,12 +421,17 @@ def forward_with_mask(layer: Any, x: Any, mask: Any, ctx: Ctx) -> Any:
 
 
 # -- layers on the tape ----------------------------------------------------------------------------
-def call_layer(layer: TapeLayer, x: Any, initial_state: Any, mask: Any, training: bool | None) -> Any:
+def call_layer(layer: TapeLayer, x: Any, initial_state: Any, mask: Any, training: bool | None,
+               passes: tuple[Callable[[Any, Ctx], Any], Callable[[Any, Ctx], Any]] | None = None) -> Any:
     """``layer(x, initial_state=..., mask=..., training=...)`` while a tape records: the layer's
     ``forward`` in a context of its own (recording its caches; dropout only when ``training``,
     which defaults to the :func:`call_scope`'s; seeded from it),
     recorded as one entry whose backward is the layer's ``backward`` on that context. The
-    layer's weights are watched (unless a tape says ``watch_accessed_variables=False``)."""
+    layer's weights are watched (unless a tape says ``watch_accessed_variables=False``).
+    ``passes``: another ``(forward, backward)`` pair of the layer's, run in their place with the
+    same arguments (a cell's one-step call: the step of the layer that holds the cell's
+    weights); it keeps its caches and gradients under ``layer`` as the layer's own passes do."""
+    forward, backward = (layer.forward, layer.backward) if passes is None else passes
     tapes = [t for t in _LOCAL.tapes] if not _LOCAL.paused else []
     if training is None:
         training = _LOCAL.training
@@ -440,13 +445,13 @@ def call_layer(layer: TapeLayer, x: Any, initial_state: Any, mask: Any, training
         inputs = x
     flat = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     if not tapes:
-        return forward_with_mask(layer, inputs, mask, ctx)
+        return forward_with_mask(layer, inputs, mask, ctx) if passes is None else forward(inputs, ctx)
     for t in tapes:
         if t.watch_accessed_variables:
             t._watch_layer(layer)
     if not any(t.tracks(a) for t in tapes for a in flat):
         ctx.skip_input_grad(layer)
-    out = forward_with_mask(layer, inputs, mask, ctx)
+    out = forward_with_mask(layer, inputs, mask, ctx) if passes is None else forward(inputs, ctx)
     multi = isinstance(out, list)
     outs = [fresh(o, flat) for o in (out if multi else [out])]
     keep = ctx.peek(layer) if len(tapes) > 1 or tapes[0].persistent else None   # walked again
@@ -458,7 +463,7 @@ def call_layer(layer: TapeLayer, x: Any, initial_state: Any, mask: Any, training
                  for gi, o in zip(g, outs, strict=True)]
         else:
             g = np.array(g, dtype=outs[0].dtype)   # the layer may write into what it is handed
-        back = layer.backward(g, ctx)
+        back = backward(g, ctx)
         if keep is not None:
             ctx.save(layer, keep)                   # a persistent tape may walk again
         if back is None:

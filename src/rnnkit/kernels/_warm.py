@@ -91,7 +91,7 @@ def rebuild(desc: str) -> tuple[Any, int, np.dtype]:
     obj: Any = importlib.import_module(mod)
     for part in name.split("."):
         obj = getattr(obj, part)
-    return obj(**d["config"]), int(d["input_dim"]), np.dtype(d["dtype"])
+    return obj.from_config(d["config"]), int(d["input_dim"]), np.dtype(d["dtype"])
 
 
 def exercise(cell: Any, input_dim: int, dtype: Any, part: str) -> None:

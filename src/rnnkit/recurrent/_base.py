@@ -19,6 +19,7 @@ from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._kind import builtin_kind
 from rnnkit._layer import Layer, check_bool, check_float, check_positive_int
 from rnnkit._mask import Mask
+from rnnkit._penalties import attach
 from rnnkit._shape import Shape
 from rnnkit.kernels._threads import swap01
 from rnnkit.recurrent._cell import Arrays, Cell
@@ -61,6 +62,10 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
       size must stay the same) until :meth:`reset_state`; gradients stop at the call's start
       (truncated BPTT). The carried state is the one thing such a layer keeps between passes:
       a stateful layer is not for sharing between threads or between two places of a model.
+    - The layer holds the cell's weights (``cell.holder`` is the layer; a cell that already
+      holds weights of its own, from a standalone call, brings them). A Keras cell's
+      ``dropout`` / ``recurrent_dropout`` are the layer's when the layer sets neither, and its
+      regularizer and constraint keywords are the layer's.
     - ``dropout``: inverted dropout of the inputs in a training ``Ctx``, one mask per sequence
       reused at every step (drawn from ``ctx.rng``, kept in the ``Ctx``); ``recurrent_dropout``
       the same for the state where it feeds back into the recurrent products (one mask per
@@ -86,12 +91,19 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
         self.stateful = check_bool(stateful, "stateful", self.name)
         self.dropout = check_float(dropout, "dropout", self.name, lo=0.0, hi=1.0, hi_open=True)
         rd = check_float(recurrent_dropout, "recurrent_dropout", self.name, lo=0.0, hi=1.0, hi_open=True)
+        if self.dropout == 0.0 and rd == 0.0:   # (a Keras cell's own rates, if any)
+            self.dropout, rd = float(cell.dropout), float(cell.recurrent_dropout)
         if rd > 0 and not cell.supports_recurrent_dropout:
             raise InvalidParameterError(
                 f"{self.name}: {type(cell).__name__} does not apply recurrent dropout "
                 f"(Cell.supports_recurrent_dropout is False); recurrent_dropout must be 0")
         self.recurrent_dropout = float(rd)
         self._state: Arrays | None = None
+        if cell.weight_keywords:   # a Keras cell's regularizers / constraints
+            attach(self, **cell.weight_keywords)
+        held, cell.holder = cell.holder, self
+        if held is not None and held.built:   # a cell that holds weights already brings them
+            self.set_weights(**{n: v for n, v in held.weights()})
         if input_dim is not None:
             self.build(Shape((None, None, check_positive_int(input_dim, "input_dim", self.name))))
 

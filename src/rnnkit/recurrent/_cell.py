@@ -35,7 +35,9 @@ What a cell declares:
   :attr:`StepBack.params`.
 
 A cell holds configuration only (units, activations, options): no weights and nothing of a
-pass. A cell may also give its step compiled (:attr:`Cell.compiled_step`, a
+pass. The layer over it holds the weights (:attr:`Cell.holder`); the built-in cells can also be
+called one step at a time, as Keras' cells (:mod:`rnnkit.recurrent._step_call`), and then
+build such a layer of their own. A cell may also give its step compiled (:attr:`Cell.compiled_step`, a
 :class:`rnnkit.kernels.Step`: the gate arithmetic between the walker's products, forward and
 backward, as numba functions over rows); the compiled walker then runs it, for the
 configurations it declares it computes (:attr:`rnnkit.kernels.Step.implements`: the values of
@@ -49,6 +51,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -133,6 +136,15 @@ class Cell:
     #: ``step_back`` and ``rec_groups``, and only for a cell whose every option (``get_config()``
     #: but ``units``) has a value its ``implements`` declares
     compiled_step: ClassVar[Step | None] = None
+    #: Keras' cell options that a layer over the cell takes when it sets none of its own: the
+    #: dropout rates, and the regularizer / constraint keywords (``{"kernel_regularizer": ...}``)
+    dropout: float = 0.0
+    recurrent_dropout: float = 0.0
+    weight_keywords: Mapping[str, Any] = MappingProxyType({})
+    #: the layer that holds this cell's weights: the last :class:`~rnnkit.RecurrentLayer` made
+    #: over it (``rk.LSTM(8).cell.holder`` is that LSTM), or the one a standalone call built;
+    #: None before either
+    holder: Any = None
 
     def __init__(self, units: int, activation: ActivationLike = "tanh") -> None:
         self.units = check_positive_int(units, "units", self.name)
@@ -177,6 +189,11 @@ class Cell:
     def get_config(self) -> dict[str, Any]:
         """The constructor arguments that rebuild this cell (JSON-serialisable)."""
         return {"units": self.units, "activation": self.activation.name}
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Cell:
+        """The cell a model file's ``config`` (a :meth:`get_config`) describes: ``cls(**config)``."""
+        return cls(**config)
 
     def check(self, where: str) -> None:
         """Raise InvalidParameterError when the cell cannot run inside a layer (optional)."""

@@ -18,12 +18,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from rnnkit import constraints, regularizers
 from rnnkit._activations import ActivationFn, ActivationLike, resolve_activation
 from rnnkit._errors import InvalidParameterError
-from rnnkit._initializers import glorot_uniform, semi_orthogonal
-from rnnkit._layer import check_bool
+from rnnkit._initializers import glorot_uniform, semi_orthogonal, uniform
+from rnnkit._layer import check_bool, resolve_dtype
+from rnnkit._random import check_seed
 from rnnkit.kernels import activation_code
-from rnnkit.recurrent._cell import Cell, Param, check_softmax_axis
+from rnnkit.recurrent._cell import Cell, Initializer, Param, check_softmax_axis
+from rnnkit.recurrent._step_call import StepCalls
 
 #: recurrent (gate) activations a gated cell accepts
 GATE_ACTIVATIONS = ("sigmoid", "hard_sigmoid", "tanh", "relu", "linear")
@@ -51,8 +54,60 @@ def resolve_gate_activation(act: ActivationLike, where: str) -> ActivationFn:
     return fn
 
 
-class GatedCell(Cell):
-    """Base of the built-in cells: ``gates`` fused blocks, optional bias, batched reductions."""
+#: Keras' initializer names a built-in cell takes (``kernel_initializer=`` ...): each draws from
+#: the weight's whole shape, as Keras does (a callable ``init(rng, shape, dtype)`` is taken too)
+INITIALIZERS: dict[str, Initializer] = {
+    "zeros": lambda rng, shape, dt: np.zeros(shape, dtype=dt),
+    "ones": lambda rng, shape, dt: np.ones(shape, dtype=dt),
+    "glorot_uniform": lambda rng, shape, dt: glorot_uniform(rng, shape, shape[0], shape[-1], dt),
+    "orthogonal": lambda rng, shape, dt: semi_orthogonal(rng, shape[0], shape[-1], dt),
+    "random_uniform": lambda rng, shape, dt: uniform(rng, shape, -0.05, 0.05, dt),
+    "random_normal": lambda rng, shape, dt: (rng.standard_normal(shape) * 0.05).astype(dt),
+}
+
+
+def resolve_initializer(init: Any, arg: str, where: str) -> Initializer | None:
+    """``init`` (None: the cell's own default; a name of :data:`INITIALIZERS`; a callable
+    ``init(rng, shape, dtype)``) as an initialiser, or None."""
+    if init is None or callable(init):
+        return init  # type: ignore[no-any-return]
+    if isinstance(init, str) and init in INITIALIZERS:
+        return INITIALIZERS[init]
+    raise InvalidParameterError(f"{where}: {arg} must be None (the cell's default), one of "
+                                f"{', '.join(INITIALIZERS)} or a callable init(rng, shape, dtype), "
+                                f"got {init!r}")
+
+
+def check_rate(rate: Any, arg: str, where: str) -> float:
+    """A dropout rate: a number in [0, 1)."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate < 1.0:
+        raise InvalidParameterError(f"{where}: {arg} must be a number in [0, 1), got {rate!r}")
+    return float(rate)
+
+
+class GatedCell(StepCalls, Cell):
+    """Base of the built-in cells: ``gates`` fused blocks, optional bias, batched reductions.
+
+    Keras' cell options, besides ``units``, ``activation`` and ``use_bias`` (every one keyword
+    only, for a cell inside a layer as for a cell called alone,
+    :mod:`rnnkit.recurrent._step_call`):
+
+    - ``kernel_initializer``, ``recurrent_initializer``, ``bias_initializer``: None (the
+      defaults of the module docstring), a name of :data:`INITIALIZERS` or a callable
+      ``init(rng, shape, dtype)``; applied to the weight's whole shape (rnnkit's storage: the
+      bias (1, G*H) or (2, 3H));
+    - ``kernel_regularizer``, ``recurrent_regularizer``, ``bias_regularizer``,
+      ``kernel_constraint``, ``recurrent_constraint``, ``bias_constraint``: as the layers take
+      them; they go to the layer that holds the weights;
+    - ``dropout``, ``recurrent_dropout``: rates in [0, 1) of the holding layer's passes (a
+      layer over the cell that sets neither takes them);
+    - ``seed``, ``dtype``: of the weights a cell called alone builds (a layer over the cell has
+      its own).
+
+    The options a layer keeps in its own configuration (dropout, regularizers, constraints,
+    seed, dtype) and the initialisers, which only draw the first weights, are not part of the
+    cell's :meth:`get_config`: a model file records the layer and its weights.
+    """
 
     gates: ClassVar[int] = 1
     #: bias rows: 1, or 2 when row 1 adds to the recurrent product (GRU reset_after, and the
@@ -65,11 +120,31 @@ class GatedCell(Cell):
     recurrent_kernel = "recurrent_kernel"
     supports_recurrent_dropout: ClassVar[bool] = True
 
-    def __init__(self, units: int, activation: ActivationLike = "tanh", *, use_bias: bool = True) -> None:
+    def __init__(self, units: int, activation: ActivationLike = "tanh", *, use_bias: bool = True,
+                 kernel_initializer: Any = None, recurrent_initializer: Any = None,
+                 bias_initializer: Any = None, kernel_regularizer: Any = None,
+                 recurrent_regularizer: Any = None, bias_regularizer: Any = None,
+                 kernel_constraint: Any = None, recurrent_constraint: Any = None,
+                 bias_constraint: Any = None, dropout: float = 0.0, recurrent_dropout: float = 0.0,
+                 seed: int | None = None, dtype: Any = "float32") -> None:
         super().__init__(units, activation)
         check_softmax_axis(self.activation, self.name)
         self.use_bias = check_bool(use_bias, "use_bias", self.name)
         self.bias = "bias" if self.use_bias else None  # type: ignore[misc]
+        self.kernel_initializer = resolve_initializer(kernel_initializer, "kernel_initializer", self.name)
+        self.recurrent_initializer = resolve_initializer(recurrent_initializer, "recurrent_initializer",
+                                                         self.name)
+        self.bias_initializer = resolve_initializer(bias_initializer, "bias_initializer", self.name)
+        given = {"kernel_regularizer": kernel_regularizer, "recurrent_regularizer": recurrent_regularizer,
+                 "bias_regularizer": bias_regularizer, "kernel_constraint": kernel_constraint,
+                 "recurrent_constraint": recurrent_constraint, "bias_constraint": bias_constraint}
+        self.weight_keywords = {  # type: ignore[misc]
+            k: (constraints.get if k.endswith("_constraint") else regularizers.get)(v)
+            for k, v in given.items() if v is not None}
+        self.dropout = check_rate(dropout, "dropout", self.name)  # type: ignore[misc]
+        self.recurrent_dropout = check_rate(recurrent_dropout, "recurrent_dropout", self.name)  # type: ignore[misc]
+        self.seed = check_seed(seed, self.name)
+        self.dtype = resolve_dtype(dtype, self.name)
 
     @property
     def gate_width(self) -> int:
@@ -81,13 +156,17 @@ class GatedCell(Cell):
         return self.units
 
     def initial_bias(self, rng: np.random.Generator, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
-        """The bias at initialisation: zeros (LSTM overrides: forget block = 1.0)."""
+        """The bias at initialisation: ``bias_initializer``'s, by default zeros (LSTM overrides:
+        forget block = 1.0)."""
+        if self.bias_initializer is not None:
+            return self.bias_initializer(rng, shape, dt)
         return np.zeros(shape, dtype=dt)
 
     def params(self, input_dim: int) -> list[Param]:
         GH, H = self.gate_width, self.units
-        out = [Param("kernel", (input_dim, GH), glorot_gates(input_dim, H)),
-               Param("recurrent_kernel", (self.rec_width, GH), orthogonal_blocks(self.gates))]
+        out = [Param("kernel", (input_dim, GH), self.kernel_initializer or glorot_gates(input_dim, H)),
+               Param("recurrent_kernel", (self.rec_width, GH),
+                     self.recurrent_initializer or orthogonal_blocks(self.gates))]
         if self.use_bias:
             out.append(Param("bias", (self.bias_rows, GH), self.initial_bias))
         return out

@@ -42,8 +42,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rnnkit._activations import ActivationLike
+from rnnkit._errors import InvalidParameterError
+from rnnkit._layer import check_bool
 from rnnkit.kernels import ACTIVATIONS, Step
-from rnnkit.recurrent._cell import Arrays, StepBack
+from rnnkit.recurrent._cell import Arrays, Cell, StepBack
 from rnnkit.recurrent._gated import GatedCell, fed_back, fed_back_grad, gate_codes, resolve_gate_activation
 from rnnkit.recurrent._states import GRUState
 
@@ -52,8 +54,20 @@ GATED_OPTIONS = {"activation": ACTIVATIONS, "recurrent_activation": ACTIVATIONS,
 
 
 class GRUCell(GatedCell):
-    """``reset_after=False``: the reset gate acts before the candidate's recurrent matmul.
-    ``GRUCell(units, activation="tanh", *, recurrent_activation="sigmoid", use_bias=True)``."""
+    """``GRUCell(units, activation="tanh", *, recurrent_activation="sigmoid", use_bias=True,
+    reset_after=None, **options)``: the GRU cell; ``options`` are Keras' cell options
+    (:class:`~rnnkit.recurrent._gated.GatedCell`). Called as Keras' ``GRUCell``:
+    ``h, [h] = cell(x_t, [h])`` (:mod:`rnnkit.recurrent._step_call`).
+
+    ``reset_after`` chooses the cell, as Keras' argument does: ``GRUCell(units)`` and
+    ``GRUCell(units, reset_after=True)`` make a :class:`GRUResetAfterCell` (Keras' default:
+    the reset gate scales the candidate's recurrent product, two bias rows);
+    ``reset_after=False`` makes this class itself, whose reset gate acts before the
+    candidate's recurrent matmul (one bias row). ``None`` means True for ``GRUCell`` and the
+    class's own form for a subclass; a subclass cannot be given the other form.
+    :attr:`reset_after` says which an instance computes; its class records it in files
+    (:meth:`from_config` rebuilds a ``GRUCell`` with ``reset_after=False``, as files written
+    before this argument existed mean)."""
 
     name: ClassVar[str] = "GRU"
     kind: ClassVar[str | None] = "GRU"
@@ -65,10 +79,26 @@ class GRUCell(GatedCell):
         "rnnkit.kernels._gru:forward", "rnnkit.kernels._gru:backward", parks=lambda cell: {"rh": cell.units},
         input_park="gates", options=gate_codes, implements=GATED_OPTIONS)
 
+    def __new__(cls, *args: Any, reset_after: bool | None = None, **kwargs: Any) -> GRUCell:
+        # a constructor call names the units; a bare __new__ (copy.deepcopy's) keeps the class
+        if cls is GRUCell and (args or kwargs) and (reset_after is None or reset_after is True):
+            cls = GRUResetAfterCell
+        return super().__new__(cls)
+
     def __init__(self, units: int, activation: ActivationLike = "tanh", *,
-                 recurrent_activation: ActivationLike = "sigmoid", use_bias: bool = True) -> None:
-        super().__init__(units, activation, use_bias=use_bias)
+                 recurrent_activation: ActivationLike = "sigmoid", use_bias: bool = True,
+                 reset_after: bool | None = None, **options: Any) -> None:
+        if reset_after is not None and check_bool(reset_after, "reset_after", self.name) != self.reset_after:
+            raise InvalidParameterError(
+                f"{type(self).__name__} computes the GRU with reset_after={self.reset_after}; got "
+                f"reset_after={reset_after}")
+        super().__init__(units, activation, use_bias=use_bias, **options)
         self.recurrent_activation = resolve_gate_activation(recurrent_activation, self.name)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Cell:
+        """The cell of ``config`` in the class's own form (``GRUCell``: ``reset_after=False``)."""
+        return cls(**{"reset_after": cls.reset_after, **config})
 
     def rec_groups(self, width: int) -> list[tuple[str, int, int]]:
         H = self.units
@@ -121,7 +151,8 @@ class GRUCell(GatedCell):
 
 
 class GRUResetAfterCell(GRUCell):
-    """``reset_after=True``: the reset gate scales the candidate's recurrent projection."""
+    """``reset_after=True`` (what ``GRUCell(units)`` makes): the reset gate scales the
+    candidate's recurrent projection; the bias has two rows (input, recurrent)."""
 
     kind: ClassVar[str | None] = "GRU"
     reset_after: ClassVar[bool] = True

@@ -211,9 +211,9 @@ class GRU(_Gated):
     def __init__(self, units: int, activation: ActivationLike = "tanh", *,
                  recurrent_activation: ActivationLike = "sigmoid", use_bias: bool = True,
                  reset_after: bool = False, **kwargs: Any) -> None:
-        cls = GRUResetAfterCell if check_bool(reset_after, "reset_after", "GRU") else GRUCell
-        super().__init__(cls(units, activation, recurrent_activation=recurrent_activation,
-                             use_bias=use_bias), **kwargs)
+        cell = GRUCell(units, activation, recurrent_activation=recurrent_activation, use_bias=use_bias,
+                       reset_after=check_bool(reset_after, "reset_after", "GRU"))
+        super().__init__(cell, **kwargs)
 
     @property
     def reset_after(self) -> bool:

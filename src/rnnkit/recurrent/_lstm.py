@@ -30,6 +30,7 @@ import numpy as np
 
 from rnnkit._activations import ActivationLike
 from rnnkit._errors import InvalidParameterError
+from rnnkit._layer import check_bool
 from rnnkit.kernels import ACTIVATIONS, ANY, Step
 from rnnkit.recurrent._cell import Arrays, Cell, Param, StepBack
 from rnnkit.recurrent._gated import (
@@ -48,8 +49,12 @@ from rnnkit.recurrent._states import LSTMState
 
 class LSTMCell(GatedCell):
     """``LSTMCell(units, activation="tanh", *, recurrent_activation="sigmoid", use_bias=True,
-    proj_size=0)``; ``proj_size`` P in (0, units) adds the parameter ``projection_kernel``
-    (units, P), Glorot-uniform, drawn after the others (PyTorch's LSTM with ``proj_size``)."""
+    proj_size=0, unit_forget_bias=True, **options)``; ``proj_size`` P in (0, units) adds the
+    parameter ``projection_kernel`` (units, P), Glorot-uniform, drawn after the others
+    (PyTorch's LSTM with ``proj_size``). ``unit_forget_bias``: the forget block of the bias
+    starts at 1.0 (over ``bias_initializer``'s values), as Keras'. ``options``: Keras' cell
+    options (:class:`~rnnkit.recurrent._gated.GatedCell`). Called as Keras' ``LSTMCell``:
+    ``h, [h, c] = cell(x_t, [h, c])`` (:mod:`rnnkit.recurrent._step_call`)."""
 
     name: ClassVar[str] = "LSTM"
     kind: ClassVar[str | None] = "LSTM"
@@ -67,8 +72,9 @@ class LSTMCell(GatedCell):
 
     def __init__(self, units: int, activation: ActivationLike = "tanh", *,
                  recurrent_activation: ActivationLike = "sigmoid", use_bias: bool = True,
-                 proj_size: int | None = 0) -> None:
-        super().__init__(units, activation, use_bias=use_bias)
+                 proj_size: int | None = 0, unit_forget_bias: bool = True, **options: Any) -> None:
+        super().__init__(units, activation, use_bias=use_bias, **options)
+        self.unit_forget_bias = check_bool(unit_forget_bias, "unit_forget_bias", self.name)
         self.recurrent_activation = resolve_gate_activation(recurrent_activation, self.name)
         p = 0 if proj_size is None else proj_size
         if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < self.units:
@@ -86,8 +92,9 @@ class LSTMCell(GatedCell):
         return (self.rec_width, self.units)
 
     def initial_bias(self, rng: np.random.Generator, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
-        b = np.zeros(shape, dtype=dt)
-        b[:, self.units:2 * self.units] = 1.0   # forget gate starts open
+        b = super().initial_bias(rng, shape, dt)
+        if self.unit_forget_bias:
+            b[:, self.units:2 * self.units] = 1.0   # forget gate starts open (Keras' unit_forget_bias)
         return b
 
     def params(self, input_dim: int) -> list[Param]:

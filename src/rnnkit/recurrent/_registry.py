@@ -38,6 +38,6 @@ def cell_from_config(cfg: Any) -> Cell:
         raise InvalidInputError(
             f"cell_from_config: unknown cell class {cfg['class_name']!r}; known: {sorted(_CELLS)}")
     try:
-        return cls(**cfg.get("config", {}))
+        return cls.from_config(cfg.get("config", {}))
     except TypeError as e:
         raise InvalidInputError(f"cell_from_config: bad config for {cfg['class_name']}: {e}") from None
