@@ -93,10 +93,12 @@ def check_step(cell: Any, step: Any, where: str) -> None:
 
 
 def _constructor_options(cell: Any) -> list[str]:
-    """The named arguments of the cell's constructor (``*args`` / ``**kwargs`` left out)."""
+    """The named arguments of the cell's constructor (``*args`` / ``**kwargs`` left out, and the
+    ``layer_options`` the cell's class names: they configure the layer holding its weights)."""
     try:
         sig = inspect.signature(type(cell).__init__)
     except (TypeError, ValueError):   # (no signature to read: a constructor written in C)
         return []
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return [p.name for p in list(sig.parameters.values())[1:] if p.kind in named]
+    held = set(getattr(type(cell), "layer_options", ()))   # (the holding layer's, not the step's)
+    return [p.name for p in list(sig.parameters.values())[1:] if p.kind in named and p.name not in held]

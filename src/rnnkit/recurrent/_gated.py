@@ -119,6 +119,13 @@ class GatedCell(StepCalls, Cell):
     input_kernel = "kernel"
     recurrent_kernel = "recurrent_kernel"
     supports_recurrent_dropout: ClassVar[bool] = True
+    #: constructor arguments that configure the layer holding the weights, never the step's
+    #: arithmetic (the walker applies dropout alike on both paths; initialisers draw the first
+    #: weights): the compiled step's rule that ``get_config`` records every argument skips them
+    layer_options: ClassVar[tuple[str, ...]] = (
+        "kernel_initializer", "recurrent_initializer", "bias_initializer", "kernel_regularizer",
+        "recurrent_regularizer", "bias_regularizer", "kernel_constraint", "recurrent_constraint",
+        "bias_constraint", "dropout", "recurrent_dropout", "seed", "dtype")
 
     def __init__(self, units: int, activation: ActivationLike = "tanh", *, use_bias: bool = True,
                  kernel_initializer: Any = None, recurrent_initializer: Any = None,

@@ -77,7 +77,7 @@ class GRUCell(GatedCell):
     #: the gate arithmetic compiled (rnnkit.kernels._gru): two groups, parks rh, the gates
     compiled_step: ClassVar[Step | None] = Step(
         "rnnkit.kernels._gru:forward", "rnnkit.kernels._gru:backward", parks=lambda cell: {"rh": cell.units},
-        input_park="gates", options=gate_codes, implements=GATED_OPTIONS)
+        input_park="gates", options=gate_codes, implements={**GATED_OPTIONS, "reset_after": (False,)})
 
     def __new__(cls, *args: Any, reset_after: bool | None = None, **kwargs: Any) -> GRUCell:
         # a constructor call names the units; a bare __new__ (copy.deepcopy's) keeps the class
@@ -107,6 +107,7 @@ class GRUCell(GatedCell):
     def get_config(self) -> dict[str, Any]:
         cfg = super().get_config()
         cfg["recurrent_activation"] = self.recurrent_activation.name
+        cfg["reset_after"] = self.reset_after   # (the class's form; files before it: from_config)
         return cfg
 
     def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
@@ -161,7 +162,7 @@ class GRUResetAfterCell(GRUCell):
     compiled_step: ClassVar[Step | None] = Step(
         "rnnkit.kernels._gru:forward_ra", "rnnkit.kernels._gru:backward_ra",
         parks=lambda cell: {"hu_n": cell.units}, input_park="gates", rec_apart=True, options=gate_codes,
-        implements=GATED_OPTIONS)
+        implements={**GATED_OPTIONS, "reset_after": (True,)})
 
     def rec_groups(self, width: int) -> list[tuple[str, int, int]]:
         return [("h", 0, width)]

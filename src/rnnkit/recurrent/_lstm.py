@@ -68,7 +68,7 @@ class LSTMCell(GatedCell):
         input_park="gates", projects="m",
         options=lambda cell: gate_codes(cell, (1 if cell.proj_size else 0,)),
         implements={"activation": ACTIVATIONS, "recurrent_activation": ACTIVATIONS, "use_bias": (True, False),
-                    "proj_size": ANY})
+                    "proj_size": ANY, "unit_forget_bias": ANY})
 
     def __init__(self, units: int, activation: ActivationLike = "tanh", *,
                  recurrent_activation: ActivationLike = "sigmoid", use_bias: bool = True,
@@ -108,6 +108,7 @@ class LSTMCell(GatedCell):
         cfg = super().get_config()
         cfg["recurrent_activation"] = self.recurrent_activation.name
         cfg["proj_size"] = self.proj_size
+        cfg["unit_forget_bias"] = self.unit_forget_bias   # (the forget bias's initial value only)
         return cfg
 
     def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
