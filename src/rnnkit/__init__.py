@@ -7,7 +7,7 @@ modules import one another in no cycle, counting imports inside functions and un
 ``TYPE_CHECKING``; ``tests/test_layering.py`` checks both):
 
     0  base      _errors _kind _version _config _arrays _random _shape _mask _budget
-                 _files _atomic _limits _safetensors _graph_calls
+                 _files _atomic _limits _safetensors _graph_calls _consistency _numbers
     1  core      _activations _initializers _ctx _tape _layer _layouts _penalties kernels ops regularizers
                  constraints losses optimizers metrics activations initializers data timeseries
                  datasets _validate _weight_decl

@@ -60,6 +60,8 @@ class LSTMCell(GatedCell):
     kind: ClassVar[str | None] = "LSTM"
     gates: ClassVar[int] = 4
     state_names: ClassVar[tuple[str, ...]] = ("h", "c")
+    #: and ``unit_forget_bias``, which only sets the forget bias's first value
+    layer_options: ClassVar[tuple[str, ...]] = (*GatedCell.layer_options, "unit_forget_bias")
     state_type: ClassVar[type | None] = LSTMState
     #: the gate arithmetic compiled (rnnkit.kernels._lstm); parks act_c (and m), the gates
     compiled_step: ClassVar[Step | None] = Step(
@@ -68,7 +70,7 @@ class LSTMCell(GatedCell):
         input_park="gates", projects="m",
         options=lambda cell: gate_codes(cell, (1 if cell.proj_size else 0,)),
         implements={"activation": ACTIVATIONS, "recurrent_activation": ACTIVATIONS, "use_bias": (True, False),
-                    "proj_size": ANY, "unit_forget_bias": ANY})
+                    "proj_size": ANY})
 
     def __init__(self, units: int, activation: ActivationLike = "tanh", *,
                  recurrent_activation: ActivationLike = "sigmoid", use_bias: bool = True,
@@ -108,7 +110,6 @@ class LSTMCell(GatedCell):
         cfg = super().get_config()
         cfg["recurrent_activation"] = self.recurrent_activation.name
         cfg["proj_size"] = self.proj_size
-        cfg["unit_forget_bias"] = self.unit_forget_bias   # (the forget bias's initial value only)
         return cfg
 
     def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
