@@ -23,6 +23,20 @@ class _TimeLayer(Layer):
         if shape.rank != 3:
             raise InvalidInputError(f"{self.name}: expected a rank-3 input (batch, steps, channels), got "
                                     f"{shape} (rank {shape.rank})")
+        self._check_length(shape[1])
+
+    def _check_length(self, T: int | None) -> None:
+        """InvalidInputError when ``T`` steps (None: not known yet) are too few for the layer."""
+
+    def _out_steps(self, T: int) -> int:
+        """The output's steps for ``T`` input steps."""
+        return T
+
+    def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
+        shp = Shape.of(shape)
+        self._check_build_shape(shp)
+        T = shp[1]
+        return Shape((shp[0], None if T is None else self._out_steps(T), shp[2]))
 
     def _check_rebuild(self, shape: Shape) -> None:
         """Weightless: any (B, T, C) shape is accepted again."""
@@ -52,16 +66,8 @@ class _Pooling1D(_TimeLayer):
             raise InvalidInputError(f"{self.name}: pool_size={self.pool_size} is longer than the input's {T} "
                                     f"steps with padding='valid'; expected at least {self.pool_size} steps")
 
-    def _check_build_shape(self, shape: Shape) -> None:
-        super()._check_build_shape(shape)
-        self._check_length(shape[1])
-
-    def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
-        shp = Shape.of(shape)
-        self._check_build_shape(shp)
-        T = shp[1]
-        return Shape((shp[0], None if T is None else out_len(T, self.pool_size, self.strides, self.padding),
-                      shp[2]))
+    def _out_steps(self, T: int) -> int:
+        return out_len(T, self.pool_size, self.strides, self.padding)
 
     def _windows(self, arr: np.ndarray, fill: float) -> tuple[np.ndarray, int, int, int]:
         """(B, n, pool_size, C) windows of ``arr`` padded with ``fill``; n, left pad, padded T."""
@@ -231,11 +237,8 @@ class ZeroPadding1D(_TimeLayer):
         super().__init__(dtype=dtype, name=name)
         self.padding = _pair(padding, "padding", self.name)
 
-    def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
-        shp = Shape.of(shape)
-        self._check_build_shape(shp)
-        T = shp[1]
-        return Shape((shp[0], None if T is None else T + sum(self.padding), shp[2]))
+    def _out_steps(self, T: int) -> int:
+        return T + sum(self.padding)
 
     def forward(self, x: Any, ctx: Ctx) -> np.ndarray:
         arr = self._input(x)
@@ -266,15 +269,8 @@ class Cropping1D(_TimeLayer):
             raise InvalidInputError(f"{self.name}: cropping={self.cropping} removes {sum(self.cropping)} "
                                     f"steps of an input of {T}; expected more steps than are cropped")
 
-    def _check_build_shape(self, shape: Shape) -> None:
-        super()._check_build_shape(shape)
-        self._check_length(shape[1])
-
-    def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
-        shp = Shape.of(shape)
-        self._check_build_shape(shp)
-        T = shp[1]
-        return Shape((shp[0], None if T is None else T - sum(self.cropping), shp[2]))
+    def _out_steps(self, T: int) -> int:
+        return T - sum(self.cropping)
 
     def forward(self, x: Any, ctx: Ctx) -> np.ndarray:
         arr = self._input(x)
@@ -300,11 +296,8 @@ class UpSampling1D(_TimeLayer):
         super().__init__(dtype=dtype, name=name)
         self.size = check_positive_int(size, "size", self.name)
 
-    def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
-        shp = Shape.of(shape)
-        self._check_build_shape(shp)
-        T = shp[1]
-        return Shape((shp[0], None if T is None else T * self.size, shp[2]))
+    def _out_steps(self, T: int) -> int:
+        return T * self.size
 
     def forward(self, x: Any, ctx: Ctx) -> np.ndarray:
         arr = self._input(x)
