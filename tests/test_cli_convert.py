@@ -109,3 +109,23 @@ def test_console_entry_point(tmp_path: Path) -> None:
     res = subprocess.run([sys.executable, "-m", "rnnkit", "convert", str(src), str(tmp_path / "x.onnx2")],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and res.stderr.startswith("rnnkit: error: ") and "'.onnx2'" in res.stderr
+
+
+def test_an_int8_model_is_refused_by_every_exporter_naming_its_layer(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An int8 model (rk.quantize) has no exact Keras or ONNX form: the exporters refuse it with
+    UnsupportedFeatureError naming the int8 layer (it was a KeyError 'kernel'), and ``rnnkit
+    convert`` says so in one line with exit status 2 (it exited 1 without a message)."""
+    pytest.importorskip("onnx")
+    pytest.importorskip("h5py")
+    m = rk.Sequential([rk.LSTM(8, seed=1), rk.Dense(1, seed=2)], input_shape=(None, 5, 3))
+    q = rk.quantize(m)
+    for save, suffix in ((rk.io.save_onnx, "onnx"), (rk.io.save_keras, "keras")):
+        with pytest.raises(rk.io.UnsupportedFeatureError, match="int8 layer .*export the float model") as e:
+            save(q, tmp_path / f"q.{suffix}")
+        assert e.value.layer == q.layers[0].name
+        assert not (tmp_path / f"q.{suffix}").exists()
+    src = tmp_path / "q.rnnkit"
+    q.save(str(src))
+    for suffix in ("onnx", "keras"):
+        bad(capsys, src, tmp_path / f"c.{suffix}", says="int8 layer")

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from rnnkit._errors import Error, InvalidParameterError
+from rnnkit._layer import Layer
+from rnnkit.quant import QuantizedDense, QuantizedRecurrent
 
 
 class UnsupportedFeatureError(InvalidParameterError):
@@ -20,3 +24,18 @@ class UnsupportedFeatureError(InvalidParameterError):
 
 class MissingDependencyError(Error, ImportError):
     """An optional dependency of an importer is not installed; the message says what to install."""
+
+
+def refuse_int8(layers: Iterable[Layer], where: str) -> None:
+    """UnsupportedFeatureError naming the first int8 layer of ``layers`` (``rk.quantize``'s; a
+    ``Bidirectional``'s directions included): its int8 weights and per-row activation
+    quantization have no exact Keras, PyTorch or ONNX layer, so ``where`` (an exporter) writes
+    the float model, never an approximation."""
+    for layer in layers:
+        inner = [layer, *(getattr(layer, d, None) for d in ("forward_layer", "backward_layer"))]
+        for lay in inner:
+            if isinstance(lay, (QuantizedDense, QuantizedRecurrent)):
+                raise UnsupportedFeatureError(
+                    lay.name, type(lay).__name__,
+                    f"{where}: an int8 layer (rk.quantize) has no exact equivalent in that format; "
+                    f"export the float model it was quantized from")

@@ -39,6 +39,7 @@ import numpy as np
 
 from rnnkit._atomic import atomic_write_bytes
 from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit.io._interop_errors import refuse_int8
 from rnnkit.io._keras_entries import Vars, keras_layer, shape_list
 from rnnkit.io._keras_functional import functional_config
 from rnnkit.io._keras_h5 import import_h5py, unique_groups
@@ -116,6 +117,8 @@ def save_keras(model: Any, path: str | os.PathLike[str]) -> None:
 
 
 def _model_config(model: Any, where: str) -> tuple[dict[str, Any], list[tuple[str, Vars]]]:
+    if isinstance(model, (Sequential, GraphModel)):
+        refuse_int8(model.layers, where)
     if isinstance(model, Sequential):
         if not model.built:
             raise InvalidInputError(f"{where}: the model {model.name!r} is not built; build it (or run it "

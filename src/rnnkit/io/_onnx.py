@@ -35,7 +35,7 @@ from rnnkit._layer import Layer, check_bool
 from rnnkit._shape import Shape
 from rnnkit._version import __version__
 from rnnkit.io import _onnx_wrappers  # noqa: F401  (registers Bidirectional and the merges)
-from rnnkit.io._interop_errors import MissingDependencyError
+from rnnkit.io._interop_errors import MissingDependencyError, refuse_int8
 from rnnkit.io._onnx_layers import Graph, carries_lengths, converter
 from rnnkit.layers import Embedding, MergeLayer
 from rnnkit.models import GraphModel, Sequential
@@ -167,6 +167,7 @@ def save_onnx(model: Any, path: str | os.PathLike[str], *, opset: int | None = N
                                 f"once) so its input shape is known")
     if single and not model.built:
         raise InvalidInputError(f"save_onnx: the layer {model.name!r} is not built")
+    refuse_int8(_layers(model), "save_onnx")
     dtype = np.dtype(next((lay.dtype for lay in _layers(model)), np.float32))
     elem = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE}[dtype]
     g = Graph(helper, numpy_helper, dtype)
