@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import rnnkit as rk
 from rnnkit._atomic import remove_stale_temporaries
@@ -188,3 +189,30 @@ def test_sigkill_during_saves_leaves_a_whole_file_and_nothing_behind(tmp_path: P
             assert np.all(bias == bias[0])
     _model().save(str(path))
     assert [p.name for p in tmp_path.iterdir()] == ["m.safetensors"], seen_tmp
+
+
+def test_a_failed_write_names_the_users_file_not_the_temporary(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A disk error while the temporary file beside the target is written or renamed is raised
+    as the same OSError class and errno, naming the file the caller asked for (the system call
+    named the temporary), and the old file is untouched."""
+    import errno as errno_mod
+
+    from rnnkit import _atomic
+    target = tmp_path / "w.bin"
+    _atomic.atomic_write_bytes(target, b"old")
+
+    def full(src: str, dst: str) -> None:
+        raise OSError(errno_mod.ENOSPC, "No space left on device", src)
+
+    monkeypatch.setattr(_atomic.os, "replace", full)
+    try:
+        _atomic.atomic_write_bytes(target, b"new")
+    except OSError as e:
+        assert e.errno == errno_mod.ENOSPC and e.filename == str(target), e
+        assert ".tmp" not in str(e) and str(target) in str(e), e
+    else:
+        raise AssertionError("the write did not fail")
+    monkeypatch.undo()
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["w.bin"]

@@ -126,7 +126,10 @@ def atomic_write_with(path: str | os.PathLike[str], write: Callable[[str], None]
     except FileNotFoundError:
         mode = 0o666 & ~_umask()
     remove_stale_temporaries(target)
-    fd, tmp = tempfile.mkstemp(prefix=f"{_PREFIX}{os.getpid()}.", suffix=".tmp", dir=directory)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f"{_PREFIX}{os.getpid()}.", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise _naming(e, path) from e
     try:
         if fcntl is not None:
             with contextlib.suppress(OSError):  # a file system without locks: the PID still guards
@@ -134,14 +137,23 @@ def atomic_write_with(path: str | os.PathLike[str], write: Callable[[str], None]
         write(tmp)
         os.chmod(tmp, mode)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename in (tmp, None):   # (the file's own write, no other)
+            raise _naming(e, path) from e
         raise
     finally:
         os.close(fd)  # held (with its lock) until the rename is done
     _fsync_dir(directory)
     return target
+
+
+def _naming(e: OSError, path: str | os.PathLike[str]) -> OSError:
+    """``e`` (its class and errno kept) naming the file the caller asked to write, not the
+    temporary file beside it that the system call named; the file there is unchanged."""
+    return type(e)(e.errno, f"{e.strerror} (writing {os.fspath(path)}, which is left as it was)",
+                   os.fspath(path))
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
