@@ -140,7 +140,8 @@ def atomic_write_with(path: str | os.PathLike[str], write: Callable[[str], None]
     except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if isinstance(e, OSError) and e.filename in (tmp, None):   # (the file's own write, no other)
+        if isinstance(e, OSError) and e.errno is not None and e.filename in (tmp, None):
+            # (a system call on the temporary file itself, not another file the writer read)
             raise _naming(e, path) from e
         raise
     finally:
