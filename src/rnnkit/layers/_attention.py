@@ -53,6 +53,20 @@ def query_value_key(shapes: Any, name: str) -> list[Shape]:
     return out
 
 
+def split_scores_grad(layer: Any, grad: Any, out_shape: tuple[int, ...],
+                      scores_shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray | None]:
+    """An attention layer's backward gradient as ``(d output, d scores or None)``: with
+    ``return_attention_scores`` the list ``[d output, d scores]`` (either None: zeros / no
+    gradient), else the output's gradient alone; each checked against its shape."""
+    if not layer.return_attention_scores:
+        return layer._as_grad(grad, out_shape), None
+    if not isinstance(grad, (list, tuple)) or len(grad) != 2:
+        raise InvalidInputError(f"{layer.name}: backward expected [d output, d scores] (the layer "
+                                f"returns its attention scores), got {type(grad).__name__}")
+    g_out = np.zeros(out_shape, layer.dtype) if grad[0] is None else layer._as_grad(grad[0], out_shape)
+    return g_out, None if grad[1] is None else layer._as_grad(grad[1], scores_shape)
+
+
 def check_dropout(rate: Any, where: str) -> float:
     """``rate`` as a float in [0, 1), or InvalidParameterError naming ``dropout``."""
     return check_float(rate, "dropout", where, lo=0.0, hi=1.0, hi_open=True)
@@ -211,17 +225,8 @@ class _ScoreAttention(MergeLayer):
     def backward(self, grad: Any, ctx: Ctx) -> list[np.ndarray]:  # type: ignore[override]
         q, v, k, has_key, cache, w, drop, wd, q_valid = ctx.peek(self)
         out_shape = (q.shape[0], q.shape[1], v.shape[2])
-        if self.return_attention_scores:
-            if not isinstance(grad, (list, tuple)) or len(grad) != 2:
-                raise InvalidInputError(f"{self.name}: backward expected [d output, d scores] (the layer "
-                                        f"returns its attention scores), got {type(grad).__name__}")
-            g_out = None if grad[0] is None else self._as_grad(grad[0], out_shape)
-            g_w = None if grad[1] is None else self._as_grad(grad[1], w.shape)
-        else:
-            g_out, g_w = self._as_grad(grad, out_shape), None
+        g_out, g_w = split_scores_grad(self, grad, out_shape, w.shape)
         ctx.load(self)  # consumed only once the gradient fits
-        if g_out is None:
-            g_out = np.zeros(out_shape, self.dtype)
         if q_valid is not None:
             g_out = g_out * q_valid[:, :, None]
         g_wd = np.matmul(g_out, np.swapaxes(v, 1, 2))

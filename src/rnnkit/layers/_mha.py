@@ -43,7 +43,13 @@ from rnnkit._layer import check_bool
 from rnnkit._mask import Mask
 from rnnkit._random import make_rng
 from rnnkit._shape import Shape
-from rnnkit.layers._attention import MASK_SHIFT, check_dropout, query_value_key, softmax_last
+from rnnkit.layers._attention import (
+    MASK_SHIFT,
+    check_dropout,
+    query_value_key,
+    softmax_last,
+    split_scores_grad,
+)
 from rnnkit.layers._merge import MergeLayer
 
 _PARTS = ("query", "key", "value")
@@ -260,17 +266,8 @@ class MultiHeadAttention(MergeLayer):
         N, Kd, Vd = self.num_heads, self.key_dim, self.value_dim
         wo = self._weights["attention_output_kernel"]
         out_shape = (B, T, wo.shape[-1])
-        if self.return_attention_scores:
-            if not isinstance(grad, (list, tuple)) or len(grad) != 2:
-                raise InvalidInputError(f"{self.name}: backward expected [d output, d scores] (the layer "
-                                        f"returns its attention scores), got {type(grad).__name__}")
-            g_out = None if grad[0] is None else self._as_grad(grad[0], out_shape)
-            g_p = None if grad[1] is None else self._as_grad(grad[1], p0.shape)
-        else:
-            g_out, g_p = self._as_grad(grad, out_shape), None
+        g_out, g_p = split_scores_grad(self, grad, out_shape, p0.shape)
         ctx.load(self)  # consumed only once the gradient fits
-        if g_out is None:
-            g_out = np.zeros(out_shape, self.dtype)
         g2 = g_out.reshape(B * T, -1)
         ctx.add_grad(self, "attention_output_kernel", (o.T @ g2).reshape(wo.shape))
         if self.use_bias:
