@@ -82,6 +82,19 @@ def _shape_text(shape: tuple[Any, ...]) -> str:
     return "(" + ", ".join("any" if d is None else str(d) for d in shape) + ")"
 
 
+def _json_array(value: Any, what: str, want_text: str, of: str = "") -> np.ndarray:
+    """A JSON request's nested lists as an array, or 422 ``bad_input``: not a list, or not
+    rectangular (ragged rows, mixed types). ``of`` says what the numbers are."""
+    if not isinstance(value, list):
+        raise unprocessable("bad_input", f"{what} must be an array {want_text} of numbers{of}, got a JSON "
+                                         f"{type(value).__name__}", expected=want_text)
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError, OverflowError, RecursionError):
+        raise unprocessable("bad_input", f"{what} is not a rectangular array of numbers (ragged rows, or "
+                                         f"mixed types)", expected=want_text) from None
+
+
 def as_input(value: Any, sv: Servable, cfg: ServeConfig, what: str, *, stream: bool) -> np.ndarray:
     """``value`` (nested lists from JSON, or an array from ``.npy``) as a checked input array in
     the model's input dtype: a batch (B, T, ...) for predict, or the timesteps (T, features) of
@@ -96,14 +109,7 @@ def as_input(value: Any, sv: Servable, cfg: ServeConfig, what: str, *, stream: b
                                              f"{sv.input_dtype}",
                                 expected=sv.input_dtype.name, got=str(arr.dtype))
     else:
-        if not isinstance(value, list):
-            raise unprocessable("bad_input", f"{what} must be an array {want_text} of numbers, got a JSON "
-                                             f"{type(value).__name__}", expected=want_text)
-        try:
-            arr = np.asarray(value)
-        except (ValueError, TypeError, OverflowError, RecursionError):
-            raise unprocessable("bad_input", f"{what} is not a rectangular array of numbers (ragged rows, or "
-                                             f"mixed types)", expected=want_text) from None
+        arr = _json_array(value, what, want_text)
         if arr.dtype.kind not in "iuf" or arr.dtype.kind == "f" and sv.input_dtype.kind in "iu":
             got = {"b": "booleans", "U": "strings", "O": "mixed values or huge integers"}.get(
                 arr.dtype.kind, "non-integers" if arr.dtype.kind == "f" else str(arr.dtype))
@@ -159,15 +165,7 @@ def as_rows(value: Any, spec: ForecastSpec, cfg: ServeConfig, what: str) -> np.n
                                              f"as float64", expected="float64", got=str(value.dtype))
         arr = value
     else:
-        if not isinstance(value, list):
-            raise unprocessable("bad_input", f"{what} must be an array {want_text} of numbers (raw data "
-                                             f"rows of {', '.join(spec.features)}), got a JSON "
-                                             f"{type(value).__name__}", expected=want_text)
-        try:
-            arr = np.asarray(value)
-        except (ValueError, TypeError, OverflowError, RecursionError):
-            raise unprocessable("bad_input", f"{what} is not a rectangular array of numbers (ragged rows, or "
-                                             f"mixed types)", expected=want_text) from None
+        arr = _json_array(value, what, want_text, f" (raw data rows of {', '.join(spec.features)})")
         if arr.dtype.kind not in "iuf":
             raise unprocessable("bad_dtype", f"{what} must hold numbers, got {arr.dtype}",
                                 expected="numbers", got=str(arr.dtype))
