@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cases", default=",".join(bench_peers.CASES),
                    help="--peers: lstm, gru, lstm-proj (proj_size), lstm-len (lengths), bilstm")
     p.add_argument("--clock", choices=tuple(bench_peers.CLOCKS), default="wall",
-                   help="--peers: wall, or cpu (the process's CPU time, for a loaded machine)")
+                   help="--peers: wall, or cpu (the calling thread's CPU time, --threads 1)")
     p.add_argument("--isa", choices=("native", "avx2", "both"), default="native",
                    help="native: this machine; avx2: a child process restricted to AVX2; both: one, "
                         "then the other")

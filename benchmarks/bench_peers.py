@@ -194,10 +194,11 @@ def case_runners(case: str, shape: tuple[int, int, int, int], threads: int,
 #: it; a sample at S3 is one call, so without this nearly every rnnkit sample paid it. (And a
 #: call after 50 ms idle took 1.2-1.3x as long, back to speed after about 10 ms of calls.)
 WARM_S = 0.02
-#: the clocks of ``--clock``: the wall clock, or this process's CPU time (every thread of it): on
-#: a loaded machine the time a thread waits for a core is left out; at one thread that is the
-#: call's own time, at two the CPU both threads spent (so not a latency)
-CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+#: the clocks of ``--clock``: the wall clock, or the calling thread's CPU time (one thread only:
+#: every peer then runs in that thread; on a loaded machine the time it waits for a core is left
+#: out. Not the process's CPU time: PyTorch's oneDNN LSTM leaves threads spinning after its
+#: calls even at ``set_num_threads(1)``, which counted 0.2 ms into the next peer's S1 sample)
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.thread_time}
 _clock = CLOCKS["wall"]
 
 
@@ -268,10 +269,12 @@ def child(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def run(shapes: str, cases: str, threads: list[int], repeats: int, warmup: int,
         sample: float, isas: tuple[str, ...] = ("native",), clock: str = "wall") -> dict[str, Any]:
-    """Every thread count in its own child process, per ISA of ``isas`` ("native": this machine's;
-    "avx2": the child under ``tools/avx2.sh``, rnnkit's kernels, numpy and PyTorch on AVX2 while
-    onnxruntime, which has no such switch, stays on the host's ISA); the merged results, each
-    row naming the ISA rnnkit's kernels were compiled for (``isa``)."""
+    """Every thread count in its own child process (``clock`` "cpu": one thread only), per ISA
+    of ``isas`` ("native": this machine's; "avx2": the child under ``tools/avx2.sh``, rnnkit's
+    kernels, numpy and PyTorch on AVX2 while onnxruntime, which has no such switch, stays on the
+    host's ISA); the merged results, each row naming the ISA rnnkit's kernels were compiled for (``isa``)."""
+    if clock == "cpu" and any(n != 1 for n in threads):
+        raise SystemExit(f"--clock cpu counts the calling thread only: it needs --threads 1, got {threads}")
     rows: list[dict[str, Any]] = []
     load = [os.getloadavg()[0]]
     others_cores: dict[str, float] = {}     # per ISA and thread count: what the rest of the machine used
@@ -354,10 +357,10 @@ def markdown(peers: dict[str, Any]) -> str:
                       f"at start and end {peers.get('loadavg_start_end')}; "
                       + ", ".join(f"{k} {x}" for k, x in v.items()) + f"; {peers['repeats']} interleaved "
                       "samples per peer, medians"
-                      + ("; the process's CPU time" if peers.get("clock") == "cpu" else "")
+                      + ("; the calling thread's CPU time" if peers.get("clock") == "cpu" else "")
                       + (f"; cores other processes used meanwhile, per thread count: {peers['others_cores']}"
                          if peers.get("others_cores") else "") + ".", ""] if v else []
-    isas = sorted({r.get("isa", "") for r in peers["rows"]}, reverse=True)   # AVX-512 before AVX2
+    isas = list(dict.fromkeys(r.get("isa", "") for r in peers["rows"]))    # in the order they ran
 
     def ms(v: float | None) -> str:
         return "n/a" if v is None else f"{v * 1e3:.3f} ms"
@@ -402,7 +405,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--sample", type=float, default=0.05, help="seconds per timing sample")
     p.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
-                   help="cpu: the process's CPU time (a loaded machine; see CLOCKS)")
+                   help="cpu: the calling thread's CPU time, one thread only (a loaded machine; see CLOCKS)")
     p.add_argument("--isa", choices=("native", "avx2", "both"), default="native",
                    help="this machine's ISA, AVX2 (tools/avx2.sh), or both side by side")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
