@@ -282,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", default="1,2", help="--peers: thread counts, one child process each")
     p.add_argument("--cases", default=",".join(bench_peers.CASES),
                    help="--peers: lstm, gru, lstm-proj (proj_size), lstm-len (lengths), bilstm")
+    p.add_argument("--clock", choices=tuple(bench_peers.CLOCKS), default="wall",
+                   help="--peers: wall, or cpu (the calling thread's CPU time, --threads 1)")
     p.add_argument("--isa", choices=("native", "avx2", "both"), default="native",
                    help="native: this machine; avx2: a child process restricted to AVX2; both: one, "
                         "then the other")
@@ -289,6 +291,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         data = json.loads(Path(args.markdown).read_text())
         print(bench_peers.markdown(data["peers"]) if "peers" in data else markdown(data))
+        return 0
+    if args.peers:   # every thread count (and ISA) in a child process of its own (bench_peers.py)
+        peers = bench_peers.run(args.shapes, args.cases, [int(n) for n in args.threads.split(",")],
+                                args.repeats, args.warmup, args.sample, bench_peers.ISAS[args.isa],
+                                args.clock)
+        print(bench_peers.markdown(peers))
+        if not args.no_save:
+            for path in save_results({"peers": peers}, Path(args.results), update_latest=args.update_latest):
+                print(f"wrote {path}")
         return 0
     if args.isa != "native" and os.environ.get("RNNKIT_BENCH_ISA") != "avx2":
         rest = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--isa")]

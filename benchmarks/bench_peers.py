@@ -66,6 +66,12 @@ CASES = ("lstm", "gru", "lstm-proj", "lstm-len", "bilstm")
 PEERS = ("rnnkit", "onnxruntime", "torch", "torch_int8")
 
 
+#: the ISAs of ``--isa``
+ISAS = {"native": ("native",), "avx2": ("avx2",), "both": ("native", "avx2")}
+#: the script that puts a command on the AVX2 code path of every library but onnxruntime
+AVX2_SH = Path(__file__).resolve().parent.parent / "tools" / "avx2.sh"
+
+
 def lengths_of(B: int, T: int) -> np.ndarray:
     """T, T-1, ... down to about T/2, then again: the lengths of the ``lstm-len`` case."""
     span = max(1, T - T // 2)
@@ -188,6 +194,12 @@ def case_runners(case: str, shape: tuple[int, int, int, int], threads: int,
 #: it; a sample at S3 is one call, so without this nearly every rnnkit sample paid it. (And a
 #: call after 50 ms idle took 1.2-1.3x as long, back to speed after about 10 ms of calls.)
 WARM_S = 0.02
+#: the clocks of ``--clock``: the wall clock, or the calling thread's CPU time (one thread only:
+#: every peer then runs in that thread; on a loaded machine the time it waits for a core is left
+#: out. Not the process's CPU time: PyTorch's oneDNN LSTM leaves threads spinning after its
+#: calls even at ``set_num_threads(1)``, which counted 0.2 ms into the next peer's S1 sample)
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.thread_time}
+_clock = CLOCKS["wall"]
 
 
 def warm(f: Callable[[], Any], seconds: float) -> None:
@@ -217,10 +229,10 @@ def time_peers(runs: dict[str, Callable[[], Any] | None], repeats: int, warmup: 
         for k, f in live[r % len(live):] + live[:r % len(live)]:
             n = inner[k]
             warm(f, WARM_S)
-            t0 = time.perf_counter()
+            t0 = _clock()
             for _ in range(n):
                 f()
-            acc[k].append((time.perf_counter() - t0) / n)
+            acc[k].append((_clock() - t0) / n)
     return {k: (statistics.median(acc[k]) if k in acc else None) for k in runs}
 
 
@@ -233,13 +245,17 @@ def child(args: argparse.Namespace) -> list[dict[str, Any]]:
     warnings.filterwarnings("ignore", category=DeprecationWarning)   # torch.ao's pointer to torchao
     warnings.filterwarnings("ignore", message=".*quantiz.*")
     torch.set_num_threads(args.threads_one)
+    global _clock
+    _clock = CLOCKS[args.clock]
+    from rnnkit.kernels._isa import has_avx512
+    isa = "AVX-512" if has_avx512() else "AVX2"     # what rnnkit's kernels were compiled for
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for sname in args.shapes.split(","):
             for case in args.cases.split(","):
                 runs, errs = case_runners(case, SHAPES[sname], args.threads_one, folder)
                 med = time_peers(runs, args.repeats, args.warmup, args.sample)
-                row = {"case": case, "shape": sname, "threads": args.threads_one,
+                row = {"case": case, "shape": sname, "threads": args.threads_one, "isa": isa,
                        **{f"{k}_s": v for k, v in med.items()}, "max_abs_diff": errs}
                 rk_s = med["rnnkit"]
                 for k in PEERS[1:]:
@@ -247,33 +263,52 @@ def child(args: argparse.Namespace) -> list[dict[str, Any]]:
                     row[f"rnnkit_over_{k}"] = None if v is None or rk_s is None else rk_s / v
                 rows.append(row)
                 cells = "  ".join(f"{k} {'n/a' if v is None else f'{v * 1e3:.3f}'}" for k, v in med.items())
-                print(f"{args.threads_one}t {case:9} {sname}  ms: {cells}", flush=True)
+                print(f"{isa:7} {args.threads_one}t {case:9} {sname}  ms: {cells}", flush=True)
     return rows
 
 
 def run(shapes: str, cases: str, threads: list[int], repeats: int, warmup: int,
-        sample: float) -> dict[str, Any]:
-    """Every thread count in its own child process; the merged results."""
+        sample: float, isas: tuple[str, ...] = ("native",), clock: str = "wall") -> dict[str, Any]:
+    """Every thread count in its own child process (``clock`` "cpu": one thread only), per ISA
+    of ``isas`` ("native": this machine's; "avx2": the child under ``tools/avx2.sh``, rnnkit's
+    kernels, numpy and PyTorch on AVX2 while onnxruntime, which has no such switch, stays on the
+    host's ISA); the merged results, each row naming the ISA rnnkit's kernels were compiled for (``isa``)."""
+    if clock == "cpu" and any(n != 1 for n in threads):
+        raise SystemExit(f"--clock cpu counts the calling thread only: it needs --threads 1, got {threads}")
     rows: list[dict[str, Any]] = []
     load = [os.getloadavg()[0]]
-    others_cores: dict[str, float] = {}     # per thread count: what the rest of the machine used
-    for n in threads:
-        with tempfile.TemporaryDirectory() as d:
-            out = Path(d) / "rows.json"
-            env = {**os.environ, "RNNKIT_KERNEL_THREADS": str(n), "OMP_NUM_THREADS": str(n)}
-            cmd = [sys.executable, __file__, "--child", str(out), "--threads-one", str(n), "--shapes",
-                   shapes, "--cases", cases, "--repeats", str(repeats), "--warmup", str(warmup),
-                   "--sample", str(sample)]
-            before = _busy_seconds(), _children_seconds(), time.perf_counter()
-            subprocess.run(cmd, env=env, check=True)
-            others = _busy_seconds() - before[0] - (_children_seconds() - before[1])
-            others_cores[str(n)] = round(max(0.0, others) / (time.perf_counter() - before[2]), 2)
-            print(f"{n}t: other processes used {others_cores[str(n)]} cores meanwhile", flush=True)
-            rows += json.loads(out.read_text())
-    return {"threads": threads, "shapes": shapes.split(","), "cases": cases.split(","),
-            "repeats": repeats, "versions": versions(), "cpu": _cpu(), "cores": os.cpu_count(),
-            "loadavg_start_end": [round(load[0], 2), round(os.getloadavg()[0], 2)],
+    others_cores: dict[str, float] = {}     # per ISA and thread count: what the rest of the machine used
+    for isa in isas:
+        for n in threads:
+            with tempfile.TemporaryDirectory() as d:
+                out = Path(d) / "rows.json"
+                env = {**os.environ, "RNNKIT_KERNEL_THREADS": str(n), "OMP_NUM_THREADS": str(n),
+                       "PYTHON": sys.executable}
+                cmd = [sys.executable, __file__, "--child", str(out), "--threads-one", str(n), "--shapes",
+                       shapes, "--cases", cases, "--repeats", str(repeats), "--warmup", str(warmup),
+                       "--sample", str(sample), "--clock", clock]
+                before = _busy_seconds(), _children_seconds(), time.perf_counter()
+                subprocess.run([str(AVX2_SH), *cmd] if isa == "avx2" else cmd, env=env, check=True)
+                others = _busy_seconds() - before[0] - (_children_seconds() - before[1])
+                key = f"{isa} {n}" if len(isas) > 1 else str(n)
+                others_cores[key] = round(max(0.0, others) / (time.perf_counter() - before[2]), 2)
+                print(f"{key}t: other processes used {others_cores[key]} cores meanwhile", flush=True)
+                rows += json.loads(out.read_text())
+    return {"threads": threads, "shapes": shapes.split(","), "cases": cases.split(","), "isas": list(isas),
+            "clock": clock, "repeats": repeats, "versions": versions(), "cpu": _cpu(),
+            "host_isa": _host_isa(),
+            "cores": os.cpu_count(), "loadavg_start_end": [round(load[0], 2), round(os.getloadavg()[0], 2)],
             "others_cores": others_cores, "rows": rows}
+
+
+def _host_isa() -> str:
+    """"AVX-512" when the CPU has AVX-512F (``/proc/cpuinfo``), else "AVX2"."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        flags = next((ln for ln in lines if ln.startswith("flags")), "")
+    except OSError:
+        flags = ""
+    return "AVX-512" if " avx512f" in flags else "AVX2"
 
 
 def _busy_seconds() -> float:
@@ -313,28 +348,50 @@ def versions() -> dict[str, str]:
 
 
 def markdown(peers: dict[str, Any]) -> str:
-    """One table per thread count: time of rnnkit and of each peer, and rnnkit / peer."""
+    """One table per thread count: time of rnnkit and of each peer, and rnnkit / peer; with
+    several ISAs (``--isa both``) one column group per ISA rnnkit's kernels ran on, side by side
+    (onnxruntime stays on the host's ISA in every group)."""
     v = peers.get("versions", {})
-    out: list[str] = [f"{peers.get('cpu', 'CPU not recorded')} ({peers.get('cores')} cores), load average "
+    out: list[str] = [f"{peers.get('cpu', 'CPU not recorded')} ({peers.get('cores')} cores"
+                      + (f", {peers['host_isa']}" if peers.get("host_isa") else "") + "), load average "
                       f"at start and end {peers.get('loadavg_start_end')}; "
                       + ", ".join(f"{k} {x}" for k, x in v.items()) + f"; {peers['repeats']} interleaved "
                       "samples per peer, medians"
+                      + ("; the calling thread's CPU time" if peers.get("clock") == "cpu" else "")
                       + (f"; cores other processes used meanwhile, per thread count: {peers['others_cores']}"
                          if peers.get("others_cores") else "") + ".", ""] if v else []
-    for n in peers["threads"]:
-        out += [f"Inference, {n} thread{'s' if n > 1 else ''} each (rnnkit / peer below 1: rnnkit faster; "
-                f"int8: PyTorch `quantize_dynamic`):", "",
-                "| case | shape | rnnkit | onnxruntime | PyTorch | PyTorch int8 | / onnxruntime "
-                "| / PyTorch | / PyTorch int8 |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-        for r in (r for r in peers["rows"] if r["threads"] == n):
-            def ms(v: float | None) -> str:
-                return "n/a" if v is None else f"{v * 1e3:.3f} ms"
+    isas = list(dict.fromkeys(r.get("isa", "") for r in peers["rows"]))    # in the order they ran
 
-            def x(v: float | None) -> str:
-                return "n/a" if v is None else f"{v:.2f}"
-            out.append(f"| {r['case']} | {r['shape']} | {ms(r['rnnkit_s'])} | {ms(r['onnxruntime_s'])} "
-                       f"| {ms(r['torch_s'])} | {ms(r['torch_int8_s'])} | {x(r['rnnkit_over_onnxruntime'])} "
-                       f"| {x(r['rnnkit_over_torch'])} | {x(r['rnnkit_over_torch_int8'])} |")
+    def ms(v: float | None) -> str:
+        return "n/a" if v is None else f"{v * 1e3:.3f} ms"
+
+    def x(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.2f}"
+
+    for n in peers["threads"]:
+        head, rule = "| case | shape |", "|---|---|"
+        for isa in isas:
+            tag = f"{isa}: " if len(isas) > 1 else ""
+            head += (f" {tag}rnnkit | onnxruntime | PyTorch | PyTorch int8 | / onnxruntime | / PyTorch "
+                     "| / PyTorch int8 |")
+            rule += "---:|---:|---:|---:|---:|---:|---:|"
+        out += [f"Inference, {n} thread{'s' if n > 1 else ''} each (rnnkit / peer below 1: rnnkit faster; "
+                "int8: PyTorch `quantize_dynamic`"
+                + ("; ISA: the one rnnkit, numpy and PyTorch ran on, onnxruntime on the host's"
+                   if len(isas) > 1 else "") + "):", "", head, rule]
+        keys = list(dict.fromkeys((r["case"], r["shape"]) for r in peers["rows"] if r["threads"] == n))
+        for case, shape in keys:
+            line = f"| {case} | {shape} |"
+            for isa in isas:
+                r = next((r for r in peers["rows"] if r["threads"] == n and r["case"] == case
+                          and r["shape"] == shape and r.get("isa", "") == isa), None)
+                if r is None:
+                    line += " |" * 7
+                    continue
+                line += (f" {ms(r['rnnkit_s'])} | {ms(r['onnxruntime_s'])} | {ms(r['torch_s'])} "
+                         f"| {ms(r['torch_int8_s'])} | {x(r['rnnkit_over_onnxruntime'])} "
+                         f"| {x(r['rnnkit_over_torch'])} | {x(r['rnnkit_over_torch_int8'])} |")
+            out.append(line)
         out.append("")
     return "\n".join(out).rstrip()
 
@@ -347,6 +404,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--sample", type=float, default=0.05, help="seconds per timing sample")
+    p.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
+                   help="cpu: the calling thread's CPU time, one thread only (a loaded machine; see CLOCKS)")
+    p.add_argument("--isa", choices=("native", "avx2", "both"), default="native",
+                   help="this machine's ISA, AVX2 (tools/avx2.sh), or both side by side")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.add_argument("--markdown", metavar="JSON", help="print the tables of a results file and exit")
     p.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
@@ -368,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         raise SystemExit(f"unknown cases {bad}; known: {list(CASES)}")
     result = run(args.shapes, args.cases, [int(t) for t in args.threads.split(",")], args.repeats,
-                 args.warmup, args.sample)
+                 args.warmup, args.sample, ISAS[args.isa], args.clock)
     print(markdown(result))
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=1))

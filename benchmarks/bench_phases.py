@@ -1,8 +1,8 @@
-"""Where the time of one small inference call goes (run by hand, never a test).
+"""Where the time of one inference call goes (run by hand, never a test).
 
-At S1 (B, T, F, H) = (1, 100, 16, 32), float32, one thread (``RNNKIT_KERNEL_THREADS=1`` is set
-here before rnnkit is imported), for LSTM and GRU with ``return_sequences=True``, the table
-splits ``layer.forward(x, Ctx.inference())`` into:
+At S1 (B, T, F, H) = (1, 100, 16, 32) and S2 (32, 50, 32, 64) (``--shapes``), float32, one
+thread (``RNNKIT_KERNEL_THREADS=1`` is set here before rnnkit is imported), for LSTM and GRU with
+``return_sequences=True``, the table splits ``layer.forward(x, Ctx.inference())`` into:
 
 - **python: layer** the layer's own Python (argument checks, the time-major view, the
   options lookup): ``layer.forward`` minus the driver's prepared call (``_driver.infer``);
@@ -19,13 +19,23 @@ splits ``layer.forward(x, Ctx.inference())`` into:
   one-row product the steps use at B=1; ``rgemm`` for more rows);
 - **gates** the rest of the steps: steps minus projection minus products.
 
+The last row, **FMA bound**, is the multiply-adds of the call (``T*B*(F+H)*G*H``) at the
+rate of the packed product's micro-kernel on operands that stay in L1 (a (96 x 64) @ (64 x 256)
+product, measured in the same process: the machine's FMA throughput as rnnkit's kernels reach
+it on the ISA they were compiled for).
+
+``--isa avx2`` re-runs the script in a child process under ``tools/avx2.sh`` (rnnkit's kernels,
+numpy and OpenBLAS restricted to AVX2 on an AVX-512 machine); ``--isa both`` prints the native
+table, then the AVX2 one.
+
 Medians of interleaved samples; on a shared machine the numbers move by ~10 % (``--clock cpu``
 counts this thread's CPU time instead of the wall clock: on a loaded machine the time the
 thread waits for a core is left out).
 
 Usage::
 
-    python benchmarks/bench_phases.py [--repeats 9] [--inner 2000] [--clock wall|cpu]
+    python benchmarks/bench_phases.py [--shapes S1,S2] [--repeats 9] [--inner 2000] [--clock wall|cpu]
+    python benchmarks/bench_phases.py --isa both          # native, then the AVX2 path
 """
 
 from __future__ import annotations
@@ -34,8 +44,11 @@ import argparse
 import importlib
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("RNNKIT_KERNEL_THREADS", "1")
@@ -47,12 +60,20 @@ import rnnkit as rk  # noqa: E402
 from rnnkit import kernels  # noqa: E402
 from rnnkit.kernels import _driver as drv  # noqa: E402
 from rnnkit.kernels._gemm import project  # noqa: E402
+from rnnkit.kernels._isa import has_avx512  # noqa: E402
 from rnnkit.kernels._packed import rgemm, rgemm1  # noqa: E402
 
 #: the plan class (in the driver in older versions of the package: the script times either)
 _Plan = getattr(drv, "_Plan", None) or importlib.import_module("rnnkit.kernels._plans")._Plan
+#: (B, T, F, H) of the shapes ``--shapes`` names
+SHAPES = {"S1": (1, 100, 16, 32), "S2": (32, 50, 32, 64), "S3": (64, 100, 128, 256)}
+GATES = {"LSTM": 4, "GRU": 3}
+AVX2_SH = Path(__file__).resolve().parent.parent / "tools" / "avx2.sh"
+
 #: the clock of every sample (``--clock``): wall time, or this thread's CPU time (a loaded machine)
 _clock = time.perf_counter
+#: multiply-adds per second of the micro-kernel (:func:`fma_rate`), measured in :func:`main`
+RATE = 1.0
 
 
 @numba.njit(cache=False)
@@ -97,6 +118,23 @@ def _compiled_call(layer: Any, x_tm: np.ndarray) -> Callable[[], object]:
     ov = pl.infer.overloads.get(tuple(numba.typeof(a) for a in args))
     fn = pl.infer if ov is None else ov.entry_point   # (the entry point, as the prepared call)
     return lambda: fn(*args)
+
+
+def fma_rate() -> float:
+    """Multiply-adds per second of the packed product on L1-resident operands (see the module)."""
+    a = np.random.default_rng(1).standard_normal((96, 64)).astype(np.float32)
+    P = drv.pack(np.random.default_rng(2).standard_normal((64, 256)).astype(np.float32))
+    c = np.zeros((96, 256), np.float32)
+    _products(a, P, c, 1)
+    n = 2000
+    best = min(_timed(lambda: _products(a, P, c, n)) for _ in range(7))
+    return 96 * 64 * 256 * n / best
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    t0 = _clock()
+    fn()
+    return _clock() - t0
 
 
 def phases(kind: str, B: int, T: int, F: int, H: int, repeats: int, inner: int) -> dict[str, float]:
@@ -148,6 +186,7 @@ def phases(kind: str, B: int, T: int, F: int, H: int, repeats: int, inner: int) 
         "  products": prod,
         "  gates, loop": steps - t["projection"] - prod,
         "layer.forward": t["forward"],
+        "FMA bound": T * B * (F + H) * GATES[kind] * H / RATE * 1e6,
     }
 
 
@@ -157,14 +196,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--inner", type=int, default=2000)
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="cpu: this thread's CPU time (time.thread_time), for a loaded machine")
+    p.add_argument("--shapes", default="S1,S2", help=f"of {', '.join(SHAPES)}")
+    p.add_argument("--isa", choices=("native", "avx2", "both"), default="native",
+                   help="avx2: a child process under tools/avx2.sh; both: native, then avx2")
     args = p.parse_args(argv)
-    global _clock
+    if args.isa != "native" and os.environ.get("RNNKIT_TEST_ISA") != "avx2":
+        rest = [a for a in (argv if argv is not None else sys.argv[1:])]
+        i = rest.index("--isa") if "--isa" in rest else -1
+        rest = rest[:i] + rest[i + 2:] if i >= 0 else [a for a in rest if not a.startswith("--isa=")]
+        if args.isa == "both":
+            main(rest)
+        env = {**os.environ, "PYTHON": sys.executable}
+        return subprocess.run([str(AVX2_SH), sys.executable, __file__, *rest], env=env).returncode
+    global _clock, RATE
     _clock = time.thread_time if args.clock == "cpu" else time.perf_counter
-    rows = {k: phases(k, 1, 100, 16, 32, args.repeats, args.inner) for k in ("LSTM", "GRU")}
-    print(f"S1 (1, 100, 16, 32) float32, one thread, microseconds per call ({args.clock} clock)")
-    print(f"{'phase':<20}" + "".join(f"{k:>10}" for k in rows))
-    for name in next(iter(rows.values())):
-        print(f"{name:<20}" + "".join(f"{r[name]:>10.1f}" for r in rows.values()))
+    RATE = fma_rate()
+    isa = "AVX-512" if has_avx512() else "AVX2"
+    for sname in args.shapes.split(","):
+        B, T, F, H = SHAPES[sname]
+        rows = {k: phases(k, B, T, F, H, args.repeats, max(1, args.inner * 100 // (B * T)))
+                for k in ("LSTM", "GRU")}
+        print(f"{sname} {(B, T, F, H)} float32, one thread, {isa} kernels "
+              f"(micro-kernel {RATE * 2e-9:.0f} GFLOP/s), microseconds per call ({args.clock} clock), "
+              f"load {os.getloadavg()[0]:.1f}")
+        print(f"{'phase':<20}" + "".join(f"{k:>10}" for k in rows))
+        for name in next(iter(rows.values())):
+            print(f"{name:<20}" + "".join(f"{r[name]:>10.1f}" for r in rows.values()))
     return 0
 
 
