@@ -24,11 +24,15 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+#: one decoder for every request (``json.loads`` with an argument builds a new one per call)
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
 def parse_json(body: bytes) -> Any:
     """The JSON document in ``body`` (UTF-8; ``NaN`` / ``Infinity`` are refused, as JSON has no
     such numbers)."""
     try:
-        return json.loads(body.decode("utf-8"), parse_constant=_no_constant)
+        return _DECODER.decode(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise bad_request("bad_json", f"the body is not valid JSON: {str(e)[:200]}",
                           expected="a UTF-8 JSON object") from None
