@@ -50,13 +50,24 @@ def phase(server: ServerProcess, body: Path, mode: str, clients: int, slow: int,
     assert server.proc is not None
     cmd = [sys.executable, str(LOAD), "--port", str(server.port), "--body", str(body), "--mode", mode,
            "--clients", str(clients), "--slow", str(slow), "--seconds", str(seconds)]
-    cpu0, t0 = _cpu_s(server.proc.pid), time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
-    cpu, wall = _cpu_s(server.proc.pid) - cpu0, time.perf_counter() - t0
-    if out.returncode:
-        raise RuntimeError(f"the load generator failed: {out.stderr[-2000:]}")
-    r: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    r["server_cpu_share"] = round(cpu / wall, 2)  # over the whole phase (warm-up and ramp included)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as gen:
+        assert gen.stdout is not None and gen.stderr is not None
+        lines = iter(gen.stdout.readline, "")
+        cpu0 = cpu1 = 0.0
+        r: dict[str, Any] = {}
+        for line in lines:
+            if line.strip() == "measuring":
+                cpu0 = _cpu_s(server.proc.pid)
+            elif line.strip() == "measured":
+                cpu1 = _cpu_s(server.proc.pid)
+            elif line.startswith("{"):
+                r = json.loads(line)
+        err = gen.stderr.read()
+    if gen.returncode or not r:
+        raise RuntimeError(f"the load generator failed: {err[-2000:]}")
+    # the server's CPU seconds over the measured seconds, per request answered in them
+    r["server_cpu_share"] = round((cpu1 - cpu0) / seconds, 2)
+    r["server_cpu_us_per_request"] = round(1e6 * (cpu1 - cpu0) / max(1, r["answered"]))
     r["load_average_1m"] = os.getloadavg()[0]
     return r
 

@@ -11,7 +11,8 @@ headers, a ``Content-Length`` body: the same parser for every server). Modes:
 
 ``--slow N`` adds N slow connections that each send one byte of a request head every
 ``--slow-interval`` seconds and reconnect whenever the server closes them, present for the whole
-run. Prints one JSON line: requests answered in the measured ``--seconds``, requests/s, latency
+run. Prints ``measuring`` and ``measured`` (one line each) when the measured seconds start and
+end, then one JSON line: requests answered in the measured ``--seconds``, requests/s, latency
 p50 / p99 / max (ms), non-200 answers, connection errors, the generator's own CPU seconds per
 wall second (user + system; 1.0 is one core), and the slow connections the server closed.
 
@@ -196,9 +197,11 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
     await asyncio.sleep(max(0.0, warm - time.perf_counter()))
     run.measuring = True
     cpu0, t0 = _cpu(), time.perf_counter()
+    print("measuring", flush=True)  # a caller may read the server's CPU time from here ...
     await asyncio.sleep(max(0.0, run.end - time.perf_counter()))
     run.measuring = False
     cpu, wall = _cpu() - cpu0, time.perf_counter() - t0
+    print("measured", flush=True)  # ... to here
     await asyncio.wait(tasks, timeout=30.0)
     ms = np.asarray(run.lat) * 1e3
     pct = (lambda q: round(float(np.percentile(ms, q)), 1)) if ms.size else (lambda q: None)

@@ -45,6 +45,7 @@ from rnnkit.serve._codec import (
     as_mask,
     as_rows,
     as_seq,
+    dump_json,
     field_of,
     parse_json,
     parse_npy,
@@ -61,8 +62,15 @@ from rnnkit.timeseries import DataError, ForecastSpec
 Handler = Callable[["Incoming"], Awaitable[Response]]
 
 
-def _error(e: RequestError) -> JSONResponse:
-    return JSONResponse(e.body(), status_code=e.status, headers={"connection": "close"} if e.close else None)
+class JSONAnswer(JSONResponse):
+    """A JSON answer, written by :func:`~rnnkit.serve._codec.dump_json`."""
+
+    def render(self, content: Any) -> bytes:
+        return dump_json(content)
+
+
+def _error(e: RequestError) -> JSONAnswer:
+    return JSONAnswer(e.body(), status_code=e.status, headers={"connection": "close"} if e.close else None)
 
 
 #: the most bytes of a refused (too large) body read and discarded before the 413 is sent, as a
@@ -228,7 +236,7 @@ class AuthMiddleware:
                     await send({"type": "websocket.close", "code": 1008})
                     return
                 err = RequestError(401, "unauthorized", "this server needs 'Authorization: Bearer <token>'")
-                resp = JSONResponse(err.body(), status_code=401, headers={"WWW-Authenticate": "Bearer"})
+                resp = JSONAnswer(err.body(), status_code=401, headers={"WWW-Authenticate": "Bearer"})
                 await resp(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -266,10 +274,10 @@ class Api:
 
     # -- plain routes ------------------------------------------------------------------------
     async def healthz(self, request: Incoming) -> Response:
-        return JSONResponse({"status": "ok"})
+        return JSONAnswer({"status": "ok"})
 
     async def model(self, request: Incoming) -> Response:
-        return JSONResponse(self.sv.describe())
+        return JSONAnswer(self.sv.describe())
 
     async def metrics(self, request: Incoming) -> Response:
         return PlainTextResponse(self.server.metrics.render(), media_type="text/plain; version=0.0.4")
@@ -302,7 +310,7 @@ class Api:
                 raise RequestError(406, "npy_one_output", f"the model has {len(outs)} outputs; .npy answers "
                                                           f"hold one, ask for JSON")
             return Response(to_npy(outs[0]), media_type="application/x-npy")
-        return JSONResponse({"outputs": to_json(outs), "n_outputs": len(outs)})
+        return JSONAnswer({"outputs": to_json(outs), "n_outputs": len(outs)})
 
     async def forecast(self, request: Incoming, body: bytes, ctype: str, spec: ForecastSpec) -> Response:
         """``/v1/predict`` of a forecaster: windows of raw data rows -> forecasts in data units,
@@ -337,18 +345,18 @@ class Api:
             raise unprocessable("non_finite_output", str(e)) from None
         if "application/x-npy" in request.headers.get("accept", ""):
             return Response(to_npy(y), media_type="application/x-npy")
-        return JSONResponse({"outputs": to_json([y]), "n_outputs": 1})
+        return JSONAnswer({"outputs": to_json([y]), "n_outputs": 1})
 
     async def create(self, request: Incoming) -> Response:
         s = await self.server.create()
-        return JSONResponse({"id": s.id, "seq": s.seq}, status_code=201)
+        return JSONAnswer({"id": s.id, "seq": s.seq}, status_code=201)
 
     async def read(self, request: Incoming) -> Response:
-        return JSONResponse(self.server.state_doc(self.server.get(request.path_params["sid"])))
+        return JSONAnswer(self.server.state_doc(self.server.get(request.path_params["sid"])))
 
     async def delete(self, request: Incoming) -> Response:
         await self.server.delete(request.path_params["sid"])
-        return JSONResponse({"deleted": request.path_params["sid"]})
+        return JSONAnswer({"deleted": request.path_params["sid"]})
 
     async def step(self, request: Incoming) -> Response:
         sid = request.path_params["sid"]
@@ -357,7 +365,7 @@ class Api:
         seq = as_seq(field_of(doc, "seq"))
         x = as_input(field_of(doc, "x"), self.sv, self.cfg, "x", stream=True)
         y, replayed = await self.server.step(sid, seq, x)
-        return JSONResponse({"seq": seq, "outputs": to_json([y]), "replayed": replayed})
+        return JSONAnswer({"seq": seq, "outputs": to_json([y]), "replayed": replayed})
 
     # -- errors outside the routes -----------------------------------------------------------
     async def http_error(self, request: Request, exc: Exception) -> Response:
@@ -365,7 +373,7 @@ class Api:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         self.server.metrics.inc("rnnkit_serve_requests_total", route="other", status=str(exc.status_code))
         err = RequestError(exc.status_code, code, f"{request.method} {request.url.path[:100]}: {exc.detail}")
-        return JSONResponse(err.body(), status_code=exc.status_code, headers=getattr(exc, "headers", None))
+        return JSONAnswer(err.body(), status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
 
 def build_app(sv: Servable, cfg: ServeConfig) -> ASGIApp:
