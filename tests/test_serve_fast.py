@@ -141,3 +141,33 @@ def test_settle_freezes_every_object_alive_at_the_call() -> None:
     finally:
         gc.unfreeze()
     assert any(o is anchor for o in gc.get_objects())
+
+
+def test_a_job_expired_behind_a_call_on_the_loop_is_answered_503_and_never_computed() -> None:
+    """With calls on the event loop's thread (predicts and steps), the sweeper cannot run while a
+    call does: a job whose time ran out behind it is refused when it is taken, not computed."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rnnkit.serve._batcher import Batcher
+    from rnnkit.serve._metrics import Metrics
+
+    calls: list[list[str]] = []
+
+    def slow(payloads: list[str]) -> list[str]:
+        calls.append(payloads)
+        time.sleep(0.4)  # the loop is blocked: 4 times the jobs' 0.1 s
+        return [p.upper() for p in payloads]
+
+    async def main() -> list[Any]:
+        b = Batcher("t", slow, ThreadPoolExecutor(1), Metrics(), max_wait_s=0.0, max_rows=1,
+                    max_queue_rows=100, timeout_s=0.1, inline=True)
+        b.start()
+        jobs = [b.submit("k", 1, "a"), b.submit("k", 1, "b")]  # one call each (max_rows 1)
+        out = await asyncio.gather(*jobs, return_exceptions=True)
+        await b.stop()
+        return out
+
+    a, b = asyncio.run(main())
+    assert a == "A" and isinstance(b, RequestError) and b.status == 503 and b.code == "timeout"
+    assert calls == [["a"]]
