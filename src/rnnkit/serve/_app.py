@@ -1,4 +1,4 @@
-"""The ASGI app (Starlette): the routes, the WebSocket of a stream, auth, error answers.
+"""The ASGI app: the routes, the WebSocket of a stream, auth, error answers.
 
 Routes::
 
@@ -20,6 +20,10 @@ Routes::
                                          replayed, then the outputs' bytes): rnnkit.serve._ws
 
 Every refusal is a 4xx with ``{"error": {"code", "message", "expected"?, "got"?}}``.
+
+Each route is an :class:`Endpoint` (a plain ASGI app reading the scope through :class:`Incoming`);
+Starlette routes to them, except ``POST /v1/predict`` and a stream's WebSocket, which
+:class:`StreamRouter` hands over directly.
 """
 
 from __future__ import annotations
