@@ -1,7 +1,7 @@
 """Serving a model over HTTP: batched ``predict`` and stateful streams, ``rnnkit serve MODEL``
 from the command line or :func:`app` from Python (an ASGI app for any ASGI server).
 
-Needs the optional ``serve`` extra (Starlette and uvicorn): ``pip install "rnnkit[serve]"``.
+Needs the optional ``serve`` extra (Starlette, uvicorn and orjson): ``pip install "rnnkit[serve]"``.
 
 ::
 
@@ -47,9 +47,9 @@ def app(model: Any, config: ServeConfig | None = None, **settings: Any) -> Any:
     except TypeError as e:
         raise InvalidParameterError(f"serve.app: {e}") from None
     try:
-        from rnnkit.serve._app import build_app  # the optional dependency (Starlette) lives there
+        from rnnkit.serve._app import build_app  # the optional dependencies (Starlette, orjson) live there
     except ImportError as e:
-        raise MissingDependencyError(f"rnnkit.serve needs Starlette ({e}); "
+        raise MissingDependencyError(f"rnnkit.serve needs Starlette and orjson ({e}); "
                                      f"pip install 'rnnkit[serve]'") from None
     if isinstance(model, (str, os.PathLike)):
         sv = load(model, max_rows=cfg.max_rows, max_timesteps=cfg.max_timesteps)

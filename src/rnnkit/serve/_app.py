@@ -1,4 +1,4 @@
-"""The ASGI app (Starlette): the routes, the WebSocket of a stream, auth, error answers.
+"""The ASGI app: the routes, the WebSocket of a stream, auth, error answers.
 
 Routes::
 
@@ -20,6 +20,10 @@ Routes::
                                          replayed, then the outputs' bytes): rnnkit.serve._ws
 
 Every refusal is a 4xx with ``{"error": {"code", "message", "expected"?, "got"?}}``.
+
+Each route is an :class:`Endpoint` (a plain ASGI app reading the scope through :class:`Incoming`);
+Starlette routes to them, except ``POST /v1/predict`` and a stream's WebSocket, which
+:class:`StreamRouter` hands over directly.
 """
 
 from __future__ import annotations
@@ -30,11 +34,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.datastructures import QueryParams
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rnnkit.serve._codec import (
     NPY_TYPES,
@@ -44,6 +49,7 @@ from rnnkit.serve._codec import (
     as_mask,
     as_rows,
     as_seq,
+    dump_json,
     field_of,
     parse_json,
     parse_npy,
@@ -57,11 +63,18 @@ from rnnkit.serve._server import Server
 from rnnkit.serve._ws import StreamSocket
 from rnnkit.timeseries import DataError, ForecastSpec
 
-Handler = Callable[[Request], Awaitable[Response]]
+Handler = Callable[["Incoming"], Awaitable[Response]]
 
 
-def _error(e: RequestError) -> JSONResponse:
-    return JSONResponse(e.body(), status_code=e.status, headers={"connection": "close"} if e.close else None)
+class JSONAnswer(JSONResponse):
+    """A JSON answer, written by :func:`~rnnkit.serve._codec.dump_json`."""
+
+    def render(self, content: Any) -> bytes:
+        return dump_json(content)
+
+
+def _error(e: RequestError) -> JSONAnswer:
+    return JSONAnswer(e.body(), status_code=e.status, headers={"connection": "close"} if e.close else None)
 
 
 #: the most bytes of a refused (too large) body read and discarded before the 413 is sent, as a
@@ -72,50 +85,111 @@ DRAIN_FACTOR = 4
 DRAIN_MIN_BYTES = 64 << 20
 
 
-def _expects_continue(request: Request) -> bool:
-    return request.headers.get("expect", "").lower() == "100-continue"
+class Incoming:
+    """What a route reads of one HTTP request: its headers (lower-case names; the first of a
+    repeated header), query parameters, path parameters and body (:meth:`body`), read straight
+    from the ASGI scope: no framework object per request."""
+
+    __slots__ = ("_query", "headers", "path_params", "receive", "scope")
+
+    def __init__(self, scope: Scope, receive: Receive) -> None:
+        self.scope = scope
+        self.receive = receive
+        self.headers: dict[str, str] = {k.decode("latin-1"): v.decode("latin-1")
+                                        for k, v in reversed(scope["headers"])}
+        self.path_params: dict[str, Any] = scope.get("path_params", {})
+        self._query: QueryParams | None = None
+
+    @property
+    def query_params(self) -> QueryParams:
+        """The query string's parameters."""
+        if self._query is None:
+            self._query = QueryParams(self.scope.get("query_string", b""))
+        return self._query
+
+    def content_type(self) -> str:
+        """The media type of ``Content-Type`` (lower case, without parameters; JSON when absent)."""
+        return self.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+
+    async def body(self, limit: int, timeout_s: float) -> bytes:
+        """The body: :func:`read_body`."""
+        return await read_body(self.receive, self.headers, limit, timeout_s)
 
 
-async def read_body(request: Request, limit: int, timeout_s: float = 30.0) -> bytes:
-    """The request body, at most ``limit`` bytes, arriving within ``timeout_s`` seconds.
+class _Deadline:
+    """Cancels the running task at ``timeout_s`` seconds from now unless :meth:`disarm` ed first
+    (one timer for a whole body, instead of a task per chunk)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        self.task = asyncio.current_task()
+        self.fired = False
+        self.handle = loop.call_at(loop.time() + timeout_s, self._fire)
+
+    def _fire(self) -> None:
+        self.fired = True
+        if self.task is not None:
+            self.task.cancel()
+
+    def disarm(self) -> None:
+        self.handle.cancel()
+
+    def absorb(self) -> bool:
+        """After a ``CancelledError``: True when this deadline caused it (the cancellation is
+        then withdrawn), False when it came from elsewhere (to be re-raised)."""
+        if not self.fired:
+            return False
+        uncancel = getattr(self.task, "uncancel", None)  # Python >= 3.11 counts cancellations
+        if uncancel is not None:
+            uncancel()
+        return True
+
+
+async def read_body(receive: Receive, headers: dict[str, str], limit: int, timeout_s: float = 30.0) -> bytes:
+    """The request body (from the ASGI ``receive``; ``headers`` as :class:`Incoming` holds
+    them), at most ``limit`` bytes, arriving within ``timeout_s`` seconds.
 
     Too large (by its ``Content-Length`` or as it arrives): 413. The rest of the body is read and
     discarded first (up to ``max(DRAIN_FACTOR * limit, DRAIN_MIN_BYTES)`` bytes, within the same
     time), so that a client still sending it reads the answer instead of a reset; a client that
     asked ``Expect: 100-continue`` has sent nothing yet and is answered at once. Too slow: 408.
     When the body was not read to its end, the answer closes the connection."""
-    declared = request.headers.get("content-length")
+    declared = headers.get("content-length")
     if declared is not None and not declared.isdigit():
         raise bad_request("bad_header", f"Content-Length {declared[:40]!r} is not a number", close=True)
     too_large: RequestError | None = None
     if declared is not None and int(declared) > limit:
         too_large = RequestError(413, "body_too_large", f"the body has {declared} bytes; at most {limit}",
                                  expected=limit, got=int(declared))
-        if _expects_continue(request):
+        if headers.get("expect", "").lower() == "100-continue":
             too_large.close = True
             raise too_large
     parts: list[bytes] = []
     total = 0
     cap = max(DRAIN_FACTOR * limit, DRAIN_MIN_BYTES)
-    deadline = time.monotonic() + timeout_s
-    chunks = request.stream().__aiter__()
+    deadline = _Deadline(timeout_s)
     try:
         while True:
-            try:
-                chunk = await asyncio.wait_for(chunks.__anext__(), max(deadline - time.monotonic(), 0.0))
-            except StopAsyncIteration:
-                break
+            msg: Message = await receive()
+            if msg["type"] != "http.request":  # http.disconnect: nobody is left to answer
+                raise bad_request("client_disconnected", "the client closed the connection during the "
+                                                         "body", got=total, close=True)
+            chunk = msg.get("body", b"")
             total += len(chunk)
             if too_large is None and total > limit:
                 too_large = RequestError(413, "body_too_large", f"the body exceeds {limit} bytes",
                                          expected=limit)
                 parts.clear()
-            if too_large is None:
+            if too_large is None and chunk:
                 parts.append(chunk)
-            elif total > cap:
+            elif too_large is not None and total > cap:
                 too_large.close = True  # drained as far as allowed: answer and close
                 break
-    except asyncio.TimeoutError:
+            if not msg.get("more_body", False):
+                break
+    except asyncio.CancelledError:
+        if not deadline.absorb():
+            raise
         if too_large is not None:
             too_large.close = True
             raise too_large from None
@@ -123,9 +197,31 @@ async def read_body(request: Request, limit: int, timeout_s: float = 30.0) -> by
                                                 f"({total} bytes came); send it at once, or raise "
                                                 f"--body-timeout-s", expected=timeout_s, got=total,
                            close=True) from None
+    finally:
+        deadline.disarm()
     if too_large is not None:
         raise too_large
-    return b"".join(parts)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+class Endpoint:
+    """One route as a plain ASGI app: ``fn(Incoming) -> Response``, refusals answered as JSON
+    errors, counted and timed under ``route`` in the server's metrics. Starlette routes to it;
+    :class:`StreamRouter` hands ``POST /v1/predict`` to it directly."""
+
+    def __init__(self, route: str, fn: Handler, server: Server) -> None:
+        self.route, self.fn, self.metrics = route, fn, server.metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        t0 = time.perf_counter()
+        try:
+            resp = await self.fn(Incoming(scope, receive))
+        except RequestError as e:
+            resp = _error(e)
+        self.metrics.inc("rnnkit_serve_requests_total", route=self.route, status=str(resp.status_code))
+        self.metrics.observe("rnnkit_serve_request_duration_seconds", time.perf_counter() - t0,
+                             route=self.route)
+        await resp(scope, receive, send)
 
 
 class AuthMiddleware:
@@ -144,23 +240,29 @@ class AuthMiddleware:
                     await send({"type": "websocket.close", "code": 1008})
                     return
                 err = RequestError(401, "unauthorized", "this server needs 'Authorization: Bearer <token>'")
-                resp = JSONResponse(err.body(), status_code=401, headers={"WWW-Authenticate": "Bearer"})
+                resp = JSONAnswer(err.body(), status_code=401, headers={"WWW-Authenticate": "Bearer"})
                 await resp(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
 
 class StreamRouter:
-    """Hands the WebSocket of a stream (``/v1/streams/{id}/ws``) to ``sockets`` directly, and
-    everything else (the HTTP routes, lifespan) to ``app`` (a Starlette app, whose ``state``
-    it shares)."""
+    """Hands the WebSocket of a stream (``/v1/streams/{id}/ws``) to ``sockets`` and ``POST
+    /v1/predict`` to ``predict`` (the same :class:`Endpoint` Starlette routes to) directly, and
+    everything else (the other routes, a predict with another method, lifespan) to ``app`` (a
+    Starlette app, whose ``state`` it shares). The hot paths thus skip Starlette's middleware
+    and route matching, which cost a request more than its parsing does."""
 
-    def __init__(self, app: Starlette, sockets: StreamSocket) -> None:
-        self.app, self.sockets = app, sockets
+    def __init__(self, app: Starlette, sockets: StreamSocket, predict: Endpoint) -> None:
+        self.app, self.sockets, self.predict = app, sockets, predict
         self.state = app.state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "websocket" and StreamSocket.stream_id(scope["path"]) is not None:
+        kind = scope["type"]
+        if kind == "http" and scope["path"] == "/v1/predict" and scope["method"] == "POST":
+            await self.predict(scope, receive, send)
+            return
+        if kind == "websocket" and StreamSocket.stream_id(scope["path"]) is not None:
             await self.sockets(scope, receive, send)  # type: ignore[arg-type]
             return
         await self.app(scope, receive, send)
@@ -174,35 +276,19 @@ class Api:
         self.sv = server.sv
         self.cfg = server.cfg
 
-    def endpoint(self, route: str, fn: Handler) -> Handler:
-        """``fn`` answering refusals as JSON errors, counted and timed under ``route``."""
-
-        async def handle(request: Request) -> Response:
-            t0 = time.perf_counter()
-            try:
-                resp = await fn(request)
-            except RequestError as e:
-                resp = _error(e)
-            m = self.server.metrics
-            m.inc("rnnkit_serve_requests_total", route=route, status=str(resp.status_code))
-            m.observe("rnnkit_serve_request_duration_seconds", time.perf_counter() - t0, route=route)
-            return resp
-
-        return handle
-
     # -- plain routes ------------------------------------------------------------------------
-    async def healthz(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+    async def healthz(self, request: Incoming) -> Response:
+        return JSONAnswer({"status": "ok"})
 
-    async def model(self, request: Request) -> Response:
-        return JSONResponse(self.sv.describe())
+    async def model(self, request: Incoming) -> Response:
+        return JSONAnswer(self.sv.describe())
 
-    async def metrics(self, request: Request) -> Response:
+    async def metrics(self, request: Incoming) -> Response:
         return PlainTextResponse(self.server.metrics.render(), media_type="text/plain; version=0.0.4")
 
-    async def predict(self, request: Request) -> Response:
-        body = await read_body(request, self.cfg.max_body_bytes, self.cfg.body_timeout_s)
-        ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    async def predict(self, request: Incoming) -> Response:
+        body = await request.body(self.cfg.max_body_bytes, self.cfg.body_timeout_s)
+        ctype = request.content_type()
         if self.sv.forecast is not None:
             return await self.forecast(request, body, ctype, self.sv.forecast)
         lengths_raw: Any = None
@@ -228,9 +314,9 @@ class Api:
                 raise RequestError(406, "npy_one_output", f"the model has {len(outs)} outputs; .npy answers "
                                                           f"hold one, ask for JSON")
             return Response(to_npy(outs[0]), media_type="application/x-npy")
-        return JSONResponse({"outputs": to_json(outs), "n_outputs": len(outs)})
+        return JSONAnswer({"outputs": to_json(outs), "n_outputs": len(outs)})
 
-    async def forecast(self, request: Request, body: bytes, ctype: str, spec: ForecastSpec) -> Response:
+    async def forecast(self, request: Incoming, body: bytes, ctype: str, spec: ForecastSpec) -> Response:
         """``/v1/predict`` of a forecaster: windows of raw data rows -> forecasts in data units,
         the model's stored preprocessing applied by :class:`ForecastSpec` (as ``rnnkit
         predict`` applies it)."""
@@ -263,27 +349,27 @@ class Api:
             raise unprocessable("non_finite_output", str(e)) from None
         if "application/x-npy" in request.headers.get("accept", ""):
             return Response(to_npy(y), media_type="application/x-npy")
-        return JSONResponse({"outputs": to_json([y]), "n_outputs": 1})
+        return JSONAnswer({"outputs": to_json([y]), "n_outputs": 1})
 
-    async def create(self, request: Request) -> Response:
+    async def create(self, request: Incoming) -> Response:
         s = await self.server.create()
-        return JSONResponse({"id": s.id, "seq": s.seq}, status_code=201)
+        return JSONAnswer({"id": s.id, "seq": s.seq}, status_code=201)
 
-    async def read(self, request: Request) -> Response:
-        return JSONResponse(self.server.state_doc(self.server.get(request.path_params["sid"])))
+    async def read(self, request: Incoming) -> Response:
+        return JSONAnswer(self.server.state_doc(self.server.get(request.path_params["sid"])))
 
-    async def delete(self, request: Request) -> Response:
+    async def delete(self, request: Incoming) -> Response:
         await self.server.delete(request.path_params["sid"])
-        return JSONResponse({"deleted": request.path_params["sid"]})
+        return JSONAnswer({"deleted": request.path_params["sid"]})
 
-    async def step(self, request: Request) -> Response:
+    async def step(self, request: Incoming) -> Response:
         sid = request.path_params["sid"]
         self.server.get(sid)
-        doc = parse_json(await read_body(request, self.cfg.max_body_bytes, self.cfg.body_timeout_s))
+        doc = parse_json(await request.body(self.cfg.max_body_bytes, self.cfg.body_timeout_s))
         seq = as_seq(field_of(doc, "seq"))
         x = as_input(field_of(doc, "x"), self.sv, self.cfg, "x", stream=True)
         y, replayed = await self.server.step(sid, seq, x)
-        return JSONResponse({"seq": seq, "outputs": to_json([y]), "replayed": replayed})
+        return JSONAnswer({"seq": seq, "outputs": to_json([y]), "replayed": replayed})
 
     # -- errors outside the routes -----------------------------------------------------------
     async def http_error(self, request: Request, exc: Exception) -> Response:
@@ -291,19 +377,23 @@ class Api:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         self.server.metrics.inc("rnnkit_serve_requests_total", route="other", status=str(exc.status_code))
         err = RequestError(exc.status_code, code, f"{request.method} {request.url.path[:100]}: {exc.detail}")
-        return JSONResponse(err.body(), status_code=exc.status_code, headers=getattr(exc, "headers", None))
+        return JSONAnswer(err.body(), status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
 
 def build_app(sv: Servable, cfg: ServeConfig) -> ASGIApp:
     """The ASGI app serving ``sv`` under ``cfg`` (its lifespan starts and stops the batchers)."""
     server = Server(sv, cfg)
     api = Api(server)
-    e = api.endpoint
+
+    def e(route: str, fn: Handler) -> Endpoint:
+        return Endpoint(route, fn, server)
+
+    predict = e("predict", api.predict)
     routes = [
         Route("/healthz", e("healthz", api.healthz), methods=["GET"]),
         Route("/v1/model", e("model", api.model), methods=["GET"]),
         Route("/metrics", e("metrics", api.metrics), methods=["GET"]),
-        Route("/v1/predict", e("predict", api.predict), methods=["POST"]),
+        Route("/v1/predict", predict, methods=["POST"]),
         Route("/v1/streams", e("create", api.create), methods=["POST"]),
         Route("/v1/streams/{sid}", e("read", api.read), methods=["GET"]),
         Route("/v1/streams/{sid}", e("delete", api.delete), methods=["DELETE"]),
@@ -312,10 +402,10 @@ def build_app(sv: Servable, cfg: ServeConfig) -> ASGIApp:
     app = Starlette(routes=routes, lifespan=server.lifespan,
                     exception_handlers={HTTPException: api.http_error})
     app.state.server = server
-    outer: ASGIApp = StreamRouter(app, StreamSocket(server))
+    outer: ASGIApp = StreamRouter(app, StreamSocket(server), predict)
     if cfg.token is not None:
         outer = AuthMiddleware(outer, cfg.token, server)
     return outer
 
 
-__all__ = ["AuthMiddleware", "StreamRouter", "build_app", "read_body"]
+__all__ = ["AuthMiddleware", "Endpoint", "Incoming", "StreamRouter", "build_app", "read_body"]

@@ -110,15 +110,23 @@ class Batcher:
             for job in self.pending:  # oldest first
                 if job.arrived > limit:
                     break
-                if not job.future.done():
-                    job.future.set_exception(RequestError(
-                        503, "timeout", f"not computed within {self.timeout_s} s (the server is overloaded); "
-                                        f"nothing was applied, retry later"))
+                self._expire(job)
+
+    def _expire(self, job: Job) -> None:
+        if not job.future.done():
+            job.future.set_exception(RequestError(
+                503, "timeout", f"not computed within {self.timeout_s} s (the server is overloaded); "
+                                f"nothing was applied, retry later"))
 
     def _take(self) -> Job | None:
+        """The oldest job still to compute; one past its time is answered 503 here (with calls on
+        the event loop's thread, the sweeper may not have run since it expired)."""
+        limit = time.perf_counter() - self.timeout_s
         while self.pending:
             job = self.pending.popleft()
             self.queued_rows -= job.rows
+            if job.arrived <= limit:
+                self._expire(job)
             if not job.future.done():
                 return job
         return None

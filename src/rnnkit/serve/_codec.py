@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import numpy as np
+import orjson
 
 from rnnkit.serve._errors import RequestError, bad_request, unprocessable
 from rnnkit.serve._limits import ServeConfig
@@ -24,14 +25,36 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+#: one decoder for every request (``json.loads`` with an argument builds a new one per call)
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
 def parse_json(body: bytes) -> Any:
     """The JSON document in ``body`` (UTF-8; ``NaN`` / ``Infinity`` are refused, as JSON has no
-    such numbers)."""
+    such numbers).
+
+    orjson reads it (a request's numbers are most of its cost: orjson reads them about seven
+    times faster); a body orjson refuses is read again by the standard library's decoder, which
+    decides: it reads a number beyond the float range (``1e400``) as infinity, which the input
+    checks then refuse by its position, and it says what is wrong with a malformed body."""
     try:
-        return json.loads(body.decode("utf-8"), parse_constant=_no_constant)
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return _DECODER.decode(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise bad_request("bad_json", f"the body is not valid JSON: {str(e)[:200]}",
                           expected="a UTF-8 JSON object") from None
+
+
+def dump_json(doc: Any) -> bytes:
+    """``doc`` as compact UTF-8 JSON (orjson; the standard library for what orjson cannot write:
+    integers beyond 64 bits)."""
+    try:
+        return orjson.dumps(doc)
+    except TypeError:
+        return json.dumps(doc, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 def _npy_header(body: bytes) -> None:
@@ -281,4 +304,4 @@ def to_npy(arr: np.ndarray) -> bytes:
 
 
 __all__ = ["NPY_TYPES", "as_input", "as_lengths", "as_levels", "as_mask", "as_rows", "as_seq", "field_of",
-           "parse_json", "parse_npy", "to_json", "to_npy"]
+           "dump_json", "parse_json", "parse_npy", "to_json", "to_npy"]

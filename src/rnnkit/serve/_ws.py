@@ -16,14 +16,13 @@ lists and moved into the server's :class:`~rnnkit.serve._metrics.Metrics` in bul
 
 from __future__ import annotations
 
-import json
 import struct
 import time
 from typing import Any
 
 import numpy as np
 
-from rnnkit.serve._codec import as_input, as_seq, field_of, parse_json, to_json
+from rnnkit.serve._codec import as_input, as_seq, dump_json, field_of, parse_json, to_json
 from rnnkit.serve._errors import RequestError, bad_request
 from rnnkit.serve._server import Server
 
@@ -116,11 +115,12 @@ class StreamSocket:
             if data is not None:
                 return {"type": "websocket.send",
                         "bytes": struct.pack("<QB", seq, replayed) + y.tobytes()}, "200"
-            return {"type": "websocket.send",
-                    "text": json.dumps({"seq": seq, "outputs": to_json([y]), "replayed": replayed})}, "200"
+            doc = {"seq": seq, "outputs": to_json([y]), "replayed": replayed}
+            return {"type": "websocket.send", "text": dump_json(doc).decode()}, "200"
         except RequestError as e:
             ok_seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
-            return {"type": "websocket.send", "text": json.dumps({"seq": ok_seq, **e.body()})}, str(e.status)
+            text = dump_json({"seq": ok_seq, **e.body()}).decode()
+            return {"type": "websocket.send", "text": text}, str(e.status)
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         sid = self.stream_id(scope["path"])
@@ -133,7 +133,7 @@ class StreamSocket:
         except RequestError as e:
             self.server.metrics.inc("rnnkit_serve_requests_total", route="ws_open", status=str(e.status))
             try:
-                await send({"type": "websocket.send", "text": json.dumps(e.body())})
+                await send({"type": "websocket.send", "text": dump_json(e.body()).decode()})
                 await send({"type": "websocket.close", "code": 1008})
             except OSError:
                 pass
