@@ -121,12 +121,13 @@ class GradStore(MutableMapping[GradKey, np.ndarray]):
     def give(self, key: GradKey, value: np.ndarray) -> None:
         """:meth:`add` of an array the caller gives up (made for this gradient, held by nobody
         else, written by nobody afterwards): the first gradient of the key is kept as it is,
-        without a copy, when it is a writable C-contiguous ndarray; later ones are added in."""
+        without a copy, when it is a writable contiguous ndarray (C order, or Fortran order: the
+        transposed gradient of an ``rnnkit.rnn`` net's matrix); later ones are added in."""
         have = self._arrays.get(key)
         if have is None:
             f = value.flags
-            self._arrays[key] = value if type(value) is np.ndarray and f.c_contiguous and f.writeable \
-                else _owned(value)
+            self._arrays[key] = value if type(value) is np.ndarray and f.writeable and (
+                f.c_contiguous or f.f_contiguous) else _owned(value)
         else:
             _add_into(have, value, key)
 
