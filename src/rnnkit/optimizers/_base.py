@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -260,7 +260,7 @@ class Optimizer:
         passes then runs in one order) that this optimizer keeps and reuses (its contents are
         undefined; a rule uses it within one ``_update``, never returns it)."""
         bufs: dict[tuple[Any, ...], np.ndarray] = self.__dict__.setdefault("_buffers", {})
-        order = "F" if like.flags.f_contiguous and not like.flags.c_contiguous else "C"
+        order: Literal["C", "F"] = "F" if like.flags.f_contiguous and not like.flags.c_contiguous else "C"
         key = (like.shape, like.dtype.str, order)
         buf = bufs.get(key)
         if buf is None:
