@@ -12,9 +12,15 @@ Parameters (``k`` = layer, ``_reverse`` for the second direction), exactly PyTor
 
 with gate blocks ``i, f, g, o`` (LSTM), ``r, z, n`` (GRU, reset applied after the recurrent
 matmul: PyTorch's only form) and one block for RNN (tanh or relu). Every (layer, direction)
-runs through rnnkit's own walker over the matching cell; :mod:`rnnkit._layouts` converts the
-weights (and the gradients back). So a state dict copied from ``torch.nn.RNN/LSTM/GRU`` gives
-PyTorch's outputs, and the gradients come back under PyTorch's names.
+is an ``rk.LSTM`` / ``rk.GRU`` (``reset_after=True``) / ``rk.SimpleRNN`` of its own (the second
+direction with ``go_backwards``), made once when the net is built; :mod:`rnnkit._layouts`
+converts the weights and the gradients back. The net keeps its matrices in Fortran order, so
+each layer's ``kernel`` / ``recurrent_kernel`` / ``projection_kernel`` is the parameter's
+transpose itself, a view (a GRU's: one copy with the ``r``, ``z`` blocks swapped), and the
+gradients come back as the layers' gradients transposed, without a copy; an optimizer step
+replaces one parameter and the one layer weight made from it, nothing else. So a state dict
+copied from ``torch.nn.RNN/LSTM/GRU`` gives PyTorch's outputs, and the gradients come back under
+PyTorch's names.
 
 Outputs follow PyTorch: ``(B, T, D*O)`` (``(T, B, D*O)`` when ``batch_first=False``), each
 timestep ``[forward | reverse]`` in INPUT order; final states ``(num_layers * D, B, O)``
