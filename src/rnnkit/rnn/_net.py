@@ -419,7 +419,7 @@ class RNNNet(Layer):
 
     def _move_grads(self, layer: RecurrentLayer, sfx: str, ctx: Ctx) -> None:
         for n, g in take_torch_grads(layer, ctx).items():   # taken out of ctx: nobody else holds them
-            ctx.give_grad(self, n + sfx, g)
+            ctx.give_grad(self, n + sfx, g, fortran=True)
 
     def get_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {"mode": self.mode, "in_dim": self.in_dim, "hidden_dim": self.hidden_dim,
