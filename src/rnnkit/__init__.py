@@ -25,16 +25,10 @@ included); ``surface`` this module; ``apps`` the command line, a user of the sur
 
 One way per task. The canonical spellings are Keras' where Keras has one (``Sequential([...],
 input_shape=...)``, ``fit(x, y, epochs, batch_size=...)``, ``seed=`` and the other constructor
-keywords); these spellings do the same and stay, each a thin alias of the canonical one:
-
-    SequentialBuilder().add(a).add(b).build(shape)   Sequential([a, b]).build(shape)
-    model.fit_with_batches(x, y, epochs, batch)      model.fit(x, y, epochs, batch_size=batch)
-    layer.with_random_state(s)                       the constructor's seed=s (redraws if built)
-    layer.with_return_sequences(flag)                return_sequences=flag
-    layer.with_go_backwards(flag)                    go_backwards=flag
-    Shape.with_free_batch((2, 5, 4))                 Shape((None, 5, 4))
-    RecurrentLayer(LSTMCell(4)) (SimpleRNN, GRU ...)  LSTM(4): one thing in files and exports
-    BinaryCrossEntropy (Categorical..., Sparse...)   BinaryCrossentropy: the same class
+keywords); the few other spellings kept for older programs (``SequentialBuilder``,
+``fit_with_batches``, ``with_random_state`` ...) are thin aliases of them, listed once, with
+their canonical spellings, in :data:`rnnkit.models._aliases.ALIASES` (the user guide's
+``aliases.md`` shows that table).
 
 For a custom cell or layer: :mod:`rnnkit.activations`, :mod:`rnnkit.initializers` and the layer
 checker :mod:`rnnkit.testing` (gradients, fast vs reference, save/load round trip).

@@ -118,15 +118,18 @@ class GradStore(MutableMapping[GradKey, np.ndarray]):
         else:
             _add_into(have, out, key)
 
-    def give(self, key: GradKey, value: np.ndarray) -> None:
+    def give(self, key: GradKey, value: np.ndarray, fortran: bool = False) -> None:
         """:meth:`add` of an array the caller gives up (made for this gradient, held by nobody
         else, written by nobody afterwards): the first gradient of the key is kept as it is,
-        without a copy, when it is a writable C-contiguous ndarray; later ones are added in."""
+        without a copy, when it is a writable C-contiguous ndarray -- or, with ``fortran``, a
+        Fortran-contiguous one (the gradient of a weight stored in Fortran order, such as an
+        ``rnnkit.rnn`` net's matrix: the optimizer's rule then runs in one memory order); later
+        ones are added in."""
         have = self._arrays.get(key)
         if have is None:
             f = value.flags
-            self._arrays[key] = value if type(value) is np.ndarray and f.c_contiguous and f.writeable \
-                else _owned(value)
+            self._arrays[key] = value if type(value) is np.ndarray and f.writeable and (
+                f.c_contiguous or fortran and f.f_contiguous) else _owned(value)
         else:
             _add_into(have, value, key)
 
@@ -281,11 +284,12 @@ class Ctx:
         a view, a weight or a scratch buffer and reuse it afterwards."""
         self.grads.add((layer, name), value)
 
-    def give_grad(self, layer: Layer, name: str, value: np.ndarray) -> None:
+    def give_grad(self, layer: Layer, name: str, value: np.ndarray, *, fortran: bool = False) -> None:
         """:meth:`add_grad` of an array the caller made for this gradient and gives up (nobody
         else holds or writes it afterwards): the first gradient of a weight is kept without a
-        copy (:meth:`GradStore.give`)."""
-        self.grads.give((layer, name), value)
+        copy (:meth:`GradStore.give`; ``fortran``: a Fortran-ordered one too, for a weight
+        stored in that order)."""
+        self.grads.give((layer, name), value, fortran)
 
     def add_grad_from(self, layer: Layer, name: str, shape: tuple[int, ...], dtype: Any,
                       write: Callable[[np.ndarray], None]) -> None:

@@ -411,6 +411,18 @@ class Layer(GraphCalls, metaclass=_LayerType):
         arr.flags.writeable = False
         self._weights[name] = arr.view()
 
+    def _share(self, name: str, arr: np.ndarray) -> None:
+        """Make ``arr`` the weight ``name`` without a copy: a read-only C-contiguous array of the
+        weight's shape and the layer's dtype whose memory nobody writes (a view of weights its
+        owner holds and replaces, never writes: an ``rnnkit.rnn`` net's parameters, whose
+        transposes are its layers' kernels). Anything else goes through :meth:`set_weight`."""
+        old = self._weights.get(name)
+        if (old is None or arr.shape != old.shape or arr.dtype != self.dtype or arr.flags.writeable
+                or not arr.flags.c_contiguous):
+            self.set_weight(name, arr, check_finite=False)
+            return
+        self._weights[name] = arr
+
     def declaration(self, name: str) -> WeightDecl:
         """How the weight ``name`` was declared: shape, regularizer, constraint (see
         :meth:`_add_weight`)."""

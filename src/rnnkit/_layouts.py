@@ -78,15 +78,20 @@ def cell_kind(cell: Any, where: str) -> str:
 
 
 def reorder(a: np.ndarray, kind: str, H: int, axis: int = 0) -> np.ndarray:
-    """Permute the gate blocks of ``a`` along ``axis`` between PyTorch's and rnnkit's order."""
+    """Permute the gate blocks of ``a`` along ``axis`` between PyTorch's and rnnkit's order: ``a``
+    itself when the order is the same, else a new array in ``a``'s memory order (C or Fortran),
+    so a transposed matrix is permuted without being transposed too."""
     order = ORDER[kind]
     if order == tuple(range(len(order))):
         return a
-    def block(k: int) -> np.ndarray:   # a view: the one copy is the concatenation's
-        at: list[slice] = [slice(None)] * a.ndim
+    def block(k: int, arr: np.ndarray) -> tuple[slice, ...]:
+        at: list[slice] = [slice(None)] * arr.ndim
         at[axis] = slice(k * H, (k + 1) * H)
-        return a[tuple(at)]
-    return np.concatenate([block(k) for k in order], axis=axis)
+        return tuple(at)
+    out = np.empty_like(a)   # a's memory order kept: a transposed (Fortran-order) matrix stays one
+    for j, k in enumerate(order):
+        out[block(j, out)] = a[block(k, a)]
+    return out
 
 
 def check_torch_compatible(cell: Any, where: str) -> str:
@@ -160,11 +165,11 @@ def _to_torch_layout(cell: Any, w: Mapping[str, np.ndarray], where: str,
         out["bias_hh"] = reorder(b[1], kind, H) if b.shape[0] == 2 else bias_hh(b[0])
     if getattr(cell, "proj_size", 0):
         out["weight_hr"] = w["projection_kernel"].T
-    return {k: np.ascontiguousarray(v) for k, v in out.items()}
+    return out
 
 
 def to_torch(cell: Any, w: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """PyTorch's ``{weight_ih, weight_hh[, bias_ih, bias_hh][, weight_hr]}`` (new contiguous
+    """PyTorch's ``{weight_ih, weight_hh[, bias_ih, bias_hh][, weight_hr]}`` (new C-contiguous
     arrays) from the rnnkit weights ``w`` of ``cell`` (a summed bias goes to ``bias_ih``,
     ``bias_hh`` is zero)."""
     out = _to_torch_layout(cell, w, "to_torch", np.zeros_like)
@@ -174,7 +179,8 @@ def to_torch(cell: Any, w: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 def grads_to_torch(cell: Any, g: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The gradients of PyTorch's parameters from those of the rnnkit weights (a summed bias
     passes its gradient to both PyTorch biases: ``bias_hh`` is then a copy of the row, so no two
-    results share memory; a result may be a view of an array of ``g``)."""
+    results share memory; a result may be a view of an array of ``g``: a matrix's is its
+    transpose, Fortran-ordered, copied only to permute GRU gate blocks)."""
     return _to_torch_layout(cell, g, "grads_to_torch", np.copy)
 
 

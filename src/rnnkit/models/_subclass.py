@@ -52,6 +52,11 @@ sample_weight)``; inside, ``self(x, training=True)`` on a tape, :meth:`compute_l
 then one per compiled metric (``update_state`` / ``result`` / ``reset_state``), reset at the
 start of every epoch; the epoch's logs are the last step's (Keras'). :meth:`compute_metrics`
 updates the compiled metrics' trackers and returns :meth:`get_metrics_result`.
+
+``test_step(data)`` and ``predict_step(data)`` (Keras 3): overriding them makes ``evaluate``
+run ``test_step((x, y[, sample_weight]))`` on each batch (trackers reset first; the last
+batch's logs are the result) and ``predict`` run ``predict_step(x)`` on each batch of the
+inputs (the results concatenated along axis 0).
 """
 
 from __future__ import annotations
@@ -63,15 +68,20 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit._consistency import WEIGHTS
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, NotBuiltError
-from rnnkit._layer import Layer
+from rnnkit._layer import Layer, check_bool
 from rnnkit._mask import Mask
+from rnnkit._numbers import check_int
 from rnnkit._shape import Shape
 from rnnkit._tape import ACTIVE, GradientTape, call_scope, recording_alone
 from rnnkit.losses._base import loss_on_tape
 from rnnkit.models._base import Model, check_finite
-from rnnkit.models._checks import Data, as_list, unlist
+from rnnkit.models._batch import prepare, take
+from rnnkit.models._checks import Data, as_list, first_non_finite, unlist
+from rnnkit.models._fit_batches import is_batch_source
+from rnnkit.models._habits import check_verbose, report
 from rnnkit.models._sequential import layer_label
 from rnnkit.models._summary import shape_text
 
@@ -258,6 +268,114 @@ class SubclassModel(Model):
         self.optimizer.apply_gradients(zip(grads, weights, strict=True))
         self._loss_tracker.update_state(loss, sample_weight=len(as_list(x, self.n_inputs, "input")[0]))
         return self.compute_metrics(x, y, y_pred, sw)
+
+    def test_step(self, data: Any) -> dict[str, float]:
+        """Keras 3's default evaluation step, spelled as a user would override it: ``data`` is
+        ``(x, y)`` or ``(x, y, sample_weight)``; the inference pass ``self(x, training=False)``,
+        :meth:`compute_loss`, the loss tracker and :meth:`compute_metrics`; it returns the logs.
+        (``evaluate`` runs the evaluator's own loop, with every check and feature, unless a
+        subclass overrides this method.)"""
+        x, y = data[0], data[1]
+        sw = data[2] if len(data) > 2 else None
+        y_pred = self(x, training=False)
+        loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sw, training=False)
+        self._loss_tracker.update_state(loss, sample_weight=len(as_list(x, self.n_inputs, "input")[0]))
+        return self.compute_metrics(x, y, y_pred, sw)
+
+    def predict_step(self, data: Any) -> Any:
+        """Keras 3's default prediction step: ``data`` is one batch of the inputs (an array, or
+        a list of arrays for several inputs), the result ``self(data, training=False)``.
+        (``predict`` runs its own pass unless a subclass overrides this method.)"""
+        return self(data, training=False)
+
+    def evaluate(self, x: Data, y: Data = None, batch_size: int | None = None, return_dict: bool = False,
+                 distributed: Any = None, *, sample_weight: Any = None, mask: Any = None,
+                 lengths: Any = None, steps: int | None = None,
+                 workers: int | None = None, verbose: Any = 0) -> float | list[float] | dict[str, float]:
+        """:meth:`rnnkit.models.Model.evaluate`; a subclass overriding :meth:`test_step` has it
+        called on each batch instead (Keras 3): the trackers are reset first, ``data`` is
+        ``(x, y)`` or ``(x, y, sample_weight)`` of the batch (the data checked as ``evaluate``
+        checks it), and the last batch's logs are the result (with stateful trackers: the
+        whole evaluation's). It evaluates arrays in one process: a batch source, ``mask=``,
+        ``lengths=`` or ``distributed=`` is refused (InvalidParameterError)."""
+        if type(self).test_step is SubclassModel.test_step:
+            return super().evaluate(x, y, batch_size, return_dict, distributed, sample_weight=sample_weight,
+                                    mask=mask, lengths=lengths, steps=steps, workers=workers, verbose=verbose)
+        where = f"{self.name}.evaluate"
+        self._require_compiled("evaluate")
+        shown = check_verbose(verbose, where)
+        check_bool(return_dict, "return_dict", where)
+        bs = check_int(batch_size, "batch_size", where, lo=1, none_ok=True)
+        _refuse_with_own_step(where, "test_step", is_batch_source(x), distributed=distributed, mask=mask,
+                              lengths=lengths, steps=steps, workers=workers)
+        if y is None:
+            raise InvalidInputError(f"{where}: y (the targets) is missing; give y beside the arrays x")
+        logs = WEIGHTS.read(self._evaluate_own, x, y, bs, sample_weight, where)
+        if shown:
+            report(shown, where, len(as_list(x, self.n_inputs, "input")[0]), logs)
+        if return_dict:
+            return logs
+        vals = list(logs.values())
+        return vals[0] if len(vals) == 1 else vals
+
+    def _evaluate_own(self, x: Data, y: Data, bs: int | None, sample_weight: Any,
+                      where: str) -> dict[str, float]:
+        """:meth:`evaluate` through the overriding :meth:`test_step`."""
+        data = prepare(self, x, y, "evaluate", sample_weight=sample_weight)
+        self.reset_metrics()
+        logs: Any = None
+        for a in range(0, data.n, data.n if bs is None else bs):
+            b = take(data, slice(a, a + (data.n if bs is None else bs)))
+            xb, yb = unlist(b.xs), unlist(b.ys)
+            logs = self.test_step((xb, yb) if b.sws is None else (xb, yb, unlist(b.sws)))
+            if not isinstance(logs, dict) or not all(isinstance(k, str) for k in logs):
+                raise InvalidInputError(f"{where}: test_step must return a dict of str -> number (Keras' "
+                                        f"logs), got {type(logs).__name__}")
+        return {k: float(v) for k, v in logs.items()}
+
+    def predict(self, x: Data, batch_size: int | None = None, *, mask: Any = None,
+                lengths: Any = None, steps: int | None = None, workers: int | None = None,
+                verbose: Any = 0) -> Data:
+        """:meth:`rnnkit.models.Model.predict`; a subclass overriding :meth:`predict_step` has
+        it called on each batch of the inputs instead (Keras 3: ``data`` is the batch's input
+        array, or the list of them for several inputs; the inputs checked as ``predict`` checks
+        them) and the batches' results concatenated along axis 0 (each result an array, or a
+        list / tuple of arrays: one concatenation per item). It predicts arrays: a batch
+        source, ``mask=`` or ``lengths=`` is refused (InvalidParameterError)."""
+        if type(self).predict_step is SubclassModel.predict_step:
+            return super().predict(x, batch_size, mask=mask, lengths=lengths, steps=steps, workers=workers,
+                                   verbose=verbose)
+        where = f"{self.name}.predict"
+        shown = check_verbose(verbose, where)
+        bs = check_int(batch_size, "batch_size", where, lo=1, none_ok=True)
+        _refuse_with_own_step(where, "predict_step", is_batch_source(x), mask=mask, lengths=lengths,
+                              steps=steps, workers=workers)
+        out, n = WEIGHTS.read(self._predict_own, x, bs, where)
+        if shown:
+            report(shown, where, n)
+        return out
+
+    def _predict_own(self, x: Data, bs: int | None, where: str) -> tuple[Data, int]:
+        """:meth:`predict` through the overriding :meth:`predict_step`: the result and the
+        sample count."""
+        xs = self._inputs(x)
+        first_non_finite(xs, f"{where}: x")
+        n = int(xs[0].shape[0])
+        size = n if bs is None else bs
+        parts: list[list[np.ndarray]] = []
+        many = False
+        for a in range(0, n, size):
+            got = self.predict_step(unlist([v[a:a + size] for v in xs]))
+            many = isinstance(got, (list, tuple))
+            items = list(got) if many else [got]
+            if not items or not all(isinstance(o, np.ndarray) and o.ndim >= 1 for o in items) or (
+                    parts and len(items) != len(parts[0])):
+                raise InvalidInputError(f"{where}: predict_step must return an array with a batch axis, or "
+                                        f"a list / tuple of them (as many every batch), got "
+                                        f"{type(got).__name__}")
+            parts.append(items)
+        outs = [np.concatenate([p[k] for p in parts]) for k in range(len(parts[0]))]
+        return (outs if many else outs[0]), n
 
     def _custom_step(self) -> tuple[Callable[[Any], Any], Callable[[], None]] | None:
         if type(self).train_step is SubclassModel.train_step:
@@ -487,3 +605,12 @@ class SubclassModel(Model):
         """Keras' ``get_config`` of a subclassed model: its name only (the architecture is the
         class's code, which no file holds; ``save_weights`` keeps the weights)."""
         return {"class_name": type(self).__name__, "config": {"name": self.name}}
+
+
+def _refuse_with_own_step(where: str, step: str, source: bool, **given: Any) -> None:
+    """InvalidParameterError naming what a model overriding ``step`` (``test_step`` /
+    ``predict_step``) cannot take: a batch source as ``x``, or any of ``given`` that is not None."""
+    bad = (["a batch source as x"] if source else []) + [f"{k}=" for k, v in given.items() if v is not None]
+    if bad:
+        raise InvalidParameterError(f"{where}: a model overriding {step} runs it on arrays in one process; "
+                                    f"it takes no {', '.join(bad)}")

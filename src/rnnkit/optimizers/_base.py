@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -255,13 +255,16 @@ class Optimizer:
         return self._step(checked)
 
     def _scratch(self, like: np.ndarray) -> np.ndarray:
-        """A work array of ``like``'s shape and dtype that this optimizer keeps and reuses (its
-        contents are undefined; a rule uses it within one ``_update``, never returns it)."""
+        """A work array of ``like``'s shape, dtype and memory order (Fortran for a Fortran-ordered
+        weight, such as an ``rnnkit.rnn`` net's matrices: every operand of the rule's element-wise
+        passes then runs in one order) that this optimizer keeps and reuses (its contents are
+        undefined; a rule uses it within one ``_update``, never returns it)."""
         bufs: dict[tuple[Any, ...], np.ndarray] = self.__dict__.setdefault("_buffers", {})
-        key = (like.shape, like.dtype.str)
+        order: Literal["C", "F"] = "F" if like.flags.f_contiguous and not like.flags.c_contiguous else "C"
+        key = (like.shape, like.dtype.str, order)
         buf = bufs.get(key)
         if buf is None:
-            buf = bufs[key] = np.empty(like.shape, like.dtype)
+            buf = bufs[key] = np.empty(like.shape, like.dtype, order=order)
         return buf
 
     def _step(self, checked: list[tuple[Layer, str, np.ndarray, np.ndarray]]) -> list[np.ndarray]:

@@ -12,9 +12,15 @@ Parameters (``k`` = layer, ``_reverse`` for the second direction), exactly PyTor
 
 with gate blocks ``i, f, g, o`` (LSTM), ``r, z, n`` (GRU, reset applied after the recurrent
 matmul: PyTorch's only form) and one block for RNN (tanh or relu). Every (layer, direction)
-runs through rnnkit's own walker over the matching cell; :mod:`rnnkit._layouts` converts the
-weights (and the gradients back). So a state dict copied from ``torch.nn.RNN/LSTM/GRU`` gives
-PyTorch's outputs, and the gradients come back under PyTorch's names.
+is an ``rk.LSTM`` / ``rk.GRU`` (``reset_after=True``) / ``rk.SimpleRNN`` of its own (the second
+direction with ``go_backwards``), made once when the net is built; :mod:`rnnkit._layouts`
+converts the weights and the gradients back. The net keeps its matrices in Fortran order, so
+each layer's ``kernel`` / ``recurrent_kernel`` / ``projection_kernel`` is the parameter's
+transpose itself, a view (a GRU's: one copy with the ``r``, ``z`` blocks swapped), and the
+gradients come back as the layers' gradients transposed, without a copy; an optimizer step
+replaces one parameter and the one layer weight made from it, nothing else. So a state dict
+copied from ``torch.nn.RNN/LSTM/GRU`` gives PyTorch's outputs, and the gradients come back under
+PyTorch's names.
 
 Outputs follow PyTorch: ``(B, T, D*O)`` (``(T, B, D*O)`` when ``batch_first=False``), each
 timestep ``[forward | reverse]`` in INPUT order; final states ``(num_layers * D, B, O)``
@@ -102,6 +108,17 @@ class RNNNet(Layer):
         for k in range(c.num_layers):  # eagerly, so no pass ever changes the net
             for d in range(self.directions):
                 self._layers[(k, d)] = self._make_layer(k, d)
+        for name in self._weights:   # the layers' matrices: views of the parameters
+            self._refresh(name)
+
+    def _store_weight(self, name: str, value: np.ndarray) -> None:
+        """Keep ``value`` as parameter ``name``: a read-only copy in the net's dtype, a matrix in
+        Fortran order, so that its transpose -- the direction layer's weight, in rnnkit's layout
+        (``kernel = weight_ih.T``) -- is C-contiguous and is that layer's weight without a copy
+        (a GRU's needs its gate blocks permuted: one copy, no transposition)."""
+        arr = np.array(value, dtype=self.dtype, copy=True, order="F")
+        arr.flags.writeable = False
+        self._weights[name] = arr.view()
 
     def set_weight(self, name: str, value: Any, *, check_finite: bool = True) -> None:
         super().set_weight(name, value, check_finite=check_finite)
@@ -109,12 +126,13 @@ class RNNNet(Layer):
 
     def _install(self, name: str, arr: np.ndarray) -> None:
         """The optimizer's write (:meth:`rnnkit.Layer._install`): ``arr`` becomes the parameter
-        without a copy when it can (a new C-contiguous array of the net's dtype), and the one
-        rnnkit weight made from it is updated in the direction's layer (:meth:`_refresh`);
-        nothing is rebuilt."""
+        without a copy when it can (a new array of the net's dtype in the parameters' Fortran
+        order, as the optimizer's rules make it from a parameter so stored), and the one rnnkit
+        weight made from it is updated in the direction's layer (:meth:`_refresh`: for an LSTM
+        or RNN a view, no copy); nothing is rebuilt."""
         old = self._weights.get(name)
         if (old is None or arr.shape != old.shape or arr.dtype != self.dtype or not arr.flags.owndata
-                or not arr.flags.c_contiguous or not arr.flags.writeable):
+                or not arr.flags.f_contiguous or not arr.flags.writeable):
             self.set_weight(name, arr, check_finite=False)   # the trainer checks the new weights
             return
         arr.flags.writeable = False
@@ -123,15 +141,19 @@ class RNNNet(Layer):
 
     def _refresh(self, name: str) -> None:
         """Install in the direction's rnnkit layer the weight that parameter ``name`` makes
-        (``weight_ih_l1`` -> layer 1's ``kernel``; a bias -> the ``bias`` both biases make), a
-        new array in the net's dtype, the same values a rebuild from every parameter gives."""
+        (``weight_ih_l1`` -> layer 1's ``kernel``; a bias -> the ``bias`` both biases make), the
+        same values a rebuild from every parameter gives: the parameter's transpose itself (a
+        read-only view) where no gate is moved, else a new read-only array in the net's dtype."""
         m = re.fullmatch(r"(\w+)_l(\d+)(_reverse)?", name)
         assert m is not None
         k, d = int(m.group(2)), int(m.group(3) is not None)
         layer = self._layers[(k, d)]
         rk = RK_WEIGHT_OF[m.group(1)]
         value = from_torch_weight(layer.cell, rk, self._torch_params(k, d), self.dtype)
-        layer._install(rk, _c_copy(value, self.dtype))
+        if value.dtype != self.dtype or not value.flags.c_contiguous:
+            value = _c_copy(value, self.dtype)
+        _freeze(value)
+        layer._share(rk, value)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Install PyTorch-named tensors (numpy arrays, or anything ``np.asarray`` reads, such as
@@ -396,8 +418,8 @@ class RNNNet(Layer):
         return [dx_out, *d_init] if cache["given"] else dx_out
 
     def _move_grads(self, layer: RecurrentLayer, sfx: str, ctx: Ctx) -> None:
-        for n, g in take_torch_grads(layer, ctx).items():
-            ctx.add_grad(self, n + sfx, g)
+        for n, g in take_torch_grads(layer, ctx).items():   # taken out of ctx: nobody else holds them
+            ctx.give_grad(self, n + sfx, g, fortran=True)
 
     def get_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {"mode": self.mode, "in_dim": self.in_dim, "hidden_dim": self.hidden_dim,
@@ -406,6 +428,15 @@ class RNNNet(Layer):
             cfg["return_state"] = True
         cfg.update(super().get_config())
         return cfg
+
+
+def _freeze(a: np.ndarray) -> None:
+    """Make ``a`` and every array under it (``.base``) read-only: a new array made from the
+    parameters, or a view of them (already read-only), so nobody writes a layer's weight."""
+    at: Any = a
+    while isinstance(at, np.ndarray):
+        at.flags.writeable = False
+        at = at.base
 
 
 def _c_copy(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
