@@ -318,3 +318,156 @@ def test_merge_keras_files_rnnkit_files_and_onnx(m: Merge, tmp_path: Path) -> No
     sess = ort.InferenceSession(str(tmp_path / "m.onnx"))
     feeds = {i.name: a for i, a in zip(sess.get_inputs(), xs, strict=True)}
     np.testing.assert_allclose(sess.run(None, feeds)[0], model.predict(xs), atol=1e-5, rtol=0)
+
+
+# -- the noise layers: statistics of the draw, exact gradient through it ---------------------------
+def test_spatial_dropout_draws_whole_channels_at_the_rate() -> None:
+    """rate 0.3 on (400, 6, 50): every (sample, channel) is kept on all its steps (scaled by
+    1/0.7) or dropped on all. The kept fraction of the 20000 draws is Binomial(20000, 0.7) / 20000:
+    standard deviation sqrt(0.21 / 20000) = 0.0032; the bound is 5 of them (0.016)."""
+    layer = rk.SpatialDropout1D(0.3, dtype="float64")
+    x = np.abs(_x((400, 6, 50), 1)) + 0.5   # never 0, so a dropped value is told from a kept one
+    ctx = rk.Ctx.training(seed=7)
+    y = layer.forward(x, ctx)
+    kept = y != 0
+    np.testing.assert_array_equal(kept, np.broadcast_to(kept[:, :1], kept.shape))   # one draw per channel
+    keep = np.where(kept, 1.0 / (1.0 - 0.3), 0.0)
+    np.testing.assert_array_equal(y, x * keep)   # kept values scaled by 1 / (1 - rate), exactly
+    assert abs(kept[:, 0].mean() - 0.7) <= 5 * np.sqrt(0.21 / 20000)
+    G = _x(x.shape, 2)
+    np.testing.assert_allclose(layer.backward(G, ctx), G * keep, rtol=1e-15, atol=0)   # dy/dx = keep
+    again = layer.forward(x, rk.Ctx.training(seed=7))   # the Ctx's seed repeats the draw
+    np.testing.assert_array_equal(again, y)
+    np.testing.assert_array_equal(layer.forward(x, rk.Ctx.inference()), x)
+
+
+def test_spatial_dropout_gradient_equals_torch_through_the_drawn_mask() -> None:
+    """The drawn keep mask copied into torch: y = x * keep there; the gradients are equal."""
+    th = pytest.importorskip("torch")
+    layer = rk.SpatialDropout1D(0.5, dtype="float64")
+    x = np.abs(_x((3, 4, 5), 3)) + 0.5
+    ctx = rk.Ctx.training(seed=1)
+    y = layer.forward(x, ctx)
+    keep = th.tensor(np.where(y != 0, 1.0 / (1.0 - 0.5), 0.0))
+    tx = th.tensor(x, requires_grad=True)
+    G = _x(x.shape, 4)
+    (tx * keep).backward(th.tensor(G))
+    np.testing.assert_allclose(layer.backward(G, ctx), tx.grad.numpy(), rtol=1e-15, atol=0)
+
+
+def test_gaussian_noise_is_normal_with_its_stddev() -> None:
+    """stddev 0.5 on 120000 values: the noise's mean is within 5 standard errors (5 * 0.5 /
+    sqrt(N) = 0.0072) of 0; its variance within 5 standard errors of the variance estimate
+    (5 * 0.25 * sqrt(2 / N) = 0.0051) of 0.25. Backward is the identity, exactly."""
+    layer = rk.GaussianNoise(0.5, dtype="float64")
+    x = _x((100, 40, 30), 5)
+    N = x.size
+    ctx = rk.Ctx.training(seed=3)
+    n = layer.forward(x, ctx) - x
+    assert abs(n.mean()) <= 5 * 0.5 / np.sqrt(N)
+    assert abs(n.var() - 0.25) <= 5 * 0.25 * np.sqrt(2 / N)
+    G = _x(x.shape, 6)
+    np.testing.assert_array_equal(layer.backward(G, ctx), G)
+    np.testing.assert_array_equal(layer.forward(x, rk.Ctx.inference()), x)
+
+
+@pytest.mark.parametrize("layer", [rk.SpatialDropout1D(0.2), rk.GaussianNoise(0.1)], ids=lambda lay: lay.name)
+def test_noise_layers_pass_a_mask_on_as_keras(layer: Any, tmp_path: Path) -> None:
+    """Masking -> the layer -> LSTM: the mask reaches the LSTM (Keras' noise layers support
+    masking); at inference equal to Keras' model read from its file."""
+    k = keras()
+    L = k.layers
+    kl = L.SpatialDropout1D(0.2) if isinstance(layer, rk.SpatialDropout1D) else L.GaussianNoise(0.1)
+    km = k.Sequential([k.Input((6, 3)), L.Masking(0.0), kl, L.LSTM(4)])
+    g = np.random.default_rng(1)
+    for w in km.weights:
+        w.assign(g.normal(0.0, 0.5, tuple(w.shape)).astype("float32"))
+    x = _x((2, 6, 3), 9).astype("float32")
+    x[0, 4:] = 0.0
+    km.save(tmp_path / "k.keras")
+    model = rk.load_keras(tmp_path / "k.keras")
+    np.testing.assert_allclose(model.predict(x), np.asarray(km.predict(x, verbose=0)), atol=2e-6, rtol=0)
+    assert model.layers[1].compute_mask(x, rk.Mask(x[..., 0] != 0)) is not None
+
+
+# -- TimeDistributed --------------------------------------------------------------------------------
+def test_time_distributed_passes_the_mask_on_as_keras(tmp_path: Path) -> None:
+    """Masking -> TimeDistributed(Dense) -> LSTM: the LSTM skips the masked steps (the mask
+    passed on), equal to Keras."""
+    k = keras()
+    L = k.layers
+    km = k.Sequential([k.Input((6, 3)), L.Masking(0.0), L.TimeDistributed(L.Dense(4, activation="tanh")),
+                       L.LSTM(3)])
+    g = np.random.default_rng(2)
+    for w in km.weights:
+        w.assign(g.normal(0.0, 0.5, tuple(w.shape)).astype("float32"))
+    x = _x((3, 6, 3), 4).astype("float32")
+    x[0, 3:] = 0.0
+    x[2, 1:] = 0.0
+    km.save(tmp_path / "k.keras")
+    model = rk.load_keras(tmp_path / "k.keras")
+    assert type(model.layers[1]) is rk.TimeDistributed
+    np.testing.assert_allclose(model.predict(x), np.asarray(km.predict(x, verbose=0)), atol=2e-6, rtol=0)
+
+
+def test_time_distributed_batchnorm_normalizes_each_step_alone_as_keras() -> None:
+    """Keras calls the wrapped layer step by step: a training BatchNormalization takes each
+    step's batch statistics and moves its moving statistics once per step. rnnkit's equal:
+    outputs 1e-6, input gradient 1e-5 (torch autograd through Keras), moving statistics 1e-6."""
+    import torch
+
+    k = keras()
+    kl = k.layers.TimeDistributed(k.layers.BatchNormalization(momentum=0.8))
+    kl.build((4, 3, 5))
+    ours = rk.TimeDistributed(rk.BatchNormalization(momentum=0.8))
+    ours.build((None, 3, 5))
+    x = (_x((4, 3, 5), 1) * 2 + 1).astype("float32")
+    tx = torch.tensor(x, requires_grad=True)
+    ty = kl(tx, training=True)
+    ctx = rk.Ctx.training()
+    y = ours.forward(x, ctx)
+    np.testing.assert_allclose(y, ty.detach().numpy(), atol=1e-6, rtol=0)
+    G = _x(y.shape, 2).astype("float32")
+    ty.backward(torch.tensor(G))
+    np.testing.assert_allclose(ours.backward(G, ctx), tx.grad.numpy(), atol=1e-5, rtol=0)
+    for w, n in zip(kl.weights, ours.weight_names, strict=True):
+        np.testing.assert_allclose(ours.weight(n), np.asarray(w.value.detach()), atol=1e-6, rtol=0, err_msg=n)
+
+
+class _Sub(rk.Model):
+    """A subclassed model: LSTM(sequences) -> the layer -> Dense(2)."""
+
+    def __init__(self, make: Callable[[], Any], F: int) -> None:
+        super().__init__()
+        self.rnn = rk.LSTM(F, return_sequences=True, seed=1)
+        self.mid = make()
+        self.head = rk.Dense(2, seed=2)
+
+    def call(self, inputs: Any, training: bool = False) -> Any:
+        return self.head(self.mid(self.rnn(inputs)))
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.harness], ids=[c.id for c in CASES if c.harness])
+def test_subclassed_model_equals_sequential(case: Case) -> None:
+    """In a subclassed model the layer's pass is recorded on the model's tape: its weight
+    gradients (through the layer) equal the Sequential twin's to the bit."""
+    x = _x(case.shape, 8).astype("float32")
+    y = _x((case.shape[0], *(() if not case.seq else (case.shape[1] if case.id != "reshape_infer" else 4,))),
+           9)
+    sub = _Sub(case.ours, case.shape[-1])
+    seq = rk.Sequential([rk.LSTM(case.shape[-1], return_sequences=True, seed=1), case.ours(),
+                         rk.Dense(2, seed=2)])
+    seq.build((None, *case.shape[1:]))
+    sub.build((None, *case.shape[1:]))
+    seq.set_weights(sub.get_weights())
+    np.testing.assert_array_equal(sub.predict(x), seq.predict(x))
+    out = seq.predict(x)
+    target = np.random.default_rng(9).normal(size=out.shape).astype("float32")
+    del y
+    for m in (sub, seq):
+        m.compile(rk.optimizers.SGD(0.1), "mse")
+    h1 = sub.fit(x, target, epochs=2, batch_size=2, seed=3, shuffle=False)
+    h2 = seq.fit(x, target, epochs=2, batch_size=2, seed=3, shuffle=False)
+    assert h1.history["loss"] == h2.history["loss"]
+    for a, b in zip(sub.get_weights(), seq.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
