@@ -220,11 +220,13 @@ MERGES = [
     Merge("maximum3", lambda **kw: rk.Maximum(**kw), lambda L: L.Maximum(), ((2, 5, 4),) * 3),
     Merge("minimum", lambda **kw: rk.Minimum(**kw), lambda L: L.Minimum(), ((2, 5, 4), (2, 5, 4))),
     Merge("dot_features", lambda **kw: rk.Dot(2, **kw), lambda L: L.Dot(2), ((2, 5, 4), (2, 6, 4))),
-    Merge("dot_time_pair", lambda **kw: rk.Dot((1, 1), **kw), lambda L: L.Dot((1, 1)), ((2, 5, 4), (2, 5, 3))),
+    Merge("dot_time_pair", lambda **kw: rk.Dot((1, 1), **kw), lambda L: L.Dot((1, 1)),
+          ((2, 5, 4), (2, 5, 3))),
     Merge("dot_normalize", lambda **kw: rk.Dot(-1, normalize=True, **kw), lambda L: L.Dot(-1, normalize=True),
           ((2, 5, 4), (2, 6, 4))),
     Merge("dot_vectors", lambda **kw: rk.Dot(1, **kw), lambda L: L.Dot(1), ((3, 4), (3, 4))),
-    Merge("dot_matrix_vector", lambda **kw: rk.Dot((2, 1), **kw), lambda L: L.Dot((2, 1)), ((3, 5, 4), (3, 4))),
+    Merge("dot_matrix_vector", lambda **kw: rk.Dot((2, 1), **kw), lambda L: L.Dot((2, 1)),
+          ((3, 5, 4), (3, 4))),
 ]
 MERGE_IDS = [m.id for m in MERGES]
 
@@ -543,7 +545,8 @@ def test_lambda_is_never_written_to_a_file_nor_read_from_one(tmp_path: Path) -> 
             save()
     assert not list(tmp_path.iterdir())
     k = keras()
-    km = k.Sequential([k.Input((5, 3)), k.layers.Lambda(lambda x: x * 2.0, name="doubler"), k.layers.Dense(2)])
+    km = k.Sequential([k.Input((5, 3)), k.layers.Lambda(lambda x: x * 2.0, name="doubler"),
+                       k.layers.Dense(2)])
     km.save(tmp_path / "k.keras")
     with pytest.raises(rk.UnsupportedFeatureError, match="doubler.*Lambda"):
         rk.load_keras(tmp_path / "k.keras")
@@ -562,7 +565,8 @@ def test_lambda_masks_as_keras() -> None:
 
 
 # -- masks refused, bad configurations --------------------------------------------------------------
-@pytest.mark.parametrize("layer", [rk.Flatten(), rk.Reshape((8,)), rk.Permute((2, 1))], ids=lambda lay: lay.name)
+@pytest.mark.parametrize("layer", [rk.Flatten(), rk.Reshape((8,)), rk.Permute((2, 1))],
+                         ids=lambda lay: lay.name)
 def test_layers_that_refuse_a_mask(layer: Any) -> None:
     """Keras' Flatten, Reshape and Permute support no mask (Keras drops it): rnnkit refuses a
     masked input, typed, naming the layer."""

@@ -369,9 +369,10 @@ def _seed(cfg: dict[str, Any]) -> int | None:
     return s if isinstance(s, int) and not isinstance(s, bool) and s >= 0 else None
 
 
-def _noise_shape(cfg: dict[str, Any], name: str) -> None:
+def _spatial_dropout(cfg: dict[str, Any], dtype: str, name: str) -> SpatialDropout1D:
     _refuse_if(cfg.get("noise_shape") is not None, name, "noise_shape",
                "SpatialDropout1D's noise shape is Keras' own (batch, 1, channels); another is not supported")
+    return SpatialDropout1D(float(cfg["rate"]), _seed(cfg), dtype=dtype, name=name)
 
 
 #: the Keras shape layers and wrappers' configs -> rnnkit layers (weightless)
@@ -379,8 +380,7 @@ SHAPE_LAYERS: dict[str, Any] = {
     "Flatten": lambda cfg, dtype, name: Flatten(cfg.get("data_format"), dtype=dtype, name=name),
     "Reshape": lambda cfg, dtype, name: Reshape(tuple(cfg["target_shape"]), dtype=dtype, name=name),
     "Permute": lambda cfg, dtype, name: Permute(tuple(cfg["dims"]), dtype=dtype, name=name),
-    "SpatialDropout1D": lambda cfg, dtype, name: (
-        _noise_shape(cfg, name), SpatialDropout1D(float(cfg["rate"]), _seed(cfg), dtype=dtype, name=name))[1],
+    "SpatialDropout1D": _spatial_dropout,
     "GaussianNoise": lambda cfg, dtype, name: GaussianNoise(float(cfg["stddev"]), _seed(cfg), dtype=dtype,
                                                             name=name),
     "Dot": lambda cfg, dtype, name: Dot(cfg["axes"], _flag(cfg, "normalize", False, name), dtype=dtype,

@@ -40,9 +40,9 @@ for _cls in (Dense, ActivationLayer, Embedding, RepeatVector, Reverse, Concatena
              ZeroPadding1D, Cropping1D, UpSampling1D, BatchNormalization, Attention, AdditiveAttention,
              MultiHeadAttention):
     register_layer(_cls)
-for _cls in (Flatten, Reshape, Permute, SpatialDropout1D, GaussianNoise, Subtract, Maximum, Minimum, Dot,
-             TimeDistributed, Lambda):
-    register_layer(_cls)
+for _shaping in (Flatten, Reshape, Permute, SpatialDropout1D, GaussianNoise, Subtract, Maximum, Minimum, Dot,
+                 TimeDistributed, Lambda):
+    register_layer(_shaping)
 
 __all__ = [
     "ActivationLayer", "Add", "AdditiveAttention", "Attention", "Average", "Bidirectional", "Concatenate",

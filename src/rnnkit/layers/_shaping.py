@@ -58,8 +58,8 @@ class Flatten(_Weightless):
     def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
         shp = Shape.of(shape)
         self._check_input_rank(shp, 1)
-        rest = shp[1:]
-        width = None if any(d is None for d in rest) else math.prod(int(d) for d in rest)  # type: ignore[arg-type]
+        rest = [d for d in shp[1:] if d is not None]
+        width = None if len(rest) < shp.rank - 1 else int(math.prod(rest))
         return Shape((shp[0], width))
 
     def forward(self, x: Any, ctx: Ctx) -> np.ndarray:
