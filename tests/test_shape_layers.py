@@ -629,3 +629,26 @@ def test_bad_arguments_are_typed(make: Callable[[], Any], match: str) -> None:
 def test_subtract_takes_exactly_two_inputs() -> None:
     with pytest.raises(rk.InvalidInputError, match="exactly 2 inputs"):
         rk.Subtract().build([(None, 3)] * 3)
+
+
+# -- the tape watches a wrapper's weights (a sibling: Bidirectional had the same gap) --------------
+@pytest.mark.parametrize("make,name", [
+    (lambda: rk.TimeDistributed(rk.Dense(2, seed=1, dtype="float64")), "kernel"),
+    (lambda: rk.Bidirectional(rk.SimpleRNN(2, seed=1, dtype="float64")), "forward.kernel"),
+], ids=["time_distributed", "bidirectional"])
+def test_tape_gradient_by_a_wrappers_live_weight_array(make: Callable[[], Any], name: str) -> None:
+    """A weight given to ``tape.gradient`` as its live array (``layer.weight(name)``), as
+    TensorFlow takes a variable: a wrapper keeps its weights in its parts, and the tape watches
+    them there (it found none before, and answered None). Equal to the (layer, name) pair's
+    gradient and to the layer's own backward."""
+    layer = make()
+    layer.build((None, 3, 4))
+    x = _x((2, 3, 4), 1)
+    with rk.GradientTape() as tape:
+        y = layer(x)
+    by_array, by_pair = tape.gradient(y, [layer.weight(name), (layer, name)])
+    ctx = rk.Ctx.training()
+    layer.backward(np.ones_like(layer.forward(x, ctx)), ctx)
+    assert by_array is not None
+    np.testing.assert_allclose(by_array, ctx.grad(layer, name), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(by_array, by_pair)
