@@ -129,7 +129,7 @@ def test_trained_model_without_input_layer_and_time_distributed(tmp_path: Path) 
     m.fit(x, np.ones((6, 1), "float32"), epochs=1, verbose=0)
     m.save(tmp_path / "m.keras")
     ours = rk.load_keras(tmp_path / "m.keras")
-    assert [type(x).__name__ for x in ours.layers] == ["LSTM", "Dense", "GRU", "Dense"]
+    assert [type(x).__name__ for x in ours.layers] == ["LSTM", "TimeDistributed", "GRU", "Dense"]
     assert np.abs(m.predict(x, verbose=0) - ours.predict(x)).max() <= ATOL
 
 

@@ -110,17 +110,28 @@ from rnnkit.layers import (  # the non-recurrent layers; ActivationLayer: Activa
     Conv1D,
     Cropping1D,
     Dense,
+    Dot,
     Dropout,
     Embedding,
+    Flatten,
+    GaussianNoise,
     GlobalAveragePooling1D,
     GlobalMaxPooling1D,
+    Lambda,
     LayerNormalization,
     Masking,
+    Maximum,
     MaxPooling1D,
+    Minimum,
     MultiHeadAttention,
     Multiply,
+    Permute,
     RepeatVector,
+    Reshape,
     Reverse,
+    SpatialDropout1D,
+    Subtract,
+    TimeDistributed,
     UpSampling1D,
     ZeroPadding1D,
 )
@@ -213,3 +224,5 @@ __all__ = [
 ]
 __all__ += ["callbacks", "FullBatchWarning", "quant", "quantize"]
 __all__ += ["ops", "GradientTape", "TapeError"]
+__all__ += ["Dot", "Flatten", "GaussianNoise", "Lambda", "Maximum", "Minimum", "Permute", "Reshape",
+            "SpatialDropout1D", "Subtract", "TimeDistributed"]

@@ -251,8 +251,8 @@ class GradientTape:
             for lay, n in layer.trainable_weights():
                 self._watch_weight(lay, n)
             return
-        for arr in layer._weights.values():
-            if id(arr) not in seen:               # (a new layer, or weights an optimizer replaced)
+        for entry in layer.weights():             # (a wrapper's are its parts', under its names)
+            if id(entry.value) not in seen:       # (a new layer, or weights an optimizer replaced)
                 for n in layer.trainable_names:
                     self._watch_weight(layer, n)
                 return

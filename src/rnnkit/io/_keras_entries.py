@@ -134,6 +134,15 @@ def _weightless(keras_class: str, **options: str) -> Any:
     return conv
 
 
+def _configured(keras_class: str, *options: str) -> Any:
+    """A layer without weights whose Keras config is the given keys of its own config (the same
+    names and JSON forms as Keras')."""
+    def conv(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
+        cfg = layer.get_config()
+        return keras_class, {k: cfg[k] for k in options}, [("vars", name, [])]
+    return conv
+
+
 def _declared(keras_class: str, *options: str) -> Any:
     """A layer whose Keras config is ``{option: layer.<option>}`` and whose weights are its own,
     declared in Keras' order."""
@@ -163,6 +172,15 @@ def _global_pool(keras_class: str) -> Any:
     return conv
 
 
+def _time_distributed(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
+    """``TimeDistributed``: the wrapped layer's entry (built by the wrapper from its own input
+    shape) and its vars under ``layer/``."""
+    inner, vars_ = keras_layer(layer.layer, layer.layer.name, None)
+    inner.pop("build_config", None)
+    return "TimeDistributed", {"layer": inner}, [(f"layer/{rel}", nm, arr) for rel, nm, arr in vars_] + \
+        [("vars", name, [])]
+
+
 def _refuse(why: str) -> Any:
     def conv(layer: Any, name: str) -> Any:
         raise UnsupportedFeatureError(name, type(layer).__name__, why)
@@ -186,11 +204,25 @@ KERAS_LAYERS: dict[str, Any] = {
     "UpSampling1D": _weightless("UpSampling1D", size="size"),
     "Attention": _attention, "AdditiveAttention": _attention, "MultiHeadAttention": _multi_head,
     "Add": _weightless("Add"), "Multiply": _weightless("Multiply"), "Average": _weightless("Average"),
+    # the shape layers and wrappers
+    "Flatten": _weightless("Flatten", data_format="data_format"),
+    "Reshape": _configured("Reshape", "target_shape"), "Permute": _configured("Permute", "dims"),
+    "SpatialDropout1D": _weightless("SpatialDropout1D", rate="rate", seed="noise_seed"),
+    "GaussianNoise": _weightless("GaussianNoise", stddev="stddev", seed="noise_seed"),
+    "Subtract": _weightless("Subtract"), "Maximum": _weightless("Maximum"), "Minimum": _weightless("Minimum"),
+    "Dot": _configured("Dot", "axes", "normalize"),
+    "TimeDistributed": _time_distributed,
+    "Lambda": _refuse("a Lambda layer is Python code; rnnkit writes no code to a file (Keras itself loads a "
+                      "Lambda only with safe_mode=False): rebuild it in code after loading"),
     "RNNNet": _refuse("an RNNNet is a PyTorch-layout stack with no Keras layer; write it with "
                       "save_torch_safetensors, or export a Sequential of SimpleRNN/LSTM/GRU layers"),
     "Reverse": _refuse("Keras has no layer reversing an axis (only a Bidirectional's backward branch, "
                        "written from the forward/backward/Reverse/Concatenate pattern)"),
 }
+
+
+#: the Keras classes whose config has no "trainable" (their constructor refuses it)
+NO_TRAINABLE = ("SpatialDropout1D",)
 
 
 def keras_layer(layer: Any, name: str, shape: Any, states_ok: bool = False) -> tuple[dict[str, Any], Vars]:
@@ -209,6 +241,8 @@ def keras_layer(layer: Any, name: str, shape: Any, states_ok: bool = False) -> t
                                       f"no Keras export for layer class {type(layer).__name__!r}; "
                                       f"exported: {', '.join(sorted(KERAS_LAYERS))}")
     cfg = {"name": name, "trainable": True, "dtype": layer.dtype.name, **cfg}
+    if kcls in NO_TRAINABLE:
+        del cfg["trainable"]
     build: dict[str, Any] = {"input_shape": shape}
     if kcls == "MultiHeadAttention":   # Keras builds it from named shapes
         build = {"shapes_dict": dict(zip(("query_shape", "value_shape", "key_shape"), shape, strict=False))}

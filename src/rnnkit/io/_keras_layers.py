@@ -38,16 +38,26 @@ from rnnkit.layers import (
     Conv1D,
     Cropping1D,
     Dense,
+    Dot,
     Dropout,
     Embedding,
+    Flatten,
+    GaussianNoise,
     GlobalAveragePooling1D,
     GlobalMaxPooling1D,
     LayerNormalization,
     Masking,
+    Maximum,
     MaxPooling1D,
+    Minimum,
     MultiHeadAttention,
     Multiply,
+    Permute,
     RepeatVector,
+    Reshape,
+    SpatialDropout1D,
+    Subtract,
+    TimeDistributed,
     UpSampling1D,
     ZeroPadding1D,
 )
@@ -60,10 +70,12 @@ SUPPORTED = ("InputLayer", "SimpleRNN", "LSTM", "GRU", "Bidirectional", "Dense",
              "Add", "Multiply", "Average", "LayerNormalization", "Conv1D", "MaxPooling1D",
              "AveragePooling1D", "GlobalAveragePooling1D", "GlobalMaxPooling1D", "ZeroPadding1D",
              "Cropping1D", "UpSampling1D", "BatchNormalization", "Attention", "AdditiveAttention",
-             "MultiHeadAttention")
+             "MultiHeadAttention", "Flatten", "Reshape", "Permute", "SpatialDropout1D", "GaussianNoise",
+             "Subtract", "Maximum", "Minimum", "Dot")
 POOLS = {"MaxPooling1D": MaxPooling1D, "AveragePooling1D": AveragePooling1D}
 GLOBAL_POOLS = {"GlobalAveragePooling1D": GlobalAveragePooling1D, "GlobalMaxPooling1D": GlobalMaxPooling1D}
-MERGES = {"Add": Add, "Multiply": Multiply, "Average": Average}
+MERGES = {"Add": Add, "Multiply": Multiply, "Average": Average, "Subtract": Subtract, "Maximum": Maximum,
+          "Minimum": Minimum}
 ACTIVATIONS = ("tanh", "sigmoid", "relu", "linear", "softmax", "hard_sigmoid")
 _TRAIN_ONLY = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
                "activity_regularizer", "embeddings_regularizer", "kernel_constraint",
@@ -236,6 +248,10 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
     if not isinstance(class_name, str) or not isinstance(cfg, dict):
         raise FileFormatError(f"a Keras layer entry without class_name/config: {layer_cfg!r}")
     name = str(layer_cfg.get("name") or cfg.get("name") or class_name)
+    if class_name == "Lambda":
+        raise UnsupportedFeatureError(name, "class_name", "a Lambda layer is Python code (Keras itself "
+                                      "loads one only with safe_mode=False); rnnkit runs no code from a "
+                                      "file: rebuild the layer in code as rnnkit.Lambda")
     if class_name not in SUPPORTED:
         raise UnsupportedFeatureError(name, "class_name", f"Keras layer class {class_name!r} is not "
                                       f"supported; supported: {', '.join(SUPPORTED)}")
@@ -246,16 +262,19 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
         return Mapped(name, class_name, rec, [(rec, "cell/vars")])
     if class_name == "Bidirectional":
         return _bidirectional(cfg, name)
-    if class_name == "TimeDistributed":  # rnnkit's Dense, Dropout, Activation already act per step
+    if class_name == "TimeDistributed":
         inner_cfg = cfg.get("layer")
-        inner_class = inner_cfg.get("class_name") if isinstance(inner_cfg, dict) else None
-        if inner_class not in ("Dense", "Dropout", "Activation"):
-            raise UnsupportedFeatureError(name, "layer", f"TimeDistributed over {inner_class!r}; "
-                                          f"supported: Dense, Dropout, Activation")
-        assert isinstance(inner_cfg, dict)
-        inner_cfg = {"class_name": inner_class, "config": {**inner_cfg.get("config", {}), "name": name}}
+        if not isinstance(inner_cfg, dict):
+            raise FileFormatError(f"Keras TimeDistributed {name!r} has no 'layer' config")
         inner = map_layer(inner_cfg)
-        return Mapped(name, class_name, inner.layer, [(lay, "layer/" + rel) for lay, rel in inner.parts])
+        if inner.layer is None or len({id(lay) for lay, _ in inner.parts} - {id(inner.layer)}):
+            raise UnsupportedFeatureError(name, "layer", f"TimeDistributed over {inner.class_name!r}; "
+                                          f"rnnkit wraps a layer holding its own weights")
+        try:
+            td = TimeDistributed(inner.layer, name=name)
+        except Error as e:
+            raise UnsupportedFeatureError(name, "layer", str(e)) from None
+        return Mapped(name, class_name, td, [(td, "layer/" + rel) for _, rel in inner.parts])
     dtype = dtype_of(cfg, name)
     out: Layer
     if class_name == "Dense":
@@ -336,11 +355,37 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
         return _multi_head(cfg, layer_cfg.get("inbound_nodes"), dtype, name)
     if class_name == "RepeatVector":
         return Mapped(name, class_name, RepeatVector(_int(cfg, "n", name), dtype=dtype, name=name))
+    if class_name in SHAPE_LAYERS:
+        return Mapped(name, class_name, SHAPE_LAYERS[class_name](cfg, dtype, name))
     if class_name == "Activation":
         return Mapped(name, class_name,
                       ActivationLayer(_activation(cfg, "activation", name), dtype=dtype, name=name))
     # Concatenate
     return Mapped(name, class_name, Concatenate(_int(cfg, "axis", name, -1), dtype=dtype, name=name))
+
+
+def _seed(cfg: dict[str, Any]) -> int | None:
+    s = cfg.get("seed")
+    return s if isinstance(s, int) and not isinstance(s, bool) and s >= 0 else None
+
+
+def _spatial_dropout(cfg: dict[str, Any], dtype: str, name: str) -> SpatialDropout1D:
+    _refuse_if(cfg.get("noise_shape") is not None, name, "noise_shape",
+               "SpatialDropout1D's noise shape is Keras' own (batch, 1, channels); another is not supported")
+    return SpatialDropout1D(float(cfg["rate"]), _seed(cfg), dtype=dtype, name=name)
+
+
+#: the Keras shape layers and wrappers' configs -> rnnkit layers (weightless)
+SHAPE_LAYERS: dict[str, Any] = {
+    "Flatten": lambda cfg, dtype, name: Flatten(cfg.get("data_format"), dtype=dtype, name=name),
+    "Reshape": lambda cfg, dtype, name: Reshape(tuple(cfg["target_shape"]), dtype=dtype, name=name),
+    "Permute": lambda cfg, dtype, name: Permute(tuple(cfg["dims"]), dtype=dtype, name=name),
+    "SpatialDropout1D": _spatial_dropout,
+    "GaussianNoise": lambda cfg, dtype, name: GaussianNoise(float(cfg["stddev"]), _seed(cfg), dtype=dtype,
+                                                            name=name),
+    "Dot": lambda cfg, dtype, name: Dot(cfg["axes"], _flag(cfg, "normalize", False, name), dtype=dtype,
+                                        name=name),
+}
 
 
 #: the call arguments of a Keras attention layer that are configuration in rnnkit
@@ -442,6 +487,8 @@ MHA_GROUPS = {"query": "query_dense", "key": "key_dense", "value": "value_dense"
 def weight_names(layer: Layer, group: str = "vars") -> list[str]:
     """The Keras order of ``layer``'s weights in its h5 vars group ``group`` (``vars/0, 1,
     ...``; a MultiHeadAttention has one per projection, ``query_dense/vars``, ...)."""
+    if isinstance(layer, TimeDistributed):
+        return weight_names(layer.layer, group)
     if isinstance(layer, MultiHeadAttention):
         part = next((p for p, g in MHA_GROUPS.items() if group.endswith(f"{g}/vars")), None)
         if part is None:

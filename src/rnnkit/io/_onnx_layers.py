@@ -444,7 +444,8 @@ CONVERTERS: dict[str, Converter] = {
 #: layers whose outputs' steps are not the input's steps (or are none): padded sequences' lengths
 #: do not describe them
 RESHAPES_TIME = ("Conv1D", "MaxPooling1D", "AveragePooling1D", "GlobalAveragePooling1D",
-                 "GlobalMaxPooling1D", "ZeroPadding1D", "Cropping1D", "UpSampling1D")
+                 "GlobalMaxPooling1D", "ZeroPadding1D", "Cropping1D", "UpSampling1D", "Flatten", "Reshape",
+                 "Permute", "Dot")
 #: layer class name -> why it cannot be exported exactly
 REFUSED: dict[str, str] = {
     "Masking": ("Keras masking repeats the previous output at a masked step; ONNX's sequence_lens "

@@ -1,6 +1,8 @@
 """ONNX converters of the layers that wrap or merge others: ``Bidirectional`` and the elementwise
-merges ``Add`` / ``Multiply`` / ``Average`` (registered into the converter table by class name,
-so they apply wherever rnnkit has those classes).
+merges ``Add`` / ``Multiply`` / ``Average``, and the shape layers and wrappers (``Flatten``,
+``Reshape``, ``Permute``, ``TimeDistributed``, ``Subtract`` / ``Maximum`` / ``Minimum``, ``Dot``;
+``SpatialDropout1D`` and ``GaussianNoise`` are the identity at inference), registered into the
+converter table by class name, so they apply wherever rnnkit has those classes.
 
 A Bidirectional whose two directions share the cell class, width, activations and bias option
 is ONE ONNX op with ``direction="bidirectional"`` (its backward ``Y`` is already in input order,
@@ -13,8 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from rnnkit.io._interop_errors import UnsupportedFeatureError
-from rnnkit.io._onnx_layers import CONVERTERS, Graph, _cell_check, _rnn_op
+from rnnkit.io._onnx_layers import CONVERTERS, REFUSED, Graph, _cell_check, _rnn_op, converter
 
 
 def _same_op(f: Any, b: Any) -> bool:
@@ -89,3 +93,76 @@ def average(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
 
 CONVERTERS.update({"Bidirectional": bidirectional, "Add": _fold("Add"), "Multiply": _fold("Mul"),
                    "Average": average})
+
+
+# -- the shape layers and wrappers ----------------------------------------------------------------
+def _identity(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    """SpatialDropout1D / GaussianNoise: the identity at inference."""
+    return [inputs[0]]
+
+
+def flatten(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    x, rank = inputs[0], g.in_ranks[0]
+    if layer.data_format == "channels_first" and rank > 2:
+        x = g.one("Transpose", [x], layer.name, perm=[0, *range(2, rank), 1])
+    return [g.one("Reshape", [x, g.ints("flat", [0, -1])], layer.name)]
+
+
+def reshape(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    return [g.one("Reshape", [inputs[0], g.ints(f"{layer.name}_target", [0, *layer.target_shape])],
+                  layer.name)]
+
+
+def permute(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    return [g.one("Transpose", [inputs[0]], layer.name, perm=[0, *layer.dims])]
+
+
+def time_distributed(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    """The wrapped layer's nodes on the steps folded into the batch, (B, T, ...) -> (B*T, ...),
+    and the result unfolded (every wrapped layer computes each row alone at inference)."""
+    nm, rank = layer.name, g.in_ranks[0]
+    rest = [int(d) if d is not None else -1 for d in layer.input_shape[2:]]
+    if rest.count(-1):
+        raise UnsupportedFeatureError(nm, "input_shape", f"TimeDistributed over steps of free shape "
+                                      f"{tuple(layer.input_shape)[2:]}; the export folds the steps into the "
+                                      f"batch and needs their shape")
+    folded = g.one("Reshape", [inputs[0], g.ints(f"{nm}_fold", [-1, *rest])], nm)
+    g.in_ranks = [rank - 1]
+    y = converter(layer.layer)(g, layer.layer, [folded])
+    if len(y) != 1:
+        raise UnsupportedFeatureError(nm, "layer", "the wrapped layer gives several outputs")
+    out_rest = [int(d) for d in layer.compute_output_shape(layer.input_shape).dims[2:]]
+    bt = g.one("Slice", [g.one("Shape", [inputs[0]], nm), g.ints("zero", [0]), g.ints("two", [2])], nm)
+    shape = g.one("Concat", [bt, g.ints(f"{nm}_rest", out_rest)], nm, axis=0) if out_rest else bt
+    return [g.one("Reshape", [y[0], shape], nm)]
+
+
+def dot(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    """``Einsum`` over the two axes, sample by sample (after Keras' L2 normalization when the
+    layer normalizes: ``x * min(1 / sqrt(sum x**2), 1e7)``)."""
+    nm = layer.name
+    ra, rb = g.in_ranks[0], g.in_ranks[1]
+    a0, a1 = layer._axes_for([(None,) * ra, (None,) * rb])
+    xs = list(inputs[:2])
+    if layer.normalize:
+        for i, (ax, x) in enumerate(((a0, xs[0]), (a1, xs[1]))):
+            ss = g.one("ReduceSum", [g.one("Mul", [x, x], nm), g.ints(f"axis{ax}", [ax])], nm, keepdims=1)
+            inv = g.one("Min", [g.one("Reciprocal", [g.one("Sqrt", [ss], nm)], nm),
+                                g.const(f"{nm}_inv_eps", np.asarray(1.0 / layer.EPSILON))], nm)
+            xs[i] = g.one("Mul", [x, inv], nm)
+    letters = iter("cdefghijklmnopqrstuvwxyz")
+    la = ["b", *(next(letters) for _ in range(ra - 1))]
+    lb = ["b", *(next(letters) for _ in range(rb - 1))]
+    lb[a1] = la[a0] = "a"
+    out = [c for k, c in enumerate(la) if k != a0] + [c for k, c in enumerate(lb) if k not in (0, a1)]
+    y = g.one("Einsum", xs, nm, equation=f"{''.join(la)},{''.join(lb)}->{''.join(out)}")
+    if len(out) == 1:   # two (B, n): Keras gives (B, 1)
+        y = g.one("Unsqueeze", [y, g.ints("axis1", [1])], nm)
+    return [y]
+
+
+CONVERTERS.update({"Flatten": flatten, "Reshape": reshape, "Permute": permute, "SpatialDropout1D": _identity,
+                   "GaussianNoise": _identity, "TimeDistributed": time_distributed, "Subtract": _fold("Sub"),
+                   "Maximum": _fold("Max"), "Minimum": _fold("Min"), "Dot": dot})
+REFUSED["Lambda"] = ("a Lambda layer is Python code, which has no ONNX operators; rnnkit does not "
+                     "trace it")

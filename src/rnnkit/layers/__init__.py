@@ -1,6 +1,8 @@
 """Non-recurrent layers (Dense, Embedding, Masking, RepeatVector, Reverse, Concatenate, Add,
 Multiply, Average, Dropout, ActivationLayer, LayerNormalization, BatchNormalization, Conv1D, the
-pooling / padding layers over time, Attention, AdditiveAttention and MultiHeadAttention) and the
+pooling / padding layers over time, Attention, AdditiveAttention, MultiHeadAttention, and the shape
+layers and wrappers Flatten, Reshape, Permute, SpatialDropout1D, GaussianNoise, Subtract, Maximum,
+Minimum, Dot, TimeDistributed, Lambda) and the
 layer registry that covers every layer, recurrent ones included."""
 
 from rnnkit.layers._attention import AdditiveAttention, Attention
@@ -26,12 +28,21 @@ from rnnkit.layers._registry import layer_from_config, layer_to_config, register
 from rnnkit.layers._reshape import RepeatVector, Reverse
 from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
 
+# the shape layers and wrappers (Keras 3's)
+from rnnkit.layers._merge import Dot, Maximum, Minimum, Subtract  # isort: skip
+from rnnkit.layers._noise import GaussianNoise, SpatialDropout1D  # isort: skip
+from rnnkit.layers._shaping import Flatten, Permute, Reshape  # isort: skip
+from rnnkit.layers._wrappers import Lambda, TimeDistributed  # isort: skip
+
 for _cls in (Dense, ActivationLayer, Embedding, RepeatVector, Reverse, Concatenate, Dropout, Masking, Add,
              Multiply, Average, Bidirectional, SimpleRNN, LSTM, GRU, RecurrentLayer, LayerNormalization,
              Conv1D, MaxPooling1D, AveragePooling1D, GlobalAveragePooling1D, GlobalMaxPooling1D,
              ZeroPadding1D, Cropping1D, UpSampling1D, BatchNormalization, Attention, AdditiveAttention,
              MultiHeadAttention):
     register_layer(_cls)
+for _shaping in (Flatten, Reshape, Permute, SpatialDropout1D, GaussianNoise, Subtract, Maximum, Minimum, Dot,
+                 TimeDistributed, Lambda):
+    register_layer(_shaping)
 
 __all__ = [
     "ActivationLayer", "Add", "AdditiveAttention", "Attention", "Average", "Bidirectional", "Concatenate",
@@ -41,3 +52,5 @@ __all__ = [
     "RepeatVector", "Reverse", "GRU", "LSTM", "SimpleRNN",
     "layer_from_config", "layer_to_config", "register_layer",
 ]
+__all__ += ["Dot", "Flatten", "GaussianNoise", "Lambda", "Maximum", "Minimum", "Permute", "Reshape",
+            "SpatialDropout1D", "Subtract", "TimeDistributed"]
