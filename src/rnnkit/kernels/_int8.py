@@ -27,8 +27,20 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-from rnnkit.kernels._int8_gemm import (AVX2, KG, NB, OPTS8, QDT, QMAX, VNNI, assembly, gemm, out_width, pack,
-                                       padded)
+from rnnkit.kernels._int8_gemm import (
+    AVX2,
+    KG,
+    NB,
+    OPTS8,
+    QDT,
+    QMAX,
+    VNNI,
+    assembly,
+    gemm,
+    out_width,
+    pack,
+    padded,
+)
 from rnnkit.kernels._jit import njit, row, tanh32
 
 _F32 = np.float32
@@ -398,5 +410,5 @@ def walk_simple(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: An
             seq[t] = h
 
 
-__all__ = ["AVX2", "QDT", "QMAX", "VNNI", "act8", "assembly", "gemm", "pack", "padded", "project", "quant_row",
-           "quant_rows", "walk_gru", "walks_chunk", "walk_lstm", "walk_simple", "out_width"]
+__all__ = ["AVX2", "QDT", "QMAX", "VNNI", "act8", "assembly", "gemm", "pack", "padded", "project",
+           "quant_row", "quant_rows", "walk_gru", "walks_chunk", "walk_lstm", "walk_simple", "out_width"]

@@ -247,5 +247,5 @@ def assembly() -> dict[str, int]:
     return {ins: len(re.findall(rf"\b{ins}\b", asm)) for ins in names}
 
 
-__all__ = ["AVX2", "KG", "LAYOUT", "NB", "OPTS8", "QDT", "QMAX", "VNNI", "assembly", "gemm", "out_width", "pack",
-           "padded"]
+__all__ = ["AVX2", "KG", "LAYOUT", "NB", "OPTS8", "QDT", "QMAX", "VNNI", "assembly", "gemm", "out_width",
+           "pack", "padded"]
