@@ -248,36 +248,6 @@ def _in_bufs(x: Any, G: int, wp: Any) -> tuple[Any, Any, Any, Any]:
             np.empty(rows, np.int32), np.empty((B, G if wp.ndim == 2 else wp.shape[0] * NB), np.int32))
 
 
-@njit(inline="always", **{**OPTS8, "cache": False})
-def _gate(ax: Any, zx: Any, sx: Any, wcol: Any, ws: Any, bias: Any, ah: Any, zh: Any, sh: Any, col: Any,
-          us: Any, n: int) -> Any:
-    """Pre-activation ``n`` of a row: ``(dequant(ax[n]) + bias[n]) + dequant(ah[n])``, rounded
-    as :func:`dequant_row` twice."""
-    xr = np.float32(np.int32(ax[n] - zx * wcol[n])) * (sx * ws[n]) + bias[n]
-    return np.float32(np.int32(ah[n] - zh * col[n])) * (sh * us[n]) + xr
-
-
-@njit(**OPTS8)
-def _lstm_row(ax: Any, zx: Any, sx: Any, wcol: Any, ws: Any, bias: Any, ah: Any, zh: Any, sh: Any,
-              col: Any, us: Any, c: Any, h: Any) -> None:
-    """One LSTM row's step with tanh and sigmoid, in one pass over the H units: the gates
-    ``a = (dequant(ax) + bias) + dequant(ah)`` (the rounding of :func:`dequant_row` twice), then
-    ``c = f c + i g``, ``h = o tanh(c)`` (the operations, and so the bits, of the general step)."""
-    H = c.shape[0]
-    for j in range(H):
-        a0 = _gate(ax, zx, sx, wcol, ws, bias, ah, zh, sh, col, us, j)
-        a1 = _gate(ax, zx, sx, wcol, ws, bias, ah, zh, sh, col, us, H + j)
-        a2 = _gate(ax, zx, sx, wcol, ws, bias, ah, zh, sh, col, us, 2 * H + j)
-        a3 = _gate(ax, zx, sx, wcol, ws, bias, ah, zh, sh, col, us, 3 * H + j)
-        ig = _HALF + _HALF * tanh8(a0 * _HALF)
-        fg = _HALF + _HALF * tanh8(a1 * _HALF)
-        gg = tanh8(a2)
-        og = _HALF + _HALF * tanh8(a3 * _HALF)
-        cn = fg * c[j] + ig * gg
-        c[j] = cn
-        h[j] = og * tanh8(cn)
-
-
 @njit(**OPTS8)
 def walk_lstm(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any, us: Any, h: Any,
               c: Any, mask: Any, seq: Any, code: int, rcode: int) -> None:
@@ -304,10 +274,6 @@ def walk_lstm(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any,
             if mask.shape[0] > 0 and mask[t, b] == 0:
                 continue
             i = i0 * B + b
-            if code == 0 and rcode == 1:
-                _lstm_row(row(accx, b), zpx[i], sx[i], wcol, ws, bias, row(acc, b), zp[b], s[b], col, us,
-                          row(c, b), row(h, b))
-                continue
             dequant_row(row(accx, b), zpx[i], sx[i], wcol, ws, bias, xr)
             dequant_row(row(acc, b), zp[b], s[b], col, us, xr, ar)
             cr, hr = row(c, b), row(h, b)
