@@ -286,10 +286,10 @@ def _torch_lstms(model: rk.Sequential) -> tuple[Any, Any]:
 def test_error_no_worse_than_torch_quantize_dynamic(B: int, T: int, F: int, H: int) -> None:
     """rnnkit's int8 LSTM and PyTorch's ``quantize_dynamic`` int8 LSTM, from the same float32
     weights on the same input, both against the float64 LSTM: rnnkit's largest error is no
-    larger than PyTorch's (measured at these shapes on the AVX2 tile's 7-bit activations:
-    0.019 / 0.025 / 0.031 against PyTorch's 0.026 / 0.035 / 0.052; 8-bit activations elsewhere:
-    0.014 / 0.016 / 0.018). The float32 model is the float64 one to 1e-5 (float32 rounding
-    over these sequences), so the quantization errors, near 1e-2, are what is compared."""
+    larger than PyTorch's (measured at these shapes: the AVX2 tile's 7-bit activations 0.019 /
+    0.025 / 0.032, 8-bit activations 0.014 / 0.016 / 0.020, PyTorch 0.026 / 0.035 / 0.046).
+    The float32 model is the float64 one to 1e-5 (float32 rounding over these sequences), so
+    the quantization errors, near 1e-2, are what is compared."""
     torch = pytest.importorskip("torch")
     model = rk.Sequential([rk.LSTM(H, return_sequences=True, seed=15)]).build((None, T, F))
     x = np.random.default_rng(5).normal(size=(B, T, F)).astype(F32)
