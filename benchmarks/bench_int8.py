@@ -10,7 +10,13 @@ each int8 implementation over the whole output sequence.
 
 Shapes (B, T, F, H): S1 (1,100,16,32), S2 (32,50,32,64), S3 (64,100,128,256), S4 (128,200,256,512).
 
-    python benchmarks/bench_int8.py                       # LSTM, S1-S4, 7 repeats
+``--isa both`` (the default) runs the shapes twice, each in a child process: on this CPU's own
+instructions, then restricted to AVX2 (``tools/avx2.sh``: Numba's target haswell without
+AVX-512, so rnnkit's int8 products run the ``vpmaddubsw`` tile and its float32 kernels AVX2
+FMAs; PyTorch's kernels and oneDNN capped at AVX2). Each row names the int8 product that ran
+(``layout``: vnni, avx2 or plain) and PyTorch's CPU capability. ``--isa here``: this process only.
+
+    python benchmarks/bench_int8.py                       # LSTM, S1-S4, both ISAs
     python benchmarks/bench_int8.py --shapes S3 --repeats 3 --cell gru
     python benchmarks/bench_int8.py --demo /tmp/demo      # the demo's test RMSE, float32 vs int8
     RNNKIT_KERNEL_THREADS=2 python benchmarks/bench_int8.py --shapes S2,S3,S4   # two threads each
@@ -21,6 +27,8 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -64,6 +72,20 @@ def _torch_pair(layer: Any, cell: str) -> tuple[Any, Any] | None:
     holder = torch.nn.ModuleDict({"rnn": mod})   # quantize_dynamic swaps children, not the root
     qmod = torch.ao.quantization.quantize_dynamic(holder, {type(mod)}, dtype=torch.qint8)["rnn"]
     return mod, qmod
+
+
+def _layout() -> str:
+    """The int8 product this process runs: "vnni", "avx2", "plain", or "reference" without numba."""
+    mod = rk.kernels.int8()
+    return "reference" if mod is None else str(sys.modules["rnnkit.kernels._int8_gemm"].LAYOUT)
+
+
+def _torch_isa() -> str:
+    try:
+        import torch
+    except ImportError:
+        return "none"
+    return str(torch.backends.cpu.get_cpu_capability())
 
 
 def _calls_for(f: Callable[[], Any], clock: Callable[[], float]) -> float:
@@ -123,7 +145,8 @@ def run(shapes: list[str], cell: str, repeats: int, clock: Callable[[], float] =
                 _calls_for(f, clock)
                 times[k].append(_calls_for(f, clock))
         med = {k: statistics.median(v) for k, v in times.items()}
-        row: dict[str, Any] = {"shape": sname, "cell": cell, "threads": THREADS,
+        row: dict[str, Any] = {"shape": sname, "cell": cell, "threads": THREADS, "layout": _layout(),
+                               "torch_isa": _torch_isa(),
                                **{f"{k}_ms": v * 1e3 for k, v in med.items()}}
         for k in med:
             if k != "rk_int8":
@@ -169,12 +192,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="wall: time.perf_counter; cpu: time.process_time (this process's CPU time, "
                         "steadier on a shared machine; only with one thread each)")
+    p.add_argument("--isa", choices=("both", "native", "avx2", "here"), default="both",
+                   help="both: a child process on this CPU's instructions, then one restricted to "
+                        "AVX2 (tools/avx2.sh); native / avx2: that child only; here: this process")
     p.add_argument("--demo", default=None, metavar="DIR",
                    help="instead: train the sunspots demo into DIR and compare its test RMSE in int8")
     a = p.parse_args(argv)
     warnings.filterwarnings("ignore", category=DeprecationWarning)   # torch.ao.quantization
     if a.demo is not None:
         demo_rmse(a.demo)
+        return 0
+    if a.isa != "here":
+        args = ["--shapes", a.shapes, "--cell", a.cell, "--repeats", str(a.repeats), "--clock", a.clock,
+                "--isa", "here"]
+        avx2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "avx2.sh")
+        for isa in ("native", "avx2") if a.isa == "both" else (a.isa,):
+            cmd = [sys.executable, os.path.abspath(__file__), *args]
+            print(f"# {isa}", flush=True)
+            rc = subprocess.call([avx2, *cmd] if isa == "avx2" else cmd,
+                                 env={**os.environ, "PYTHON": sys.executable})
+            if rc:
+                return rc
         return 0
     run(a.shapes.split(","), a.cell, a.repeats, time.process_time if a.clock == "cpu" else time.perf_counter)
     return 0

@@ -15,6 +15,10 @@ import rnnkit as rk
 from rnnkit.quant import _reference as ref
 
 F32 = np.float32
+#: the int8 outputs' distance from float32 is mostly the activations' rounding, half a step of
+#: (hi - lo) / L: the bounds below hold 8-bit rows (L = 255) and grow with the step where the
+#: AVX2 tile's 7-bit rows run (L = 127: about twice the error)
+STEP = 255 / rk.kernels.int8_levels()
 
 
 def compiled() -> Any:
@@ -40,13 +44,17 @@ def test_weight_quantization_is_symmetric_per_output_channel() -> None:
 def test_row_quantization_is_asymmetric_uint8_per_row() -> None:
     x = np.array([[-1.0, 0.5, 2.0, 0.25], [0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0],
                   [-4.0, -1.0, -2.0, -3.0]], F32)
-    q, s, zp = ref.quant_rows(x)
-    assert s[1] == 1 and zp[1] == 0 and not q[1].any()          # an all-zero row
-    assert s[0] == F32(3.0) / F32(255.0) and zp[0] == 85          # lo -1, hi 2: 1 / s = 85
-    assert zp[2] == 0 and q[2, 3] == 255                         # lo clamps at 0
-    assert zp[3] == 255 and q[3, 0] == 0                         # hi clamps at 0
-    back = (q.astype(np.float64) - zp[:, None]) * s[:, None]
-    assert np.abs(back - x).max() <= s.max() / 2 * 1.0001
+    for top in (255, 127):       # 8 bits; 7 bits for the AVX2 tile
+        q, s, zp = ref.quant_rows(x, top)
+        assert s[1] == 1 and zp[1] == 0 and not q[1].any()          # an all-zero row
+        assert s[0] == F32(3.0) / F32(top) and zp[0] == top // 3     # lo -1, hi 2: 1 / s = top / 3
+        assert zp[2] == 0 and q[2, 3] == top                         # lo clamps at 0
+        assert zp[3] == top and q[3, 0] == 0                         # hi clamps at 0
+        assert q.max() == top
+        back = (q.astype(np.float64) - zp[:, None]) * s[:, None]
+        assert np.abs(back - x).max() <= s.max() / 2 * 1.0001
+    # by default, the levels of this machine's compiled loops
+    assert np.array_equal(ref.quant_rows(x)[0], ref.quant_rows(x, rk.kernels.int8_levels())[0])
 
 
 @pytest.mark.parametrize("M,K,N", [(1, 16, 128), (3, 7, 3), (5, 130, 70), (8, 64, 256), (6, 1, 65)])
@@ -54,8 +62,8 @@ def test_compiled_product_equals_int64_product(M: int, K: int, N: int) -> None:
     k = compiled()
     rng = np.random.default_rng(M * K + N)
     q = np.zeros((M, k.padded(K)), k.QDT)
-    q[:, :K] = rng.integers(0, 256, (M, K))
-    q[0, :K] = 255                                   # the largest products, every one
+    q[:, :K] = rng.integers(0, k.QMAX + 1, (M, K))
+    q[0, :K] = k.QMAX                                # the largest products, every one
     w = rng.integers(-127, 128, (N, K)).astype(np.int8)
     w[0, :] = 127
     w[-1, :] = -127
@@ -64,13 +72,17 @@ def test_compiled_product_equals_int64_product(M: int, K: int, N: int) -> None:
     want = q[:, :K].astype(np.int64) @ w.astype(np.int64).T
     assert np.array_equal(out[:, :N], want)
     gemms = sys.modules["rnnkit.kernels._int8_gemm"]
-    out2 = np.zeros((M, N), np.int32)               # the product of CPUs without a tile
-    gemms._gemm_plain(q.astype(np.uint8), gemms.pack(w, "plain"), out2)
-    assert np.array_equal(out2, want)
+    q8 = np.zeros_like(q)
+    q8[:, :K] = rng.integers(0, 256, (M, K))
+    q8[0, :K] = 255
+    out2 = np.zeros((M, N), np.int32)               # the product of CPUs without a tile: 8 bits
+    gemms._gemm_plain(q8, gemms.pack(w, "plain"), out2)
+    assert np.array_equal(out2, q8[:, :K].astype(np.int64) @ w.astype(np.int64).T)
     if "+avx2" in gemms._target_features().split(","):   # the AVX2 tile, on any CPU with AVX2
+        q7 = q8 >> 1                                 # 7 bits: vpmaddubsw's pair sums stay exact
         out3 = np.zeros((M, -(-N // 16) * 16), np.int32)
-        gemms._gemm_tiled(q.astype(np.int16), gemms.pack(w, "avx2"), out3)
-        assert np.array_equal(out3[:, :N], want)
+        gemms._gemm_tiled(q7, gemms.pack(w, "avx2"), out3)
+        assert np.array_equal(out3[:, :N], q7[:, :K].astype(np.int64) @ w.astype(np.int64).T)
 
 
 def test_the_product_compiles_to_integer_dot_products() -> None:
@@ -79,7 +91,7 @@ def test_the_product_compiles_to_integer_dot_products() -> None:
     if k.VNNI:
         assert counts["vpdpbusd"] > 0
     elif k.AVX2:
-        assert counts["vpmaddwd"] > 0
+        assert counts["vpmaddubsw"] > 0 and counts["vpmaddwd"] > 0 and counts["vpdpbusd"] == 0
 
 
 def test_compiled_quantization_and_projection_equal_the_reference() -> None:
@@ -95,12 +107,12 @@ def test_compiled_quantization_and_projection_equal_the_reference() -> None:
     x[9] = rng.normal(size=13) * 1e30
     x[10] = -np.abs(x[10]) * 1e-3
     x[10, 5] = np.float32(-3.0e-45)      # a negative subnormal beside normal negatives
-    rq, rs, rzp = ref.quant_rows(x)
-    for qdt in (np.uint8, np.int16):     # the rows of the VNNI tile and of the AVX2 tile
-        q, s, zp = np.full((70, k.padded(13)), 7, qdt), np.zeros(70, F32), np.zeros(70, np.int32)
-        k.quant_rows(x, q, s, zp)
-        assert np.array_equal(q[:, :13], rq) and np.array_equal(s, rs) and np.array_equal(zp, rzp)
-        assert not q[:, 13:].any()           # the padding set to 0
+    rq, rs, rzp = ref.quant_rows(x, k.QMAX)
+    q, s, zp = np.full((70, k.padded(13)), 7, k.QDT), np.zeros(70, F32), np.zeros(70, np.int32)
+    k.quant_rows(x, q, s, zp)
+    assert np.array_equal(q[:, :13], rq) and np.array_equal(s, rs) and np.array_equal(zp, rzp)
+    assert not q[:, 13:].any()           # the padding set to 0
+    assert rq.max() == k.QMAX
     wq, ws = ref.quantize_weight(rng.normal(size=(13, 9)).astype(F32))
     bias = rng.normal(size=9).astype(F32)
     out, want = np.empty((70, 9), F32), np.empty((70, 9), F32)
@@ -158,7 +170,7 @@ def test_int8_walks_quantize_the_inputs_in_chunks_of_steps(layer: Callable[[], r
     with rk.kernels.use("reference"):
         want = q.predict(x)
     assert np.array_equal(got, want)
-    assert np.abs(got - model.predict(x)).max() < 0.05
+    assert np.abs(got - model.predict(x)).max() < 0.05 * STEP
 
 
 @pytest.mark.parametrize("name", list(_models()))
@@ -171,7 +183,7 @@ def test_int8_model_compiled_equals_reference_and_stays_near_float(name: str) ->
     with rk.kernels.use("reference"):
         want = q.predict(x)
     assert np.array_equal(got, want)
-    assert np.abs(got - model.predict(x)).max() < 0.05
+    assert np.abs(got - model.predict(x)).max() < 0.05 * STEP
     # a sample's result does not depend on the rest of its batch
     assert np.array_equal(q.predict(x[2:3]), got[2:3])
 
@@ -190,7 +202,7 @@ def test_masks_and_lengths_follow_the_float_layer() -> None:
                 y = qlayer.forward(x, rk.Ctx(False).set_mask(**mask))
                 with rk.kernels.use("reference"):
                     assert np.array_equal(y, qlayer.forward(x, rk.Ctx(False).set_mask(**mask)))
-                assert np.abs(y - f).max() < 0.03
+                assert np.abs(y - f).max() < 0.03 * STEP
                 for b, n in enumerate(lengths):
                     if "lengths" in mask:
                         assert not y[b, n:].any()                    # zeros past the end
@@ -243,14 +255,16 @@ def test_initial_and_carried_states() -> None:
     layer.build(rk.Shape((None, None, 6)))
     out, h, c = qlayer.forward([x, h0, c0], rk.Ctx(False))
     fo, fh, fc = layer.forward([x, h0, c0], rk.Ctx(False))
-    assert np.abs(out - fo).max() < 0.03 and np.abs(c - fc).max() < 0.05
+    assert np.abs(out - fo).max() < 0.03 * STEP and np.abs(c - fc).max() < 0.05 * STEP
     # two halves with the state handed over = the whole sequence
     first = qlayer.forward([x[:, :4], h0, c0], rk.Ctx(False))
     second = qlayer.forward([x[:, 4:], first[1], first[2]], rk.Ctx(False))
     assert np.array_equal(second[0], out) and np.array_equal(second[2], c)
 
 
-def _torch_max_err(model: rk.Sequential, x: np.ndarray) -> float:
+def _torch_lstms(model: rk.Sequential) -> tuple[Any, Any]:
+    """(PyTorch float64 LSTM, PyTorch ``quantize_dynamic`` int8 LSTM) with the weights of the
+    model's first layer (an LSTM)."""
     torch = pytest.importorskip("torch")
     layer = model.layers[0]
     F, H = layer.input_dim, layer.units
@@ -265,19 +279,27 @@ def _torch_max_err(model: rk.Sequential, x: np.ndarray) -> float:
     with warnings.catch_warnings():   # torch.ao.quantization's deprecation notices
         warnings.simplefilter("ignore")
         qlstm = torch.ao.quantization.quantize_dynamic(holder, {torch.nn.LSTM}, dtype=torch.qint8)["rnn"]
-    with torch.no_grad():
-        xt = torch.from_numpy(x)
-        f32, i8 = lstm(xt)[0].numpy(), qlstm(xt)[0].numpy()
-    assert np.abs(f32 - model.predict(x)).max() < 1e-5      # the same float32 model
-    return float(np.abs(i8 - f32).max())
+    return lstm.double(), qlstm
 
 
-@pytest.mark.parametrize("B,T,F,H", [(4, 50, 32, 64), (8, 30, 64, 128)])
+@pytest.mark.parametrize("B,T,F,H", [(4, 50, 32, 64), (8, 30, 64, 128), (16, 40, 128, 256)])
 def test_error_no_worse_than_torch_quantize_dynamic(B: int, T: int, F: int, H: int) -> None:
+    """rnnkit's int8 LSTM and PyTorch's ``quantize_dynamic`` int8 LSTM, from the same float32
+    weights on the same input, both against the float64 LSTM: rnnkit's largest error is no
+    larger than PyTorch's (measured at these shapes: the AVX2 tile's 7-bit activations 0.019 /
+    0.025 / 0.032, 8-bit activations 0.014 / 0.016 / 0.020, PyTorch 0.026 / 0.035 / 0.046).
+    The float32 model is the float64 one to 1e-5 (float32 rounding over these sequences), so
+    the quantization errors, near 1e-2, are what is compared."""
+    torch = pytest.importorskip("torch")
     model = rk.Sequential([rk.LSTM(H, return_sequences=True, seed=15)]).build((None, T, F))
     x = np.random.default_rng(5).normal(size=(B, T, F)).astype(F32)
-    torch_err = _torch_max_err(model, x)
-    ours = float(np.abs(rk.quantize(model).predict(x) - model.predict(x)).max())
+    lstm64, qlstm = _torch_lstms(model)
+    with torch.no_grad():
+        exact = lstm64(torch.from_numpy(x).double())[0].numpy()
+        torch_i8 = qlstm(torch.from_numpy(x))[0].numpy()
+    assert np.abs(model.predict(x) - exact).max() < 1e-5      # the same model
+    torch_err = float(np.abs(torch_i8 - exact).max())
+    ours = float(np.abs(rk.quantize(model).predict(x) - exact).max())
     assert 0 < ours <= torch_err, (ours, torch_err)
 
 
@@ -302,4 +324,4 @@ def test_pytorch_bias_layout_adds_both_rows(kind: str) -> None:
         with rk.kernels.use(mode):
             got = rk.quantize(torch_model).predict(x)
             assert np.array_equal(got, rk.quantize(fused_model).predict(x)), mode
-            assert np.abs(got - torch_model.predict(x)).max() < 0.05
+            assert np.abs(got - torch_model.predict(x)).max() < 0.05 * STEP

@@ -236,6 +236,19 @@ def int8() -> ModuleType | None:
     return int8_loops
 
 
+def int8_levels() -> int:
+    """The largest quantized activation of the int8 arithmetic on this machine, in either mode:
+    the compiled loops' ``QMAX`` (127 where their products run the AVX2 tile, whose
+    ``vpmaddubsw`` pair sums are exact only below 128; 255 elsewhere), 255 without numba. The
+    NumPy reference (:mod:`rnnkit.quant._reference`) quantizes to the same levels, so the two
+    agree to the bit."""
+    if _load() is None:
+        return 255
+    import rnnkit.kernels._int8_gemm as int8_products  # needs numba, as the driver does
+
+    return int(int8_products.QMAX)
+
+
 #: the activation codes of the compiled steps (``rnnkit.kernels.ops.act`` and friends)
 ACTIVATION_CODES = {"tanh": 0, "sigmoid": 1, "relu": 2, "linear": 3, "hard_sigmoid": 4}
 #: the activations that have a code: a step that maps an option through ``ops.act`` implements these

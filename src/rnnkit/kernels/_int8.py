@@ -4,9 +4,10 @@ time loops built on them. :mod:`rnnkit.quant._reference` is the same arithmetic 
 The scheme (the names below are those of the reference):
 
 - weights ``w`` (N, K) int8 in [-127, 127], one float32 scale ``ws[n]`` per output row;
-- an activation row ``x`` (K,) float32 is quantized on its own (dynamic, asymmetric, uint8):
-  ``lo = min(x, 0)``, ``hi = max(x, 0)``, ``s = (hi - lo) / 255`` (1 when ``hi == lo``),
-  ``zp = clip(rint(-lo / s), 0, 255)``, ``q = clip(rint(x * (1 / s)) + zp, 0, 255)``;
+- an activation row ``x`` (K,) float32 is quantized on its own (dynamic, asymmetric, uint8
+  from 0 to ``L`` = :data:`QMAX`: 255, or 127 where the products run the AVX2 tile):
+  ``lo = min(x, 0)``, ``hi = max(x, 0)``, ``s = (hi - lo) / L`` (1 when ``hi == lo``),
+  ``zp = clip(rint(-lo / s), 0, L)``, ``q = clip(rint(x * (1 / s)) + zp, 0, L)``;
 - ``acc[n] = sum_k q[k] * w[n, k] - zp * colsum[n]`` in int32 (``colsum[n] = sum_k w[n, k]``,
   computed once), then ``y[n] = float32(acc[n]) * (s * ws[n])`` (+ bias, + the other product).
 
@@ -14,8 +15,8 @@ All float arithmetic is float32 without contraction or reassociation, so the Num
 rounds exactly as these loops do.
 
 Products (:mod:`rnnkit.kernels._int8_gemm`): ``vpdpbusd`` tiles on a CPU with AVX-512 VNNI,
-``vpmaddwd`` tiles on int16 activations with AVX2, a plain int32 loop elsewhere; the quantized
-rows are :data:`QDT` (uint8, or int16 for the AVX2 tiles), their values 0-255 either way.
+``vpmaddubsw`` + ``vpmaddwd`` tiles on 7-bit activations with AVX2, a plain int32 loop
+elsewhere; the quantized rows are :data:`QDT` (uint8).
 """
 
 from __future__ import annotations
@@ -26,11 +27,24 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-from rnnkit.kernels._int8_gemm import AVX2, KG, NB, OPTS8, QDT, VNNI, assembly, gemm, out_width, pack, padded
+from rnnkit.kernels._int8_gemm import (
+    AVX2,
+    KG,
+    NB,
+    OPTS8,
+    QDT,
+    QMAX,
+    VNNI,
+    assembly,
+    gemm,
+    out_width,
+    pack,
+    padded,
+)
 from rnnkit.kernels._jit import njit, row, tanh32
 
 _F32 = np.float32
-_HALF, _ZERO, _THREE, _SIX, _255 = _F32(0.5), _F32(0.0), _F32(3.0), _F32(6.0), _F32(255.0)
+_HALF, _ZERO, _THREE, _SIX, _QMAX = _F32(0.5), _F32(0.0), _F32(3.0), _F32(6.0), _F32(QMAX)
 
 
 def _bitcast(src: Any, dst: Any) -> Any:
@@ -69,16 +83,16 @@ def _range(x: Any) -> tuple[Any, Any]:
 
 @njit(**OPTS8)
 def quant_row(x: Any, q: Any) -> tuple[Any, Any]:
-    """Quantize the float32 row ``x`` into ``q`` (:data:`QDT`, len >= len(x); the tail set to 0):
-    returns (scale, zero point)."""
+    """Quantize the float32 row ``x`` into ``q`` (:data:`QDT`, len >= len(x); the tail set to 0)
+    with values 0 to :data:`QMAX`: returns (scale, zero point)."""
     lo, hi = _range(x)
-    s = (hi - lo) / _255
+    s = (hi - lo) / _QMAX
     if s == _ZERO:
         s = _F32(1.0)
-    zp = min(max(np.rint(-lo / s), _ZERO), _255)
+    zp = min(max(np.rint(-lo / s), _ZERO), _QMAX)
     inv = _F32(1.0) / s
     for k in range(x.shape[0]):
-        v = min(max(np.rint(x[k] * inv) + zp, _ZERO), _255)
+        v = min(max(np.rint(x[k] * inv) + zp, _ZERO), _QMAX)
         q[k] = np.uint8(np.int32(v))   # through int32: a float -> uint8 conversion stays scalar
     for k in range(x.shape[0], q.shape[0]):
         q[k] = 0
@@ -362,5 +376,5 @@ def walk_simple(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: An
             seq[t] = h
 
 
-__all__ = ["AVX2", "QDT", "VNNI", "act8", "assembly", "gemm", "pack", "padded", "project", "quant_row",
-           "quant_rows", "walk_gru", "walks_chunk", "walk_lstm", "walk_simple", "out_width"]
+__all__ = ["AVX2", "QDT", "QMAX", "VNNI", "act8", "assembly", "gemm", "pack", "padded", "project",
+           "quant_row", "quant_rows", "walk_gru", "walks_chunk", "walk_lstm", "walk_simple", "out_width"]

@@ -2,16 +2,17 @@
 
 - On a CPU with AVX-512 VNNI the weights are packed in 64-output blocks of 4-byte groups and a
   register-blocked tile (4 rows x 64 outputs, 16 accumulators) issues ``vpdpbusd`` (the
-  ``llvm.x86.avx512.vpdpbusd.512`` intrinsic) on uint8 activations.
-- With AVX2 (and no VNNI) the weights are widened to int16 and packed in 16-output blocks of
-  pairs, the activations are quantized into int16 rows (values 0-255), and a tile of 4 rows x
-  16 outputs (8 accumulators) issues ``vpmaddwd`` (``llvm.x86.avx2.pmadd.wd``: two int16
-  products summed into an int32, exact) and ``vpaddd``. (``vpmaddubsw`` would multiply the
-  bytes directly, but its int16 pair sums saturate at 255 * 127 * 2.)
-- Elsewhere the product is a plain int32 dot-product loop over uint8 activations.
+  ``llvm.x86.avx512.vpdpbusd.512`` intrinsic) on uint8 activations (0-255).
+- With AVX2 (and no VNNI) the weights are packed in 16-output blocks of 4-byte groups and a tile
+  of 4 rows x 16 outputs (8 accumulators) issues ``vpmaddubsw`` (``llvm.x86.avx2.pmadd.ub.sw``:
+  uint8 x int8 products, summed in pairs into int16), ``vpmaddwd`` by ones (the two int16 pair
+  sums of an int32 lane added, exact) and ``vpaddd``. ``vpmaddubsw`` saturates a pair sum at
+  32767: the activations of this path are quantized to 7 bits (0-127, :data:`QMAX`), so a pair
+  sum is at most 2 * 127 * 127 = 32258 and every product is exact.
+- Elsewhere the product is a plain int32 dot-product loop over uint8 activations (0-255).
 
-:data:`VNNI` and :data:`AVX2` say which; :data:`QDT` is the activations' dtype and :data:`NB`
-the outputs of a packed block; :func:`assembly` counts the instructions.
+:data:`VNNI` and :data:`AVX2` say which; :data:`QMAX` is the activations' largest quantized value
+and :data:`NB` the outputs of a packed block; :func:`assembly` counts the instructions.
 """
 
 from __future__ import annotations
@@ -54,12 +55,16 @@ def _target_features() -> str:
 
 #: whether the compile target has AVX-512 VNNI (``vpdpbusd`` on 512-bit registers)
 VNNI: bool = all(f"+{f}" in _target_features().split(",") for f in ("avx512vnni", "avx512bw", "avx512f"))
-#: whether the products run the AVX2 tile (``vpmaddwd`` on int16; a CPU with AVX2 but no VNNI)
+#: whether the products run the AVX2 tile (``vpmaddubsw`` on 7-bit activations; a CPU with AVX2
+#: but no VNNI)
 AVX2: bool = not VNNI and "+avx2" in _target_features().split(",")
 #: outputs per packed block, and the padding of the activations' rows (the packing of :func:`pack`)
 NB, KG = (64 if VNNI else 16), 4
-#: the dtype of quantized activation rows (their values are 0-255 in either)
-QDT: Any = np.int16 if AVX2 else np.uint8
+#: the dtype of quantized activation rows
+QDT: Any = np.uint8
+#: the largest quantized activation: 127 for the AVX2 tile (``vpmaddubsw``'s int16 pair sums stay
+#: exact), 255 elsewhere
+QMAX: int = 127 if AVX2 else 255
 
 
 def padded(k: int) -> int:
@@ -79,8 +84,9 @@ LAYOUT = "vnni" if VNNI else "avx2" if AVX2 else "plain"
 def pack(wq: np.ndarray, layout: str = LAYOUT) -> np.ndarray:
     """The (N, K) int8 weights in a product layout (this CPU's by default), zero-padded to (N',
     K'): "vnni" int8 blocked as [N'/64][K'/4][4][16][4] (output ``n = 64 b + 16 c + l``, input
-    ``k = 4 g + t``); "avx2" int16 blocked as [N'/16][K'/2][2][8][2] (``n = 16 b + 8 c + l``,
-    ``k = 2 g + t``); "plain" (N, K') int8."""
+    ``k = 4 g + t``); "avx2" int8 blocked as [N'/16][K'/4][16][4] (``n = 16 b + l``, ``k = 4 g +
+    t``; one dimension fewer: the compiled product tells the layouts apart by it); "plain" (N,
+    K') int8."""
     n, k = wq.shape
     nb = {"vnni": 64, "avx2": 16, "plain": 1}[layout]
     w = np.zeros(((n + nb - 1) // nb * nb, padded(k)), np.int8)
@@ -89,8 +95,7 @@ def pack(wq: np.ndarray, layout: str = LAYOUT) -> np.ndarray:
     if layout == "vnni":
         return np.ascontiguousarray(w.reshape(blocks, 4, 16, kp // KG, KG).transpose(0, 3, 1, 2, 4))
     if layout == "avx2":
-        w16 = w.astype(np.int16).reshape(blocks, 2, 8, kp // 2, 2)
-        return np.ascontiguousarray(w16.transpose(0, 3, 1, 2, 4))
+        return np.ascontiguousarray(w.reshape(blocks, 16, kp // KG, KG).transpose(0, 2, 1, 3))
     return w
 
 
@@ -102,12 +107,17 @@ def _vpdpbusd(builder: Any, acc: Any, x: Any, w: Any) -> Any:
     return builder.call(fn, [acc, x, w])
 
 
-def _vpmaddwd(builder: Any, acc: Any, x: Any, w: Any) -> Any:
-    """``acc + dot2(x, w)`` per int32 lane: 2 int16 x 2 int16 products (AVX2), then vpaddd."""
-    h16 = ir.VectorType(ir.IntType(16), 16)
-    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(acc.type, [h16, h16]),
+def _vpmaddubsw(builder: Any, acc: Any, x: Any, w: Any) -> Any:
+    """``acc + dot4(x, w)`` per int32 lane (AVX2): ``vpmaddubsw`` (4 uint8 x 4 int8 products,
+    summed in pairs into int16: exact for activations <= 127), ``vpmaddwd`` by ones (the two
+    pair sums into int32), ``vpaddd``."""
+    b32, h16 = ir.VectorType(ir.IntType(8), 32), ir.VectorType(ir.IntType(16), 16)
+    ubsw = cgutils.get_or_insert_function(builder.module, ir.FunctionType(h16, [b32, b32]),
+                                          "llvm.x86.avx2.pmadd.ub.sw")
+    wd = cgutils.get_or_insert_function(builder.module, ir.FunctionType(acc.type, [h16, h16]),
                                         "llvm.x86.avx2.pmadd.wd")
-    return builder.add(acc, builder.call(fn, [builder.bitcast(x, h16), builder.bitcast(w, h16)]))
+    pairs = builder.call(ubsw, [builder.bitcast(x, b32), builder.bitcast(w, b32)])
+    return builder.add(acc, builder.call(wd, [pairs, ir.Constant(h16, [1] * 16)]))
 
 
 def _tile(rows: int, lanes: int, vecs: int, mac: Any) -> Any:
@@ -157,29 +167,30 @@ def _tile(rows: int, lanes: int, vecs: int, mac: Any) -> Any:
 
 #: VNNI: 4 rows x 64 outputs (16 accumulators), a group = 4 inputs (4 x 64 B of weights)
 _tile1, _tile2, _tile3, _tile4 = (_tile(r, 16, 4, _vpdpbusd) for r in (1, 2, 3, 4))
-#: AVX2: 4 rows x 16 outputs (8 accumulators), a group = 2 int16 inputs (2 x 32 B of weights)
-_w1, _w2, _w3, _w4 = (_tile(r, 8, 2, _vpmaddwd) for r in (1, 2, 3, 4))
+#: AVX2: 4 rows x 16 outputs (8 accumulators), a group = 4 inputs (2 x 32 B of weights)
+_w1, _w2, _w3, _w4 = (_tile(r, 8, 2, _vpmaddubsw) for r in (1, 2, 3, 4))
 
 
-def _tiles(q: Any, rows: int, xa: int, xs: int, wa: int, groups: int, oa: int,
+def _tiles(wp: Any, rows: int, xa: int, xs: int, wa: int, groups: int, oa: int,
            ostr: int) -> None:  # pragma: no cover - replaced by the overload inside kernels
-    """The tile of ``rows`` (1-4) rows of ``q``'s kind: a compile-time stand-in (its arguments are
-    raw addresses), called only by compiled kernels."""
+    """The tile of ``rows`` (1-4) rows for the packing ``wp``: a compile-time stand-in (its
+    arguments are raw addresses), called only by compiled kernels."""
     raise TypeError("_tiles works on raw addresses inside compiled kernels; call gemm()")
 
 
 @overload(_tiles)
-def _tiles_ov(q: Any, rows: Any, xa: Any, xs: Any, wa: Any, groups: Any, oa: Any, ostr: Any) -> Any:
-    """The VNNI tiles for uint8 rows, the AVX2 tiles for int16 rows, chosen while typing (only
-    the chosen family is compiled: a CPU without AVX-512 cannot select ``vpdpbusd``)."""
-    if q.dtype == types.uint8:
+def _tiles_ov(wp: Any, rows: Any, xa: Any, xs: Any, wa: Any, groups: Any, oa: Any, ostr: Any) -> Any:
+    """The VNNI tiles for the 5-dimensional "vnni" packing, the AVX2 tiles for the 4-dimensional
+    "avx2" one, chosen while typing (only the chosen family is compiled: a CPU without AVX-512
+    cannot select ``vpdpbusd``)."""
+    if wp.ndim == 5:
         t1, t2, t3, t4 = _tile1, _tile2, _tile3, _tile4
-    elif q.dtype == types.int16:
+    elif wp.ndim == 4:
         t1, t2, t3, t4 = _w1, _w2, _w3, _w4
     else:
         return None
 
-    def impl(q: Any, rows: Any, xa: Any, xs: Any, wa: Any, groups: Any, oa: Any, ostr: Any) -> None:
+    def impl(wp: Any, rows: Any, xa: Any, xs: Any, wa: Any, groups: Any, oa: Any, ostr: Any) -> None:
         if rows == 4:
             t4(xa, xs, wa, groups, oa, ostr)
         elif rows == 3:
@@ -193,20 +204,20 @@ def _tiles_ov(q: Any, rows: Any, xa: Any, xs: Any, wa: Any, groups: Any, oa: Any
 
 @njit(**OPTS8)
 def _gemm_tiled(q: Any, wp: Any, out: Any) -> None:
-    """out (M, N') int32 = q (M, K') @ the packed weights^T, no zero-point correction: uint8
-    rows against the "vnni" packing, int16 rows against the "avx2" one (:func:`pack`), tiles of
-    4 rows x one block. The block's outputs and a group's bytes follow from the packing's shape
-    ([blocks][groups][vectors][lanes][inputs])."""
+    """out (M, N') int32 = q (M, K') uint8 @ the packed weights^T, no zero-point correction:
+    the "vnni" or the "avx2" packing (:func:`pack`; rows of at most 127 for "avx2"), tiles of 4
+    rows x one block. The block's outputs and a group's bytes follow from the packing's shape
+    ([blocks][groups][outputs...][inputs])."""
     M, kp = q.shape
     nb, groups = wp.shape[0], wp.shape[1]
-    width = wp.shape[2] * wp.shape[3]
-    gbytes = width * wp.shape[4] * wp.itemsize
-    xs, no = kp * q.itemsize, out.shape[1]
+    width = wp.shape[2] * wp.shape[3] if wp.ndim == 5 else wp.shape[2]
+    gbytes = width * KG
+    xs, no = kp, out.shape[1]
     qa, wa, oa = q.ctypes.data, wp.ctypes.data, out.ctypes.data
     for b in range(nb):
         wb = wa + b * groups * gbytes
         for m in range(0, M, 4):
-            _tiles(q, min(4, M - m), qa + m * xs, xs, wb, groups, oa + (m * no + b * width) * 4, no * 4)
+            _tiles(wp, min(4, M - m), qa + m * xs, xs, wb, groups, oa + (m * no + b * width) * 4, no * 4)
 
 
 @njit(**OPTS8)
@@ -236,5 +247,5 @@ def assembly() -> dict[str, int]:
     return {ins: len(re.findall(rf"\b{ins}\b", asm)) for ins in names}
 
 
-__all__ = ["AVX2", "KG", "LAYOUT", "NB", "OPTS8", "QDT", "VNNI", "assembly", "gemm", "out_width", "pack",
-           "padded"]
+__all__ = ["AVX2", "KG", "LAYOUT", "NB", "OPTS8", "QDT", "QMAX", "VNNI", "assembly", "gemm", "out_width",
+           "pack", "padded"]

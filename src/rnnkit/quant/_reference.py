@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from rnnkit import kernels
+
 F32 = np.float32
 _A = (4.89352455891786e-03, 6.37261928875436e-04, 1.48572235717979e-05, 5.12229709037114e-08,
       -8.60467152213735e-11, 2.00018790482477e-13, -2.76076847742355e-16)
@@ -33,18 +35,21 @@ def quantize_weight(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q, s
 
 
-def quant_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def quant_rows(x: np.ndarray, levels: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each row of ``x`` (M, K) float32 -> (q (M, K) uint8, scale (M,) float32, zero point (M,)
-    int32): ``lo = min(x, 0)``, ``hi = max(x, 0)``, ``s = (hi - lo) / 255`` (1 when 0),
-    ``zp = clip(rint(-lo / s), 0, 255)``, ``q = clip(rint(x * (1 / s)) + zp, 0, 255)``."""
+    int32), ``L = levels`` (by default this machine's, :func:`rnnkit.kernels.int8_levels`: 255,
+    or 127 where the compiled products run the AVX2 tile): ``lo = min(x, 0)``, ``hi = max(x,
+    0)``, ``s = (hi - lo) / L`` (1 when 0), ``zp = clip(rint(-lo / s), 0, L)``,
+    ``q = clip(rint(x * (1 / s)) + zp, 0, L)``."""
+    top = F32(kernels.int8_levels() if levels is None else levels)
     x = np.asarray(x, F32)
     lo = np.minimum(x.min(axis=1), F32(0.0))
     hi = np.maximum(x.max(axis=1), F32(0.0))
-    s = ((hi - lo) / F32(255.0)).astype(F32)
+    s = ((hi - lo) / top).astype(F32)
     s[s == 0] = F32(1.0)
-    zp = np.clip(np.rint(-lo / s), F32(0.0), F32(255.0)).astype(F32)
+    zp = np.clip(np.rint(-lo / s), F32(0.0), top).astype(F32)
     inv = (F32(1.0) / s).astype(F32)
-    q = np.clip(np.rint(x * inv[:, None]) + zp[:, None], F32(0.0), F32(255.0)).astype(np.uint8)
+    q = np.clip(np.rint(x * inv[:, None]) + zp[:, None], F32(0.0), top).astype(np.uint8)
     return q, s, zp.astype(np.int32)
 
 
