@@ -166,6 +166,7 @@ from rnnkit.quant import quantize
 from rnnkit.recurrent import (
     GRU,
     LSTM,
+    RNN,
     Cell,
     GRUCell,
     GRUResetAfterCell,
@@ -193,6 +194,7 @@ __all__ = [
     "GRU", "LSTM", "GRUState", "LSTMState", "RecurrentLayer", "SimpleRNN", "SimpleRNNState",
     "Cell", "Param", "StepBack", "GRUCell", "GRUResetAfterCell", "LSTMCell", "SimpleRNNCell",
     "register_cell",
+    "RNN",  # Keras' RNN over one cell (issue 39's block)
     "rnn", "kernels",
     "FileFormatError",
     "optimizers", "SGD", "Adam", "AdamW", "Optimizer", "RMSprop",

@@ -24,7 +24,7 @@ from rnnkit.layers._pooling import (
 )
 from rnnkit.layers._registry import layer_from_config, layer_to_config, register_layer
 from rnnkit.layers._reshape import RepeatVector, Reverse
-from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
+from rnnkit.recurrent import GRU, LSTM, RNN, RecurrentLayer, SimpleRNN
 
 for _cls in (Dense, ActivationLayer, Embedding, RepeatVector, Reverse, Concatenate, Dropout, Masking, Add,
              Multiply, Average, Bidirectional, SimpleRNN, LSTM, GRU, RecurrentLayer, LayerNormalization,
@@ -32,6 +32,8 @@ for _cls in (Dense, ActivationLayer, Embedding, RepeatVector, Reverse, Concatena
              ZeroPadding1D, Cropping1D, UpSampling1D, BatchNormalization, Attention, AdditiveAttention,
              MultiHeadAttention):
     register_layer(_cls)
+# Keras' RNN over one cell (issue 39's block)
+register_layer(RNN)
 
 __all__ = [
     "ActivationLayer", "Add", "AdditiveAttention", "Attention", "Average", "Bidirectional", "Concatenate",
