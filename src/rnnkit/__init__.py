@@ -120,6 +120,7 @@ from rnnkit.layers import (  # the non-recurrent layers; ActivationLayer: Activa
     Embedding,
     GlobalAveragePooling1D,
     GlobalMaxPooling1D,
+    GroupNormalization,
     LayerNormalization,
     Masking,
     MaxPooling1D,
@@ -194,7 +195,7 @@ __all__ = [
     "GRU", "LSTM", "GRUState", "LSTMState", "RecurrentLayer", "SimpleRNN", "SimpleRNNState",
     "Cell", "Param", "StepBack", "GRUCell", "GRUResetAfterCell", "LSTMCell", "SimpleRNNCell",
     "register_cell",
-    "RNN",  # Keras' RNN over one cell (issue 39's block)
+    "RNN", "GroupNormalization",  # issue 39's block
     "rnn", "kernels",
     "FileFormatError",
     "optimizers", "SGD", "Adam", "AdamW", "Optimizer", "RMSprop",

@@ -9,6 +9,7 @@ from rnnkit.layers._conv import Conv1D
 from rnnkit.layers._dense import ActivationLayer, Dense
 from rnnkit.layers._dropout import Dropout
 from rnnkit.layers._embedding import Embedding
+from rnnkit.layers._group_norm import GroupNormalization
 from rnnkit.layers._masking import Masking
 from rnnkit.layers._merge import Add, Average, Concatenate, MergeLayer, Multiply
 from rnnkit.layers._mha import MultiHeadAttention
@@ -32,10 +33,12 @@ for _cls in (Dense, ActivationLayer, Embedding, RepeatVector, Reverse, Concatena
              ZeroPadding1D, Cropping1D, UpSampling1D, BatchNormalization, Attention, AdditiveAttention,
              MultiHeadAttention):
     register_layer(_cls)
-# Keras' RNN over one cell (issue 39's block)
+# Keras' RNN over one cell, GroupNormalization (issue 39's block)
 register_layer(RNN)
+register_layer(GroupNormalization)
 
 __all__ = [
+    "GroupNormalization",  # issue 39
     "ActivationLayer", "Add", "AdditiveAttention", "Attention", "Average", "Bidirectional", "Concatenate",
     "Dense", "Dropout", "Embedding", "LayerNormalization", "Conv1D", "MaxPooling1D", "AveragePooling1D",
     "GlobalAveragePooling1D", "GlobalMaxPooling1D", "ZeroPadding1D", "Cropping1D", "UpSampling1D",
