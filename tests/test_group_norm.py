@@ -92,3 +92,31 @@ def test_refusals() -> None:
     layer.build((None, T, C))
     with pytest.raises(rk.InvalidInputError, match="expected an input like"):
         layer.predict(np.ones((2, T, 4), np.float32))
+
+
+def test_keras_files_both_ways(tmp_path: Any) -> None:
+    """A ``.keras`` file Keras 3.15.1 writes loads here with equal outputs, and the file
+    rnnkit writes loads in Keras with equal outputs (float32: 1e-5 as above)."""
+    keras = keras_or_skip()
+    x = (np.random.default_rng(6).standard_normal((B, T, C)) * 2).astype(np.float32)
+    theirs = keras.Sequential([keras.Input((T, C)), keras.layers.GroupNormalization(3, epsilon=1e-4),
+                               keras.layers.Dense(2)])
+    rng = np.random.default_rng(7)
+    for w in theirs.weights:
+        w.assign(rng.uniform(0.5, 1.5, tuple(w.shape)).astype("float32"))
+    theirs.save(tmp_path / "k.keras")
+    ours = rk.load_keras(tmp_path / "k.keras")
+    want = np.asarray(theirs.predict(x, verbose=0))
+    np.testing.assert_allclose(ours.predict(x), want, rtol=0, atol=1e-5)
+    rk.io.save_keras(ours, tmp_path / "r.keras")
+    back = keras.saving.load_model(tmp_path / "r.keras")
+    np.testing.assert_allclose(np.asarray(back.predict(x, verbose=0)), want, rtol=0, atol=1e-5)
+
+
+def test_onnx_export_is_refused_typed(tmp_path: Any) -> None:
+    """No ONNX mapping is written for GroupNormalization: the export raises a typed error
+    naming the layer rather than writing a wrong graph."""
+    pytest.importorskip("onnx")
+    model = rk.Sequential([rk.GroupNormalization(2)], input_shape=(None, T, C))
+    with pytest.raises(rk.Error, match="GroupNormalization"):
+        rk.io.save_onnx(model, tmp_path / "m.onnx")

@@ -186,6 +186,7 @@ KERAS_LAYERS: dict[str, Any] = {
     "UpSampling1D": _weightless("UpSampling1D", size="size"),
     "Attention": _attention, "AdditiveAttention": _attention, "MultiHeadAttention": _multi_head,
     "Add": _weightless("Add"), "Multiply": _weightless("Multiply"), "Average": _weightless("Average"),
+    "GroupNormalization": _declared("GroupNormalization", "groups", "axis", "epsilon", "center", "scale"),
     "RNNNet": _refuse("an RNNNet is a PyTorch-layout stack with no Keras layer; write it with "
                       "save_torch_safetensors, or export a Sequential of SimpleRNN/LSTM/GRU layers"),
     "Reverse": _refuse("Keras has no layer reversing an axis (only a Bidirectional's backward branch, "

@@ -42,6 +42,7 @@ from rnnkit.layers import (
     Embedding,
     GlobalAveragePooling1D,
     GlobalMaxPooling1D,
+    GroupNormalization,
     LayerNormalization,
     Masking,
     MaxPooling1D,
@@ -60,7 +61,7 @@ SUPPORTED = ("InputLayer", "SimpleRNN", "LSTM", "GRU", "Bidirectional", "Dense",
              "Add", "Multiply", "Average", "LayerNormalization", "Conv1D", "MaxPooling1D",
              "AveragePooling1D", "GlobalAveragePooling1D", "GlobalMaxPooling1D", "ZeroPadding1D",
              "Cropping1D", "UpSampling1D", "BatchNormalization", "Attention", "AdditiveAttention",
-             "MultiHeadAttention")
+             "MultiHeadAttention", "GroupNormalization")
 POOLS = {"MaxPooling1D": MaxPooling1D, "AveragePooling1D": AveragePooling1D}
 GLOBAL_POOLS = {"GlobalAveragePooling1D": GlobalAveragePooling1D, "GlobalMaxPooling1D": GlobalMaxPooling1D}
 MERGES = {"Add": Add, "Multiply": Multiply, "Average": Average}
@@ -293,6 +294,12 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
                                  float(cfg.get("epsilon", 1e-3)), _flag(cfg, "center", True, name),
                                  _flag(cfg, "scale", True, name), dtype=dtype, name=name)
         return Mapped(name, class_name, out, [(out, "vars")])
+    if class_name == "GroupNormalization":
+        _norm_train_options(cfg, name)
+        gn = GroupNormalization(int(cfg.get("groups", 32)), int(cfg.get("axis", -1)),
+                                float(cfg.get("epsilon", 1e-3)), _flag(cfg, "center", True, name),
+                                _flag(cfg, "scale", True, name), dtype=dtype, name=name)
+        return Mapped(name, class_name, gn, [(gn, "vars")])
     if class_name in ("Conv1D", *POOLS, *GLOBAL_POOLS, "ZeroPadding1D"):
         fmt = cfg.get("data_format", "channels_last")
         _refuse_if(fmt not in ("channels_last", None), name, "data_format",

@@ -24,7 +24,8 @@ class GroupNormalization(Layer):
         mean, var = mean(v), mean((v - mean)^2)   v: one sample's values of one group
         y = (x - mean) / sqrt(var + epsilon) * gamma[c] + beta[c]
 
-    ``groups`` >= 1 dividing ``C`` (``-1``: one group per channel, as Keras; the build sets it to ``C``); ``axis`` an int
+    ``groups`` >= 1 dividing ``C`` (``-1``: one group per channel, as
+    Keras; the build sets it to ``C``); ``axis`` an int
     (not the batch axis 0; negative counts from the end); the variance is the biased one, as
     Keras computes it; ``epsilon`` > 0. ``groups=1`` over (B, T, C) normalizes each sample over
     all its values; ``groups=C`` each channel over the time axis.
