@@ -180,3 +180,37 @@ def test_a_layer_refusing_masks_names_itself_at_the_first_call(make: Any) -> Non
     x[0, 4:] = 0.0
     with pytest.raises(rk.InvalidInputError, match=f"{type(layer).__name__}.*cannot take a masked input"):
         model.predict(x)
+
+
+@pytest.mark.parametrize("cell", ["LSTMCell", "GRUCell", "SimpleRNNCell"])
+def test_a_keras_file_with_rnn_over_a_cell_loads(cell: str, tmp_path: Any) -> None:
+    """A ``.keras`` file Keras 3.15.1 writes with ``RNN(<cell>(H), return_sequences=True)``:
+    loaded as an ``rk.RNN`` over that cell, outputs equal (float32 over T steps: 1e-6
+    absolute on O(1) outputs), and the gradients of the loaded layer equal PyTorch autograd
+    through Keras' torch backend (1e-5 relative)."""
+    keras = keras_or_skip()
+    torch = pytest.importorskip("torch")
+    theirs = keras.Sequential([keras.Input((T, F)), keras.layers.RNN(getattr(keras.layers, cell)(H),
+                                                                      return_sequences=True)])
+    rng = np.random.default_rng(8)
+    for w in theirs.weights:
+        w.assign(rng.normal(0.0, 0.4, tuple(w.shape)).astype("float32"))
+    theirs.save(tmp_path / "m.keras")
+    ours = rk.load_keras(tmp_path / "m.keras")
+    layer = ours.layers[0]
+    assert type(layer) is rk.RNN and type(layer.cell).__name__.startswith(cell[:-4])
+    x = np.random.default_rng(9).standard_normal((B, T, F)).astype(np.float32)
+    tx = torch.tensor(x, requires_grad=True)
+    ty = theirs(tx)
+    np.testing.assert_allclose(ours.predict(x), ty.detach().numpy(), rtol=0, atol=1e-6)
+    g = np.random.default_rng(10).standard_normal(ty.shape).astype(np.float32)
+    (ty * torch.tensor(g)).sum().backward()
+    ctx = rk.Ctx.training(seed=0)
+    layer.forward(x, ctx)
+    dx = layer.backward(g, ctx)
+    err = np.abs(dx - tx.grad.numpy()).max() / np.abs(tx.grad.numpy()).max()
+    assert err <= 1e-5, err
+    for w, n in zip(theirs.layers[0].weights, layer.weight_names, strict=True):
+        want = w.value.grad.numpy()
+        got = ctx.grad(layer, n).reshape(want.shape)
+        assert np.abs(got - want).max() / np.abs(want).max() <= 1e-5, n

@@ -52,7 +52,7 @@ from rnnkit.layers import (
     UpSampling1D,
     ZeroPadding1D,
 )
-from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
+from rnnkit.recurrent import GRU, LSTM, RNN, RecurrentLayer, SimpleRNN
 from rnnkit.recurrent._weights import keras_bias
 
 RECURRENT = {"SimpleRNN": SimpleRNN, "LSTM": LSTM, "GRU": GRU}
@@ -61,7 +61,7 @@ SUPPORTED = ("InputLayer", "SimpleRNN", "LSTM", "GRU", "Bidirectional", "Dense",
              "Add", "Multiply", "Average", "LayerNormalization", "Conv1D", "MaxPooling1D",
              "AveragePooling1D", "GlobalAveragePooling1D", "GlobalMaxPooling1D", "ZeroPadding1D",
              "Cropping1D", "UpSampling1D", "BatchNormalization", "Attention", "AdditiveAttention",
-             "MultiHeadAttention", "GroupNormalization")
+             "MultiHeadAttention", "GroupNormalization", "RNN")
 POOLS = {"MaxPooling1D": MaxPooling1D, "AveragePooling1D": AveragePooling1D}
 GLOBAL_POOLS = {"GlobalAveragePooling1D": GlobalAveragePooling1D, "GlobalMaxPooling1D": GlobalMaxPooling1D}
 MERGES = {"Add": Add, "Multiply": Multiply, "Average": Average}
@@ -245,6 +245,21 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
     if class_name in RECURRENT:
         rec = _recurrent(class_name, cfg, name)
         return Mapped(name, class_name, rec, [(rec, "cell/vars")])
+    if class_name == "RNN":   # Keras' RNN over one built-in cell: its weights sit where the layer's do
+        cell_cfg = cfg.get("cell")
+        sub = cell_cfg.get("class_name") if isinstance(cell_cfg, dict) else None
+        if sub not in ("SimpleRNNCell", "LSTMCell", "GRUCell"):
+            raise UnsupportedFeatureError(name, "cell", f"RNN over {sub!r}; supported: one SimpleRNNCell, "
+                                          f"LSTMCell or GRUCell (stack one RNN per cell for StackedRNNCells)")
+        assert isinstance(cell_cfg, dict)
+        walk = {k: cfg[k] for k in ("return_sequences", "go_backwards", "return_state", "stateful", "dtype")
+                if k in cfg}
+        inner = _recurrent(str(sub)[:-4], {**cell_cfg.get("config", {}), **walk}, name)
+        rnn = RNN(inner.cell, inner.return_sequences, inner.return_state, inner.go_backwards, inner.stateful,
+                  _flag(cfg, "unroll", False, name), _flag(cfg, "zero_output_for_mask", False, name),
+                  dropout=inner.dropout, recurrent_dropout=inner.recurrent_dropout, dtype=inner.dtype,
+                  name=name)
+        return Mapped(name, class_name, rnn, [(rnn, "cell/vars")])
     if class_name == "Bidirectional":
         return _bidirectional(cfg, name)
     if class_name == "TimeDistributed":  # rnnkit's Dense, Dropout, Activation already act per step
