@@ -254,11 +254,10 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
         assert isinstance(cell_cfg, dict)
         walk = {k: cfg[k] for k in ("return_sequences", "go_backwards", "return_state", "stateful", "dtype")
                 if k in cfg}
-        inner = _recurrent(str(sub)[:-4], {**cell_cfg.get("config", {}), **walk}, name)
-        rnn = RNN(inner.cell, inner.return_sequences, inner.return_state, inner.go_backwards, inner.stateful,
+        kl = _recurrent(str(sub)[:-4], {**cell_cfg.get("config", {}), **walk}, name)   # the kind's layer
+        rnn = RNN(kl.cell, kl.return_sequences, kl.return_state, kl.go_backwards, kl.stateful,
                   _flag(cfg, "unroll", False, name), _flag(cfg, "zero_output_for_mask", False, name),
-                  dropout=inner.dropout, recurrent_dropout=inner.recurrent_dropout, dtype=inner.dtype,
-                  name=name)
+                  dropout=kl.dropout, recurrent_dropout=kl.recurrent_dropout, dtype=kl.dtype, name=name)
         return Mapped(name, class_name, rnn, [(rnn, "cell/vars")])
     if class_name == "Bidirectional":
         return _bidirectional(cfg, name)
