@@ -128,14 +128,6 @@ def test_other_target_mismatches_are_still_refused() -> None:
 
 
 # -- summary before build --------------------------------------------------------------------------
-def test_summary_before_build_says_how_to_build() -> None:
-    with pytest.raises(rk.NotBuiltError) as e:
-        rk.Sequential([rk.LSTM(4), rk.Dense(1)]).summary()
-    msg = str(e.value)
-    assert "build(input_shape) or fit first, or give input_shape= to the first layer" in msg
-    assert "forward_mut" not in msg
-
-
 # -- dtype ---------------------------------------------------------------------------------------
 def test_sequential_dtype_makes_every_layer_compute_in_it() -> None:
     x = RNG.normal(size=(4, 6, 3))

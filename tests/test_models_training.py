@@ -238,8 +238,7 @@ def test_predict_in_batches_and_from_threads() -> None:
 def test_lazy_build_and_input_errors() -> None:
     model = Sequential([rk.LSTM(3, seed=1), Dense(1, seed=2)])
     assert not model.built
-    with pytest.raises(rk.NotBuiltError):
-        model.summary()
+    assert "0 (unbuilt)" in model.summary(print_fn=None)   # Keras 3's unbuilt summary
     y = model.predict(np.zeros((2, 5, 4), np.float32))
     assert model.built and y.shape == (2, 1)
     nested = np.arange(20.0).reshape(1, 5, 4) / 20

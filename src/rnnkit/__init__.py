@@ -117,6 +117,7 @@ from rnnkit.layers import (  # the non-recurrent layers; ActivationLayer: Activa
     GaussianNoise,
     GlobalAveragePooling1D,
     GlobalMaxPooling1D,
+    GroupNormalization,
     Lambda,
     LayerNormalization,
     Masking,
@@ -171,6 +172,7 @@ from rnnkit.quant import quantize
 from rnnkit.recurrent import (
     GRU,
     LSTM,
+    RNN,
     Cell,
     GRUCell,
     GRUResetAfterCell,
@@ -198,6 +200,7 @@ __all__ = [
     "GRU", "LSTM", "GRUState", "LSTMState", "RecurrentLayer", "SimpleRNN", "SimpleRNNState",
     "Cell", "Param", "StepBack", "GRUCell", "GRUResetAfterCell", "LSTMCell", "SimpleRNNCell",
     "register_cell",
+    "RNN", "GroupNormalization",  # issue 39's block
     "rnn", "kernels",
     "FileFormatError",
     "optimizers", "SGD", "Adam", "AdamW", "Optimizer", "RMSprop",

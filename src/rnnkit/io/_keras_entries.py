@@ -214,6 +214,7 @@ KERAS_LAYERS: dict[str, Any] = {
     "TimeDistributed": _time_distributed,
     "Lambda": _refuse("a Lambda layer is Python code; rnnkit writes no code to a file (Keras itself loads a "
                       "Lambda only with safe_mode=False): rebuild it in code after loading"),
+    "GroupNormalization": _declared("GroupNormalization", "groups", "axis", "epsilon", "center", "scale"),
     "RNNNet": _refuse("an RNNNet is a PyTorch-layout stack with no Keras layer; write it with "
                       "save_torch_safetensors, or export a Sequential of SimpleRNN/LSTM/GRU layers"),
     "Reverse": _refuse("Keras has no layer reversing an axis (only a Bidirectional's backward branch, "

@@ -45,6 +45,7 @@ from rnnkit.layers import (
     GaussianNoise,
     GlobalAveragePooling1D,
     GlobalMaxPooling1D,
+    GroupNormalization,
     LayerNormalization,
     Masking,
     Maximum,
@@ -61,7 +62,7 @@ from rnnkit.layers import (
     UpSampling1D,
     ZeroPadding1D,
 )
-from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
+from rnnkit.recurrent import GRU, LSTM, RNN, RecurrentLayer, SimpleRNN
 from rnnkit.recurrent._weights import keras_bias
 
 RECURRENT = {"SimpleRNN": SimpleRNN, "LSTM": LSTM, "GRU": GRU}
@@ -71,7 +72,7 @@ SUPPORTED = ("InputLayer", "SimpleRNN", "LSTM", "GRU", "Bidirectional", "Dense",
              "AveragePooling1D", "GlobalAveragePooling1D", "GlobalMaxPooling1D", "ZeroPadding1D",
              "Cropping1D", "UpSampling1D", "BatchNormalization", "Attention", "AdditiveAttention",
              "MultiHeadAttention", "Flatten", "Reshape", "Permute", "SpatialDropout1D", "GaussianNoise",
-             "Subtract", "Maximum", "Minimum", "Dot")
+             "Subtract", "Maximum", "Minimum", "Dot", "GroupNormalization", "RNN")
 POOLS = {"MaxPooling1D": MaxPooling1D, "AveragePooling1D": AveragePooling1D}
 GLOBAL_POOLS = {"GlobalAveragePooling1D": GlobalAveragePooling1D, "GlobalMaxPooling1D": GlobalMaxPooling1D}
 MERGES = {"Add": Add, "Multiply": Multiply, "Average": Average, "Subtract": Subtract, "Maximum": Maximum,
@@ -260,6 +261,20 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
     if class_name in RECURRENT:
         rec = _recurrent(class_name, cfg, name)
         return Mapped(name, class_name, rec, [(rec, "cell/vars")])
+    if class_name == "RNN":   # Keras' RNN over one built-in cell: its weights sit where the layer's do
+        cell_cfg = cfg.get("cell")
+        sub = cell_cfg.get("class_name") if isinstance(cell_cfg, dict) else None
+        if sub not in ("SimpleRNNCell", "LSTMCell", "GRUCell"):
+            raise UnsupportedFeatureError(name, "cell", f"RNN over {sub!r}; supported: one SimpleRNNCell, "
+                                          f"LSTMCell or GRUCell (stack one RNN per cell for StackedRNNCells)")
+        assert isinstance(cell_cfg, dict)
+        walk = {k: cfg[k] for k in ("return_sequences", "go_backwards", "return_state", "stateful", "dtype")
+                if k in cfg}
+        kl = _recurrent(str(sub)[:-4], {**cell_cfg.get("config", {}), **walk}, name)   # the kind's layer
+        rnn = RNN(kl.cell, kl.return_sequences, kl.return_state, kl.go_backwards, kl.stateful,
+                  _flag(cfg, "unroll", False, name), _flag(cfg, "zero_output_for_mask", False, name),
+                  dropout=kl.dropout, recurrent_dropout=kl.recurrent_dropout, dtype=kl.dtype, name=name)
+        return Mapped(name, class_name, rnn, [(rnn, "cell/vars")])
     if class_name == "Bidirectional":
         return _bidirectional(cfg, name)
     if class_name == "TimeDistributed":
@@ -312,6 +327,12 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
                                  float(cfg.get("epsilon", 1e-3)), _flag(cfg, "center", True, name),
                                  _flag(cfg, "scale", True, name), dtype=dtype, name=name)
         return Mapped(name, class_name, out, [(out, "vars")])
+    if class_name == "GroupNormalization":
+        _norm_train_options(cfg, name)
+        gn = GroupNormalization(int(cfg.get("groups", 32)), int(cfg.get("axis", -1)),
+                                float(cfg.get("epsilon", 1e-3)), _flag(cfg, "center", True, name),
+                                _flag(cfg, "scale", True, name), dtype=dtype, name=name)
+        return Mapped(name, class_name, gn, [(gn, "vars")])
     if class_name in ("Conv1D", *POOLS, *GLOBAL_POOLS, "ZeroPadding1D"):
         fmt = cfg.get("data_format", "channels_last")
         _refuse_if(fmt not in ("channels_last", None), name, "data_format",

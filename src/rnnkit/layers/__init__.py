@@ -11,6 +11,7 @@ from rnnkit.layers._conv import Conv1D
 from rnnkit.layers._dense import ActivationLayer, Dense
 from rnnkit.layers._dropout import Dropout
 from rnnkit.layers._embedding import Embedding
+from rnnkit.layers._group_norm import GroupNormalization
 from rnnkit.layers._masking import Masking
 from rnnkit.layers._merge import Add, Average, Concatenate, MergeLayer, Multiply
 from rnnkit.layers._mha import MultiHeadAttention
@@ -26,7 +27,7 @@ from rnnkit.layers._pooling import (
 )
 from rnnkit.layers._registry import layer_from_config, layer_to_config, register_layer
 from rnnkit.layers._reshape import RepeatVector, Reverse
-from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
+from rnnkit.recurrent import GRU, LSTM, RNN, RecurrentLayer, SimpleRNN
 
 # the shape layers and wrappers (Keras 3's)
 from rnnkit.layers._merge import Dot, Maximum, Minimum, Subtract  # isort: skip
@@ -43,8 +44,12 @@ for _cls in (Dense, ActivationLayer, Embedding, RepeatVector, Reverse, Concatena
 for _shaping in (Flatten, Reshape, Permute, SpatialDropout1D, GaussianNoise, Subtract, Maximum, Minimum, Dot,
                  TimeDistributed, Lambda):
     register_layer(_shaping)
+# Keras' RNN over one cell, GroupNormalization (issue 39's block)
+register_layer(RNN)
+register_layer(GroupNormalization)
 
 __all__ = [
+    "GroupNormalization",  # issue 39
     "ActivationLayer", "Add", "AdditiveAttention", "Attention", "Average", "Bidirectional", "Concatenate",
     "Dense", "Dropout", "Embedding", "LayerNormalization", "Conv1D", "MaxPooling1D", "AveragePooling1D",
     "GlobalAveragePooling1D", "GlobalMaxPooling1D", "ZeroPadding1D", "Cropping1D", "UpSampling1D",

@@ -177,6 +177,10 @@ class Bidirectional(Layer):
         for _, sub in self._parts:
             sub.reset_state()
 
+    def reset_states(self) -> None:
+        """Keras' spelling of :meth:`reset_state`."""
+        self.reset_state()
+
     # -- passes ---------------------------------------------------------------------------------
     def _align(self, y: np.ndarray, mask: Mask | None) -> np.ndarray:
         """The backward branch's sequence in input order (an involution)."""

@@ -368,11 +368,44 @@ class Model(FitAliases, WeightsAPI):
         if shown:
             n = None if is_batch_source(x) else len(as_list(x, self.n_inputs, "input")[0])
             report(shown, f"{self.name}.evaluate", n, logs)
-        if return_dict:
-            return logs
-        vals = list(logs.values())
-        return vals[0] if len(vals) == 1 else vals
+        return _flat_logs(logs, return_dict)
+
+    # -- one batch (Keras' *_on_batch) ---------------------------------------------------------
+    def train_on_batch(self, x: Data, y: Data = None, sample_weight: Any = None,
+                       class_weight: dict[int, float] | None = None,
+                       return_dict: bool = False) -> float | list[float] | dict[str, float]:
+        """One optimizer step on the whole of ``x`` / ``y`` (one batch, however many samples):
+        the step :meth:`fit` takes, with its checks, masks of ``Masking`` / ``Embedding`` layers,
+        ``sample_weight`` / ``class_weight`` (Keras' rules), penalties and constraints; no
+        callback runs and no history is kept. Returns what Keras' ``train_on_batch`` returns:
+        the loss (penalties included) computed in the step's pass, BEFORE the update, alone
+        when the model has no metrics, else ``[loss, *metrics]``, or a dict with
+        ``return_dict=True``."""
+        check_bool(return_dict, "return_dict", f"{self.name}.train_on_batch")
+        logs = _training.train_on_batch(self, x, y, sample_weight=sample_weight, class_weight=class_weight)
+        return _flat_logs(logs, return_dict)
+
+    def test_on_batch(self, x: Data, y: Data = None, sample_weight: Any = None,
+                      return_dict: bool = False) -> float | list[float] | dict[str, float]:
+        """The loss (penalties included) and metrics on ``x`` / ``y`` in one inference pass
+        over the whole batch (Keras' ``test_on_batch``): :meth:`evaluate` without
+        ``batch_size``; the same return forms as :meth:`train_on_batch`."""
+        return self.evaluate(x, y, None, return_dict, sample_weight=sample_weight)
+
+    def predict_on_batch(self, x: Data) -> Data:
+        """The outputs for ``x`` in one inference pass over the whole batch (Keras'
+        ``predict_on_batch``): :meth:`predict` without ``batch_size``."""
+        return self.predict(x)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, built={self.built})"
 
+
+
+def _flat_logs(logs: dict[str, float], as_dict: bool) -> float | list[float] | dict[str, float]:
+    """Keras' return of ``evaluate`` / ``*_on_batch``: the dict, else the loss alone when it is
+    the only value, else the list of the values in log order."""
+    if as_dict:
+        return logs
+    vals = list(logs.values())
+    return vals[0] if len(vals) == 1 else vals

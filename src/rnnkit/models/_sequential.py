@@ -19,7 +19,7 @@ from rnnkit.models._base import Model, check_finite
 from rnnkit.models._inference import chain_plan
 from rnnkit.models._keras_shape import with_batch_axis
 from rnnkit.models._node import Node
-from rnnkit.models._summary import shape_text
+from rnnkit.models._summary import param_text, shape_text
 
 
 def check_weight_grads(layer: Layer, ctx: Ctx, where: str) -> None:
@@ -264,8 +264,12 @@ class Sequential(Model):
         return {f"{i}.{n}": (layer, n) for i, layer in enumerate(self.layers) for n in layer.weight_names}
 
     def _summary_rows(self) -> tuple[list[str], list[list[str]]]:
-        rows = [[layer_label(str(i), layer), shape_text(s), f"{layer.param_count():,}"]
-                for i, (layer, s) in enumerate(zip(self.layers, self._out_shapes, strict=True))]
+        if not self.built:   # Keras 3: "?" shapes, "0 (unbuilt)" counts
+            rows = [[layer_label(str(i), layer), "?", param_text(layer)]
+                    for i, layer in enumerate(self.layers)]
+        else:
+            rows = [[layer_label(str(i), layer), shape_text(s), f"{layer.param_count():,}"]
+                    for i, (layer, s) in enumerate(zip(self.layers, self._out_shapes, strict=True))]
         return ["Layer (type)", "Output Shape", "Param #"], rows
 
     def get_config(self) -> dict[str, Any]:

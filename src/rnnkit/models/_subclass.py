@@ -83,7 +83,7 @@ from rnnkit.models._checks import Data, as_list, first_non_finite, unlist
 from rnnkit.models._fit_batches import is_batch_source
 from rnnkit.models._habits import check_verbose, report
 from rnnkit.models._sequential import layer_label
-from rnnkit.models._summary import shape_text
+from rnnkit.models._summary import param_text, shape_text
 
 Tracked = list[tuple[str, Any]]   # (attribute path, layer or model)
 
@@ -480,8 +480,17 @@ class SubclassModel(Model):
                                 f"call(self, inputs, training=False); a subclassed model computes in call")
         tape = GradientTape()
         one = [a[:1] for a in xs]
-        with recording_alone(tape), call_scope(False):
-            out = self.call(unlist(one), **self._call_kwargs(False, None))
+        # the build pass runs on one sample and must leave no carried state behind: a stateful
+        # layer's state is put back as it was (the first real call starts where it would have)
+        held = self._all_layers()
+        held += [part for la in held for _, part in getattr(la, "_parts", None) or []]   # wrappers'
+        carried = [(la, la._state) for la in held if getattr(la, "stateful", False) and hasattr(la, "_state")]
+        try:
+            with recording_alone(tape), call_scope(False):
+                out = self.call(unlist(one), **self._call_kwargs(False, None))
+        finally:
+            for la, state in carried:
+                la._state = state
         outs = self._outputs(out)
         mine = {id(la) for la in self._all_layers()}
         for la, _ in tape._weight_of.values():
@@ -598,7 +607,7 @@ class SubclassModel(Model):
                     shape = ", ".join(shape_text(p) for p in s) if isinstance(s, list) else shape_text(s)
                 except (InvalidInputError, NotImplementedError):
                     shape = "?"
-            rows.append([layer_label(path, obj), shape, f"{obj.param_count() if obj.built else 0:,}"])
+            rows.append([layer_label(path, obj), shape, param_text(obj)])
         return ["Layer (type)", "Output Shape", "Param #"], rows
 
     def get_config(self) -> dict[str, Any]:

@@ -26,9 +26,13 @@ node names, comma-separated); the layer cell is ``"{node} ({Class})"``; an input
 ``"{node} (Input)"`` with 0 params; a layer's second and later nodes print ``shared`` as their
 count (the totals count each layer once). Output shapes: the batch axis always prints ``None``,
 a free axis (e.g. time) prints ``None`` too: ``(None, units)``, ``(None, timesteps, units)``.
+A model not built yet (Keras 3's rows): every output shape ``?``, each layer not built
+``0 (unbuilt)`` (:func:`param_text`), the totals those of the layers built.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from rnnkit._shape import Shape
 
@@ -37,6 +41,12 @@ def shape_text(shape: Shape) -> str:
     """``(None, 4, 8)``: the batch axis always prints ``None`` (models take any batch size)."""
     dims = ["None", *("None" if d is None else str(d) for d in shape[1:])]
     return f"({dims[0]},)" if len(dims) == 1 else f"({', '.join(dims)})"
+
+
+def param_text(layer: Any) -> str:
+    """A layer's ``Param #`` cell: its count with thousands separators, ``0 (unbuilt)`` for a
+    layer not built yet (Keras 3's cell)."""
+    return f"{layer.param_count():,}" if layer.built else "0 (unbuilt)"
 
 
 def render_summary(name: str, header: list[str], rows: list[list[str]], total: int, trainable: int) -> str:

@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from rnnkit import _penalties as _pen
+from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError, ModelBusyError
 from rnnkit._layer import Layer, check_bool, check_float, check_int
 from rnnkit._random import check_seed, make_rng
@@ -45,12 +46,12 @@ from rnnkit.models._checks import Data
 from rnnkit.models._checks import Trainable as Model
 from rnnkit.models._fit_batches import SourceBatches, is_batch_source
 from rnnkit.models._habits import check_batch_axis, check_verbose, warn_full_batch
-from rnnkit.models._plan import eval_facts
+from rnnkit.models._plan import Plan, eval_facts
 from rnnkit.models._resume import fingerprint, restore_state, save_state
-from rnnkit.models._trainer import SOLO, Resume, Team, evaluate, run
+from rnnkit.models._trainer import SOLO, Resume, Team, check_weights, evaluate, guarded_step, run
 from rnnkit.models._weighting import output_weights
 
-__all__ = ["Parallel", "evaluate_arrays", "fit", "output_weights", "prepare"]
+__all__ = ["Parallel", "evaluate_arrays", "fit", "output_weights", "prepare", "train_on_batch"]
 T = TypeVar("T")
 
 
@@ -309,3 +310,27 @@ def evaluate_arrays(model: Model, x: Data, y: Data, batch_size: int | None, *, s
         return evaluate(model, (take(data, i) for i in team.eval_batches(data.n, batch_size)), team)
 
     return body() if parallel is None else parallel.run(body)
+
+
+def train_on_batch(model: Model, x: Data, y: Data, *, sample_weight: Any,
+                   class_weight: Any) -> dict[str, float]:
+    """``Model.train_on_batch``: ONE optimizer step on the whole of ``x`` / ``y``, the step
+    ``fit`` takes (:func:`rnnkit.models._trainer.train_step`; Keras' ``train_on_batch``), with
+    no callback, no history and no full-batch warning. Returns the step's logs: the loss
+    (penalties included) and the metrics of the pass BEFORE the update, as Keras returns them."""
+    where = f"{model.name}.train_on_batch"
+    model._require_compiled("train_on_batch")  # type: ignore[attr-defined]
+    if y is None:
+        raise InvalidInputError(f"{where}: y (the targets) is missing; give y beside x")
+    with busy(model):
+        data = prepare(model, x, y, "train_on_batch", sample_weight=sample_weight, class_weight=class_weight)
+        for layer in _pen.layers_of(model):
+            _pen.check_layer(layer)
+        plan = Plan(model)
+        if plan.custom is not None:
+            plan.custom[1]()   # a train_step's metrics: this batch's values only, as Keras returns them
+        ctx = Ctx.training(int(make_rng(None).integers(0, 2**63 - 1)))
+        _, values = guarded_step(model, data, ctx, SOLO, where, False, plan)
+        plan.previous = where
+        check_weights(model, SOLO, plan)
+    return {k: float(v) for k, v in zip(plan.keys, values, strict=True)}

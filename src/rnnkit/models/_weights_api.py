@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit._consistency import WEIGHTS
-from rnnkit._errors import NotBuiltError, WeightShapeError
+from rnnkit._errors import WeightShapeError
 from rnnkit._layer import Layer, as_weight_array, check_finite_weight
 from rnnkit.models import _files
 from rnnkit.models._summary import render_summary
@@ -54,9 +54,12 @@ class WeightsAPI:
         return WeightList((la, n) for la, n in self.named_weights().values() if n in la.trainable_names)
 
     def reset_states(self) -> None:
-        """Clear the carried state of every stateful layer (Keras' ``reset_states``)."""
+        """Clear the carried state of every stateful layer (Keras' ``reset_states``), those of
+        nested models included: the next call of each starts from zeros."""
         for layer in getattr(self, "layers", []):
-            if getattr(layer, "stateful", False):
+            if isinstance(layer, WeightsAPI):
+                layer.reset_states()
+            elif getattr(layer, "stateful", False):
                 layer.reset_state()
 
     def get_weights(self) -> list[np.ndarray]:
@@ -123,14 +126,18 @@ class WeightsAPI:
     def summary(self, print_fn: Callable[[str], None] | None = print) -> str:
         """Print (with ``print_fn``; ``None`` prints nothing) and return the layer table: the
         layer, its output shape with the batch axis as ``None`` (a free time axis too), and its
-        parameter count, then the totals. See :func:`rnnkit.models._summary.render_summary`."""
-        if not self.built:
-            raise NotBuiltError(self.name, "summary", f"{self.name}: summary() needs a built model, and "
-                                f"this one is not built yet (its input shape is unknown); call "
-                                f"build(input_shape) or fit first, or give input_shape= to the first layer")
+        parameter count, then the totals. A model not built yet prints as Keras 3 prints one:
+        ``?`` for every output shape, ``0 (unbuilt)`` for each layer not built, and totals of
+        the layers built. See :func:`rnnkit.models._summary.render_summary`."""
         header, rows = self._summary_rows()
-        trainable = int(sum(layer.weight(n).size for layer, n in self.trainable_weights()))
-        text = render_summary(self.name, header, rows, self.param_count(), trainable)
+        if self.built:
+            total = self.param_count()
+            trainable = int(sum(layer.weight(n).size for layer, n in self.trainable_weights()))
+        else:   # Keras: the layers built so far count, the others print "0 (unbuilt)"
+            built = [la for la in getattr(self, "layers", []) if isinstance(la, Layer) and la.built]
+            total = int(sum(la.param_count() for la in built))
+            trainable = int(sum(la.weight(n).size for la in built for n in la.trainable_names))
+        text = render_summary(self.name, header, rows, total, trainable)
         if print_fn is not None:
             print_fn(text)
         return text

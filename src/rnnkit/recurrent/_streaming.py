@@ -91,6 +91,11 @@ class Streaming:
             first = state[0] if isinstance(state, (tuple, list)) else None
             self._state = self.unpack_state(state, int(np.shape(first)[0]) if first is not None else 0)
 
+    def reset_states(self, states: Any = None) -> None:
+        """Keras' spelling of :meth:`reset_state` (the next call starts from zeros, or from
+        ``states``)."""
+        self.reset_state(states)
+
     def _carried_state(self, batch: int) -> Arrays | None:
         if not self.stateful or self._state is None:
             return None
