@@ -122,7 +122,8 @@ def main() -> int:
     p.add_argument("--calls", type=int, default=15)
     args = p.parse_args()
     from rnnkit.kernels._isa import has_avx512
-    print(f"AVX-512 path: {has_avx512()}; load average {os.getloadavg()[0]:.1f}; ms of one thread's CPU per step")
+    print(f"AVX-512 path: {has_avx512()}; load average {os.getloadavg()[0]:.1f}; "
+          "ms of one thread's CPU per step")
     cols = ("full", "proj", "rec", "back", "wgrad", "rest", "pack")
     print("| cell | shape | " + " | ".join(cols) + " |")
     print("|---|---|" + "---:|" * len(cols))
