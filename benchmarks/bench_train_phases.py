@@ -93,6 +93,7 @@ def phases(cell: str, shape: str, calls: int) -> dict[str, float]:
     finally:
         _driver.run_blocks, _driver.reduce = real_run, real_reduce
     step_ = kernels.find(layer.cell)
+    assert step_ is not None, "the compiled path (numba, kernels mode fast)"
     w = {n: layer.weight(n) for n in layer.weight_names}
     pl = _driver._plan(layer.cell, step_, w, np.dtype(np.float32))
     PW = pl.packed("w")
