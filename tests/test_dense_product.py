@@ -151,9 +151,9 @@ def test_the_input_gradient_packs_a_weights_transpose_once(monkeypatch: pytest.M
     packs: list[tuple[int, ...]] = []
     real = _packed.pack
 
-    def counting(b: np.ndarray) -> np.ndarray:
-        packs.append(b.shape)
-        return real(b)
+    def counting(b: np.ndarray, trans: bool = False) -> np.ndarray:
+        packs.append(b.T.shape if trans else b.shape)          # the shape of op(b), packed
+        return real(b, trans)
 
     monkeypatch.setattr(_packed, "pack", counting)
     rng = np.random.default_rng(8)

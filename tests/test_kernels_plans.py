@@ -179,3 +179,68 @@ def test_a_kept_plan_is_left_for_another_dtype_options_or_weight_in_place() -> N
     writable = dict(w, kernel=np.array(w["kernel"]))      # a writeable copy: never kept
     assert drv._plan(layer.cell, step, writable, f32, opts) is not p3
     assert drv._plan(layer.cell, step, writable, f32, opts) is not drv._plan(layer.cell, step, writable, f32)
+
+
+@pytest.mark.parametrize("i", [1, 3, 4])
+def test_set_weights_reaches_the_next_training_pass(i: int) -> None:
+    """A training pass keeps the plan and packs U^T for its backward; ``set_weights`` (every
+    weight at once) then replaces them all: the next forward and backward read the new values,
+    gradients equal to the NumPy reference's (float32 sums of a few terms: 1e-4 relative)."""
+    layer, x = _layers()[i], _x(8)
+
+    def grads() -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        ctx = rk.Ctx.training(0)
+        out = layer.forward(x, ctx)
+        layer.backward(np.ones_like(out), ctx)
+        return np.array(out), {n: np.array(ctx.grads[(layer, n)]) for n in layer.trainable_names}
+
+    grads()                                     # the plan and its panels (U^T included) kept
+    rng = np.random.default_rng(11)
+    layer.set_weights(*(rng.uniform(-0.7, 0.7, layer.weight(n).shape) for n in layer.weight_names))
+    out, fast = grads()
+    with kernels.use("reference"):
+        rout, ref = grads()
+    _close(out, rout)
+    for n in fast:
+        np.testing.assert_allclose(fast[n], ref[n], rtol=0, atol=1e-4 * max(1.0, np.abs(ref[n]).max()))
+
+
+def test_an_option_assigned_to_a_cell_reaches_the_next_pass() -> None:
+    """The step and options a pass runs are read once per cell while its attributes stay the
+    same; assigning one (the activation) makes the next pass read them again: its output is the
+    reference's for the new activation, and differs from the old one's."""
+    from rnnkit._activations import resolve_activation
+
+    layer, x = rk.GRU(H, seed=4, input_dim=F), _x(9)
+    before = np.asarray(layer.forward(x, rk.Ctx.inference()))
+    opts = kernels.find_options(layer.cell)
+    layer.cell.activation = resolve_activation("relu", "GRU")
+    found = kernels.find_options(layer.cell)
+    assert found is not None and opts is not None and found[1] != opts[1]
+    after = np.asarray(layer.forward(x, rk.Ctx.inference()))
+    _close(after, _ref(layer, x))
+    assert np.max(np.abs(after - before)) > 1e-3
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(5, 37), (64, 256), (40, 33)])
+def test_transposed_panels_are_the_definition(shape: tuple[int, int], dt: Any) -> None:
+    """``pack_into(B, trans=True, ...)``: ``P[p, k, j] = B.T[k0 + k, c0 + p*nr + j]`` for
+    ``k < kc``, zero past column ``c1`` (the panels of U^T and W^T the backward reads), for
+    a block of ``k`` and of columns; exact (a copy)."""
+    from rnnkit.kernels._packed import nr_of, pack_into
+
+    B = np.random.default_rng(3).standard_normal(shape).astype(dt)
+    N, K = shape
+    nr = nr_of(np.dtype(dt))
+    for k0, kc, c0, c1 in [(0, K, 0, N), (3, K - 5, 2, N - 3)]:
+        npan = -(-(c1 - c0) // nr)
+        P = np.full((npan, kc + 1, nr), np.nan, dt)
+        pack_into(B, True, np.int64(k0), kc, c0, c1, P)
+        want = np.zeros((npan, kc, nr), dt)
+        BT = B.T
+        for p in range(npan):
+            for j in range(nr):
+                if c0 + p * nr + j < c1:
+                    want[p, :, j] = BT[k0:k0 + kc, c0 + p * nr + j]
+        np.testing.assert_array_equal(P[:, :kc], want)

@@ -11,7 +11,7 @@ the layers share live in :mod:`rnnkit._validate` and are re-exported here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -234,7 +234,7 @@ class Layer(GraphCalls, metaclass=_LayerType):
                 raise InvalidInputError(f"{self.name}: expected an array input, got a scalar")
             self.build(Shape.with_free_batch(np.shape(x)))
         if ctx is None and ACTIVE.tapes:
-            return call_layer(self, self._finite(x), initial_state, mask, training)
+            return call_layer(self, self._finite(x, ACTIVE.tapes), initial_state, mask, training)
         x = x if initial_state is None else [x, *states]
         if ctx is None:
             if not training and mask is None:
@@ -248,13 +248,17 @@ class Layer(GraphCalls, metaclass=_LayerType):
             return (WEIGHTS.read_once if training else WEIGHTS.read)(run, x)
         return self.forward(self._finite(x), check_ctx(ctx, f"{self.name}.forward"))
 
-    def _finite(self, x: Any) -> Any:
+    def _finite(self, x: Any, tapes: Sequence[Any] = ()) -> Any:
         """``x``, refused when it (or, for a list of inputs, one of them) is an array of floats
-        holding NaN or Inf; other inputs are left to :meth:`forward` to convert and check."""
+        holding NaN or Inf; other inputs are left to :meth:`forward` to convert and check.
+        Data is checked where it enters: an array one of the recording ``tapes`` tracks (the
+        output of a call or op it recorded, made from inputs checked when they entered, or a
+        weight) is not read again at every layer it passes through."""
         if self.checks_values:
             return x
         for a in (x if isinstance(x, (list, tuple)) else [x]):
-            if isinstance(a, np.ndarray) and a.dtype.kind in "fc" and not np.isfinite(a).all():
+            if isinstance(a, np.ndarray) and a.dtype.kind in "fc" and not any(t.tracks(a) for t in tapes) \
+                    and not np.isfinite(a).all():
                 pos = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
                 raise InvalidInputError(f"{self.name}: input holds {a[pos]} at {pos}; expected finite "
                                         f"numbers")

@@ -108,6 +108,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any, Protocol
@@ -322,16 +323,54 @@ def find_options(cell: Any) -> tuple[Step, tuple[int, ...]] | None:
     """:func:`find` and the step's options for ``cell`` read once: ``(step, options)``, or None
     (the reference): the mode is ``"reference"``, the cell has no compiled step, the step does
     not implement one of the cell's options (:meth:`Step.missing`), its ``options`` are None,
-    or numba is missing. The walker hands the options on, so a pass reads them once."""
+    or numba is missing. The walker hands the options on, so a pass reads them once. Read per
+    cell once while its attributes stay the same objects (or equal values): a pass then pays a
+    weak-dictionary get and one comparison of the attributes, not ``get_config()``; assigning
+    an attribute (``cell.activation = "relu"``) makes the next pass read them afresh."""
     if mode() != "fast":
         return None
+    try:
+        kept = _found.get(cell)
+    except TypeError:                         # a cell that cannot be weakly referenced
+        kept = None
+    attrs = getattr(cell, "__dict__", None)
+    if kept is not None and kept[0] is type(cell) and _same_attrs(attrs, kept[1]):
+        found = kept[2]
+    else:
+        found = _find_options(cell)
+        if attrs is not None:
+            with contextlib.suppress(TypeError):
+                _found[cell] = (type(cell), dict(attrs), found)
+    if found is None or _load() is None:
+        return None
+    return found
+
+
+#: per cell: (its class, a copy of its attributes, what :func:`_find_options` gave for them)
+_found: weakref.WeakKeyDictionary[Any, tuple[type, dict[str, Any], tuple[Step, tuple[int, ...]] | None]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _same_attrs(attrs: dict[str, Any] | None, kept: dict[str, Any]) -> bool:
+    """Whether a cell's attributes are those :func:`find_options` read its step and options
+    under: every one the same object or an equal value (an option is changed by assigning the
+    attribute, ``cell.activation = ...``; the option values of a cell are never changed in
+    place). An attribute whose comparison has no truth value (an array) counts as changed."""
+    if attrs is None:
+        return False
+    try:
+        return attrs == kept
+    except (ValueError, TypeError):
+        return False
+
+
+def _find_options(cell: Any) -> tuple[Step, tuple[int, ...]] | None:
+    """:func:`find_options` read afresh (no cache, no numba check)."""
     step = compiled_step(cell)
     if step is None or not step.runs(cell):
         return None
     opts = step.options(cell)
-    if opts is None or _load() is None:
-        return None
-    return step, opts
+    return None if opts is None else (step, opts)
 
 
 def check(cell: Any, where: str) -> None:

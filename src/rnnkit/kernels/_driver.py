@@ -291,9 +291,9 @@ def walk_back(cell: Any, step: Step, w: Any, x_tm: np.ndarray, states: list[np.n
     P = [(states[0][:T] * rm if rd else states[0][:T]) if src == state0 else parks[src]
          for src, _, _ in pl.groups]
     P = [p.reshape(T * B, p.shape[-1]) for p in P]
-    dW = np.empty((F, N), dt)
+    dW = _pool.empty((F, N), dt)
     db = np.empty((max(pl.bias_rows, 1), N), dt)
-    dU = np.empty(pl.U.shape, dt)
+    dU = _pool.empty(pl.U.shape, dt)
     dx_tm = _pool.empty((T, B, F) if need_dx else (T, B, 0), dt)
     args = (x_tm.reshape(T * B, F), dxw.reshape(T * B, N), drec.reshape(T * B, N), drec is dxw,
             P[0], P[-1], pl.groups[0][2], pl.W, dW, db, dU, dx_tm.reshape(T * B, dx_tm.shape[2]))

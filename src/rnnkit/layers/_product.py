@@ -61,7 +61,7 @@ def _panels(pk: ModuleType, b: np.ndarray, transposed: bool = False) -> np.ndarr
     hit = _PANELS.get(key)
     if hit is not None and hit[0]() is b:
         return hit[1]
-    P: np.ndarray = pk.pack(np.ascontiguousarray(b.T) if transposed else b)
+    P: np.ndarray = pk.pack(b, trans=transposed)       # (b.T read in place: no transposed copy)
 
     def drop(_ref: Any, key: tuple[int, bool] = key) -> None:
         got = _PANELS.get(key)
