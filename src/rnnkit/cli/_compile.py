@@ -43,16 +43,19 @@ from rnnkit.recurrent import GRUCell, LSTMCell, SimpleRNNCell
 JOBS = (("back", "wide"), ("train", "infer"))
 #: every configuration of the built-in cells that compiles kernels of its own: a cell of 8 units
 #: (the kernels serve every size and activation)
+#: (the commonest first: an install that runs out of time keeps those)
 CONFIGS: dict[str, Any] = {
-    "rnn": lambda: SimpleRNNCell(8),
     "lstm": lambda: LSTMCell(8),
-    "lstm-proj": lambda: LSTMCell(8, proj_size=4),
     "gru": lambda: GRUCell(8, reset_after=True),
+    "rnn": lambda: SimpleRNNCell(8),
     "gru-before": lambda: GRUCell(8, reset_after=False),
+    "lstm-proj": lambda: LSTMCell(8, proj_size=4),
 }
 #: the configurations that have an int8 form (``rnnkit.quantize``)
-INT8 = ("rnn", "lstm", "gru", "gru-before")
+INT8 = ("lstm", "gru", "rnn", "gru-before")
 DTYPES = ("float32", "float64", "int8")
+#: the order they compile in (float32, the layers' own, first; then int8, which quantizes float32 models)
+ORDER = ("float32", "int8", "float64")
 
 
 def add_parser(sub: Any) -> None:
@@ -91,7 +94,7 @@ def plan(cells: list[str], dtypes: list[str]) -> list[Job]:
     per float dtype (after the first cell's backward part); ``int8`` one child per configuration
     that has an int8 form; parts already in the cache left out."""
     todo: list[Job] = []
-    for dt in dtypes:
+    for dt in (d for d in ORDER if d in dtypes):
         first = True
         for name in cells:
             if dt == "int8" and name not in INT8:
