@@ -8,7 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+import rnnkit as rk
+from rnnkit import kernels
+from rnnkit.cli._compile import plan
+from rnnkit.kernels import _warm
+from rnnkit.quant import _warm as _warm8
+from rnnkit.recurrent import RecurrentLayer
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -85,15 +93,6 @@ def test_the_plan_covers_every_configuration_of_the_built_in_cells(monkeypatch: 
     without an output projection where the cell has one, in float32 and float64: the four
     parts of a fit and ``predict`` (plus the dense products once per dtype); and the int8 loops
     of every such cell that ``rnnkit.quantize`` takes. (Markers ignored: an empty cache.)"""
-    import numpy as np
-
-    import rnnkit as rk
-    from rnnkit import kernels
-    from rnnkit.cli._compile import plan
-    from rnnkit.kernels import _warm
-    from rnnkit.quant import _warm as _warm8
-    from rnnkit.recurrent import RecurrentLayer
-
     monkeypatch.setattr(_warm, "done", lambda desc, part: False)
     classes = [c for c in vars(rk).values() if isinstance(c, type) and issubclass(c, rk.Cell)]
     steps = {c.compiled_step for c in classes if c.compiled_step is not None}
