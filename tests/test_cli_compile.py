@@ -160,6 +160,7 @@ print(compiled, loaded, kernels.compile_seconds() > 0)
 """
 
 
+@pytest.mark.timeout(1800)   # (three compilations of a configuration: slow on a loaded machine)
 def test_a_cold_process_loads_every_kernel_rnnkit_compile_filled_and_gives_the_same_bits(
         tmp_path: Path) -> None:
     """``rnnkit compile`` of one configuration (a GRU with ``reset_after=False``: float64, both
