@@ -150,9 +150,9 @@ rng = np.random.default_rng(0)
 ft = "float32" if dtype == "int8" else dtype
 x, y = rng.standard_normal((32, 6, 3)).astype(ft), rng.standard_normal((32, 1)).astype(ft)
 t1 = time.perf_counter()
-LAYERS = {"lstm": lambda **k: rk.LSTM(8, **k), "gru": lambda **k: rk.GRU(8, reset_after=True, **k),
+LAYERS = {"lstm": lambda **k: rk.LSTM(8, **k), "gru": lambda **k: rk.GRU(8, reset_after=False, **k),
           "rnn": lambda **k: rk.SimpleRNN(8, **k),
-          "gru-before": lambda **k: rk.GRU(8, reset_after=False, **k),
+          "gru-after": lambda **k: rk.GRU(8, reset_after=True, **k),
           "lstm-proj": lambda **k: rk.LSTM(8, proj_size=4, **k)}
 assert set(LAYERS) == set(CONFIGS), "a configuration of rnnkit compile without its layer here"
 layer = LAYERS[name](seed=1, dtype=ft)

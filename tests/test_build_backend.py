@@ -83,7 +83,7 @@ def test_a_failing_compile_warns_and_does_not_raise(monkeypatch: Any, capsys: An
     assert b.compile_kernels("nonsense") is False
     err = capsys.readouterr().err
     assert "the kernels were not compiled at install (exit status 2: " in err
-    assert ("--cells: expected a comma-separated list of lstm, gru, rnn, gru-before, lstm-proj, or all, "
+    assert ("--cells: expected a comma-separated list of lstm, gru, rnn, gru-after, lstm-proj, or all, "
             "got 'nonsense'") in err
     sleep = [sys.executable, "-c", "import time; time.sleep(30)"]
     monkeypatch.setattr(b, "compile_command", lambda todo: (sleep, dict(os.environ)))

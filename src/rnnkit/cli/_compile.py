@@ -1,8 +1,9 @@
 """``rnnkit compile``: fill the kernels' on-disk cache now, so that the first fit compiles nothing.
 
 The configurations (``--cells``; ``all``, the default, is every one): ``rnn`` (SimpleRNN),
-``lstm``, ``lstm-proj`` (an LSTM with ``proj_size``), ``gru`` (``reset_after=True``, Keras' and
-PyTorch's form) and ``gru-before`` (``reset_after=False``); for each and each dtype
+``lstm``, ``lstm-proj`` (an LSTM with ``proj_size``), ``gru`` (``reset_after=False``, the
+default of ``rnnkit.GRU`` and ``rnnkit train --cell gru``) and ``gru-after`` (``reset_after=True``,
+Keras' and PyTorch's form); for each and each dtype
 (``--dtype``: ``float32``, ``float64``, ``int8``, or ``all``, the default) the kernels of a fit
 and of ``predict`` — the training forward walk, the backward walk with its reductions, the
 inference walk, the feed-forward layers' products — or, for ``int8``, the int8 inference loops
@@ -46,13 +47,13 @@ JOBS = (("back", "wide"), ("train", "infer"))
 #: (the commonest first: an install that runs out of time keeps those)
 CONFIGS: dict[str, Any] = {
     "lstm": lambda: LSTMCell(8),
-    "gru": lambda: GRUCell(8, reset_after=True),
+    "gru": lambda: GRUCell(8, reset_after=False),
     "rnn": lambda: SimpleRNNCell(8),
-    "gru-before": lambda: GRUCell(8, reset_after=False),
+    "gru-after": lambda: GRUCell(8, reset_after=True),
     "lstm-proj": lambda: LSTMCell(8, proj_size=4),
 }
 #: the configurations that have an int8 form (``rnnkit.quantize``)
-INT8 = ("lstm", "gru", "rnn", "gru-before")
+INT8 = ("lstm", "gru", "rnn", "gru-after")
 DTYPES = ("float32", "float64", "int8")
 #: the order they compile in (float32, the layers' own, first; then int8, which quantizes float32 models)
 ORDER = ("float32", "int8", "float64")
