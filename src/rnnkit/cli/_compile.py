@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -37,15 +38,15 @@ from rnnkit import kernels
 from rnnkit.cli._common import CliError
 from rnnkit.kernels import _warm
 from rnnkit.quant import _warm as _warm8
-from rnnkit.recurrent import GRUCell, LSTMCell, SimpleRNNCell
+from rnnkit.recurrent import Cell, GRUCell, LSTMCell, SimpleRNNCell
 
 #: the parts of one float cell, one child each (the inference walk after the training forward
 #: walk: they share the cell's step functions, compiled once)
 JOBS = (("back", "wide"), ("train", "infer"))
-#: every configuration of the built-in cells that compiles kernels of its own: a cell of 8 units
-#: (the kernels serve every size and activation)
-#: (the commonest first: an install that runs out of time keeps those)
-CONFIGS: dict[str, Any] = {
+#: every configuration of the built-in cells that compiles kernels of its own, as a cell of 8 units
+#: (the kernels serve every size and activation); the commonest first: an install that runs out
+#: of time keeps those
+CONFIGS: dict[str, Callable[[], Cell]] = {
     "lstm": lambda: LSTMCell(8),
     "gru": lambda: GRUCell(8, reset_after=False),
     "rnn": lambda: SimpleRNNCell(8),
