@@ -68,6 +68,7 @@ print(int(started), kernels.compile_seconds() > 0)
 """
 
 
+@pytest.mark.timeout(1800)   # (two compilations of a configuration: slow on a loaded machine)
 def test_a_fit_after_rnnkit_compile_compiles_nothing_and_gives_the_same_bits(tmp_path: Path) -> None:
     pytest.importorskip("numba")
     env = {**_env(tmp_path / "own"), "RNNKIT_COMPILE_AHEAD": "0"}   # the reference: compiles it all itself
