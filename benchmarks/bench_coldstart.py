@@ -28,9 +28,22 @@ others share, where the wall-clock times stretch. Every run repeats ``--repeats`
 (interleaved); medians are printed, with the ratio of the cold demo to PyTorch. The model
 files of the cold and warm runs are compared byte for byte.
 
+``--configs`` measures instead every configuration of the built-in cells (``rnnkit compile``'s:
+SimpleRNN, LSTM, LSTM with ``proj_size``, GRU in both forms, each in float32 and float64 and
+both directions; int8 for those with an int8 form): per configuration, a new process that
+builds a small model (a ``Bidirectional`` layer over the cell and a ``Dense``), fits it one
+epoch and predicts (int8: quantizes it and predicts), timed from its launch to the end of
+``predict`` (the import apart), once on its own new empty cache (``empty cache``: every kernel
+compiled there, ``RNNKIT_COMPILE_AHEAD=0``) and once on the cache that one ``rnnkit compile``
+(what an editable install runs) filled (``installed cache``), with the kernels the process
+compiled and those it loaded (Numba's dispatcher counts) and its CPU seconds; then the seconds of
+that ``rnnkit compile`` (the install's share). The outputs of the two processes are compared
+bit for bit.
+
 Usage::
 
     python benchmarks/bench_coldstart.py                 # 3 repeats
+    python benchmarks/bench_coldstart.py --configs       # per configuration, empty and installed cache
     python benchmarks/bench_coldstart.py --repeats 1 --skip single
     python benchmarks/bench_coldstart.py --baseline /tmp/old/src --skip single,torch,compile
 """
@@ -38,6 +51,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import resource
@@ -49,6 +63,9 @@ import time
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+sys.path.insert(0, str(SRC))
+
+from rnnkit.cli._compile import CONFIGS, INT8  # noqa: E402  (this tree's configurations)
 
 #: the demo, with the wall-clock time of the end of its first epoch written to stderr
 RNNKIT = """
@@ -119,6 +136,48 @@ print(f"best validation loss {best:.4f}, {len(pred)} forecasts")
 """
 
 
+#: one configuration's first use: argv = configuration, dtype, output file; prints a JSON line
+FIRST = """
+import json, sys, time
+t0 = time.perf_counter()
+import numba
+import numpy as np
+import rnnkit as rk
+from rnnkit.cli._compile import CONFIGS
+t_import = time.perf_counter() - t0
+name, dtype, out = sys.argv[1:]
+rng = np.random.default_rng(0)
+ft = "float32" if dtype == "int8" else dtype
+x, y = rng.standard_normal((32, 6, 3)).astype(ft), rng.standard_normal((32, 1)).astype(ft)
+t1 = time.perf_counter()
+LAYERS = {"lstm": lambda **k: rk.LSTM(8, **k), "gru": lambda **k: rk.GRU(8, reset_after=False, **k),
+          "rnn": lambda **k: rk.SimpleRNN(8, **k),
+          "gru-after": lambda **k: rk.GRU(8, reset_after=True, **k),
+          "lstm-proj": lambda **k: rk.LSTM(8, proj_size=4, **k)}
+assert set(LAYERS) == set(CONFIGS), "a configuration of rnnkit compile without its layer here"
+layer = LAYERS[name](seed=1, dtype=ft)
+model = rk.Sequential([rk.Bidirectional(layer), rk.Dense(1, seed=2, dtype=ft)])
+model.build(rk.Shape.with_free_batch(x.shape))
+if dtype == "int8":
+    pred = rk.quantize(model).predict(x, verbose=0)
+else:
+    model.compile(rk.Adam(0.01), "mse")
+    model.fit(x, y, 1, batch_size=16, seed=0, verbose=0)
+    pred = model.predict(x, verbose=0)
+first = time.perf_counter() - t1
+np.save(out, pred)
+found = {}   # (a dispatcher is imported into several modules: each counted once)
+for mod_name, mod in list(sys.modules.items()):
+    if mod_name.startswith("rnnkit.kernels"):
+        for f in vars(mod).values():
+            if isinstance(f, numba.core.registry.CPUDispatcher):
+                found[id(f)] = f
+hits = sum(sum(f.stats.cache_hits.values()) for f in found.values())
+misses = sum(sum(f.stats.cache_misses.values()) for f in found.values())
+print(json.dumps({"import": t_import, "first": first, "compiled": misses, "loaded": hits}))
+"""
+
+
 def _cpu() -> float:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
@@ -136,6 +195,49 @@ def timed(code: str | None, args: list[str], env: dict[str, str]) -> tuple[float
     return total, first, cpu, r.stdout
 
 
+def first_use(name: str, dtype: str, env: dict[str, str], out: Path) -> dict[str, float]:
+    """One configuration's first use in a new process (:data:`FIRST`), with its wall-clock and
+    CPU seconds to exit."""
+    c0, t0 = _cpu(), time.time()
+    r = subprocess.run([sys.executable, "-c", FIRST, name, dtype, str(out)], env=env, capture_output=True,
+                       text=True, check=True)
+    got: dict[str, float] = json.loads(r.stdout.strip().splitlines()[-1])
+    return {**got, "exit": time.time() - t0, "cpu": _cpu() - c0}
+
+
+def configs(base: dict[str, str], tmp: Path) -> None:
+    """The ``--configs`` table (see the module docstring)."""
+    installed = tmp / "installed"
+    envi = {**base, "NUMBA_CACHE_DIR": str(installed)}
+    load0 = os.getloadavg()[0]
+    inst = timed(None, ["-m", "rnnkit", "compile"], envi)
+    rows = []
+    for dt in ("float32", "float64", "int8"):
+        for name in CONFIGS:
+            if dt == "int8" and name not in INT8:
+                continue
+            env0 = {**base, "NUMBA_CACHE_DIR": str(tmp / f"empty-{name}-{dt}"), "RNNKIT_COMPILE_AHEAD": "0"}
+            cold = first_use(name, dt, env0, tmp / f"cold-{name}-{dt}.npy")
+            warm = first_use(name, dt, envi, tmp / f"warm-{name}-{dt}.npy")
+            same = ((tmp / f"cold-{name}-{dt}.npy").read_bytes()
+                    == (tmp / f"warm-{name}-{dt}.npy").read_bytes())
+            rows.append((name, dt, cold, warm, same))
+            print(f"{name:<11}{dt:<8} empty cache {cold['import'] + cold['first']:6.2f} s "
+                  f"({cold['compiled']:.0f} compiled, {cold['cpu']:.1f} CPU s); installed cache "
+                  f"{warm['import'] + warm['first']:5.2f} s ({warm['compiled']:.0f} compiled, "
+                  f"{warm['loaded']:.0f} loaded); outputs {'identical' if same else 'DIFFER'}", flush=True)
+    print(f"\n{os.cpu_count()} cores, load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the "
+          f"end; first use = import + first fit and predict (int8: quantize and predict), seconds")
+    print(f"{'config':<12}{'dtype':<9}{'empty cache':>12}{'CPU s':>8}{'compiled':>9}"
+          f"{'installed':>11}{'compiled':>9}{'loaded':>8}  bits")
+    for name, dt, cold, warm, same in rows:
+        print(f"{name:<12}{dt:<9}{cold['import'] + cold['first']:>12.2f}{cold['cpu']:>8.1f}"
+              f"{cold['compiled']:>9.0f}{warm['import'] + warm['first']:>11.2f}{warm['compiled']:>9.0f}"
+              f"{warm['loaded']:>8.0f}  {'same' if same else 'DIFFER'}")
+    print(f"rnnkit compile (every configuration, what an editable install adds): {inst[0]:.1f} s, "
+          f"{inst[2]:.1f} CPU s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
@@ -144,10 +246,16 @@ def main() -> None:
     ap.add_argument("--baseline", default=None, metavar="SRC",
                     help="also time the cold demo of this src directory (interleaved)")
     ap.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (0: its default)")
+    ap.add_argument("--configs", action="store_true",
+                    help="per configuration: first use on an empty and on an installed cache")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     base = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
     base.pop("RNNKIT_COMPILE_AHEAD", None)
+    if args.configs:
+        with tempfile.TemporaryDirectory() as tmp:
+            configs(base, Path(tmp))
+        return
     res: dict[str, list[tuple[float, ...]]] = {}
     epochs = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -170,7 +278,8 @@ def main() -> None:
             if "compile" not in skip:
                 envc = {**base, "NUMBA_CACHE_DIR": str(Path(tmp) / f"compiled{k}")}
                 res.setdefault("rnnkit compile", []).append(
-                    timed(None, ["-m", "rnnkit", "compile", "--cells", "lstm"], envc)[:3])
+                    timed(None, ["-m", "rnnkit", "compile", "--cells", "lstm", "--dtype", "float32"],
+                          envc)[:3])
                 res.setdefault("demo after compile", []).append(
                     timed(RNNKIT, [str(Path(tmp) / f"after{k}")], envc)[:3])
             if "install" not in skip:

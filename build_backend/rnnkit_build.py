@@ -1,6 +1,6 @@
 """rnnkit's build backend: setuptools' own, and for an editable install (``pip install -e .``)
-the compiled kernels of the command line's default cell put into Numba's on-disk cache before
-the install ends, so that the first ``rnnkit demo`` (or ``rnnkit train``) compiles nothing.
+the compiled kernels of every configuration of the built-in cells put into Numba's on-disk cache
+before the install ends, so that the first fit or ``predict`` of any of them compiles nothing.
 
 Every hook is ``setuptools.build_meta``'s. Two are extended:
 
@@ -18,11 +18,12 @@ another machine (a shared checkout) simply compiles again on its first run: noth
 stale. A compilation that fails or runs past ``TIMEOUT_S`` leaves a warning in pip's output
 (``pip install -v`` shows it) and never fails the install.
 
-``RNNKIT_COMPILE_AT_INSTALL`` chooses the cells: ``lstm`` by default (the cell of ``rnnkit
-demo`` and ``rnnkit train``), a comma-separated list such as ``lstm,gru,rnn``, or ``0`` for none
-(then the build environment gets setuptools alone, as for a wheel). A regular (not editable)
-wheel is built by setuptools alone: its installed files are new files, which a cache made here
-would not match; ``rnnkit compile`` after the install fills the cache for it.
+``RNNKIT_COMPILE_AT_INSTALL`` chooses the configurations (``rnnkit compile --cells``): ``all``
+by default (SimpleRNN, LSTM, LSTM with ``proj_size``, GRU in both forms; each in float32,
+float64 and int8), a comma-separated list such as ``lstm,gru``, or ``0`` for none (then the
+build environment gets setuptools alone, as for a wheel). A regular (not editable) wheel is
+built by setuptools alone: its installed files are new files, which a cache made here would not
+match; ``rnnkit compile`` after the install fills the cache for it.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from setuptools.build_meta import *  # noqa: F403  (every hook not defined below
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = "RNNKIT_COMPILE_AT_INSTALL"
-DEFAULT_CELLS = "lstm"
+DEFAULT_CELLS = "all"
 #: the longest the compilation may take before it is stopped (and the install goes on without it)
 TIMEOUT_S = 900.0
 

@@ -41,7 +41,7 @@ def test_an_editable_build_needs_the_runtime_dependencies_unless_turned_off(monk
     deps = _pyproject()["project"]["dependencies"]
     own = list(b._setuptools.get_requires_for_build_editable(None))
     monkeypatch.delenv(b.ENV, raising=False)
-    assert b.cells() == "lstm"
+    assert b.cells() == "all"
     assert b.get_requires_for_build_editable() == own + deps
     assert any(d.startswith("numba") for d in deps)
     for off in ("0", "", " 0 "):
@@ -83,7 +83,8 @@ def test_a_failing_compile_warns_and_does_not_raise(monkeypatch: Any, capsys: An
     assert b.compile_kernels("nonsense") is False
     err = capsys.readouterr().err
     assert "the kernels were not compiled at install (exit status 2: " in err
-    assert "--cells: expected a comma-separated list of lstm, gru, rnn, got 'nonsense'" in err
+    assert ("--cells: expected a comma-separated list of lstm, gru, rnn, gru-after, lstm-proj, or all, "
+            "got 'nonsense'") in err
     sleep = [sys.executable, "-c", "import time; time.sleep(30)"]
     monkeypatch.setattr(b, "compile_command", lambda todo: (sleep, dict(os.environ)))
     monkeypatch.setattr(b, "TIMEOUT_S", 0.5)

@@ -20,6 +20,7 @@ import pytest
 
 import rnnkit as rk
 from rnnkit.kernels import _warm
+from rnnkit.quant import _warm as warm8
 from rnnkit.recurrent._gru import GRUCell
 from rnnkit.recurrent._lstm import LSTMCell
 from rnnkit.recurrent._simple_rnn import SimpleRNNCell
@@ -63,6 +64,18 @@ def test_the_environment_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_an_unknown_part_is_a_typed_error() -> None:
     with pytest.raises(rk.InvalidParameterError, match=r"part must be one of .* got 'forward'"):
         _warm.exercise(LSTMCell(3), 2, np.float32, "forward")
+
+
+def test_the_int8_child_refuses_other_parts_and_float64_cells() -> None:
+    desc = _warm.describe(LSTMCell(3), 2, np.float32)
+    assert desc is not None
+    with pytest.raises(rk.InvalidParameterError, match=r"parts must be 'int8', got 'back'"):
+        warm8.main([desc, "back"])
+    with pytest.raises(rk.InvalidParameterError, match=r"the int8 loops need a float32 cell, got float64"):
+        warm8.exercise(LSTMCell(3, dtype="float64"), 2)
+    with pytest.raises(rk.InvalidParameterError,
+                       match=r"parts must be some of \('int8',\), got \('infer',\)"):
+        _warm.spawn(desc, ("infer",), module=warm8.__name__, known=warm8.PARTS)
 
 
 FIT = """

@@ -207,18 +207,20 @@ def start(cell: Any, input_dim: int, dtype: Any, away: tuple[str, ...] = ("back"
     return started
 
 
-def spawn(desc: str, parts: tuple[str, ...], stderr: Any = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
-    """A child process (``python -m rnnkit.kernels._warm DESCRIPTION PART,PART...``) that
-    compiles ``parts`` of the kernels of :func:`describe`'s ``desc``, in that order, into the
+def spawn(desc: str, parts: tuple[str, ...], stderr: Any = subprocess.DEVNULL,
+          module: str = __name__, known: tuple[str, ...] = PARTS) -> subprocess.Popen[bytes]:
+    """A child process (``python -m MODULE DESCRIPTION PART,PART...``; ``module`` is this one
+    by default) that compiles ``parts`` (some of ``known``, which ``module`` runs: :data:`PARTS`
+    for this one) of the kernels of :func:`describe`'s ``desc``, in that order, into the
     on-disk cache (the marker of each part written when it is done); it imports this rnnkit.
     Raises :class:`OSError` when no process can be started."""
-    bad = [p for p in parts if p not in PARTS]
+    bad = [p for p in parts if p not in known]
     if bad or not parts:
-        raise InvalidParameterError(f"rnnkit.kernels._warm.spawn: parts must be some of {PARTS}, "
+        raise InvalidParameterError(f"rnnkit.kernels._warm.spawn: parts must be some of {known}, "
                                     f"got {parts!r}")
     src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(kernels.__file__))))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])])}
-    return subprocess.Popen([sys.executable, "-m", "rnnkit.kernels._warm", desc, ",".join(parts)], env=env,
+    return subprocess.Popen([sys.executable, "-m", module, desc, ",".join(parts)], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
 
 
@@ -271,15 +273,21 @@ def _stop_children() -> None:
             proc.kill()
 
 
+def mark(desc: str, part: str) -> None:
+    """Record that ``part`` of ``desc``'s kernels is now in this cache (its marker; nothing when
+    the cache's directory is unknown)."""
+    m = _marker(desc, part)
+    if m is not None:
+        _write_marker(m)
+
+
 def main(argv: list[str]) -> int:
     """The child: ``python -m rnnkit.kernels._warm DESCRIPTION PART[,PART...]`` (the parts in order)."""
     desc, parts = argv
     cell, input_dim, dt = rebuild(desc)
     for part in parts.split(","):
         exercise(cell, input_dim, dt, part)
-        m = _marker(desc, part)
-        if m is not None:
-            _write_marker(m)
+        mark(desc, part)
     return 0
 
 
