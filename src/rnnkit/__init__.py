@@ -177,11 +177,15 @@ from rnnkit.recurrent import (
     GRUState,
     LSTMCell,
     LSTMState,
+    MLSTM,
+    MLSTMCell,
     Param,
     RecurrentLayer,
     SimpleRNN,
     SimpleRNNCell,
     SimpleRNNState,
+    SLSTM,
+    SLSTMCell,
     StepBack,
     register_cell,
 )
@@ -226,3 +230,4 @@ __all__ += ["callbacks", "FullBatchWarning", "quant", "quantize"]
 __all__ += ["ops", "GradientTape", "TapeError"]
 __all__ += ["Dot", "Flatten", "GaussianNoise", "Lambda", "Maximum", "Minimum", "Permute", "Reshape",
             "SpatialDropout1D", "Subtract", "TimeDistributed"]
+__all__ += ["SLSTM", "MLSTM", "SLSTMCell", "MLSTMCell"]
