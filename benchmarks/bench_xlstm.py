@@ -168,7 +168,8 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.1f}")
     print("| layer | pass | rnnkit ms | torch ms | ratio |\n|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['layer']} | {r['pass']} | {r['rnnkit_ms']:.1f} | {r['torch_ms']:.1f} | {r['ratio']:.2f} |")
+        print(f"| {r['layer']} | {r['pass']} | {r['rnnkit_ms']:.1f} | {r['torch_ms']:.1f} "
+              f"| {r['ratio']:.2f} |")
     if a.json:
         import torch
         with open(a.json, "w") as f:

@@ -49,8 +49,8 @@ def _torch_slstm(torch: Any, x: Any, W: Any, R: Any, b: Any, nh: int, fg: str, i
     H = W.shape[1] // 4
     dh = H // nh
     # the block-diagonal recurrent matrix, (H, 4H) with gate blocks [i | f | z | o]
-    Rfull = torch.cat([torch.block_diag(*[R[k][:, g * dh:(g + 1) * dh] for k in range(nh)]) for g in range(4)],
-                      dim=1)
+    Rfull = torch.cat([torch.block_diag(*[R[k][:, g * dh:(g + 1) * dh] for k in range(nh)])
+                       for g in range(4)], dim=1)
     h, c, n, m = init if init is not None else [torch.zeros(Bx, H, dtype=x.dtype) for _ in range(4)]
     hs = []
     for t in range(Tx):
@@ -103,7 +103,8 @@ def _torch_run(kind: str, layer: rk.RecurrentLayer, x: np.ndarray, G: np.ndarray
     """(outputs (B, T, H), final state, dx, {weight: grad}, d_init) in float64 for
     L = sum(y * G) + sum(final_k * d_final_k)."""
     torch = pytest.importorskip("torch")
-    t = {n: torch.tensor(np.asarray(layer.weight(n), np.float64), requires_grad=True) for n in layer.weight_names}
+    t = {n: torch.tensor(np.asarray(layer.weight(n), np.float64), requires_grad=True)
+         for n in layer.weight_names}
     tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
     ti = None if init is None else [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in init]
     nh, fg = layer.cell.num_heads, layer.cell.forget_gate  # type: ignore[attr-defined]
@@ -155,7 +156,8 @@ def test_states_in_and_out_match_torch_autograd(kind: str, fg: str, dtype: str, 
     G = rng.standard_normal((B, T, 8))
     sizes = layer.cell.state_sizes()
     # a reachable initial state: the final state of another sequence (n > 0 where it must be)
-    warm = _layer(kind, 8, 2, fg, "float64", np.random.default_rng(4), return_sequences=True, return_state=True)
+    warm = _layer(kind, 8, 2, fg, "float64", np.random.default_rng(4), return_sequences=True,
+                  return_state=True)
     init = [np.asarray(a) for a in warm.forward(rng.standard_normal((B, 4, F)), rk.Ctx.inference())[1:]]
     d_final = [rng.standard_normal((B, n)) for n in sizes]
     ty, tfin, tdx, tg, td_init = _torch_run(kind, layer, x, G, init, d_final)

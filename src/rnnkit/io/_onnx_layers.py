@@ -128,9 +128,9 @@ def activation(g: Graph, x: str, fn: Any, hint: str, where: str) -> str:
 # -- recurrent ---------------------------------------------------------------------------------
 def _cell_check(layer: Any, where: str) -> str:
     if isinstance(layer.cell, (SLSTMCell, MLSTMCell)):
-        raise UnsupportedFeatureError(where, "cell", f"xLSTM's {layer.cell.name} cell has no ONNX operator: its "
-                                      f"exponential input gate and stabilizer state m are no RNN / LSTM / GRU "
-                                      f"operator's, and rnnkit writes no Loop or Scan graph")
+        raise UnsupportedFeatureError(where, "cell", f"xLSTM's {layer.cell.name} cell has no ONNX operator: "
+                                      f"its exponential input gate and stabilizer state m are no RNN / LSTM "
+                                      f"/ GRU operator's, and rnnkit writes no Loop or Scan graph")
     if builtin_kind(layer.cell) is None:
         raise UnsupportedFeatureError(where, "cell", f"{describe_cell(layer.cell)} has no ONNX operator; "
                                       f"only SimpleRNN, LSTM and GRU cells export")

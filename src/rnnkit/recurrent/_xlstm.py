@@ -163,8 +163,10 @@ class SLSTMCell(_XCell):
             return b
 
         return [
-            Param("kernel", (input_dim, 4 * H), lambda rng, shape, dt: glorot_uniform(rng, shape, input_dim, H, dt)),
-            Param("recurrent_kernel", (nh, dh, 4 * dh), lambda rng, shape, dt: glorot_uniform(rng, shape, dh, dh, dt)),
+            Param("kernel", (input_dim, 4 * H),
+                  lambda rng, shape, dt: glorot_uniform(rng, shape, input_dim, H, dt)),
+            Param("recurrent_kernel", (nh, dh, 4 * dh),
+                  lambda rng, shape, dt: glorot_uniform(rng, shape, dh, dh, dt)),
             Param("bias", (1, 4 * H), bias),
         ]
 
@@ -210,7 +212,8 @@ class SLSTMCell(_XCell):
         hr = h_prev.reshape(B, nh, dh_).transpose(1, 0, 2)
         dh_prev = np.matmul(dar, R.transpose(0, 2, 1)).transpose(1, 0, 2).reshape(B, H)
         dR = np.matmul(hr.transpose(0, 2, 1), dar)
-        return StepBack(d_prev=(dh_prev, dc * fp, dn * fp, dm_prev), d_inp=da, params={"recurrent_kernel": dR})
+        return StepBack(d_prev=(dh_prev, dc * fp, dn * fp, dm_prev), d_inp=da,
+                        params={"recurrent_kernel": dR})
 
 
 class MLSTMCell(_XCell):
@@ -272,7 +275,8 @@ class MLSTMCell(_XCell):
         _, C_prev, n_prev, m_prev = prev
         q, k, v, ao, ai, af = self.split(inp)
         _, m, ip, fp = self.gates(ai, af, m_prev)
-        C = fp[:, :, None, None] * C_prev.reshape(B, nh, dh, dh) + ip[:, :, None, None] * (v[..., :, None] * k[..., None, :])
+        C = (fp[:, :, None, None] * C_prev.reshape(B, nh, dh, dh)
+             + ip[:, :, None, None] * (v[..., :, None] * k[..., None, :]))
         n = fp[:, :, None] * n_prev.reshape(B, nh, dh) + ip[:, :, None] * k
         num = np.matmul(C, q[..., None])[..., 0]
         den = np.maximum(np.abs(np.sum(n * q, axis=-1)), np.exp(-m))
@@ -316,7 +320,8 @@ class MLSTMCell(_XCell):
         dai, daf, dm_prev = self.gates_back(ai, af, lfm, ip, fp, dip, dfp, dm)
         dv = ip[..., None] * dCk
         dk = ip[..., None] * (dCv + dnt) * (1.0 / math.sqrt(dh))
-        d_inp = np.concatenate([dq.reshape(B, -1), dk.reshape(B, -1), dv.reshape(B, -1), dao, dai, daf], axis=1)
+        d_inp = np.concatenate([dq.reshape(B, -1), dk.reshape(B, -1), dv.reshape(B, -1), dao, dai, daf],
+                               axis=1)
         d_prev = (np.zeros_like(dh_out), (fp[..., None, None] * dCt).reshape(B, -1),
                   (fp[..., None] * dnt).reshape(B, -1), dm_prev)
         return StepBack(d_prev=d_prev, d_inp=d_inp)
@@ -491,7 +496,8 @@ class MLSTM(RecurrentLayer):
     def __init__(self, units: int, num_heads: int = PAPER_HEADS, *, forget_gate: str = "sigmoid",
                  chunk_size: int | None = 64, **kwargs: Any) -> None:
         super().__init__(MLSTMCell(units, num_heads, forget_gate=forget_gate), **kwargs)
-        self.chunk_size = None if chunk_size is None else check_positive_int(chunk_size, "chunk_size", self.name)
+        self.chunk_size = (None if chunk_size is None
+                           else check_positive_int(chunk_size, "chunk_size", self.name))
 
     def get_config(self) -> dict[str, Any]:
         return {**self.cell.get_config(), "chunk_size": self.chunk_size, **self._walk_config()}
