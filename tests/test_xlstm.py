@@ -348,3 +348,18 @@ def test_paper_defaults() -> None:
     assert m.param_count() == (3 + 1) * (4 * 8 + 2 * 4)
     f = 1.0 / (1.0 + np.exp(-s.weight("bias")[0, 8:16]))
     assert np.allclose(f, 1.0 / (1.0 + np.exp(-np.linspace(3, 6, 8))))
+
+
+def test_parallel_form_respects_the_memory_budget() -> None:
+    """The parallel form's (B, heads, T, T) decay matrix is refused over the per-array budget
+    before it is allocated; the chunkwise inference path needs only (B, heads, L, L)."""
+    layer = rk.MLSTM(8, 2, chunk_size=4, return_sequences=True, seed=0, dtype="float64", input_dim=F)
+    x = np.random.default_rng(12).standard_normal((1, 50, F))
+    old = rk.io.set_limits(max_array_bytes=1 * 2 * 50 * 50 * 8 - 1)
+    try:
+        with pytest.raises(rk.MemoryBudgetError, match=r"parallel form.*\(1, 2, 50, 50\)"):
+            layer.forward(x, rk.Ctx.training())
+        y = layer.predict(x)
+    finally:
+        rk.io.set_limits(**old)
+    assert _rel(y, layer.forward(x, rk.Ctx.training())) <= 1e-12

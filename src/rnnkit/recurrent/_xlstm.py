@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit._budget import check_array
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidParameterError
 from rnnkit._initializers import glorot_uniform
@@ -356,8 +357,11 @@ def _heads(a: np.ndarray) -> np.ndarray:
 def mlstm_parallel(cell: MLSTMCell, inp: np.ndarray, x: np.ndarray | None = None,
                    record: bool = False) -> tuple[np.ndarray, ParallelCache | None]:
     """mLSTM over a whole sequence from zero states by the parallel form: ``inp`` (B, T, N) the
-    step inputs ``x W + b``; returns (h (B, T, H), the cache when ``record``: ``x`` the input)."""
+    step inputs ``x W + b``; returns (h (B, T, H), the cache when ``record``: ``x`` the input).
+    Its (B, num_heads, T, T) arrays are refused (MemoryBudgetError) over the memory budget
+    per array (``rnnkit.io.set_limits(max_array_bytes=...)``)."""
     B, T, _ = inp.shape
+    check_array((B, cell.num_heads, T, T), inp.itemsize, "MLSTM's parallel form, its decay matrix")
     q, k, v, ao, ai, af = cell.split(inp)
     q, k, v = _heads(q), _heads(k), _heads(v)                                  # (B, nh, T, dh)
     ai, F = ai.transpose(0, 2, 1), np.cumsum(cell.log_forget(af).transpose(0, 2, 1), axis=-1)
@@ -416,6 +420,8 @@ def mlstm_chunkwise(cell: MLSTMCell, inp: np.ndarray, chunk_size: int,
     B, T, _ = inp.shape
     nh, dh = cell.num_heads, cell.head_size
     dt = inp.dtype
+    L = min(chunk_size, T)
+    check_array((B, nh, L, L), inp.itemsize, "MLSTM's chunkwise form, its decay matrix of a chunk")
     if init is None:
         C, n, m = np.zeros((B, nh, dh, dh), dt), np.zeros((B, nh, dh), dt), np.zeros((B, nh), dt)
     else:
