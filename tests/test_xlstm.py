@@ -363,3 +363,62 @@ def test_parallel_form_respects_the_memory_budget() -> None:
     finally:
         rk.io.set_limits(**old)
     assert _rel(y, layer.forward(x, rk.Ctx.training())) <= 1e-12
+
+
+def _full_kernel(layer: rk.MLSTM) -> np.ndarray:
+    """The dense (F, 4H + 2 heads) kernel equal to a block-diagonal q/k/v layer's weights."""
+    blocks, rest = np.asarray(layer.weight("qkv_kernel")), np.asarray(layer.weight("kernel"))
+    full = [np.zeros((rest.shape[0], rest.shape[0])) for _ in range(3)]
+    s = blocks.shape[2]
+    for g in range(3):
+        for j in range(blocks.shape[1]):
+            full[g][j * s:(j + 1) * s, j * s:(j + 1) * s] = blocks[g, j]
+    return np.concatenate([*full, rest], axis=1)
+
+
+@pytest.mark.parametrize("dtype,tol", [("float64", 1e-9), ("float32", 1e-5)])
+@pytest.mark.parametrize("path", ["parallel", "recurrent"])
+def test_mlstm_block_diagonal_qkv_matches_torch_autograd(path: str, dtype: str, tol: float) -> None:
+    """qkv_blocksize: torch runs the dense kernel with the blocks laid out on its diagonal;
+    the blocks' gradients are the diagonal blocks of the dense kernel's gradient."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(13)
+    H = 8
+    layer = rk.MLSTM(H, 2, qkv_blocksize=2, return_sequences=True, dtype=dtype,
+                     return_state=path == "recurrent")
+    layer.build(rk.Shape((None, None, H)))
+    for name in layer.weight_names:
+        layer.set_weight(name, 0.5 * rng.standard_normal(layer.weight(name).shape))
+    assert layer.param_count() == 3 * H * 2 + (H + 1) * (H + 4) + 3 * H
+    x = rng.standard_normal((B, T, H))
+    G = rng.standard_normal((B, T, H))
+    W = torch.tensor(_full_kernel(layer), requires_grad=True)
+    b = torch.tensor(np.asarray(layer.weight("bias"), np.float64), requires_grad=True)
+    tx = torch.tensor(x, requires_grad=True)
+    ty, _ = _torch_mlstm(torch, tx, W, b, 2, "sigmoid")
+    (ty * torch.tensor(G)).sum().backward()
+    ctx = rk.Ctx.training()
+    out = layer.forward(x, ctx)
+    y = out[0] if path == "recurrent" else out
+    dx = layer.backward([G, None, None, None, None] if path == "recurrent" else G, ctx)
+    assert _rel(y, ty.detach().numpy()) <= tol
+    assert _rel(dx, tx.grad.numpy()) <= tol
+    gW = W.grad.numpy()
+    assert _rel(ctx.grad(layer, "kernel"), gW[:, 3 * H:]) <= tol
+    assert _rel(ctx.grad(layer, "bias"), b.grad.numpy()) <= tol
+    gq = ctx.grad(layer, "qkv_kernel")
+    for g in range(3):
+        for j in range(H // 2):
+            want = gW[j * 2:(j + 1) * 2, g * H + j * 2:g * H + (j + 1) * 2]
+            assert np.abs(gq[g, j] - want).max() <= tol * np.abs(gW).max()
+
+
+def test_mlstm_block_diagonal_contract_and_refusal() -> None:
+    report = check_layer(lambda dtype: rk.MLSTM(4, 2, qkv_blocksize=2, return_sequences=True, seed=3,
+                                                dtype=dtype),
+                         lambda rng: rng.standard_normal((2, 5, 4)))
+    assert max(report.grad_errors.values()) < 1e-6
+    with pytest.raises(rk.InvalidParameterError, match="keep the width.*units=4 features, got 3"):
+        rk.MLSTM(4, 2, qkv_blocksize=2, input_dim=3)
+    with pytest.raises(rk.InvalidParameterError, match="multiple of qkv_blocksize.*units=6, qkv_blocksize=4"):
+        rk.MLSTM(6, 2, qkv_blocksize=4)

@@ -97,8 +97,8 @@ def _forget_bias(n: int, forget_gate: str) -> np.ndarray:
 class _XCell(Cell):
     """What sLSTM and mLSTM share: heads, the forget gate, the stabilized gates."""
 
-    input_kernel = "kernel"
-    bias = "bias"
+    input_kernel: str | None = "kernel"
+    bias: str | None = "bias"
 
     def __init__(self, units: int, num_heads: int = PAPER_HEADS, *, forget_gate: str = "sigmoid") -> None:
         super().__init__(units, "tanh")
@@ -231,10 +231,70 @@ class MLSTMCell(_XCell):
     (fan F + H), i and f zeros; ``bias`` (1, 4H + 2 num_heads): zeros, but i's normal
     (std 0.1) and f's at f = sigmoid(linspace(3, 6)) across the heads (the paper's reference
     code). ``param_count = (F + 1)(4H + 2 num_heads)``.
+
+    ``qkv_blocksize=s`` (default None: dense q, k, v): q, k and v come from block-diagonal
+    projections of the input, as in the paper's mLSTM block (which uses s = 4): the input
+    width F must equal H, and ``qkv_kernel`` (3, H / s, s, s) holds the blocks (Glorot-uniform,
+    fan s + s; ``q[..., j*s:(j+1)*s] = x[..., j*s:(j+1)*s] @ qkv_kernel[0, j]``); ``kernel`` is
+    then (F, H + 2 num_heads), columns ``[o | i | f]``, and the bias keeps its layout. Such a
+    cell projects its input itself (the walker hands it the raw step input).
+    ``param_count = 3 H s + (F + 1)(H + 2 num_heads) + 3H``.
     """
 
     name = "MLSTM"
     state_names = ("h", "C", "n", "m")
+
+    def __init__(self, units: int, num_heads: int = PAPER_HEADS, *, forget_gate: str = "sigmoid",
+                 qkv_blocksize: int | None = None) -> None:
+        super().__init__(units, num_heads, forget_gate=forget_gate)
+        self.qkv_blocksize = None
+        if qkv_blocksize is not None:
+            s = check_positive_int(qkv_blocksize, "qkv_blocksize", self.name)
+            if self.units % s:
+                raise InvalidParameterError(
+                    f"{self.name}: units must be a multiple of qkv_blocksize (the q, k, v projections "
+                    f"are blocks of qkv_blocksize), got units={self.units}, qkv_blocksize={s}")
+            self.qkv_blocksize = s
+            self.input_kernel = None      # the cell projects its raw step input itself
+            self.bias = None
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "qkv_blocksize": self.qkv_blocksize}
+
+    def project(self, w: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        """The step inputs ``[q | k | v | o | i | f]`` (..., N) of inputs ``x`` (..., F)."""
+        b = w["bias"][0]
+        s = self.qkv_blocksize
+        if s is None:
+            return x @ w["kernel"] + b  # type: ignore[no-any-return]
+        lead, H = x.shape[:-1], self.units
+        xb = x.reshape(-1, H // s, s)
+        qkv = np.matmul(xb.transpose(1, 0, 2)[None], w["qkv_kernel"])          # (3, H/s, R, s)
+        qkv = qkv.transpose(0, 2, 1, 3).reshape(3, -1, H)
+        rest = x.reshape(-1, x.shape[-1]) @ w["kernel"]
+        out = np.concatenate([qkv[0], qkv[1], qkv[2], rest], axis=-1) + b
+        return out.reshape(*lead, -1)  # type: ignore[no-any-return]
+
+    def project_back(self, w: Mapping[str, np.ndarray], x: np.ndarray, d: np.ndarray,
+                     need_dx: bool = True) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
+        """(dL/dx, {weight: gradient}) of :meth:`project` from ``d`` = dL/d(step inputs)."""
+        F, N = x.shape[-1], d.shape[-1]
+        x2, d2 = x.reshape(-1, F), d.reshape(-1, N)
+        grads = {"bias": d2.sum(axis=0, keepdims=True)}
+        s = self.qkv_blocksize
+        if s is None:
+            grads["kernel"] = x2.T @ d2
+            return (d2 @ w["kernel"].T).reshape(x.shape) if need_dx else None, grads
+        H = self.units
+        xb = x2.reshape(-1, H // s, s).transpose(1, 0, 2)                        # (H/s, R, s)
+        dqkv = d2[:, :3 * H].reshape(-1, 3, H // s, s).transpose(1, 2, 0, 3)      # (3, H/s, R, s)
+        grads["qkv_kernel"] = np.matmul(xb.transpose(0, 2, 1)[None], dqkv)
+        grads["kernel"] = x2.T @ d2[:, 3 * H:]
+        if not need_dx:
+            return None, grads
+        dx = np.matmul(dqkv, w["qkv_kernel"].transpose(0, 1, 3, 2)).sum(axis=0)   # (H/s, R, s)
+        dx = dx.transpose(1, 0, 2).reshape(-1, F) + d2[:, 3 * H:] @ w["kernel"].T
+        return dx.reshape(x.shape), grads
 
     def state_sizes(self) -> tuple[int, ...]:
         H, nh, dh = self.units, self.num_heads, self.head_size
@@ -246,20 +306,31 @@ class MLSTMCell(_XCell):
         return 4 * self.units + 2 * self.num_heads
 
     def params(self, input_dim: int) -> list[Param]:
-        H, nh = self.units, self.num_heads
+        H, nh, s = self.units, self.num_heads, self.qkv_blocksize
+        if s is not None and input_dim != H:
+            raise InvalidParameterError(
+                f"{self.name}: block-diagonal q, k, v projections (qkv_blocksize={s}) keep the width: "
+                f"the input must have units={H} features, got {input_dim}")
+        dense = 4 * H if s is None else H
 
         def kernel(rng: np.random.Generator, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
             k = np.zeros(shape, dt)
-            k[:, :4 * H] = glorot_uniform(rng, (input_dim, 4 * H), input_dim, H, dt)
+            k[:, :dense] = glorot_uniform(rng, (input_dim, dense), input_dim, H, dt)
             return k
 
-        def bias(rng: np.random.Generator, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
-            b = np.zeros(shape, dt)
-            b[0, 4 * H:4 * H + nh] = rng.normal(0.0, 0.1, nh)
-            b[0, 4 * H + nh:] = _forget_bias(nh, self.forget_gate)
-            return b
+        if s is not None:
+            return [Param("qkv_kernel", (3, H // s, s, s),
+                          lambda rng, shape, dt: glorot_uniform(rng, shape, s, s, dt)),
+                    Param("kernel", (input_dim, H + 2 * nh), kernel),
+                    Param("bias", (1, self.width), self._bias)]
+        return [Param("kernel", (input_dim, self.width), kernel), Param("bias", (1, self.width), self._bias)]
 
-        return [Param("kernel", (input_dim, self.width), kernel), Param("bias", (1, self.width), bias)]
+    def _bias(self, rng: np.random.Generator, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
+        H, nh = self.units, self.num_heads
+        b = np.zeros(shape, dt)
+        b[0, 4 * H:4 * H + nh] = rng.normal(0.0, 0.1, nh)
+        b[0, 4 * H + nh:] = _forget_bias(nh, self.forget_gate)
+        return b
 
     def split(self, inp: np.ndarray) -> Arrays:
         """(q, k scaled, v) (..., nh, dh), o~ (..., H), i~, f~ (..., nh) of a step input (..., N)."""
@@ -272,6 +343,8 @@ class MLSTMCell(_XCell):
 
     def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
              park: dict[str, np.ndarray] | None) -> Arrays:
+        if self.qkv_blocksize is not None:   # the raw step input: project it here
+            inp = self.project(w, inp)
         B, nh, dh = inp.shape[0], self.num_heads, self.head_size
         _, C_prev, n_prev, m_prev = prev
         q, k, v, ao, ai, af = self.split(inp)
@@ -288,7 +361,7 @@ class MLSTMCell(_XCell):
 
     def step_back(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None, prev: Arrays,
                   new: Arrays, park: Mapping[str, np.ndarray]) -> StepBack:
-        x = park["inp"]
+        x = park["inp"]       # the projected step input
         B, nh, dh = x.shape[0], self.num_heads, self.head_size
         dh_out, dC, dn, dm = d
         _, C_prev, n_prev, m_prev = prev
@@ -325,7 +398,12 @@ class MLSTMCell(_XCell):
                                axis=1)
         d_prev = (np.zeros_like(dh_out), (fp[..., None, None] * dCt).reshape(B, -1),
                   (fp[..., None] * dnt).reshape(B, -1), dm_prev)
-        return StepBack(d_prev=d_prev, d_inp=d_inp)
+        if self.qkv_blocksize is None:
+            return StepBack(d_prev=d_prev, d_inp=d_inp)
+        assert inp is not None
+        dx, grads = self.project_back(w, inp, d_inp)
+        assert dx is not None
+        return StepBack(d_prev=d_prev, d_inp=dx, params=grads)
 
 
 for _c in (SLSTMCell, MLSTMCell):
@@ -483,7 +561,7 @@ class SLSTM(RecurrentLayer):
 class MLSTM(RecurrentLayer):
     """mLSTM layer (Beck et al., 2024, arXiv:2405.04517): :class:`MLSTMCell` over a sequence.
 
-    ``MLSTM(units, num_heads=4, *, forget_gate="sigmoid", chunk_size=64,
+    ``MLSTM(units, num_heads=4, *, forget_gate="sigmoid", qkv_blocksize=None, chunk_size=64,
     return_sequences=False, go_backwards=False, return_state=False, stateful=False,
     dropout=0.0, seed=None, dtype="float32", input_dim=None, name=None)``. Input (B, T, F);
     output (B, H) = h_T, or (B, T, H) with ``return_sequences``. Equations, weights and
@@ -500,8 +578,9 @@ class MLSTM(RecurrentLayer):
     cell: MLSTMCell
 
     def __init__(self, units: int, num_heads: int = PAPER_HEADS, *, forget_gate: str = "sigmoid",
-                 chunk_size: int | None = 64, **kwargs: Any) -> None:
-        super().__init__(MLSTMCell(units, num_heads, forget_gate=forget_gate), **kwargs)
+                 qkv_blocksize: int | None = None, chunk_size: int | None = 64, **kwargs: Any) -> None:
+        super().__init__(MLSTMCell(units, num_heads, forget_gate=forget_gate, qkv_blocksize=qkv_blocksize),
+                         **kwargs)
         self.chunk_size = (None if chunk_size is None
                            else check_positive_int(chunk_size, "chunk_size", self.name))
 
@@ -519,9 +598,8 @@ class MLSTM(RecurrentLayer):
         arr = self._check_input(x)
         if self.go_backwards:
             arr = arr[:, ::-1]
-        B, T, F = arr.shape
-        W, bias = self._weights["kernel"], self._weights["bias"]
-        inp = (arr.reshape(B * T, F) @ W + bias[0]).reshape(B, T, W.shape[1])
+        B, T = arr.shape[:2]
+        inp = self.cell.project(self._weights, arr)
         if ctx.training_mode:
             h, cache = mlstm_parallel(self.cell, inp, arr, record=True)
             ctx.save(self, cache)
@@ -538,7 +616,7 @@ class MLSTM(RecurrentLayer):
         cache = ctx.peek(self)
         if not isinstance(cache, ParallelCache):
             return super().backward(grad, ctx)
-        B, T, F = cache.x.shape
+        B, T = cache.x.shape[:2]
         H = self.units
         shape = (B, T, H) if self.return_sequences else (B, H)
         g = self._as_grad(grad, shape)
@@ -548,11 +626,9 @@ class MLSTM(RecurrentLayer):
             full[:, -1] = g
             g = full
         d_inp = mlstm_parallel_back(self.cell, cache, g).astype(self.dtype, copy=False)
-        N = d_inp.shape[2]
-        d2 = d_inp.reshape(B * T, N)
-        ctx.give_grad(self, "kernel", cache.x.reshape(B * T, F).T @ d2)
-        ctx.give_grad(self, "bias", d2.sum(axis=0, keepdims=True))
-        if not ctx.needs_input_grad(self):
+        dx, grads = self.cell.project_back(self._weights, cache.x, d_inp, ctx.needs_input_grad(self))
+        for name in self._trainable:
+            ctx.give_grad(self, name, grads[name])
+        if dx is None:
             return None
-        dx = (d2 @ self._weights["kernel"].T).reshape(B, T, F)
         return np.ascontiguousarray(dx[:, ::-1]) if self.go_backwards else dx
