@@ -422,3 +422,23 @@ def test_mlstm_block_diagonal_contract_and_refusal() -> None:
         rk.MLSTM(4, 2, qkv_blocksize=2, input_dim=3)
     with pytest.raises(rk.InvalidParameterError, match="multiple of qkv_blocksize.*units=6, qkv_blocksize=4"):
         rk.MLSTM(6, 2, qkv_blocksize=4)
+
+
+@pytest.mark.parametrize("cls", [rk.SLSTM, rk.MLSTM])
+def test_serve_stream_steps_equal_predict(cls: type) -> None:
+    """A stream of ``rnnkit serve`` (its step plan) fed a sequence in pieces gives what
+    predict gives for the whole of it, for two streams batched together."""
+    pytest.importorskip("starlette")
+    from rnnkit.serve._stepper import plan_streams
+
+    model = rk.Sequential([cls(8, 2, return_sequences=True, seed=1, dtype="float64"), rk.Dense(2, seed=2)],
+                          input_shape=(None, None, F))
+    plan, why = plan_streams(model, [1, 2])
+    assert plan is not None, why
+    x = np.random.default_rng(14).standard_normal((2, 9, F))
+    states = plan.stack([plan.zero(), plan.zero()])
+    outs = []
+    for t0, t1 in ((0, 4), (4, 5), (5, 9)):
+        y, states = plan.step(x[:, t0:t1], states)
+        outs.append(y)
+    assert _rel(np.concatenate(outs, 1), model.predict(x)) <= 1e-12
