@@ -238,6 +238,20 @@ def test_layer_contract(cls: type, fg: str) -> None:
     assert max(report.grad_errors.values()) < 1e-6
 
 
+@pytest.mark.parametrize("blocks", [None, 2])
+@pytest.mark.parametrize("fg", FORGETS)
+def test_mlstm_recurrent_form_contract(fg: str, blocks: int | None) -> None:
+    """``RecurrentLayer(MLSTMCell(...))`` walks the recurrent form on every pass: its step
+    backward against float64 central differences, through the shared harness."""
+    def make(dtype: str) -> rk.RecurrentLayer:
+        return rk.RecurrentLayer(rk.MLSTMCell(4, 2, forget_gate=fg, qkv_blocksize=blocks),
+                                 return_sequences=True, seed=3, dtype=dtype)
+
+    report = check_layer(make,
+                         lambda rng: rng.standard_normal((2, 5, 4)))
+    assert max(report.grad_errors.values()) < 1e-6
+
+
 # -- every layer path --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["slstm", "mlstm"])
