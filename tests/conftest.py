@@ -47,6 +47,8 @@ ISA_SENSITIVE = frozenset({
     "test_regularizers.py", "test_grad_accumulation.py", "test_keras_weight_order.py",
     # automatic gradients: the ops' VJPs and layers on the tape, against torch autograd
     "test_ops_grad.py", "test_tape_layers.py",
+    # xLSTM against torch autograd (its Dense and BLAS products under the model paths)
+    "test_xlstm.py",
     # the shape layers and wrappers against Keras on torch and onnxruntime
     "test_shape_layers.py",
     # the check that the AVX2 run is one

@@ -172,18 +172,22 @@ from rnnkit.quant import quantize
 from rnnkit.recurrent import (
     GRU,
     LSTM,
+    MLSTM,
     RNN,
+    SLSTM,
     Cell,
     GRUCell,
     GRUResetAfterCell,
     GRUState,
     LSTMCell,
     LSTMState,
+    MLSTMCell,
     Param,
     RecurrentLayer,
     SimpleRNN,
     SimpleRNNCell,
     SimpleRNNState,
+    SLSTMCell,
     StepBack,
     register_cell,
 )
@@ -229,3 +233,4 @@ __all__ += ["callbacks", "FullBatchWarning", "quant", "quantize"]
 __all__ += ["ops", "GradientTape", "TapeError"]
 __all__ += ["Dot", "Flatten", "GaussianNoise", "Lambda", "Maximum", "Minimum", "Permute", "Reshape",
             "SpatialDropout1D", "Subtract", "TimeDistributed"]
+__all__ += ["SLSTM", "MLSTM", "SLSTMCell", "MLSTMCell"]

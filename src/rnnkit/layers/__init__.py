@@ -27,7 +27,7 @@ from rnnkit.layers._pooling import (
 )
 from rnnkit.layers._registry import layer_from_config, layer_to_config, register_layer
 from rnnkit.layers._reshape import RepeatVector, Reverse
-from rnnkit.recurrent import GRU, LSTM, RNN, RecurrentLayer, SimpleRNN
+from rnnkit.recurrent import GRU, LSTM, MLSTM, RNN, SLSTM, RecurrentLayer, SimpleRNN
 
 # the shape layers and wrappers (Keras 3's)
 from rnnkit.layers._merge import Dot, Maximum, Minimum, Subtract  # isort: skip
@@ -39,7 +39,7 @@ for _cls in (Dense, ActivationLayer, Embedding, RepeatVector, Reverse, Concatena
              Multiply, Average, Bidirectional, SimpleRNN, LSTM, GRU, RecurrentLayer, LayerNormalization,
              Conv1D, MaxPooling1D, AveragePooling1D, GlobalAveragePooling1D, GlobalMaxPooling1D,
              ZeroPadding1D, Cropping1D, UpSampling1D, BatchNormalization, Attention, AdditiveAttention,
-             MultiHeadAttention):
+             MultiHeadAttention, SLSTM, MLSTM):
     register_layer(_cls)
 for _shaping in (Flatten, Reshape, Permute, SpatialDropout1D, GaussianNoise, Subtract, Maximum, Minimum, Dot,
                  TimeDistributed, Lambda):

@@ -1,5 +1,5 @@
 """Recurrent layers: one walker (``_walker``) over small cells (``_simple_rnn``, ``_lstm``,
-``_gru``, or a user's own :class:`Cell`)."""
+``_gru``, xLSTM's ``_xlstm``, or a user's own :class:`Cell`)."""
 
 from rnnkit.recurrent._base import RecurrentLayer
 from rnnkit.recurrent._cell import Cell, Param, StepBack
@@ -10,7 +10,8 @@ from rnnkit.recurrent._registry import register_cell
 from rnnkit.recurrent._rnn import RNN
 from rnnkit.recurrent._simple_rnn import SimpleRNNCell
 from rnnkit.recurrent._states import GRUState, LSTMState, SimpleRNNState
+from rnnkit.recurrent._xlstm import MLSTM, SLSTM, MLSTMCell, SLSTMCell
 
 __all__ = ["GRU", "LSTM", "SimpleRNN", "RecurrentLayer", "Cell", "Param", "StepBack", "GRUCell",
            "GRUResetAfterCell", "LSTMCell", "SimpleRNNCell", "register_cell", "GRUState", "LSTMState",
-           "SimpleRNNState", "RNN"]
+           "SimpleRNNState", "RNN", "SLSTM", "MLSTM", "SLSTMCell", "MLSTMCell"]
