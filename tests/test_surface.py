@@ -21,7 +21,7 @@ Arrays = tuple[np.ndarray, ...]
 
 
 def test_every_public_name_resolves_once() -> None:
-    assert len(rk.__all__) == len(set(rk.__all__)) == 137  # 113 before: + Input, InputLayer, Model,
+    assert len(rk.__all__) == len(set(rk.__all__)) == 138  # + SequenceBack; 113 before: + Input, InputLayer, Model,
     # callbacks, FullBatchWarning, quant, quantize, ..., Layer- and BatchNormalization, Conv1D, 7 pooling,
     # Attention, AdditiveAttention, MultiHeadAttention, MemoryBudgetError
     for name in rk.__all__:
