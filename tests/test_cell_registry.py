@@ -71,7 +71,7 @@ def test_two_classes_of_one_name_in_two_modules_each_load_their_own(tmp_path: Pa
         model = rk.SequentialBuilder().add(rk.RecurrentLayer(cls(3), return_sequences=True, seed=1)) \
             .build(rk.Shape((None, 4, 2)))
         path = tmp_path / f"{cls.__module__}.rnnkit"
-        model.save(path)
+        model.save(str(path))
         assert _file_cell_name(path) == cell_key(cls)
         again = rk.load_model(path)
         assert type(again.layers[0].cell) is cls
