@@ -21,6 +21,7 @@ import pytest
 import rnnkit as rk
 from harness import assert_gradcheck
 from rnnkit.recurrent._walker import has_sequence_form, sequence_form
+from rnnkit.testing import check_cell
 
 Arrays = tuple[np.ndarray, ...]
 B, T, F, H = 3, 6, 4, 5
@@ -177,3 +178,50 @@ def test_stateful_and_single_steps_use_the_step_form_and_agree() -> None:
 def test_parallel_form_gradients_against_finite_differences() -> None:
     x = np.random.default_rng(2).standard_normal((B, T, F))
     assert_gradcheck(_layer(), x, rtol=1e-6)
+
+
+# -- rnnkit.testing.check_cell: one call checks every form of a cell ------------------------------
+def test_check_cell_passes_a_cell_with_both_forms() -> None:
+    errs = check_cell(MinGRUTestCell(4))
+    assert {"gradcheck:dx", "gradcheck:d_kernel", "gradcheck:d_bias", "gradcheck:d_init0",
+            "parallel form:y", "parallel form:d_kernel", "parallel form:d_init0"} <= set(errs)
+    assert not any(k.startswith("compiled") for k in errs)   # (no compiled step declared)
+
+
+@pytest.mark.parametrize("cell", [rk.LSTMCell(3), rk.GRUCell(3), rk.SimpleRNNCell(3)],
+                         ids=["LSTM", "GRU", "SimpleRNN"])
+def test_check_cell_compares_the_compiled_step(cell: rk.Cell) -> None:
+    pytest.importorskip("numba")
+    errs = check_cell(cell, steps=4)
+    assert {"compiled step:y", "compiled step:d_recurrent_kernel", "compiled step (masked):dx"} <= set(errs)
+
+
+class _WrongParallel(MinGRUTestCell):
+    """The parallel backward forgets the gradient that flows back through the recurrence."""
+
+    def sequence_backward(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None,
+                          init: Arrays, states: Arrays, park: Mapping[str, np.ndarray]) -> rk.SequenceBack:
+        z, k, h = park["z"], park["k"], states[0]
+        hprev = np.concatenate([init[0][None], h[:-1]])
+        dz = d[0] * (_g(k) - hprev) * z * (1.0 - z)
+        return rk.SequenceBack(d_init=(d[0][0] * (1.0 - z[0]),),
+                               d_inp=np.concatenate([dz, d[0] * z * _dg(k)], axis=-1))
+
+
+class _WrongStepBack(MinGRUTestCell):
+    """The reference backward drops the candidate's derivative g'(k)."""
+
+    def step_back(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None, prev: Arrays,
+                  new: Arrays, park: Mapping[str, np.ndarray]) -> rk.StepBack:
+        r = super().step_back(w, d, inp, prev, new, park)
+        H = self.units
+        return r._replace(d_inp=np.concatenate([r.d_inp[:, :H], d[0] * park["z"]], axis=1))
+
+
+def test_check_cell_names_what_differs() -> None:
+    with pytest.raises(AssertionError, match=r"check_cell\(_WrongParallel\): parallel form differs from "
+                                             r"the reference step in (dx|d_init0|d_kernel|d_bias): relative"):
+        check_cell(_WrongParallel(4))
+    with pytest.raises(AssertionError, match=r"check_cell\(_WrongStepBack\): the reference step's dx differs "
+                                             r"from central differences of its forward: relative error"):
+        check_cell(_WrongStepBack(4))

@@ -112,6 +112,13 @@ def walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, init: Arrays
     parts (views: copy before changing them), the cache when ``record``)."""
     if sequence_form(cell, x_tm.shape[0], mask, rdrop):
         return sequence_walk(cell, w, x_tm, init, record, keep_seq)
+    return step_walk(cell, w, x_tm, init, record, keep_seq, mask, rdrop)
+
+
+def step_walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, init: Arrays | None, record: bool,
+              keep_seq: bool, mask: np.ndarray | None = None, rdrop: np.ndarray | None = None) -> Walk:
+    """:func:`walk` by the step form: compiled when :func:`rnnkit.kernels.find_options` gives the
+    cell (or its compiled view) a step, the reference loop otherwise."""
     found = kernels.find_options(cell)
     if found is None:
         view = cell.compiled_view(w)
