@@ -29,7 +29,8 @@ ISA_SENSITIVE = frozenset({
     "test_kernels.py", "test_kernels_compile.py", "test_kernels_gates.py", "test_kernels_infer.py",
     "test_kernels_ksplit.py", "test_kernels_one_version.py", "test_kernels_pairs.py",
     "test_kernels_plans.py", "test_kernels_pool.py", "test_kernels_quick.py", "test_kernels_rows.py",
-    "test_kernels_threads.py", "test_kernels_whole.py", "test_user_cells.py", "test_dense_product.py",
+    "test_kernels_threads.py", "test_kernels_whole.py", "test_user_cells.py", "test_cell_forms.py",
+    "test_dense_product.py",
     "test_dense_wide.py", "test_dense_lm.py", "test_predict_path.py", "test_sequences.py",
     "test_bidirectional.py", "test_input_grad.py", "test_recurrent_gradients.py", "test_rnn_layer.py",
     # losses and gradient norms

@@ -205,9 +205,8 @@ def _broken(**change: Any) -> Any:
      r"takes \['leak'\], which get_config\(\) does not return"),
 ])
 def test_a_step_that_breaks_a_rule_is_refused_when_built(change: dict[str, Any], match: str) -> None:
-    cls = _broken(**change)
-    with pytest.raises(rk.InvalidParameterError, match=match):
-        rk.RecurrentLayer(cls(4))
+    with pytest.raises(rk.InvalidParameterError, match=match):   # (a bad function: when the Step is made)
+        rk.RecurrentLayer(_broken(**change)(4))
 
 
 def test_a_two_row_bias_needs_the_products_apart() -> None:

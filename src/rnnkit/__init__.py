@@ -184,6 +184,7 @@ from rnnkit.recurrent import (
     MLSTMCell,
     Param,
     RecurrentLayer,
+    SequenceBack,
     SimpleRNN,
     SimpleRNNCell,
     SimpleRNNState,
@@ -202,7 +203,7 @@ __all__ = [
     "set_global_seed",
     "Shape",
     "GRU", "LSTM", "GRUState", "LSTMState", "RecurrentLayer", "SimpleRNN", "SimpleRNNState",
-    "Cell", "Param", "StepBack", "GRUCell", "GRUResetAfterCell", "LSTMCell", "SimpleRNNCell",
+    "Cell", "Param", "SequenceBack", "StepBack", "GRUCell", "GRUResetAfterCell", "LSTMCell", "SimpleRNNCell",
     "register_cell",
     "RNN", "GroupNormalization",  # issue 39's block
     "rnn", "kernels",

@@ -52,6 +52,12 @@ pass ``input_grad=False``), or for a layer of several inputs (``Attention``) the
 input arrays: the input gradient is then checked per input (``"input0"``, ``"input1"``, ...).
 Keep shapes small: the gradcheck costs two forward passes per scalar of the input and of every
 weight.
+
+For a :class:`~rnnkit.Cell`, :func:`check_cell` checks its forms against each other: the reference
+step (:meth:`~rnnkit.Cell.step` / ``step_back``) against float64 central differences of itself,
+and the compiled step (:attr:`~rnnkit.Cell.compiled_step`) and the parallel form
+(:meth:`~rnnkit.Cell.sequence_forward` / ``sequence_backward``), where the cell has them, against
+the reference step, on random float64 inputs, weights, initial states and gradients.
 """
 
 from __future__ import annotations
@@ -70,6 +76,18 @@ from rnnkit._ctx import Ctx
 from rnnkit._errors import ForwardPassNotRunError
 from rnnkit._shape import Shape
 from rnnkit.io import load_layer_weights, save_layer_weights
+from rnnkit.recurrent._cell import Cell
+from rnnkit.recurrent._layers import RecurrentLayer
+from rnnkit.recurrent._walker import (
+    WalkCache,
+    has_sequence_form,
+    reference_walk,
+    reference_walk_back,
+    sequence_walk,
+    sequence_walk_back,
+    step_walk,
+    walk_back,
+)
 
 MakeLayer = Callable[[str], Any]
 MakeInput = Callable[[np.random.Generator], np.ndarray]
@@ -417,7 +435,130 @@ def check_layer(
     return LayerReport(tuple(y_inf.shape), errs, f32_err)
 
 
+#: what one form of a cell gives for one pass: {name: array} (``y``, ``final0``..., ``dx``,
+#: ``d_init0``..., ``d_<weight>``)
+_Pass = dict[str, np.ndarray]
+
+
+def _cell_pass(cell: Cell, w: dict[str, np.ndarray], x_tm: np.ndarray, init: tuple[np.ndarray, ...],
+               G: np.ndarray, d_final: tuple[np.ndarray, ...], form: str,
+               mask: np.ndarray | None = None) -> _Pass:
+    """One recorded pass and its backward by ``form``: ``"reference"`` (the step form in NumPy),
+    ``"compiled"`` (the compiled step) or ``"sequence"`` (the parallel form)."""
+    cache: WalkCache | None
+    if form == "sequence":
+        seq, final, cache = sequence_walk(cell, w, x_tm, init, True, True)
+        assert cache is not None
+        dx, grads, d_init = sequence_walk_back(cell, w, cache, G, True, d_final)
+    elif form == "reference":
+        seq, final, cache = reference_walk(cell, w, x_tm, init, True, True, mask)
+        assert cache is not None
+        dx, grads, d_init = reference_walk_back(cell, w, cache, G, True, d_final)
+    else:
+        with kernels.use("fast"):
+            seq, final, cache = step_walk(cell, w, x_tm, init, True, True, mask)
+            assert cache is not None
+            dx, grads, d_init = walk_back(cell, w, cache, G, True, d_final)
+    assert seq is not None and dx is not None
+    out = {"y": np.array(seq), "dx": np.array(dx)}
+    out.update({f"final{k}": np.array(a) for k, a in enumerate(final)})
+    out.update({f"d_init{k}": np.array(a) for k, a in enumerate(d_init)})
+    out.update({f"d_{n}": np.array(g) for n, g in grads.items()})
+    return out
+
+
+def _cell_loss(cell: Cell, w: dict[str, np.ndarray], x_tm: np.ndarray, init: tuple[np.ndarray, ...],
+               G: np.ndarray, d_final: tuple[np.ndarray, ...]) -> float:
+    seq, final, _ = reference_walk(cell, w, x_tm, init, False, True)
+    assert seq is not None
+    tail = sum(np.sum(f * d) for f, d in zip(final, d_final, strict=True))
+    return float(np.sum(seq * G.transpose(1, 0, 2)) + tail)
+
+
+def _compare(who: str, what: str, got: _Pass, want: _Pass, rtol: float, errs: dict[str, float]) -> None:
+    _require(set(got) == set(want),
+             f"check_cell({who}): {what} gives the results {sorted(got)}, the reference step {sorted(want)}")
+    for name in want:
+        _require(got[name].shape == want[name].shape,
+                 f"check_cell({who}): {what}: {name} has shape {got[name].shape}, the reference step's "
+                 f"{want[name].shape}")
+        err = rel_err(got[name], want[name])
+        errs[f"{what}:{name}"] = err
+        _require(err <= rtol, f"check_cell({who}): {what} differs from the reference step in {name}: "
+                 f"relative error {err:.3g} > rtol {rtol:g} (max |got - reference| / max |.|)")
+
+
+def check_cell(cell: Cell, *, input_dim: int = 3, batch: int = 3, steps: int = 5, seed: int = 0,
+               rtol: float = 1e-10, grad_rtol: float = 1e-6, eps: float = 1e-6) -> dict[str, float]:
+    """Check a cell's forms against each other in float64; return ``{check: error}``.
+
+    Weights: the cell's initialisers (``seed``) plus standard normal noise times 0.3 (so zero
+    biases are not zero); input ``x`` (``batch``, ``steps``, ``input_dim``), an initial state,
+    the upstream gradient ``G`` of every step's output and the gradient of the final state parts:
+    standard normal. The loss is ``L = sum(y * G) + sum(final * d_final)``.
+
+    1. **reference gradients** — the reference step's backward (:meth:`~rnnkit.Cell.step_back`
+       walked by the reference walker) against central differences of its forward, for the
+       input, the initial state and every trainable parameter; error as :func:`rel_err`, at most
+       ``grad_rtol`` (``eps``: the step; float64 truncation ~eps^2 and rounding ~1e-16/eps give
+       about 1e-8 to 1e-10).
+    2. **compiled step** — where the cell's compiled step runs it (:func:`rnnkit.kernels.find`),
+       outputs, final states, dL/dx, dL/d(initial state) and every gradient equal the reference
+       step's to ``rtol``, without and with a mask (row 0 of the batch one step short).
+    3. **parallel form** — where the cell has one, the same comparison for
+       :meth:`~rnnkit.Cell.sequence_forward` / ``sequence_backward``.
+
+    A failure raises ``AssertionError`` naming the form, the quantity and the error."""
+    who = type(cell).__name__
+    rng = np.random.default_rng(seed)
+    layer = RecurrentLayer(cell, return_sequences=True, seed=seed, dtype="float64", input_dim=input_dim)
+    trainable = {p.name for p in cell.params(input_dim) if p.trainable}
+    w = {n: np.array(layer.weight(n), np.float64) for n in layer.weight_names}
+    for n in trainable:
+        w[n] = w[n] + 0.3 * rng.standard_normal(w[n].shape)
+    x_tm = rng.standard_normal((steps, batch, input_dim))
+    init = tuple(rng.standard_normal((batch, k)) for k in cell.state_sizes())
+    G = rng.standard_normal((batch, steps, cell.output_size))
+    d_final = tuple(rng.standard_normal((batch, k)) for k in cell.state_sizes())
+    errs: dict[str, float] = {}
+    ref = _cell_pass(cell, w, x_tm, init, G, d_final, "reference")
+    # 1. the reference backward against central differences of the reference forward
+    wrt: list[tuple[str, np.ndarray]] = [("dx", x_tm), *((f"d_init{k}", a) for k, a in enumerate(init)),
+                                         *((f"d_{n}", w[n]) for n in sorted(trainable))]
+    for name, arr in wrt:
+        _require(name in ref, f"check_cell({who}): the reference step gives no gradient {name}")
+        num = np.zeros(arr.shape)
+        for i in np.ndindex(arr.shape):
+            old = arr[i]
+            arr[i] = old + eps
+            up = _cell_loss(cell, w, x_tm, init, G, d_final)
+            arr[i] = old - eps
+            down = _cell_loss(cell, w, x_tm, init, G, d_final)
+            arr[i] = old
+            num[i] = (up - down) / (2 * eps)
+        err = rel_err(ref[name], num)
+        errs[f"gradcheck:{name}"] = err
+        _require(err <= grad_rtol, f"check_cell({who}): the reference step's {name} differs from central "
+                 f"differences of its forward: relative error {err:.3g} > grad_rtol {grad_rtol:g}")
+    # 2. the compiled step against the reference step
+    with kernels.use("fast"):
+        compiled = kernels.find_options(cell) is not None
+    if compiled:
+        got = _cell_pass(cell, w, x_tm, init, G, d_final, "compiled")
+        _compare(who, "compiled step", got, ref, rtol, errs)
+        mask = np.ones((steps, batch), bool)
+        mask[steps - 1, 0] = False
+        ref_m = _cell_pass(cell, w, x_tm, init, G, d_final, "reference", mask)
+        _compare(who, "compiled step (masked)", _cell_pass(cell, w, x_tm, init, G, d_final, "compiled", mask),
+                 ref_m, rtol, errs)
+    # 3. the parallel form against the reference step
+    if has_sequence_form(cell):
+        got = _cell_pass(cell, w, x_tm, init, G, d_final, "sequence")
+        _compare(who, "parallel form", got, ref, rtol, errs)
+    return errs
+
+
 __all__ = ["Grads", "LayerReport", "MakeInput", "MakeLayer", "Snapshot", "analytic_grads",
            "assert_fast_matches_reference", "assert_gradcheck", "assert_round_trip",
-           "assert_thread_safe", "assert_unchanged", "check_layer", "gradcheck", "numeric_grad",
+           "assert_thread_safe", "assert_unchanged", "check_cell", "check_layer", "gradcheck", "numeric_grad",
            "rel_err", "snapshot"]

@@ -182,7 +182,7 @@ def compile_seconds() -> float:
 
 def _watch_compiles() -> None:
     """Announce the first compilation on stderr and time every compilation (Numba's events)."""
-    from numba.core import event
+    from rnnkit.kernels._numba_private import event  # (here: importing rnnkit.kernels imports no numba)
 
     class _Listener(event.Listener):
         def on_start(self, ev: Any) -> None:

@@ -9,7 +9,7 @@ import hashlib
 import os
 from typing import Any
 
-from numba.core import caching as _caching
+from rnnkit.kernels._numba_private import caching as _caching
 
 _KEYED: dict[str, bytes] = {}   # a directory (real path) -> the hash of all its .py files
 

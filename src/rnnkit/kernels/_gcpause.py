@@ -18,7 +18,7 @@ import gc
 import threading
 from typing import Any
 
-from numba.core import event
+from rnnkit.kernels._numba_private import event
 
 _lock = threading.Lock()
 #: threads holding (or waiting for) the compiler lock; whether this module turned the collector off

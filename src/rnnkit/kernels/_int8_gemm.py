@@ -20,14 +20,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import llvmlite.binding as llb
 import numpy as np
-from llvmlite import ir
 from numba import types
-from numba.core import cgutils, config
 from numba.extending import intrinsic, overload
 
 from rnnkit.kernels._jit import njit
+from rnnkit.kernels._numba_private import cgutils, config, ir
+from rnnkit.kernels._numba_private import llvm as llb
 
 #: compile options: on-disk cache, no fast-math
 OPTS8: dict[str, Any] = {"cache": True, "error_model": "numpy", "nogil": True}

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import functools
 
-import llvmlite.binding as llvm
-from numba.core import config
+from rnnkit.kernels._numba_private import config, llvm
 
 #: CPU names (LLVM's) whose own feature set includes AVX-512F
 AVX512_CPUS = frozenset({

@@ -49,14 +49,12 @@ from typing import Any
 
 import numba
 import numpy as np
-from llvmlite import ir
 from numba import types
-from numba.core import cgutils
-from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic, overload
 
 from rnnkit.kernels import _gcpause
 from rnnkit.kernels._cache import key_cache_on_sources
+from rnnkit.kernels._numba_private import cgutils, impl_ret_borrowed, ir
 
 key_cache_on_sources(os.path.dirname(os.path.abspath(__file__)))
 _gcpause.install()   # (the collector off while Numba compiles: ~14 % less compile time)

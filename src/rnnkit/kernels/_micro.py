@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from llvmlite import ir
 from numba import types
-from numba.core import cgutils
 from numba.extending import intrinsic
+
+from rnnkit.kernels._numba_private import cgutils, ir
 
 _I64 = ir.IntType(64)
 _I32 = ir.IntType(32)

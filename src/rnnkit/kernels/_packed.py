@@ -27,7 +27,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import llvmlite.binding as llvm
 import numpy as np
 from numba import cfunc, types
 from numba.extending import overload
@@ -36,6 +35,7 @@ from rnnkit.kernels import _threads
 from rnnkit.kernels._isa import has_avx512
 from rnnkit.kernels._jit import OPTS, njit
 from rnnkit.kernels._micro import micro_switch
+from rnnkit.kernels._numba_private import llvm
 
 #: rows of C per micro-kernel call; columns per panel are 64 bytes (16 float32, 8 float64).
 #: Under AVX2, 6: 6 x 16 float32 accumulators are 12 of the 16 ymm registers. Under AVX-512, 8

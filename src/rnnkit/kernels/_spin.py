@@ -21,12 +21,11 @@ import time
 from typing import Any
 
 import numpy as np
-from llvmlite import ir
 from numba import types
-from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rnnkit.kernels._jit import njit
+from rnnkit.kernels._numba_private import cgutils, ir
 
 #: how long a worker waits, spinning, for its next block before it sleeps on its lock
 WORKER_SPIN_US = 500

@@ -22,11 +22,11 @@ import threading
 from typing import Any
 
 import numpy as np
-from llvmlite import ir as llir
 from numba import types
-from numba.core import cgutils
-from numba.core.imputils import impl_ret_untracked
 from numba.extending import NativeValue, intrinsic, models, overload, register_model, unbox
+
+from rnnkit.kernels._numba_private import cgutils, impl_ret_untracked
+from rnnkit.kernels._numba_private import ir as llir
 
 _HANDLES: dict[str, Handle] = {}
 _lock = threading.Lock()

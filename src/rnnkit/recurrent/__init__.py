@@ -2,7 +2,7 @@
 ``_gru``, xLSTM's ``_xlstm``, or a user's own :class:`Cell`)."""
 
 from rnnkit.recurrent._base import RecurrentLayer
-from rnnkit.recurrent._cell import Cell, Param, StepBack
+from rnnkit.recurrent._cell import Cell, Param, SequenceBack, StepBack
 from rnnkit.recurrent._gru import GRUCell, GRUResetAfterCell
 from rnnkit.recurrent._layers import GRU, LSTM, SimpleRNN
 from rnnkit.recurrent._lstm import LSTMCell
@@ -12,6 +12,6 @@ from rnnkit.recurrent._simple_rnn import SimpleRNNCell
 from rnnkit.recurrent._states import GRUState, LSTMState, SimpleRNNState
 from rnnkit.recurrent._xlstm import MLSTM, SLSTM, MLSTMCell, SLSTMCell
 
-__all__ = ["GRU", "LSTM", "SimpleRNN", "RecurrentLayer", "Cell", "Param", "StepBack", "GRUCell",
-           "GRUResetAfterCell", "LSTMCell", "SimpleRNNCell", "register_cell", "GRUState", "LSTMState",
-           "SimpleRNNState", "RNN", "SLSTM", "MLSTM", "SLSTMCell", "MLSTMCell"]
+__all__ = ["GRU", "LSTM", "SimpleRNN", "RecurrentLayer", "Cell", "Param", "SequenceBack", "StepBack",
+           "GRUCell", "GRUResetAfterCell", "LSTMCell", "SimpleRNNCell", "register_cell", "GRUState",
+           "LSTMState", "SimpleRNNState", "RNN", "SLSTM", "MLSTM", "SLSTMCell", "MLSTMCell"]

@@ -78,6 +78,22 @@ class Param:
     trainable: bool = True
 
 
+class SequenceBack(NamedTuple):
+    """What :meth:`Cell.sequence_backward` returns for a whole sequence.
+
+    ``d_init``: dL/d(state entering step 0), one (B, size) array per part. ``d_inp`` (T, B, N):
+    dL/d(every step's input ``inp_s``). ``d_rec`` (T, B, N): dL/d(every step's recurrent
+    product), only for a cell with a ``recurrent_kernel`` whose products differ from ``d_inp``
+    (None otherwise). ``params``: the gradient of every parameter the walker does not reduce
+    itself (already summed over the steps).
+    """
+
+    d_init: Arrays
+    d_inp: np.ndarray
+    d_rec: np.ndarray | None = None
+    params: Mapping[str, np.ndarray] | None = None
+
+
 class StepBack(NamedTuple):
     """What :meth:`Cell.step_back` returns for one step.
 
@@ -213,6 +229,38 @@ class Cell:
         step's input ``x_s`` for a cell without an input kernel, else None (park what you need).
         ``park`` holds what :meth:`step` parked at this step."""
         raise NotImplementedError(f"{type(self).__name__}.step_back")
+
+    # -- the parallel (whole-sequence) form: optional ---------------------------------------
+    #: ``sequence_forward`` / ``sequence_backward`` compute every step of a pass at once (a scan
+    #: over time, for a recurrence whose gates do not read the state). They are optional: a cell
+    #: that overrides both has a parallel form, and the walker (:func:`rnnkit.recurrent._walker.
+    #: sequence_form`, the one place that chooses) runs it for a pass of two steps or more without
+    #: a mask and without recurrent dropout, training or inference, from zeros or a given
+    #: (``stateful``) state; every other pass (one step at a time: streaming, a cell called as a
+    #: Keras cell, a served step; a masked or padded batch; recurrent dropout) runs the step form.
+    #: Both forms must compute the same numbers (to rounding): check it with
+    #: :func:`rnnkit.testing.check_cell`. The form counts only for the class that overrides
+    #: ``sequence_forward`` and its subclasses that keep its ``step`` and ``step_back``.
+
+    def sequence_forward(self, w: Mapping[str, np.ndarray], inp: np.ndarray, init: Arrays,
+                         park: dict[str, np.ndarray] | None) -> Arrays:
+        """Forward every step at once: return the state parts leaving every step, one
+        (T, B, size) array per part (row ``s`` is what :meth:`step` returns at step ``s``).
+        ``inp`` (T, B, N) holds every step's input ``inp_s`` (as :meth:`step` receives it, in
+        processing order); ``init`` the state parts entering step 0, each (B, size); ``park`` a
+        dict to fill with whatever :meth:`sequence_backward` needs (training) or None
+        (inference). Never called on a cell that does not override it."""
+        raise NotImplementedError(f"{type(self).__name__}.sequence_forward")
+
+    def sequence_backward(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None,
+                          init: Arrays, states: Arrays, park: Mapping[str, np.ndarray]) -> SequenceBack:
+        """Backward through every step at once. ``d`` holds, per state part, (T, B, size):
+        the gradient that reaches the part leaving step ``s`` from OUTSIDE the recurrence (the
+        layer's output gradient at each step, the final state's gradient at step T-1); what flows
+        back through later steps is this method's to add. ``inp`` is ``x`` (T, B, F) for a cell
+        without an input kernel, else None; ``init`` / ``states`` / ``park`` are what
+        :meth:`sequence_forward` was given, returned and parked."""
+        raise NotImplementedError(f"{type(self).__name__}.sequence_backward")
 
 
 def check_softmax_axis(act: ActivationFn, where: str) -> None:

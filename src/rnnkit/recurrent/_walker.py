@@ -5,7 +5,9 @@ the walk along time, the per-step caches, the backward walk and the batched weig
 GEMMs. It knows no parameter name: the cell names its input kernel, recurrent kernel and bias.
 When the kernel mode is ``"fast"`` and the cell gives a compiled step (:func:`rnnkit.kernels.find`),
 the compiled walker runs instead of the reference loop below; both produce the same
-:class:`WalkCache`, so either backward can follow either forward.
+:class:`WalkCache`, so either backward can follow either forward. A cell with a parallel form
+(:meth:`~rnnkit.Cell.sequence_forward`) runs it instead when :func:`sequence_form` says so; its
+cache is marked ``form="sequence"`` and only the parallel backward follows it.
 
 Everything here is time-major and in PROCESSING order: row ``s`` of ``x_tm`` (T, B, F) is the
 input step ``s`` consumes. The cache of a training pass (:class:`WalkCache`)::
@@ -48,6 +50,9 @@ class WalkCache:
     parks: dict[str, np.ndarray]
     mask: np.ndarray | None
     rdrop: np.ndarray | None
+    #: which form of the cell filled it: ``"step"`` (the reference or compiled step walk) or
+    #: ``"sequence"`` (the cell's parallel form; ``parks`` are then what it parked)
+    form: str = "step"
 
 
 @dataclass(eq=False)
@@ -67,6 +72,37 @@ class PassCache:
 
 Walk = tuple[np.ndarray | None, Arrays, WalkCache | None]
 
+_SEQUENCE_HOOKS = ("sequence_forward", "sequence_backward")
+_by_type: dict[type, bool] = {}
+
+
+def _owner(cls: type, name: str) -> type:
+    return next(c for c in cls.__mro__ if name in c.__dict__)
+
+
+def has_sequence_form(cell: Cell) -> bool:
+    """Whether ``cell`` has a parallel form: its class (or a base) overrides both
+    :meth:`~rnnkit.Cell.sequence_forward` and ``sequence_backward``, and neither ``step`` nor
+    ``step_back`` is overridden below the class that does (such an override is a different
+    recurrence, which the inherited parallel form does not compute)."""
+    cls = type(cell)
+    got = _by_type.get(cls)
+    if got is None:
+        owners = [_owner(cls, n) for n in _SEQUENCE_HOOKS]
+        got = all(o is not Cell for o in owners) and all(
+            issubclass(o, _owner(cls, n)) for o in owners for n in ("step", "step_back"))
+        _by_type[cls] = got
+    return got
+
+
+def sequence_form(cell: Cell, steps: int, mask: np.ndarray | None, rdrop: np.ndarray | None) -> bool:
+    """THE choice between a cell's two forms, for one pass: the parallel form runs when the cell
+    has one (:func:`has_sequence_form`), the pass has at least two steps (a single step, as in
+    streaming, serving one step or a cell called as a Keras cell, runs the step form), no mask
+    (a masked step carries the state, which the step walk does) and no recurrent dropout (a
+    mask on the state inside the recurrence). Otherwise the step form (compiled or reference)."""
+    return steps >= 2 and mask is None and rdrop is None and has_sequence_form(cell)
+
 
 def walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, init: Arrays | None, record: bool,
          keep_seq: bool, mask: np.ndarray | None = None, rdrop: np.ndarray | None = None) -> Walk:
@@ -74,6 +110,15 @@ def walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, init: Arrays
     marking the real steps (None: all), ``rdrop`` (B, S) the recurrent dropout mask (None:
     none). Returns (the output of every step (T, B, out) when ``keep_seq``, the final state
     parts (views: copy before changing them), the cache when ``record``)."""
+    if sequence_form(cell, x_tm.shape[0], mask, rdrop):
+        return sequence_walk(cell, w, x_tm, init, record, keep_seq)
+    return step_walk(cell, w, x_tm, init, record, keep_seq, mask, rdrop)
+
+
+def step_walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, init: Arrays | None, record: bool,
+              keep_seq: bool, mask: np.ndarray | None = None, rdrop: np.ndarray | None = None) -> Walk:
+    """:func:`walk` by the step form: compiled when :func:`rnnkit.kernels.find_options` gives the
+    cell (or its compiled view) a step, the reference loop otherwise."""
     found = kernels.find_options(cell)
     if found is None:
         view = cell.compiled_view(w)
@@ -104,6 +149,8 @@ def walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCache, g: np.n
     last step) and ``d_final``, the gradient of the final state parts (None: zero). Returns
     (dL/dx_tm (T, B, F), {parameter name: gradient}, dL/d(initial state)); without
     ``need_dx``, dL/dx_tm is not computed and is None."""
+    if cache.form == "sequence":
+        return sequence_walk_back(cell, w, cache, g, full, d_final, need_dx)
     found = kernels.find_options(cell)
     run = cell
     if found is None:                          # (the walk ran the cell's compiled view, if any)
@@ -186,6 +233,53 @@ def reference_walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, in
         if seq is not None:
             seq[s] = state[0]
     return seq, tuple(np.asarray(a, dt) for a in state), None
+
+
+def sequence_walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, init: Arrays | None,
+                  record: bool, keep_seq: bool) -> Walk:
+    """:func:`walk` by the cell's parallel form (no mask, no recurrent dropout)."""
+    T, B, _ = x_tm.shape
+    dt = x_tm.dtype
+    sizes = cell.state_sizes()
+    start = tuple(np.zeros((B, n), dt) if init is None else np.array(init[k], dt)
+                  for k, n in enumerate(sizes))
+    park: dict[str, np.ndarray] | None = {} if record else None
+    got = cell.sequence_forward(w, project(cell, w, x_tm), start, park)
+    want = [(T, B, n) for n in sizes]
+    shapes = [getattr(a, "shape", None) for a in got] if isinstance(got, tuple) else [type(got).__name__]
+    if shapes != want:
+        raise InvalidParameterError(
+            f"{type(cell).__name__}.sequence_forward must return a tuple of state parts of shapes {want}, "
+            f"got {shapes}")
+    final = tuple(np.asarray(a[T - 1], dt) for a in got)
+    if not record:
+        return (np.asarray(got[0], dt) if keep_seq else None), final, None
+    hist = [np.concatenate([s0[None], np.asarray(a, dt)]) for s0, a in zip(start, got, strict=True)]
+    assert park is not None
+    cache = WalkCache(x_tm, hist, park, None, None, "sequence")
+    return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), cache
+
+
+def sequence_walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCache, g: np.ndarray,
+                       full: bool, d_final: Arrays | None = None, need_dx: bool = True
+                       ) -> tuple[np.ndarray | None, dict[str, np.ndarray], Arrays]:
+    """:func:`walk_back` by the cell's parallel form, after :func:`sequence_walk`."""
+    x_tm, hist = cache.x_tm, cache.states
+    T, B, _ = x_tm.shape
+    dt = x_tm.dtype
+    d = [np.zeros((T, B, n), dt) for n in cell.state_sizes()]
+    if full:
+        d[0] += g.transpose(1, 0, 2)
+    else:
+        d[0][T - 1] += g
+    if d_final is not None:
+        for k, a in enumerate(d_final):
+            d[k][T - 1] += a
+    r = cell.sequence_backward(w, tuple(d), x_tm if cell.input_kernel is None else None,
+                               tuple(a[0] for a in hist), tuple(a[1:] for a in hist), cache.parks)
+    grads, dx_tm = batched_grads(cell, w, cache, r.d_inp, r.d_inp if r.d_rec is None else r.d_rec, need_dx)
+    grads.update({n: np.asarray(v, dt) for n, v in (r.params or {}).items()})
+    return dx_tm, grads, tuple(r.d_init)
 
 
 def reference_walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCache, g: np.ndarray,
