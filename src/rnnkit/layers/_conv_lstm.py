@@ -355,7 +355,6 @@ class ConvLSTM(Layer):
             valid = mask.valid(T)
         xs = arr[:, ::-1] if self.go_backwards else arr
         ms = None if valid is None else (valid[:, ::-1] if self.go_backwards else valid)
-        C = arr.shape[-1]
         frames = np.ascontiguousarray(xs).reshape(B * T, *arr.shape[2:])
         W = self._weights["kernel"].reshape(-1, 4 * F)
         U = self._weights["recurrent_kernel"].reshape(-1, 4 * F)
@@ -423,7 +422,8 @@ class ConvLSTM(Layer):
         keep /= self.dtype.type(1.0 - rate)
         return keep
 
-    def _rconv(self, rconv: Conv, h: np.ndarray, rdrop: np.ndarray | None, U: np.ndarray, B: int) -> np.ndarray:
+    def _rconv(self, rconv: Conv, h: np.ndarray, rdrop: np.ndarray | None, U: np.ndarray,
+               B: int) -> np.ndarray:
         """The recurrent convolution of ``h`` (B, P, F): (B, P, 4F)."""
         F, P = self.filters, rconv.positions
         hs = h.reshape(B, *rconv.spatial, F)
