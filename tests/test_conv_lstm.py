@@ -188,6 +188,30 @@ def test_masks_equal_keras(seq: bool, backwards: bool) -> None:
         np.testing.assert_allclose(ctx.grad(ours, n), w.value.grad.numpy(), atol=1e-5, rtol=1e-5, err_msg=n)
 
 
+def test_lengths_mask_zeroes_the_outputs_past_each_end() -> None:
+    """A ``lengths`` mask (PyTorch's packed sequences): the real steps equal Keras' output under
+    the equivalent boolean mask, the steps past each end are zeros, and no gradient flows from
+    them (the same weights' gradients as Keras' with the upstream gradient zeroed there)."""
+    import torch
+
+    case = Case("l", 1, (2, 4, 5, 2), {"filters": 3, "kernel_size": 2, "padding": "same",
+                                      "return_sequences": True})
+    kl, ours = _pair(case)
+    x = _x(case.shape).astype("float32")
+    valid = np.array([[1, 1, 1, 0], [1, 1, 0, 0]], bool)
+    tx = torch.tensor(x, requires_grad=True)
+    ty = kl(tx, mask=torch.tensor(valid))
+    ctx = rk.Ctx.training(0)
+    ctx.set_mask(rk.Mask(lengths=[3, 2]))
+    y = ours.forward(x, ctx)
+    np.testing.assert_allclose(y, ty.detach().numpy() * valid[:, :, None, None], atol=1e-6, rtol=0)
+    G = np.random.default_rng(2).normal(size=y.shape).astype("float32")
+    (ty * torch.tensor(G * valid[:, :, None, None])).sum().backward()
+    np.testing.assert_allclose(ours.backward(G, ctx), tx.grad.numpy(), atol=1e-5, rtol=1e-5)
+    for w, n in zip(kl.trainable_weights, ours.trainable_names, strict=True):
+        np.testing.assert_allclose(ctx.grad(ours, n), w.value.grad.numpy(), atol=1e-5, rtol=1e-5, err_msg=n)
+
+
 def test_mask_passes_on_under_return_sequences_only() -> None:
     mask = rk.Mask(np.array([[True, False]]))
     seq = rk.ConvLSTM1D(2, 2, return_sequences=True)

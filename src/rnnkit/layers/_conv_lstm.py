@@ -106,7 +106,7 @@ def col2im(dcols: np.ndarray, padded: tuple[int, ...], dil: tuple[int, ...],
     for j in np.ndindex(*k):
         sl = tuple(slice(jj * d, jj * d + s * (o - 1) + 1, s)
                    for jj, d, s, o in zip(j, dil, stride, out_sp, strict=True))
-        res[(slice(None), *sl)] += dcols[(slice(None),) * (1 + r) + j]
+        res[(slice(None),) + sl] += dcols[(slice(None),) * (1 + r) + j]
     return res
 
 
@@ -138,7 +138,7 @@ class Conv:
         """(N * positions, prod(k) * C) column gradients -> (N, *spatial, C)."""
         d = col2im(dcols.reshape(N, *self.out, *self.k, C), self.padded, self.dil, self.stride)
         crop = tuple(slice(lo, lo + n) for (lo, _), n in zip(self.pads, self.spatial, strict=True))
-        return np.ascontiguousarray(d[(slice(None), *crop)])
+        return np.ascontiguousarray(d[(slice(None),) + crop])
 
 
 class ConvLSTM(Layer):
@@ -472,6 +472,8 @@ class ConvLSTM(Layer):
         ra, act = self.recurrent_activation, self.activation
         for t in range(T - 1, -1, -1):
             h_prev, c_prev, z, act_c = rec[t]
+            dh_pass: np.ndarray | None
+            dc_pass: np.ndarray | None
             gout = carry if gseq is None else carry + gseq[:, t]
             if ms is not None:
                 m = ms[:, t][:, None, None]
