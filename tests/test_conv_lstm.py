@@ -361,10 +361,14 @@ def test_rnnkit_files_config_and_fit(rank: int, tmp_path: Path) -> None:
     assert np.abs(np.array(model.layers[0].weight("kernel")) - before).max() > 1e-4
 
 
-def test_onnx_export_is_a_typed_refusal(tmp_path: Path) -> None:
+def test_onnx_export_and_a_stateful_keras_export_are_typed_refusals(tmp_path: Path) -> None:
     model, _ = _rk_model(1)
     with pytest.raises(rk.UnsupportedFeatureError, match="ConvLSTM1D"):
         rk.save_onnx(model, tmp_path / "m.onnx")
+    st = rk.Sequential([rk.ConvLSTM1D(2, 2, stateful=True), rk.Flatten()], input_shape=(None, 3, 4, 2))
+    with pytest.raises(rk.UnsupportedFeatureError, match="stateful"):
+        rk.save_keras(st, tmp_path / "s.keras")
+    assert not (tmp_path / "s.keras").exists()
 
 
 @pytest.mark.parametrize(("make", "shape", "match"), [
