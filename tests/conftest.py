@@ -52,6 +52,8 @@ ISA_SENSITIVE = frozenset({
     "test_xlstm.py",
     # the shape layers and wrappers against Keras on torch and onnxruntime
     "test_shape_layers.py",
+    # ConvLSTM1D / ConvLSTM2D (packed products) against Keras on torch
+    "test_conv_lstm.py",
     # the check that the AVX2 run is one
     "test_isa_path.py",
 })

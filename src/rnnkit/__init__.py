@@ -108,6 +108,8 @@ from rnnkit.layers import (  # the non-recurrent layers; ActivationLayer: Activa
     Bidirectional,
     Concatenate,
     Conv1D,
+    ConvLSTM1D,
+    ConvLSTM2D,
     Cropping1D,
     Dense,
     Dot,
@@ -235,3 +237,4 @@ __all__ += ["ops", "GradientTape", "TapeError"]
 __all__ += ["Dot", "Flatten", "GaussianNoise", "Lambda", "Maximum", "Minimum", "Permute", "Reshape",
             "SpatialDropout1D", "Subtract", "TimeDistributed"]
 __all__ += ["SLSTM", "MLSTM", "SLSTMCell", "MLSTMCell"]
+__all__ += ["ConvLSTM1D", "ConvLSTM2D"]

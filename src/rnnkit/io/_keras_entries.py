@@ -159,6 +159,23 @@ def _conv1d(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
     return "Conv1D", cfg, [("vars", name, [layer.weight(n) for n in layer.weight_names])]
 
 
+def _conv_lstm(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
+    """A ConvLSTM1D / ConvLSTM2D: Keras' config; its weights in the cell's group, Keras' order."""
+    if layer.stateful:
+        raise UnsupportedFeatureError(name, "stateful", "a stateful Keras layer needs a fixed batch size; "
+                                      "this layer has stateful=True")
+    cfg = {"filters": layer.filters, "kernel_size": list(layer.kernel_size), "strides": list(layer.strides),
+           "padding": layer.padding, "data_format": "channels_last",
+           "dilation_rate": list(layer.dilation_rate), "activation": _act(layer.activation, name),
+           "recurrent_activation": layer.recurrent_activation.name, "use_bias": layer.use_bias,
+           "unit_forget_bias": layer.unit_forget_bias, "dropout": layer.dropout,
+           "recurrent_dropout": layer.recurrent_dropout, "seed": layer.seed,
+           "return_sequences": layer.return_sequences, "return_state": layer.return_state,
+           "go_backwards": layer.go_backwards, "stateful": False, "unroll": False}
+    arrays = [layer.weight(n) for n in layer.weight_names]
+    return type(layer).__name__, cfg, [("cell/vars", "conv_lstm_cell", arrays), ("vars", name, [])]
+
+
 def _pool(keras_class: str) -> Any:
     def conv(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
         return keras_class, {"pool_size": [layer.pool_size], "strides": [layer.strides],
@@ -196,7 +213,8 @@ KERAS_LAYERS: dict[str, Any] = {
     "Bidirectional": _bidirectional, "Masking": _weightless("Masking", mask_value="mask_value"),
     "LayerNormalization": _declared("LayerNormalization", "axis", "epsilon", "center", "scale"),
     "BatchNormalization": _declared("BatchNormalization", "axis", "momentum", "epsilon", "center", "scale"),
-    "Conv1D": _conv1d, "MaxPooling1D": _pool("MaxPooling1D"), "AveragePooling1D": _pool("AveragePooling1D"),
+    "Conv1D": _conv1d, "ConvLSTM1D": _conv_lstm, "ConvLSTM2D": _conv_lstm,
+    "MaxPooling1D": _pool("MaxPooling1D"), "AveragePooling1D": _pool("AveragePooling1D"),
     "GlobalAveragePooling1D": _global_pool("GlobalAveragePooling1D"),
     "GlobalMaxPooling1D": _global_pool("GlobalMaxPooling1D"),
     "ZeroPadding1D": _weightless("ZeroPadding1D", padding="padding"),

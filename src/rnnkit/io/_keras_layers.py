@@ -62,6 +62,7 @@ from rnnkit.layers import (
     UpSampling1D,
     ZeroPadding1D,
 )
+from rnnkit.layers._conv_lstm import ConvLSTM, ConvLSTM1D, ConvLSTM2D
 from rnnkit.recurrent import GRU, LSTM, RNN, RecurrentLayer, SimpleRNN
 from rnnkit.recurrent._weights import keras_bias
 
@@ -72,9 +73,11 @@ SUPPORTED = ("InputLayer", "SimpleRNN", "LSTM", "GRU", "Bidirectional", "Dense",
              "AveragePooling1D", "GlobalAveragePooling1D", "GlobalMaxPooling1D", "ZeroPadding1D",
              "Cropping1D", "UpSampling1D", "BatchNormalization", "Attention", "AdditiveAttention",
              "MultiHeadAttention", "Flatten", "Reshape", "Permute", "SpatialDropout1D", "GaussianNoise",
-             "Subtract", "Maximum", "Minimum", "Dot", "GroupNormalization", "RNN")
+             "Subtract", "Maximum", "Minimum", "Dot", "GroupNormalization", "RNN",
+             "ConvLSTM1D", "ConvLSTM2D")
 POOLS = {"MaxPooling1D": MaxPooling1D, "AveragePooling1D": AveragePooling1D}
 GLOBAL_POOLS = {"GlobalAveragePooling1D": GlobalAveragePooling1D, "GlobalMaxPooling1D": GlobalMaxPooling1D}
+CONV_LSTMS: dict[str, type[ConvLSTM]] = {"ConvLSTM1D": ConvLSTM1D, "ConvLSTM2D": ConvLSTM2D}
 MERGES = {"Add": Add, "Multiply": Multiply, "Average": Average, "Subtract": Subtract, "Maximum": Maximum,
           "Minimum": Minimum}
 ACTIVATIONS = ("tanh", "sigmoid", "relu", "linear", "softmax", "hard_sigmoid")
@@ -228,6 +231,32 @@ def _recurrent(class_name: str, cfg: dict[str, Any], name: str) -> RecurrentLaye
     return cls(units, act, **kwargs)
 
 
+def _conv_lstm(class_name: str, cfg: dict[str, Any], name: str) -> ConvLSTM:
+    """A Keras ``ConvLSTM1D`` / ``ConvLSTM2D`` config as the rnnkit layer (its initializers are
+    not read: the file's weights replace what they draw)."""
+    _refuse_if(cfg.get("data_format") not in ("channels_last", None), name, "data_format",
+               f"data_format={cfg.get('data_format')!r} is not supported; rnnkit reads (batch, time, "
+               f"*spatial, channels) inputs (channels_last)")
+    _refuse_if(bool(cfg.get("zero_output_for_mask")), name, "zero_output_for_mask",
+               "zero_output_for_mask=True is not supported; rnnkit repeats the previous output at a "
+               "masked step (Keras' default)")
+    rec = _activation(cfg, "recurrent_activation", name, "sigmoid")
+    act = _activation(cfg, "activation", name, "tanh")
+    _refuse_if("softmax" in (rec, act), name, "activation",
+               "softmax is not supported in a ConvLSTM; it takes tanh, sigmoid, hard_sigmoid, relu or linear")
+    _train_only_options(cfg, name)
+    return CONV_LSTMS[class_name](
+        _int(cfg, "filters", name), cfg["kernel_size"], cfg.get("strides", 1), cfg.get("padding", "valid"),
+        None, cfg.get("dilation_rate", 1), act, rec, _flag(cfg, "use_bias", True, name),
+        unit_forget_bias=_flag(cfg, "unit_forget_bias", True, name),
+        dropout=float(cfg.get("dropout") or 0.0),
+        recurrent_dropout=float(cfg.get("recurrent_dropout") or 0.0),
+        seed=cfg.get("seed"), return_sequences=_flag(cfg, "return_sequences", False, name),
+        return_state=_flag(cfg, "return_state", False, name),
+        go_backwards=_flag(cfg, "go_backwards", False, name), stateful=_flag(cfg, "stateful", False, name),
+        dtype=dtype_of(cfg, name), name=name)
+
+
 def map_layer(layer_cfg: dict[str, Any]) -> Mapped:
     """The rnnkit counterpart of one entry of a Keras ``config.json`` ``layers`` list.
 
@@ -277,6 +306,9 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
         return Mapped(name, class_name, rnn, [(rnn, "cell/vars")])
     if class_name == "Bidirectional":
         return _bidirectional(cfg, name)
+    if class_name in CONV_LSTMS:
+        conv = _conv_lstm(class_name, cfg, name)
+        return Mapped(name, class_name, conv, [(conv, "cell/vars")])
     if class_name == "TimeDistributed":
         inner_cfg = cfg.get("layer")
         if not isinstance(inner_cfg, dict):

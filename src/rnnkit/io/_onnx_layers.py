@@ -456,6 +456,10 @@ REFUSED: dict[str, str] = {
     "Masking": ("Keras masking repeats the previous output at a masked step; ONNX's sequence_lens "
                 "zero the outputs there, so no ONNX graph computes it exactly (export with "
                 "lengths=True for PyTorch's packed semantics instead)"),
+    "ConvLSTM1D": ("a ConvLSTM has no ONNX operator, and its export as Conv nodes inside a Loop is not "
+                   "implemented; rnnkit computes it (predict / the model server)"),
+    "ConvLSTM2D": ("a ConvLSTM has no ONNX operator, and its export as Conv nodes inside a Loop is not "
+                   "implemented; rnnkit computes it (predict / the model server)"),
 }
 
 

@@ -1,5 +1,6 @@
 """Non-recurrent layers (Dense, Embedding, Masking, RepeatVector, Reverse, Concatenate, Add,
-Multiply, Average, Dropout, ActivationLayer, LayerNormalization, BatchNormalization, Conv1D, the
+Multiply, Average, Dropout, ActivationLayer, LayerNormalization, BatchNormalization, Conv1D,
+ConvLSTM1D, ConvLSTM2D, the
 pooling / padding layers over time, Attention, AdditiveAttention, MultiHeadAttention, and the shape
 layers and wrappers Flatten, Reshape, Permute, SpatialDropout1D, GaussianNoise, Subtract, Maximum,
 Minimum, Dot, TimeDistributed, Lambda) and the
@@ -8,6 +9,7 @@ layer registry that covers every layer, recurrent ones included."""
 from rnnkit.layers._attention import AdditiveAttention, Attention
 from rnnkit.layers._bidirectional import Bidirectional
 from rnnkit.layers._conv import Conv1D
+from rnnkit.layers._conv_lstm import ConvLSTM1D, ConvLSTM2D
 from rnnkit.layers._dense import ActivationLayer, Dense
 from rnnkit.layers._dropout import Dropout
 from rnnkit.layers._embedding import Embedding
@@ -39,7 +41,7 @@ for _cls in (Dense, ActivationLayer, Embedding, RepeatVector, Reverse, Concatena
              Multiply, Average, Bidirectional, SimpleRNN, LSTM, GRU, RecurrentLayer, LayerNormalization,
              Conv1D, MaxPooling1D, AveragePooling1D, GlobalAveragePooling1D, GlobalMaxPooling1D,
              ZeroPadding1D, Cropping1D, UpSampling1D, BatchNormalization, Attention, AdditiveAttention,
-             MultiHeadAttention, SLSTM, MLSTM):
+             MultiHeadAttention, SLSTM, MLSTM, ConvLSTM1D, ConvLSTM2D):
     register_layer(_cls)
 for _shaping in (Flatten, Reshape, Permute, SpatialDropout1D, GaussianNoise, Subtract, Maximum, Minimum, Dot,
                  TimeDistributed, Lambda):
@@ -59,3 +61,4 @@ __all__ = [
 ]
 __all__ += ["Dot", "Flatten", "GaussianNoise", "Lambda", "Maximum", "Minimum", "Permute", "Reshape",
             "SpatialDropout1D", "Subtract", "TimeDistributed"]
+__all__ += ["ConvLSTM1D", "ConvLSTM2D"]
