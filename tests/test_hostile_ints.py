@@ -5,6 +5,8 @@ naming the argument; none reaches NumPy as a bare TypeError / ValueError / Overf
 
 from __future__ import annotations
 
+import io
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -101,3 +103,57 @@ def test_tensordot_axes_hostile_is_typed(axes: Any) -> None:
     with pytest.raises(rk.InvalidInputError, match=r"ops\.tensordot: ax"):
         ops.tensordot(X, X.T, axes=axes)
     np.testing.assert_allclose(ops.tensordot(X, X.T, axes=np.int64(1)), X @ X.T)
+
+
+# -- the server: sequence numbers through the one check, request arrays within the memory budget --
+F = 4
+
+
+def _serve_client(**settings: Any) -> Any:
+    pytest.importorskip("starlette")
+    pytest.importorskip("httpx")
+    from starlette.testclient import TestClient
+    model = rk.Sequential([rk.LSTM(3, seed=1)], input_shape=(None, None, F))
+    return TestClient(rk.serve.app(model, **settings))
+
+
+@pytest.mark.parametrize("seq", [True, 1.0, 0, -1, 2**62, 10**30, "1", [1]])
+def test_serve_step_seq_hostile_is_422_naming_seq(seq: Any) -> None:
+    # before: a hand-written check; now rnnkit._numbers.check_int, the message naming seq and its range
+    x = np.ones((1, F), np.float32).tolist()
+    with _serve_client() as c:
+        sid = c.post("/v1/streams").json()["id"]
+        r = c.post(f"/v1/streams/{sid}/step", json={"seq": seq, "x": x})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "bad_seq"
+        assert r.json()["error"]["message"].startswith("step: seq (the step's sequence number")
+        with c.websocket_connect(f"/v1/streams/{sid}/ws") as ws:
+            ws.send_text(json.dumps({"seq": seq, "x": x}))
+            assert ws.receive_json()["error"]["code"] == "bad_seq"
+        assert c.get(f"/v1/streams/{sid}").json()["seq"] == 0
+
+
+def test_serve_request_arrays_over_the_memory_budget_are_413_before_allocation() -> None:
+    # (2, 20, 4) JSON numbers are 160 int64/float64 = 1280 bytes; a (2, 40, 4) float32 .npy is
+    # 1280 bytes: both over a 1024-byte budget, under it once the budget is raised
+    x = np.ones((2, 20, F))
+    npy = io.BytesIO()
+    np.save(npy, np.ones((2, 40, F), np.float32))
+    old = rk.io.set_limits(max_array_bytes=1024)
+    try:
+        with _serve_client() as c:
+            r = c.post("/v1/predict", json={"x": x.tolist()})
+            assert r.status_code == 413, r.text
+            err = r.json()["error"]
+            assert err["code"] == "over_memory_budget" and err["got"] == [2, 20, 4]
+            assert "(2, 20, 4) (160 numbers, 1280 bytes)" in err["message"]
+            assert "budget of 1024 bytes" in err["message"] and "set_limits(max_array_bytes" in err["message"]
+            r = c.post("/v1/predict", content=npy.getvalue(), headers={"content-type": "application/x-npy"})
+            assert r.status_code == 413 and r.json()["error"]["code"] == "over_memory_budget", r.text
+            assert "the .npy body" in r.json()["error"]["message"]
+            sid = c.post("/v1/streams").json()["id"]
+            r = c.post(f"/v1/streams/{sid}/step", json={"seq": 1, "x": np.ones((40, F)).tolist()})
+            assert r.status_code == 413 and r.json()["error"]["code"] == "over_memory_budget"
+            rk.io.set_limits(max_array_bytes=4096)
+            assert c.post("/v1/predict", json={"x": x.tolist()}).status_code == 200
+    finally:
+        rk.io.set_limits(**old)
