@@ -15,6 +15,9 @@ import pytest
 
 import rnnkit as rk
 from rnnkit import ops
+from rnnkit._numbers import show
+from rnnkit.cli._common import CliError
+from rnnkit.cli._predict import _check_steps
 
 
 class RaisingIndex:
@@ -51,7 +54,7 @@ OPS_AXIS: list[tuple[str, Callable[[Any], Any]]] = [
 
 
 def _id(v: object) -> str:
-    return type(v).__name__ + (f"({v})" if isinstance(v, int) else "")
+    return type(v).__name__ + (f"({show(v)})" if isinstance(v, int) else "")
 
 
 @pytest.mark.parametrize("value", HOSTILE, ids=_id)
@@ -157,3 +160,49 @@ def test_serve_request_arrays_over_the_memory_budget_are_413_before_allocation()
             assert c.post("/v1/predict", json={"x": x.tolist()}).status_code == 200
     finally:
         rk.io.set_limits(**old)
+
+
+# -- constructors and functions with hand-written checks before: each through the one check --------
+class ReprFails(int):
+    """An int of more than 4300 digits: ``repr`` raises ValueError (Python's int-to-text limit), so a
+    message formatting it with ``{value!r}`` raised that instead of the typed error."""
+
+
+HUGE = ReprFails(10**5000)
+
+CALLS: list[tuple[str, Callable[[Any], Any], str]] = [
+    ("RNNConfig num_layers", lambda v: rk.rnn.RNNConfig(num_layers=v), r"RNNConfig: num_layers must be"),
+    ("RNNConfig proj_size", lambda v: rk.rnn.RNNConfig(proj_size=v), r"RNNConfig: proj_size must be"),
+    ("RNNConfig dropout", lambda v: rk.rnn.RNNConfig(dropout=v), r"RNNConfig: dropout must be"),
+    ("Init.const", lambda v: rk.rnn.Init.const(v), r"Init.const: value must be"),
+    ("Init.uniform", lambda v: rk.rnn.Init.uniform(0.0, v), r"Init.uniform: hi must be"),
+    ("LSTM proj_size", lambda v: rk.LSTM(4, proj_size=v),
+     r"proj_size \(0: no projection; below units=4\) must"),
+    ("GRU dropout", lambda v: rk.GRU(4, dropout=v), r"dropout must be"),
+    ("LSTM recurrent_dropout", lambda v: rk.LSTM(4, recurrent_dropout=v), r"recurrent_dropout must be"),
+]
+
+
+@pytest.mark.parametrize("value", [True, np.bool_(True), HUGE, -(10**400), RaisingIndex(), HugeIndex(), "2"],
+                         ids=_id)
+@pytest.mark.parametrize("name, call, says", CALLS, ids=[n for n, _, _ in CALLS])
+def test_hand_written_checks_now_typed_for_hostile_values(name: str, call: Callable[[Any], Any], says: str,
+                                                          value: Any) -> None:
+    # before: an int of 5000 digits raised ValueError from {value!r}; np.float32 / np.int64 were refused
+    # by some of these and accepted by others
+    with pytest.raises(rk.InvalidParameterError, match=says):
+        call(value)
+
+
+def test_numpy_scalars_are_accepted_alike_with_their_values() -> None:
+    cfg = rk.rnn.RNNConfig(num_layers=np.int64(2), proj_size=np.int32(0), dropout=np.float32(0.25))
+    assert (cfg.num_layers, cfg.proj_size, cfg.dropout) == (2, 0, 0.25)
+    assert type(cfg.num_layers) is int and type(cfg.dropout) is float
+    assert rk.LSTM(4, proj_size=np.int64(2)).proj_size == 2
+    assert rk.GRU(4, dropout=np.float64(0.5)).dropout == 0.5
+
+
+@pytest.mark.parametrize("steps", [True, 2.0, 0, 100_001, HUGE, RaisingIndex()], ids=_id)
+def test_predict_steps_hostile_is_refused_naming_the_flag(steps: Any) -> None:
+    with pytest.raises(CliError, match=r"predict: --steps must be an int in \[1, 100000\]"):
+        _check_steps(steps)
