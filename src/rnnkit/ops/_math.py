@@ -10,7 +10,7 @@ import numpy as np
 
 from rnnkit._budget import check_array
 from rnnkit._errors import InvalidInputError
-from rnnkit._numbers import check_int
+from rnnkit._numbers import check_int, show
 from rnnkit.ops._core import (
     FLOATX,
     INTX,
@@ -225,7 +225,13 @@ def softplus(x: Any) -> np.ndarray:
 
 # -- along an axis ---------------------------------------------------------------------------------
 def _axes(op: str, arr: np.ndarray, axis: Any) -> tuple[int, ...] | None:
-    return normalize_axis(axis, arr.ndim, op)
+    """``axis`` of a reduction or a softmax over ``arr``: :func:`normalize_axis`, and a scalar
+    (rank 0) has no axis to name (InvalidInputError, not NumPy's AxisError)."""
+    axes = normalize_axis(axis, arr.ndim, op)
+    if arr.ndim == 0 and axes:
+        raise InvalidInputError(f"ops.{op}: x is a scalar (rank 0), which has no axis; expected axis=None "
+                                f"or (), got {show(axis)}")
+    return axes
 
 
 def softmax(x: Any, axis: Any = -1) -> np.ndarray:
