@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -206,3 +207,20 @@ def test_numpy_scalars_are_accepted_alike_with_their_values() -> None:
 def test_predict_steps_hostile_is_refused_naming_the_flag(steps: Any) -> None:
     with pytest.raises(CliError, match=r"predict: --steps must be an int in \[1, 100000\]"):
         _check_steps(steps)
+
+
+@pytest.mark.parametrize("make, shape, out", [
+    (lambda: rk.Dense(10**5), (300_000, 1), (300_000, 100_000)),
+    (lambda: rk.RepeatVector(10**6), (2000, 3), (2000, 1_000_000, 3)),
+])
+def test_a_layer_call_whose_output_is_over_the_memory_budget_is_refused_before_it_runs(
+        make: Any, shape: tuple[int, ...], out: tuple[int, ...]) -> None:
+    # before: Dense(10**5) on (300000, 1) raised a bare MemoryError (112 GiB) from NumPy;
+    # the output's size is known from the input's shape alone
+    layer = make()
+    x = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), shape, (0,) * len(shape))  # no memory
+    layer.build((None, *shape[1:]))
+    says = (rf"the output for an input of shape {re.escape(str(shape))}: an array of shape "
+            rf"{re.escape(str(out))}.*set_limits")
+    with pytest.raises(rk.MemoryBudgetError, match=says):
+        layer(x)
