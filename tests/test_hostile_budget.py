@@ -110,7 +110,7 @@ def test_predict_steps_are_bounded(tmp_path: Path, capsys: pytest.CaptureFixture
     model, data = _forecaster(tmp_path, 4)
     assert main(["predict", str(model), str(data), "--steps", str(10**7)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["rnnkit: error: --steps must be a whole number from 1 to 100000, got 10000000"], err
+    assert err == ["rnnkit: error: predict: --steps must be an int in [1, 100000], got 10000000"], err
     assert main(["predict", str(model), str(data), "--steps", "3", "--output",
                  str(tmp_path / "f.csv")]) == 0
     assert len((tmp_path / "f.csv").read_text().splitlines()) == 4

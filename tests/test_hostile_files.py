@@ -306,13 +306,18 @@ def test_unterminated_escaped_strings_are_refused_without_hanging(tmp_path: Path
 
 @pytest.mark.parametrize("limit,value", [("max_json_bytes", math.inf), ("max_json_bytes", 0.5),
                                          ("max_json_depth", 2.5), ("max_compression_ratio", math.nan),
-                                         ("max_archive_entry_bytes", -1), ("max_json_depth", "5")])
+                                         ("max_archive_entry_bytes", -1), ("max_json_depth", "5"),
+                                         ("max_json_depth", 7.0), ("max_json_bytes", True),
+                                         ("max_json_bytes", 10**400), ("max_array_bytes", 2**63),
+                                         ("max_compression_ratio", 10**400),
+                                         ("max_compression_ratio", np.bool_(True))])
 def test_set_limits_refuses_what_is_not_a_finite_positive_number(limit: str, value: object) -> None:
     before = rk.io.set_limits()
     with pytest.raises(rk.InvalidParameterError, match=f"set_limits: {limit} must be a"):
         rk.io.set_limits(**{limit: value})
     assert rk.io.set_limits() == before
-    old = rk.io.set_limits(max_json_depth=7.0, max_compression_ratio=2.5)
+    # before: 10**400 raised a bare OverflowError (math.isfinite), 7.0 / True were taken as ints
+    old = rk.io.set_limits(max_json_depth=np.int64(7), max_compression_ratio=2.5)
     try:
         assert rk.io.LIMITS.max_json_depth == 7 and type(rk.io.LIMITS.max_json_depth) is int
         assert rk.io.LIMITS.max_compression_ratio == 2.5

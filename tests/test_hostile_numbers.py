@@ -6,6 +6,7 @@ where they are given, never a bare TypeError / OverflowError later."""
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 import rnnkit as rk
 from rnnkit._numbers import INT_MAX, check_float, check_int, show
 from rnnkit._safetensors import write_safetensors
+from rnnkit.cli._common import CliError, check_output_file
 
 
 class Indexable:
@@ -282,3 +284,41 @@ def test_load_torch_rnn_with_a_weight_hh_not_2d_is_typed(tmp_path: Any, whh_shap
                           "weight_hh_l0": np.ones(whh_shape, np.float32)}, {})
     with pytest.raises(rk.InvalidInputError, match=r"weight_hh_l0 \(.*\) / weight_ih_l0 \(8, 3\) are not"):
         rk.io.load_torch_rnn(p)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
+@pytest.mark.parametrize("make, arg", [
+    (lambda: rk.ModelCheckpoint("/proc/m.safetensors"), "filepath"),
+    (lambda: rk.CSVLogger("/proc/log.csv"), "filename"),
+])
+def test_callback_paths_where_even_root_cannot_create_a_file_stop_fit(make: Any, arg: str) -> None:
+    # /proc: os.access(W_OK) says yes to root, but no file can be created there. before: the
+    # check asked os.access, so (as root, where this suite runs) fit trained an epoch and the
+    # save then raised FileNotFoundError
+    m = rk.Sequential([rk.Dense(1, seed=0)], input_shape=(None, 2))
+    m.compile(rk.SGD(0.1), "mse")
+    epochs: list[int] = []
+    seen = rk.LambdaCallback(on_epoch_begin=lambda e, logs: epochs.append(e))
+    x, y = np.ones((4, 2), np.float32), np.ones((4, 1), np.float32)
+    with pytest.raises(rk.InvalidParameterError, match=rf"cannot write {arg} .*/proc.*(failed|not writable)"):
+        m.fit(x, y, epochs=2, callbacks=[seen, make()])
+    assert epochs == []
+
+
+def test_callback_write_check_leaves_nothing_behind(tmp_path: Any) -> None:
+    # the honest check creates a temporary file and removes it; an existing CSV is not changed
+    log = tmp_path / "log.csv"
+    log.write_text("epoch,loss\n")
+    m = rk.Sequential([rk.Dense(1, seed=0)], input_shape=(None, 2))
+    m.compile(rk.SGD(0.1), "mse")
+    x, y = np.ones((4, 2), np.float32), np.ones((4, 1), np.float32)
+    m.fit(x, y, epochs=1, verbose=0, callbacks=[rk.ModelCheckpoint(str(tmp_path / "m.safetensors"))])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.csv", "m.safetensors"]
+    assert log.read_text() == "epoch,loss\n"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
+def test_cli_output_folder_where_even_root_cannot_create_a_file_is_refused_up_front() -> None:
+    # the sibling of check_writable in the CLI: before, os.access said yes to root for /proc
+    with pytest.raises(CliError, match=r"--output /proc/out.csv: the folder /proc is not writable"):
+        check_output_file("/proc/out.csv", "--output")

@@ -185,3 +185,34 @@ def _fsync_dir(directory: str) -> None:
             os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def write_problem(directory: str) -> str | None:
+    """Why this process cannot create a file in ``directory`` (None when it can), found by
+    trying: a temporary ``.rnnkit.PID.RANDOM.tmp`` is created there and removed at once.
+    ``os.access`` is not asked: it answers from the permission bits and the process's ids, and
+    for root it says yes where the write then fails (a read-only or pseudo file system such as
+    ``/proc``, an immutable directory, a network share mapping root to nobody)."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f"{_PREFIX}{os.getpid()}.", suffix=".tmp", dir=directory)
+    except OSError as e:
+        return f"creating a file in directory {directory} failed ({e.strerror or e})"
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
+    return None
+
+
+def file_write_problem(path: str) -> str | None:
+    """Why this process cannot write the existing file ``path`` in place (None when it can),
+    found by opening it for appending (nothing is written, the file is unchanged; no
+    ``os.access``, see :func:`write_problem`). A path that does not exist is no problem here."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"opening the file for writing failed ({e.strerror or e})"
+    os.close(fd)
+    return None

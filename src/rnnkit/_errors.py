@@ -47,6 +47,7 @@ class ForwardPassNotRunError(Error, RuntimeError):
             f"ForwardPassNotRun({layer!r}): backward needs a forward pass of this layer "
             f"recorded in the same training Ctx"
         )
+        detail = str(detail)   # what it is shown as (an array's truth value is ambiguous)
         super().__init__(msg + (f" ({detail})" if detail else ""))
 
 
@@ -58,6 +59,7 @@ class WeightShapeError(Error, ValueError):
         self.expected = expected
         self.got = got
         msg = f"WeightShape: {name!r} expected shape {expected}, got {got}"
+        detail = str(detail)
         super().__init__(msg + (f" ({detail})" if detail else ""))
 
 

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rnnkit._arrays import as_real_array
+from rnnkit._budget import check_array
 from rnnkit._consistency import WEIGHTS
 from rnnkit._ctx import Ctx
 from rnnkit._errors import (
@@ -248,12 +249,30 @@ class Layer(GraphCalls, metaclass=_LayerType):
             return (WEIGHTS.read_once if training else WEIGHTS.read)(run, x)
         return self.forward(self._finite(x), check_ctx(ctx, f"{self.name}.forward"))
 
+    def _output_within_budget(self, x: np.ndarray) -> None:
+        """MemoryBudgetError when an output of this layer for ``x`` would be over the budget;
+        a layer whose output shape cannot be told from ``x``'s alone is left to its pass."""
+        try:
+            outs = self.compute_output_shape(x.shape)
+        except Exception:  # noqa: BLE001 - any layer's refusal of the shape is its pass's to report
+            return
+        for out in (outs if isinstance(outs, list) else [outs]):
+            dims = tuple(d for d in out if isinstance(d, int))
+            if len(dims) == len(tuple(out)):
+                check_array(dims, max(x.itemsize, np.dtype(self.dtype).itemsize),
+                            f"{self.name}: the output for an input of shape {x.shape}")
+
     def _finite(self, x: Any, tapes: Sequence[Any] = ()) -> Any:
         """``x``, refused when it (or, for a list of inputs, one of them) is an array of floats
         holding NaN or Inf; other inputs are left to :meth:`forward` to convert and check.
         Data is checked where it enters: an array one of the recording ``tapes`` tracks (the
         output of a call or op it recorded, made from inputs checked when they entered, or a
-        weight) is not read again at every layer it passes through."""
+        weight) is not read again at every layer it passes through.
+        A call on one array is also refused, before anything runs, when an output it would make
+        is larger than the memory budget (:func:`~rnnkit._budget.check_array`: MemoryBudgetError
+        naming the layer, the input's shape, the output's, and how to raise the budget)."""
+        if isinstance(x, np.ndarray) and self.built:
+            self._output_within_budget(x)
         if self.checks_values:
             return x
         for a in (x if isinstance(x, (list, tuple)) else [x]):

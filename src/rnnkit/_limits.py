@@ -31,13 +31,13 @@ is drawn (:func:`rnnkit._budget.allocation_budget`).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from rnnkit._errors import FileFormatError, InvalidParameterError
+from rnnkit._numbers import check_float, check_int
 
 
 @dataclass
@@ -54,21 +54,23 @@ LIMITS = Limits()
 
 def set_limits(**changes: Any) -> dict[str, Any]:
     """Change reader limits (see the module doc); returns the previous values, so
-    ``set_limits(**old)`` restores them. Unknown names are refused, and so is a value that is
-    not a finite number > 0, or not a whole number for the byte and depth limits (``0.5``,
-    ``inf``): InvalidParameterError naming the limit, the value and what it must be."""
+    ``set_limits(**old)`` restores them. Unknown names are refused, and so is a value the one
+    number check (:mod:`rnnkit._numbers`) refuses: the byte and depth limits are ints in
+    ``[1, 2**63 - 1]`` (``7.0``, ``True``, ``10**400`` refused), ``max_compression_ratio`` a
+    finite real > 0: InvalidParameterError naming the limit, the value and what it must be.
+    Nothing changes unless every value given is valid."""
     known = {f.name: f for f in fields(Limits)}
+    checked: dict[str, int | float] = {}
     for k, v in changes.items():
         if k not in known:
             raise InvalidParameterError(f"set_limits: unknown limit {k!r}; the limits are {sorted(known)}")
-        whole = known[k].type in (int, "int")
-        if (isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating))
-                or not math.isfinite(v) or not v > 0 or (whole and float(v) != int(v))):
-            kind = "a whole number" if whole else "a finite number"
-            raise InvalidParameterError(f"set_limits: {k} must be {kind} > 0, got {v!r}")
+        if known[k].type in (int, "int"):
+            checked[k] = check_int(v, k, "set_limits", lo=1)
+        else:
+            checked[k] = check_float(v, k, "set_limits", lo=0.0, lo_open=True)
     old = asdict(LIMITS)
-    for k, v in changes.items():
-        setattr(LIMITS, k, type(getattr(LIMITS, k))(v))
+    for k, v in checked.items():
+        setattr(LIMITS, k, v)
     return old
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from rnnkit import datasets, kernels
-from rnnkit._atomic import atomic_write_bytes, atomic_write_with
+from rnnkit._atomic import atomic_write_bytes, atomic_write_with, write_problem
 
 
 class CliError(Exception):
@@ -59,8 +59,9 @@ def check_output_file(path: str | os.PathLike[str], flag: str) -> Path:
         raise CliError(f"{flag} {p}: is a directory; give a file name")
     if not parent.is_dir():
         raise CliError(f"{flag} {p}: the folder {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise CliError(f"{flag} {p}: the folder {parent} is not writable")
+    problem = write_problem(str(parent))
+    if problem is not None:
+        raise CliError(f"{flag} {p}: the folder {parent} is not writable: {problem}")
     return p
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rnnkit._numbers import check_int
 from rnnkit._safetensors import read_safetensors
 from rnnkit.cli._common import CliError, check_output_file, data_path, write_chunks
 from rnnkit.cli._model import describe_spec
@@ -46,9 +47,7 @@ from rnnkit.timeseries._forecast import CHUNK, MAX_STEPS
 
 
 def _check_steps(steps: object) -> int:
-    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
-        raise CliError(f"--steps must be a whole number from 1 to {MAX_STEPS}, got {steps!r}")
-    return steps
+    return check_int(steps, "--steps", "predict", lo=1, hi=MAX_STEPS, error=CliError)
 
 
 def _rows(table: Table, pos: np.ndarray, pred: np.ndarray, actual: np.ndarray | None) -> Iterator[str]:

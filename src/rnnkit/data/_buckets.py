@@ -19,8 +19,6 @@ epoch.
 
 from __future__ import annotations
 
-import numbers
-import operator
 from typing import Any
 
 import numpy as np
@@ -130,7 +128,7 @@ def pad_value_of(value: Any, dt: np.dtype, where: str, arg: str = "pad_value") -
         return dt.type(fv == 1.0)
     if dt.kind in "iu":
         info = np.iinfo(dt)
-        iv = (operator.index(value) if isinstance(value, numbers.Integral)
+        iv = (check_int(value, arg, where) if isinstance(value, (int, np.integer))
               else int(fv) if fv.is_integer() else None)
         if iv is None or not info.min <= iv <= info.max:
             raise InvalidParameterError(f"{where}: {arg} {value!r} is not a value of the batches' dtype "

@@ -53,8 +53,9 @@ def pad_sequences(sequences: Any, maxlen: int | None = None, dtype: Any = "int32
     None; ``dtype``: an int or float dtype; ``padding`` / ``truncating``: ``"pre"`` or
     ``"post"``; ``value``: a finite number ``dtype`` holds exactly."""
     if not isinstance(sequences, (list, tuple)) or not sequences:
+        empty = isinstance(sequences, (list, tuple)) and not sequences
         raise InvalidInputError(f"{_WHERE}: sequences must be a non-empty list of sequences, got "
-                                f"{type(sequences).__name__}{'' if sequences else ' (empty)'}")
+                                f"{type(sequences).__name__}{' (empty)' if empty else ''}")
     for arg, v in (("padding", padding), ("truncating", truncating)):
         if v not in ("pre", "post"):
             raise InvalidParameterError(f"{_WHERE}: {arg} must be 'pre' or 'post', got {v!r}")

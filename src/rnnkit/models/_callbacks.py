@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit._atomic import file_write_problem, write_problem
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import check_bool
 from rnnkit._numbers import check_float, check_int
@@ -211,19 +212,20 @@ def check_path(path: Any, arg: str, where: str) -> str:
 
 def check_writable(path: str, arg: str, where: str, *, replaced: bool) -> None:
     """InvalidParameterError naming ``where``, ``arg`` and ``path`` unless this process can write
-    there: the directory exists and is writable, ``path`` is not a directory, and (unless the
-    file is ``replaced`` by a new one, as an atomic save does) an existing file is writable.
+    there: the directory exists and a file can be created in it (tried: a temporary file is
+    created and removed, since ``os.access`` says yes to root where the write fails), ``path`` is
+    not a directory, and (unless the file is ``replaced`` by a new one, as an atomic save does)
+    an existing file opens for appending.
     Callbacks call it in ``on_train_begin``, so a bad path stops ``fit`` before the first epoch.
     A directory holding ``{field}`` templates is checked when the name is known, at the save."""
     directory = os.path.dirname(os.path.abspath(path))
     if "{" in os.path.dirname(path):
         return
     problem = (f"directory {directory} does not exist" if not os.path.isdir(directory)
-               else f"directory {directory} is not writable" if not os.access(directory, os.W_OK | os.X_OK)
                else "it is a directory" if os.path.isdir(path)
-               else "the file is not writable" if (not replaced and os.path.exists(path)
-                                                   and not os.access(path, os.W_OK))
-               else None)
+               else write_problem(directory) if replaced
+               else file_write_problem(path) if os.path.exists(path)
+               else write_problem(directory))
     if problem is not None:
         raise InvalidParameterError(f"{where}: cannot write {arg} {path!r}: {problem}; expected a path "
                                     f"this process can write (checked when fit starts)")

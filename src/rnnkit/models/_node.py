@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from rnnkit._errors import InvalidInputError
+from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import Layer, resolve_dtype
 from rnnkit._shape import Shape
 from rnnkit.layers import Bidirectional, MergeLayer
@@ -184,6 +184,9 @@ class InputLayer(Layer):
     ``input``) is the input node, ``batch_shape`` its shape, ``name`` its name."""
 
     def __init__(self, node: Node) -> None:
+        if not isinstance(node, Node):
+            raise InvalidParameterError(f"InputLayer: node must be a model input (rnnkit.Input(...)), got "
+                                        f"{type(node).__name__}")
         super().__init__(name=node.name)
         self.node = node
         if node.dtype is not None and node.dtype in ("float32", "float64"):

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit._errors import InvalidInputError
+from rnnkit._numbers import check_int, show
 from rnnkit._tape import Vjp, fresh, record, recording
 
 #: the float dtype of values made from Python floats and of float results of integer inputs
@@ -138,20 +139,30 @@ def check_same_shape_or_broadcast(op: str, a: Any, b: Any) -> tuple[int, ...]:
 
 
 def normalize_axis(axis: Any, ndim: int, op: str) -> tuple[int, ...] | None:
-    """``axis`` (None, an int or a sequence of them) as a tuple of non-negative axes; a typed
-    error naming the op for an axis outside ``[-ndim, ndim)``."""
+    """``axis`` (None, an int or a list / tuple of ints) as a tuple of non-negative axes; each
+    goes through :func:`~rnnkit._numbers.check_int`, so a bool, a float, an object with
+    ``__index__`` or an axis outside ``[-ndim, ndim)`` is an InvalidInputError naming the op."""
     if axis is None:
         return None
-    axes = (axis,) if isinstance(axis, (int, np.integer)) and not isinstance(axis, bool) else tuple(axis)
-    out = []
-    for a in axes:
-        if isinstance(a, bool) or not isinstance(a, (int, np.integer)) or not -ndim <= a < max(ndim, 1):
-            raise InvalidInputError(f"ops.{op}: axis must be an int in [{-ndim}, {ndim}) for an input of "
-                                    f"rank {ndim}, got {axis!r}")
-        out.append(int(a) % max(ndim, 1))
+    axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
+    top = max(ndim, 1)
+    out = [check_int(a, f"axis (of an input of rank {ndim})", f"ops.{op}", lo=-ndim, hi=top - 1,
+                     error=InvalidInputError) % top for a in axes]
     if len(set(out)) != len(out):
-        raise InvalidInputError(f"ops.{op}: axis names an axis twice: {axis!r}")
+        raise InvalidInputError(f"ops.{op}: axis names an axis twice: {show(axis)}")
     return tuple(out)
+
+
+def one_axis(axis: Any, ndim: int, op: str, default: int) -> int:
+    """One ``axis`` (an int in ``[-ndim, ndim)``, or None for ``default``) as a non-negative
+    axis: :func:`normalize_axis` for an op that works along a single axis, so a list of axes is
+    an InvalidInputError naming the op, not an unpacking ValueError."""
+    if axis is None:
+        return default
+    if isinstance(axis, (list, tuple)):
+        raise InvalidInputError(f"ops.{op}: axis must be one int, got {show(axis)}")
+    (ax,) = normalize_axis(axis, ndim, op) or (default,)
+    return ax
 
 
 def keep_dims(g: np.ndarray, shape: tuple[int, ...], axes: tuple[int, ...] | None,

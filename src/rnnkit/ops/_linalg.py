@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from rnnkit._errors import InvalidInputError
-from rnnkit.ops._core import as_array, done, grad_of, normalize_axis, result_dtype
+from rnnkit._numbers import check_int, show
+from rnnkit.ops._core import as_array, done, grad_of, normalize_axis, one_axis, result_dtype
 
 Needs = tuple[bool, ...]
 
@@ -61,21 +62,15 @@ def _unb2(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _tensordot_axes(op: str, a: np.ndarray, b: np.ndarray, axes: Any) -> tuple[list[int], list[int]]:
-    if isinstance(axes, (int, np.integer)) and not isinstance(axes, bool):
-        n = int(axes)
-        if not 0 <= n <= min(a.ndim, b.ndim):
-            raise InvalidInputError(f"ops.{op}: axes={n} must be in [0, {min(a.ndim, b.ndim)}] for shapes "
-                                    f"{a.shape} and {b.shape}")
+    if not isinstance(axes, (list, tuple)):
+        n = check_int(axes, f"axes (for shapes {a.shape} and {b.shape})", f"ops.{op}", lo=0,
+                      hi=min(a.ndim, b.ndim), error=InvalidInputError)
         return list(range(a.ndim - n, a.ndim)), list(range(n))
-    try:
-        xa, xb = axes
-        la = [xa] if isinstance(xa, (int, np.integer)) else list(xa)
-        lb = [xb] if isinstance(xb, (int, np.integer)) else list(xb)
-    except (TypeError, ValueError):
+    if len(axes) != 2:
         raise InvalidInputError(f"ops.{op}: axes must be an int or a pair of axis lists, "
-                                f"got {axes!r}") from None
-    ia = list(normalize_axis(tuple(la), a.ndim, op) or ())
-    ib = list(normalize_axis(tuple(lb), b.ndim, op) or ())
+                                f"got {show(axes)}")
+    ia = list(normalize_axis(axes[0], a.ndim, op) or ())
+    ib = list(normalize_axis(axes[1], b.ndim, op) or ())
     if len(ia) != len(ib) or any(a.shape[i] != b.shape[j] for i, j in zip(ia, ib, strict=True)):
         raise InvalidInputError(f"ops.{op}: the contracted axes {ia} of x1 {a.shape} and {ib} of x2 "
                                 f"{b.shape} must pair up with equal sizes")
@@ -196,7 +191,7 @@ def transpose(x: Any, axes: Any = None) -> np.ndarray:
     """``x`` with its axes permuted (reversed when ``axes`` is None)."""
     arr = as_array(x, "transpose")
     perm = (tuple(range(arr.ndim))[::-1] if axes is None
-            else normalize_axis(tuple(axes), arr.ndim, "transpose"))
+            else normalize_axis(axes, arr.ndim, "transpose"))
     assert perm is not None
     if len(perm) != arr.ndim:
         raise InvalidInputError(f"ops.transpose: axes must permute all {arr.ndim} axes of shape {arr.shape}, "
@@ -225,13 +220,14 @@ def reshape(x: Any, newshape: Any) -> np.ndarray:
 
 
 def expand_dims(x: Any, axis: Any) -> np.ndarray:
-    """``x`` with a new axis of length 1 at ``axis``."""
+    """``x`` with a new axis of length 1 at ``axis`` (an int or a list / tuple of distinct ints,
+    each in ``[-(ndim + n), ndim + n)`` for ``n`` new axes)."""
     arr = as_array(x, "expand_dims")
-    try:
-        out = np.expand_dims(arr, axis)
-    except (ValueError, TypeError, np.exceptions.AxisError):
-        raise InvalidInputError(f"ops.expand_dims: axis must be in [{-arr.ndim - 1}, {arr.ndim}] for shape "
-                                f"{arr.shape}, got {axis!r}") from None
+    n = len(axis) if isinstance(axis, (list, tuple)) else 1
+    axes = normalize_axis(check_int(axis, "axis", "ops.expand_dims", error=InvalidInputError)
+                          if axis is None else axis, arr.ndim + n, "expand_dims")
+    assert axes is not None
+    out = np.expand_dims(arr, axes)
     return _reshaped("expand_dims", x, arr, out)
 
 
@@ -258,7 +254,7 @@ def _many(op: str, xs: Any) -> list[np.ndarray]:
 def concatenate(xs: Any, axis: int = 0) -> np.ndarray:
     """The arrays of ``xs`` joined along ``axis`` (equal sizes on every other axis)."""
     arrs = _many("concatenate", xs)
-    (ax,) = normalize_axis(axis, arrs[0].ndim, "concatenate") or (0,)
+    ax = one_axis(axis, arrs[0].ndim, "concatenate", 0)
     ref = arrs[0].shape
     for i, a in enumerate(arrs):
         if a.ndim != len(ref) or any(a.shape[k] != ref[k] for k in range(a.ndim) if k != ax):
@@ -279,7 +275,7 @@ def stack(x: Any, axis: int = 0) -> np.ndarray:
         if a.shape != arrs[0].shape:
             raise InvalidInputError(f"ops.stack: x[{i}] has shape {a.shape}; expected every array of "
                                     f"the shape of x[0], {arrs[0].shape}")
-    (ax,) = normalize_axis(axis, arrs[0].ndim + 1, "stack") or (0,)
+    ax = one_axis(axis, arrs[0].ndim + 1, "stack", 0)
 
     def back(g: np.ndarray, needs: Needs) -> Sequence[Any]:
         return [grad_of(xi, np.take(g, i, axis=ax)) if n else None
@@ -290,7 +286,7 @@ def stack(x: Any, axis: int = 0) -> np.ndarray:
 def split(x: Any, indices_or_sections: Any, axis: int = 0) -> list[np.ndarray]:
     """``x`` cut along ``axis`` into equal sections (an int) or at the given indices."""
     arr = as_array(x, "split")
-    (ax,) = normalize_axis(axis, arr.ndim, "split") or (0,)
+    ax = one_axis(axis, arr.ndim, "split", 0)
     try:
         parts = np.split(arr, indices_or_sections, axis=ax)
     except ValueError:
@@ -319,7 +315,7 @@ def take(x: Any, indices: Any, axis: Any = None) -> np.ndarray:
     n = arr.size if axis is None else None
     ax = None
     if axis is not None:
-        (ax,) = normalize_axis(axis, arr.ndim, "take") or (0,)
+        ax = one_axis(axis, arr.ndim, "take", 0)
         n = arr.shape[ax]
     assert n is not None
     if idx.size and (int(idx.max()) >= n or int(idx.min()) < -n):
@@ -348,7 +344,7 @@ def take_along_axis(x: Any, indices: Any, axis: Any = None) -> np.ndarray:
     if axis is None:
         ax = 0
     else:
-        (ax,) = normalize_axis(axis, arr.ndim, "take_along_axis") or (0,)
+        ax = one_axis(axis, arr.ndim, "take_along_axis", 0)
     if idx.ndim != base.ndim:
         raise InvalidInputError(f"ops.take_along_axis: indices must have x's rank {base.ndim}, got shape "
                                 f"{idx.shape}")

@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit._budget import check_array
 from rnnkit._errors import InvalidInputError
+from rnnkit._numbers import check_int, show
 from rnnkit.ops._core import (
     FLOATX,
     INTX,
@@ -20,6 +22,7 @@ from rnnkit.ops._core import (
     grad_of,
     keep_dims,
     normalize_axis,
+    one_axis,
     result_dtype,
     unary,
 )
@@ -222,7 +225,13 @@ def softplus(x: Any) -> np.ndarray:
 
 # -- along an axis ---------------------------------------------------------------------------------
 def _axes(op: str, arr: np.ndarray, axis: Any) -> tuple[int, ...] | None:
-    return normalize_axis(axis, arr.ndim, op)
+    """``axis`` of a reduction or a softmax over ``arr``: :func:`normalize_axis`, and a scalar
+    (rank 0) has no axis to name (InvalidInputError, not NumPy's AxisError)."""
+    axes = normalize_axis(axis, arr.ndim, op)
+    if arr.ndim == 0 and axes:
+        raise InvalidInputError(f"ops.{op}: x is a scalar (rank 0), which has no axis; expected axis=None "
+                                f"or (), got {show(axis)}")
+    return axes
 
 
 def softmax(x: Any, axis: Any = -1) -> np.ndarray:
@@ -316,8 +325,7 @@ def _reduce_extreme(op: str, fn: Any, x: Any, axis: Any, keepdims: bool, initial
 def argmax(x: Any, axis: Any = None, keepdims: bool = False) -> np.ndarray:
     """The index of the largest element over ``axis`` (of the flattened input when None), int32."""
     arr = as_array(x, "argmax")
-    if axis is not None:
-        normalize_axis(axis, arr.ndim, "argmax")
+    axis = None if axis is None else one_axis(axis, arr.ndim, "argmax", 0)
     if arr.size == 0:
         raise InvalidInputError(f"ops.argmax: the input is empty (shape {arr.shape}); expected at least "
                                 f"one element")
@@ -328,7 +336,7 @@ def cumsum(x: Any, axis: Any = None, dtype: Any = None) -> np.ndarray:
     """The running sum along ``axis`` (of the flattened input when None)."""
     arr = as_array(x, "cumsum")
     if axis is not None:
-        (axis,) = normalize_axis(axis, arr.ndim, "cumsum") or (0,)
+        axis = one_axis(axis, arr.ndim, "cumsum", 0)
     dt = np.dtype(dtype) if dtype is not None else (INTX if arr.dtype.kind == "b" else arr.dtype)
     out = np.cumsum(arr, axis=axis, dtype=dt)
 
@@ -391,11 +399,11 @@ def one_hot(x: Any, num_classes: int, axis: int = -1, dtype: Any = None, sparse:
     arr = as_array(x, "one_hot")
     if arr.dtype.kind not in "iub":
         raise InvalidInputError(f"ops.one_hot: x must hold integer labels, got dtype {arr.dtype}")
-    if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 1:
-        raise InvalidInputError(f"ops.one_hot: num_classes must be a positive int, got {num_classes!r}")
+    num_classes = check_int(num_classes, "num_classes", "ops.one_hot", lo=1, error=InvalidInputError)
+    check_array((*arr.shape, num_classes), np.dtype(dtype or FLOATX).itemsize, "ops.one_hot")
     if arr.size and int(arr.max()) >= num_classes:
         raise InvalidInputError(f"ops.one_hot: labels must be smaller than num_classes={num_classes}, got "
                                 f"{int(arr.max())}")
     out = (arr[..., None] == np.arange(num_classes)).astype(dtype or FLOATX)
-    (ax,) = normalize_axis(axis, out.ndim, "one_hot") or (out.ndim - 1,)
+    ax = one_axis(axis, out.ndim, "one_hot", out.ndim - 1)
     return np.moveaxis(out, -1, ax) if ax != out.ndim - 1 else out

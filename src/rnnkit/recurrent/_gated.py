@@ -23,6 +23,7 @@ from rnnkit._activations import ActivationFn, ActivationLike, resolve_activation
 from rnnkit._errors import InvalidParameterError
 from rnnkit._initializers import glorot_uniform, semi_orthogonal, uniform
 from rnnkit._layer import check_bool, resolve_dtype
+from rnnkit._numbers import check_float
 from rnnkit._random import check_seed
 from rnnkit.kernels import activation_code
 from rnnkit.recurrent._cell import Cell, Initializer, Param, check_softmax_axis
@@ -80,9 +81,7 @@ def resolve_initializer(init: Any, arg: str, where: str) -> Initializer | None:
 
 def check_rate(rate: Any, arg: str, where: str) -> float:
     """A dropout rate: a number in [0, 1)."""
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate < 1.0:
-        raise InvalidParameterError(f"{where}: {arg} must be a number in [0, 1), got {rate!r}")
-    return float(rate)
+    return check_float(rate, arg, where, lo=0.0, hi=1.0, hi_open=True)
 
 
 class GatedCell(StepCalls, Cell):

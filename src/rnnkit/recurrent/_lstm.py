@@ -29,8 +29,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rnnkit._activations import ActivationLike
-from rnnkit._errors import InvalidParameterError
 from rnnkit._layer import check_bool
+from rnnkit._numbers import check_int
 from rnnkit.kernels import ACTIVATIONS, ANY, Step
 from rnnkit.recurrent._cell import Arrays, Cell, Param, StepBack
 from rnnkit.recurrent._gated import (
@@ -78,13 +78,10 @@ class LSTMCell(GatedCell):
         super().__init__(units, activation, use_bias=use_bias, **options)
         self.unit_forget_bias = check_bool(unit_forget_bias, "unit_forget_bias", self.name)
         self.recurrent_activation = resolve_gate_activation(recurrent_activation, self.name)
-        p = 0 if proj_size is None else proj_size
-        if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < self.units:
-            raise InvalidParameterError(
-                f"{self.name}: proj_size must be an int in [0, units={self.units}) (0: no projection), "
-                f"got {proj_size!r}")
-        self.proj_size = p
-        self.projection = "projection_kernel" if p else None
+        self.proj_size = check_int(0 if proj_size is None else proj_size,
+                                   f"proj_size (0: no projection; below units={self.units})", self.name,
+                                   lo=0, hi=self.units - 1)
+        self.projection = "projection_kernel" if self.proj_size else None
 
     @property
     def rec_width(self) -> int:

@@ -13,7 +13,6 @@ Every field is checked when the config is made (InvalidParameterError naming it)
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -21,6 +20,7 @@ import numpy as np
 
 from rnnkit._errors import InvalidParameterError
 from rnnkit._initializers import kaiming_uniform, orthogonal, reserve, uniform
+from rnnkit._numbers import check_float, check_int
 
 
 @dataclass(frozen=True)
@@ -36,9 +36,7 @@ class Init:
         if self.kind not in _KINDS:
             raise InvalidParameterError(f"Init: kind must be one of {_KINDS}, got {self.kind!r}")
         for nm in ("a", "b"):
-            v = getattr(self, nm)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise InvalidParameterError(f"Init.{self.kind}: expected finite numbers, got {nm}={v!r}")
+            object.__setattr__(self, nm, check_float(getattr(self, nm), nm, f"Init.{self.kind}"))
 
     @classmethod
     def const(cls, value: float) -> Init:
@@ -100,16 +98,13 @@ class Init:
         raise InvalidParameterError(f"Init: unknown kind {self.kind!r}")
 
 
-_REAL = (int, float, np.integer, np.floating)
 _KINDS = ("const", "uniform", "kaiming_uniform", "orthogonal", "randn")
 #: the most layers an RNNConfig accepts
 MAX_LAYERS = 1024
 
 
 def _num(v: Any, where: str, what: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, _REAL) or not math.isfinite(v):
-        raise InvalidParameterError(f"{where}: {what} must be a finite number, got {v!r}")
-    return float(v)
+    return check_float(v, what, where)
 
 
 @dataclass(frozen=True)
@@ -131,13 +126,10 @@ class RNNConfig:
     nonlinearity: str = "tanh"
 
     def __post_init__(self) -> None:
-        n = self.num_layers
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_LAYERS:
-            raise InvalidParameterError(
-                f"RNNConfig: num_layers must be an int in [1, {MAX_LAYERS}], got {n!r}")
-        d = self.dropout
-        if isinstance(d, bool) or not isinstance(d, _REAL) or not 0.0 <= d < 1.0:
-            raise InvalidParameterError(f"RNNConfig: dropout must be a number in [0, 1), got {d!r}")
+        object.__setattr__(self, "num_layers",
+                           check_int(self.num_layers, "num_layers", "RNNConfig", lo=1, hi=MAX_LAYERS))
+        object.__setattr__(self, "dropout",
+                           check_float(self.dropout, "dropout", "RNNConfig", lo=0.0, hi=1.0, hi_open=True))
         for nm in ("has_biases", "train", "bidirectional", "batch_first"):
             if not isinstance(getattr(self, nm), (bool, np.bool_)):
                 raise InvalidParameterError(f"RNNConfig: {nm} must be a bool, got {getattr(self, nm)!r}")
@@ -146,9 +138,7 @@ class RNNConfig:
             if not isinstance(v, Init) and not (v is None and nm.startswith("b_")):
                 raise InvalidParameterError(
                     f"RNNConfig: {nm} must be an rnnkit.rnn.Init (e.g. Init.const(0.0)), got {v!r}")
-        p = self.proj_size
-        if isinstance(p, bool) or not isinstance(p, int) or p < 0:
-            raise InvalidParameterError(f"RNNConfig: proj_size must be an int >= 0, got {p!r}")
+        object.__setattr__(self, "proj_size", check_int(self.proj_size, "proj_size", "RNNConfig", lo=0))
         if self.nonlinearity not in ("tanh", "relu"):
             raise InvalidParameterError(
                 f"RNNConfig: nonlinearity must be 'tanh' or 'relu', got {self.nonlinearity!r}")

@@ -42,6 +42,9 @@ def app(model: Any, config: ServeConfig | None = None, **settings: Any) -> Any:
     database and the auth token."""
     if config is not None and settings:
         raise InvalidParameterError("serve.app: pass a ServeConfig or keyword settings, not both")
+    if config is not None and not isinstance(config, ServeConfig):
+        raise InvalidParameterError(f"serve.app: config must be a ServeConfig or None, got "
+                                    f"{type(config).__name__}")
     try:
         cfg = config if config is not None else ServeConfig(**settings)
     except TypeError as e:

@@ -13,6 +13,10 @@ from typing import Any
 import numpy as np
 import orjson
 
+from rnnkit._budget import check_array
+from rnnkit._errors import InvalidParameterError, MemoryBudgetError
+from rnnkit._limits import LIMITS
+from rnnkit._numbers import check_int
 from rnnkit.serve._errors import RequestError, bad_request, unprocessable
 from rnnkit.serve._limits import ServeConfig
 from rnnkit.serve._servable import Servable
@@ -57,6 +61,31 @@ def dump_json(doc: Any) -> bytes:
         return json.dumps(doc, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
+def _within_budget(shape: tuple[int, ...], itemsize: int, what: str) -> None:
+    """413 ``over_memory_budget`` when an array of ``shape`` would be larger than the memory
+    budget (``LIMITS.max_array_bytes``, :func:`rnnkit._budget.check_array`): checked before
+    the array is allocated; the message names the shape, its bytes, the budget and how the
+    server's operator raises it."""
+    try:
+        check_array(shape, itemsize, what)
+    except MemoryBudgetError as e:
+        raise RequestError(413, "over_memory_budget", str(e), expected=LIMITS.max_array_bytes,
+                           got=[int(d) for d in shape]) from None
+
+
+def _json_shape(value: list[Any]) -> tuple[int, ...]:
+    """The shape nested lists declare, read down their first elements (nothing allocated; a
+    ragged document is refused later by NumPy)."""
+    shape = []
+    v: Any = value
+    while isinstance(v, list):
+        shape.append(len(v))
+        if not v:
+            break
+        v = v[0]
+    return tuple(shape)
+
+
 def _npy_header(body: bytes) -> None:
     """Check a ``.npy`` header against the body before NumPy allocates what it declares: the
     shape's bytes must be exactly the bytes that follow the header (a header declaring
@@ -76,6 +105,7 @@ def _npy_header(body: bytes) -> None:
     if dtype.hasobject:
         raise bad_request("bad_npy", "the .npy array holds Python objects (pickled); send numbers",
                           expected="a numeric .npy array", got=str(dtype)[:60])
+    _within_budget(tuple(shape), dtype.itemsize, "the .npy body")
     declared = dtype.itemsize
     for d in shape:
         declared *= int(d)
@@ -111,6 +141,7 @@ def _json_array(value: Any, what: str, want_text: str, of: str = "") -> np.ndarr
     if not isinstance(value, list):
         raise unprocessable("bad_input", f"{what} must be an array {want_text} of numbers{of}, got a JSON "
                                          f"{type(value).__name__}", expected=want_text)
+    _within_budget(_json_shape(value), 8, what)   # JSON numbers become int64 / float64
     try:
         return np.asarray(value)
     except (ValueError, TypeError, OverflowError, RecursionError):
@@ -268,12 +299,13 @@ def as_mask(value: Any, batch: int, T: int, sv: Servable) -> np.ndarray:
 
 
 def as_seq(value: Any) -> int:
-    """A step's sequence number: an integer >= 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2 ** 62:
-        raise unprocessable("bad_seq", f"seq must be an integer >= 1 (the step's sequence number, 1 for "
-                                       f"the first step), got {str(value)[:40]!r}",
-                            expected="an integer >= 1")
-    return value
+    """A step's sequence number: an int in ``[1, 2**62)`` (:func:`rnnkit._numbers.check_int`:
+    a bool, a float, a number beyond the range are 422 ``bad_seq``)."""
+    try:
+        return check_int(value, "seq (the step's sequence number, 1 for the first step)", "step",
+                         lo=1, hi=2**62 - 1)
+    except InvalidParameterError as e:
+        raise unprocessable("bad_seq", str(e), expected="an integer >= 1") from None
 
 
 def field_of(doc: Any, name: str, *, required: bool = True) -> Any:

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from rnnkit._numbers import check_int
 from rnnkit.timeseries._csv import MISSING_POLICIES, DataError, Table, read_csv, read_header
 from rnnkit.timeseries._window import Scaler, WindowArrays, make_windows
 
@@ -264,8 +265,7 @@ class Forecaster:
         only feature is its target and whose horizon is 1, and 1 <= ``steps`` <=
         :data:`MAX_STEPS`."""
         spec = self.spec
-        if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
-            raise DataError(f"steps must be a whole number from 1 to {MAX_STEPS}, got {steps!r}")
+        steps = check_int(steps, "steps", "Forecaster.recursive", lo=1, hi=MAX_STEPS, error=DataError)
         if list(spec.features) != [spec.target] or spec.horizon != 1:
             raise DataError(
                 f"recursive forecasts (--steps) need a model whose only feature is its target and whose "
