@@ -39,6 +39,13 @@ DEEPAR_KEY = "rnnkit.deepar"
 DEEPAR_FORMAT = "rnnkit.deepar/1"
 
 
+def labels(dates: np.ndarray) -> list[str]:
+    """Dates as text: ``YYYY-MM-DD`` for days, ``YYYY-MM-DDTHH:MM:SS`` for finer ones."""
+    d = np.asarray(dates)
+    days = d.astype("datetime64[D]")
+    return format_index(d, "date" if np.all(days == d) else "datetime")
+
+
 def scale_of(context: np.ndarray) -> np.ndarray:
     """DeepAR's mean scaler: the mean absolute value along the last axis, 1 where it is 0."""
     nu = np.mean(np.abs(context), axis=-1)
@@ -139,6 +146,8 @@ def fit_spec(panel: Panel, horizon: int, context: int, likelihood: str, lags: tu
              network: dict[str, Any]) -> DeepARSpec:
     """The settings of a model trained on ``panel``: default lags 1 and the season, the
     covariates' mean and standard deviation over every training row (1 where it is 0)."""
+    if not panel.series:
+        raise DataError("a DeepAR model needs at least one series; the panel has none")
     season = panel.season
     if lags is None:
         lags = (1,) if season is None or season == 1 else (1, season)
@@ -220,9 +229,9 @@ class Forecast:
         out = [["unique_id", "ds", "mean", *(f"q{q:g}" for q in quantiles)]]
         mean = self.mean
         for i, sid in enumerate(self.ids):
-            labels = format_index(self.index[i]) if self.index.dtype.kind == "M" else [str(v) for v in self.index[i]]
+            text = labels(self.index[i])
             for h in range(self.index.shape[1]):
-                out.append([sid, str(labels[h]), repr(float(mean[i, h])),
+                out.append([sid, text[h], repr(float(mean[i, h])),
                             *(repr(float(qv[j, i, h])) for j in range(len(quantiles)))])
         return out
 
@@ -287,9 +296,9 @@ def _future_covariates(spec: DeepARSpec, future: Panel | None, sid: str, dates: 
     f = future[sid]
     c = _covariates(spec, future, f)
     if len(f) < len(dates) or not np.array_equal(f.index[:len(dates)].astype(dates.dtype), dates):
-        raise DataError(f"series {sid!r}: the future covariates must start at {format_index(dates[:1])[0]} "
+        raise DataError(f"series {sid!r}: the future covariates must start at {labels(dates[:1])[0]} "
                         f"and cover the {len(dates)} row(s) after the series' end; they cover "
-                        f"{len(f)} row(s) from {format_index(f.index[:1])[0] if len(f) else 'nothing'}")
+                        f"{len(f)} row(s) from {labels(f.index[:1])[0] if len(f) else 'nothing'}")
     return c[:len(dates)]
 
 
