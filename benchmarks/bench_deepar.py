@@ -1,7 +1,7 @@
 """A global DeepAR-style model over a panel against per-series models of the same kind.
 
     python benchmarks/bench_deepar.py DIR [--epochs 40] [--samples 200] [--seeds 0,1,2]
-                                          [--employment-series 20]
+                                          [--employment-series 20] [--panels A.csv,B.csv]
 
 DIR holds long-format panels (``unique_id,ds,y`` and covariate columns): the files read, when
 present, are ``panel_aus_arrivals_q.csv`` (horizon 8), ``panel_aus_accommodation_q.csv``
@@ -32,7 +32,8 @@ PANELS = (("panel_aus_arrivals_q.csv", 8), ("panel_aus_accommodation_q.csv", 8),
 
 
 def score(model: DeepAR, history: Panel, held: Panel, samples: int, seed: int) -> tuple[list[float], float]:
-    fc = model.forecast(history, num_samples=samples, seed=seed, future=held if held.covariate_names else None)
+    future = held if held.covariate_names else None
+    fc = model.forecast(history, num_samples=samples, seed=seed, future=future)
     actual = np.stack([s.y for s in held.series])
     med = fc.quantile(0.5)
     m = [mase(actual[i], med[i], history.series[i].y, history.season) for i in range(len(history))]
@@ -47,11 +48,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--employment-series", type=int, default=20)
     ap.add_argument("--likelihood", default="student_t")
+    ap.add_argument("--panels", default=",".join(n for n, _ in PANELS),
+                    help="the files to read, comma-separated")
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     rows = []
     for name, horizon in PANELS:
         path = Path(args.dir) / name
+        if name not in args.panels.split(","):
+            continue
         if not path.is_file():
             print(f"skipped {name}: not in {args.dir}", file=sys.stderr)
             continue
@@ -83,12 +88,14 @@ def main(argv: list[str] | None = None) -> int:
             res["per-series"].append((float(np.mean(ms)), float(np.mean(inside)), time.perf_counter() - t0))
         for kind, r in res.items():
             a = np.array(r)
-            rows.append((name, len(panel), horizon, kind, a[:, 0].mean(), a[:, 1].mean(), a[:, 2].mean(), snaive))
+            rows.append((name, len(panel), horizon, kind, a[:, 0].mean(), a[:, 1].mean(), a[:, 2].mean(),
+                         snaive))
             print(rows[-1], file=sys.stderr, flush=True)
     print("| panel | series | horizon | model | mean MASE | 80% coverage | seconds | seasonal naive MASE |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.3f} | {100 * r[5]:.1f} % | {r[6]:.0f} | {r[7]:.3f} |")
+        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.3f} | {100 * r[5]:.1f} % | {r[6]:.0f} "
+              f"| {r[7]:.3f} |")
     return 0
 
 

@@ -67,14 +67,16 @@ def test_series_too_short_and_negative_counts_are_typed_errors() -> None:
                                         r"least 12 \(context 4 \+ largest lag 4 \+ horizon 4\)"):
         DeepAR(4, context=4, epochs=1).fit(short)
     neg = Panel.from_columns(["a"] * 12, _quarters("2000-01", 12), [1.0] * 11 + [-1.0])
-    with pytest.raises(InvalidInputError, match=r"series 'a': the negative binomial likelihood is for counts"):
+    with pytest.raises(InvalidInputError, match=r"series 'a': the negative binomial likelihood is for "
+                                                r"counts"):
         DeepAR(2, likelihood="negative_binomial", epochs=1).fit(neg)
 
 
 def test_pandas_frame_and_csv_give_the_same_panel(tmp_path: Path) -> None:
     pd = pytest.importorskip("pandas")
     p = _panel(12, covariate=True)
-    rows = [(s.id, str(d), y, c) for s in p.series for d, y, c in zip(s.index, s.y, s.covariates[:, 0], strict=True)]
+    rows = [(s.id, str(d), y, c) for s in p.series
+            for d, y, c in zip(s.index, s.y, s.covariates[:, 0], strict=True)]
     df = pd.DataFrame(rows[::-1], columns=["unique_id", "ds", "y", "c"])      # any row order
     df["ds"] = pd.to_datetime(df["ds"])
     a = panel_from_frame(df)
@@ -211,18 +213,21 @@ def test_fit_forecast_save_load_and_the_stepper_match_the_whole_network(tmp_path
 
 def test_cli_train_panel_and_predict_quantiles(tmp_path: Path) -> None:
     p = _panel(24, ids=("a", "b", "c"))
-    rows = ["unique_id,ds,y"] + [f"{s.id},{d},{float(y)!r}" for s in p.series for d, y in zip(s.index, s.y, strict=True)]
+    rows = ["unique_id,ds,y"] + [f"{s.id},{d},{float(y)!r}" for s in p.series
+                                 for d, y in zip(s.index, s.y, strict=True)]
     data = tmp_path / "panel.csv"
     data.write_text("\n".join(rows) + "\n")
     out = tmp_path / "out"
     run = [sys.executable, "-m", "rnnkit"]
-    r = subprocess.run(run + ["train", str(data), "--target", "y", "--panel", "--horizon", "4", "--window", "4",
-                              "--units", "6", "--epochs", "2", "--out", str(out), "--quiet", "--no-plots"],
+    r = subprocess.run(run + ["train", str(data), "--target", "y", "--panel", "--horizon", "4",
+                              "--window", "4", "--units", "6", "--epochs", "2", "--out", str(out), "--quiet",
+                              "--no-plots"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "80 % interval coverage" in r.stdout
-    r = subprocess.run(run + ["predict", str(out / "model.safetensors"), str(data), "--quantiles", "0.1,0.5,0.9",
-                              "--samples", "50"], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(run + ["predict", str(out / "model.safetensors"), str(data),
+                              "--quantiles", "0.1,0.5,0.9", "--samples", "50"],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert lines[0] == "unique_id,ds,mean,q0.1,q0.5,q0.9"

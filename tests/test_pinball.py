@@ -49,5 +49,6 @@ def test_gradient_descent_on_constants_finds_the_quantiles() -> None:
 def test_bad_input_is_named() -> None:
     with pytest.raises(InvalidParameterError, match=r"quantiles must be numbers in \(0, 1\)"):
         rk.losses.Pinball([0.5, 1.0])
-    with pytest.raises(InvalidInputError, match=r"y_pred must be \(\.\.\., 2\).*got y_true \(3, 2\), y_pred \(3, 3\)"):
+    with pytest.raises(InvalidInputError,
+                       match=r"y_pred must be \(\.\.\., 2\).*got y_true \(3, 2\), y_pred \(3, 3\)"):
         rk.losses.Pinball([0.1, 0.9]).value_and_grad(np.zeros((3, 2)), np.zeros((3, 3)))

@@ -38,15 +38,14 @@ import numpy as np
 from rnnkit._safetensors import read_safetensors
 from rnnkit.cli._common import CliError, check_output_file, data_path, write_chunks
 from rnnkit.cli._model import describe_spec
-from rnnkit.io import load_forecaster, load_model, read_forecast_spec
 from rnnkit.cli._plots import fan_chart, have_matplotlib
-from rnnkit.io import DeepAR
+from rnnkit.io import DeepAR, load_forecaster, load_model, read_forecast_spec
 from rnnkit.io._deepar import is_deepar_file
 from rnnkit.io._forecaster import read_metadata
-from rnnkit.timeseries._panel import read_panel
 from rnnkit.io._weights import WEIGHTS_FORMAT
 from rnnkit.timeseries import Table
 from rnnkit.timeseries._forecast import CHUNK, MAX_STEPS
+from rnnkit.timeseries._panel import read_panel
 
 
 def _check_steps(steps: object) -> int:
@@ -166,7 +165,8 @@ def predict_panel(args: argparse.Namespace) -> int:
     if args.fan_chart is not None and not have_matplotlib():
         raise CliError('--fan-chart needs matplotlib (pip install "rnnkit[plot]")')
     model = DeepAR.load(args.model)
-    panel = read_panel(data_path(args.data), covariates=list(model.spec.covariate_names) if model.spec else None)
+    covs = list(model.spec.covariate_names) if model.spec else None
+    panel = read_panel(data_path(args.data), covariates=covs)
     future = None if args.future is None else read_panel(data_path(args.future),
                                                          covariates=list(panel.covariate_names))
     fc = model.forecast(panel, num_samples=args.samples, seed=args.seed, future=future)

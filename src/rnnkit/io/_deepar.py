@@ -22,7 +22,7 @@ from rnnkit._numbers import check_int
 from rnnkit.io._forecaster import read_metadata
 from rnnkit.io._model import load_model, save_model
 from rnnkit.layers import Dense
-from rnnkit.models import Sequential
+from rnnkit.models import EarlyStopping, Sequential
 from rnnkit.optimizers import Adam
 from rnnkit.recurrent import GRU, LSTM
 from rnnkit.timeseries._dates import DataError
@@ -55,7 +55,8 @@ def as_panel(data: Any, what: str = "data") -> Panel:
 def _network(spec: DeepARSpec, *, stateful: bool, seed: int | None = None) -> Sequential:
     net = spec.network
     cell = _CELLS[net["cell"]]
-    layers: list[Any] = [cell(int(net["units"]), return_sequences=True, stateful=stateful,
+    drop = float(net.get("dropout", 0.0))
+    layers: list[Any] = [cell(int(net["units"]), return_sequences=True, stateful=stateful, dropout=drop,
                               seed=None if seed is None else seed + j) for j in range(int(net["layers"]))]
     layers.append(Dense(get_likelihood(spec.likelihood).k, seed=None if seed is None else seed + 100))
     return Sequential(layers, input_shape=(None, spec.n_features))
@@ -63,7 +64,8 @@ def _network(spec: DeepARSpec, *, stateful: bool, seed: int | None = None) -> Se
 
 class DeepAR:
     """``DeepAR(horizon, *, context=None, likelihood="student_t", cell="lstm", units=40,
-    layers=2, epochs=40, batch_size=64, lr=3e-3, max_windows=256, lags=None, seed=0)``.
+    layers=2, dropout=0.1, epochs=40, patience=5, batch_size=64, lr=3e-3, clipnorm=10.0,
+    max_windows=256, lags=None, seed=0)``.
 
     ``fit(data)`` trains one global model on every series of a panel (a :class:`Panel`, a
     long-format CSV path or a pandas DataFrame; covariate columns are known-future inputs);
@@ -73,11 +75,20 @@ class DeepAR:
 
     ``context`` (rows the forecast conditions on, and the scale's span) defaults to twice the
     horizon; ``lags`` to 1 and the panel's season; ``max_windows`` caps the training windows
-    of one series (evenly spaced, the last included)."""
+    of one series (evenly spaced, the last included); ``dropout`` drops the recurrent layers'
+    inputs in training (DeepAR's regulariser); ``clipnorm`` clips the gradients' global norm.
+
+    With ``patience`` > 0, the last ``horizon`` rows of each series are validation rows: the
+    network trains on the windows that end before them, is scored after each epoch on each
+    series' last window, stops after ``patience`` epochs without a better score and keeps the
+    best epoch's weights (a global model memorises its series when trained too long). Each
+    series then needs ``horizon`` rows more."""
 
     def __init__(self, horizon: int, *, context: int | None = None, likelihood: str = "student_t",
-                 cell: str = "lstm", units: int = 40, layers: int = 2, epochs: int = 40,
-                 batch_size: int = 64, lr: float = 3e-3, max_windows: int | None = 256,
+                 cell: str = "lstm", units: int = 40, layers: int = 2, dropout: float = 0.1,
+                 epochs: int = 40, patience: int = 5, batch_size: int = 64, lr: float = 3e-3,
+                 clipnorm: float = 10.0,
+                 max_windows: int | None = 256,
                  lags: tuple[int, ...] | None = None, seed: int = 0) -> None:
         self.horizon = check_int(horizon, "horizon", "DeepAR", lo=1)
         self.context = check_int(context if context is not None else 2 * self.horizon, "context", "DeepAR",
@@ -89,8 +100,13 @@ class DeepAR:
         self.units = check_int(units, "units", "DeepAR", lo=1)
         self.layers = check_int(layers, "layers", "DeepAR", lo=1)
         self.epochs = check_int(epochs, "epochs", "DeepAR", lo=1)
+        self.patience = check_int(patience, "patience", "DeepAR", lo=0)
         self.batch_size = check_int(batch_size, "batch_size", "DeepAR", lo=1)
         self.lr = float(lr)
+        self.clipnorm = float(clipnorm)
+        self.dropout = float(dropout)
+        if not 0.0 <= self.dropout < 1.0:
+            raise InvalidParameterError(f"DeepAR: dropout must lie in [0, 1), got {dropout!r}")
         self.max_windows = None if max_windows is None else check_int(max_windows, "max_windows", "DeepAR",
                                                                       lo=1)
         self.lags = lags
@@ -104,11 +120,18 @@ class DeepAR:
         horizon + largest lag`` rows (DataError naming the first that has fewer)."""
         panel = as_panel(data)
         spec = fit_spec(panel, self.horizon, self.context, self.likelihood, self.lags,
-                        {"cell": self.cell, "units": self.units, "layers": self.layers})
-        x, y = training_windows(spec, panel, self.max_windows)
+                        {"cell": self.cell, "units": self.units, "layers": self.layers,
+                         "dropout": self.dropout})
+        held = self.horizon if self.patience else 0
+        x, y = training_windows(spec, panel, self.max_windows, held_out=held)
         net = _network(spec, stateful=False, seed=self.seed)
-        net.compile(Adam(self.lr), loss=NegativeLogLikelihood(spec.likelihood))
-        hist = net.fit(x, y, epochs=self.epochs, batch_size=self.batch_size, seed=self.seed, verbose=verbose)
+        net.compile(Adam(self.lr, global_clipnorm=self.clipnorm), loss=NegativeLogLikelihood(spec.likelihood))
+        extra: dict[str, Any] = {}
+        if self.patience:
+            extra = {"validation_data": training_windows(spec, panel, None, last=True),
+                     "callbacks": [EarlyStopping(patience=self.patience, restore_best_weights=True)]}
+        hist = net.fit(x, y, epochs=self.epochs, batch_size=self.batch_size, seed=self.seed, verbose=verbose,
+                       **extra)
         self.spec, self.network, self.history = spec, net, dict(hist.history)
         return self
 
@@ -151,7 +174,8 @@ class DeepAR:
         spec = DeepARSpec.from_json(text)
         net = spec.network
         m = cls(spec.horizon, context=spec.context, likelihood=spec.likelihood, cell=str(net["cell"]),
-                units=int(net["units"]), layers=int(net["layers"]), lags=spec.lags)
+                units=int(net["units"]), layers=int(net["layers"]), dropout=float(net.get("dropout", 0.0)),
+                lags=spec.lags)
         m.spec, m.network = spec, load_model(path)
         return m
 

@@ -158,7 +158,8 @@ _CLASSES: dict[str, type[Loss]] = {c.__name__: c for c in set(_ALIASES.values())
 BinaryCrossEntropy = BinaryCrossentropy
 CategoricalCrossEntropy = CategoricalCrossentropy
 SparseCategoricalCrossEntropy = SparseCategoricalCrossentropy
-_CLASSES.update({"QuantileLoss": Pinball, "BinaryCrossEntropy": BinaryCrossentropy, "CategoricalCrossEntropy": CategoricalCrossentropy,
+_CLASSES.update({"QuantileLoss": Pinball})
+_CLASSES.update({"BinaryCrossEntropy": BinaryCrossentropy, "CategoricalCrossEntropy": CategoricalCrossentropy,
                  "SparseCategoricalCrossEntropy": SparseCategoricalCrossentropy})
 
 

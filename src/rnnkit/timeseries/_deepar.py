@@ -135,10 +135,12 @@ class DeepARSpec:
         parts = [np.stack([y[:, t - lag] for lag in self.lags], axis=-1) / nu[:, None, None]]
         parts.append(calendar[:, t0:t0 + steps])
         if self.covariate_names:
-            parts.append((covariates[:, t0:t0 + steps] - np.asarray(self.cov_mean)) / np.asarray(self.cov_std))
+            c = covariates[:, t0:t0 + steps]
+            parts.append((c - np.asarray(self.cov_mean)) / np.asarray(self.cov_std))
         parts.append(np.broadcast_to(np.log(nu)[:, None, None], (B, steps, 1)))
         if len(self.ids) > 1:
-            parts.append(np.broadcast_to(np.eye(len(self.ids))[series][:, None, :], (B, steps, len(self.ids))))
+            n = len(self.ids)
+            parts.append(np.broadcast_to(np.eye(n)[series][:, None, :], (B, steps, n)))
         return np.concatenate(parts, axis=-1).astype(np.float32)
 
 
@@ -165,18 +167,21 @@ def fit_spec(panel: Panel, horizon: int, context: int, likelihood: str, lags: tu
                       season, width, panel.freq.name if panel.freq is not None else "", dict(network))
 
 
-def training_windows(spec: DeepARSpec, panel: Panel,
-                     max_windows: int | None) -> tuple[np.ndarray, np.ndarray]:
+def training_windows(spec: DeepARSpec, panel: Panel, max_windows: int | None, *,
+                     held_out: int = 0, last: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``(x, y)``: network inputs (W, context + horizon, F) float32 and targets (W, context +
-    horizon, 2) float64 (value, scale) of every window of every series (at most
-    ``max_windows`` a series, evenly spaced, the last included)."""
+    horizon, 2) float64 (value, scale) of every window of every series that ends at least
+    ``held_out`` rows before the series' end (at most ``max_windows`` a series, evenly spaced,
+    the last included); with ``last``, only each series' last window (ending at its end)."""
     T = spec.context + spec.horizon
     need = T + spec.max_lag
     xs: list[np.ndarray] = []
     ys: list[np.ndarray] = []
     for s in panel.series:
-        col = spec.check_series(s, need, "a training window")
-        starts = np.arange(spec.max_lag, len(s) - T + 1)
+        col = spec.check_series(s, need + held_out, "a training window"
+                                + (f" and {held_out} validation row(s)" if held_out else ""))
+        starts = (np.array([len(s) - T]) if last
+                  else np.arange(spec.max_lag, len(s) - T - held_out + 1))
         if max_windows is not None and len(starts) > max_windows:
             starts = starts[np.round(np.linspace(0, len(starts) - 1, max_windows)).astype(int)]
         # rows b - max_lag .. b + T of each window, so that lag l of position t is y[t - l]

@@ -217,7 +217,8 @@ class NegativeBinomial(Likelihood):
         bad = np.flatnonzero(y < 0)
         if bad.size:
             raise InvalidInputError(f"{what}: the negative binomial likelihood is for counts, values "
-                                    f">= 0; {bad.size} value(s) are negative (the first {float(y[bad[0]]):g}, "
+                                    f">= 0; {bad.size} value(s) are negative (the first "
+                                    f"{float(y[bad[0]]):g}, "
                                     f"at row {int(bad[0])}); use likelihood='gaussian' or 'student_t'")
 
 

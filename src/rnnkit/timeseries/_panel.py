@@ -192,7 +192,8 @@ class Panel:
 
 def _first_gap(idx: np.ndarray) -> tuple[Any, Any, str]:
     """The first step of ``idx`` that differs from its most common one: (before, after, step)."""
-    if idx.dtype == np.dtype("datetime64[D]") and np.all(idx.astype("datetime64[M]").astype("datetime64[D]") == idx):
+    month_starts = idx.astype("datetime64[M]").astype("datetime64[D]")
+    if idx.dtype == np.dtype("datetime64[D]") and np.all(month_starts == idx):
         steps = np.diff(idx.astype("datetime64[M]").astype(np.int64))
         unit = "month(s)"
     else:
@@ -270,7 +271,8 @@ def panel_from_frame(frame: Any, *, id_col: str = "unique_id", date_col: str = "
     for c in (id_col, date_col, target, *(covariates or ())):
         if c not in names:
             raise DataError(f"the data frame has no column {c!r}; its columns are {names}")
-    covs = [c for c in names if c not in (id_col, date_col, target)] if covariates is None else list(covariates)
+    covs = ([c for c in names if c not in (id_col, date_col, target)] if covariates is None
+            else list(covariates))
     d = frame[date_col].to_numpy()
     if d.dtype.kind == "M" and np.all(d.astype("datetime64[D]") == d):
         d = d.astype("datetime64[D]")
