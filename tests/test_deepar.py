@@ -63,9 +63,15 @@ def test_panel_errors_name_the_series_and_the_rule(tmp_path: Path) -> None:
 def test_series_too_short_and_negative_counts_are_typed_errors() -> None:
     p = _panel(24)
     short = Panel((p.series[0], p.series[1].head(10)), (), p.freq)
-    with pytest.raises(DataError, match=r"series 'b': 10 row\(s\), too short: a training window needs at "
-                                        r"least 12 \(context 4 \+ largest lag 4 \+ horizon 4\)"):
+    with pytest.raises(DataError, match=r"series 'b': 10 row\(s\), too short: training needs at least 12 "
+                                        r"\(context 4 \+ largest lag 4 \+ horizon 4\)"):
+        DeepAR(4, context=4, epochs=1, patience=0).fit(short)
+    with pytest.raises(DataError, match=r"series 'b': 10 row\(s\), too short: training needs at least 16 "
+                                        r"\(context 4 \+ largest lag 4 \+ horizon 4 \+ 4 validation rows\)"):
         DeepAR(4, context=4, epochs=1).fit(short)
+    with pytest.raises(DataError, match=r"series 'b': 7 row\(s\), too short: a forecast needs at least 8 "
+                                        r"\(context 4 \+ largest lag 4\)"):
+        fit_spec(p, 4, 4, "gaussian", None, {}).check_series(p.series[1].head(7), "a forecast")
     neg = Panel.from_columns(["a"] * 12, _quarters("2000-01", 12), [1.0] * 11 + [-1.0])
     with pytest.raises(InvalidInputError, match=r"series 'a': the negative binomial likelihood is for "
                                                 r"counts"):
@@ -121,6 +127,13 @@ def test_training_windows_hold_the_scaled_lags_and_targets() -> None:
         want = [s.y[t - 1] / nu, s.y[t - 4] / nu, *cal, cov, np.log(nu), 0.0, 1.0]
         np.testing.assert_allclose(x[w, j], want, rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(y[w, j], [s.y[t], nu], rtol=1e-15)
+    # validation: each series' last window; training then ends `horizon` rows before the end
+    xt, yt = training_windows(spec, p, None, held_out=2)
+    xv, yv = training_windows(spec, p, None, last=True)
+    assert len(xt) == 2 * (per - 2) and len(xv) == 2
+    np.testing.assert_array_equal(xv[1], x[-1])
+    np.testing.assert_array_equal(yt[per - 3, :, 0], p.series[0].y[per - 3 + 4:per - 3 + 9])
+    assert yt[per - 3, -1, 0] == p.series[0].y[-3]        # the last training target: 2 rows before
 
 
 def _lag_stepper(spec: DeepARSpec, column: int, sigma_raw: float = -30.0):

@@ -111,17 +111,20 @@ class DeepARSpec:
             raise DataError(f"the DeepAR settings stored with the model are damaged ({e})") from None
 
     # -- network input ----------------------------------------------------------------------
-    def check_series(self, s: Series, rows: int, why: str) -> int:
+    def check_series(self, s: Series, why: str, *, training: bool = False, validation: int = 0) -> int:
         """The one-hot column of ``s`` (DataError for a series the model was not trained on, or
-        one with fewer than ``rows`` rows; ``why`` says what needs them)."""
+        one with fewer rows than ``why`` needs: the context and the largest lag, with
+        ``training`` the horizon too, and ``validation`` rows more)."""
         if s.id not in self.ids:
             raise DataError(f"series {s.id!r} was not among the {len(self.ids)} series this model was "
                             f"trained on (its id is an input); it knows {', '.join(map(repr, self.ids[:8]))}"
                             + (" ..." if len(self.ids) > 8 else ""))
+        rows = self.history_needed + (self.horizon if training else 0) + validation
         if len(s) < rows:
             raise DataError(f"series {s.id!r}: {len(s)} row(s), too short: {why} needs at least {rows} "
                             f"(context {self.context} + largest lag {self.max_lag}"
-                            + (f" + horizon {self.horizon})" if rows > self.history_needed else ")"))
+                            + (f" + horizon {self.horizon}" if training else "")
+                            + (f" + {validation} validation rows)" if validation else ")"))
         return self.ids.index(s.id)
 
     def inputs(self, y: np.ndarray, t0: int, steps: int, nu: np.ndarray, calendar: np.ndarray,
@@ -174,12 +177,10 @@ def training_windows(spec: DeepARSpec, panel: Panel, max_windows: int | None, *,
     ``held_out`` rows before the series' end (at most ``max_windows`` a series, evenly spaced,
     the last included); with ``last``, only each series' last window (ending at its end)."""
     T = spec.context + spec.horizon
-    need = T + spec.max_lag
     xs: list[np.ndarray] = []
     ys: list[np.ndarray] = []
     for s in panel.series:
-        col = spec.check_series(s, need + held_out, "a training window"
-                                + (f" and {held_out} validation row(s)" if held_out else ""))
+        col = spec.check_series(s, "training", training=True, validation=held_out)
         starts = (np.array([len(s) - T]) if last
                   else np.arange(spec.max_lag, len(s) - T - held_out + 1))
         if max_windows is not None and len(starts) > max_windows:
@@ -263,7 +264,7 @@ def sample_paths(spec: DeepARSpec, panel: Panel, stepper: Stepper, num_samples: 
     cols = np.empty(N, dtype=np.int64)
     index = []
     for i, s in enumerate(panel.series):
-        cols[i] = spec.check_series(s, spec.history_needed, "a forecast")
+        cols[i] = spec.check_series(s, "a forecast")
         fut = panel.future_index(s, H)
         index.append(fut)
         hist[i, :L + C] = s.y[-(L + C):]
