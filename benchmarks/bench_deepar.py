@@ -2,6 +2,7 @@
 
     python benchmarks/bench_deepar.py DIR [--epochs 40] [--samples 200] [--seeds 0,1,2]
                                           [--employment-series 20] [--panels A.csv,B.csv]
+                                          [--patience 5] [--likelihood student_t]
 
 DIR holds long-format panels (``unique_id,ds,y`` and covariate columns): the files read, when
 present, are ``panel_aus_arrivals_q.csv`` (horizon 8), ``panel_aus_accommodation_q.csv``
@@ -48,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--employment-series", type=int, default=20)
     ap.add_argument("--likelihood", default="student_t")
+    ap.add_argument("--patience", type=int, default=5,
+                    help="early stopping on each series' last window; 0: off")
     ap.add_argument("--panels", default=",".join(n for n, _ in PANELS),
                     help="the files to read, comma-separated")
     args = ap.parse_args(argv)
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                           for s, h in zip(history.series, held.series, strict=True)])
         res: dict[str, list[tuple[float, float, float]]] = {"global": [], "per-series": []}
         for seed in seeds:
-            kw = dict(epochs=args.epochs, likelihood=args.likelihood, seed=seed)
+            kw = dict(epochs=args.epochs, likelihood=args.likelihood, seed=seed, patience=args.patience)
             t0 = time.perf_counter()
             g = DeepAR(horizon, **kw).fit(history)  # type: ignore[arg-type]
             m, cov = score(g, history, held, args.samples, seed)
