@@ -251,3 +251,12 @@ def test_cli_train_panel_and_predict_quantiles(tmp_path: Path) -> None:
     first = lines[1].split(",")
     assert first[:2] == ["a", "2006-01-01"]
     np.testing.assert_allclose([float(v) for v in first[2:]], [fc.mean[0, 0], *q[:, 0, 0]], rtol=1e-15)
+    r = subprocess.run(run + ["predict", str(out / "model.safetensors"), str(data), "--quantiles", "0.5,1.5"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "--quantiles: every quantile must lie in (0, 1), got '0.5,1.5'" in r.stderr
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "fan.png"
+    r = subprocess.run(run + ["predict", str(out / "model.safetensors"), str(data),
+                              "--fan-chart", str(png), "--output", str(tmp_path / "f.csv")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "fan chart of 3 series" in r.stderr

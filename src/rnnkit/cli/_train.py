@@ -187,7 +187,8 @@ def draw_pictures(out: Path, history: dict[str, list[float]], index: np.ndarray 
 # -- a global probabilistic (DeepAR-style) model over a panel: rnnkit train --panel -------------
 def train_panel(args: argparse.Namespace) -> int:
     """``rnnkit train PANEL.csv --panel --target y``: hold out each series' last ``--horizon``
-    rows, train one DeepAR-style model on the rest of every series, report its mean MASE (the
+    rows, train one DeepAR-style model on the rest of every series (with ``--patience``, the
+    ``--horizon`` rows before those validate it: :class:`rnnkit.io.DeepAR`), report its mean MASE (the
     median forecast), the seasonal-naive MASE and the 80 % interval coverage on the held-out
     rows, and save that model (``model.safetensors``; ``rnnkit predict`` and
     ``rnnkit.io.DeepAR.load`` read it) with ``metrics.json`` and ``history.csv``."""
@@ -199,8 +200,8 @@ def train_panel(args: argparse.Namespace) -> int:
     panel = read_panel(data_path(args.data), target=args.target, covariates=covs)
     history, held = panel.split(args.horizon)
     model = DeepAR(args.horizon, context=args.window, likelihood=args.likelihood, cell=args.cell,
-                   units=args.units, layers=args.layers, epochs=args.epochs, batch_size=args.batch_size,
-                   lr=args.lr, seed=args.seed)
+                   units=args.units, layers=args.layers, epochs=args.epochs, patience=args.patience,
+                   batch_size=args.batch_size, lr=args.lr, seed=args.seed)
     print(f"{args.data}: {len(panel)} series, {sum(len(s) for s in panel.series)} rows; the last "
           f"{args.horizon} of each held out", flush=True)
     t0 = time.perf_counter()
@@ -223,7 +224,7 @@ def train_panel(args: argparse.Namespace) -> int:
          "mean_mase": float(np.mean(scores)), "seasonal_naive_mean_mase": float(np.mean(naive)),
          "coverage_80": coverage, "mase": dict(zip(panel.ids, scores, strict=True)),
          "seconds": round(secs, 3)}, indent=1))
-    print(f"trained {args.epochs} epoch(s) in {secs:.1f} s")
+    print(f"trained {len(model.history.get('loss', []))} epoch(s) in {secs:.1f} s")
     print(f"held-out rows: mean MASE {np.mean(scores):.3f} (seasonal naive {np.mean(naive):.3f}); "
           f"80 % interval coverage {100 * coverage:.1f} % of {actual.size} value(s)")
     print(f"model saved to {path} (trained without the held-out rows); metrics in {out / 'metrics.json'}")
