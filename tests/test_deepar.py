@@ -257,6 +257,7 @@ def test_cli_train_panel_and_predict_quantiles(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     png = tmp_path / "fan.png"
     r = subprocess.run(run + ["predict", str(out / "model.safetensors"), str(data),
-                              "--fan-chart", str(png), "--output", str(tmp_path / "f.csv")], capture_output=True, text=True, timeout=600)
+                              "--fan-chart", str(png), "--output", str(tmp_path / "f.csv")],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "fan chart of 3 series" in r.stderr
