@@ -15,7 +15,15 @@ import pytest
 from rnnkit import InvalidInputError
 from rnnkit.io import DeepAR
 from rnnkit.timeseries import DataError
-from rnnkit.timeseries._deepar import DeepARSpec, fit_spec, mase, sample_paths, scale_of, training_windows
+from rnnkit.timeseries._deepar import (
+    DeepARSpec,
+    Stepper,
+    fit_spec,
+    mase,
+    sample_paths,
+    scale_of,
+    training_windows,
+)
 from rnnkit.timeseries._panel import Panel, calendar_features, panel_from_frame, read_panel
 
 
@@ -136,9 +144,10 @@ def test_training_windows_hold_the_scaled_lags_and_targets() -> None:
     assert yt[per - 3, -1, 0] == p.series[0].y[-3]        # the last training target: 2 rows before
 
 
-def _lag_stepper(spec: DeepARSpec, column: int, sigma_raw: float = -30.0):
+def _lag_stepper(spec: DeepARSpec, column: int,
+                 sigma_raw: float = -30.0) -> tuple[Stepper, list[tuple[int, ...]]]:
     """A stepper whose Gaussian mean is nu * (input column ``column``): the scaled lag it reads."""
-    calls = []
+    calls: list[tuple[int, ...]] = []
 
     def step(x: np.ndarray) -> np.ndarray:
         calls.append(x.shape)
