@@ -127,6 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mpi: data-parallel on every rank of `mpiexec -n N rnnkit train ...` "
                         "(needs rnnkit[mpi]; rank 0 writes the outputs)")
     t.add_argument("--no-plots", action="store_true", help="skip the two PNG pictures")
+    # -- a global probabilistic (DeepAR-style) model over a panel: rnnkit.cli._train.train_panel
+    t.add_argument("--panel", action="store_true",
+                   help="DATA is a long-format panel (unique_id, ds, --target, covariates): train one "
+                        "DeepAR-style model over every series (--window: the context rows)")
+    t.add_argument("--likelihood", choices=("gaussian", "student_t", "negative_binomial"),
+                   default="student_t", help="with --panel: the forecast distribution (default student_t)")
+    t.add_argument("--covariates", default=None, metavar="A,B,...",
+                   help="with --panel: known-future covariate columns (default: every other column)")
 
     pr = sub.add_parser("predict", help="forecast with a saved model (one step per window, or "
                                         "--steps K recursively)")
@@ -139,6 +147,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help="what to do with empty fields: the model's own policy (the one it was "
                          "trained with); only a model file that does not store one takes another "
                          "(default there: error, naming the rows)")
+    # -- probabilistic forecasts of a DeepAR model file: rnnkit.cli._predict.predict_panel
+    pr.add_argument("--quantiles", default=None, metavar="Q,Q,...",
+                    help="a DeepAR model's quantiles to write (default 0.1,0.5,0.9)")
+    pr.add_argument("--samples", type=_positive, default=200, help="sample paths of a DeepAR forecast "
+                                                                   "(default 200)")
+    pr.add_argument("--seed", type=_nonneg, default=0, help="seeds a DeepAR forecast's sampling (default 0)")
+    pr.add_argument("--future", default=None, metavar="FILE",
+                    help="a DeepAR model with covariates: their values for the horizon after each "
+                         "series' end (long format)")
+    pr.add_argument("--fan-chart", default=None, metavar="PNG",
+                    help="draw a DeepAR forecast's fan chart (needs matplotlib)")
 
     s = sub.add_parser("summary", help="describe a saved model or checkpoint")
     s.add_argument("model", metavar="MODEL", help="a model file, or a weights-only checkpoint")

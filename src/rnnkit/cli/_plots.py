@@ -138,3 +138,26 @@ def remove_pictures(folder: Path) -> list[Path]:
 
 
 PICTURES = ("loss.png", "forecast.png")
+
+
+def fan_chart(history: list[tuple[str, np.ndarray, np.ndarray]], index: np.ndarray, median: np.ndarray,
+              bands: list[tuple[float, np.ndarray, np.ndarray]], path: str | os.PathLike[str], *,
+              title: str) -> Path:
+    """A probabilistic forecast's fan chart, one panel per series (``history``: ``(id, dates,
+    values)``; ``index`` (N, H) the forecast dates; ``median`` (N, H); ``bands``: ``(level,
+    low, high)``, widest first, shaded lighter)."""
+    n = len(history)
+    fig = _figure(9, 2.4 * n + 0.6)
+    for i, (sid, x, y) in enumerate(history):
+        ax = fig.add_subplot(n, 1, i + 1)
+        ax.plot(x, y, color="black", lw=1, label="history")
+        for j, (level, lo, hi) in enumerate(bands):
+            ax.fill_between(index[i], lo[i], hi[i], color="tab:blue", alpha=0.2 + 0.2 * j,
+                            lw=0, label=f"{100 * level:g} % interval")
+        ax.plot(index[i], median[i], color="tab:blue", lw=1.5, label="median")
+        ax.set_title(sid, fontsize=9)
+        if i == 0:
+            ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, Path(path))

@@ -39,11 +39,14 @@ from rnnkit._numbers import check_int
 from rnnkit._safetensors import read_safetensors
 from rnnkit.cli._common import CliError, check_output_file, data_path, write_chunks
 from rnnkit.cli._model import describe_spec
-from rnnkit.io import load_forecaster, load_model, read_forecast_spec
+from rnnkit.cli._plots import fan_chart, have_matplotlib
+from rnnkit.io import DeepAR, load_forecaster, load_model, read_forecast_spec
+from rnnkit.io._deepar import is_deepar_file
 from rnnkit.io._forecaster import read_metadata
 from rnnkit.io._weights import WEIGHTS_FORMAT
 from rnnkit.timeseries import Table
 from rnnkit.timeseries._forecast import CHUNK, MAX_STEPS
+from rnnkit.timeseries._panel import read_panel
 
 
 def _check_steps(steps: object) -> int:
@@ -74,6 +77,11 @@ def _fmt(v: float) -> str:
 
 
 def predict_command(args: argparse.Namespace) -> int:
+    if Path(args.model).is_file() and is_deepar_file(args.model):
+        return predict_panel(args)
+    if args.quantiles is not None or args.future is not None or args.fan_chart is not None:
+        raise CliError("--quantiles, --future and --fan-chart are for a probabilistic model (rnnkit train "
+                       f"--panel); {args.model} forecasts one value per window")
     if args.steps is not None:
         _check_steps(args.steps)
     if args.output is not None:
@@ -128,3 +136,49 @@ def describe_weights_file(path: str | Path) -> str:
         lines.append(f"  {k:<{width}}  {str(tuple(tensors[k].shape)):<16} {tensors[k].size:>9,}")
     lines.append(f"total params: {sum(t.size for t in tensors.values()):,}")
     return "\n".join(lines)
+
+
+# -- probabilistic forecasts of a DeepAR model file: rnnkit predict MODEL PANEL.csv --quantiles ...
+def parse_quantiles(text: str | None) -> tuple[float, ...]:
+    """``"0.1,0.5,0.9"`` -> (0.1, 0.5, 0.9); each in (0, 1) (default 0.1, 0.5, 0.9)."""
+    if text is None:
+        return (0.1, 0.5, 0.9)
+    try:
+        qs = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise CliError(f"--quantiles: expected numbers in (0, 1) separated by commas, got {text!r}") from None
+    if not qs or not all(0 < q < 1 for q in qs):
+        raise CliError(f"--quantiles: every quantile must lie in (0, 1), got {text!r}")
+    return qs
+
+
+def predict_panel(args: argparse.Namespace) -> int:
+    """The DeepAR model's forecast of the horizon after each series of the panel DATA:
+    CSV ``unique_id,ds,mean,q...`` (``--samples`` seeded sample paths; ``--future`` the
+    covariates of those rows; ``--fan-chart`` a picture)."""
+    qs = parse_quantiles(args.quantiles)
+    if args.steps is not None:
+        raise CliError("--steps: a DeepAR model forecasts its own horizon; leave --steps out")
+    if args.output is not None:
+        check_output_file(args.output, "--output")
+    if args.fan_chart is not None and not have_matplotlib():
+        raise CliError('--fan-chart needs matplotlib (pip install "rnnkit[plot]")')
+    model = DeepAR.load(args.model)
+    covs = list(model.spec.covariate_names) if model.spec else None
+    panel = read_panel(data_path(args.data), covariates=covs)
+    future = None if args.future is None else read_panel(data_path(args.future),
+                                                         covariates=list(panel.covariate_names))
+    fc = model.forecast(panel, num_samples=args.samples, seed=args.seed, future=future)
+    n = write_chunks(args.output, (",".join(r) + "\n" for r in fc.rows(qs)))
+    if args.output is not None:
+        print(f"wrote {n - 1} forecast(s) to {args.output}", file=sys.stderr)
+    if args.fan_chart is not None:
+        shown = panel.series[:6]
+        lo80, hi80 = fc.interval(0.8)
+        lo50, hi50 = fc.interval(0.5)
+        k = len(shown)
+        fan_chart([(s.id, s.index[-4 * model.horizon:], s.y[-4 * model.horizon:]) for s in shown],
+                  fc.index[:k], fc.quantile(0.5)[:k], [(0.8, lo80[:k], hi80[:k]), (0.5, lo50[:k], hi50[:k])],
+                  args.fan_chart, title=f"rnnkit predict: {Path(args.model).name}")
+        print(f"saved the fan chart of {k} series to {args.fan_chart}", file=sys.stderr)
+    return 0

@@ -34,8 +34,10 @@ from rnnkit.cli._model import TrainConfig, build_network, train_network
 from rnnkit.cli._plots import forecast_plot, have_matplotlib, loss_curve, remove_pictures
 from rnnkit.cli._prepare import Comparison, compare, predict_blocks, prepare
 from rnnkit.distributed import MPI, DistributedError
-from rnnkit.io import save_forecaster
+from rnnkit.io import DeepAR, save_forecaster
 from rnnkit.timeseries import WindowArrays, read_csv, season_of
+from rnnkit.timeseries._deepar import mase
+from rnnkit.timeseries._panel import read_panel
 
 
 def parse_columns(text: str | None, target: str) -> list[str]:
@@ -66,6 +68,8 @@ def train_command(args: argparse.Namespace) -> int:
     the data and trains its part of each batch, rank 0 alone prints and writes. An error on one
     rank that the others cannot see (e.g. a file missing on one host) prints
     ``rnnkit: error: rank K failed: ...`` and aborts the whole job, so no rank waits forever."""
+    if getattr(args, "panel", False):
+        return train_panel(args)
     if getattr(args, "distributed", "none") != "mpi":
         return _train(args, None)
 
@@ -178,3 +182,50 @@ def draw_pictures(out: Path, history: dict[str, list[float]], index: np.ndarray 
         out / "forecast.png", split_at=xs[0], part=part_name, xlabel=index_name, ylabel=target,
         title=f"rnnkit train: forecasts of {target!r} vs actual")
     return [f"saved the loss curve to {loss}", f"saved the forecast-vs-actual picture to {fc}"]
+
+
+# -- a global probabilistic (DeepAR-style) model over a panel: rnnkit train --panel -------------
+def train_panel(args: argparse.Namespace) -> int:
+    """``rnnkit train PANEL.csv --panel --target y``: hold out each series' last ``--horizon``
+    rows, train one DeepAR-style model on the rest of every series (with ``--patience``, the
+    ``--horizon`` rows before those validate it: :class:`rnnkit.io.DeepAR`), report its mean MASE (the
+    median forecast), the seasonal-naive MASE and the 80 % interval coverage on the held-out
+    rows, and save that model (``model.safetensors``; ``rnnkit predict`` and
+    ``rnnkit.io.DeepAR.load`` read it) with ``metrics.json`` and ``history.csv``."""
+    if args.distributed != "none":
+        raise CliError("--panel trains in one process; leave out --distributed")
+    if args.cell == "rnn":
+        raise CliError("--panel: --cell must be lstm or gru")
+    covs = None if args.covariates is None else parse_columns(args.covariates, args.target)
+    panel = read_panel(data_path(args.data), target=args.target, covariates=covs)
+    history, held = panel.split(args.horizon)
+    model = DeepAR(args.horizon, context=args.window, likelihood=args.likelihood, cell=args.cell,
+                   units=args.units, layers=args.layers, epochs=args.epochs, patience=args.patience,
+                   batch_size=args.batch_size, lr=args.lr, seed=args.seed)
+    print(f"{args.data}: {len(panel)} series, {sum(len(s) for s in panel.series)} rows; the last "
+          f"{args.horizon} of each held out", flush=True)
+    t0 = time.perf_counter()
+    model.fit(history, verbose=0 if args.quiet else 1)
+    secs = time.perf_counter() - t0
+    fc = model.forecast(history, num_samples=200, seed=args.seed,
+                        future=held if panel.covariate_names else None)
+    actual = np.stack([s.y for s in held.series])
+    med = fc.quantile(0.5)
+    m = panel.season
+    scores = [mase(actual[i], med[i], s.y, m) for i, s in enumerate(history.series)]
+    naive = [mase(actual[i], s.y[-m:][np.arange(args.horizon) % m] if m else np.full(args.horizon, s.y[-1]),
+                  s.y, m) for i, s in enumerate(history.series)]
+    coverage = fc.coverage(actual, 0.8)
+    out = ensure_dir(args.out)
+    path = model.save(out / "model.safetensors")
+    write_text_atomic(out / "history.csv", history_csv(model.history))
+    write_text_atomic(out / "metrics.json", json.dumps(
+        {"part": "held-out", "rows_per_series": args.horizon, "series": len(panel),
+         "mean_mase": float(np.mean(scores)), "seasonal_naive_mean_mase": float(np.mean(naive)),
+         "coverage_80": coverage, "mase": dict(zip(panel.ids, scores, strict=True)),
+         "seconds": round(secs, 3)}, indent=1))
+    print(f"trained {len(model.history.get('loss', []))} epoch(s) in {secs:.1f} s")
+    print(f"held-out rows: mean MASE {np.mean(scores):.3f} (seasonal naive {np.mean(naive):.3f}); "
+          f"80 % interval coverage {100 * coverage:.1f} % of {actual.size} value(s)")
+    print(f"model saved to {path} (trained without the held-out rows); metrics in {out / 'metrics.json'}")
+    return 0

@@ -4,6 +4,7 @@ importers/exporters of one recurrent layer for PyTorch and Keras."""
 from rnnkit._atomic import atomic_write_bytes
 from rnnkit._files import UnreadableFileError
 from rnnkit._limits import LIMITS, Limits, set_limits
+from rnnkit.io._deepar import DeepAR
 from rnnkit.io._forecaster import load_forecaster, read_forecast_spec, save_forecaster
 from rnnkit.io._interop import from_keras_weights, from_torch_state, to_keras_weights, to_torch_state
 from rnnkit.io._interop_errors import MissingDependencyError, UnsupportedFeatureError
@@ -30,5 +31,5 @@ __all__ = [
     "load_torch_rnn", "load_torch_safetensors", "save_torch_safetensors", "save_onnx",
     "save_keras", "save_keras_weights",
     "LIMITS", "Limits", "set_limits", "UnreadableFileError",
-    "load_forecaster", "read_forecast_spec", "save_forecaster",
+    "load_forecaster", "read_forecast_spec", "save_forecaster", "DeepAR",
 ]

@@ -13,6 +13,8 @@ CategoricalCrossentropy         mean over positions of -sum_c y_c log q_c, where
   from_logits=True              -sum_c y_c log_softmax(z)_c  (softmax fused, log-sum-exp)
 SparseCategoricalCrossentropy   as Categorical with y the one-hot of integer labels; labels
                                 of shape y_pred.shape[:-1] or y_pred.shape[:-1] + (1,)
+Pinball(quantiles)              mean over positions and quantiles of max(q e, (q - 1) e),
+  (QuantileLoss)                e = y_true - y_pred[..., j] for quantile q = quantiles[j]
 ==============================  =======================================================
 
 The "mean over every element" of MSE/MAE/BCE equals Keras' mean over the last axis, then over
@@ -38,7 +40,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from rnnkit._errors import InvalidParameterError
+from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit.losses._base import EPSILON, Loss, PerPosition, _FromLogits, position_weights
 from rnnkit.losses._crossentropy import CategoricalCrossentropy, SparseCategoricalCrossentropy
 
@@ -100,7 +102,49 @@ class BinaryCrossentropy(_FromLogits):
         return v, (-y / p + (1.0 - y) / (1.0 - p)) / F, dt
 
 
+class Pinball(Loss):
+    """The pinball (quantile) loss of ``Q`` quantile forecasts: ``y_pred`` (..., Q), column j the
+    forecast of quantile ``quantiles[j]``; ``y_true`` (..., 1) (one value for every quantile) or
+    (..., Q). Per position ``mean_j max(q_j e_j, (q_j - 1) e_j)`` with ``e_j = y_true - y_pred_j``;
+    minimised by the q_j-quantiles of y. Gradient ``(1 - q_j) / Q`` where the forecast is above
+    the value, ``-q_j / Q`` below it, ``(0.5 - q_j) / Q`` at a tie (the midpoint of the
+    subgradient, as autograd of ``maximum`` gives). ``quantiles`` are in (0, 1), default
+    ``(0.5,)`` (half the mean absolute error)."""
+
+    name: ClassVar[str] = "pinball"
+
+    def __init__(self, quantiles: Any = (0.5,)) -> None:
+        q = np.atleast_1d(np.asarray(quantiles, dtype=np.float64)) if not isinstance(quantiles, str) else None
+        if q is None or q.ndim != 1 or q.size == 0 or not np.all((q > 0) & (q < 1)):
+            raise InvalidParameterError(f"Pinball: quantiles must be numbers in (0, 1), got {quantiles!r}")
+        self.quantiles = tuple(float(v) for v in q)
+
+    def _per_position(self, y_true: Any, y_pred: Any, grad: bool) -> PerPosition:
+        yp = np.asarray(y_pred)
+        dt = yp.dtype if yp.dtype.kind == "f" else np.dtype(np.float64)
+        Q = len(self.quantiles)
+        yt = np.asarray(y_true, dtype=np.float64)
+        if yp.ndim < 1 or yp.shape[-1] != Q or yt.shape not in (yp.shape, yp.shape[:-1] + (1,)):
+            raise InvalidInputError(
+                f"Pinball: y_pred must be (..., {Q}) (one column per quantile {list(self.quantiles)}) "
+                f"and y_true (..., 1) or the same shape; got y_true {yt.shape}, y_pred {yp.shape}")
+        q = np.asarray(self.quantiles)
+        e = yt - yp.astype(np.float64)
+        v = np.mean(np.maximum(q * e, (q - 1.0) * e), axis=-1)
+        if not grad:
+            return v, None, dt
+        g = np.where(e > 0, -q, np.where(e < 0, 1.0 - q, 0.5 - q)) / Q
+        return v, g, dt
+
+    def get_config(self) -> dict[str, Any]:
+        return {"quantiles": list(self.quantiles)}
+
+
+#: the same class: the name the quantile loss also goes by
+QuantileLoss = Pinball
+
 _ALIASES: dict[str, type[Loss]] = {
+    "pinball": Pinball, "quantile": Pinball,
     "mse": MeanSquaredError, "mean_squared_error": MeanSquaredError,
     "mae": MeanAbsoluteError, "mean_absolute_error": MeanAbsoluteError,
     "binary_crossentropy": BinaryCrossentropy, "bce": BinaryCrossentropy,
@@ -114,6 +158,7 @@ _CLASSES: dict[str, type[Loss]] = {c.__name__: c for c in set(_ALIASES.values())
 BinaryCrossEntropy = BinaryCrossentropy
 CategoricalCrossEntropy = CategoricalCrossentropy
 SparseCategoricalCrossEntropy = SparseCategoricalCrossentropy
+_CLASSES.update({"QuantileLoss": Pinball})
 _CLASSES.update({"BinaryCrossEntropy": BinaryCrossentropy, "CategoricalCrossEntropy": CategoricalCrossentropy,
                  "SparseCategoricalCrossEntropy": SparseCategoricalCrossentropy})
 
@@ -153,5 +198,6 @@ def get(identifier: str | Loss | dict[str, Any]) -> Loss:
 
 
 __all__ = ["BinaryCrossEntropy", "BinaryCrossentropy", "CategoricalCrossEntropy", "CategoricalCrossentropy",
-           "Loss", "MeanAbsoluteError", "MeanSquaredError", "SparseCategoricalCrossEntropy",
+           "Loss", "MeanAbsoluteError", "MeanSquaredError", "Pinball", "QuantileLoss",
+           "SparseCategoricalCrossEntropy",
            "SparseCategoricalCrossentropy", "deserialize", "get", "position_weights", "serialize"]

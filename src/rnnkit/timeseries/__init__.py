@@ -2,7 +2,9 @@
 windowing into (samples, window, features), scaling fitted on training rows, the forecast
 settings saved with a model and the one place they are applied (:class:`Forecaster`), calendar
 frequencies of dated rows, and the baselines a forecaster must beat: persistence,
-least-squares AR(p), the training mean and the seasonal-naive forecast."""
+least-squares AR(p), the training mean and the seasonal-naive forecast; panels of many series
+(long format), the likelihood heads and the data side of the DeepAR-style probabilistic
+forecaster (``rnnkit.io.DeepAR`` holds its network)."""
 
 from rnnkit.timeseries._baselines import (
     ARModel,
@@ -23,7 +25,16 @@ from rnnkit.timeseries._csv import (
     read_header,
 )
 from rnnkit.timeseries._dates import Frequency, continue_index, format_index, infer_frequency
+from rnnkit.timeseries._deepar import DeepARSpec, Forecast, mase
 from rnnkit.timeseries._forecast import SPEC_KEY, Forecaster, ForecastSpec
+from rnnkit.timeseries._likelihood import (
+    Gaussian,
+    Likelihood,
+    NegativeBinomial,
+    NegativeLogLikelihood,
+    StudentT,
+)
+from rnnkit.timeseries._panel import Panel, Series, panel_from_frame, read_panel
 from rnnkit.timeseries._window import (
     TRANSFORMS,
     Scaler,
@@ -39,4 +50,6 @@ __all__ = [
     "Frequency", "continue_index", "format_index", "infer_frequency",
     "SPEC_KEY", "ForecastSpec", "Forecaster",
     "TRANSFORMS", "Scaler", "WindowArrays", "count_windows", "make_windows",
+    "DeepARSpec", "Forecast", "mase", "Gaussian", "Likelihood", "NegativeBinomial", "NegativeLogLikelihood",
+    "StudentT", "Panel", "Series", "panel_from_frame", "read_panel",
 ]

@@ -1,0 +1,188 @@
+"""``DeepAR``: a global probabilistic forecaster over a panel of series (Salinas et al., 2020),
+trained by maximising a likelihood, forecasting by ancestral sampling, saved as one
+safetensors model file with its settings (no pickle).
+
+The data side (inputs, windows, sampling, the forecast) is :mod:`rnnkit.timeseries._deepar`;
+this module owns the network: ``layers`` stacked LSTM or GRU layers of ``units`` returning every
+step, and a dense head of the likelihood's raw outputs, trained with
+:class:`~rnnkit.timeseries._likelihood.NegativeLogLikelihood` and Adam. Forecasts run a
+stateful copy of the network (the same weights) one step at a time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rnnkit._errors import FileFormatError, InvalidParameterError
+from rnnkit._numbers import check_int
+from rnnkit.io._forecaster import read_metadata
+from rnnkit.io._model import load_model, save_model
+from rnnkit.layers import Dense
+from rnnkit.models import EarlyStopping, Sequential
+from rnnkit.optimizers import Adam
+from rnnkit.recurrent import GRU, LSTM
+from rnnkit.timeseries._dates import DataError
+from rnnkit.timeseries._deepar import (
+    DEEPAR_KEY,
+    DeepARSpec,
+    Forecast,
+    fit_spec,
+    sample_paths,
+    training_windows,
+)
+from rnnkit.timeseries._likelihood import NegativeLogLikelihood, get_likelihood
+from rnnkit.timeseries._panel import Panel, panel_from_frame, read_panel
+
+_CELLS = {"lstm": LSTM, "gru": GRU}
+
+
+def as_panel(data: Any, what: str = "data") -> Panel:
+    """A :class:`Panel` from a Panel, a long-format CSV path or a pandas DataFrame."""
+    if isinstance(data, Panel):
+        return data
+    if isinstance(data, (str, os.PathLike)):
+        return read_panel(data)
+    if hasattr(data, "columns") and hasattr(data, "__getitem__"):
+        return panel_from_frame(data)
+    raise DataError(f"{what}: expected a Panel, a CSV path or a pandas DataFrame in long format "
+                    f"(unique_id, ds, y), got {type(data).__name__}")
+
+
+def _network(spec: DeepARSpec, *, stateful: bool, seed: int | None = None) -> Sequential:
+    net = spec.network
+    cell = _CELLS[net["cell"]]
+    drop = float(net.get("dropout", 0.0))
+    layers: list[Any] = [cell(int(net["units"]), return_sequences=True, stateful=stateful, dropout=drop,
+                              seed=None if seed is None else seed + j) for j in range(int(net["layers"]))]
+    layers.append(Dense(get_likelihood(spec.likelihood).k, seed=None if seed is None else seed + 100))
+    return Sequential(layers, input_shape=(None, spec.n_features))
+
+
+class DeepAR:
+    """``DeepAR(horizon, *, context=None, likelihood="student_t", cell="lstm", units=40,
+    layers=2, dropout=0.1, epochs=40, patience=5, batch_size=64, lr=3e-3, clipnorm=10.0,
+    max_windows=256, lags=None, seed=0)``.
+
+    ``fit(data)`` trains one global model on every series of a panel (a :class:`Panel`, a
+    long-format CSV path or a pandas DataFrame; covariate columns are known-future inputs);
+    ``forecast(data, num_samples=200, seed=0, future=None)`` gives a :class:`Forecast` of the
+    ``horizon`` rows after each series' end (``future``: the covariates of those rows, for a
+    model with covariates); ``save(path)`` / ``DeepAR.load(path)``.
+
+    ``context`` (rows the forecast conditions on, and the scale's span) defaults to twice the
+    horizon; ``lags`` to 1 and the panel's season; ``max_windows`` caps the training windows
+    of one series (evenly spaced, the last included); ``dropout`` drops the recurrent layers'
+    inputs in training (DeepAR's regulariser); ``clipnorm`` clips the gradients' global norm.
+
+    With ``patience`` > 0, the last ``horizon`` rows of each series are validation rows: the
+    network trains on the windows that end before them, is scored after each epoch on each
+    series' last window, stops after ``patience`` epochs without a better score and keeps the
+    best epoch's weights (a global model memorises its series when trained too long). Each
+    series then needs ``horizon`` rows more."""
+
+    def __init__(self, horizon: int, *, context: int | None = None, likelihood: str = "student_t",
+                 cell: str = "lstm", units: int = 40, layers: int = 2, dropout: float = 0.1,
+                 epochs: int = 40, patience: int = 5, batch_size: int = 64, lr: float = 3e-3,
+                 clipnorm: float = 10.0,
+                 max_windows: int | None = 256,
+                 lags: tuple[int, ...] | None = None, seed: int = 0) -> None:
+        self.horizon = check_int(horizon, "horizon", "DeepAR", lo=1)
+        self.context = check_int(context if context is not None else 2 * self.horizon, "context", "DeepAR",
+                                 lo=1)
+        self.likelihood = get_likelihood(likelihood).name
+        if cell not in _CELLS:
+            raise InvalidParameterError(f"DeepAR: cell must be one of {', '.join(_CELLS)}, got {cell!r}")
+        self.cell = cell
+        self.units = check_int(units, "units", "DeepAR", lo=1)
+        self.layers = check_int(layers, "layers", "DeepAR", lo=1)
+        self.epochs = check_int(epochs, "epochs", "DeepAR", lo=1)
+        self.patience = check_int(patience, "patience", "DeepAR", lo=0)
+        self.batch_size = check_int(batch_size, "batch_size", "DeepAR", lo=1)
+        self.lr = float(lr)
+        self.clipnorm = float(clipnorm)
+        self.dropout = float(dropout)
+        if not 0.0 <= self.dropout < 1.0:
+            raise InvalidParameterError(f"DeepAR: dropout must lie in [0, 1), got {dropout!r}")
+        self.max_windows = None if max_windows is None else check_int(max_windows, "max_windows", "DeepAR",
+                                                                      lo=1)
+        self.lags = lags
+        self.seed = check_int(seed, "seed", "DeepAR", lo=0)
+        self.spec: DeepARSpec | None = None
+        self.network: Sequential | None = None
+        self.history: dict[str, list[float]] = {}
+
+    def fit(self, data: Any, *, verbose: int = 0) -> DeepAR:
+        """Train on every series of ``data``; returns self. Each series needs ``context +
+        horizon + largest lag`` rows (DataError naming the first that has fewer)."""
+        panel = as_panel(data)
+        spec = fit_spec(panel, self.horizon, self.context, self.likelihood, self.lags,
+                        {"cell": self.cell, "units": self.units, "layers": self.layers,
+                         "dropout": self.dropout})
+        held = self.horizon if self.patience else 0
+        x, y = training_windows(spec, panel, self.max_windows, held_out=held)
+        net = _network(spec, stateful=False, seed=self.seed)
+        net.compile(Adam(self.lr, global_clipnorm=self.clipnorm), loss=NegativeLogLikelihood(spec.likelihood))
+        extra: dict[str, Any] = {}
+        if self.patience:
+            extra = {"validation_data": training_windows(spec, panel, None, last=True),
+                     "callbacks": [EarlyStopping(patience=self.patience, restore_best_weights=True)]}
+        hist = net.fit(x, y, epochs=self.epochs, batch_size=self.batch_size, seed=self.seed, verbose=verbose,
+                       **extra)
+        self.spec, self.network, self.history = spec, net, dict(hist.history)
+        return self
+
+    def _fitted(self) -> tuple[DeepARSpec, Sequential]:
+        if self.spec is None or self.network is None:
+            raise InvalidParameterError("DeepAR: not trained yet: call fit(data) or DeepAR.load(path) first")
+        return self.spec, self.network
+
+    def forecast(self, data: Any, *, num_samples: int = 200, seed: int = 0, future: Any = None) -> Forecast:
+        """Sample paths of the ``horizon`` rows after the end of each series of ``data`` (the
+        training series, or any of them with at least ``context + largest lag`` rows)."""
+        spec, net = self._fitted()
+        stepper = _network(spec, stateful=True)
+        stepper.set_weights(net.get_weights())
+
+        def step(x: np.ndarray) -> np.ndarray:
+            return np.asarray(stepper.predict(x, batch_size=len(x)))
+
+        return sample_paths(spec, as_panel(data), (step, stepper.reset_states), num_samples, seed,
+                            None if future is None else as_panel(future, "future"))
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """One safetensors file: the network (architecture and weights) and the settings
+        (:data:`~rnnkit.timeseries._deepar.DEEPAR_KEY`). Atomic."""
+        spec, net = self._fitted()
+        plain = _network(spec, stateful=False)
+        plain.set_weights(net.get_weights())
+        p = Path(path)
+        save_model(plain, p, metadata={DEEPAR_KEY: spec.to_json()})
+        return p
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> DeepAR:
+        """The model :meth:`save` wrote (FileFormatError for a model file without DeepAR
+        settings)."""
+        text = read_metadata(path).get(DEEPAR_KEY)
+        if text is None:
+            raise FileFormatError(f"{path}: not a DeepAR model file (no {DEEPAR_KEY!r} settings); "
+                                  f"DeepAR.save and 'rnnkit train --panel' write them")
+        spec = DeepARSpec.from_json(text)
+        net = spec.network
+        m = cls(spec.horizon, context=spec.context, likelihood=spec.likelihood, cell=str(net["cell"]),
+                units=int(net["units"]), layers=int(net["layers"]), dropout=float(net.get("dropout", 0.0)),
+                lags=spec.lags)
+        m.spec, m.network = spec, load_model(path)
+        return m
+
+
+def is_deepar_file(path: str | os.PathLike[str]) -> bool:
+    """Whether the model file at ``path`` holds DeepAR settings."""
+    return DEEPAR_KEY in read_metadata(path)
+
+
+__all__ = ["DeepAR", "as_panel", "is_deepar_file"]
