@@ -34,10 +34,11 @@ def _registry_restored(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_registry, "_CELLS", dict(_registry._CELLS))
 
 
-def _twin(module: str) -> type[rk.Cell]:
-    """A class named ``LeakyCell`` (another recurrence: h = x W + b) defined in module ``module``."""
+def _twin(module: str, blank_lines: int = 0) -> type[rk.Cell]:
+    """A class named ``LeakyCell`` (another recurrence: h = x W + b) defined in module ``module``
+    (``blank_lines`` before its class statement: another place in the source)."""
     mod = types.ModuleType(module)
-    exec("import rnnkit as rk\n"                     # noqa: S102 - constants only
+    exec("import rnnkit as rk\n" + "\n" * blank_lines +   # noqa: S102 - constants only
          "class LeakyCell(rk.Cell):\n"
          "    input_kernel, bias = 'kernel', 'bias'\n"
          "    def params(self, n):\n"
@@ -85,7 +86,7 @@ def test_two_classes_of_one_name_in_two_modules_each_load_their_own(tmp_path: Pa
 def test_a_different_class_under_a_taken_key_is_refused() -> None:
     first = rk.register_cell(_twin("rnnkit_test_registry_clash"))
     assert rk.register_cell(first) is first                  # the same class again: nothing happens
-    second = _twin("rnnkit_test_registry_clash")             # same module and name, another class
+    second = _twin("rnnkit_test_registry_clash", 3)          # same module and name, another class statement
     with pytest.raises(rk.InvalidParameterError,
                        match=r"'rnnkit_test_registry_clash\.LeakyCell' is already taken by another class"):
         rk.register_cell(second)
@@ -97,6 +98,16 @@ def test_a_different_class_under_a_taken_key_is_refused() -> None:
 
     rk.register_cell(LSTMCell)
     assert type(cell_from_config({"class_name": "LSTMCell", "config": {"units": 2}})) is rk.LSTMCell
+
+
+def test_a_class_statement_run_again_replaces_the_class_it_defined() -> None:
+    """A notebook cell or a reloaded module runs one class statement again: a new class object
+    from the same source lines, which takes over its key (the old one is unreachable)."""
+    first = rk.register_cell(_twin("rnnkit_test_registry_rerun"))
+    again = _twin("rnnkit_test_registry_rerun")
+    assert again is not first and rk.register_cell(again) is again
+    assert type(cell_from_config({"class_name": "rnnkit_test_registry_rerun.LeakyCell",
+                                  "config": {"units": 2}})) is again
 
 
 def test_a_file_with_a_bare_name_still_loads() -> None:

@@ -4,9 +4,10 @@ A cell class's key is its module-qualified name (``"mypkg.cells.MinGRUCell"``), 
 rnnkit's own cells, whose key is their bare class name (``"LSTMCell"``, what every file holds).
 A model file holds the key under ``class_name``. Keys cannot collide silently: registering a
 second, different class under a key already taken is refused (registering the same class again
-does nothing). A file that holds a bare name that is not a built-in (written before keys were
-qualified) loads the one registered class of that name, and is refused, naming the candidates,
-when several registered classes share it.
+does nothing, and a definition run again from the same source lines, as a notebook cell or a
+reloaded module runs it, replaces the class it defined before). A file that holds a bare name
+that is not a built-in (written before keys were qualified) loads the one registered class of
+that name, and is refused, naming the candidates, when several registered classes share it.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def register_cell(cls: type[Cell]) -> type[Cell]:
         raise InvalidInputError(f"register_cell: expected a Cell subclass, got {cls!r}")
     key = cell_key(cls)
     held = _CELLS.get(key)
-    if held is not None and held is not cls:
+    if held is not None and held is not cls and (_source(held) is None or _source(held) != _source(cls)):
         raise InvalidParameterError(
             f"register_cell: the key {key!r} is already taken by another class ({held!r}, defined at "
             f"{_where(held)}); expected a class whose module-qualified name is not registered yet, got "
@@ -44,9 +45,21 @@ def register_cell(cls: type[Cell]) -> type[Cell]:
     return cls
 
 
+def _source(cls: type) -> frozenset[tuple[str, int]] | None:
+    """Where the functions ``cls`` defines itself were written (file, first line): equal for two
+    runs of one class statement, different for two class statements. None when it defines none
+    (then two classes under one key are told apart by nothing, and refused)."""
+    where = frozenset((f.__code__.co_filename, f.__code__.co_firstlineno)
+                      for f in vars(cls).values() if hasattr(f, "__code__"))
+    return where or None
+
+
 def _where(cls: type) -> str:
-    code = getattr(getattr(cls, "__init__", None), "__code__", None)
-    return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else cls.__module__
+    where = _source(cls)
+    if where is None:
+        return cls.__module__
+    file, line = min(where)
+    return f"{file}:{line}"
 
 
 def cell_to_config(cell: Cell) -> dict[str, Any]:
