@@ -21,9 +21,10 @@ Arrays = tuple[np.ndarray, ...]
 
 
 def test_every_public_name_resolves_once() -> None:
-    assert len(rk.__all__) == len(set(rk.__all__)) == 137  # 113 before: + Input, InputLayer, Model,
+    assert len(rk.__all__) == len(set(rk.__all__)) == 141  # 113 before: + Input, InputLayer, Model,
     # callbacks, FullBatchWarning, quant, quantize, ..., Layer- and BatchNormalization, Conv1D, 7 pooling,
-    # Attention, AdditiveAttention, MultiHeadAttention, MemoryBudgetError
+    # Attention, AdditiveAttention, MultiHeadAttention, MemoryBudgetError, MinGRU, MinLSTM, MinGRUCell,
+    # MinLSTMCell
     for name in rk.__all__:
         assert getattr(rk, name) is not None, name
     assert rk.__version__ == "0.1.0"

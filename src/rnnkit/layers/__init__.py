@@ -24,10 +24,11 @@ from rnnkit.layers._pooling import (
 )
 from rnnkit.layers._registry import layer_from_config, layer_to_config, register_layer
 from rnnkit.layers._reshape import RepeatVector, Reverse
-from rnnkit.recurrent import GRU, LSTM, RecurrentLayer, SimpleRNN
+from rnnkit.recurrent import GRU, LSTM, MinGRU, MinLSTM, RecurrentLayer, SimpleRNN
 
 for _cls in (Dense, ActivationLayer, Embedding, RepeatVector, Reverse, Concatenate, Dropout, Masking, Add,
-             Multiply, Average, Bidirectional, SimpleRNN, LSTM, GRU, RecurrentLayer, LayerNormalization,
+             Multiply, Average, Bidirectional, SimpleRNN, LSTM, GRU, MinGRU, MinLSTM, RecurrentLayer,
+             LayerNormalization,
              Conv1D, MaxPooling1D, AveragePooling1D, GlobalAveragePooling1D, GlobalMaxPooling1D,
              ZeroPadding1D, Cropping1D, UpSampling1D, BatchNormalization, Attention, AdditiveAttention,
              MultiHeadAttention):

@@ -6,10 +6,13 @@ from rnnkit.recurrent._cell import Cell, Param, StepBack
 from rnnkit.recurrent._gru import GRUCell, GRUResetAfterCell
 from rnnkit.recurrent._layers import GRU, LSTM, SimpleRNN
 from rnnkit.recurrent._lstm import LSTMCell
+from rnnkit.recurrent._min_gru import MinGRUCell
+from rnnkit.recurrent._min_layers import MinGRU, MinLSTM
+from rnnkit.recurrent._min_lstm import MinLSTMCell
 from rnnkit.recurrent._registry import register_cell
 from rnnkit.recurrent._simple_rnn import SimpleRNNCell
 from rnnkit.recurrent._states import GRUState, LSTMState, SimpleRNNState
 
 __all__ = ["GRU", "LSTM", "SimpleRNN", "RecurrentLayer", "Cell", "Param", "StepBack", "GRUCell",
            "GRUResetAfterCell", "LSTMCell", "SimpleRNNCell", "register_cell", "GRUState", "LSTMState",
-           "SimpleRNNState"]
+           "SimpleRNNState", "MinGRU", "MinLSTM", "MinGRUCell", "MinLSTMCell"]
