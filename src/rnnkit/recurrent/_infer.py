@@ -63,7 +63,7 @@ def _infer(layer: Any, arr: np.ndarray) -> np.ndarray:
     got = infer(layer.cell, layer._weights, x_tm, keep_seq)
     if got is not None:
         return got
-    seq, final, _ = layer._walk(x_tm, None, False, keep_seq)
+    seq, final, _ = layer._time_walk(x_tm, None, False, keep_seq)
     if not keep_seq:
         return np.array(final[0])
     assert seq is not None

@@ -42,7 +42,7 @@ class _MinLayer(RecurrentLayer):
     def get_config(self) -> dict[str, Any]:
         return {"units": self.units, **self._walk_config()}
 
-    def _walk(self, x_tm: np.ndarray, init: Arrays | None, record: bool, keep_seq: bool,
+    def _time_walk(self, x_tm: np.ndarray, init: Arrays | None, record: bool, keep_seq: bool,
               mask: np.ndarray | None = None, rdrop: np.ndarray | None = None) -> Walk:
         if init is not None:
             check_state(init[0], self.name)
@@ -54,7 +54,7 @@ class _MinLayer(RecurrentLayer):
         cache = WalkCache(x_tm, [hist], {"k": k}, mask, rdrop) if record else None
         return (hist[1:] if keep_seq else None), (hist[T],), cache
 
-    def _walk_back(self, cache: WalkCache, g: np.ndarray, full: bool, d_final: Arrays | None,
+    def _time_walk_back(self, cache: WalkCache, g: np.ndarray, full: bool, d_final: Arrays | None,
                    need_dx: bool) -> tuple[np.ndarray | None, dict[str, np.ndarray], Arrays]:
         x_tm = cache.x_tm
         T, B, _ = x_tm.shape
