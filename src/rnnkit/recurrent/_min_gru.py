@@ -22,7 +22,17 @@ import numpy as np
 
 from rnnkit._initializers import glorot_uniform
 from rnnkit.recurrent._cell import Arrays, Cell, Param, StepBack
-from rnnkit.recurrent._min_scan import g, g_grad, project, reduce, scan_backward, scan_forward, sigmoid
+from rnnkit.recurrent._min_scan import (
+    compiled,
+    g,
+    g_grad,
+    mask_u8,
+    project,
+    reduce,
+    scan_backward,
+    scan_forward,
+    sigmoid,
+)
 
 
 class MinGRUCell(Cell):
@@ -75,6 +85,11 @@ def parallel_forward(w: Mapping[str, np.ndarray], x_tm: np.ndarray, h0: np.ndarr
     parks at each step)."""
     k = project(w, x_tm)
     H = k.shape[2] // 2
+    kern = compiled()
+    if kern is not None:
+        hist = np.empty((k.shape[0] + 1, k.shape[1], H), k.dtype)
+        kern.scan_forward(k, 0, np.ascontiguousarray(h0, k.dtype), mask_u8(mask), hist)
+        return hist, k
     return scan_forward(k[:, :, :H], k[:, :, H:], h0, mask), k
 
 
@@ -84,6 +99,12 @@ def parallel_backward(w: Mapping[str, np.ndarray], x_tm: np.ndarray, hist: np.nd
     """The gradients of :func:`parallel_forward` from ``dh`` (T, B, H), the gradient reaching
     each step's state from outside the recurrence: (dL/dx_tm or None, {kernel, bias}, dL/dh0)."""
     H = k.shape[2] // 2
+    kern = compiled()
+    if kern is not None:
+        dk, dh0 = np.empty_like(k), np.empty((k.shape[1], H), k.dtype)
+        kern.scan_backward(k, 0, hist, np.ascontiguousarray(dh), mask_u8(mask), dk, dh0)
+        dx, grads = reduce(w, x_tm, dk, need_dx)
+        return dx, grads, dh0
     du, dv, dh0 = scan_backward(k[:, :, :H], k[:, :, H:], hist, dh, mask)
     dx, grads = reduce(w, x_tm, np.concatenate([du, dv], axis=2), need_dx)
     return dx, grads, dh0

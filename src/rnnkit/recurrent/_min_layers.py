@@ -59,7 +59,7 @@ class _MinLayer(RecurrentLayer):
         x_tm = cache.x_tm
         T, B, _ = x_tm.shape
         if full:
-            dh = np.array(g.transpose(1, 0, 2), x_tm.dtype)
+            dh = np.array(g.transpose(1, 0, 2), x_tm.dtype, order="C")   # (a copy: d_final is added)
         else:
             dh = np.zeros((T, B, self.units), x_tm.dtype)
             dh[T - 1] = g

@@ -24,8 +24,10 @@ import numpy as np
 from rnnkit._initializers import glorot_uniform
 from rnnkit.recurrent._cell import Arrays, Cell, Param, StepBack
 from rnnkit.recurrent._min_scan import (
+    compiled,
     g,
     g_grad,
+    mask_u8,
     project,
     reduce,
     scan_backward,
@@ -92,6 +94,11 @@ def parallel_forward(w: Mapping[str, np.ndarray], x_tm: np.ndarray, h0: np.ndarr
     :meth:`MinLSTMCell.step` parks at each step)."""
     k = project(w, x_tm)
     H = k.shape[2] // 3
+    kern = compiled()
+    if kern is not None:
+        hist = np.empty((k.shape[0] + 1, k.shape[1], H), k.dtype)
+        kern.scan_forward(k, 1, np.ascontiguousarray(h0, k.dtype), mask_u8(mask), hist)
+        return hist, k
     return scan_forward(_logit(k, H), k[:, :, 2 * H:], h0, mask), k
 
 
@@ -101,6 +108,12 @@ def parallel_backward(w: Mapping[str, np.ndarray], x_tm: np.ndarray, hist: np.nd
     """The gradients of :func:`parallel_forward` from ``dh`` (T, B, H), the gradient reaching
     each step's state from outside the recurrence: (dL/dx_tm or None, {kernel, bias}, dL/dh0)."""
     H = k.shape[2] // 3
+    kern = compiled()
+    if kern is not None:
+        dk, dh0 = np.empty_like(k), np.empty((k.shape[1], H), k.dtype)
+        kern.scan_backward(k, 1, hist, np.ascontiguousarray(dh), mask_u8(mask), dk, dh0)
+        dx, grads = reduce(w, x_tm, dk, need_dx)
+        return dx, grads, dh0
     du, dv, dh0 = scan_backward(_logit(k, H), k[:, :, 2 * H:], hist, dh, mask)
     dk = np.concatenate([-du * sigmoid(-k[:, :, :H]), du * sigmoid(-k[:, :, H:2 * H]), dv], axis=2)
     dx, grads = reduce(w, x_tm, dk, need_dx)

@@ -35,10 +35,27 @@ Arrays are time-major (T, B, ·), in processing order, as the walker's.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import ModuleType
 
 import numpy as np
 
+from rnnkit import kernels
 from rnnkit._errors import InvalidInputError
+
+
+def compiled() -> ModuleType | None:
+    """The compiled scan (:mod:`rnnkit.kernels._min`, the same arithmetic fused into one pass
+    each way) in the ``"fast"`` kernel mode with numba installed; else None (the NumPy form here)."""
+    if kernels.mode() != "fast" or not kernels.available():
+        return None
+    # compiled with numba, an optional dependency: loaded on first use, once available() said so
+    from rnnkit.kernels import _min
+    return _min
+
+
+def mask_u8(mask: np.ndarray | None) -> np.ndarray:
+    """The compiled scan's mask: (T, B) uint8, or (0, 0) for none."""
+    return np.zeros((0, 0), np.uint8) if mask is None else np.ascontiguousarray(mask, np.uint8)
 
 
 def softplus(x: np.ndarray) -> np.ndarray:
