@@ -230,3 +230,25 @@ def test_compiled_scan_equals_numpy_scan(cls: Any) -> None:
             got.append([y, fin, dx, dh0, ctx.grad(layer, "kernel"), ctx.grad(layer, "bias")])
     for a, b in zip(*got, strict=True):
         assert np.abs(a - b).max() < 1e-12 * max(1.0, np.abs(b).max())
+
+
+@pytest.mark.parametrize("cls", LAYERS)
+def test_serve_stream_steps_equal_predict_of_each_prefix(cls: Any) -> None:
+    """A stream of ``rnnkit serve`` over a MinGRU / MinLSTM model: each step's output equals
+    the model's prediction of the prefix so far (float32: the step form against the parallel
+    form, 1e-5 as in test_step_and_parallel_forms_agree)."""
+    pytest.importorskip("starlette")
+    pytest.importorskip("httpx")
+    from starlette.testclient import TestClient
+
+    model = rk.Sequential([cls(6, seed=1, return_sequences=True), rk.Dense(2, seed=2)],
+                          input_shape=(None, None, F))
+    xs = np.random.default_rng(4).standard_normal((5, 1, F)).astype(np.float32)
+    with TestClient(rk.serve.app(model)) as c:
+        sid = c.post("/v1/streams").json()["id"]
+        got = [c.post(f"/v1/streams/{sid}/step", json={"seq": t + 1, "x": xs[t].tolist()}).json()["outputs"]
+               for t in range(5)]
+    seq_all = np.concatenate(xs)[None]
+    for t in range(5):
+        want = model.predict(seq_all[:, :t + 1])[0, -1]
+        assert np.abs(np.asarray(got[t], np.float32).reshape(-1) - want).max() < 1e-5
