@@ -43,7 +43,8 @@ ISA_SENSITIVE = frozenset({
     # against PyTorch, Keras and onnxruntime
     "test_recurrent_torch.py", "test_recurrent_fixtures.py", "test_cells.py", "test_rnn_net.py",
     "test_rnn_net_on_layers.py",
-    "test_rnn_in_sequential.py", "test_torch_biases.py", "test_torch_files.py", "test_io_interop.py",
+    "test_rnn_in_sequential.py", "test_min_cells.py", "test_torch_biases.py", "test_torch_files.py",
+    "test_io_interop.py",
     "test_keras_parity.py", "test_keras_sequences.py", "test_keras_files.py", "test_functional_keras.py",
     "test_keras_export.py", "test_keras_seq_export.py", "test_keras_compile_import.py",
     "test_onnx_export.py", "test_onnx_seq_layers.py", "test_optimizer_formulas.py",

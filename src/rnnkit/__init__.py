@@ -183,6 +183,10 @@ from rnnkit.recurrent import (
     GRUState,
     LSTMCell,
     LSTMState,
+    MinGRU,
+    MinGRUCell,
+    MinLSTM,
+    MinLSTMCell,
     MLSTMCell,
     Param,
     RecurrentLayer,
@@ -206,6 +210,7 @@ __all__ = [
     "Shape",
     "GRU", "LSTM", "GRUState", "LSTMState", "RecurrentLayer", "SimpleRNN", "SimpleRNNState",
     "Cell", "Param", "SequenceBack", "StepBack", "GRUCell", "GRUResetAfterCell", "LSTMCell", "SimpleRNNCell",
+    "MinGRU", "MinLSTM", "MinGRUCell", "MinLSTMCell",
     "register_cell",
     "RNN", "GroupNormalization",  # issue 39's block
     "rnn", "kernels",

@@ -29,7 +29,7 @@ from rnnkit.layers._pooling import (
 )
 from rnnkit.layers._registry import layer_from_config, layer_to_config, register_layer
 from rnnkit.layers._reshape import RepeatVector, Reverse
-from rnnkit.recurrent import GRU, LSTM, MLSTM, RNN, SLSTM, RecurrentLayer, SimpleRNN
+from rnnkit.recurrent import GRU, LSTM, MLSTM, RNN, SLSTM, MinGRU, MinLSTM, RecurrentLayer, SimpleRNN
 
 # the shape layers and wrappers (Keras 3's)
 from rnnkit.layers._merge import Dot, Maximum, Minimum, Subtract  # isort: skip
@@ -38,7 +38,8 @@ from rnnkit.layers._shaping import Flatten, Permute, Reshape  # isort: skip
 from rnnkit.layers._wrappers import Lambda, TimeDistributed  # isort: skip
 
 for _cls in (Dense, ActivationLayer, Embedding, RepeatVector, Reverse, Concatenate, Dropout, Masking, Add,
-             Multiply, Average, Bidirectional, SimpleRNN, LSTM, GRU, RecurrentLayer, LayerNormalization,
+             Multiply, Average, Bidirectional, SimpleRNN, LSTM, GRU, MinGRU, MinLSTM, RecurrentLayer,
+             LayerNormalization,
              Conv1D, MaxPooling1D, AveragePooling1D, GlobalAveragePooling1D, GlobalMaxPooling1D,
              ZeroPadding1D, Cropping1D, UpSampling1D, BatchNormalization, Attention, AdditiveAttention,
              MultiHeadAttention, SLSTM, MLSTM, ConvLSTM1D, ConvLSTM2D):

@@ -163,7 +163,9 @@ def _check_op(plan: StreamPlan, i: int, sizes: list[int]) -> bool:
     for n in sizes:
         if isinstance(plan.model, RNNNet) or op.recurrent:
             x = rng.standard_normal((n, 2, op.width)).astype(plan.dtype)
-            st = [0.5 * rng.standard_normal(e.shape if isinstance(plan.model, RNNNet) else (n, *e.shape))
+            # states >= 0: every cell's state may be (a MinGRU / MinLSTM state must be)
+            net = isinstance(plan.model, RNNNet)
+            st = [0.5 * np.abs(rng.standard_normal(e.shape if net else (n, *e.shape)))
                   for e in _entries_of(plan, i)]
             if isinstance(plan.model, RNNNet):
                 st = [np.repeat(s[:, None], n, axis=1)

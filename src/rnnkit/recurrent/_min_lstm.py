@@ -1,0 +1,120 @@
+"""minLSTM (Feng et al., 2024, "Were RNNs All We Needed?", arXiv:2410.01201): the cell (its
+step form) and its whole-sequence (parallel) form.
+
+Per unit, with ``k = x_t @ kernel + bias`` split into the column blocks ``[f | i | h~]``::
+
+    f_t  = sigmoid(k_f),  i_t = sigmoid(k_i)
+    f'_t = f_t / (f_t + i_t),  i'_t = i_t / (f_t + i_t)          (normalised: f' + i' = 1)
+    h~_t = g(k_h),       g(x) = x + 0.5 (x >= 0), sigmoid(x) (x < 0)
+    h_t  = f'_t * h_{t-1} + i'_t * h~_t
+
+With ``u = softplus(-k_f) - softplus(-k_i)`` = log(i / f): ``i' = sigmoid(u)``, ``f' = 1 - i'``,
+so minLSTM is the blend of :mod:`rnnkit.recurrent._min_scan` with gate logit ``u`` (the
+paper's log-space form: log f' = -softplus(u), log i' = -softplus(-u)), and
+``du/dk_f = -(1 - f)``, ``du/dk_i = 1 - i``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rnnkit._initializers import glorot_uniform
+from rnnkit.recurrent._cell import Arrays, Cell, Param, StepBack
+from rnnkit.recurrent._min_scan import (
+    compiled,
+    g,
+    g_grad,
+    mask_u8,
+    project,
+    reduce,
+    scan_backward,
+    scan_forward,
+    sigmoid,
+    softplus,
+)
+
+
+class MinLSTMCell(Cell):
+    """``MinLSTMCell(units)``: one step of minLSTM (module docstring), Keras' weight convention.
+
+    Weights: ``kernel`` (F, 3H), column blocks ``[f | i | h~]``, Glorot-uniform with the fan of
+    one block (F + H); ``bias`` (3H,), zeros. ``param_count = 3 * (F*H + H)``. State:
+    ``MinLSTMState(h)``, h >= 0 (g's range; a given initial state must be >= 0).
+    """
+
+    name = "MinLSTM"
+    input_kernel = "kernel"      # the walker projects x @ kernel; the step adds the (3H,) bias
+
+    def __init__(self, units: int) -> None:
+        super().__init__(units)
+
+    def get_config(self) -> dict[str, Any]:
+        return {"units": self.units}
+
+    def params(self, input_dim: int) -> list[Param]:
+        H = self.units
+        return [Param("kernel", (input_dim, 3 * H),
+                      lambda rng, shape, dt: glorot_uniform(rng, shape, input_dim, H, dt)),
+                Param("bias", (3 * H,), lambda rng, shape, dt: np.zeros(shape, dt))]
+
+    def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
+             park: dict[str, np.ndarray] | None) -> Arrays:
+        H = self.units
+        (h_prev,) = prev
+        k = inp + w["bias"]
+        f, i, ht = sigmoid(k[:, :H]), sigmoid(k[:, H:2 * H]), g(k[:, 2 * H:])
+        if park is not None:
+            park["k"] = k
+        return ((f * h_prev + i * ht) / (f + i),)
+
+    def step_back(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None, prev: Arrays,
+                  new: Arrays, park: Mapping[str, np.ndarray]) -> StepBack:
+        H = self.units
+        (dh,), (h_prev,) = d, prev
+        k = park["k"]
+        f, i, kh = sigmoid(k[:, :H]), sigmoid(k[:, H:2 * H]), k[:, 2 * H:]
+        zi = i / (f + i)                                # i' = sigmoid(u), f' = 1 - i'
+        du = dh * (g(kh) - h_prev) * zi * (1 - zi)
+        dk = np.concatenate([-du * (1 - f), du * (1 - i), dh * zi * g_grad(kh)], axis=1)
+        return StepBack(d_prev=(dh * (1 - zi),), d_inp=dk, params={"bias": dk.sum(axis=0)})
+
+
+def _logit(k: np.ndarray, H: int) -> np.ndarray:
+    """``u = softplus(-k_f) - softplus(-k_i)`` = log(i / f)."""
+    return softplus(-k[:, :, :H]) - softplus(-k[:, :, H:2 * H])
+
+
+def parallel_forward(w: Mapping[str, np.ndarray], x_tm: np.ndarray, h0: np.ndarray,
+                     mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The whole sequence at once: ``x_tm`` (T, B, F), ``h0`` (B, H) >= 0, ``mask`` (T, B) or
+    None. Returns (the states (T+1, B, H), row 0 = h0; ``k`` (T, B, 3H), what
+    :meth:`MinLSTMCell.step` parks at each step)."""
+    k = project(w, x_tm)
+    H = k.shape[2] // 3
+    kern = compiled()
+    if kern is not None:
+        hist = np.empty((k.shape[0] + 1, k.shape[1], H), k.dtype)
+        kern.scan_forward(k, 1, np.ascontiguousarray(h0, k.dtype), mask_u8(mask), hist)
+        return hist, k
+    return scan_forward(_logit(k, H), k[:, :, 2 * H:], h0, mask), k
+
+
+def parallel_backward(w: Mapping[str, np.ndarray], x_tm: np.ndarray, hist: np.ndarray, k: np.ndarray,
+                      dh: np.ndarray, mask: np.ndarray | None = None, need_dx: bool = True
+                      ) -> tuple[np.ndarray | None, dict[str, np.ndarray], np.ndarray]:
+    """The gradients of :func:`parallel_forward` from ``dh`` (T, B, H), the gradient reaching
+    each step's state from outside the recurrence: (dL/dx_tm or None, {kernel, bias}, dL/dh0)."""
+    H = k.shape[2] // 3
+    kern = compiled()
+    if kern is not None:
+        dk, dh0 = np.empty_like(k), np.empty((k.shape[1], H), k.dtype)
+        kern.scan_backward(k, 1, hist, np.ascontiguousarray(dh), mask_u8(mask), dk, dh0)
+        dx, grads = reduce(w, x_tm, dk, need_dx)
+        return dx, grads, dh0
+    du, dv, dh0 = scan_backward(_logit(k, H), k[:, :, 2 * H:], hist, dh, mask)
+    dk = np.concatenate([-du * sigmoid(-k[:, :, :H]), du * sigmoid(-k[:, :, H:2 * H]), dv], axis=2)
+    dx, grads = reduce(w, x_tm, dk, need_dx)
+    return dx, grads, dh0
