@@ -184,6 +184,7 @@ from rnnkit.recurrent import (
     SimpleRNN,
     SimpleRNNCell,
     SimpleRNNState,
+    StackedRNNCells,
     StepBack,
     register_cell,
 )
@@ -201,6 +202,7 @@ __all__ = [
     "Cell", "Param", "StepBack", "GRUCell", "GRUResetAfterCell", "LSTMCell", "SimpleRNNCell",
     "register_cell",
     "RNN", "GroupNormalization",  # issue 39's block
+    "StackedRNNCells",
     "rnn", "kernels",
     "FileFormatError",
     "optimizers", "SGD", "Adam", "AdamW", "Optimizer", "RMSprop",

@@ -47,7 +47,15 @@ def _recurrent(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
     if kind == "GRU":
         cfg["reset_after"] = bool(cell.reset_after)
     arrays = to_keras(cell, {n: layer.weight(n) for n in layer.weight_names})
-    return kind, cfg, [("cell/vars", f"{snake_case(kind)}_cell", arrays), ("vars", name, [])]
+    vars_: Vars = [("cell/vars", f"{snake_case(kind)}_cell", arrays), ("vars", name, [])]
+    if type(layer).__name__ == "RNN":   # Keras' RNN over the cell (the weights lie where the layer's do)
+        walk = {k: cfg.pop(k) for k in ("return_sequences", "return_state", "go_backwards", "stateful",
+                                         "unroll")}
+        cell_cfg = {"name": f"{snake_case(kind)}_cell", "trainable": True, "dtype": layer.dtype.name, **cfg}
+        entry = {"module": "keras.layers", "class_name": f"{kind}Cell", "config": cell_cfg,
+                 "registered_name": None}
+        return "RNN", {"cell": entry, **walk, "zero_output_for_mask": False}, vars_
+    return kind, cfg, vars_
 
 
 def _plain(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:

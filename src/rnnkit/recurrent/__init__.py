@@ -9,8 +9,9 @@ from rnnkit.recurrent._lstm import LSTMCell
 from rnnkit.recurrent._registry import register_cell
 from rnnkit.recurrent._rnn import RNN
 from rnnkit.recurrent._simple_rnn import SimpleRNNCell
+from rnnkit.recurrent._stacked import StackedRNNCells
 from rnnkit.recurrent._states import GRUState, LSTMState, SimpleRNNState
 
 __all__ = ["GRU", "LSTM", "SimpleRNN", "RecurrentLayer", "Cell", "Param", "StepBack", "GRUCell",
            "GRUResetAfterCell", "LSTMCell", "SimpleRNNCell", "register_cell", "GRUState", "LSTMState",
-           "SimpleRNNState", "RNN"]
+           "SimpleRNNState", "RNN", "StackedRNNCells"]

@@ -174,9 +174,10 @@ def reference_walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, in
                     parks[name] = np.empty((T, *v.shape), dt)
                 parks[name][s] = v
         cache = WalkCache(x_tm, hist, parks, mask, rdrop)
-        return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), cache
+        return (hist[cell.output_part][1:] if keep_seq else None), tuple(a[T] for a in hist), cache
     # inference: O(B * width) state; the sequence only when it is the output
-    seq = np.empty((T, B, sizes[0]), dt) if keep_seq else None
+    o = cell.output_part
+    seq = np.empty((T, B, sizes[o]), dt) if keep_seq else None
     state = start
     for s in range(T):
         new = cell.step(w, inp[s], state, None, **kw)
@@ -184,7 +185,7 @@ def reference_walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, in
             _check_new(cell, new, B)
         state = _carry(new, state, None if mask is None else mask[s])
         if seq is not None:
-            seq[s] = state[0]
+            seq[s] = state[o]
     return seq, tuple(np.asarray(a, dt) for a in state), None
 
 
@@ -205,9 +206,10 @@ def reference_walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCach
     dinp: np.ndarray | None = None
     drec: np.ndarray | None = None
     own: dict[str, np.ndarray] = {}
+    o = cell.output_part
     for s in range(T - 1, -1, -1):
-        dh = d[0] + g_tm[s] if g_tm is not None else (d[0] + g if s == T - 1 else d[0])
-        d_raw: Arrays = (dh, *d[1:])
+        dh = d[o] + g_tm[s] if g_tm is not None else (d[o] + g if s == T - 1 else d[o])
+        d_raw: Arrays = (*d[:o], dh, *d[o + 1:])
         m = None if mask is None else mask[s][:, None]
         d_in = d_raw if m is None else tuple(np.where(m, a, 0.0) for a in d_raw)
         r = cell.step_back(w, d_in, x_tm[s] if raw_inp else None, tuple(a[s] for a in hist),
