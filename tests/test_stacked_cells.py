@@ -145,3 +145,30 @@ def test_refused() -> None:
         rk.StackedRNNCells([])
     with pytest.raises(rk.InvalidParameterError, match="cell 1 must be an rnnkit.Cell"):
         rk.StackedRNNCells([rk.LSTMCell(2), "gru"])
+
+
+def test_keras_files_both_ways(tmp_path: Any) -> None:
+    """A ``.keras`` file Keras 3.15.1 writes with ``RNN(StackedRNNCells)`` loads as an
+    ``rk.RNN`` over a ``StackedRNNCells`` predicting Keras' outputs (float32 over T steps of
+    three cells: 1e-6 absolute); rnnkit writes it back and Keras loads that file and predicts
+    the same (1e-6)."""
+    keras = keras_or_skip()
+    theirs = keras.Sequential([keras.Input((T, F)), _theirs(keras, return_sequences=True)])
+    rng = np.random.default_rng(5)
+    for w in theirs.weights:
+        w.assign(rng.normal(0.0, 0.4, tuple(w.shape)).astype("float32"))
+    theirs.save(tmp_path / "theirs.keras")
+    ours = rk.load_keras(tmp_path / "theirs.keras")
+    layer = ours.layers[0]
+    assert type(layer) is rk.RNN and type(layer.cell) is rk.StackedRNNCells
+    x = rng.standard_normal((B, T, F)).astype(np.float32)
+    want = np.asarray(theirs(x).detach())
+    np.testing.assert_allclose(ours.predict(x), want, rtol=0, atol=1e-6)
+    rk.save_keras(ours, tmp_path / "ours.keras")
+    again = keras.saving.load_model(tmp_path / "ours.keras")
+    assert type(again.layers[0].cell) is keras.layers.StackedRNNCells
+    np.testing.assert_allclose(np.asarray(again(x).detach()), want, rtol=0, atol=1e-6)
+    fresh = rk.Sequential([_ours(return_sequences=True)]).build((None, T, F))   # Keras' default names
+    rk.save_keras(fresh, tmp_path / "fresh.keras")
+    np.testing.assert_allclose(np.asarray(keras.saving.load_model(tmp_path / "fresh.keras")(x).detach()),
+                               fresh.predict(x), rtol=0, atol=1e-6)
