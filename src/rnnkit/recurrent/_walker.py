@@ -74,9 +74,9 @@ def walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, init: Arrays
     marking the real steps (None: all), ``rdrop`` (B, S) the recurrent dropout mask (None:
     none). Returns (the output of every step (T, B, out) when ``keep_seq``, the final state
     parts (views: copy before changing them), the cache when ``record``)."""
-    found = kernels.find_options(cell)
+    found = None if cell.output_part else kernels.find_options(cell)   # (compiled: the output is part 0)
     if found is None:
-        view = cell.compiled_view(w)
+        view = None if cell.output_part else cell.compiled_view(w)
         found = None if view is None else kernels.find_options(view[0])
         if view is None or found is None:
             return reference_walk(cell, w, x_tm, init, record, keep_seq, mask, rdrop)
@@ -91,7 +91,7 @@ def infer(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, keep_seq: b
     walker's prepared call (:func:`rnnkit.kernels._driver.infer`): a new array, the output of
     every step batch-major (B, T, out) with ``keep_seq``, else the final state part 0 (B, out);
     None (nothing run) when that path does not take the call (:func:`walk` then)."""
-    found = kernels.find_options(cell)
+    found = None if cell.output_part else kernels.find_options(cell)
     if found is None:
         return None
     return kernels.driver().infer(cell, found[0], w, x_tm, keep_seq, found[1])  # type: ignore[no-any-return]
@@ -104,10 +104,10 @@ def walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCache, g: np.n
     last step) and ``d_final``, the gradient of the final state parts (None: zero). Returns
     (dL/dx_tm (T, B, F), {parameter name: gradient}, dL/d(initial state)); without
     ``need_dx``, dL/dx_tm is not computed and is None."""
-    found = kernels.find_options(cell)
+    found = None if cell.output_part else kernels.find_options(cell)
     run = cell
     if found is None:                          # (the walk ran the cell's compiled view, if any)
-        view = cell.compiled_view(w)
+        view = None if cell.output_part else cell.compiled_view(w)
         found = None if view is None else kernels.find_options(view[0])
         if view is None or found is None:
             return reference_walk_back(cell, w, cache, g, full, d_final, need_dx)
