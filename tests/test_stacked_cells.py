@@ -151,8 +151,11 @@ def test_keras_files_both_ways(tmp_path: Any) -> None:
     """A ``.keras`` file Keras 3.15.1 writes with ``RNN(StackedRNNCells)`` loads as an
     ``rk.RNN`` over a ``StackedRNNCells`` predicting Keras' outputs (float32 over T steps of
     three cells: 1e-6 absolute); rnnkit writes it back and Keras loads that file and predicts
-    the same (1e-6)."""
+    the same (1e-6). The cells' weights lie under groups named by class (``lstm_cell``,
+    ``lstm_cell_1``), whatever the cells' names in the config: a stack made after others (names
+    ``lstm_cell_3`` ...) and a stack of two cells of one class load both ways."""
     keras = keras_or_skip()
+    _theirs(keras)                      # (the next cells' config names get a suffix)
     theirs = keras.Sequential([keras.Input((T, F)), _theirs(keras, return_sequences=True)])
     rng = np.random.default_rng(5)
     for w in theirs.weights:
@@ -168,7 +171,8 @@ def test_keras_files_both_ways(tmp_path: Any) -> None:
     again = keras.saving.load_model(tmp_path / "ours.keras")
     assert type(again.layers[0].cell) is keras.layers.StackedRNNCells
     np.testing.assert_allclose(np.asarray(again(x).detach()), want, rtol=0, atol=1e-6)
-    fresh = rk.Sequential([_ours(return_sequences=True)]).build((None, T, F))   # Keras' default names
+    fresh = rk.Sequential([rk.RNN([rk.LSTMCell(3), rk.LSTMCell(2)], seed=2)]).build((None, T, F))
     rk.save_keras(fresh, tmp_path / "fresh.keras")
     np.testing.assert_allclose(np.asarray(keras.saving.load_model(tmp_path / "fresh.keras")(x).detach()),
                                fresh.predict(x), rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(rk.load_keras(tmp_path / "fresh.keras").predict(x), fresh.predict(x))

@@ -257,11 +257,10 @@ def _rnn(cfg: dict[str, Any], name: str) -> Mapped:
         _warn(name, "the dropout of the stacked cells is not carried over (it acts only in training; "
                     "predictions are unaffected)")
     stack = StackedRNNCells([lay.cell for lay in layers])
-    stack.keras_names = [str(c.get("config", {}).get("name") or f"cell_{k}") for k, c in enumerate(cells)]
     rnn = RNN(stack, kl.return_sequences, kl.return_state, kl.go_backwards, kl.stateful,
               _flag(cfg, "unroll", False, name), _flag(cfg, "zero_output_for_mask", False, name),
               dtype=kl.dtype, name=name)
-    return Mapped(name, "RNN", rnn, [(rnn, f"cell/cells/{n}/vars") for n in stack.keras_names])
+    return Mapped(name, "RNN", rnn, [(rnn, f"cell/cells/{n}/vars") for n in stacked_cell_names(stack)])
 
 
 def map_layer(layer_cfg: dict[str, Any]) -> Mapped:
@@ -555,10 +554,10 @@ def weight_names(layer: Layer, group: str = "vars") -> list[str]:
 
 
 def stacked_cell_names(stack: StackedRNNCells) -> list[str]:
-    """The names of ``stack``'s cells in a Keras file: those of the file it was read from, else
-    Keras' defaults (``lstm_cell``, ``gru_cell``, ``lstm_cell_1`` for a second LSTM cell, ...)."""
-    if stack.keras_names is not None:
-        return list(stack.keras_names)
+    """The h5 groups of ``stack``'s cells in a Keras weights file (``cell/cells/<group>/vars``):
+    Keras names the entries of a list by their class, not by the layer names of the config
+    (which vary between sessions): ``lstm_cell``, ``gru_cell``, ``lstm_cell_1`` for a second
+    LSTM cell, ..."""
     seen: dict[str, int] = {}
     out = []
     for c in stack.cells:

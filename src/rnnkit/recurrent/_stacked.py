@@ -66,9 +66,6 @@ class StackedRNNCells(Cell):
                                  for n in c.state_names)
         self.output_part = self._spans[-1][0] + made[-1].output_part
         self._keys = [{n: f"cells.{k}.{n}" for n in self._names(c, k)} for k, c in enumerate(made)]
-        #: the names of the cells in a Keras model file (its weights lie under
-        #: ``cell/cells/<name>/vars``): those of the file a stack was read from, or None
-        self.keras_names: list[str] | None = None
 
     def _names(self, cell: Cell, k: int) -> list[str]:
         return [p.name for p in cell.params(self._in_dim(k) if k else 1)]
