@@ -33,6 +33,7 @@ ISA_SENSITIVE = frozenset({
     "test_dense_product.py",
     "test_dense_wide.py", "test_dense_lm.py", "test_predict_path.py", "test_sequences.py",
     "test_bidirectional.py", "test_input_grad.py", "test_recurrent_gradients.py", "test_rnn_layer.py",
+    "test_masking_layers.py", "test_stacked_cells.py",
     # losses and gradient norms
     "test_losses.py", "test_losses_fused.py", "test_clip_norms.py", "test_sample_weights.py",
     "test_pinball.py", "test_deepar_likelihood.py",

@@ -247,3 +247,27 @@ def test_bidirectional_states_out_and_in_with_float64_gradients(mode: Any) -> No
     fwd_h = rk.LSTM(3, dtype="float64")
     fwd_h.set_weights(*[bi.weight(f"forward.{n}") for n in ("kernel", "recurrent_kernel", "bias")])
     np.testing.assert_allclose(out[n_main], fwd_h.predict(xs[0]), rtol=1e-12)   # forward h
+
+
+@pytest.mark.parametrize("make", [lambda: rk.RecurrentLayer(rk.GRUCell(H), return_sequences=True, seed=5,
+                                                            dtype="float64"),
+                                  lambda: rk.RNN(rk.LSTMCell(H), return_sequences=True, seed=5,
+                                                 dtype="float64")],
+                         ids=["RecurrentLayer(GRUCell)", "RNN(LSTMCell)"])
+def test_any_recurrent_layer_is_copied_by_its_config(make: Any) -> None:
+    """The backward branch of ``Bidirectional(layer)`` is ``layer``'s class rebuilt from its
+    registry config: the outputs are the two directions run by hand with the same weights."""
+    layer = make()
+    bi = rk.Bidirectional(layer)
+    x = RNG.standard_normal((B, T, F))
+    bi.build((None, T, F))
+    assert type(bi.backward_layer) is not rk.Bidirectional and bi.backward_layer.go_backwards
+    names = layer.weight_names
+    fwd, bwd = make(), make()
+    fwd.build((None, T, F))
+    bwd.build((None, T, F))
+    fwd.set_weights(*[bi.weight(f"forward.{n}") for n in names])
+    bwd.set_weights(*[bi.weight(f"backward.{n}") for n in names])
+    assert not np.array_equal(bi.weight("forward.kernel"), bi.weight("backward.kernel"))  # own weights
+    want = np.concatenate([fwd.predict(x), bwd.predict(x[:, ::-1])[:, ::-1]], -1)
+    np.testing.assert_allclose(bi.predict(x), want, rtol=1e-12, atol=1e-12)   # same float64 arithmetic

@@ -253,3 +253,58 @@ def test_a_merge_call_on_arrays_takes_one_mask_per_input() -> None:
     np.testing.assert_allclose(taped, want, rtol=1e-6)
     with pytest.raises(rk.InvalidInputError, match="one mask"):
         layer([a, b], mask=[m1, m2, m1])
+
+
+# -- a mask that reaches a layer which cannot take one is refused when the model is built ------
+
+def _refused_at_build(maker: str, taker: str) -> Any:
+    return pytest.raises(rk.InvalidInputError,
+                         match=f"{taker} .*cannot take a masked input.*made by {maker} ")
+
+
+def test_sequential_build_refuses_a_mask_reaching_a_layer_without_masking() -> None:
+    """Masking -> LSTM(return_sequences) -> Dense -> Flatten: the build names both layers (the
+    masked call is never needed to find it), through ``build`` and through ``add`` after an Input."""
+    def layers() -> list[rk.Layer]:
+        return [rk.Masking(name="pad"), rk.LSTM(3, return_sequences=True), rk.Dense(2),
+                rk.Flatten(name="flat")]
+    with _refused_at_build("pad", "flat"):
+        rk.Sequential(layers()).build((None, 5, 2))
+    model = rk.Sequential([rk.Input((5, 2))])
+    for layer in layers()[:3]:
+        model.add(layer)
+    with _refused_at_build("pad", "flat"):
+        model.add(rk.Flatten(name="flat"))
+    assert len(model.layers) == 3                                  # refused before it joined
+    with _refused_at_build("emb", "conv"):
+        rk.Sequential([rk.Embedding(9, 4, mask_zero=True, name="emb"), rk.GRU(3, return_sequences=True),
+                       rk.Conv1D(2, 2, name="conv")]).build((None, 6))
+
+
+def test_graph_build_refuses_a_mask_reaching_a_layer_without_masking() -> None:
+    """The functional call and GraphBuilder.add refuse the node; output 0 of a return_state
+    layer carries the mask on, its states do not."""
+    inp = rk.Input((6,), dtype="int64")
+    seq = rk.GRU(3, return_sequences=True)(rk.Embedding(9, 4, mask_zero=True, name="emb")(inp))
+    with _refused_at_build("emb", "rep"):
+        rk.RepeatVector(2, name="rep")(seq)
+    b = rk.GraphBuilder()
+    x = b.input((None, 5, 2))
+    out, h, c = b.add(rk.LSTM(3, return_sequences=True, return_state=True), b.add(rk.Masking(name="pad"), x))
+    b.add(rk.RepeatVector(2), h)                                    # a state: no mask
+    with _refused_at_build("pad", "flat"):
+        b.add(rk.Flatten(name="flat"), out)
+
+
+def test_a_consumer_between_the_mask_and_the_layer_is_built_and_runs() -> None:
+    """Masking -> LSTM (no return_sequences: it consumes the mask) -> RepeatVector builds, and
+    each row is the LSTM's last output over that row's real steps, repeated (float64: the same
+    arithmetic, so 1e-12)."""
+    x, valid = _padded()
+    lstm = rk.LSTM(3, dtype="float64", seed=4)
+    model = rk.Sequential([rk.Masking(dtype="float64"), lstm, rk.RepeatVector(2, dtype="float64")])
+    model.build((None, None, 2))
+    got = model.predict(x)
+    for b, n in enumerate(valid.sum(1)):
+        want = lstm.predict(x[b:b + 1, :n])[0]
+        np.testing.assert_allclose(got[b], np.stack([want, want]), rtol=1e-12, atol=1e-12)

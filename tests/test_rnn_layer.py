@@ -116,8 +116,8 @@ def test_config_is_keras_and_round_trips() -> None:
 
 
 def test_refusals_are_typed_and_name_the_argument() -> None:
-    with pytest.raises(rk.InvalidParameterError, match="StackedRNNCells"):
-        rk.RNN([rk.LSTMCell(H), rk.LSTMCell(H)])
+    with pytest.raises(rk.InvalidParameterError, match="StackedRNNCells: cell 1 must be an rnnkit.Cell"):
+        rk.RNN([rk.LSTMCell(H), "lstm"])
     with pytest.raises(rk.InvalidParameterError, match="zero_output_for_mask"):
         rk.RNN(rk.LSTMCell(H), zero_output_for_mask=True)
     with pytest.raises(TypeError, match="unroll"):
@@ -172,8 +172,8 @@ REFUSING = {"Conv1D": lambda: rk.Conv1D(2, 2), "MaxPooling1D": lambda: rk.MaxPoo
 
 @pytest.mark.parametrize("make", list(REFUSING.values()), ids=list(REFUSING))
 def test_a_layer_refusing_masks_names_itself_at_the_first_call(make: Any) -> None:
-    """Keras warns and drops the mask; here the first masked call raises InvalidInputError
-    naming the layer (a mask is never silently dropped)."""
+    """Keras warns and drops the mask; here the model's build (at the first call) raises
+    InvalidInputError naming the layer (a mask is never silently dropped)."""
     layer = make()
     model = rk.Sequential([rk.Masking(), layer])
     x = np.ones((2, 6, 3), np.float32)
@@ -214,3 +214,22 @@ def test_a_keras_file_with_rnn_over_a_cell_loads(cell: str, tmp_path: Any) -> No
         want = w.value.grad.numpy()
         got = ctx.grad(layer, n).reshape(want.shape)
         assert np.abs(got - want).max() / np.abs(want).max() <= 1e-5, n
+
+
+@pytest.mark.parametrize("cell", ["LSTMCell", "GRUCell", "SimpleRNNCell"])
+def test_rnn_over_a_cell_is_written_as_keras_rnn(cell: str, tmp_path: Any) -> None:
+    """``save_keras`` writes an ``rk.RNN`` over a built-in cell as Keras' ``RNN`` over that cell
+    (not the dedicated layer): Keras 3.15.1 loads it as one and predicts ours (float32 over T
+    steps: 1e-6 absolute on O(1) outputs); rnnkit loads it back as an ``rk.RNN``."""
+    keras = keras_or_skip()
+    ours = rk.Sequential([rk.RNN(getattr(rk, cell)(H), return_sequences=True, seed=4)]).build((None, T, F))
+    rk.save_keras(ours, tmp_path / "ours.keras")
+    theirs = keras.saving.load_model(tmp_path / "ours.keras")
+    assert type(theirs.layers[0]) is keras.layers.RNN
+    assert type(theirs.layers[0].cell).__name__ == cell
+    x = np.random.default_rng(11).standard_normal((B, T, F)).astype(np.float32)
+    want = ours.predict(x)
+    np.testing.assert_allclose(np.asarray(theirs(x).detach()), want, rtol=0, atol=1e-6)
+    back = rk.load_keras(tmp_path / "ours.keras")
+    assert type(back.layers[0]) is rk.RNN
+    np.testing.assert_array_equal(back.predict(x), want)

@@ -195,6 +195,7 @@ from rnnkit.recurrent import (
     SimpleRNNCell,
     SimpleRNNState,
     SLSTMCell,
+    StackedRNNCells,
     StepBack,
     register_cell,
 )
@@ -213,6 +214,7 @@ __all__ = [
     "MinGRU", "MinLSTM", "MinGRUCell", "MinLSTMCell",
     "register_cell",
     "RNN", "GroupNormalization",  # issue 39's block
+    "StackedRNNCells",
     "rnn", "kernels",
     "FileFormatError",
     "optimizers", "SGD", "Adam", "AdamW", "Optimizer", "RMSprop",

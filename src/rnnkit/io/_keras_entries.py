@@ -14,6 +14,8 @@ from rnnkit._kind import builtin_kind, describe_cell
 from rnnkit._layouts import cell_kind, to_keras
 from rnnkit.io._interop_errors import UnsupportedFeatureError
 from rnnkit.io._keras_h5 import snake_case
+from rnnkit.io._keras_layers import stacked_cell_names
+from rnnkit.recurrent import StackedRNNCells
 
 #: (relative h5 path of a vars group, its "name" attribute, its arrays)
 Vars = list[tuple[str, str, list[np.ndarray]]]
@@ -26,7 +28,53 @@ def _act(fn: Any, layer: str) -> str:
     return str(fn.name)
 
 
+def _cell_entry(cell: Any, name: str, dtype: str, dropouts: dict[str, float]) -> dict[str, Any]:
+    """Keras' config entry of a built-in cell named ``name``."""
+    kind = cell_kind(cell, name)
+    if getattr(cell, "proj_size", 0):
+        raise UnsupportedFeatureError(name, "proj_size", f"Keras' LSTM has no projection; this cell has "
+                                      f"proj_size={cell.proj_size}")
+    cfg: dict[str, Any] = {"name": name, "trainable": True, "dtype": dtype, "units": int(cell.units),
+                           "activation": _act(cell.activation, name), "use_bias": bool(cell.use_bias),
+                           **dropouts}
+    if kind != "SimpleRNN":
+        cfg["recurrent_activation"] = cell.recurrent_activation.name
+    if kind == "GRU":
+        cfg["reset_after"] = bool(cell.reset_after)
+    return {"module": "keras.layers", "class_name": f"{kind}Cell", "config": cfg, "registered_name": None}
+
+
+def _stacked(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
+    """Keras' ``RNN(StackedRNNCells([...]))``: each cell's weights in ``cell/cells/<name>/vars``."""
+    stack = layer.cell
+    if layer.stateful:
+        raise UnsupportedFeatureError(name, "stateful", "a stateful Keras layer needs a fixed batch size; "
+                                      "this layer has stateful=True")
+    if layer.dropout or layer.recurrent_dropout:
+        raise UnsupportedFeatureError(name, "dropout", "Keras' stacked cells drop each cell's own input; "
+                                      "this RNN drops the stack's input only (dropout must be 0 to export)")
+    names = stacked_cell_names(stack)
+    dt = layer.dtype.name
+    entries, vars_ = [], []
+    for k, (c, n) in enumerate(zip(stack.cells, names, strict=True)):
+        if builtin_kind(c) is None:
+            raise UnsupportedFeatureError(name, "cell", f"{describe_cell(c)} has no Keras cell; only "
+                                          f"SimpleRNNCell, LSTMCell and GRUCell export")
+        entries.append(_cell_entry(c, n, dt, {"dropout": 0.0, "recurrent_dropout": 0.0}))
+        w = {p: layer.weight(f"cells.{k}.{p}") for p in ("kernel", "recurrent_kernel", "bias")
+             if f"cells.{k}.{p}" in layer.weight_names}
+        vars_.append((f"cell/cells/{n}/vars", n, to_keras(c, w)))
+    cell = {"module": "keras.layers", "class_name": "StackedRNNCells", "registered_name": None,
+            "config": {"name": "stacked_rnn_cells", "trainable": True, "dtype": dt, "cells": entries}}
+    cfg = {"cell": cell, "return_sequences": layer.return_sequences, "return_state": layer.return_state,
+           "go_backwards": layer.go_backwards, "stateful": False, "unroll": False,
+           "zero_output_for_mask": False}
+    return "RNN", cfg, [*vars_, ("cell/vars", "stacked_rnn_cells", []), ("vars", name, [])]
+
+
 def _recurrent(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
+    if isinstance(layer.cell, StackedRNNCells):
+        return _stacked(layer, name)
     if builtin_kind(layer.cell) is None:
         raise UnsupportedFeatureError(name, "cell", f"{describe_cell(layer.cell)} has no Keras layer; "
                                       f"only SimpleRNN, LSTM and GRU export")
@@ -47,7 +95,15 @@ def _recurrent(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:
     if kind == "GRU":
         cfg["reset_after"] = bool(cell.reset_after)
     arrays = to_keras(cell, {n: layer.weight(n) for n in layer.weight_names})
-    return kind, cfg, [("cell/vars", f"{snake_case(kind)}_cell", arrays), ("vars", name, [])]
+    vars_: Vars = [("cell/vars", f"{snake_case(kind)}_cell", arrays), ("vars", name, [])]
+    if type(layer).__name__ == "RNN":   # Keras' RNN over the cell (the weights lie where the layer's do)
+        walk = {k: cfg.pop(k) for k in ("return_sequences", "return_state", "go_backwards", "stateful",
+                                         "unroll")}
+        cell_cfg = {"name": f"{snake_case(kind)}_cell", "trainable": True, "dtype": layer.dtype.name, **cfg}
+        entry = {"module": "keras.layers", "class_name": f"{kind}Cell", "config": cell_cfg,
+                 "registered_name": None}
+        return "RNN", {"cell": entry, **walk, "zero_output_for_mask": False}, vars_
+    return kind, cfg, vars_
 
 
 def _plain(layer: Any, name: str) -> tuple[str, dict[str, Any], Vars]:

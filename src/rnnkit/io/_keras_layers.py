@@ -22,6 +22,7 @@ import numpy as np
 
 from rnnkit import constraints, regularizers
 from rnnkit._errors import Error, FileFormatError
+from rnnkit._kind import builtin_kind
 from rnnkit._layer import Layer
 from rnnkit._penalties import attach
 from rnnkit.io._interop_errors import UnsupportedFeatureError
@@ -63,7 +64,7 @@ from rnnkit.layers import (
     ZeroPadding1D,
 )
 from rnnkit.layers._conv_lstm import ConvLSTM, ConvLSTM1D, ConvLSTM2D
-from rnnkit.recurrent import GRU, LSTM, RNN, RecurrentLayer, SimpleRNN
+from rnnkit.recurrent import GRU, LSTM, RNN, RecurrentLayer, SimpleRNN, StackedRNNCells
 from rnnkit.recurrent._weights import keras_bias
 
 RECURRENT = {"SimpleRNN": SimpleRNN, "LSTM": LSTM, "GRU": GRU}
@@ -257,6 +258,40 @@ def _conv_lstm(class_name: str, cfg: dict[str, Any], name: str) -> ConvLSTM:
         dtype=dtype_of(cfg, name), name=name)
 
 
+def _rnn(cfg: dict[str, Any], name: str) -> Mapped:
+    """Keras' ``RNN`` over one SimpleRNNCell / LSTMCell / GRUCell (weights in ``cell/vars``), or
+    over a ``StackedRNNCells`` of them (each cell's in ``cell/cells/<its name>/vars``)."""
+    cell_cfg: Any = cfg.get("cell")
+    sub = cell_cfg.get("class_name") if isinstance(cell_cfg, dict) else None
+    cells = cell_cfg.get("config", {}).get("cells") if sub == "StackedRNNCells" else [cell_cfg]
+    if not isinstance(cells, list) or not cells:
+        raise FileFormatError(f"Keras RNN {name!r}: its StackedRNNCells lists no cells")
+    walk: dict[str, Any] = {k: cfg[k] for k in ("return_sequences", "go_backwards", "return_state",
+                                                 "stateful", "dtype") if k in cfg}
+    layers = []
+    for c in cells:
+        kind = c.get("class_name") if isinstance(c, dict) else None
+        if kind not in ("SimpleRNNCell", "LSTMCell", "GRUCell"):
+            raise UnsupportedFeatureError(name, "cell", f"RNN over {kind!r}; supported: SimpleRNNCell, "
+                                          f"LSTMCell, GRUCell, or a StackedRNNCells of them")
+        layers.append(_recurrent(str(kind)[:-4], {**c.get("config", {}), **walk}, name))   # the kind's layer
+    kl = layers[0]
+    if sub != "StackedRNNCells":
+        rnn = RNN(kl.cell, kl.return_sequences, kl.return_state, kl.go_backwards, kl.stateful,
+                  _flag(cfg, "unroll", False, name), _flag(cfg, "zero_output_for_mask", False, name),
+                  dropout=kl.dropout, recurrent_dropout=kl.recurrent_dropout, dtype=kl.dtype, name=name)
+        return Mapped(name, "RNN", rnn, [(rnn, "cell/vars")])
+    dropped = [lay.name for lay in layers if lay.dropout or lay.recurrent_dropout]
+    if dropped:
+        _warn(name, "the dropout of the stacked cells is not carried over (it acts only in training; "
+                    "predictions are unaffected)")
+    stack = StackedRNNCells([lay.cell for lay in layers])
+    rnn = RNN(stack, kl.return_sequences, kl.return_state, kl.go_backwards, kl.stateful,
+              _flag(cfg, "unroll", False, name), _flag(cfg, "zero_output_for_mask", False, name),
+              dtype=kl.dtype, name=name)
+    return Mapped(name, "RNN", rnn, [(rnn, f"cell/cells/{n}/vars") for n in stacked_cell_names(stack)])
+
+
 def map_layer(layer_cfg: dict[str, Any]) -> Mapped:
     """The rnnkit counterpart of one entry of a Keras ``config.json`` ``layers`` list.
 
@@ -290,20 +325,8 @@ def _map_layer(layer_cfg: dict[str, Any]) -> Mapped:
     if class_name in RECURRENT:
         rec = _recurrent(class_name, cfg, name)
         return Mapped(name, class_name, rec, [(rec, "cell/vars")])
-    if class_name == "RNN":   # Keras' RNN over one built-in cell: its weights sit where the layer's do
-        cell_cfg = cfg.get("cell")
-        sub = cell_cfg.get("class_name") if isinstance(cell_cfg, dict) else None
-        if sub not in ("SimpleRNNCell", "LSTMCell", "GRUCell"):
-            raise UnsupportedFeatureError(name, "cell", f"RNN over {sub!r}; supported: one SimpleRNNCell, "
-                                          f"LSTMCell or GRUCell (stack one RNN per cell for StackedRNNCells)")
-        assert isinstance(cell_cfg, dict)
-        walk = {k: cfg[k] for k in ("return_sequences", "go_backwards", "return_state", "stateful", "dtype")
-                if k in cfg}
-        kl = _recurrent(str(sub)[:-4], {**cell_cfg.get("config", {}), **walk}, name)   # the kind's layer
-        rnn = RNN(kl.cell, kl.return_sequences, kl.return_state, kl.go_backwards, kl.stateful,
-                  _flag(cfg, "unroll", False, name), _flag(cfg, "zero_output_for_mask", False, name),
-                  dropout=kl.dropout, recurrent_dropout=kl.recurrent_dropout, dtype=kl.dtype, name=name)
-        return Mapped(name, class_name, rnn, [(rnn, "cell/vars")])
+    if class_name == "RNN":   # Keras' RNN over one built-in cell (its weights sit where the layer's
+        return _rnn(cfg, name)  # do) or over a StackedRNNCells of them
     if class_name == "Bidirectional":
         return _bidirectional(cfg, name)
     if class_name in CONV_LSTMS:
@@ -547,6 +570,12 @@ def weight_names(layer: Layer, group: str = "vars") -> list[str]:
         if part is None:
             return []
         return [n for n in (f"{part}_kernel", f"{part}_bias") if n in layer.weight_names]
+    if isinstance(layer, RecurrentLayer) and isinstance(layer.cell, StackedRNNCells):
+        k = stacked_index(layer.cell, group)
+        if k is None:
+            return []
+        c = layer.cell.cells[k]
+        return [f"cells.{k}.{n}" for n in ["kernel", "recurrent_kernel"] + (["bias"] if c.bias else [])]
     if isinstance(layer, RecurrentLayer):
         return ["kernel", "recurrent_kernel"] + (["bias"] if layer.cell.bias is not None else [])
     if isinstance(layer, Dense):
@@ -554,6 +583,31 @@ def weight_names(layer: Layer, group: str = "vars") -> list[str]:
     if isinstance(layer, Embedding):
         return ["embeddings"]
     return list(layer.weight_names)   # the other layers declare their weights in Keras' order
+
+
+def stacked_cell_names(stack: StackedRNNCells) -> list[str]:
+    """The h5 groups of ``stack``'s cells in a Keras weights file (``cell/cells/<group>/vars``):
+    Keras names the entries of a list by their class, not by the layer names of the config
+    (which vary between sessions): ``lstm_cell``, ``gru_cell``, ``lstm_cell_1`` for a second
+    LSTM cell, ..."""
+    seen: dict[str, int] = {}
+    out = []
+    for c in stack.cells:
+        base = {"LSTM": "lstm_cell", "GRU": "gru_cell", "SimpleRNN": "simple_rnn_cell"}.get(
+            str(builtin_kind(c)), type(c).__name__.lower())
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        out.append(base if n == 0 else f"{base}_{n}")
+    return out
+
+
+def stacked_index(stack: StackedRNNCells, group: str) -> int | None:
+    """Which cell of ``stack`` the h5 vars group ``group`` (``.../cells/<name>/vars``) holds."""
+    parts = group.rstrip("/").split("/")
+    names = stacked_cell_names(stack)
+    if len(parts) >= 2 and parts[-1] == "vars" and parts[-2] in names:
+        return names.index(parts[-2])
+    return None
 
 
 def to_rnnkit_weights(layer: Layer, arrays: list[np.ndarray],
@@ -567,6 +621,13 @@ def to_rnnkit_weights(layer: Layer, arrays: list[np.ndarray],
     if len(arrays) != len(names):
         return f"expected {len(names)} arrays ({', '.join(names)}), found {len(arrays)}"
     out = dict(zip(names, arrays, strict=True))
+    if isinstance(layer, RecurrentLayer) and isinstance(layer.cell, StackedRNNCells):
+        k = stacked_index(layer.cell, group)
+        assert k is not None
+        b, c = out.get(f"cells.{k}.bias"), layer.cell.cells[k]
+        if b is not None and c.bias_rows == 1 and b.ndim == 1:  # type: ignore[attr-defined]
+            out[f"cells.{k}.bias"] = keras_bias("bias", b, (1, c.gate_width))  # type: ignore[attr-defined]
+        return out
     if isinstance(layer, RecurrentLayer):
         b = out.get("bias")
         if b is not None and layer.cell.bias_rows == 1 and b.ndim == 1:  # type: ignore[attr-defined]

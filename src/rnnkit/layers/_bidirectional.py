@@ -60,11 +60,11 @@ class Bidirectional(Layer):
             raise InvalidParameterError(f"{self.name}: merge_mode must be one of {MERGE_MODES}, got "
                                         f"{merge_mode!r}")
         self.merge_mode = merge_mode
-        if backward_layer is None:
-            cfg = layer.get_config()
-            cfg.update(go_backwards=not layer.go_backwards, name=f"backward_{layer.name}",
-                       seed=None if layer.seed is None else layer.seed + 1)
-            backward_layer = type(layer)(**cfg)
+        if backward_layer is None:   # a copy by the registry: the config names the class it fits
+            entry = layer_to_config(layer)
+            entry["config"].update(go_backwards=not layer.go_backwards, name=f"backward_{layer.name}",
+                                   seed=None if layer.seed is None else layer.seed + 1)
+            backward_layer = layer_from_config(entry)
         if not isinstance(backward_layer, RecurrentLayer):
             raise TypeError(f"{self.name}: backward_layer must be a recurrent layer, got "
                             f"{type(backward_layer).__name__}")

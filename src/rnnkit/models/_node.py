@@ -13,6 +13,7 @@ from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import Layer, resolve_dtype
 from rnnkit._shape import Shape
 from rnnkit.layers import Bidirectional, MergeLayer
+from rnnkit.models._mask_flow import check_mask_taken, mask_after
 from rnnkit.recurrent import RecurrentLayer
 from rnnkit.rnn import RNNNet
 
@@ -36,7 +37,7 @@ class Node:
     node is indexed (``enc[1]``) or unpacked (``out, h, c = enc``) to use its outputs."""
 
     __slots__ = ("name", "layer", "inbound", "shape", "builder", "index", "_picks", "dtype", "_input_layer",
-                 "nested")
+                 "nested", "mask_source")
 
     def __init__(self, name: str | None, layer: Layer | None, inbound: tuple[Node, ...], shape: Any,
                  builder: Builder | None, index: int | None = None, dtype: str | None = None) -> None:
@@ -49,6 +50,13 @@ class Node:
         self._input_layer: InputLayer | None = None
         #: the model call this layer call was made by (a nested model's call on nodes), or None
         self.nested: NestedCall | None = None
+        #: the layer whose mask this value carries, as far as the build can tell
+        #: (:func:`~rnnkit.models._mask_flow.mask_after`; a merge's output: None), or None
+        self.mask_source: Layer | None = None
+        if layer is not None and not isinstance(layer, MergeLayer):
+            self.mask_source = mask_after(layer, inbound[0].mask_source)
+        elif layer is None and index == 0:   # output 0 of a node with several
+            self.mask_source = inbound[0].mask_source
 
     @property
     def input_layer(self) -> InputLayer:
@@ -229,6 +237,7 @@ def call_node(layer: Layer, ins: list[Node], label: str) -> Any:
     layer with several outputs). InvalidInputError names ``label`` (the call) and what was
     wrong: a built layer called on a node of another feature width is refused here."""
     states = check_arity(layer, ins, label)
+    check_mask_taken(layer, next((n.mask_source for n in ins if n.mask_source is not None), None), label)
     shapes: Any = [n.shape for n in ins] if isinstance(layer, MergeLayer) else ins[0].shape
     try:
         layer.build(shapes)

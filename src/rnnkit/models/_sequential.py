@@ -18,6 +18,7 @@ from rnnkit.layers._tied import resolve_ties
 from rnnkit.models._base import Model, check_finite
 from rnnkit.models._inference import chain_plan
 from rnnkit.models._keras_shape import with_batch_axis
+from rnnkit.models._mask_flow import check_mask_taken, mask_after
 from rnnkit.models._node import Node
 from rnnkit.models._summary import param_text, shape_text
 
@@ -124,6 +125,11 @@ class Sequential(Model):
             )
         if self.dtype is not None:
             set_dtype(layer, self.dtype, f"{self.name}: layer {len(self.layers)} ({type(layer).__name__})")
+        if self._input_shape is not None:   # (refused before it joins the model)
+            source: Layer | None = None
+            for before in self.layers:
+                source = mask_after(before, source)
+            check_mask_taken(layer, source, f"{self.name}: layer {len(self.layers)}")
         self._position[id(layer)] = len(self.layers)
         self.layers.append(layer)
         if self._input_shape is not None:  # built for a declared input shape: build the new layer
@@ -157,9 +163,12 @@ class Sequential(Model):
         cur = Shape((None, *shp[1:]))
         first = cur
         outs: list[Shape] = []
+        source: Layer | None = None   # the layer whose mask reaches layer i (:mod:`._mask_flow`)
         for i, layer in enumerate(self.layers):
+            check_mask_taken(layer, source, f"{self.name}: layer {i}")
             cur = self._build_layer(i, layer, cur)
             outs.append(cur)
+            source = mask_after(layer, source)
         self._out_shapes = outs
         self._input_shape = first
         self._keep_chain(chain_plan(self.layers, first), Sequential)

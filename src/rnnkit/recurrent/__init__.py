@@ -12,10 +12,11 @@ from rnnkit.recurrent._min_lstm import MinLSTMCell
 from rnnkit.recurrent._registry import register_cell
 from rnnkit.recurrent._rnn import RNN
 from rnnkit.recurrent._simple_rnn import SimpleRNNCell
+from rnnkit.recurrent._stacked import StackedRNNCells
 from rnnkit.recurrent._states import GRUState, LSTMState, SimpleRNNState
 from rnnkit.recurrent._xlstm import MLSTM, SLSTM, MLSTMCell, SLSTMCell
 
 __all__ = ["GRU", "LSTM", "SimpleRNN", "RecurrentLayer", "Cell", "Param", "SequenceBack", "StepBack",
            "GRUCell", "GRUResetAfterCell", "LSTMCell", "SimpleRNNCell", "register_cell", "GRUState",
            "LSTMState", "SimpleRNNState", "RNN", "SLSTM", "MLSTM", "SLSTMCell", "MLSTMCell",
-           "MinGRU", "MinLSTM", "MinGRUCell", "MinLSTMCell"]
+           "MinGRU", "MinLSTM", "MinGRUCell", "MinLSTMCell", "StackedRNNCells"]

@@ -270,6 +270,8 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
     def _split_inputs(self, x: Any) -> tuple[Any, Arrays | None]:
         if isinstance(x, (list, tuple)):
             n = len(self.cell.state_names)
+            if any(isinstance(p, (list, tuple)) for p in x[1:]):   # Keras' nesting: flattened
+                x = [x[0], *(a for p in x[1:] for a in (p if isinstance(p, (list, tuple)) else [p]))]
             if len(x) != 1 + n:
                 raise InvalidInputError(
                     f"{self.name}: expected an input or a list [x, {', '.join(self.cell.state_names)}] "
@@ -334,7 +336,7 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
                     if n < T:
                         out[b, n:] = 0.0
         else:
-            out = np.array(final[0])
+            out = np.array(final[self.cell.output_part])
         if not (self.return_state or api != "layer"):   # the final state is not handed out
             return out, ()
         return out, tuple(np.array(f) for f in final)

@@ -133,8 +133,11 @@ class Cell:
     #: declared only in the body of a built-in cell class; read it with
     #: :func:`rnnkit._kind.builtin_kind`, which ignores an inherited value
     kind: ClassVar[str | None] = None
-    #: the state parts, each (B, size); part 0 is the output
+    #: the state parts, each (B, size); part :attr:`output_part` (0) is the output
     state_names: ClassVar[tuple[str, ...]] = ("h",)
+    #: which state part is the layer's output at each step (the reference walker reads it; a
+    #: compiled step's is part 0)
+    output_part: int = 0
     #: the state named tuple (made from ``name`` and ``state_names`` when left None)
     state_type: ClassVar[type | None] = None
     #: names of the parameters the walker reduces in batched GEMMs (None: the cell does not opt in)
@@ -188,8 +191,8 @@ class Cell:
 
     @property
     def output_size(self) -> int:
-        """Width of the layer's output at each step: state part 0."""
-        return self.state_sizes()[0]
+        """Width of the layer's output at each step: state part :attr:`output_part`."""
+        return self.state_sizes()[self.output_part]
 
     def rec_groups(self, width: int) -> list[tuple[str, int, int]]:
         """For the batched ``dU``: ``(source, c0, c1)`` = which array was multiplied by the

@@ -65,7 +65,7 @@ def _infer(layer: Any, arr: np.ndarray) -> np.ndarray:
         return got
     seq, final, _ = layer._time_walk(x_tm, None, False, keep_seq)
     if not keep_seq:
-        return np.array(final[0])
+        return np.array(final[layer.cell.output_part])
     assert seq is not None
     out = seq.transpose(1, 0, 2)                  # (the walk's own new array)
     return out if out.flags.c_contiguous else swap01(seq)

@@ -15,6 +15,7 @@ from rnnkit._errors import InvalidParameterError
 from rnnkit._layer import check_bool
 from rnnkit.recurrent._base import RecurrentLayer
 from rnnkit.recurrent._cell import Cell
+from rnnkit.recurrent._stacked import StackedRNNCells
 
 
 class RNN(RecurrentLayer):
@@ -35,21 +36,18 @@ class RNN(RecurrentLayer):
     - ``zero_output_for_mask=True`` (zeros at the masked steps of a boolean mask) is refused
       with InvalidParameterError; ``lengths=`` (PyTorch's packed sequences) gives zeros past
       each sequence's end.
-    - A list of cells (Keras' ``RNN([cell, cell])``, a ``StackedRNNCells``) is refused with
-      InvalidParameterError: stack one ``RNN`` per cell (``return_sequences=True`` below the
-      last), which computes the same.
+    - A list of cells (Keras' ``RNN([cell, cell])``) is their :class:`~rnnkit.StackedRNNCells`:
+      the output is the last cell's, the states are every cell's parts in Keras' order (all of
+      the first cell's, then the next cell's, ...) in ``return_state`` and ``initial_state``.
     """
 
-    def __init__(self, cell: Cell | dict[str, Any], return_sequences: bool = False,
-                 return_state: bool = False, go_backwards: bool = False, stateful: bool = False,
-                 unroll: bool = False, zero_output_for_mask: bool = False, *, name: str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(self, cell: Cell | dict[str, Any] | list[Cell] | tuple[Cell, ...],
+                 return_sequences: bool = False, return_state: bool = False, go_backwards: bool = False,
+                 stateful: bool = False, unroll: bool = False, zero_output_for_mask: bool = False, *,
+                 name: str | None = None, **kwargs: Any) -> None:
         where = "RNN" if name is None else name
-        if isinstance(cell, (list, tuple)):
-            raise InvalidParameterError(
-                f"{where}: a list of cells (Keras' StackedRNNCells) is not supported; expected one "
-                f"Cell, got a list of {len(cell)}: stack one RNN per cell, return_sequences=True below "
-                f"the last, which computes the same")
+        if isinstance(cell, (list, tuple)):   # Keras: a list of cells is their StackedRNNCells
+            cell = StackedRNNCells(cell)
         self.unroll = check_bool(unroll, "unroll", where)
         if check_bool(zero_output_for_mask, "zero_output_for_mask", where):
             raise InvalidParameterError(

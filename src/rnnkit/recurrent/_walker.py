@@ -119,9 +119,9 @@ def step_walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, init: A
               keep_seq: bool, mask: np.ndarray | None = None, rdrop: np.ndarray | None = None) -> Walk:
     """:func:`walk` by the step form: compiled when :func:`rnnkit.kernels.find_options` gives the
     cell (or its compiled view) a step, the reference loop otherwise."""
-    found = kernels.find_options(cell)
+    found = None if cell.output_part else kernels.find_options(cell)   # (compiled: the output is part 0)
     if found is None:
-        view = cell.compiled_view(w)
+        view = None if cell.output_part else cell.compiled_view(w)
         found = None if view is None else kernels.find_options(view[0])
         if view is None or found is None:
             return reference_walk(cell, w, x_tm, init, record, keep_seq, mask, rdrop)
@@ -136,7 +136,7 @@ def infer(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, keep_seq: b
     walker's prepared call (:func:`rnnkit.kernels._driver.infer`): a new array, the output of
     every step batch-major (B, T, out) with ``keep_seq``, else the final state part 0 (B, out);
     None (nothing run) when that path does not take the call (:func:`walk` then)."""
-    found = kernels.find_options(cell)
+    found = None if cell.output_part else kernels.find_options(cell)
     if found is None:
         return None
     return kernels.driver().infer(cell, found[0], w, x_tm, keep_seq, found[1])  # type: ignore[no-any-return]
@@ -151,10 +151,10 @@ def walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCache, g: np.n
     ``need_dx``, dL/dx_tm is not computed and is None."""
     if cache.form == "sequence":
         return sequence_walk_back(cell, w, cache, g, full, d_final, need_dx)
-    found = kernels.find_options(cell)
+    found = None if cell.output_part else kernels.find_options(cell)   # (compiled: the output is part 0)
     run = cell
     if found is None:                          # (the walk ran the cell's compiled view, if any)
-        view = cell.compiled_view(w)
+        view = None if cell.output_part else cell.compiled_view(w)
         found = None if view is None else kernels.find_options(view[0])
         if view is None or found is None:
             return reference_walk_back(cell, w, cache, g, full, d_final, need_dx)
@@ -221,9 +221,10 @@ def reference_walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, in
                     parks[name] = np.empty((T, *v.shape), dt)
                 parks[name][s] = v
         cache = WalkCache(x_tm, hist, parks, mask, rdrop)
-        return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), cache
+        return (hist[cell.output_part][1:] if keep_seq else None), tuple(a[T] for a in hist), cache
     # inference: O(B * width) state; the sequence only when it is the output
-    seq = np.empty((T, B, sizes[0]), dt) if keep_seq else None
+    o = cell.output_part
+    seq = np.empty((T, B, sizes[o]), dt) if keep_seq else None
     state = start
     for s in range(T):
         new = cell.step(w, inp[s], state, None, **kw)
@@ -231,7 +232,7 @@ def reference_walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, in
             _check_new(cell, new, B)
         state = _carry(new, state, None if mask is None else mask[s])
         if seq is not None:
-            seq[s] = state[0]
+            seq[s] = state[o]
     return seq, tuple(np.asarray(a, dt) for a in state), None
 
 
@@ -299,9 +300,10 @@ def reference_walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCach
     dinp: np.ndarray | None = None
     drec: np.ndarray | None = None
     own: dict[str, np.ndarray] = {}
+    o = cell.output_part
     for s in range(T - 1, -1, -1):
-        dh = d[0] + g_tm[s] if g_tm is not None else (d[0] + g if s == T - 1 else d[0])
-        d_raw: Arrays = (dh, *d[1:])
+        dh = d[o] + g_tm[s] if g_tm is not None else (d[o] + g if s == T - 1 else d[o])
+        d_raw: Arrays = (*d[:o], dh, *d[o + 1:])
         m = None if mask is None else mask[s][:, None]
         d_in = d_raw if m is None else tuple(np.where(m, a, 0.0) for a in d_raw)
         r = cell.step_back(w, d_in, x_tm[s] if raw_inp else None, tuple(a[s] for a in hist),

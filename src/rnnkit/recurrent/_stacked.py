@@ -1,0 +1,165 @@
+"""``StackedRNNCells``: Keras' stack of cells, one cell whose step runs every cell in turn.
+
+At each step cell 0 reads the step's input, cell ``k`` reads the output of cell ``k-1`` at the
+same step, and the stack's output is the last cell's output. The state is every cell's state
+parts in Keras' order: all of cell 0's parts, then cell 1's, ... (``RNN(return_state=True)``
+returns ``[output, *parts]`` in that order, and ``initial_state`` takes them so), which makes
+the output the part :attr:`~rnnkit.Cell.output_part` = the last cell's first part.
+
+Weights: each cell's parameters under ``cells.<k>.<name>`` (``cells.0.kernel``), cell by cell,
+in each cell's order (Keras' order of ``RNN(StackedRNNCells).weights``).
+
+The stack runs the reference walker: its step projects each cell's input with the cell's
+input kernel and its ``step_back`` reduces each cell's kernels and biases at every step, as
+the walker's batched reductions would over all steps (the same sums, in another order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from rnnkit._errors import InvalidParameterError
+from rnnkit.recurrent._cell import Arrays, Cell, Param, StepBack
+from rnnkit.recurrent._registry import cell_from_config, cell_to_config, register_cell
+
+
+@register_cell
+class StackedRNNCells(Cell):
+    """``StackedRNNCells(cells)``: the cells (a non-empty list of :class:`~rnnkit.Cell`, or their
+    ``{"class_name", "config"}``) stacked within one step; see the module docstring.
+
+    A cell with its own dropout, recurrent dropout, regularizers or constraints is refused
+    (InvalidParameterError): give them to the ``RNN`` layer over the stack.
+    """
+
+    name = "StackedRNNCells"
+
+    def __init__(self, cells: Sequence[Cell | dict[str, Any]]) -> None:
+        if isinstance(cells, (str, bytes, Mapping)) or not isinstance(cells, Sequence) or not cells:
+            raise InvalidParameterError(
+                f"StackedRNNCells: expected a non-empty list of cells, got {cells!r}")
+        made = [cell_from_config(c) if isinstance(c, dict) else c for c in cells]
+        for k, c in enumerate(made):
+            if not isinstance(c, Cell):
+                raise InvalidParameterError(
+                    f"StackedRNNCells: cell {k} must be an rnnkit.Cell, got {type(c).__name__}")
+            if c.dropout or c.recurrent_dropout or c.weight_keywords:
+                raise InvalidParameterError(
+                    f"StackedRNNCells: cell {k} ({type(c).__name__}) has dropout, recurrent_dropout, "
+                    f"regularizers or constraints of its own; expected none (give them to the RNN layer)")
+            if isinstance(c, StackedRNNCells):
+                raise InvalidParameterError(
+                    f"StackedRNNCells: cell {k} is a StackedRNNCells; expected its cells listed in this one")
+        self.cells: list[Cell] = made
+        self.units = made[-1].units
+        self.activation = made[-1].activation
+        #: per cell: its first state part's index in the stack's parts, and its number of parts
+        self._spans: list[tuple[int, int]] = []
+        at = 0
+        for c in made:
+            self._spans.append((at, len(c.state_names)))
+            at += len(c.state_names)
+        self.state_names = tuple(f"{n}_{k}" for k, c in enumerate(made)   # type: ignore[misc]
+                                 for n in c.state_names)
+        self.output_part = self._spans[-1][0] + made[-1].output_part
+        self._keys = [{n: f"cells.{k}.{n}" for n in self._names(c, k)} for k, c in enumerate(made)]
+
+    def _names(self, cell: Cell, k: int) -> list[str]:
+        return [p.name for p in cell.params(self._in_dim(k) if k else 1)]
+
+    def _in_dim(self, k: int) -> int:
+        return self.cells[k - 1].output_size
+
+    def check(self, where: str) -> None:
+        for c in self.cells:
+            c.check(where)
+
+    # -- declarations --------------------------------------------------------------------------
+    def params(self, input_dim: int) -> list[Param]:
+        out = []
+        for k, c in enumerate(self.cells):
+            for p in c.params(input_dim if k == 0 else self._in_dim(k)):
+                out.append(Param(f"cells.{k}.{p.name}", p.shape, p.init, p.trainable))
+        return out
+
+    def state_sizes(self) -> tuple[int, ...]:
+        return tuple(n for c in self.cells for n in c.state_sizes())
+
+    def get_config(self) -> dict[str, Any]:
+        return {"cells": [cell_to_config(c) for c in self.cells]}
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Cell:
+        return cls(**config)
+
+    # -- arithmetic ----------------------------------------------------------------------------
+    def _w(self, w: Mapping[str, np.ndarray], k: int) -> dict[str, np.ndarray]:
+        return {n: w[key] for n, key in self._keys[k].items()}
+
+    def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
+             park: dict[str, np.ndarray] | None) -> Arrays:
+        x = inp
+        new: list[np.ndarray] = []
+        for k, c in enumerate(self.cells):
+            wk = self._w(w, k)
+            a, n = self._spans[k]
+            sub: dict[str, np.ndarray] | None = None if park is None else {}
+            if park is not None:
+                park[f"cells.{k}.x"] = x
+            inp_k = x
+            if c.input_kernel is not None:
+                inp_k = x @ wk[c.input_kernel]
+                if c.bias is not None:
+                    inp_k = inp_k + wk[c.bias][0]
+            out = c.step(wk, inp_k, prev[a:a + n], sub)
+            if park is not None and sub is not None:
+                park.update({f"cells.{k}.{name}": v for name, v in sub.items()})
+            new.extend(out)
+            x = out[c.output_part]
+        return tuple(new)
+
+    def step_back(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None, prev: Arrays,
+                  new: Arrays, park: Mapping[str, np.ndarray]) -> StepBack:
+        d_prev: list[Arrays] = [()] * len(self.cells)
+        grads: dict[str, np.ndarray] = {}
+        dx: np.ndarray | None = None     # dL/d(input of the cell above) = dL/d(this cell's output)
+        for k in range(len(self.cells) - 1, -1, -1):
+            c = self.cells[k]
+            wk = self._w(w, k)
+            a, n = self._spans[k]
+            dk = list(d[a:a + n])
+            if dx is not None:
+                dk[c.output_part] = dk[c.output_part] + dx
+            x = park[f"cells.{k}.x"]
+            pre = f"cells.{k}."
+            sub = {name[len(pre):]: v for name, v in park.items() if name.startswith(pre)}
+            r = c.step_back(wk, tuple(dk), x if c.input_kernel is None else None, prev[a:a + n],
+                            new[a:a + n], sub)
+            d_prev[k] = tuple(r.d_prev)
+            drec = r.d_inp if r.d_rec is None else r.d_rec
+            if c.input_kernel is not None:
+                grads[f"{pre}{c.input_kernel}"] = x.T @ r.d_inp
+                dx = r.d_inp @ wk[c.input_kernel].T
+            else:
+                dx = r.d_inp
+            if c.bias is not None:
+                b = wk[c.bias]
+                db = np.empty(b.shape, r.d_inp.dtype)
+                db[0] = r.d_inp.sum(axis=0)
+                if b.shape[0] == 2:
+                    db[1] = drec.sum(axis=0)
+                grads[f"{pre}{c.bias}"] = db
+            if c.recurrent_kernel is not None:
+                U = wk[c.recurrent_kernel]
+                dU = np.empty(U.shape, r.d_inp.dtype)
+                for src, c0, c1 in c.rec_groups(U.shape[1]):
+                    P = prev[a + c.state_names.index(src)] if src in c.state_names else sub[src]
+                    dU[:, c0:c1] = P.T @ drec[:, c0:c1]
+                grads[f"{pre}{c.recurrent_kernel}"] = dU
+            for name, v in (r.params or {}).items():
+                grads[f"{pre}{name}"] = np.asarray(v)
+        assert dx is not None
+        return StepBack(tuple(p for part in d_prev for p in part), dx, None, grads)
