@@ -2,8 +2,20 @@
 windowing into (samples, window, features), scaling fitted on training rows, the forecast
 settings saved with a model and the one place they are applied (:class:`Forecaster`), calendar
 frequencies of dated rows, and the baselines a forecaster must beat: persistence,
-least-squares AR(p), the training mean and the seasonal-naive forecast."""
+least-squares AR(p), the training mean and the seasonal-naive forecast; rolling-origin
+backtests ranking a forecaster among baselines by MASE, sMAPE, RMSE and MAE per horizon step
+(:func:`backtest`), and the differencing choice by the KPSS test (:func:`choose_difference`)."""
 
+from rnnkit.timeseries._backtest import (
+    Backtest,
+    Score,
+    backtest,
+    baselines,
+    detect_season,
+    mase,
+    mase_scale,
+    smape,
+)
 from rnnkit.timeseries._baselines import (
     ARModel,
     mae,
@@ -24,6 +36,7 @@ from rnnkit.timeseries._csv import (
 )
 from rnnkit.timeseries._dates import Frequency, continue_index, format_index, infer_frequency
 from rnnkit.timeseries._forecast import SPEC_KEY, Forecaster, ForecastSpec
+from rnnkit.timeseries._preprocess import Choice, choose_difference, kpss
 from rnnkit.timeseries._window import (
     TRANSFORMS,
     Scaler,
@@ -33,6 +46,8 @@ from rnnkit.timeseries._window import (
 )
 
 __all__ = [
+    "Backtest", "Score", "backtest", "baselines", "detect_season", "mase", "mase_scale", "smape",
+    "Choice", "choose_difference", "kpss",
     "ARModel", "mae", "mean_forecast", "persistence_forecast", "rmse", "season_of",
     "seasonal_naive_forecast", "select_ar_order",
     "DATE_COLUMN_NAMES", "MISSING_POLICIES", "DataError", "Table", "read_csv", "read_header",

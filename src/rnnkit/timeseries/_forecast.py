@@ -263,8 +263,16 @@ class Forecaster:
         window, forecast the next row, append it to the window, repeat. Needs a model whose
         only feature is its target and whose horizon is 1, and 1 <= ``steps`` <=
         :data:`MAX_STEPS`."""
+        path = self.path(table.columns.get(self.spec.target, np.empty(0)), steps, what=table.path)
+        return np.arange(len(table), len(table) + steps), path
+
+    def path(self, history: np.ndarray, steps: int, *, what: str = "the data") -> np.ndarray:
+        """The ``steps`` values after ``history`` (raw levels of the target, oldest first): from
+        its last window, forecast the next value, append it to the window, repeat. Needs a model
+        whose only feature is its target and whose horizon is 1, and 1 <= ``steps`` <=
+        :data:`MAX_STEPS`. The one recursion :meth:`recursive` and backtests run."""
         spec = self.spec
-        if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
+        if isinstance(steps, bool) or not isinstance(steps, int | np.integer) or not 1 <= steps <= MAX_STEPS:
             raise DataError(f"steps must be a whole number from 1 to {MAX_STEPS}, got {steps!r}")
         if list(spec.features) != [spec.target] or spec.horizon != 1:
             raise DataError(
@@ -272,16 +280,15 @@ class Forecaster:
                 f"horizon is 1; this one reads {', '.join(spec.features)} and forecasts {spec.target!r} "
                 f"{spec.horizon} ahead")
         need = spec.rows_needed
-        target = table.columns[spec.target]
-        if len(table) < need:
-            raise DataError(f"too few rows in {table.path}: {len(table)} row(s), but window "
+        target = np.asarray(history, dtype=np.float64)
+        if len(target) < need:
+            raise DataError(f"too few rows in {what}: {len(target)} row(s), but window "
                             f"{spec.window} needs at least {need}")
         hist = np.empty(need + steps)          # raw levels, each forecast appended
         hist[:need] = target[-need:]
         for k in range(steps):
             rows = hist[k:k + need, None][None]
             hist[need + k] = self.predict_windows(rows)[0]
-        return np.arange(len(table), len(table) + steps), hist[need:].copy()
-
+        return hist[need:].copy()
 
 __all__ = ["CHUNK", "MAX_STEPS", "SPEC_FORMAT", "SPEC_KEY", "ForecastSpec", "Forecaster"]
