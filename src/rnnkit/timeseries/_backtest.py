@@ -256,6 +256,25 @@ class Backtest:
                 f"{best.name} baseline beats it, MASE {b:.4g}, {100 * (m - b) / m:.1f}% lower")
 
 
+def check_length(n: int, *, horizon: int, windows: int, season: int | None = None, step: int | None = None,
+                 name: str = "the series", min_history: int = 2) -> np.ndarray:
+    """The origins of a backtest of ``n`` rows, after checking the first has
+    ``max(min_history, 2 * season, season + 1)`` rows of history (DataError naming the series
+    and the rule otherwise)."""
+    for what, v in (("horizon", horizon), ("windows", windows)):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+            raise DataError(f"{name}: {what} must be a whole number >= 1, got {v!r}")
+    orig = origins(n, horizon, windows, step)
+    need = max(min_history, 2 * season if season else 2, (season or 1) + 1)
+    if orig[0] < need:
+        raise DataError(
+            f"{name}: too short for {windows} backtest window(s) of horizon {horizon}"
+            + (f" every {step} rows" if step is not None else "")
+            + f": the first origin is row {int(orig[0])}, but it needs at least {need} rows of history"
+            + (f" (two seasons of {season})" if season else "") + f"; the series has {n} rows")
+    return orig
+
+
 def backtest(values: np.ndarray, methods: dict[str, Method], *, horizon: int, windows: int,
              season: int | None = None, step: int | None = None, name: str = "the series",
              min_history: int = 2) -> Backtest:
@@ -266,19 +285,11 @@ def backtest(values: np.ndarray, methods: dict[str, Method], *, horizon: int, wi
     y = np.asarray(values, dtype=np.float64)
     if y.ndim != 1:
         raise DataError(f"{name}: expected one series (rows,), got shape {y.shape}")
-    for what, v in (("horizon", horizon), ("windows", windows)):
-        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
-            raise DataError(f"{name}: {what} must be a whole number >= 1, got {v!r}")
     if not np.isfinite(y).all():
-        raise DataError(f"{name}: the series holds non-finite values (row {int(np.flatnonzero(~np.isfinite(y))[0])})")
-    orig = origins(len(y), horizon, windows, step)
-    need = max(min_history, 2 * season if season else 2, (season or 1) + 1)
-    if orig[0] < need:
-        raise DataError(
-            f"{name}: too short for {windows} backtest window(s) of horizon {horizon}"
-            + (f" every {step} rows" if step is not None else "")
-            + f": the first origin is row {int(orig[0])}, but it needs at least {need} rows of history"
-            + (f" (two seasons of {season})" if season else "") + f"; the series has {len(y)} rows")
+        bad = int(np.flatnonzero(~np.isfinite(y))[0])
+        raise DataError(f"{name}: the series holds non-finite values (row {bad}); expected finite values")
+    orig = check_length(len(y), horizon=horizon, windows=windows, season=season, step=step, name=name,
+                        min_history=min_history)
     actual = np.stack([y[o:o + horizon] for o in orig])
     scales = np.array([mase_scale(y[:o], season, name=name) for o in orig])
     scores = []
@@ -305,5 +316,6 @@ def backtest(values: np.ndarray, methods: dict[str, Method], *, horizon: int, wi
 
 
 __all__ = ["METRICS", "Backtest", "Method", "Score", "ar_order", "autoregressive", "backtest", "baselines",
+           "check_length",
            "detect_season", "drift", "mase", "mase_scale", "mean", "naive", "origins", "seasonal_naive",
            "smape"]
