@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from rnnkit.io import DeepAR
-from rnnkit.timeseries._deepar import mase
+from rnnkit.timeseries._backtest import mase
 from rnnkit.timeseries._panel import Panel, read_panel
 
 PANELS = (("panel_aus_arrivals_q.csv", 8), ("panel_aus_accommodation_q.csv", 8),

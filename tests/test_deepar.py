@@ -15,11 +15,11 @@ import pytest
 from rnnkit import InvalidInputError
 from rnnkit.io import DeepAR
 from rnnkit.timeseries import DataError
+from rnnkit.timeseries._backtest import mase
 from rnnkit.timeseries._deepar import (
     DeepARSpec,
     Stepper,
     fit_spec,
-    mase,
     sample_paths,
     scale_of,
     training_windows,

@@ -77,6 +77,9 @@ def test_python_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
                 f"{page.name}: python block {k} failed: {type(e).__name__}: {e}\n{code}"
             ) from e
     capsys.readouterr()
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert not left, (f"{page.name} writes {left} into the reader's current directory; "
+                      f"its examples should write into a temporary directory")
 
 
 def paste_error(code: str) -> str | None:

@@ -101,6 +101,16 @@ def write_chunks(output: str | os.PathLike[str] | None, chunks: Iterable[str]) -
     return count
 
 
+def history_csv(history: dict[str, list[float]]) -> str:
+    keys = sorted(history)
+    n = max((len(v) for v in history.values()), default=0)
+    lines = [",".join(["epoch", *keys])]
+    for e in range(n):
+        vals = [f"{history[k][e]:.8g}" if e < len(history[k]) else "" for k in keys]
+        lines.append(",".join([str(e + 1), *vals]))
+    return "\n".join(lines) + "\n"
+
+
 def metrics_table(rows: list[tuple[str, float, float]], title: str) -> str:
     """A fixed-width table: one row per model, columns RMSE and MAE (data units)."""
     width = max(len(r[0]) for r in rows)

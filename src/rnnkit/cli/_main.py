@@ -118,6 +118,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--season", type=_nonneg, default=None, metavar="ROWS",
                    help="rows per season for the seasonal-naive baseline, 0 = none (default: from "
                         "the dates: 24 hourly, 7 daily, 52 weekly, 12 monthly, 4 quarterly)")
+    # backtest and preprocessing choice (rnnkit.cli._backtest)
+    t.add_argument("--backtest-windows", type=_nonneg, default=0, metavar="K",
+                   help="rank the network among the baselines (naive, mean, drift, AR(p), seasonal "
+                        "naive) by MASE, sMAPE, RMSE and MAE on the last K windows of --horizon steps, "
+                        "rolling origin; the network then trains on the rows before them and "
+                        "forecasts one step at a time (default 0: one validation split)")
+    t.add_argument("--preprocess", choices=("none", "auto"), default="none",
+                   help="auto (with --backtest-windows): difference when the KPSS test rejects level "
+                        "stationarity and not for the differences; the choice and its reason are "
+                        "printed and stored with the model (default none)")
     t.add_argument("--seed", type=_nonneg, default=0, help="seeds the weights and the shuffling (default 0)")
     t.add_argument("--out", default="rnnkit_out", metavar="DIR",
                    help="output directory for the model, checkpoint, history, metrics and pictures "
@@ -147,6 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="what to do with empty fields: the model's own policy (the one it was "
                          "trained with); only a model file that does not store one takes another "
                          "(default there: error, naming the rows)")
+    # the backtest's winner (rnnkit.cli._backtest)
+    pr.add_argument("--model", dest="use", choices=("network", "best"), default="network",
+                    help="best: forecast the --steps (default: the backtest horizon) after the data "
+                         "with the backtest's winner stored in the model file, the network or a "
+                         "baseline refitted on the data (default network)")
     # -- probabilistic forecasts of a DeepAR model file: rnnkit.cli._predict.predict_panel
     pr.add_argument("--quantiles", default=None, metavar="Q,Q,...",
                     help="a DeepAR model's quantiles to write (default 0.1,0.5,0.9)")

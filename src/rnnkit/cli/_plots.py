@@ -1,4 +1,4 @@
-"""The two pictures of the command line, drawn with matplotlib's Agg canvas (no display, no
+"""The pictures of the command line, drawn with matplotlib's Agg canvas (no display, no
 pyplot state). matplotlib is imported only here, only when a picture is drawn; it is the
 optional ``plot`` extra (``pip install "rnnkit[plot]"``)."""
 
@@ -125,6 +125,23 @@ def forecast_plot(x: np.ndarray, actual: np.ndarray, lines: dict[str, tuple[np.n
     return _save(forecast_figure(x, actual, lines, **kwargs), Path(path))
 
 
+def backtest_plot(bt: Any, path: str | os.PathLike[str], *, title: str) -> Path:
+    """MASE per horizon step of every forecaster of a :class:`rnnkit.timeseries.Backtest`, the
+    ranking's order in the legend, written to ``path`` as PNG (atomically)."""
+    fig = _figure(7.0, 4.2)
+    ax = fig.add_subplot(1, 1, 1)
+    steps = np.arange(1, bt.actual.shape[1] + 1)
+    for s in bt.ranking():
+        ax.plot(steps, s.per_step["mase"], "o-", ms=3, label=f"{s.name} (MASE {s.overall['mase']:.3g})")
+    ax.set_xlabel("horizon step")
+    ax.set_ylabel("MASE (mean over the backtest windows)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, Path(path))
+
+
 def remove_pictures(folder: Path) -> list[Path]:
     """Delete ``loss.png`` / ``forecast.png`` an earlier run left in ``folder`` (so the folder
     never shows pictures of another model); returns what was removed."""
@@ -137,7 +154,7 @@ def remove_pictures(folder: Path) -> list[Path]:
     return gone
 
 
-PICTURES = ("loss.png", "forecast.png")
+PICTURES = ("loss.png", "forecast.png", "backtest.png")
 
 
 def fan_chart(history: list[tuple[str, np.ndarray, np.ndarray]], index: np.ndarray, median: np.ndarray,

@@ -11,6 +11,10 @@ predict, one step (default)
     ``horizon`` rows after the window's last row; CSV columns ``<index>,prediction,actual``
     (``actual`` is empty where the file has no such row). The last window's forecast lies past
     the end of the file.
+predict ``--model best`` (after ``rnnkit train --backtest-windows``)
+    the ``--steps`` rows past the end (default: the backtest horizon) forecast by the winner of
+    the backtest stored in the model file: the network (recursively) or a baseline refitted on
+    the file's target column. CSV columns ``<index>,prediction``.
 predict ``--steps K`` (recursive)
     from the last window, forecast the next row, append it to the window, repeat K times;
     needs a model whose only feature is its target and whose horizon is 1. CSV columns
@@ -37,6 +41,7 @@ import numpy as np
 
 from rnnkit._numbers import check_int
 from rnnkit._safetensors import read_safetensors
+from rnnkit.cli._backtest import EXTRA_KEY, best_path
 from rnnkit.cli._common import CliError, check_output_file, data_path, write_chunks
 from rnnkit.cli._model import describe_spec
 from rnnkit.cli._plots import fan_chart, have_matplotlib
@@ -89,7 +94,14 @@ def predict_command(args: argparse.Namespace) -> int:
     args.data = data_path(args.data)
     forecaster = load_forecaster(args.model)
     table = forecaster.read_csv(args.data, missing=args.missing)
-    if args.steps is None:
+    if getattr(args, "use", "network") == "best":    # the backtest's winner: rnnkit.cli._backtest
+        info = forecaster.spec.extra.get(EXTRA_KEY)
+        stored = int(info.get("horizon", 1)) if isinstance(info, dict) else 1
+        steps = args.steps if args.steps is not None else stored
+        name, pred = best_path(forecaster, table.columns[forecaster.spec.target], steps)
+        print(f"forecasting with the backtest's best: {name}", file=sys.stderr)
+        chunks = _rows(table, np.arange(len(table), len(table) + steps), pred, None)
+    elif args.steps is None:
         pos, pred = forecaster.one_step(table)
         actual = table.columns.get(forecaster.spec.target)
         chunks = _rows(table, pos, pred, actual if actual is not None else np.full(len(table), np.nan))

@@ -22,11 +22,13 @@ from typing import Any, Literal
 
 import numpy as np
 
+from rnnkit.cli._backtest import train_backtest
 from rnnkit.cli._common import (
     CliError,
     compile_status,
     data_path,
     ensure_dir,
+    history_csv,
     metrics_table,
     write_text_atomic,
 )
@@ -36,7 +38,7 @@ from rnnkit.cli._prepare import Comparison, compare, predict_blocks, prepare
 from rnnkit.distributed import MPI, DistributedError
 from rnnkit.io import DeepAR, save_forecaster
 from rnnkit.timeseries import WindowArrays, read_csv, season_of
-from rnnkit.timeseries._deepar import mase
+from rnnkit.timeseries._backtest import mase
 from rnnkit.timeseries._panel import read_panel
 
 
@@ -51,16 +53,6 @@ def parse_columns(text: str | None, target: str) -> list[str]:
     if dup:
         raise CliError(f"--features: column(s) named twice: {', '.join(dup)}")
     return cols
-
-
-def history_csv(history: dict[str, list[float]]) -> str:
-    keys = sorted(history)
-    n = max((len(v) for v in history.values()), default=0)
-    lines = [",".join(["epoch", *keys])]
-    for e in range(n):
-        vals = [f"{history[k][e]:.8g}" if e < len(history[k]) else "" for k in keys]
-        lines.append(",".join([str(e + 1), *vals]))
-    return "\n".join(lines) + "\n"
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -97,6 +89,14 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
     rows, index_name, notes = len(table), table.index_name, table.notes
     index: np.ndarray | None = table.index
     season = season_of(table.index, table.index_kind) if args.season is None else (args.season or None)
+    # --backtest-windows / --preprocess: rnnkit.cli._backtest
+    if getattr(args, "backtest_windows", 0):
+        calendar = season_of(table.index, table.index_kind)
+        del table
+        return train_backtest(args, features, y_raw, calendar, index_name, notes, rows)
+    if getattr(args, "preprocess", "none") == "auto":
+        raise CliError("--preprocess auto chooses on the training rows of a backtest; give "
+                       "--backtest-windows K too")
     del table
     plots = not args.no_plots and root and have_matplotlib()
     if not plots:

@@ -308,16 +308,5 @@ def _future_covariates(spec: DeepARSpec, future: Panel | None, sid: str, dates: 
     return c[:len(dates)]
 
 
-def mase(actual: np.ndarray, forecast: np.ndarray, history: np.ndarray, season: int | None) -> float:
-    """Mean absolute scaled error: the forecast's MAE over the in-sample MAE of the seasonal-naive
-    forecast of ``history`` (naive without a season), as the M4 competition scores it."""
-    m = season or 1
-    if len(history) <= m:
-        raise DataError(f"MASE needs more than {m} history row(s), got {len(history)}")
-    denom = float(np.mean(np.abs(history[m:] - history[:-m])))
-    num = float(np.mean(np.abs(np.asarray(actual) - np.asarray(forecast))))
-    return num / denom if denom > 0 else float("inf")
-
-
-__all__ = ["DEEPAR_FORMAT", "DEEPAR_KEY", "DeepARSpec", "Forecast", "Stepper", "fit_spec", "mase",
+__all__ = ["DEEPAR_FORMAT", "DEEPAR_KEY", "DeepARSpec", "Forecast", "Stepper", "fit_spec",
            "sample_paths", "scale_of", "training_windows"]

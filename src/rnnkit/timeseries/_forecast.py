@@ -264,6 +264,14 @@ class Forecaster:
         window, forecast the next row, append it to the window, repeat. Needs a model whose
         only feature is its target and whose horizon is 1, and 1 <= ``steps`` <=
         :data:`MAX_STEPS`."""
+        path = self.path(table.columns.get(self.spec.target, np.empty(0)), steps, what=table.path)
+        return np.arange(len(table), len(table) + steps), path
+
+    def path(self, history: np.ndarray, steps: int, *, what: str = "the data") -> np.ndarray:
+        """The ``steps`` values after ``history`` (raw levels of the target, oldest first): from
+        its last window, forecast the next value, append it to the window, repeat. Needs a model
+        whose only feature is its target and whose horizon is 1, and 1 <= ``steps`` <=
+        :data:`MAX_STEPS`. The one recursion :meth:`recursive` and backtests run."""
         spec = self.spec
         steps = check_int(steps, "steps", "Forecaster.recursive", lo=1, hi=MAX_STEPS, error=DataError)
         if list(spec.features) != [spec.target] or spec.horizon != 1:
@@ -272,16 +280,15 @@ class Forecaster:
                 f"horizon is 1; this one reads {', '.join(spec.features)} and forecasts {spec.target!r} "
                 f"{spec.horizon} ahead")
         need = spec.rows_needed
-        target = table.columns[spec.target]
-        if len(table) < need:
-            raise DataError(f"too few rows in {table.path}: {len(table)} row(s), but window "
+        target = np.asarray(history, dtype=np.float64)
+        if len(target) < need:
+            raise DataError(f"too few rows in {what}: {len(target)} row(s), but window "
                             f"{spec.window} needs at least {need}")
         hist = np.empty(need + steps)          # raw levels, each forecast appended
         hist[:need] = target[-need:]
         for k in range(steps):
             rows = hist[k:k + need, None][None]
             hist[need + k] = self.predict_windows(rows)[0]
-        return np.arange(len(table), len(table) + steps), hist[need:].copy()
-
+        return hist[need:].copy()
 
 __all__ = ["CHUNK", "MAX_STEPS", "SPEC_FORMAT", "SPEC_KEY", "ForecastSpec", "Forecaster"]
