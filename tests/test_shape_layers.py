@@ -553,11 +553,13 @@ def test_lambda_is_never_written_to_a_file_nor_read_from_one(tmp_path: Path) -> 
 
 
 def test_lambda_masks_as_keras() -> None:
-    """mask=None: a masked input is refused (typed, naming the layer); a mask function gives the
-    output's mask."""
-    plain = rk.Sequential([rk.Masking(0.0), rk.Lambda(_lam, name="plain")], input_shape=(None, 4, 2))
+    """mask=None: a masked input is refused (typed, naming the layer) when the model is built,
+    and by the layer itself when a mask reaches it; a mask function gives the output's mask."""
     with pytest.raises(rk.InvalidInputError, match="plain.*masked input"):
-        plain.predict(np.ones((1, 4, 2), "float32"))
+        rk.Sequential([rk.Masking(0.0), rk.Lambda(_lam, name="plain")], input_shape=(None, 4, 2))
+    lone = rk.Lambda(_lam, name="lone")
+    with pytest.raises(rk.InvalidInputError, match="lone.*mask"):
+        lone.compute_mask(np.ones((1, 4, 2), "float32"), rk.Mask(np.ones((1, 4), bool)))
     first_half = rk.Lambda(_lam, mask=lambda x, m: m & (np.arange(m.shape[1]) < 2))
     x = np.ones((2, 4, 2), "float32")
     got = first_half.compute_mask(x, rk.Mask(np.array([[1, 1, 1, 0], [0, 1, 1, 1]], bool)))
@@ -569,10 +571,13 @@ def test_lambda_masks_as_keras() -> None:
                          ids=lambda lay: lay.name)
 def test_layers_that_refuse_a_mask(layer: Any) -> None:
     """Keras' Flatten, Reshape and Permute support no mask (Keras drops it): rnnkit refuses a
-    masked input, typed, naming the layer."""
-    model = rk.Sequential([rk.Masking(0.0), layer], input_shape=(None, 4, 2))
+    masked input, typed, naming the layer: when the model is built, and when a mask reaches the
+    layer itself."""
     with pytest.raises(rk.InvalidInputError, match=f"{layer.name}.*masked input"):
-        model.predict(np.ones((1, 4, 2), "float32"))
+        rk.Sequential([rk.Masking(0.0), layer], input_shape=(None, 4, 2))
+    layer.build(rk.Shape((None, 4, 2)))
+    with pytest.raises(rk.InvalidInputError, match=f"{layer.name}.*mask"):
+        layer.compute_mask(np.ones((1, 4, 2), "float32"), rk.Mask(np.ones((1, 4), bool)))
 
 
 def test_dot_consumes_the_masks() -> None:
