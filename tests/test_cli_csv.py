@@ -122,16 +122,25 @@ class _Tty(io.StringIO):
 def test_compile_status_says_it_is_alive() -> None:
     import time
 
+    def until_polled(clock: _Clock) -> None:
+        """Wait until the watcher has read the clock past its last compile (however loaded the
+        machine: the polls, not the wall time, decide what is written)."""
+        deadline = time.monotonic() + 60
+        while clock.calls <= clock.until + 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+
     log = io.StringIO()
-    with compile_status(log, poll=0.01, line_every=0.0, quiet_after=0.05, seconds=_Clock(30)):
-        time.sleep(0.6)
+    clock = _Clock(30)
+    with compile_status(log, poll=0.01, line_every=0.0, quiet_after=1e9, seconds=clock):
+        until_polled(clock)
     lines = log.getvalue().splitlines()
     assert lines[0].startswith("rnnkit: compiling the kernels for this machine (first run only, about ")
     assert lines[0].endswith(" s") and len(lines) >= 10            # one line per poll here
     assert lines[-1] == "rnnkit: kernels compiled in 1.5 s; later runs load them from the cache"
     tty = _Tty()
-    with compile_status(tty, poll=0.01, quiet_after=0.05, seconds=_Clock(30)):
-        time.sleep(0.6)
+    clock = _Clock(30)
+    with compile_status(tty, poll=0.01, quiet_after=1e9, seconds=clock):
+        until_polled(clock)
     text = tty.getvalue()
     assert text.count("\r\x1b[Krnnkit: compiling") >= 10 and text.count("\n") == 1   # rewritten in place
     quiet = io.StringIO()
