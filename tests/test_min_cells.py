@@ -12,7 +12,7 @@ import pytest
 
 import rnnkit as rk
 from harness import check_layer
-from rnnkit.recurrent._walker import reference_walk, reference_walk_back
+from rnnkit.recurrent._walker import reference_walk, reference_walk_back, walk_back
 
 LAYERS = [rk.MinGRU, rk.MinLSTM]
 F, H = 3, 5
@@ -69,7 +69,8 @@ def test_parallel_backward_equals_step_backward(cls: Any) -> None:
     layer.forward([x, h0], ctx)
     cache = ctx.peek(layer).walk
     G, dfin = rng.standard_normal((4, 9, H)), rng.standard_normal((4, H))
-    got = layer._time_walk_back(cache, G, True, (dfin,), True)
+    assert cache.form == "sequence"                        # a masked pass of T > 1: the parallel form
+    got = walk_back(layer.cell, layer._weights, cache, G, True, (dfin,), True)
     ref = reference_walk_back(layer.cell, layer._weights, cache, G, True, (dfin,), True)
     assert np.abs(got[0] - ref[0]).max() < 1e-12
     for name in ("kernel", "bias"):
