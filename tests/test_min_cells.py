@@ -115,7 +115,8 @@ def test_any_layer_over_the_cell_gets_the_masked_parallel_form(cls: Any) -> None
     cache = ctx.peek(plain).walk
     assert cache.form == "sequence"
     x_tm = np.ascontiguousarray(x.transpose(1, 0, 2))
-    seq, _, _ = reference_walk(plain.cell, plain._weights, x_tm, None, False, True, np.ascontiguousarray(mask.T))
+    m_tm = np.ascontiguousarray(mask.T)
+    seq, _, _ = reference_walk(plain.cell, plain._weights, x_tm, None, False, True, m_tm)
     assert np.abs(y - seq.transpose(1, 0, 2)).max() < 1e-12
     one, _, one_cache = walk(plain.cell, plain._weights, x_tm[:1], None, True, True)
     assert one_cache is not None and one_cache.form == "step"       # one step: the step form

@@ -562,8 +562,8 @@ def check_cell(cell: Cell, *, input_dim: int = 3, batch: int = 3, steps: int = 5
         got = _cell_pass(cell, w, x_tm, init, G, d_final, "sequence")
         _compare(who, "parallel form", got, ref, rtol, errs)
         if cell.sequence_takes_mask:
-            _compare(who, "parallel form (masked)", _cell_pass(cell, w, x_tm, init, G, d_final, "sequence", mask),
-                     ref_m, rtol, errs)
+            got_m = _cell_pass(cell, w, x_tm, init, G, d_final, "sequence", mask)
+            _compare(who, "parallel form (masked)", got_m, ref_m, rtol, errs)
     return errs
 
 
