@@ -213,6 +213,18 @@ def test_negative_initial_state_is_refused(cls: Any) -> None:
         layer.step(_x()[:, 0], (h0,))
 
 
+@pytest.mark.parametrize("make", [lambda: rk.MinGRUCell(H), lambda: rk.StackedRNNCells([rk.MinLSTMCell(H)])],
+                         ids=["cell", "stacked"])
+def test_negative_initial_state_is_refused_by_any_layer_over_the_cell(make: Any) -> None:
+    """The cell's check_init runs in the walker: an RNN over the cell, or over a stack of it,
+    refuses a negative initial state as the MinGRU layer does."""
+    layer = rk.RNN(make(), return_state=True, dtype="float64", input_dim=F)
+    h0 = np.full((4, H), 0.5)
+    h0[1, 2] = -0.25
+    with pytest.raises(rk.InvalidInputError, match="initial state has 1 negative"):
+        layer.forward([_x(), h0], rk.Ctx.inference())
+
+
 def test_no_recurrent_dropout() -> None:
     with pytest.raises(rk.InvalidParameterError, match="recurrent_dropout"):
         rk.MinGRU(4, recurrent_dropout=0.2)
