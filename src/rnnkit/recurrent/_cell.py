@@ -25,6 +25,10 @@ What a cell declares:
   the units, initialiser, trained or not), in the order they are drawn from the seed.
 - :attr:`Cell.state_names` / :meth:`Cell.state_sizes` / :attr:`Cell.state_type` — its state.
 - :meth:`Cell.step` and :meth:`Cell.step_back`, side by side in the cell's file.
+- Optionally, a parallel form (:meth:`Cell.sequence_forward` / :meth:`Cell.sequence_backward`,
+  every step at once; with :attr:`Cell.sequence_takes_mask` also for a masked pass), which
+  the walker alone chooses for a pass, and :meth:`Cell.check_init`, which refuses an initial
+  state the recurrence cannot start from.
 - Optionally, the batched reductions (today's fast default): a cell that names an
   ``input_kernel`` lets the walker compute ``dW = X^T dinp`` and ``dx = dinp W^T`` as two GEMMs
   over all steps; one that names a ``recurrent_kernel`` ``U`` (S, N) lets it compute ``dU`` from
