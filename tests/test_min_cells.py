@@ -12,7 +12,8 @@ import pytest
 
 import rnnkit as rk
 from harness import check_layer
-from rnnkit.recurrent._walker import reference_walk, reference_walk_back
+from rnnkit.recurrent._walker import has_sequence_form, reference_walk, reference_walk_back, walk, walk_back
+from rnnkit.testing import check_cell
 
 LAYERS = [rk.MinGRU, rk.MinLSTM]
 F, H = 3, 5
@@ -69,12 +70,58 @@ def test_parallel_backward_equals_step_backward(cls: Any) -> None:
     layer.forward([x, h0], ctx)
     cache = ctx.peek(layer).walk
     G, dfin = rng.standard_normal((4, 9, H)), rng.standard_normal((4, H))
-    got = layer._time_walk_back(cache, G, True, (dfin,), True)
+    assert cache.form == "sequence"                        # a masked pass of T > 1: the parallel form
+    got = walk_back(layer.cell, layer._weights, cache, G, True, (dfin,), True)
     ref = reference_walk_back(layer.cell, layer._weights, cache, G, True, (dfin,), True)
     assert np.abs(got[0] - ref[0]).max() < 1e-12
     for name in ("kernel", "bias"):
         assert np.abs(got[1][name] - ref[1][name]).max() < 1e-12
     assert np.abs(got[2][0] - ref[2][0]).max() < 1e-12
+
+
+# -- the cell contract's parallel-form hook ----------------------------------------------------
+@pytest.mark.parametrize("cell_cls", [rk.MinGRUCell, rk.MinLSTMCell])
+@pytest.mark.parametrize("mode", ["fast", "reference"])
+def test_check_cell_passes_the_min_cells(cell_cls: Any, mode: str) -> None:
+    """rnnkit.testing.check_cell on the cells: the step backward against float64 central
+    differences, the parallel form (the compiled scan in "fast", the NumPy scan in "reference")
+    against the step form, with and without a mask. The initial state is >= 0 (the cells'
+    check_init refuses a negative one). rtol 1e-10: the scans differ from the step form by the
+    rounding of |A| <= 5 * ~4 in float64, ~1e-14 relative."""
+    if mode == "fast" and not rk.kernels.available():
+        pytest.skip("numba is not installed")
+    cell = cell_cls(4)
+    assert has_sequence_form(cell) and cell.sequence_takes_mask
+    init = (np.random.default_rng(3).uniform(0.5, 2.0, (3, 4)),)
+    with rk.kernels.use(mode):
+        errs = check_cell(cell, init=init)
+    assert {"parallel form:y", "parallel form:d_kernel", "parallel form:d_bias", "parallel form:d_init0",
+            "parallel form (masked):y", "parallel form (masked):dx", "gradcheck:d_init0"} <= set(errs)
+
+
+@pytest.mark.parametrize("cls", LAYERS)
+def test_any_layer_over_the_cell_gets_the_masked_parallel_form(cls: Any) -> None:
+    """The walker alone chooses the form: a plain RecurrentLayer over the cell runs the cell's
+    parallel form for a masked training pass of T > 1 (a cache of form "sequence"), with the
+    values of the step form walked by the reference walker (float64, rounding: 1e-12)."""
+    layer = _layer(cls, return_sequences=True)
+    plain = rk.RecurrentLayer(type(layer.cell)(H), return_sequences=True, dtype="float64")
+    plain.build(rk.Shape((None, None, F)))
+    plain.set_weights(**dict(layer.weights()))
+    x, rng = _x(), np.random.default_rng(8)
+    mask = rng.random((4, 9)) > 0.3
+    ctx = rk.Ctx.training().set_mask(mask)
+    y = plain.forward(x, ctx)
+    cache = ctx.peek(plain).walk
+    assert cache.form == "sequence"
+    x_tm = np.ascontiguousarray(x.transpose(1, 0, 2))
+    m_tm = np.ascontiguousarray(mask.T)
+    seq, _, _ = reference_walk(plain.cell, plain._weights, x_tm, None, False, True, m_tm)
+    assert np.abs(y - seq.transpose(1, 0, 2)).max() < 1e-12
+    one, _, one_cache = walk(plain.cell, plain._weights, x_tm[:1], None, True, True)
+    assert one_cache is not None and one_cache.form == "step"       # one step: the step form
+    ref1, _, _ = reference_walk(plain.cell, plain._weights, x_tm[:1], None, False, True)
+    assert np.abs(one - ref1).max() < 1e-12
 
 
 # -- gradients: finite differences, the harness -----------------------------------------------
@@ -166,6 +213,18 @@ def test_negative_initial_state_is_refused(cls: Any) -> None:
         layer.step(_x()[:, 0], (h0,))
 
 
+@pytest.mark.parametrize("make", [lambda: rk.MinGRUCell(H), lambda: rk.StackedRNNCells([rk.MinLSTMCell(H)])],
+                         ids=["cell", "stacked"])
+def test_negative_initial_state_is_refused_by_any_layer_over_the_cell(make: Any) -> None:
+    """The cell's check_init runs in the walker: an RNN over the cell, or over a stack of it,
+    refuses a negative initial state as the MinGRU layer does."""
+    layer = rk.RNN(make(), return_state=True, dtype="float64", input_dim=F)
+    h0 = np.full((4, H), 0.5)
+    h0[1, 2] = -0.25
+    with pytest.raises(rk.InvalidInputError, match="initial state has 1 negative"):
+        layer.forward([_x(), h0], rk.Ctx.inference())
+
+
 def test_no_recurrent_dropout() -> None:
     with pytest.raises(rk.InvalidParameterError, match="recurrent_dropout"):
         rk.MinGRU(4, recurrent_dropout=0.2)
@@ -191,7 +250,7 @@ def test_bidirectional_model_trains_saves_and_loads(cls: Any, tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("cls", LAYERS)
-def test_plain_recurrent_layer_over_the_cell_runs_the_step_form(cls: Any) -> None:
+def test_plain_recurrent_layer_over_the_cell_equals_the_layer(cls: Any) -> None:
     layer = _layer(cls, return_sequences=True)
     plain = rk.RecurrentLayer(type(layer.cell)(H), return_sequences=True, dtype="float64")
     plain.build(rk.Shape((None, None, F)))

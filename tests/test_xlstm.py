@@ -21,6 +21,7 @@ import pytest
 import rnnkit as rk
 from harness import check_layer
 from rnnkit.recurrent._xlstm import MLSTMCell, mlstm_chunkwise, mlstm_parallel, mlstm_parallel_back
+from rnnkit.testing import check_cell
 
 B, T, F = 3, 7, 5
 FORGETS = ["sigmoid", "exp"]
@@ -456,3 +457,15 @@ def test_serve_stream_steps_equal_predict(cls: type) -> None:
         y, states = plan.step(x[:, t0:t1], states)
         outs.append(y)
     assert _rel(np.concatenate(outs, 1), model.predict(x)) <= 1e-12
+
+
+@pytest.mark.parametrize("kw", [{}, {"forget_gate": "exp"}, {"qkv_blocksize": 2}],
+                         ids=["sigmoid", "exp", "qkv"])
+def test_check_cell_passes_the_mlstm_cell(kw: dict[str, Any]) -> None:
+    """rnnkit.testing.check_cell on MLSTMCell: its step backward against float64 central
+    differences (input, every state part, every weight; grad_rtol 1e-6, eps 1e-6: truncation
+    ~1e-12 and rounding ~1e-10 relative). The cell declares no parallel form on the contract's
+    hook (the layer's parallel and chunkwise forms are MLSTM's own), so only the step form is checked."""
+    errs = check_cell(rk.MLSTMCell(4, num_heads=2, **kw), input_dim=4)
+    assert {"gradcheck:dx", "gradcheck:d_kernel", "gradcheck:d_bias", "gradcheck:d_init1",
+            "gradcheck:d_init2", "gradcheck:d_init3"} <= set(errs)

@@ -447,7 +447,7 @@ def _cell_pass(cell: Cell, w: dict[str, np.ndarray], x_tm: np.ndarray, init: tup
     ``"compiled"`` (the compiled step) or ``"sequence"`` (the parallel form)."""
     cache: WalkCache | None
     if form == "sequence":
-        seq, final, cache = sequence_walk(cell, w, x_tm, init, True, True)
+        seq, final, cache = sequence_walk(cell, w, x_tm, init, True, True, mask)
         assert cache is not None
         dx, grads, d_init = sequence_walk_back(cell, w, cache, G, True, d_final)
     elif form == "reference":
@@ -489,13 +489,16 @@ def _compare(who: str, what: str, got: _Pass, want: _Pass, rtol: float, errs: di
 
 
 def check_cell(cell: Cell, *, input_dim: int = 3, batch: int = 3, steps: int = 5, seed: int = 0,
-               rtol: float = 1e-10, grad_rtol: float = 1e-6, eps: float = 1e-6) -> dict[str, float]:
+               rtol: float = 1e-10, grad_rtol: float = 1e-6, eps: float = 1e-6,
+               init: tuple[np.ndarray, ...] | None = None) -> dict[str, float]:
     """Check a cell's forms against each other in float64; return ``{check: error}``.
 
     Weights: the cell's initialisers (``seed``) plus standard normal noise times 0.3 (so zero
     biases are not zero); input ``x`` (``batch``, ``steps``, ``input_dim``), an initial state,
     the upstream gradient ``G`` of every step's output and the gradient of the final state parts:
-    standard normal. The loss is ``L = sum(y * G) + sum(final * d_final)``.
+    standard normal; ``init``, when given, is the initial state instead (one (``batch``, size)
+    array per part: for a cell whose :meth:`~rnnkit.Cell.check_init` refuses some states, such
+    as a min cell's negative ``h``). The loss is ``L = sum(y * G) + sum(final * d_final)``.
 
     1. **reference gradients** — the reference step's backward (:meth:`~rnnkit.Cell.step_back`
        walked by the reference walker) against central differences of its forward, for the
@@ -506,7 +509,8 @@ def check_cell(cell: Cell, *, input_dim: int = 3, batch: int = 3, steps: int = 5
        outputs, final states, dL/dx, dL/d(initial state) and every gradient equal the reference
        step's to ``rtol``, without and with a mask (row 0 of the batch one step short).
     3. **parallel form** — where the cell has one, the same comparison for
-       :meth:`~rnnkit.Cell.sequence_forward` / ``sequence_backward``.
+       :meth:`~rnnkit.Cell.sequence_forward` / ``sequence_backward``; also with the mask of 2.
+       for a cell whose parallel form takes one (:attr:`~rnnkit.Cell.sequence_takes_mask`).
 
     A failure raises ``AssertionError`` naming the form, the quantity and the error."""
     who = type(cell).__name__
@@ -517,7 +521,9 @@ def check_cell(cell: Cell, *, input_dim: int = 3, batch: int = 3, steps: int = 5
     for n in trainable:
         w[n] = w[n] + 0.3 * rng.standard_normal(w[n].shape)
     x_tm = rng.standard_normal((steps, batch, input_dim))
-    init = tuple(rng.standard_normal((batch, k)) for k in cell.state_sizes())
+    drawn = tuple(rng.standard_normal((batch, k)) for k in cell.state_sizes())
+    init = drawn if init is None else tuple(np.array(a, np.float64) for a in init)
+    cell.check_init(init, f"check_cell({who})")
     G = rng.standard_normal((batch, steps, cell.output_size))
     d_final = tuple(rng.standard_normal((batch, k)) for k in cell.state_sizes())
     errs: dict[str, float] = {}
@@ -543,18 +549,21 @@ def check_cell(cell: Cell, *, input_dim: int = 3, batch: int = 3, steps: int = 5
     # 2. the compiled step against the reference step
     with kernels.use("fast"):
         compiled = kernels.find_options(cell) is not None
+    mask = np.ones((steps, batch), bool)
+    mask[steps - 1, 0] = False
+    ref_m = _cell_pass(cell, w, x_tm, init, G, d_final, "reference", mask)
     if compiled:
         got = _cell_pass(cell, w, x_tm, init, G, d_final, "compiled")
         _compare(who, "compiled step", got, ref, rtol, errs)
-        mask = np.ones((steps, batch), bool)
-        mask[steps - 1, 0] = False
-        ref_m = _cell_pass(cell, w, x_tm, init, G, d_final, "reference", mask)
         _compare(who, "compiled step (masked)", _cell_pass(cell, w, x_tm, init, G, d_final, "compiled", mask),
                  ref_m, rtol, errs)
     # 3. the parallel form against the reference step
     if has_sequence_form(cell):
         got = _cell_pass(cell, w, x_tm, init, G, d_final, "sequence")
         _compare(who, "parallel form", got, ref, rtol, errs)
+        if cell.sequence_takes_mask:
+            got_m = _cell_pass(cell, w, x_tm, init, G, d_final, "sequence", mask)
+            _compare(who, "parallel form (masked)", got_m, ref_m, rtol, errs)
     return errs
 
 

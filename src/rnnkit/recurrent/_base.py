@@ -26,7 +26,7 @@ from rnnkit.recurrent._cell import Arrays, Cell
 from rnnkit.recurrent._infer import infer_array, infer_one_length, longest_first
 from rnnkit.recurrent._registry import cell_from_config, cell_to_config
 from rnnkit.recurrent._streaming import Streaming
-from rnnkit.recurrent._walker import PassCache, Walk, WalkCache, walk, walk_back
+from rnnkit.recurrent._walker import PassCache, walk, walk_back
 from rnnkit.recurrent._weights import RecurrentWeights
 
 
@@ -314,7 +314,7 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
             S = self.cell.state_sizes()[0]
             rdrop = (ctx.rng.random((B, S)) >= self.recurrent_dropout).astype(self.dtype)
             rdrop /= self.dtype.type(1.0 - self.recurrent_dropout)
-        seq, final, wc = self._time_walk(x_tm, parts, ctx.training_mode, keep_seq, m_tm, rdrop)
+        seq, final, wc = walk(self.cell, self._weights, x_tm, parts, ctx.training_mode, keep_seq, m_tm, rdrop)
         if order is not None:                     # back to the caller's order of the rows
             inv = np.argsort(order)
             seq = None if seq is None else seq.transpose(1, 0, 2)[inv].transpose(1, 0, 2)
@@ -340,17 +340,6 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
         if not (self.return_state or api != "layer"):   # the final state is not handed out
             return out, ()
         return out, tuple(np.array(f) for f in final)
-
-    def _time_walk(self, x_tm: np.ndarray, init: Arrays | None, record: bool, keep_seq: bool,
-              mask: np.ndarray | None = None, rdrop: np.ndarray | None = None) -> Walk:
-        """The walk of a pass, time-major (:func:`rnnkit.recurrent._walker.walk`, whose
-        arguments and results it takes); a layer with a whole-sequence form of its own runs it here."""
-        return walk(self.cell, self._weights, x_tm, init, record, keep_seq, mask, rdrop)
-
-    def _time_walk_back(self, cache: WalkCache, g: np.ndarray, full: bool, d_final: Arrays | None,
-                   need_dx: bool) -> tuple[np.ndarray | None, dict[str, np.ndarray], Arrays]:
-        """The backward of :meth:`_time_walk` (:func:`rnnkit.recurrent._walker.walk_back`)."""
-        return walk_back(self.cell, self._weights, cache, g, full, d_final, need_dx)
 
     def _order(self, mask: Any, B: int, T: int) -> tuple[np.ndarray | None, np.ndarray | None]:
         """(time index (T, B) of the input each processing step reads, or None for the plain
@@ -378,7 +367,7 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
             assert cache.walk.mask is not None
             g = g * cache.walk.mask.T[:, :, None]
         need_dx = cache.given or ctx.needs_input_grad(self)
-        dx_tm, grads, d_init = self._time_walk_back(cache.walk, g, full, d_final, need_dx)
+        dx_tm, grads, d_init = walk_back(self.cell, self._weights, cache.walk, g, full, d_final, need_dx)
         for name in self._trainable:
             ctx.give_grad(self, name, grads[name])   # (the walk's own arrays: kept, not copied)
         if dx_tm is None:   # nobody reads dL/dx (Ctx.skip_input_grad)

@@ -25,6 +25,10 @@ What a cell declares:
   the units, initialiser, trained or not), in the order they are drawn from the seed.
 - :attr:`Cell.state_names` / :meth:`Cell.state_sizes` / :attr:`Cell.state_type` — its state.
 - :meth:`Cell.step` and :meth:`Cell.step_back`, side by side in the cell's file.
+- Optionally, a parallel form (:meth:`Cell.sequence_forward` / :meth:`Cell.sequence_backward`,
+  every step at once; with :attr:`Cell.sequence_takes_mask` also for a masked pass), which
+  the walker alone chooses for a pass, and :meth:`Cell.check_init`, which refuses an initial
+  state the recurrence cannot start from.
 - Optionally, the batched reductions (today's fast default): a cell that names an
   ``input_kernel`` lets the walker compute ``dW = X^T dinp`` and ``dx = dinp W^T`` as two GEMMs
   over all steps; one that names a ``recurrent_kernel`` ``U`` (S, N) lets it compute ``dU`` from
@@ -217,6 +221,11 @@ class Cell:
     def check(self, where: str) -> None:
         """Raise InvalidParameterError when the cell cannot run inside a layer (optional)."""
 
+    def check_init(self, init: Arrays, where: str) -> None:
+        """Raise InvalidInputError when the given initial state parts ``init`` (each (B, size))
+        are outside the states the recurrence can start from (optional; default: any state).
+        The walker calls it on every given initial state, before either form runs."""
+
     # -- arithmetic --------------------------------------------------------------------------
     def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
              park: dict[str, np.ndarray] | None) -> Arrays:
@@ -238,12 +247,21 @@ class Cell:
     #: over time, for a recurrence whose gates do not read the state). They are optional: a cell
     #: that overrides both has a parallel form, and the walker (:func:`rnnkit.recurrent._walker.
     #: sequence_form`, the one place that chooses) runs it for a pass of two steps or more without
-    #: a mask and without recurrent dropout, training or inference, from zeros or a given
-    #: (``stateful``) state; every other pass (one step at a time: streaming, a cell called as a
-    #: Keras cell, a served step; a masked or padded batch; recurrent dropout) runs the step form.
+    #: a mask (unless :attr:`sequence_takes_mask`) and without recurrent dropout, training or
+    #: inference, from zeros or a given (``stateful``) state; every other pass (one step at a
+    #: time: streaming, a cell called as a Keras cell, a served step; a masked or padded batch of
+    #: a cell whose parallel form takes no mask; recurrent dropout) runs the step form.
     #: Both forms must compute the same numbers (to rounding): check it with
     #: :func:`rnnkit.testing.check_cell`. The form counts only for the class that overrides
     #: ``sequence_forward`` and its subclasses that keep its ``step`` and ``step_back``.
+
+    #: whether the parallel form also computes a masked pass: then ``sequence_forward`` and
+    #: ``sequence_backward`` get the keyword ``mask`` (T, B) bool, processing order, True for a
+    #: real step, whenever the pass has one. A masked step carries every state part over
+    #: unchanged (the state leaving it is the state entering it, as in the step walk); its
+    #: backward passes the gradient straight through and contributes nothing to any parameter
+    #: or input (``d_inp`` zero at that row).
+    sequence_takes_mask: ClassVar[bool] = False
 
     def sequence_forward(self, w: Mapping[str, np.ndarray], inp: np.ndarray, init: Arrays,
                          park: dict[str, np.ndarray] | None) -> Arrays:
@@ -252,7 +270,8 @@ class Cell:
         ``inp`` (T, B, N) holds every step's input ``inp_s`` (as :meth:`step` receives it, in
         processing order); ``init`` the state parts entering step 0, each (B, size); ``park`` a
         dict to fill with whatever :meth:`sequence_backward` needs (training) or None
-        (inference). Never called on a cell that does not override it."""
+        (inference); ``mask`` (keyword, only for a cell with :attr:`sequence_takes_mask` in a
+        masked pass) the real steps. Never called on a cell that does not override it."""
         raise NotImplementedError(f"{type(self).__name__}.sequence_forward")
 
     def sequence_backward(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None,
@@ -261,8 +280,8 @@ class Cell:
         the gradient that reaches the part leaving step ``s`` from OUTSIDE the recurrence (the
         layer's output gradient at each step, the final state's gradient at step T-1); what flows
         back through later steps is this method's to add. ``inp`` is ``x`` (T, B, F) for a cell
-        without an input kernel, else None; ``init`` / ``states`` / ``park`` are what
-        :meth:`sequence_forward` was given, returned and parked."""
+        without an input kernel, else None; ``init`` / ``states`` / ``park`` (and ``mask``) are
+        what :meth:`sequence_forward` was given, returned and parked."""
         raise NotImplementedError(f"{type(self).__name__}.sequence_backward")
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from rnnkit._mask import Mask
 from rnnkit.kernels._threads import swap01
-from rnnkit.recurrent._walker import infer
+from rnnkit.recurrent._walker import infer, walk
 
 
 def infer_array(layer: Any, x: np.ndarray) -> np.ndarray:
@@ -63,7 +63,7 @@ def _infer(layer: Any, arr: np.ndarray) -> np.ndarray:
     got = infer(layer.cell, layer._weights, x_tm, keep_seq)
     if got is not None:
         return got
-    seq, final, _ = layer._time_walk(x_tm, None, False, keep_seq)
+    seq, final, _ = walk(layer.cell, layer._weights, x_tm, None, False, keep_seq)
     if not keep_seq:
         return np.array(final[layer.cell.output_part])
     assert seq is not None

@@ -17,27 +17,15 @@ paper's log-space form: log f' = -softplus(u), log i' = -softplus(-u)), and
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
 from rnnkit._initializers import glorot_uniform
-from rnnkit.recurrent._cell import Arrays, Cell, Param, StepBack
-from rnnkit.recurrent._min_scan import (
-    compiled,
-    g,
-    g_grad,
-    mask_u8,
-    project,
-    reduce,
-    scan_backward,
-    scan_forward,
-    sigmoid,
-    softplus,
-)
+from rnnkit.recurrent._cell import Arrays, Param, StepBack
+from rnnkit.recurrent._min_scan import MinCell, g, g_grad, sigmoid, softplus
 
 
-class MinLSTMCell(Cell):
+class MinLSTMCell(MinCell):
     """``MinLSTMCell(units)``: one step of minLSTM (module docstring), Keras' weight convention.
 
     Weights: ``kernel`` (F, 3H), column blocks ``[f | i | h~]``, Glorot-uniform with the fan of
@@ -46,13 +34,9 @@ class MinLSTMCell(Cell):
     """
 
     name = "MinLSTM"
-    input_kernel = "kernel"      # the walker projects x @ kernel; the step adds the (3H,) bias
-
-    def __init__(self, units: int) -> None:
-        super().__init__(units)
-
-    def get_config(self) -> dict[str, Any]:
-        return {"units": self.units}
+    scan_kind = 1
+    sequence_forward = MinCell.parallel_forward      # the parallel form, beside this step
+    sequence_backward = MinCell.parallel_backward
 
     def params(self, input_dim: int) -> list[Param]:
         H = self.units
@@ -81,40 +65,11 @@ class MinLSTMCell(Cell):
         dk = np.concatenate([-du * (1 - f), du * (1 - i), dh * zi * g_grad(kh)], axis=1)
         return StepBack(d_prev=(dh * (1 - zi),), d_inp=dk, params={"bias": dk.sum(axis=0)})
 
+    def logit(self, k: np.ndarray) -> np.ndarray:
+        """``u = softplus(-k_f) - softplus(-k_i)`` = log(i / f)."""
+        H = self.units
+        return softplus(-k[:, :, :H]) - softplus(-k[:, :, H:2 * H])
 
-def _logit(k: np.ndarray, H: int) -> np.ndarray:
-    """``u = softplus(-k_f) - softplus(-k_i)`` = log(i / f)."""
-    return softplus(-k[:, :, :H]) - softplus(-k[:, :, H:2 * H])
-
-
-def parallel_forward(w: Mapping[str, np.ndarray], x_tm: np.ndarray, h0: np.ndarray,
-                     mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The whole sequence at once: ``x_tm`` (T, B, F), ``h0`` (B, H) >= 0, ``mask`` (T, B) or
-    None. Returns (the states (T+1, B, H), row 0 = h0; ``k`` (T, B, 3H), what
-    :meth:`MinLSTMCell.step` parks at each step)."""
-    k = project(w, x_tm)
-    H = k.shape[2] // 3
-    kern = compiled()
-    if kern is not None:
-        hist = np.empty((k.shape[0] + 1, k.shape[1], H), k.dtype)
-        kern.scan_forward(k, 1, np.ascontiguousarray(h0, k.dtype), mask_u8(mask), hist)
-        return hist, k
-    return scan_forward(_logit(k, H), k[:, :, 2 * H:], h0, mask), k
-
-
-def parallel_backward(w: Mapping[str, np.ndarray], x_tm: np.ndarray, hist: np.ndarray, k: np.ndarray,
-                      dh: np.ndarray, mask: np.ndarray | None = None, need_dx: bool = True
-                      ) -> tuple[np.ndarray | None, dict[str, np.ndarray], np.ndarray]:
-    """The gradients of :func:`parallel_forward` from ``dh`` (T, B, H), the gradient reaching
-    each step's state from outside the recurrence: (dL/dx_tm or None, {kernel, bias}, dL/dh0)."""
-    H = k.shape[2] // 3
-    kern = compiled()
-    if kern is not None:
-        dk, dh0 = np.empty_like(k), np.empty((k.shape[1], H), k.dtype)
-        kern.scan_backward(k, 1, hist, np.ascontiguousarray(dh), mask_u8(mask), dk, dh0)
-        dx, grads = reduce(w, x_tm, dk, need_dx)
-        return dx, grads, dh0
-    du, dv, dh0 = scan_backward(_logit(k, H), k[:, :, 2 * H:], hist, dh, mask)
-    dk = np.concatenate([-du * sigmoid(-k[:, :, :H]), du * sigmoid(-k[:, :, H:2 * H]), dv], axis=2)
-    dx, grads = reduce(w, x_tm, dk, need_dx)
-    return dx, grads, dh0
+    def dk(self, k: np.ndarray, du: np.ndarray, dv: np.ndarray) -> np.ndarray:
+        H = self.units                                  # du/dk_f = -sigmoid(-k_f), du/dk_i = sigmoid(-k_i)
+        return np.concatenate([-du * sigmoid(-k[:, :, :H]), du * sigmoid(-k[:, :, H:2 * H]), dv], axis=2)

@@ -29,18 +29,22 @@ reverse sweep over the steps (``G`` = dL/dh_t in total)::
     dv_t  = G_t * z_t * g'(v_t),  g'(x) = 1 (x >= 0), sigmoid(x) (1 - sigmoid(x)) (x < 0)
     dh_0  = a_1 * G_1
 
-Arrays are time-major (T, B, ·), in processing order, as the walker's.
+Arrays are time-major (T, B, ·), in processing order, as the walker's. :class:`MinCell` puts
+this parallel form on the cell contract's hook (``sequence_forward`` / ``sequence_backward``,
+masks included), where the walker alone chooses it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from types import ModuleType
+from typing import Any, ClassVar
 
 import numpy as np
 
 from rnnkit import kernels
 from rnnkit._errors import InvalidInputError
+from rnnkit.recurrent._cell import Arrays, Cell, SequenceBack
 
 
 def compiled() -> ModuleType | None:
@@ -95,25 +99,6 @@ def check_state(h0: np.ndarray, where: str) -> None:
             f"negative or non-finite entries (min {np.nanmin(h0)!r})")
 
 
-def project(w: Mapping[str, np.ndarray], x_tm: np.ndarray) -> np.ndarray:
-    """``k = x @ kernel + bias`` for every step, one GEMM: (T, B, k*H)."""
-    T, B, F = x_tm.shape
-    W = w["kernel"]
-    k = x_tm.reshape(T * B, F) @ W
-    k += w["bias"]
-    return k.reshape(T, B, W.shape[1])
-
-
-def reduce(w: Mapping[str, np.ndarray], x_tm: np.ndarray, dk: np.ndarray,
-           need_dx: bool) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
-    """From dL/dk (T, B, k*H): (dL/dx_tm or None without ``need_dx``, {kernel, bias gradients})."""
-    T, B, F = x_tm.shape
-    d2 = dk.reshape(T * B, dk.shape[2])
-    grads = {"kernel": x_tm.reshape(T * B, F).T @ d2, "bias": d2.sum(axis=0)}
-    dx = (d2 @ w["kernel"].T).reshape(T, B, F) if need_dx else None
-    return dx, grads
-
-
 def scan_forward(u: np.ndarray, v: np.ndarray, h0: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
     """The log-space scan (module docstring): ``u``, ``v`` (T, B, H), ``h0`` (B, H) >= 0,
     ``mask`` (T, B) or None. Returns the states (T+1, B, H): row 0 is ``h0``, row t+1 leaves step t."""
@@ -158,3 +143,72 @@ def scan_backward(u: np.ndarray, v: np.ndarray, hist: np.ndarray, dh: np.ndarray
         du = np.where(m, du, du.dtype.type(0.0))
         dv = np.where(m, dv, dv.dtype.type(0.0))
     return du, dv, dh0
+
+
+class MinCell(Cell):
+    """What :class:`~rnnkit.recurrent._min_gru.MinGRUCell` and
+    :class:`~rnnkit.recurrent._min_lstm.MinLSTMCell` share: the input kernel ``kernel`` (F, k*H)
+    (the walker projects ``x @ kernel``; the cell adds its (k*H,) ``bias``), the state ``h`` >= 0
+    (:meth:`check_init`), and the parallel form (the scan above, compiled in the ``"fast"``
+    kernel mode): :meth:`parallel_forward` / :meth:`parallel_backward`, masks included
+    (:attr:`~rnnkit.Cell.sequence_takes_mask`: a masked step is ``a = 1``, ``b = 0``). Both
+    forms park ``k = inp + bias`` (T, B, k*H), so either backward can follow either forward.
+    A subclass gives its step, :attr:`scan_kind`, :meth:`logit` and :meth:`dk`, and names the
+    parallel form its ``sequence_forward`` / ``sequence_backward`` in its own body, beside its
+    step (a parallel form counts only for the class that declares it with its step:
+    :func:`rnnkit.recurrent._walker.has_sequence_form`)."""
+
+    input_kernel = "kernel"
+    sequence_takes_mask = True
+    #: the compiled scan's ``kind`` (:mod:`rnnkit.kernels._min`): 0 minGRU, 1 minLSTM
+    scan_kind: ClassVar[int]
+
+    def __init__(self, units: int) -> None:
+        super().__init__(units)
+
+    def get_config(self) -> dict[str, Any]:
+        return {"units": self.units}
+
+    def check_init(self, init: Arrays, where: str) -> None:
+        check_state(init[0], where)
+
+    def logit(self, k: np.ndarray) -> np.ndarray:
+        """The gate logit ``u`` (T, B, H) from ``k`` (T, B, k*H)."""
+        raise NotImplementedError(f"{type(self).__name__}.logit")
+
+    def dk(self, k: np.ndarray, du: np.ndarray, dv: np.ndarray) -> np.ndarray:
+        """dL/dk (T, B, k*H) from dL/du and dL/dv (T, B, H)."""
+        raise NotImplementedError(f"{type(self).__name__}.dk")
+
+    def parallel_forward(self, w: Mapping[str, np.ndarray], inp: np.ndarray, init: Arrays,
+                         park: dict[str, np.ndarray] | None, mask: np.ndarray | None = None) -> Arrays:
+        """``sequence_forward`` (:meth:`rnnkit.Cell.sequence_forward`) of the min cells."""
+        H = self.units
+        k = inp + w["bias"]
+        (h0,) = init
+        kern = compiled()
+        if kern is not None:
+            hist = np.empty((k.shape[0] + 1, k.shape[1], H), k.dtype)
+            kern.scan_forward(k, self.scan_kind, np.ascontiguousarray(h0, k.dtype), mask_u8(mask), hist)
+        else:
+            hist = scan_forward(self.logit(k), k[:, :, -H:], h0, mask)
+        if park is not None:
+            park["k"] = k
+        return (hist[1:],)
+
+    def parallel_backward(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None,
+                          init: Arrays, states: Arrays, park: Mapping[str, np.ndarray],
+                          mask: np.ndarray | None = None) -> SequenceBack:
+        """``sequence_backward`` (:meth:`rnnkit.Cell.sequence_backward`) of the min cells."""
+        H = self.units
+        k = park["k"]
+        (dh,) = d
+        hist = np.concatenate([init[0][None], states[0]])     # row t enters step t
+        kern = compiled()
+        if kern is not None:
+            dk, dh0 = np.empty_like(k), np.empty((k.shape[1], H), k.dtype)
+            kern.scan_backward(k, self.scan_kind, hist, np.ascontiguousarray(dh), mask_u8(mask), dk, dh0)
+        else:
+            du, dv, dh0 = scan_backward(self.logit(k), k[:, :, -H:], hist, dh, mask)
+            dk = self.dk(k, du, dv)
+        return SequenceBack(d_init=(dh0,), d_inp=dk, params={"bias": dk.reshape(-1, dk.shape[2]).sum(axis=0)})

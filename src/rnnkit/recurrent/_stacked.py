@@ -77,6 +77,10 @@ class StackedRNNCells(Cell):
         for c in self.cells:
             c.check(where)
 
+    def check_init(self, init: Arrays, where: str) -> None:
+        for c, (a, n) in zip(self.cells, self._spans, strict=True):
+            c.check_init(init[a:a + n], where)
+
     # -- declarations --------------------------------------------------------------------------
     def params(self, input_dim: int) -> list[Param]:
         out = []

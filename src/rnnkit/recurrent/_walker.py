@@ -6,8 +6,9 @@ GEMMs. It knows no parameter name: the cell names its input kernel, recurrent ke
 When the kernel mode is ``"fast"`` and the cell gives a compiled step (:func:`rnnkit.kernels.find`),
 the compiled walker runs instead of the reference loop below; both produce the same
 :class:`WalkCache`, so either backward can follow either forward. A cell with a parallel form
-(:meth:`~rnnkit.Cell.sequence_forward`) runs it instead when :func:`sequence_form` says so; its
-cache is marked ``form="sequence"`` and only the parallel backward follows it.
+(:meth:`~rnnkit.Cell.sequence_forward`) runs it instead when :func:`sequence_form` says so
+(also under a mask, for a cell whose parallel form takes one); its cache is marked
+``form="sequence"`` and only the parallel backward follows it.
 
 Everything here is time-major and in PROCESSING order: row ``s`` of ``x_tm`` (T, B, F) is the
 input step ``s`` consumes. The cache of a training pass (:class:`WalkCache`)::
@@ -99,9 +100,11 @@ def sequence_form(cell: Cell, steps: int, mask: np.ndarray | None, rdrop: np.nda
     """THE choice between a cell's two forms, for one pass: the parallel form runs when the cell
     has one (:func:`has_sequence_form`), the pass has at least two steps (a single step, as in
     streaming, serving one step or a cell called as a Keras cell, runs the step form), no mask
-    (a masked step carries the state, which the step walk does) and no recurrent dropout (a
-    mask on the state inside the recurrence). Otherwise the step form (compiled or reference)."""
-    return steps >= 2 and mask is None and rdrop is None and has_sequence_form(cell)
+    unless the cell's parallel form takes one (:attr:`~rnnkit.Cell.sequence_takes_mask`: a
+    masked step carries the state, which the step walk does) and no recurrent dropout (a mask
+    on the state inside the recurrence). Otherwise the step form (compiled or reference)."""
+    return (steps >= 2 and rdrop is None and (mask is None or cell.sequence_takes_mask)
+            and has_sequence_form(cell))
 
 
 def walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, init: Arrays | None, record: bool,
@@ -109,9 +112,12 @@ def walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, init: Arrays
     """Run the recurrence on ``x_tm`` (T, B, F) from ``init`` (None: zeros), ``mask`` (T, B)
     marking the real steps (None: all), ``rdrop`` (B, S) the recurrent dropout mask (None:
     none). Returns (the output of every step (T, B, out) when ``keep_seq``, the final state
-    parts (views: copy before changing them), the cache when ``record``)."""
+    parts (views: copy before changing them), the cache when ``record``). A given ``init``
+    passes the cell's :meth:`~rnnkit.Cell.check_init` first."""
+    if init is not None:
+        cell.check_init(init, cell.name)
     if sequence_form(cell, x_tm.shape[0], mask, rdrop):
-        return sequence_walk(cell, w, x_tm, init, record, keep_seq)
+        return sequence_walk(cell, w, x_tm, init, record, keep_seq, mask)
     return step_walk(cell, w, x_tm, init, record, keep_seq, mask, rdrop)
 
 
@@ -237,15 +243,17 @@ def reference_walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, in
 
 
 def sequence_walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, init: Arrays | None,
-                  record: bool, keep_seq: bool) -> Walk:
-    """:func:`walk` by the cell's parallel form (no mask, no recurrent dropout)."""
+                  record: bool, keep_seq: bool, mask: np.ndarray | None = None) -> Walk:
+    """:func:`walk` by the cell's parallel form (no recurrent dropout; a ``mask`` only for a
+    cell with :attr:`~rnnkit.Cell.sequence_takes_mask`)."""
     T, B, _ = x_tm.shape
     dt = x_tm.dtype
     sizes = cell.state_sizes()
     start = tuple(np.zeros((B, n), dt) if init is None else np.array(init[k], dt)
                   for k, n in enumerate(sizes))
     park: dict[str, np.ndarray] | None = {} if record else None
-    got = cell.sequence_forward(w, project(cell, w, x_tm), start, park)
+    kw = {} if mask is None else {"mask": mask}
+    got = cell.sequence_forward(w, project(cell, w, x_tm), start, park, **kw)
     want = [(T, B, n) for n in sizes]
     shapes = [getattr(a, "shape", None) for a in got] if isinstance(got, tuple) else [type(got).__name__]
     if shapes != want:
@@ -257,7 +265,7 @@ def sequence_walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, ini
         return (np.asarray(got[0], dt) if keep_seq else None), final, None
     hist = [np.concatenate([s0[None], np.asarray(a, dt)]) for s0, a in zip(start, got, strict=True)]
     assert park is not None
-    cache = WalkCache(x_tm, hist, park, None, None, "sequence")
+    cache = WalkCache(x_tm, hist, park, mask, None, "sequence")
     return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), cache
 
 
@@ -276,8 +284,9 @@ def sequence_walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCache
     if d_final is not None:
         for k, a in enumerate(d_final):
             d[k][T - 1] += a
+    kw = {} if cache.mask is None else {"mask": cache.mask}
     r = cell.sequence_backward(w, tuple(d), x_tm if cell.input_kernel is None else None,
-                               tuple(a[0] for a in hist), tuple(a[1:] for a in hist), cache.parks)
+                               tuple(a[0] for a in hist), tuple(a[1:] for a in hist), cache.parks, **kw)
     grads, dx_tm = batched_grads(cell, w, cache, r.d_inp, r.d_inp if r.d_rec is None else r.d_rec, need_dx)
     grads.update({n: np.asarray(v, dt) for n, v in (r.params or {}).items()})
     return dx_tm, grads, tuple(r.d_init)
