@@ -9,7 +9,9 @@ of its arguments, and the recurrent layer hands its loop a time-major view of th
 for several rows of several steps; 'C' for one row, one step, a masked input, or one feature,
 copied) and of the outputs ('A' when it returns sequences, 'C' otherwise). One run of each
 case of :data:`CASES` (zero inputs) compiles the four versions, and ``QuantizedDense``'s
-product. The marker of the part ``int8`` records it, as the float parts' markers do.
+product; and the spin waits of the hand-off to the worker threads, which run a batch of many
+rows in blocks (a pass of 2 rows does not split). The marker of the part ``int8`` records it, as
+the float parts' markers do.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit import kernels
 from rnnkit._errors import InvalidParameterError
 from rnnkit._shape import Shape
-from rnnkit.kernels import _warm
+from rnnkit.kernels import _threads, _warm
 from rnnkit.layers import Dense
 from rnnkit.models import Sequential
 from rnnkit.quant._convert import quantize
@@ -42,11 +45,13 @@ CASES = ((2, 2, 2, False),    # input 'A', outputs 'C' (a last recurrent layer)
 def exercise(cell: Any) -> None:
     """Quantize ``RecurrentLayer(cell)`` followed by ``Dense(1)`` and run it on each input of
     :data:`CASES` (zeros): its int8 loops are compiled (or loaded) now, in every layout a
-    quantized model hands them. ``cell`` must be float32 and have an int8 form (the
-    InvalidParameterError of :func:`rnnkit.quantize` otherwise)."""
+    quantized model hands them, with the worker threads' spin waits. ``cell`` must be float32
+    and have an int8 form (the InvalidParameterError of :func:`rnnkit.quantize` otherwise)."""
     if np.dtype(cell.dtype) != np.float32:
         raise InvalidParameterError(f"rnnkit.quant._warm.exercise: the int8 loops need a float32 cell, "
                                     f"got {np.dtype(cell.dtype).name}")
+    if kernels.int8() is not None:
+        _threads.warm_hand_off()
     config = cell.get_config()
     for rows, steps, features, sequences in CASES:
         model = Sequential([RecurrentLayer(type(cell).from_config(config), return_sequences=sequences),
