@@ -72,7 +72,7 @@ def test_the_int8_child_refuses_other_parts_and_float64_cells() -> None:
     with pytest.raises(rk.InvalidParameterError, match=r"parts must be 'int8', got 'back'"):
         warm8.main([desc, "back"])
     with pytest.raises(rk.InvalidParameterError, match=r"the int8 loops need a float32 cell, got float64"):
-        warm8.exercise(LSTMCell(3, dtype="float64"), 2)
+        warm8.exercise(LSTMCell(3, dtype="float64"))
     with pytest.raises(rk.InvalidParameterError,
                        match=r"parts must be some of \('int8',\), got \('infer',\)"):
         _warm.spawn(desc, ("infer",), module=warm8.__name__, known=warm8.PARTS)

@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,3 +76,47 @@ def test_the_kernels_package_is_keyed() -> None:
     assert _cache._KEYED[kernels_dir] == _cache.sources_hash(kernels_dir)
     files = sorted(p.name for p in Path(kernels_dir).glob("*.py"))
     assert {"_jit.py", "_lstm.py", "_gru.py", "_simple.py", "_packed.py"} <= set(files)
+
+
+def _interleaved_saves(cls: type, where: Path) -> Any:
+    """Two savers of one function's cache file (as two processes compiling two versions of it
+    at once): the first reads the index, then the second saves while the first would still
+    write (unless the first holds a lock: then the second waits for it, at most 2 s here), then
+    the first writes. Returns a fresh reader of the cache file."""
+    first, second = (cls(cache_path=str(where), filename_base="f-1.py311", source_stamp="stamp")
+                     for _ in range(2))
+    read, second_done = threading.Event(), threading.Event()
+    load = first._load_index
+
+    def load_then_pause() -> Any:
+        index = load()
+        read.set()
+        second_done.wait(2.0)
+        return index
+
+    first._load_index = load_then_pause
+    t = threading.Thread(target=first.save, args=("version a", "code of a"))
+    t.start()
+    assert read.wait(60)
+
+    def save_second() -> None:
+        second.save("version b", "code of b")
+        second_done.set()
+
+    u = threading.Thread(target=save_second)
+    u.start()
+    t.join()
+    u.join()
+    return cls(cache_path=str(where), filename_base="f-1.py311", source_stamp="stamp")
+
+
+def test_two_savers_of_one_function_at_once_keep_both_versions(tmp_path: Path) -> None:
+    """Numba's own save reads a function's index, adds its entry and writes the index back: of
+    two processes saving at once one entry is lost, and the other's data file overwritten. The
+    kernels' cache file holds a lock over the whole save: both versions stay, each with its code."""
+    from rnnkit.kernels import _cache, _jit
+
+    assert isinstance(_jit.tanh32._cache._cache_file, _cache.LockedIndexDataCacheFile)  # every kernel's
+    reader = _interleaved_saves(_cache.LockedIndexDataCacheFile, tmp_path)
+    assert reader.load("version a") == "code of a"
+    assert reader.load("version b") == "code of b"

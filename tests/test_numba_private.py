@@ -24,6 +24,8 @@ def _resolve(mod: str, dotted: str) -> Any:
     for part in dotted.split("."):
         if part == "_py_file":   # an instance attribute: on a locator made for this file
             obj = obj(_locator_target, __file__)
+        if part == "_index_path":   # an instance attribute: on a cache file made here
+            obj = obj(cache_path=str(SRC), filename_base="f", source_stamp=None)
         obj = getattr(obj, part)
     return obj
 
@@ -61,6 +63,11 @@ def test_each_use_is_what_rnnkit_expects(mod: str, name: str, params: tuple[str,
 def test_the_event_kinds_rnnkit_listens_to_exist() -> None:
     kinds = _resolve("numba.core.event", "_builtin_kinds")
     assert {"numba:compile", "numba:compiler_lock"} <= set(kinds), kinds
+
+
+def test_the_locked_cache_file_is_installed() -> None:
+    from rnnkit.kernels import _cache
+    assert _numba_private.caching.IndexDataCacheFile is _cache.LockedIndexDataCacheFile
 
 
 def test_the_keyed_cache_locators_are_installed() -> None:

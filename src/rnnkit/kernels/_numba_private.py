@@ -12,7 +12,7 @@ compile. A module that needs something new of these adds it here and to :data:`U
 - ``numba.core.cgutils``, ``numba.core.imputils``: LLVM IR helpers for the intrinsics (the
   micro-kernels, the step call, the spin wait, the int8 GEMM).
 - ``numba.core.caching``: the file-backed cache locators (:mod:`._cache` keys the on-disk cache
-  on every kernel source).
+  on every kernel source) and the index-and-data cache file (:mod:`._cache` locks its saves).
 - ``numba.core.config``: the CPU name and features Numba compiles for (:mod:`._isa`).
 - ``numba.core.event``: compile and compiler-lock events (the compile announcement and timer,
   :mod:`._gcpause`).
@@ -49,6 +49,12 @@ USES: dict[str, dict[str, tuple[str, ...] | None]] = {
         "UserProvidedCacheLocator._py_file": None,   # (set by the constructor: checked on an instance)
         "InTreeCacheLocator.from_function": ("py_func", "py_file"),
         "UserWideCacheLocator.from_function": ("py_func", "py_file"),
+        "IndexDataCacheFile": None,                  # the class rnnkit replaces with a locked save
+        "IndexDataCacheFile._load_index": ("self",),
+        "IndexDataCacheFile._save_index": ("self", "overloads"),
+        "IndexDataCacheFile._save_data": ("self", "name", "data"),
+        "IndexDataCacheFile._data_name": ("self", "number"),
+        "IndexDataCacheFile._index_path": None,      # (set by the constructor: checked on an instance)
     },
     "numba.core.config": {
         "CPU_NAME": None,

@@ -218,6 +218,10 @@ class QuantizedRecurrent(Int8Weights, RecurrentLayer):
         if idx is None:   # a time-major view of the input, no copy
             x_tm = np.ascontiguousarray(arr, F32).transpose(1, 0, 2)
             x_tm = x_tm[::-1] if self.go_backwards else x_tm
+            if x_tm.flags.f_contiguous and not x_tm.flags.c_contiguous:
+                # (one feature: the view is Fortran-ordered, a layout of its own for Numba, so a
+                # third compiled version of the loop; a copy of one value per row and step is 'C')
+                x_tm = np.ascontiguousarray(x_tm)
         else:
             x_tm = np.ascontiguousarray(arr[np.arange(B)[None, :], idx], F32)
         # (every step writes its rows of the output: a pooled array, no fresh pages per call)

@@ -3,10 +3,15 @@ rnnkit.quant._warm DESCRIPTION int8``), as :mod:`rnnkit.kernels._warm` compiles 
 walks: ``rnnkit compile`` (and so an editable install) runs one per cell that has an int8 form,
 so that the first ``predict`` of a quantized model loads its loops from the on-disk cache.
 
-The loops of :mod:`rnnkit.kernels._int8` take the same argument types whatever the sizes, so
-one run on 2 zero rows of 2 steps compiles every version a quantized model of that cell uses
-(the recurrent layer's loop and ``QuantizedDense``'s product). The marker of the part ``int8``
-records it, as the float parts' markers do.
+The loops of :mod:`rnnkit.kernels._int8` take the same argument types whatever the sizes, but
+not whatever the layouts: Numba compiles a version of a loop for each layout ('C', 'F' or 'A')
+of its arguments, and the recurrent layer hands its loop a time-major view of the input ('A'
+for several rows of several steps; 'C' for one row, one step, a masked input, or one feature,
+copied) and of the outputs ('A' when it returns sequences, 'C' otherwise). One run of each
+case of :data:`CASES` (zero inputs) compiles the four versions, and ``QuantizedDense``'s
+product; and the spin waits of the hand-off to the worker threads, which run a batch of many
+rows in blocks (a pass of 2 rows does not split). The marker of the part ``int8`` records it, as
+the float parts' markers do.
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit import kernels
 from rnnkit._errors import InvalidParameterError
 from rnnkit._shape import Shape
-from rnnkit.kernels import _warm
+from rnnkit.kernels import _threads, _warm
 from rnnkit.layers import Dense
 from rnnkit.models import Sequential
 from rnnkit.quant._convert import quantize
@@ -28,17 +34,30 @@ from rnnkit.recurrent import RecurrentLayer
 PARTS = ("int8",)
 
 
-def exercise(cell: Any, input_dim: int) -> None:
-    """Quantize ``RecurrentLayer(cell)`` followed by ``Dense(1)`` (built for inputs of
-    ``input_dim`` features) and run it on 2 zero rows of 2 steps: its int8 loops are compiled
-    (or loaded) now. ``cell`` must be float32 and have an int8 form (the InvalidParameterError
-    of :func:`rnnkit.quantize` otherwise)."""
+#: the inputs of :func:`exercise`, as (rows, steps, features, return_sequences), and the layouts
+#: of the recurrent loop's input and outputs each gives it
+CASES = ((2, 2, 2, False),    # input 'A', outputs 'C' (a last recurrent layer)
+         (2, 2, 2, True),     # input 'A', outputs 'A' (a recurrent layer under another)
+         (1, 2, 2, False),    # input 'C', outputs 'C' (one row)
+         (2, 2, 1, True))     # input 'C', outputs 'A' (one feature: the layer copies it)
+
+
+def exercise(cell: Any) -> None:
+    """Quantize ``RecurrentLayer(cell)`` followed by ``Dense(1)`` and run it on each input of
+    :data:`CASES` (zeros): its int8 loops are compiled (or loaded) now, in every layout a
+    quantized model hands them, with the worker threads' spin waits. ``cell`` must be float32
+    and have an int8 form (the InvalidParameterError of :func:`rnnkit.quantize` otherwise)."""
     if np.dtype(cell.dtype) != np.float32:
         raise InvalidParameterError(f"rnnkit.quant._warm.exercise: the int8 loops need a float32 cell, "
                                     f"got {np.dtype(cell.dtype).name}")
-    model = Sequential([RecurrentLayer(cell), Dense(1)])
-    model.build(Shape.with_free_batch((2, 2, int(input_dim))))
-    quantize(model).predict(np.zeros((2, 2, int(input_dim)), np.float32), verbose=0)
+    if kernels.int8() is not None:
+        _threads.warm_hand_off()
+    config = cell.get_config()
+    for rows, steps, features, sequences in CASES:
+        model = Sequential([RecurrentLayer(type(cell).from_config(config), return_sequences=sequences),
+                            Dense(1)])
+        model.build(Shape.with_free_batch((rows, steps, features)))
+        quantize(model).predict(np.zeros((rows, steps, features), np.float32), verbose=0)
 
 
 def main(argv: list[str]) -> int:
@@ -46,8 +65,8 @@ def main(argv: list[str]) -> int:
     desc, parts = argv
     if parts.split(",") != list(PARTS):
         raise InvalidParameterError(f"rnnkit.quant._warm: parts must be {','.join(PARTS)!r}, got {parts!r}")
-    cell, input_dim, _ = _warm.rebuild(desc)
-    exercise(cell, input_dim)
+    cell, _, _ = _warm.rebuild(desc)
+    exercise(cell)
     _warm.mark(desc, "int8")
     return 0
 
