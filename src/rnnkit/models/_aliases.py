@@ -26,6 +26,7 @@ ALIASES: dict[str, str] = {
     "rk.CategoricalCrossEntropy": "rk.CategoricalCrossentropy",
     "rk.SparseCategoricalCrossEntropy": "rk.SparseCategoricalCrossentropy",
     "rk.models.FunctionalModel": "rk.Model",
+    "rk.losses.QuantileLoss": "rk.losses.Pinball",
     "rk.RecurrentLayer(rk.LSTMCell(n))": "rk.LSTM(n)",
 }
 
