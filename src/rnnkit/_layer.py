@@ -24,6 +24,7 @@ from rnnkit._ctx import Ctx
 from rnnkit._errors import (
     InvalidInputError,
     InvalidParameterError,
+    MethodNotImplementedError,
     NotBuiltError,
     UnknownWeightError,
     WeightShapeError,
@@ -162,7 +163,8 @@ class Layer(GraphCalls, metaclass=_LayerType):
         """Create the weights. Layers without weights keep this default."""
 
     def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{self.name} ({type(self).__name__}): compute_output_shape is not "
+                                        f"implemented by this layer class")
 
     def with_random_state(self, seed: int) -> Layer:
         """Record ``seed`` for the build (chainable). A built layer redraws its weights."""
@@ -174,13 +176,18 @@ class Layer(GraphCalls, metaclass=_LayerType):
 
     # -- passes ------------------------------------------------------------------------------
     def forward(self, x: np.ndarray, ctx: Ctx) -> np.ndarray:
-        raise NotImplementedError
+        """The pass (every layer class implements it; the base raises MethodNotImplementedError)."""
+        raise MethodNotImplementedError(f"{self.name} ({type(self).__name__}): forward is not "
+                                        f"implemented: the Layer base has no pass; a subclass defines "
+                                        f"forward and backward")
 
     def backward(self, grad: np.ndarray, ctx: Ctx) -> Any:
         """Add the weights' gradients into ``ctx`` and return dL/dx (an array; a list for a
         layer of several inputs); a layer may return None instead when
         ``ctx.needs_input_grad(self)`` is False (nobody reads it)."""
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{self.name} ({type(self).__name__}): backward is not "
+                                        f"implemented: the Layer base has no pass; a subclass defines "
+                                        f"forward and backward")
 
     def forward_mut(self, x: Any, ctx: Ctx) -> np.ndarray:
         """Build from ``x``'s shape (free batch) if needed, then run :meth:`forward`."""

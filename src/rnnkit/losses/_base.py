@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rnnkit._arrays import as_real_array
-from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit._errors import InvalidInputError, InvalidParameterError, MethodNotImplementedError
 from rnnkit._tape import ACTIVE, record
 
 #: the probability clip of the probability forms (Keras' backend epsilon)
@@ -97,7 +97,8 @@ class Loss:
         return yt.astype(np.float64), yp.astype(np.float64), _grad_dtype(yp)
 
     def _per_position(self, y_true: Any, y_pred: Any, grad: bool) -> PerPosition:
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{type(self).__name__}._per_position is not implemented; a "
+                                        f"subclass provides it")
 
     def _compute(self, y_true: Any, y_pred: Any, grad: bool,
                  sample_weight: Any = None) -> tuple[float, np.ndarray | None]:

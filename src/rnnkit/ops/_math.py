@@ -10,7 +10,7 @@ import numpy as np
 
 from rnnkit._budget import check_array
 from rnnkit._errors import InvalidInputError
-from rnnkit._numbers import check_int, show
+from rnnkit._numbers import check_float, check_int, show
 from rnnkit.ops._core import (
     FLOATX,
     INTX,
@@ -234,10 +234,22 @@ def _axes(op: str, arr: np.ndarray, axis: Any) -> tuple[int, ...] | None:
     return axes
 
 
+def _empty_axis(op: str, arr: np.ndarray, ax: tuple[int, ...] | None, hint: str = "") -> None:
+    """InvalidInputError naming ``op`` and the axis, when ``ax`` (None: all) of ``arr`` holds an
+    axis of length 0: a reduction with no identity (max, min, the max inside softmax) has no value
+    over no elements (NumPy raises ValueError, Keras too); an empty result is fine."""
+    for a in range(arr.ndim) if ax is None else ax:
+        if arr.shape[a] == 0:
+            raise InvalidInputError(f"ops.{op}: axis {a} of the input (shape {arr.shape}) is empty; a {op} "
+                                    f"over no elements has no value; expected at least one element on "
+                                    f"the reduced axes{hint}")
+
+
 def softmax(x: Any, axis: Any = -1) -> np.ndarray:
     """``exp(x) / sum(exp(x))`` along ``axis`` (an int or a tuple of them)."""
     arr = float_of(as_array(x, "softmax"))
     ax = _axes("softmax", arr, axis)
+    _empty_axis("softmax", arr, ax)
     e = np.exp(arr - arr.max(axis=ax, keepdims=True))
     out = e / e.sum(axis=ax, keepdims=True)
 
@@ -250,6 +262,7 @@ def log_softmax(x: Any, axis: Any = -1) -> np.ndarray:
     """``x - logsumexp(x)`` along ``axis``."""
     arr = float_of(as_array(x, "log_softmax"))
     ax = _axes("log_softmax", arr, axis)
+    _empty_axis("log_softmax", arr, ax)
     m = arr.max(axis=ax, keepdims=True)
     out = arr - (m + np.log(np.exp(arr - m).sum(axis=ax, keepdims=True)))
 
@@ -308,10 +321,9 @@ def min(x: Any, axis: Any = None, keepdims: bool = False, initial: Any = None) -
 def _reduce_extreme(op: str, fn: Any, x: Any, axis: Any, keepdims: bool, initial: Any) -> np.ndarray:
     arr = as_array(x, op)
     ax = _axes(op, arr, axis)
-    if arr.size == 0 and initial is None:
-        raise InvalidInputError(f"ops.{op}: the input is empty (shape {arr.shape}); expected at least "
-                                f"one element, or initial=")
-    kw = {} if initial is None else {"initial": initial}
+    if initial is None:
+        _empty_axis(op, arr, ax, ", or initial=")
+    kw = {} if initial is None else {"initial": check_float(initial, "initial", f"ops.{op}")}
     out = fn(arr, axis=ax, keepdims=keepdims, **kw)
 
     def back(g: np.ndarray, needs: Needs) -> Sequence[Any]:
@@ -326,9 +338,7 @@ def argmax(x: Any, axis: Any = None, keepdims: bool = False) -> np.ndarray:
     """The index of the largest element over ``axis`` (of the flattened input when None), int32."""
     arr = as_array(x, "argmax")
     axis = None if axis is None else one_axis(axis, arr.ndim, "argmax", 0)
-    if arr.size == 0:
-        raise InvalidInputError(f"ops.argmax: the input is empty (shape {arr.shape}); expected at least "
-                                f"one element")
+    _empty_axis("argmax", arr, None if axis is None else (axis,))
     return np.asarray(np.argmax(arr, axis=axis, keepdims=keepdims)).astype(INTX)
 
 

@@ -63,6 +63,9 @@ def format_index(values: np.ndarray, kind: str, *, as_in_file: bool = False) -> 
     wrote them so), times ``YYYY-MM-DDTHH:MM:SS``, months ``YYYY-MM``, quarters ``YYYYQn``,
     whole numbers (and row numbers) as integers."""
     v = np.asarray(values)
+    if v.ndim != 1 or v.dtype.kind not in "iuM":
+        raise DataError(f"format_index: values must be a 1-D array of integers or datetime64, got dtype "
+                        f"{v.dtype} shape {v.shape}")
     if kind in ("row", "int") or v.dtype.kind != "M":
         return [str(int(x)) for x in v]
     if kind == "quarter":

@@ -26,6 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit._arrays import as_real_array
+from rnnkit._numbers import check_int
+from rnnkit._validate import resolve_dtype
 from rnnkit.timeseries._csv import DataError
 
 TRANSFORMS = ("none", "sqrt", "log1p")
@@ -67,9 +70,18 @@ def make_windows(features: np.ndarray, target: np.ndarray | None, window: int, h
     them, for forecasting past the data); ``y`` is then empty-width (S, 0) and ``pos`` still
     names the row each forecast is for (which may lie past the last row).
     """
-    if window < 1 or horizon < 1:
-        raise DataError(f"window and horizon must be >= 1, got window={window}, horizon={horizon}")
-    rows = int(features.shape[0])
+    window = check_int(window, "window", "make_windows", lo=1)
+    horizon = check_int(horizon, "horizon", "make_windows", lo=1)
+    dt = resolve_dtype(dtype, "make_windows")
+    f = as_real_array(features, "features", "make_windows")
+    if f.ndim != 2:
+        raise DataError(f"make_windows: features must be (rows, F), got shape {f.shape}")
+    rows = int(f.shape[0])
+    if target is not None:
+        target = as_real_array(target, "target", "make_windows")
+        if target.ndim != 1 or target.shape[0] != rows:
+            raise DataError(f"make_windows: target must be 1-D with one value per row of features ({rows}), "
+                            f"got shape {target.shape}")
     need = window + (horizon if target is not None else 0)
     n = count_windows(rows, window, horizon) if target is not None else rows - window + 1
     if n < 1:
@@ -78,9 +90,7 @@ def make_windows(features: np.ndarray, target: np.ndarray | None, window: int, h
             + (f" and horizon {horizon} need at least {need}" if target is not None
                else f" needs at least {window}")
         )
-    flat = np.asarray(features, dtype=dtype)
-    if flat.ndim != 2:
-        raise DataError(f"features must be (rows, F), got shape {flat.shape}")
+    flat = np.asarray(f, dtype=dt)
     # a read-only view: window s is rows s .. s + window - 1, nothing copied
     x = np.lib.stride_tricks.sliding_window_view(flat, window, axis=0)[:n].transpose(0, 2, 1)
     pos = np.arange(n) + window - 1 + horizon
