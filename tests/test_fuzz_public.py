@@ -25,6 +25,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,8 @@ def _callables() -> list[tuple[str, Callable[..., Any]]]:
         for n in getattr(mod, "__all__", ()):
             obj = getattr(mod, n)
             full = f"{name}.{n}"
+            if isinstance(obj, types.GenericAlias):   # a type alias (``Snapshot = dict[...]``): calling
+                continue                              # it calls the builtin, not rnnkit
             if callable(obj) and full not in SKIP and id(obj) not in out:
                 out[id(obj)] = (full, obj)
     return sorted(out.values(), key=lambda t: t[0])

@@ -154,6 +154,9 @@ def where(condition: Any, x1: Any = None, x2: Any = None) -> Any:
     the true elements (NumPy's ``nonzero``, no gradient)."""
     cond = as_array(condition, "where", "condition")
     if x1 is None and x2 is None:
+        if cond.ndim == 0:
+            raise InvalidInputError("ops.where: condition is a scalar (rank 0) and neither x1 nor x2 was "
+                                    "given; the indices of the true elements need a condition of rank >= 1")
         return np.nonzero(cond)
     if x1 is None or x2 is None:
         raise InvalidInputError("ops.where: give both x1 and x2, or neither")

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rnnkit._budget import check_array
 from rnnkit._errors import InvalidInputError
+from rnnkit._numbers import check_int
 
 
 class DataError(InvalidInputError):
@@ -344,6 +346,11 @@ def continue_index(index: np.ndarray, count: int) -> np.ndarray:
     (whole numbers, months and quarters stored as months, an irregular index) the last step
     repeated (one step for a one-value index)."""
     idx = np.asarray(index)
+    if idx.ndim != 1 or idx.size == 0 or idx.dtype.kind not in "iuM":
+        raise DataError(f"continue_index: index must be a 1-D array of at least one integer or datetime64 "
+                        f"value, got dtype {idx.dtype} shape {idx.shape}")
+    count = check_int(count, "count", "continue_index", lo=0)
+    check_array((count,), 8, "continue_index")
     j = np.arange(1, count + 1, dtype=np.int64)
     freq = infer_frequency(idx) if count else None
     if freq is None or freq.rule == "fixed":         # a fixed frequency's step is the last step

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit._arrays import as_real_array
-from rnnkit._numbers import check_int
+from rnnkit._numbers import check_int, show
 from rnnkit._validate import resolve_dtype
 from rnnkit.timeseries._csv import DataError
 
@@ -111,9 +111,11 @@ class Scaler:
     @classmethod
     def fit(cls, values: np.ndarray, names: list[str] | tuple[str, ...], transform: str = "none") -> Scaler:
         """Fit on ``values`` (rows, F) — pass the training rows only."""
-        if transform not in TRANSFORMS:
-            raise DataError(f"transform must be one of {', '.join(TRANSFORMS)}, got {transform!r}")
-        v = np.asarray(values, dtype=np.float64)
+        if not isinstance(transform, str) or transform not in TRANSFORMS:
+            raise DataError(f"transform must be one of {', '.join(TRANSFORMS)}, got {show(transform)}")
+        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+            raise DataError(f"Scaler.fit: names must be a list of column names (str), got {show(names)}")
+        v = as_real_array(values, "values", "Scaler.fit").astype(np.float64)
         if v.ndim != 2 or v.shape[1] != len(names) or v.shape[0] < 1:
             raise DataError(f"Scaler.fit: expected ({'rows'}, {len(names)}) values, got shape {v.shape}")
         u = _forward(v, transform, tuple(names))
@@ -130,7 +132,13 @@ class Scaler:
         return cls(tuple(names), mean, std, transform)
 
     def __post_init__(self) -> None:
-        mean, std = np.asarray(self.mean, np.float64), np.asarray(self.std, np.float64)
+        if not isinstance(self.names, tuple) or not all(isinstance(n, str) for n in self.names):
+            raise DataError(f"Scaler: names must be a tuple of column names (str), got {show(self.names)}")
+        if not isinstance(self.transform, str) or self.transform not in TRANSFORMS:
+            raise DataError(f"Scaler: transform must be one of {', '.join(TRANSFORMS)}, "
+                            f"got {show(self.transform)}")
+        mean = as_real_array(self.mean, "mean", "Scaler").astype(np.float64)
+        std = as_real_array(self.std, "std", "Scaler").astype(np.float64)
         if mean.shape != (len(self.names),) or std.shape != (len(self.names),):
             raise DataError(f"Scaler: expected {len(self.names)} means and standard deviations, got "
                             f"shapes {mean.shape} and {std.shape}")
@@ -145,9 +153,13 @@ class Scaler:
         """Scale (rows, F) values into a new ``dtype`` array, a block of rows at a time (no
         full-size temporaries). A scaled value beyond float32's range (the network's input
         type) is a DataError naming the column and the row (0-based); NaN stays NaN."""
-        v = np.asarray(values, dtype=np.float64)
+        v = as_real_array(values, "values", "Scaler.apply").astype(np.float64)
+        if v.ndim != 2 or v.shape[1] != len(self.names):
+            raise DataError(f"Scaler.apply: expected values (rows, {len(self.names)}) (one column per name), "
+                            f"got shape {v.shape}")
+        dt = resolve_dtype(dtype, "Scaler.apply")
         flat = v.reshape(len(v), -1)
-        out = np.empty(flat.shape, dtype=dtype)
+        out = np.empty(flat.shape, dtype=dt)
         for a in range(0, len(flat), BLOCK):
             u = _forward(flat[a:a + BLOCK], self.transform, self.names)
             with np.errstate(over="ignore", invalid="ignore"):
@@ -165,7 +177,7 @@ class Scaler:
         """Back to data units (float64 out; an overflow gives inf, see
         :meth:`ForecastSpec.to_levels`)."""
         with np.errstate(over="ignore", invalid="ignore"):
-            u = np.asarray(scaled, dtype=np.float64) * self.std + self.mean
+            u = as_real_array(scaled, "scaled", "Scaler.invert").astype(np.float64) * self.std + self.mean
             if self.transform == "sqrt":
                 return np.square(np.maximum(u, 0.0))
             if self.transform == "log1p":
