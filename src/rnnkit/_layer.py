@@ -257,17 +257,36 @@ class Layer(GraphCalls, metaclass=_LayerType):
         return self.forward(self._finite(x), check_ctx(ctx, f"{self.name}.forward"))
 
     def _output_within_budget(self, x: np.ndarray) -> None:
-        """MemoryBudgetError when an output of this layer for ``x`` would be over the budget;
-        a layer whose output shape cannot be told from ``x``'s alone is left to its pass."""
+        """MemoryBudgetError when an output of this layer for ``x``, or an array its pass makes
+        (:meth:`_work_shapes`), would be over the budget (:meth:`_pass_within_budget`)."""
+        self._pass_within_budget(x.shape, max(x.itemsize, np.dtype(self.dtype).itemsize))
+
+    def _work_shapes(self, shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """The shapes of the arrays, besides its outputs, that a pass on an input of ``shape``
+        makes and whose size grows with the input (none by default; a recurrent layer's input
+        projection and step states)."""
+        return []
+
+    def _pass_within_budget(self, shape: tuple[int, ...], itemsize: int) -> tuple[int, ...] | None:
+        """MemoryBudgetError (:func:`~rnnkit._budget.check_array`) when an output of this layer
+        for an input of ``shape``, or an array of :meth:`_work_shapes`, is over the budget, with
+        elements of ``itemsize`` bytes; checked before anything runs. Returns the (first) output's
+        shape, for the next layer of a chain; None when it cannot be told from ``shape`` alone
+        (the layer's pass then reports what it refuses)."""
         try:
-            outs = self.compute_output_shape(x.shape)
+            outs = self.compute_output_shape(shape)
         except Exception:  # noqa: BLE001 - any layer's refusal of the shape is its pass's to report
-            return
-        for out in (outs if isinstance(outs, list) else [outs]):
+            return None
+        first: tuple[int, ...] | None = None
+        for k, out in enumerate(outs if isinstance(outs, list) else [outs]):
             dims = tuple(d for d in out if isinstance(d, int))
             if len(dims) == len(tuple(out)):
-                check_array(dims, max(x.itemsize, np.dtype(self.dtype).itemsize),
-                            f"{self.name}: the output for an input of shape {x.shape}")
+                check_array(dims, itemsize, f"{self.name}: the output for an input of shape {shape}")
+                if k == 0:
+                    first = dims
+        for work in self._work_shapes(shape):
+            check_array(work, itemsize, f"{self.name}: an array its pass makes for an input of shape {shape}")
+        return first
 
     def _finite(self, x: Any, tapes: Sequence[Any] = ()) -> Any:
         """``x``, refused when it (or, for a list of inputs, one of them) is an array of floats

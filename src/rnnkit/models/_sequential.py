@@ -216,6 +216,7 @@ class Sequential(Model):
         if chain is not None and mask is None:
             if masks is not None and ctx.mask is not None:   # masks=[None] overrides ctx.mask
                 ctx.set_mask(None)
+            chain.within_budget(h)
             for i, layer in enumerate(chain.chain):
                 h = layer.forward(h, ctx)
                 if layer.activity_regularizer is not None:
@@ -225,6 +226,8 @@ class Sequential(Model):
             return [h], [None]
         try:
             for i, layer in enumerate(self.layers):
+                if isinstance(h, np.ndarray):
+                    layer._output_within_budget(h)
                 try:
                     out_mask = layer.compute_mask(h, mask)
                 except InvalidInputError as e:
