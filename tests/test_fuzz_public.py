@@ -122,9 +122,6 @@ def test_every_public_module_and_callable_is_enumerated() -> None:
     assert not any(n in names for n in SKIP)
 
 
-@pytest.mark.xfail(strict=True, reason="findings still open: rnnkit.testing's helpers take any object as a "
-                   "layer (AttributeError), timeseries.make_windows / the baselines (ValueError, "
-                   "IndexError), ops.max of an empty array, io's converters on a non-model")
 def test_public_api_under_hostile_arguments_raises_only_typed_errors(tmp_path: Path) -> None:
     """The supervised run over this surface: 0 untyped errors, 0 hangs, 0 memory kills."""
     cases = 100_000 if _LONG else 1500
