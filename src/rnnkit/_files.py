@@ -13,7 +13,8 @@ import os
 import stat
 from typing import BinaryIO
 
-from rnnkit._errors import Error, FileFormatError
+from rnnkit._errors import Error, FileFormatError, InvalidParameterError
+from rnnkit._numbers import show
 
 
 class UnreadableFileError(Error, PermissionError):
@@ -46,6 +47,9 @@ def check_regular(path: str | os.PathLike[str], expected: str = "a model file") 
     is not a regular file (directory, FIFO, device, socket), UnreadableFileError when its
     permissions forbid reading. Nothing is opened."""
     p = os.fspath(path)
+    if "\x00" in (p if isinstance(p, str) else p.decode("latin-1")):
+        raise InvalidParameterError(f"{show(p)}: a path cannot hold a NUL character; expected the path of "
+                                    f"{expected}")
     try:
         st = os.stat(p)
     except FileNotFoundError:

@@ -11,6 +11,7 @@ import numpy as np
 from rnnkit._budget import check_array
 from rnnkit._errors import InvalidInputError
 from rnnkit._numbers import check_float, check_int, show
+from rnnkit._validate import check_bool
 from rnnkit.ops._core import (
     FLOATX,
     INTX,
@@ -35,6 +36,12 @@ def _binary(op: str, x1: Any, x2: Any, force_float: bool = False) -> tuple[Any, 
             and x1.dtype.kind == "f" and x1.shape == x2.shape:     # the common case, checked quickly
         return x1, x2, x1.dtype
     a, b = as_operand(x1, op, "x1"), as_operand(x2, op, "x2")
+    for arg, n, other in (("x1", a, b), ("x2", b, a)):
+        if type(n) is int and isinstance(other, np.ndarray) and other.dtype.kind in "iu" \
+                and not np.iinfo(other.dtype).min <= n <= np.iinfo(other.dtype).max:
+            raise InvalidInputError(f"ops.{op}: {arg} = {show(n)} does not fit the other operand's dtype "
+                                    f"{other.dtype}; expected an int in [{np.iinfo(other.dtype).min}, "
+                                    f"{np.iinfo(other.dtype).max}] (or an array of a wider dtype)")
     check_same_shape_or_broadcast(op, a, b)
     dt = result_dtype(a, b)
     if force_float and dt.kind != "f":
@@ -341,6 +348,7 @@ def argmax(x: Any, axis: Any = None, keepdims: bool = False) -> np.ndarray:
     """The index of the largest element over ``axis`` (of the flattened input when None), int32."""
     arr = as_array(x, "argmax")
     axis = None if axis is None else one_axis(axis, arr.ndim, "argmax", 0)
+    keepdims = check_bool(keepdims, "keepdims", "ops.argmax")
     _empty_axis("argmax", arr, None if axis is None else (axis,))
     return np.asarray(np.argmax(arr, axis=axis, keepdims=keepdims)).astype(INTX)
 
@@ -371,6 +379,9 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> n
     assert red is not None
     if flat and arr.ndim > 2 and ord is not None:
         raise InvalidInputError(f"ops.norm: ord={ord!r} needs axis= for an input of rank {arr.ndim}")
+    if isinstance(ord, (bool, np.bool_)) or not isinstance(ord, (str, int, float, type(None))):
+        raise InvalidInputError(f"ops.norm: ord must be None, 'fro', 1, 2 or inf, got {show(ord)} "
+                                f"({type(ord).__name__})")
     is_matrix = len(red) == 2
     two = ord is None or (ord == "fro" and is_matrix) or (ord == 2 and not is_matrix)
     if not (two or (not is_matrix and ord in (1, np.inf))):
@@ -407,7 +418,7 @@ def stop_gradient(variable: Any) -> np.ndarray:
 def one_hot(x: Any, num_classes: int, axis: int = -1, dtype: Any = None, sparse: bool = False) -> np.ndarray:
     """Integer labels as one-hot vectors along a new ``axis`` (float32 unless ``dtype``); a
     negative label gives a row of zeros (as Keras); a label ``>= num_classes`` raises."""
-    if sparse:
+    if check_bool(sparse, "sparse", "ops.one_hot"):
         raise InvalidInputError("ops.one_hot: rnnkit's arrays are dense; expected sparse=False")
     arr = as_array(x, "one_hot")
     if arr.dtype.kind not in "iub":

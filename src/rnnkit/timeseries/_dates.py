@@ -272,8 +272,11 @@ def infer_frequency(index: np.ndarray) -> Frequency | None:
     constant step (days, weeks, hours, ...), then business days. None when there is none (an
     irregular index, fewer than 3 values, a unit coarser than days, or pandas' week-of-month
     and business-hour rules, which are not followed)."""
-    v = np.asarray(index)
-    if v.dtype.kind != "M" or len(v) < 3:
+    try:
+        v = np.asarray(index)
+    except (TypeError, ValueError) as e:
+        raise DataError(f"infer_frequency: index is not an array ({e})") from None
+    if v.dtype.kind != "M" or v.ndim != 1 or len(v) < 3:
         return None
     unit = str(np.datetime_data(v.dtype)[0])
     per_day = _per_day(unit)

@@ -56,7 +56,9 @@ class WindowArrays:
 
 def count_windows(rows: int, window: int, horizon: int) -> int:
     """``rows - window - horizon + 1``, the number of complete (input, target) pairs."""
-    return rows - window - horizon + 1
+    rows = check_int(rows, "rows", "count_windows", lo=0)
+    window = check_int(window, "window", "count_windows", lo=1)
+    return rows - window - check_int(horizon, "horizon", "count_windows", lo=0) + 1
 
 
 def make_windows(features: np.ndarray, target: np.ndarray | None, window: int, horizon: int,
