@@ -298,8 +298,10 @@ def test_a_recurrent_call_whose_working_arrays_are_over_the_budget_is_refused(
     layer = make()
     layer.build((None, 100, 2))
     x = np.zeros((100, 100, 2), np.float32)
-    says = (rf"an array its pass makes for an input of shape \(100, 100, 2\): an array of shape "
-            rf"\(100, 100, {width}\)")
+    says = (
+        rf"an array its pass makes for an input of shape \(100, 100, 2\): an array of shape "
+        rf"\(100, 100, {width}\)"
+    )
     for call in (layer, layer.predict):
         with pytest.raises(rk.MemoryBudgetError, match=says):
             call(x)
@@ -322,3 +324,111 @@ def test_model_predict_inside_the_budget_still_gives_the_layers_values() -> None
     m = rk.Sequential([rk.Dense(3, seed=0), rk.LSTM(6, seed=1)], input_shape=(None, None, 2))
     want = m.layers[1].forward(m.layers[0].forward(x, rk.Ctx.inference()), rk.Ctx.inference())
     np.testing.assert_array_equal(m.predict(x), want)
+
+
+# -- the findings of a 20,000-case run (seeds 1500..21499), each family once ------------------
+@pytest.mark.parametrize(
+    "call, error, says",
+    [
+        (
+            lambda: rk.Activation(np.ones(2)),
+            rk.InvalidParameterError,
+            r"Activation: expected one of \['tanh'",
+        ),
+        (lambda: rk.Activation("x", 1.0), rk.InvalidParameterError, r"got 'x' \(str\) and more arguments"),
+        (lambda: rk.Activation(3), rk.InvalidParameterError, r"Activation: expected one of .* got 3 \(int\)"),
+        (
+            lambda: rk.save_model((1, 2), "m.safetensors"),
+            rk.InvalidParameterError,
+            r"save_model: model must be an rnnkit Model .* got \(1, 2\) \(tuple\)",
+        ),
+        (
+            lambda: rk.save_layer_weights(1.5, "w.safetensors"),
+            rk.InvalidParameterError,
+            r"save/load_layer_weights: layer must be an rnnkit Layer, got 1.5 \(float\)",
+        ),
+        (
+            lambda: rk.load_torch_rnn("a\x00b"),
+            rk.InvalidParameterError,
+            r"a path cannot hold a NUL character",
+        ),
+        (
+            lambda: timeseries.count_windows(np.ones((8, 4)), 2, 1),
+            rk.InvalidParameterError,
+            r"count_windows: rows must be an int >= 0",
+        ),
+        (
+            lambda: timeseries.infer_frequency([np.ones(2), 1]),
+            rk.InvalidInputError,
+            r"infer_frequency: index is not",
+        ),
+        (
+            lambda: timeseries.read_csv("x.csv", ["a"], missing=np.ones(2)),
+            rk.InvalidInputError,
+            r"missing must be one of",
+        ),
+        (
+            lambda: rk.losses.position_weights(np.ones(2), np.ones((8, 4)), "loss"),
+            rk.InvalidParameterError,
+            r"position_weights: lead must be a tuple of ints >= 0",
+        ),
+        (lambda: rk.Flatten(np.ones(2)), rk.InvalidParameterError, r"Flatten: data_format must be"),
+        (
+            lambda: rk.Adam(beta1=np.ones(2), beta_1=0.8),
+            rk.InvalidParameterError,
+            r"Adam: beta1 must be a real number",
+        ),
+        (
+            lambda: rk.distributed.DistributedError("fit", "ab", 0, 1),
+            rk.InvalidParameterError,
+            r"DistributedError: failures must be a dict",
+        ),
+        (lambda: ops.split(np.float32(1.0), 2), rk.InvalidInputError, r"ops.split: x is a scalar \(rank 0\)"),
+        (
+            lambda: ops.concatenate([np.float32(1.0), np.float32(2.0)]),
+            rk.InvalidInputError,
+            r"ops.concatenate: x is a scalar \(rank 0\)",
+        ),
+        (
+            lambda: ops.add(np.ones(2, np.int8), 300),
+            rk.InvalidInputError,
+            r"ops.add: x2 = 300 does not fit the dtype int8 it takes; expected an int in \[-128, 127\]",
+        ),
+        (
+            lambda: ops.where(np.array([True]), 10**30, 1),
+            rk.InvalidInputError,
+            r"x1 = .* does not fit the dtype int64",
+        ),
+        (
+            lambda: ops.norm(np.ones(3), ord=np.ones(2)),
+            rk.InvalidInputError,
+            r"ops.norm: ord must be None, 'fro'",
+        ),
+        (
+            lambda: ops.convert_to_tensor(1.0, sparse=np.ones(2)),
+            rk.InvalidInputError,
+            r"convert_to_tensor: sparse must be None or a bool",
+        ),
+        (
+            lambda: ops.argmax(np.ones(3), keepdims=np.ones(2)),
+            TypeError,
+            r"ops.argmax: keepdims must be a bool",
+        ),
+    ],
+)
+def test_the_20k_run_findings_are_typed(call: Callable[[], Any], error: type[Exception], says: str) -> None:
+    # before: ValueError (truth value / not a valid Activation / broadcast / embedded null
+    # byte), AttributeError, IndexError (tuple index out of range) or OverflowError
+    with pytest.raises(error, match=says):
+        call()
+
+
+def test_the_checked_ops_and_activation_still_give_numpys_values() -> None:
+    assert (
+        rk.Activation("tanh") is rk.Activation.TANH
+        and rk.Activation(rk.Activation.RELU) is rk.Activation.RELU
+    )
+    np.testing.assert_array_equal(ops.add(np.ones(2, np.int8), 100), np.full(2, 101, np.int8))
+    np.testing.assert_array_equal(ops.add(np.ones(2), 10**30), np.ones(2) + 1e30)  # a float operand takes it
+    assert timeseries.count_windows(10, 3, 2) == 6
+    np.testing.assert_array_equal(ops.norm(np.arange(3.0)), np.sqrt(5.0))

@@ -36,12 +36,14 @@ def _binary(op: str, x1: Any, x2: Any, force_float: bool = False) -> tuple[Any, 
             and x1.dtype.kind == "f" and x1.shape == x2.shape:     # the common case, checked quickly
         return x1, x2, x1.dtype
     a, b = as_operand(x1, op, "x1"), as_operand(x2, op, "x2")
-    for arg, n, other in (("x1", a, b), ("x2", b, a)):
-        if type(n) is int and isinstance(other, np.ndarray) and other.dtype.kind in "iu" \
-                and not np.iinfo(other.dtype).min <= n <= np.iinfo(other.dtype).max:
-            raise InvalidInputError(f"ops.{op}: {arg} = {show(n)} does not fit the other operand's dtype "
-                                    f"{other.dtype}; expected an int in [{np.iinfo(other.dtype).min}, "
-                                    f"{np.iinfo(other.dtype).max}] (or an array of a wider dtype)")
+    for arg, n, other in (("x1", a, b), ("x2", b, a)):   # a Python int is typed by the other operand
+        if type(n) is int and not isinstance(other, float) \
+                and not (isinstance(other, np.ndarray) and other.dtype.kind == "f"):
+            dt = other.dtype if isinstance(other, np.ndarray) and other.dtype.kind in "iu" \
+                else np.dtype(np.int64)
+            if not np.iinfo(dt).min <= n <= np.iinfo(dt).max:
+                raise InvalidInputError(f"ops.{op}: {arg} = {show(n)} does not fit the dtype {dt} it takes; "
+                                        f"expected an int in [{np.iinfo(dt).min}, {np.iinfo(dt).max}]")
     check_same_shape_or_broadcast(op, a, b)
     dt = result_dtype(a, b)
     if force_float and dt.kind != "f":
