@@ -54,14 +54,14 @@ class ChainPlan:
     (None: any); ``tail`` the same as a tuple of ints when none is None (one tuple comparison
     then checks the shape), else None."""
 
-    __slots__ = ("_checked", "chain", "dims", "tail")
+    __slots__ = ("chain", "checked", "dims", "tail")
 
     def __init__(self, layers: Sequence[Layer], shape: Shape) -> None:
         self.chain: tuple[Layer, ...] = tuple(layers)
         self.dims: tuple[int | None, ...] = tuple(shape.dims[1:])
         fixed = tuple(d for d in self.dims if d is not None)
         self.tail: tuple[int, ...] | None = fixed if len(fixed) == len(self.dims) else None
-        self._checked: tuple[Any, ...] = ()
+        self.checked: tuple[Any, ...] = ()
 
     def within_budget(self, x: np.ndarray) -> None:
         """MemoryBudgetError, before any layer runs, when an output of a layer of the chain or
@@ -70,7 +70,7 @@ class ChainPlan:
         input shape, item size and budget checked are kept, so a run of calls on one shape
         checks once."""
         key = (x.shape, x.itemsize, LIMITS.max_array_bytes)
-        if key == self._checked:
+        if key == self.checked:
             return
         shape: tuple[int, ...] = x.shape
         for layer in self.chain:
@@ -78,7 +78,7 @@ class ChainPlan:
             if out is None:
                 break
             shape = out
-        self._checked = key
+        self.checked = key
 
     def fits(self, shape: tuple[int, ...]) -> bool:
         """Whether an array of ``shape`` holds at least one sample of the build shape."""
@@ -108,7 +108,8 @@ class ChainPlan:
                 return None
         elif kind not in "biu":
             return None
-        self.within_budget(x)
+        if (shape, x.itemsize, LIMITS.max_array_bytes) != self.checked:   # inlined: one shape, one check
+            self.within_budget(x)
         ctx = Ctx(False)
         h = x
         for layer in self.chain:
