@@ -285,6 +285,7 @@ def log_softmax(x: Any, axis: Any = -1) -> np.ndarray:
 
 def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> np.ndarray:
     """``log(sum(exp(x)))`` over ``axis`` (all axes when None), computed without overflow."""
+    keepdims = check_bool(keepdims, "keepdims", "ops.logsumexp")
     arr = float_of(as_array(x, "logsumexp"))
     ax = _axes("logsumexp", arr, axis)
     m = arr.max(axis=ax, keepdims=True) if arr.size else np.zeros((1,) * arr.ndim, arr.dtype)
@@ -374,6 +375,7 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> n
     """The vector or matrix norm (NumPy's ``linalg.norm``): ``ord`` None (2 for vectors, Frobenius
     for matrices), 1, 2, ``inf`` for vectors, ``"fro"`` for matrices. The gradient of a 2-norm
     at zero is 0 (as PyTorch)."""
+    keepdims = check_bool(keepdims, "keepdims", "ops.norm")
     arr = float_of(as_array(x, "norm"))
     ax = _axes("norm", arr, axis)
     flat = ax is None

@@ -205,7 +205,12 @@ def season_of(index: np.ndarray, kind: str) -> int | None:
     business days 5 (a week: :func:`~rnnkit.timeseries.infer_frequency` finds them), weekly 52,
     monthly 12, quarterly 4 (a year); None for years, row numbers and irregular or other
     spacings. Besides business days, the spacing is the median step between rows."""
-    idx = np.asarray(index)
+    if not isinstance(kind, str):
+        raise DataError(f"season_of: kind must be the index kind (a str), got {type(kind).__name__}")
+    try:
+        idx = np.asarray(index)
+    except (TypeError, ValueError) as e:
+        raise DataError(f"season_of: index is not an array ({e})") from None
     if kind == "quarter":
         return SEASONS["quarter"]
     if idx.dtype.kind != "M" or len(idx) < 3:
