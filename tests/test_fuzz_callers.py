@@ -353,3 +353,41 @@ def test_the_supervisor_counts_every_outcome_and_kills_hangs_and_hogs(tmp_path: 
     assert rep["untyped"]["findings"][0]["error"] == "builtins.KeyError: 'boom'"
     assert rep["hog"]["peak_rss_mb"] > 150
     assert "hang" in proc.stdout and "2 x memory" in proc.stdout
+
+
+SLOW_SURFACES = '''
+import time
+def slow(r): time.sleep(0.4)
+SURFACES = {"slow": slow}
+'''
+
+
+def test_the_supervisor_writes_its_partial_report_while_it_runs(tmp_path: Path) -> None:
+    # a long run (100,000 cases, hours) is read while it goes on: the report at --json is
+    # rewritten every --save-every seconds (atomically), marked partial, with the cases run so far
+    import subprocess
+    import sys
+    import time
+
+    mod = tmp_path / "slow_surfaces.py"
+    mod.write_text(SLOW_SURFACES)
+    out = tmp_path / "report.json"
+    tool = Path(__file__).resolve().parents[1] / "tools" / "fuzz_supervisor.py"
+    proc = subprocess.Popen([sys.executable, str(tool), "--module", str(mod), "--cases", "12",
+                             "--workers", "1", "--save-every", "0.3", "--json", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen: list[tuple[bool, int, int]] = []
+    try:
+        while proc.poll() is None:
+            if out.exists():
+                rep = json.loads(out.read_text())   # never half-written (renamed into place)
+                seen.append((rep["partial"], rep["cases"], rep["surfaces"]["slow"]["ok"]))
+            time.sleep(0.05)
+    finally:
+        proc.wait(timeout=120)
+    final = json.loads(out.read_text())
+    assert proc.returncode == 0
+    assert (final["partial"], final["cases"], final["surfaces"]["slow"]["ok"]) == (False, 12, 12)
+    partial = [s for s in seen if s[0]]
+    assert partial and all(0 <= n < 12 and ok == n for _, n, ok in partial)
+    assert any(n > 0 for _, n, _ in partial)

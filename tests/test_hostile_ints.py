@@ -142,9 +142,10 @@ def test_serve_request_arrays_over_the_memory_budget_are_413_before_allocation()
     x = np.ones((2, 20, F))
     npy = io.BytesIO()
     np.save(npy, np.ones((2, 40, F), np.float32))
-    old = rk.io.set_limits(max_array_bytes=1024)
+    client = _serve_client()   # built under the default budget: its probe predicts batches of up to
+    old = rk.io.set_limits(max_array_bytes=1024)   # 1024 rows, which a model's predict checks too
     try:
-        with _serve_client() as c:
+        with client as c:
             r = c.post("/v1/predict", json={"x": x.tolist()})
             assert r.status_code == 413, r.text
             err = r.json()["error"]

@@ -223,7 +223,11 @@ def supervise(args: argparse.Namespace) -> dict[str, Any]:
     todo = list(reversed(jobs))
     t0 = time.monotonic()
     done = 0
+    saved = t0
     while todo or busy:
+        if args.json and args.save_every and time.monotonic() - saved >= args.save_every:
+            write_report(_report(report, done, t0, args, partial=True), args.json)
+            saved = time.monotonic()
         for k, w in enumerate(pool):
             if k not in busy and todo:
                 job = todo.pop()
@@ -262,14 +266,31 @@ def supervise(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"{done}/{len(jobs)} cases, {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
     for w in pool:
         w.kill()
-    for rep in report.values():         # one example per distinct finding, with its count
+    return _report(report, done, t0, args, partial=False)
+
+
+def _report(report: dict[str, Any], done: int, t0: float, args: argparse.Namespace, *,
+            partial: bool) -> dict[str, Any]:
+    """The report of the ``done`` cases run so far: per surface, its counts and one example per
+    distinct finding with its count (``report`` itself is left as it is). A partial report
+    (written while the run goes on) says ``"partial": true``; ``cases`` counts the cases run."""
+    out: dict[str, Any] = {}
+    for name, rep in report.items():
         seen: dict[str, dict[str, Any]] = {}
         for f in rep["findings"]:
             key = f"{f['status']} {f.get('error', '')[:120]} {f.get('where', '')}"
             seen.setdefault(key, {**f, "count": 0})["count"] += 1
-        rep["findings"] = list(seen.values())
-    return {"surfaces": report, "cases": len(jobs), "wall_s": round(time.monotonic() - t0, 1),
+        out[name] = {**rep, "pending": dict(rep["pending"]), "findings": list(seen.values())}
+    return {"surfaces": out, "cases": done, "partial": partial, "wall_s": round(time.monotonic() - t0, 1),
             "timeout_s": args.timeout, "mem_cap_mb": args.mem_mb, "workers": args.workers}
+
+
+def write_report(rep: dict[str, Any], path: str) -> None:
+    """``rep`` as JSON at ``path``, atomically (a temporary file beside it, then renamed), so a
+    reader never sees half a report while the run writes its partial ones."""
+    tmp = Path(f"{path}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(rep, indent=1))
+    os.replace(tmp, path)
 
 
 def render(rep: dict[str, Any]) -> str:
@@ -309,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-seed", "--seed", type=int, default=0)
     ap.add_argument("--json", help="also write the report here")
     ap.add_argument("--progress", type=int, default=0, help="print a line every N cases")
+    ap.add_argument("--save-every", type=float, default=60.0,
+                    help="with --json, also write the partial report every this many seconds "
+                         "(0: only at the end)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -317,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     rep = supervise(args)
     print(render(rep))
     if args.json:
-        Path(args.json).write_text(json.dumps(rep, indent=1))
+        write_report(rep, args.json)
     bad = sum(r[k] for r in rep["surfaces"].values()
               for k in ("untyped", "invariant", "hang", "memory", "died"))
     return 1 if bad else 0

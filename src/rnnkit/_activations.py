@@ -21,13 +21,31 @@ its derivative at the two kinks is taken as 0, as ``relu6``'s is in Keras and Py
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import numpy as np
 
 from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit._numbers import show
 
 
-class Activation(enum.Enum):
+class _Catalogue(enum.EnumMeta):
+    """``Activation(value)`` looks a member up by its name string (a member gives itself); any
+    other value, or more arguments (Enum's functional API, which cannot extend a class that has
+    members), is an InvalidParameterError naming the members and what was given, not Enum's
+    ValueError (an array's truth value is ambiguous), AttributeError or TypeError."""
+
+    def __call__(cls, value: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        if args or kwargs or not isinstance(value, (str, cls)):
+            members: list[Any] = list(cls.__members__.values())
+            names = [m.value for m in members]
+            raise InvalidParameterError(
+                f"{cls.__name__}: expected one of {names} (one value), got {show(value)} "
+                f"({type(value).__name__}){' and more arguments' if args or kwargs else ''}")
+        return super().__call__(value)
+
+
+class Activation(enum.Enum, metaclass=_Catalogue):
     """The activation catalogue. ``Activation.TANH`` etc.; the value is the string name."""
 
     TANH = "tanh"
@@ -36,6 +54,13 @@ class Activation(enum.Enum):
     LINEAR = "linear"
     SOFTMAX = "softmax"
     HARD_SIGMOID = "hard_sigmoid"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Activation:
+        """``Activation(value)`` of a value that is no member's: InvalidParameterError naming
+        the values there are and the one given (Enum's own ValueError otherwise)."""
+        raise InvalidParameterError(f"Activation: expected one of {[m.value for m in cls]}, got "
+                                    f"{show(value)} ({type(value).__name__})")
 
 
 def sigmoid(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

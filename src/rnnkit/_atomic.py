@@ -25,6 +25,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import IO
 
+from rnnkit._files import no_nul
+
 fcntl: ModuleType | None
 try:
     import fcntl
@@ -107,7 +109,7 @@ def remove_stale_temporaries(target: str) -> list[str]:
 def resolve_target(path: str | os.PathLike[str]) -> str:
     """The absolute file a write to ``path`` must replace: symbolic links followed; its
     directory must exist (FileNotFoundError naming it otherwise)."""
-    target = os.path.realpath(os.path.abspath(os.fspath(path)))
+    target = os.path.realpath(os.path.abspath(no_nul(os.fspath(path), "the file to write")))
     directory = os.path.dirname(target)
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"cannot write {os.fspath(path)}: directory {directory} does not exist")

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from rnnkit._errors import MethodNotImplementedError
+
 
 class ConfigValue:
     """Equality, hash and repr of an object whose ``get_config()`` says all that defines it."""
 
     def get_config(self) -> dict[str, Any]:
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{type(self).__name__}.get_config is not implemented; a "
+                                        f"subclass provides it")
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and isinstance(other, ConfigValue) \

@@ -38,6 +38,12 @@ class NotBuiltError(Error, RuntimeError):
         ))
 
 
+class MethodNotImplementedError(Error, NotImplementedError):
+    """A method a subclass must provide was called on a class that does not (``forward`` of the
+    :class:`~rnnkit.Layer` base itself, ``compute_output_shape`` of a layer without one). Also a
+    ``NotImplementedError``, as Python's abstract methods raise."""
+
+
 class ForwardPassNotRunError(Error, RuntimeError):
     """``backward`` was called on a context that holds no forward pass of that layer."""
 

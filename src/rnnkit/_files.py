@@ -11,9 +11,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import BinaryIO
+from typing import AnyStr, BinaryIO
 
-from rnnkit._errors import Error, FileFormatError
+from rnnkit._errors import Error, FileFormatError, InvalidParameterError
+from rnnkit._numbers import show
 
 
 class UnreadableFileError(Error, PermissionError):
@@ -39,13 +40,23 @@ def _refuse(p: str, mode: int, expected: str) -> FileFormatError:
                            f"refused before reading")
 
 
+def no_nul(p: AnyStr, expected: str) -> AnyStr:
+    """``p`` (a path, as ``os.fspath`` gives it) when it holds no NUL character, which no path
+    can hold; InvalidParameterError naming it and ``expected`` (what it should be the path of)
+    otherwise (the OS calls' ValueError "embedded null byte")."""
+    if "\x00" in (p if isinstance(p, str) else p.decode("latin-1")):
+        raise InvalidParameterError(f"{show(p)}: a path cannot hold a NUL character; expected the path of "
+                                    f"{expected}")
+    return p
+
+
 def check_regular(path: str | os.PathLike[str], expected: str = "a model file") -> str:
     """``path`` as a string once it names a regular file this process may read (links followed).
 
     Raises FileNotFoundError when nothing is there, FileFormatError naming what is there when it
     is not a regular file (directory, FIFO, device, socket), UnreadableFileError when its
     permissions forbid reading. Nothing is opened."""
-    p = os.fspath(path)
+    p = no_nul(os.fspath(path), expected)
     try:
         st = os.stat(p)
     except FileNotFoundError:

@@ -22,6 +22,27 @@ from numpy.typing import DTypeLike
 from rnnkit._budget import check_array
 from rnnkit._budget import reserve as _reserve
 from rnnkit._errors import InvalidParameterError
+from rnnkit._numbers import check_float, check_int, show
+from rnnkit._validate import resolve_dtype
+
+
+def _args(rng: object, shape: object, dtype: object, where: str) -> tuple[tuple[int, ...], np.dtype]:
+    """The checks every initialiser makes on its arguments before drawing: ``rng`` a NumPy
+    ``Generator``, then :func:`_shape_dtype`."""
+    if not isinstance(rng, np.random.Generator):
+        raise InvalidParameterError(f"{where}: rng must be a numpy.random.Generator, got {show(rng)} "
+                                    f"({type(rng).__name__})")
+    return _shape_dtype(shape, dtype, where)
+
+
+def _shape_dtype(shape: object, dtype: object, where: str) -> tuple[tuple[int, ...], np.dtype]:
+    """``shape`` a tuple of ints >= 0 and ``dtype`` float32 / float64: the shape as a tuple of
+    Python ints and the dtype, or InvalidParameterError naming ``where``."""
+    if not isinstance(shape, tuple):
+        raise InvalidParameterError(f"{where}: shape must be a tuple of ints >= 0, got {show(shape)} "
+                                    f"({type(shape).__name__})")
+    dims = tuple(check_int(d, f"shape[{k}]", where, lo=0) for k, d in enumerate(shape))
+    return dims, resolve_dtype(dtype, where)
 
 
 def reserve(shape: tuple[int, ...]) -> None:
@@ -48,12 +69,19 @@ def _alloc(shape: tuple[int, ...], draw: object) -> np.ndarray:
 def glorot_uniform(
     rng: np.random.Generator, shape: tuple[int, ...], fan_in: int, fan_out: int, dtype: DTypeLike
 ) -> np.ndarray:
+    shape, dtype = _args(rng, shape, dtype, "glorot_uniform")
+    fan = (check_int(fan_in, "fan_in", "glorot_uniform", lo=0)
+           + check_int(fan_out, "fan_out", "glorot_uniform", lo=0))
+    if fan == 0:
+        raise InvalidParameterError("glorot_uniform: fan_in + fan_out must be >= 1, got 0")
     reserve(shape)
-    limit = math.sqrt(6.0 / (fan_in + fan_out))
+    limit = math.sqrt(6.0 / fan)
     return _alloc(shape, lambda: rng.uniform(-limit, limit, size=shape).astype(dtype))
 
 
 def orthogonal(rng: np.random.Generator, n: int, dtype: DTypeLike, gain: float = 1.0) -> np.ndarray:
+    (n, _), dtype = _args(rng, (n, n), dtype, "orthogonal")
+    gain = check_float(gain, "gain", "orthogonal")
     reserve((n, n))
     a = _alloc((n, n), lambda: rng.standard_normal((n, n)))
     q, r = _alloc((n, n), lambda: np.linalg.qr(a))
@@ -65,6 +93,7 @@ def orthogonal(rng: np.random.Generator, n: int, dtype: DTypeLike, gain: float =
 def semi_orthogonal(rng: np.random.Generator, rows: int, cols: int, dtype: DTypeLike) -> np.ndarray:
     """A (rows, cols) matrix with orthonormal rows or columns (whichever are fewer); the square
     case draws exactly what :func:`orthogonal` draws."""
+    (rows, cols), dtype = _args(rng, (rows, cols), dtype, "semi_orthogonal")
     if rows == cols:
         return orthogonal(rng, rows, dtype)
     shape = (max(rows, cols), min(rows, cols))
@@ -81,18 +110,25 @@ def kaiming_uniform(
     rng: np.random.Generator, shape: tuple[int, ...], fan_in: int, dtype: DTypeLike,
     gain: float = math.sqrt(2.0),
 ) -> np.ndarray:
+    shape, dtype = _args(rng, shape, dtype, "kaiming_uniform")
+    limit = check_float(gain, "gain", "kaiming_uniform") * math.sqrt(
+        3.0 / max(check_int(fan_in, "fan_in", "kaiming_uniform", lo=0), 1))
     reserve(shape)
-    limit = gain * math.sqrt(3.0 / max(fan_in, 1))
     return _alloc(shape, lambda: rng.uniform(-limit, limit, size=shape).astype(dtype))
 
 
 def uniform(
     rng: np.random.Generator, shape: tuple[int, ...], low: float, high: float, dtype: DTypeLike
 ) -> np.ndarray:
+    shape, dtype = _args(rng, shape, dtype, "uniform")
+    low, high = check_float(low, "low", "uniform"), check_float(high, "high", "uniform")
+    if not low <= high:
+        raise InvalidParameterError(f"uniform: expected low <= high, got low={low}, high={high}")
     reserve(shape)
     return _alloc(shape, lambda: rng.uniform(low, high, size=shape).astype(dtype))
 
 
 def zeros(shape: tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
+    shape, dtype = _shape_dtype(shape, dtype, "zeros")
     reserve(shape)
     return _alloc(shape, lambda: np.zeros(shape, dtype=dtype))

@@ -24,6 +24,7 @@ from rnnkit._ctx import Ctx
 from rnnkit._errors import (
     InvalidInputError,
     InvalidParameterError,
+    MethodNotImplementedError,
     NotBuiltError,
     UnknownWeightError,
     WeightShapeError,
@@ -162,7 +163,8 @@ class Layer(GraphCalls, metaclass=_LayerType):
         """Create the weights. Layers without weights keep this default."""
 
     def compute_output_shape(self, shape: Shape | tuple[int | None, ...]) -> Shape:
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{self.name} ({type(self).__name__}): compute_output_shape is not "
+                                        f"implemented by this layer class")
 
     def with_random_state(self, seed: int) -> Layer:
         """Record ``seed`` for the build (chainable). A built layer redraws its weights."""
@@ -174,13 +176,18 @@ class Layer(GraphCalls, metaclass=_LayerType):
 
     # -- passes ------------------------------------------------------------------------------
     def forward(self, x: np.ndarray, ctx: Ctx) -> np.ndarray:
-        raise NotImplementedError
+        """The pass (every layer class implements it; the base raises MethodNotImplementedError)."""
+        raise MethodNotImplementedError(f"{self.name} ({type(self).__name__}): forward is not "
+                                        f"implemented: the Layer base has no pass; a subclass defines "
+                                        f"forward and backward")
 
     def backward(self, grad: np.ndarray, ctx: Ctx) -> Any:
         """Add the weights' gradients into ``ctx`` and return dL/dx (an array; a list for a
         layer of several inputs); a layer may return None instead when
         ``ctx.needs_input_grad(self)`` is False (nobody reads it)."""
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{self.name} ({type(self).__name__}): backward is not "
+                                        f"implemented: the Layer base has no pass; a subclass defines "
+                                        f"forward and backward")
 
     def forward_mut(self, x: Any, ctx: Ctx) -> np.ndarray:
         """Build from ``x``'s shape (free batch) if needed, then run :meth:`forward`."""
@@ -250,17 +257,36 @@ class Layer(GraphCalls, metaclass=_LayerType):
         return self.forward(self._finite(x), check_ctx(ctx, f"{self.name}.forward"))
 
     def _output_within_budget(self, x: np.ndarray) -> None:
-        """MemoryBudgetError when an output of this layer for ``x`` would be over the budget;
-        a layer whose output shape cannot be told from ``x``'s alone is left to its pass."""
+        """MemoryBudgetError when an output of this layer for ``x``, or an array its pass makes
+        (:meth:`_work_shapes`), would be over the budget (:meth:`_pass_within_budget`)."""
+        self._pass_within_budget(x.shape, max(x.itemsize, np.dtype(self.dtype).itemsize))
+
+    def _work_shapes(self, shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """The shapes of the arrays, besides its outputs, that a pass on an input of ``shape``
+        makes and whose size grows with the input (none by default; a recurrent layer's input
+        projection and step states)."""
+        return []
+
+    def _pass_within_budget(self, shape: tuple[int, ...], itemsize: int) -> tuple[int, ...] | None:
+        """MemoryBudgetError (:func:`~rnnkit._budget.check_array`) when an output of this layer
+        for an input of ``shape``, or an array of :meth:`_work_shapes`, is over the budget, with
+        elements of ``itemsize`` bytes; checked before anything runs. Returns the (first) output's
+        shape, for the next layer of a chain; None when it cannot be told from ``shape`` alone
+        (the layer's pass then reports what it refuses)."""
         try:
-            outs = self.compute_output_shape(x.shape)
+            outs = self.compute_output_shape(shape)
         except Exception:  # noqa: BLE001 - any layer's refusal of the shape is its pass's to report
-            return
-        for out in (outs if isinstance(outs, list) else [outs]):
+            return None
+        first: tuple[int, ...] | None = None
+        for k, out in enumerate(outs if isinstance(outs, list) else [outs]):
             dims = tuple(d for d in out if isinstance(d, int))
             if len(dims) == len(tuple(out)):
-                check_array(dims, max(x.itemsize, np.dtype(self.dtype).itemsize),
-                            f"{self.name}: the output for an input of shape {x.shape}")
+                check_array(dims, itemsize, f"{self.name}: the output for an input of shape {shape}")
+                if k == 0:
+                    first = dims
+        for work in self._work_shapes(shape):
+            check_array(work, itemsize, f"{self.name}: an array its pass makes for an input of shape {shape}")
+        return first
 
     def _finite(self, x: Any, tapes: Sequence[Any] = ()) -> Any:
         """``x``, refused when it (or, for a list of inputs, one of them) is an array of floats

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit._config import ConfigValue
-from rnnkit._errors import InvalidParameterError
+from rnnkit._errors import InvalidParameterError, MethodNotImplementedError
 from rnnkit._numbers import check_float
 
 EPSILON = 1e-7
@@ -32,7 +32,8 @@ class Constraint(ConfigValue):
     """Base class: ``constraint(w)`` returns the projected weight (same shape and dtype)."""
 
     def __call__(self, w: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{type(self).__name__}.__call__ is not implemented; a "
+                                        f"subclass provides it")
 
     def get_config(self) -> dict[str, Any]:
         return {}

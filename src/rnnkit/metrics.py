@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rnnkit._arrays import as_real_array
-from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit._errors import InvalidInputError, InvalidParameterError, MethodNotImplementedError
 from rnnkit._numbers import check_float
 from rnnkit.losses import position_weights
 
@@ -54,7 +54,8 @@ class Metric:
     name: ClassVar[str] = "metric"
 
     def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{type(self).__name__}.__call__ is not implemented; a "
+                                        f"subclass provides it")
 
     def get_config(self) -> dict[str, Any]:
         return {}

@@ -72,8 +72,11 @@ from typing import Any
 import numpy as np
 
 from rnnkit import kernels
+from rnnkit._arrays import as_real_array
 from rnnkit._ctx import Ctx
-from rnnkit._errors import ForwardPassNotRunError
+from rnnkit._errors import ForwardPassNotRunError, InvalidInputError, InvalidParameterError
+from rnnkit._layer import Layer
+from rnnkit._numbers import show
 from rnnkit._shape import Shape
 from rnnkit.io import load_layer_weights, save_layer_weights
 from rnnkit.recurrent._cell import Cell
@@ -102,6 +105,23 @@ def _require(ok: bool, message: str) -> None:
         raise AssertionError(message)
 
 
+def _layer_arg(layer: Any, where: str) -> Layer:
+    """``layer`` itself when it is an rnnkit :class:`~rnnkit.Layer`; InvalidParameterError naming
+    ``where`` and what was given otherwise (every helper here that takes a layer checks it)."""
+    if not isinstance(layer, Layer):
+        raise InvalidParameterError(f"testing.{where}: layer must be an rnnkit Layer, got {show(layer)} "
+                                    f"({type(layer).__name__})")
+    return layer
+
+
+def _made(layer: Any, where: str) -> Layer:
+    """What ``make_layer`` returned, when it is a Layer; InvalidParameterError otherwise."""
+    if not isinstance(layer, Layer):
+        raise InvalidParameterError(f"testing.{where}: make_layer must return an rnnkit Layer, got "
+                                    f"{show(layer)} ({type(layer).__name__})")
+    return layer
+
+
 def _who(layer: Any) -> str:
     """How messages name a layer: ``layer 'lstm' (LSTM)``."""
     return f"layer {getattr(layer, 'name', '?')!r} ({type(layer).__name__})"
@@ -109,9 +129,11 @@ def _who(layer: Any) -> str:
 
 def rel_err(analytic: np.ndarray, numeric: np.ndarray) -> float:
     """``max|a - n| / max(max|n|, max|a|, 1e-30)``: the error scaled by the array's magnitude."""
-    a = np.asarray(analytic, np.float64)
-    n = np.asarray(numeric, np.float64)
-    _require(a.shape == n.shape, f"shape mismatch: analytic {a.shape} vs numeric {n.shape}")
+    a = as_real_array(analytic, "analytic", "testing.rel_err").astype(np.float64)
+    n = as_real_array(numeric, "numeric", "testing.rel_err").astype(np.float64)
+    if a.shape != n.shape:
+        raise InvalidInputError(f"testing.rel_err: analytic and numeric must have one shape, got analytic "
+                                f"{a.shape} and numeric {n.shape}")
     if a.size == 0:
         return 0.0
     scale = max(float(np.max(np.abs(n))), float(np.max(np.abs(a))), 1e-30)
@@ -137,6 +159,7 @@ def _loss(layer: Any, x: np.ndarray, G: np.ndarray) -> float:
 def analytic_grads(layer: Any, x: np.ndarray, G: np.ndarray) -> Grads:
     """One training pass: (output, dL/dx or None, {weight name: dL/dw}) for ``L = sum(y * G)``
     (every trainable weight; a recurrent layer's cell may declare weights that do not train)."""
+    _layer_arg(layer, "analytic_grads")
     ctx = Ctx.training()
     y = layer.forward(x, ctx)
     dx = layer.backward(G, ctx)
@@ -149,7 +172,15 @@ def numeric_grad(layer: Any, x: np.ndarray, G: np.ndarray, wrt: str, eps: float 
     """Central differences of ``L = sum(forward(x) * G)`` w.r.t. ``"input"`` or a weight name
     (the weight is restored afterwards, also when a pass raises); ``"input3"`` is the input of
     index 3 of a layer of several inputs."""
+    _layer_arg(layer, "numeric_grad")
+    if not isinstance(wrt, str):
+        raise InvalidParameterError(f"testing.numeric_grad: wrt must be 'input', 'input<k>' or a weight name "
+                                    f"(a str), got {show(wrt)} ({type(wrt).__name__})")
     if wrt.startswith("input") and wrt != "input":
+        if not (wrt[5:].isascii() and wrt[5:].isdigit() and isinstance(x, list) and int(wrt[5:]) < len(x)):
+            raise InvalidParameterError(f"testing.numeric_grad: wrt {show(wrt)} must name an input "
+                                        f"'input<k>' with k below the number of inputs (a list of "
+                                        f"{len(x) if isinstance(x, list) else 'no'} arrays given)")
         k = int(wrt[5:])
         xs = [np.array(a, np.float64, copy=True) for a in x]
         xp = xs[k]
@@ -200,14 +231,24 @@ def gradcheck(
 ) -> dict[str, float]:
     """Relative errors (see :func:`rel_err`) of the analytic gradients against float64 central
     differences, keyed ``"input"`` and by weight name. ``layer`` must be float64 and built.
-    ``G`` defaults to a standard-normal draw from ``seed``. ``wrt`` limits the checked names."""
+    ``G`` defaults to a standard-normal draw from ``seed``; given, it must have the output's
+    shape (InvalidInputError otherwise). ``wrt`` limits the checked names."""
+    _layer_arg(layer, "gradcheck")
     _require(layer.dtype == np.float64, f"gradcheck needs a float64 layer, got {layer.dtype}")
     y = layer.forward(x, Ctx.inference())
     if G is None:
         G = np.random.default_rng(seed + 7919).standard_normal(y.shape)
+    else:
+        G = as_real_array(G, "G", "testing.gradcheck")
+        if G.shape != np.shape(y):
+            raise InvalidInputError(f"testing.gradcheck: G must have the output's shape {np.shape(y)}, "
+                                    f"got {G.shape}")
     _, dx, grads = analytic_grads(layer, x, G)
     ins = [f"input{k}" for k in range(len(x))] if isinstance(x, list) else ["input"]
     names = wrt if wrt is not None else (ins if input_grad else []) + list(grads)
+    if not isinstance(names, list) or not all(isinstance(n, str) and n in ins + list(grads) for n in names):
+        raise InvalidParameterError(f"testing.gradcheck: wrt must be None or a list of names among "
+                                    f"{ins + list(grads)}, got {show(wrt)}")
     errs: dict[str, float] = {}
     for name in names:
         if name.startswith("input"):
@@ -215,7 +256,11 @@ def gradcheck(
         else:
             ana = grads[name]
         _require(ana is not None, f"{_who(layer)}: backward returned no input gradient")
-        errs[name] = rel_err(np.asarray(ana), numeric_grad(layer, x, G, name, eps))
+        num = numeric_grad(layer, x, G, name, eps)
+        shape = np.asarray(ana).shape
+        _require(shape == num.shape, f"{_who(layer)}: the gradient of {name} has shape {shape}, the numeric "
+                 f"one {num.shape}")
+        errs[name] = rel_err(np.asarray(ana), num)
     return errs
 
 
@@ -229,11 +274,15 @@ def assert_gradcheck(layer: Any, x: np.ndarray, *, rtol: float = 1e-6, **kw: Any
 
 def snapshot(layer: Any) -> Snapshot:
     """The bytes (plus dtype and shape) of every weight, for :func:`assert_unchanged`."""
+    _layer_arg(layer, "snapshot")
     return {e.name: (str(e.value.dtype), e.value.shape, e.value.tobytes()) for e in layer.weights()}
 
 
 def assert_unchanged(layer: Any, before: Snapshot, what: str = "forward+backward") -> None:
     """Every weight is bit-identical to ``before`` (a :func:`snapshot`)."""
+    if not isinstance(before, dict):
+        raise InvalidParameterError(f"testing.assert_unchanged: before must be a snapshot (a dict from "
+                                    f"snapshot(layer)), got {type(before).__name__}")
     after = snapshot(layer)
     _require(list(after) == list(before), f"weight names changed: {list(before)} -> {list(after)}")
     changed = [n for n in before if before[n] != after[n]]
@@ -244,6 +293,7 @@ def assert_fast_matches_reference(layer: Any, x: np.ndarray, G: np.ndarray, rtol
     """The default path (a compiled kernel, where one takes the layer) and the NumPy reference
     (``kernels.use("reference")``) give the same output, input gradient and weight gradients,
     within ``rtol`` relative (see :func:`rel_err`)."""
+    _layer_arg(layer, "assert_fast_matches_reference")
     fast = analytic_grads(layer, x, G)
     with kernels.use("reference"):
         ref = analytic_grads(layer, x, G)
@@ -254,6 +304,8 @@ def assert_fast_matches_reference(layer: Any, x: np.ndarray, G: np.ndarray, rtol
         pairs.append(("input gradient", fast[1], ref[1]))
     pairs += [(f"gradient of {n}", fast[2][n], ref[2][n]) for n in ref[2]]
     for what, a, b in pairs:
+        _require(np.shape(a) == np.shape(b), f"{_who(layer)}: fast vs reference {what}: shape "
+                 f"{np.shape(a)} vs {np.shape(b)}")
         err = rel_err(a, b)
         _require(err <= rtol, f"{_who(layer)}: fast vs reference {what}: relative error {err} > {rtol}")
 
@@ -263,10 +315,15 @@ def assert_round_trip(make_layer: MakeLayer, layer: Any, x: np.ndarray, seed: in
     ``set_weight`` and, through a weights file (:func:`rnnkit.io.save_layer_weights` /
     :func:`~rnnkit.io.load_layer_weights`), into another; both must ``predict`` exactly what
     ``layer`` does (and the fresh layer must differ before the copy, so the check can fail)."""
+    _layer_arg(layer, "assert_round_trip")
+    if not callable(make_layer):
+        raise InvalidParameterError(f"testing.assert_round_trip: make_layer must be a callable dtype -> "
+                                    f"Layer, got {type(make_layer).__name__}")
     rng = np.random.default_rng(seed + 104729)
     for e in layer.weights():
         layer.set_weight(e.name, rng.uniform(-0.5, 0.5, e.value.shape))
-    fresh, loaded = make_layer(layer.dtype.name), make_layer(layer.dtype.name)
+    fresh = _made(make_layer(layer.dtype.name), "assert_round_trip")
+    loaded = _made(make_layer(layer.dtype.name), "assert_round_trip")
     for other in (fresh, loaded):
         if not other.built:
             other.build(_free_batch(x) if isinstance(x, list) else layer.input_shape)
@@ -289,6 +346,10 @@ def assert_round_trip(make_layer: MakeLayer, layer: Any, x: np.ndarray, seed: in
 def assert_thread_safe(layer: Any, xs: list[np.ndarray], seed: int = 0) -> None:
     """Run forward+backward on ``layer`` from ``len(xs)`` threads at once (several rounds);
     every output, input gradient and weight gradient equals the serial result exactly."""
+    _layer_arg(layer, "assert_thread_safe")
+    if not isinstance(xs, list) or not xs:
+        raise InvalidParameterError(f"testing.assert_thread_safe: xs must be a non-empty list of inputs (one "
+                                    f"per thread), got {show(xs)} ({type(xs).__name__})")
     rng = np.random.default_rng(seed + 15485863)
     Gs = [rng.standard_normal(layer.predict(x).shape) for x in xs]
     serial = [analytic_grads(layer, x, G) for x, G in zip(xs, Gs, strict=True)]
@@ -389,13 +450,17 @@ def check_layer(
     float32_atol: float = 1e-4, round_trip: bool = True, fast_vs_reference: bool = True,
 ) -> LayerReport:
     """Run the whole contract (see the module docstring) and return the measured numbers."""
+    for what, f in (("make_layer", make_layer), ("make_input", make_input)):
+        if not callable(f):
+            raise InvalidParameterError(f"testing.check_layer: {what} must be a callable, got {show(f)} "
+                                        f"({type(f).__name__})")
     rng = np.random.default_rng(seed)
     x = make_input(rng)
     if isinstance(x, list):
         x = [np.asarray(a, np.float64) for a in x]
     elif input_grad:
         x = np.asarray(x, np.float64)
-    layer = make_layer("float64")
+    layer = _made(make_layer("float64"), "check_layer")
     if not layer.built and isinstance(x, list):                            # 1. build
         layer.build(_free_batch(x))
     elif not layer.built:
@@ -421,7 +486,7 @@ def check_layer(
         assert_thread_safe(layer, xs[:threads], seed)
     f32_err = 0.0
     if check_float32:                                                      # 9.
-        l32 = make_layer("float32")
+        l32 = _made(make_layer("float32"), "check_layer")
         if not l32.built and isinstance(x, list):
             l32.build(_free_batch(x))
         elif not l32.built:
@@ -512,7 +577,11 @@ def check_cell(cell: Cell, *, input_dim: int = 3, batch: int = 3, steps: int = 5
        :meth:`~rnnkit.Cell.sequence_forward` / ``sequence_backward``; also with the mask of 2.
        for a cell whose parallel form takes one (:attr:`~rnnkit.Cell.sequence_takes_mask`).
 
-    A failure raises ``AssertionError`` naming the form, the quantity and the error."""
+    A failure raises ``AssertionError`` naming the form, the quantity and the error; a ``cell``
+    that is not a :class:`~rnnkit.Cell`, InvalidParameterError."""
+    if not isinstance(cell, Cell):
+        raise InvalidParameterError(f"testing.check_cell: cell must be an rnnkit Cell, got {show(cell)} "
+                                    f"({type(cell).__name__})")
     who = type(cell).__name__
     rng = np.random.default_rng(seed)
     layer = RecurrentLayer(cell, return_sequences=True, seed=seed, dtype="float64", input_dim=input_dim)
@@ -542,6 +611,8 @@ def check_cell(cell: Cell, *, input_dim: int = 3, batch: int = 3, steps: int = 5
             down = _cell_loss(cell, w, x_tm, init, G, d_final)
             arr[i] = old
             num[i] = (up - down) / (2 * eps)
+        _require(ref[name].shape == num.shape, f"check_cell({who}): the reference step's {name} has shape "
+                 f"{ref[name].shape}, central differences {num.shape}")
         err = rel_err(ref[name], num)
         errs[f"gradcheck:{name}"] = err
         _require(err <= grad_rtol, f"check_cell({who}): the reference step's {name} differs from central "

@@ -57,7 +57,7 @@ def pad_sequences(sequences: Any, maxlen: int | None = None, dtype: Any = "int32
         raise InvalidInputError(f"{_WHERE}: sequences must be a non-empty list of sequences, got "
                                 f"{type(sequences).__name__}{' (empty)' if empty else ''}")
     for arg, v in (("padding", padding), ("truncating", truncating)):
-        if v not in ("pre", "post"):
+        if not isinstance(v, str) or v not in ("pre", "post"):
             raise InvalidParameterError(f"{_WHERE}: {arg} must be 'pre' or 'post', got {v!r}")
     dt = check_dtype(dtype, _WHERE)
     fill = pad_value_of(value, dt, _WHERE, "value")

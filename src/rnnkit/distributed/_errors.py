@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from rnnkit._errors import Error
+from rnnkit._errors import Error, InvalidParameterError
+from rnnkit._numbers import show
 
 
 class DistributedError(Error, RuntimeError):
@@ -16,6 +17,9 @@ class DistributedError(Error, RuntimeError):
     """
 
     def __init__(self, what: str, failures: dict[int, str], rank: int, size: int) -> None:
+        if not isinstance(failures, dict) or not all(isinstance(r, int) for r in failures):
+            raise InvalidParameterError(f"DistributedError: failures must be a dict rank (int) -> text, got "
+                                        f"{show(failures)} ({type(failures).__name__})")
         self.failures = dict(failures)
         self.rank = rank
         self.size = size

@@ -9,8 +9,9 @@ from typing import Any
 
 from safetensors import SafetensorError, safe_open
 
-from rnnkit._errors import FileFormatError
+from rnnkit._errors import FileFormatError, InvalidParameterError
 from rnnkit._files import check_regular
+from rnnkit._numbers import show
 from rnnkit.io._model import load_model, save_model
 from rnnkit.io._sniff import sniff
 from rnnkit.timeseries import SPEC_KEY, DataError, Forecaster, ForecastSpec
@@ -40,6 +41,9 @@ def save_forecaster(model: Any, spec: ForecastSpec, path: str | os.PathLike[str]
     """Write the model file at ``path`` (:func:`save_model`: one safetensors file, the
     architecture in its metadata) with ``spec`` as one more metadata entry, :data:`SPEC_KEY`.
     The write is atomic (temporary file, then rename)."""
+    if not isinstance(spec, ForecastSpec):
+        raise InvalidParameterError(f"save_forecaster: spec must be a ForecastSpec, got {show(spec)} "
+                                    f"({type(spec).__name__})")
     p = Path(path)
     save_model(model, p, metadata={SPEC_KEY: spec.to_json()})
     return p

@@ -26,6 +26,7 @@ from rnnkit import losses, metrics, optimizers
 from rnnkit._budget import allocation_budget
 from rnnkit._errors import Error, FileFormatError, InvalidParameterError
 from rnnkit._limits import parse_json
+from rnnkit._numbers import show
 from rnnkit._version import __version__
 from rnnkit.io._keras_export import save_keras
 from rnnkit.io._keras_file import load_keras, load_keras_weights
@@ -40,7 +41,7 @@ from rnnkit.io._weights import (
     read_safetensors,
     write_safetensors,
 )
-from rnnkit.models import model_from_config
+from rnnkit.models import Model, model_from_config
 
 MODEL_FORMAT = "rnnkit-model"
 
@@ -67,6 +68,9 @@ def save_model(model: Any, path: str | os.PathLike[str], *, metadata: dict[str, 
     each raises for what its format cannot hold; ``*.h5`` is refused (a Keras weights file:
     :func:`~rnnkit.io.save_keras_weights`); any other name (``m.safetensors``, ``m.rnnkit``)
     an rnnkit model file. :func:`load_model` reads each of them back by content."""
+    if not isinstance(model, Model):
+        raise InvalidParameterError(f"save_model: model must be an rnnkit Model (Sequential or a graph "
+                                    f"model), got {show(model)} ({type(model).__name__})")
     p = os.fspath(path)
     foreign = p.lower().endswith((".keras", ".onnx", ".h5"))
     if foreign and metadata:

@@ -21,6 +21,8 @@ import numpy as np
 
 from rnnkit._consistency import WEIGHTS
 from rnnkit._errors import FileFormatError, InvalidParameterError, WeightShapeError
+from rnnkit._layer import Layer as _Layer
+from rnnkit._numbers import show
 from rnnkit._safetensors import read_safetensors, write_safetensors
 from rnnkit._validate import weight_problem
 from rnnkit._version import __version__
@@ -139,6 +141,9 @@ def save_weights(model: Any, path: str | os.PathLike[str]) -> None:
 
 
 def _layer_named(layer: Layer) -> Named:
+    if not isinstance(layer, _Layer):
+        raise InvalidParameterError(f"save/load_layer_weights: layer must be an rnnkit Layer, got "
+                                    f"{show(layer)} ({type(layer).__name__})")
     layer._require_built("save/load weights")
     return {n: (layer, n) for n in layer.weight_names}
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit._ctx import Ctx
-from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit._errors import InvalidInputError, InvalidParameterError, MethodNotImplementedError
 from rnnkit._initializers import glorot_uniform
 from rnnkit._layer import check_bool
 from rnnkit._mask import Mask
@@ -169,7 +169,8 @@ class _ScoreAttention(MergeLayer):
         self._input_shape = shapes[0]
 
     def _build_weights(self, dim: int, rng: np.random.Generator) -> None:
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{type(self).__name__}._build_weights is not implemented; a "
+                                        f"subclass provides it")
 
     # -- masks ---------------------------------------------------------------------------------
     def compute_mask(self, x: Any, mask: Any) -> Mask | None:
@@ -241,11 +242,13 @@ class _ScoreAttention(MergeLayer):
         return [dq, dv, dk]
 
     def _scores(self, q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, Any]:
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{type(self).__name__}._scores is not implemented; a "
+                                        f"subclass provides it")
 
     def _scores_backward(self, ds: np.ndarray, q: np.ndarray, k: np.ndarray, cache: Any,
                          ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{type(self).__name__}._scores_backward is not implemented; a "
+                                        f"subclass provides it")
 
     def get_config(self) -> dict[str, Any]:
         return {"use_scale": self.use_scale, "dropout": self.dropout,

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit._ctx import Ctx
-from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit._errors import InvalidInputError, InvalidParameterError, MethodNotImplementedError
 from rnnkit._layer import Layer, check_bool
 from rnnkit._mask import Mask
 from rnnkit._numbers import check_int
@@ -70,7 +70,8 @@ class MergeLayer(Layer):
         return out
 
     def _merged_shape(self, shapes: list[Shape]) -> Shape:
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{type(self).__name__}._merged_shape is not implemented; a "
+                                        f"subclass provides it")
 
     def compute_output_shape(self, shape: Any) -> Shape:
         return self._merged_shape(self._shapes(shape))

@@ -44,7 +44,8 @@ class Flatten(_Weightless):
     def __init__(self, data_format: str | None = None, *, dtype: Any = "float32",
                  name: str | None = None) -> None:
         super().__init__(dtype=dtype, name=name)
-        if data_format not in (None, "channels_last", "channels_first"):
+        if data_format is not None and (not isinstance(data_format, str)
+                                        or data_format not in ("channels_last", "channels_first")):
             raise InvalidParameterError(f"{self.name}: data_format must be 'channels_last', "
                                         f"'channels_first' or None, got {data_format!r}")
         self.data_format = data_format or "channels_last"

@@ -173,9 +173,11 @@ def serialize(loss: Loss) -> dict[str, Any]:
 def deserialize(data: dict[str, Any]) -> Loss:
     """The inverse of :func:`serialize`."""
     try:
+        if not isinstance(data, dict):
+            raise TypeError(type(data).__name__)
         cls = _CLASSES[data["class_name"]]
         return cls.from_config(dict(data.get("config", {})))
-    except (KeyError, TypeError, AttributeError):
+    except (KeyError, TypeError, AttributeError, ValueError):
         raise InvalidParameterError(f"losses.deserialize: not a serialized loss: {data!r}; "
                                     f"known classes {sorted(_CLASSES)}") from None
 

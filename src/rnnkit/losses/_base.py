@@ -8,7 +8,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rnnkit._arrays import as_real_array
-from rnnkit._errors import InvalidInputError, InvalidParameterError
+from rnnkit._errors import InvalidInputError, InvalidParameterError, MethodNotImplementedError
+from rnnkit._numbers import check_int, show
 from rnnkit._tape import ACTIVE, record
 
 #: the probability clip of the probability forms (Keras' backend epsilon)
@@ -30,7 +31,12 @@ def position_weights(sample_weight: Any, lead: tuple[int, ...], where: str) -> n
     """``sample_weight`` as float64 weights of the loss positions ``lead`` (``y_pred.shape[:-1]``;
     ``y_pred.shape`` for a rank-1 prediction): one per sample ``(B,)`` (spread over the other
     positions, e.g. every timestep), one per position, or with a trailing axis of 1. Checked:
-    finite, >= 0, a fitting shape (InvalidInputError naming what it got)."""
+    finite, >= 0, a fitting shape (InvalidInputError naming what it got); ``lead`` a tuple of
+    ints >= 0 (InvalidParameterError otherwise)."""
+    if not isinstance(lead, tuple):
+        raise InvalidParameterError(f"position_weights: lead must be a tuple of ints >= 0 (a shape), got "
+                                    f"{show(lead)} ({type(lead).__name__})")
+    lead = tuple(check_int(d, f"lead[{k}]", "position_weights", lo=0) for k, d in enumerate(lead))
     w = as_real_array(sample_weight, "sample_weight", where).astype(np.float64)
     if w.shape == lead + (1,):
         w = w.reshape(lead)
@@ -97,7 +103,8 @@ class Loss:
         return yt.astype(np.float64), yp.astype(np.float64), _grad_dtype(yp)
 
     def _per_position(self, y_true: Any, y_pred: Any, grad: bool) -> PerPosition:
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{type(self).__name__}._per_position is not implemented; a "
+                                        f"subclass provides it")
 
     def _compute(self, y_true: Any, y_pred: Any, grad: bool,
                  sample_weight: Any = None) -> tuple[float, np.ndarray | None]:

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from rnnkit._errors import InvalidInputError
+from rnnkit._errors import InvalidInputError, MethodNotImplementedError
 from rnnkit.losses._base import (
     EPSILON,
     Loss,
@@ -91,7 +91,8 @@ class _SoftmaxFusable(_FromLogits):
         return self._logits_grad(y_true, y_pred, sample_weight)
 
     def _logits_grad(self, y_true: Any, y_pred: Any, sample_weight: Any) -> tuple[float, LogitsGradient]:
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{type(self).__name__}._logits_grad is not implemented; a "
+                                        f"subclass provides it")
 
 
 def _categorical(onehot_or_labels: np.ndarray, z: np.ndarray, sparse: bool, from_logits: bool,

@@ -20,7 +20,7 @@ from rnnkit import losses, optimizers
 from rnnkit import metrics as metrics_mod
 from rnnkit._consistency import WEIGHTS
 from rnnkit._ctx import Ctx
-from rnnkit._errors import InvalidInputError, InvalidParameterError, NotBuiltError
+from rnnkit._errors import InvalidInputError, InvalidParameterError, MethodNotImplementedError, NotBuiltError
 from rnnkit._layer import Layer, check_bool, check_ctx, check_int, check_utf8
 from rnnkit._shape import Shape
 from rnnkit._tape import ACTIVE, call_layer
@@ -60,20 +60,24 @@ class Model(FitAliases, WeightsAPI):
 
     @property
     def built(self) -> bool:
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{type(self).__name__}.built is not implemented; a "
+                                        f"subclass provides it")
 
     def input_shapes(self) -> list[Shape]:
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{type(self).__name__}.input_shapes is not implemented; a "
+                                        f"subclass provides it")
 
     def _ensure_built(self, xs: list[np.ndarray]) -> None:
         if not self.built:
             raise NotBuiltError(self.name, "this call")
 
     def _forward(self, xs: list[np.ndarray], ctx: Ctx, check: bool) -> list[np.ndarray]:
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{type(self).__name__}._forward is not implemented; a "
+                                        f"subclass provides it")
 
     def _backward(self, grads: list[np.ndarray], ctx: Ctx, check: bool) -> list[np.ndarray]:
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{type(self).__name__}._backward is not implemented; a "
+                                        f"subclass provides it")
 
     def _unread_input_grads(self) -> tuple[Layer, ...]:
         """The layers whose input gradient a training step never reads (the trainer tells them
@@ -108,13 +112,16 @@ class Model(FitAliases, WeightsAPI):
         self._chain = plan if same else None
 
     def named_weights(self) -> dict[str, tuple[Layer, str]]:
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{type(self).__name__}.named_weights is not implemented; a "
+                                        f"subclass provides it")
 
     def _summary_rows(self) -> tuple[list[str], list[list[str]]]:
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{type(self).__name__}._summary_rows is not implemented; a "
+                                        f"subclass provides it")
 
     def get_config(self) -> dict[str, Any]:
-        raise NotImplementedError
+        raise MethodNotImplementedError(f"{type(self).__name__}.get_config is not implemented; a "
+                                        f"subclass provides it")
 
     # -- passes ------------------------------------------------------------------------------
     def _inputs(self, x: Data) -> list[np.ndarray]:

@@ -31,6 +31,7 @@ import numpy as np
 
 from rnnkit._ctx import Ctx
 from rnnkit._layer import Layer
+from rnnkit._limits import LIMITS
 from rnnkit._shape import Shape
 from rnnkit.layers import Bidirectional, GlobalAveragePooling1D, MergeLayer, Reverse
 from rnnkit.models._node import Node
@@ -53,13 +54,31 @@ class ChainPlan:
     (None: any); ``tail`` the same as a tuple of ints when none is None (one tuple comparison
     then checks the shape), else None."""
 
-    __slots__ = ("chain", "dims", "tail")
+    __slots__ = ("chain", "checked", "dims", "tail")
 
     def __init__(self, layers: Sequence[Layer], shape: Shape) -> None:
         self.chain: tuple[Layer, ...] = tuple(layers)
         self.dims: tuple[int | None, ...] = tuple(shape.dims[1:])
         fixed = tuple(d for d in self.dims if d is not None)
         self.tail: tuple[int, ...] | None = fixed if len(fixed) == len(self.dims) else None
+        self.checked: tuple[Any, ...] = ()
+
+    def within_budget(self, x: np.ndarray) -> None:
+        """MemoryBudgetError, before any layer runs, when an output of a layer of the chain or
+        an array its pass makes (:meth:`~rnnkit.Layer._pass_within_budget`) would be over the
+        memory budget for ``x``, each layer's input shape told by the one before it. The last
+        input shape, item size and budget checked are kept, so a run of calls on one shape
+        checks once."""
+        key = (x.shape, x.itemsize, LIMITS.max_array_bytes)
+        if key == self.checked:
+            return
+        shape: tuple[int, ...] = x.shape
+        for layer in self.chain:
+            out = layer._pass_within_budget(shape, max(x.itemsize, np.dtype(layer.dtype).itemsize))
+            if out is None:
+                break
+            shape = out
+        self.checked = key
 
     def fits(self, shape: tuple[int, ...]) -> bool:
         """Whether an array of ``shape`` holds at least one sample of the build shape."""
@@ -89,6 +108,8 @@ class ChainPlan:
                 return None
         elif kind not in "biu":
             return None
+        if (shape, x.itemsize, LIMITS.max_array_bytes) != self.checked:   # inlined: one shape, one check
+            self.within_budget(x)
         ctx = Ctx(False)
         h = x
         for layer in self.chain:

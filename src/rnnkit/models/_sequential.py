@@ -12,6 +12,7 @@ from rnnkit import _penalties as _pen
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError
 from rnnkit._layer import Layer, resolve_dtype
+from rnnkit._limits import LIMITS
 from rnnkit._shape import Shape
 from rnnkit.layers import MergeLayer, layer_from_config, layer_to_config
 from rnnkit.layers._tied import resolve_ties
@@ -225,6 +226,8 @@ class Sequential(Model):
         if chain is not None and mask is None:
             if masks is not None and ctx.mask is not None:   # masks=[None] overrides ctx.mask
                 ctx.set_mask(None)
+            if (h.shape, h.itemsize, LIMITS.max_array_bytes) != chain.checked:   # once per input shape
+                chain.within_budget(h)
             for i, layer in enumerate(chain.chain):
                 h = layer.forward(h, ctx)
                 if layer.activity_regularizer is not None:
@@ -234,6 +237,8 @@ class Sequential(Model):
             return [h], [None]
         try:
             for i, layer in enumerate(self.layers):
+                if isinstance(h, np.ndarray):
+                    layer._output_within_budget(h)
                 try:
                     out_mask = layer.compute_mask(h, mask)
                 except InvalidInputError as e:

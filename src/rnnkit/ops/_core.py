@@ -22,6 +22,10 @@ def convert_to_tensor(x: Any, dtype: Any = None, sparse: Any = None, ragged: Any
     (so the tape keeps tracking it) unless ``dtype`` differs, which casts (recorded, as
     :func:`cast`); Python floats and lists of them become float32, ints int32, bools bool.
     ``sparse`` / ``ragged`` must be falsy (dense arrays only)."""
+    for what, flag in (("sparse", sparse), ("ragged", ragged)):
+        if flag is not None and not isinstance(flag, (bool, np.bool_)):
+            raise InvalidInputError(f"ops.convert_to_tensor: {what} must be None or a bool, got {show(flag)} "
+                                    f"({type(flag).__name__})")
     if sparse or ragged:
         raise InvalidInputError(f"ops.convert_to_tensor: rnnkit's arrays are dense; expected "
                                 f"sparse=None/False and ragged=None/False, got {sparse!r}, {ragged!r}")
@@ -156,7 +160,11 @@ def normalize_axis(axis: Any, ndim: int, op: str) -> tuple[int, ...] | None:
 def one_axis(axis: Any, ndim: int, op: str, default: int) -> int:
     """One ``axis`` (an int in ``[-ndim, ndim)``, or None for ``default``) as a non-negative
     axis: :func:`normalize_axis` for an op that works along a single axis, so a list of axes is
-    an InvalidInputError naming the op, not an unpacking ValueError."""
+    an InvalidInputError naming the op, not an unpacking ValueError; so is an input of rank 0,
+    which has no axis to work along (NumPy's IndexError otherwise)."""
+    if ndim == 0:
+        raise InvalidInputError(f"ops.{op}: x is a scalar (rank 0), which has no axis; expected an input "
+                                f"of rank >= 1")
     if axis is None:
         return default
     if isinstance(axis, (list, tuple)):

@@ -79,6 +79,9 @@ def _tensordot_axes(op: str, a: np.ndarray, b: np.ndarray, axes: Any) -> tuple[l
 
 def _tensordot(op: str, x1: Any, x2: Any, a: np.ndarray, b: np.ndarray, la: list[int],
                lb: list[int]) -> np.ndarray:
+    if [a.shape[i] for i in la] != [b.shape[j] for j in lb]:
+        raise InvalidInputError(f"ops.{op}: the summed axes of x1 {la} (sizes {[a.shape[i] for i in la]}) "
+                                f"and of x2 {lb} (sizes {[b.shape[j] for j in lb]}) must have equal sizes")
     out = np.tensordot(a, b, axes=(la, lb))
     fa = [i for i in range(a.ndim) if i not in la]
     fb = [j for j in range(b.ndim) if j not in lb]

@@ -10,7 +10,8 @@ import numpy as np
 
 from rnnkit._budget import check_array
 from rnnkit._errors import InvalidInputError
-from rnnkit._numbers import check_int, show
+from rnnkit._numbers import check_float, check_int, show
+from rnnkit._validate import check_bool
 from rnnkit.ops._core import (
     FLOATX,
     INTX,
@@ -35,6 +36,14 @@ def _binary(op: str, x1: Any, x2: Any, force_float: bool = False) -> tuple[Any, 
             and x1.dtype.kind == "f" and x1.shape == x2.shape:     # the common case, checked quickly
         return x1, x2, x1.dtype
     a, b = as_operand(x1, op, "x1"), as_operand(x2, op, "x2")
+    for arg, n, other in (("x1", a, b), ("x2", b, a)):   # a Python int is typed by the other operand
+        if type(n) is int and not isinstance(other, float) \
+                and not (isinstance(other, np.ndarray) and other.dtype.kind == "f"):
+            dt = other.dtype if isinstance(other, np.ndarray) and other.dtype.kind in "iu" \
+                else np.dtype(np.int64)
+            if not np.iinfo(dt).min <= n <= np.iinfo(dt).max:
+                raise InvalidInputError(f"ops.{op}: {arg} = {show(n)} does not fit the dtype {dt} it takes; "
+                                        f"expected an int in [{np.iinfo(dt).min}, {np.iinfo(dt).max}]")
     check_same_shape_or_broadcast(op, a, b)
     dt = result_dtype(a, b)
     if force_float and dt.kind != "f":
@@ -154,6 +163,9 @@ def where(condition: Any, x1: Any = None, x2: Any = None) -> Any:
     the true elements (NumPy's ``nonzero``, no gradient)."""
     cond = as_array(condition, "where", "condition")
     if x1 is None and x2 is None:
+        if cond.ndim == 0:
+            raise InvalidInputError("ops.where: condition is a scalar (rank 0) and neither x1 nor x2 was "
+                                    "given; the indices of the true elements need a condition of rank >= 1")
         return np.nonzero(cond)
     if x1 is None or x2 is None:
         raise InvalidInputError("ops.where: give both x1 and x2, or neither")
@@ -234,10 +246,22 @@ def _axes(op: str, arr: np.ndarray, axis: Any) -> tuple[int, ...] | None:
     return axes
 
 
+def _empty_axis(op: str, arr: np.ndarray, ax: tuple[int, ...] | None, hint: str = "") -> None:
+    """InvalidInputError naming ``op`` and the axis, when ``ax`` (None: all) of ``arr`` holds an
+    axis of length 0: a reduction with no identity (max, min, the max inside softmax) has no value
+    over no elements (NumPy raises ValueError, Keras too); an empty result is fine."""
+    for a in range(arr.ndim) if ax is None else ax:
+        if arr.shape[a] == 0:
+            raise InvalidInputError(f"ops.{op}: axis {a} of the input (shape {arr.shape}) is empty; a {op} "
+                                    f"over no elements has no value; expected at least one element on "
+                                    f"the reduced axes{hint}")
+
+
 def softmax(x: Any, axis: Any = -1) -> np.ndarray:
     """``exp(x) / sum(exp(x))`` along ``axis`` (an int or a tuple of them)."""
     arr = float_of(as_array(x, "softmax"))
     ax = _axes("softmax", arr, axis)
+    _empty_axis("softmax", arr, ax)
     e = np.exp(arr - arr.max(axis=ax, keepdims=True))
     out = e / e.sum(axis=ax, keepdims=True)
 
@@ -250,6 +274,7 @@ def log_softmax(x: Any, axis: Any = -1) -> np.ndarray:
     """``x - logsumexp(x)`` along ``axis``."""
     arr = float_of(as_array(x, "log_softmax"))
     ax = _axes("log_softmax", arr, axis)
+    _empty_axis("log_softmax", arr, ax)
     m = arr.max(axis=ax, keepdims=True)
     out = arr - (m + np.log(np.exp(arr - m).sum(axis=ax, keepdims=True)))
 
@@ -260,6 +285,7 @@ def log_softmax(x: Any, axis: Any = -1) -> np.ndarray:
 
 def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> np.ndarray:
     """``log(sum(exp(x)))`` over ``axis`` (all axes when None), computed without overflow."""
+    keepdims = check_bool(keepdims, "keepdims", "ops.logsumexp")
     arr = float_of(as_array(x, "logsumexp"))
     ax = _axes("logsumexp", arr, axis)
     m = arr.max(axis=ax, keepdims=True) if arr.size else np.zeros((1,) * arr.ndim, arr.dtype)
@@ -308,10 +334,9 @@ def min(x: Any, axis: Any = None, keepdims: bool = False, initial: Any = None) -
 def _reduce_extreme(op: str, fn: Any, x: Any, axis: Any, keepdims: bool, initial: Any) -> np.ndarray:
     arr = as_array(x, op)
     ax = _axes(op, arr, axis)
-    if arr.size == 0 and initial is None:
-        raise InvalidInputError(f"ops.{op}: the input is empty (shape {arr.shape}); expected at least "
-                                f"one element, or initial=")
-    kw = {} if initial is None else {"initial": initial}
+    if initial is None:
+        _empty_axis(op, arr, ax, ", or initial=")
+    kw = {} if initial is None else {"initial": check_float(initial, "initial", f"ops.{op}")}
     out = fn(arr, axis=ax, keepdims=keepdims, **kw)
 
     def back(g: np.ndarray, needs: Needs) -> Sequence[Any]:
@@ -326,9 +351,8 @@ def argmax(x: Any, axis: Any = None, keepdims: bool = False) -> np.ndarray:
     """The index of the largest element over ``axis`` (of the flattened input when None), int32."""
     arr = as_array(x, "argmax")
     axis = None if axis is None else one_axis(axis, arr.ndim, "argmax", 0)
-    if arr.size == 0:
-        raise InvalidInputError(f"ops.argmax: the input is empty (shape {arr.shape}); expected at least "
-                                f"one element")
+    keepdims = check_bool(keepdims, "keepdims", "ops.argmax")
+    _empty_axis("argmax", arr, None if axis is None else (axis,))
     return np.asarray(np.argmax(arr, axis=axis, keepdims=keepdims)).astype(INTX)
 
 
@@ -351,6 +375,7 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> n
     """The vector or matrix norm (NumPy's ``linalg.norm``): ``ord`` None (2 for vectors, Frobenius
     for matrices), 1, 2, ``inf`` for vectors, ``"fro"`` for matrices. The gradient of a 2-norm
     at zero is 0 (as PyTorch)."""
+    keepdims = check_bool(keepdims, "keepdims", "ops.norm")
     arr = float_of(as_array(x, "norm"))
     ax = _axes("norm", arr, axis)
     flat = ax is None
@@ -358,6 +383,9 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> n
     assert red is not None
     if flat and arr.ndim > 2 and ord is not None:
         raise InvalidInputError(f"ops.norm: ord={ord!r} needs axis= for an input of rank {arr.ndim}")
+    if isinstance(ord, (bool, np.bool_)) or not isinstance(ord, (str, int, float, type(None))):
+        raise InvalidInputError(f"ops.norm: ord must be None, 'fro', 1, 2 or inf, got {show(ord)} "
+                                f"({type(ord).__name__})")
     is_matrix = len(red) == 2
     two = ord is None or (ord == "fro" and is_matrix) or (ord == 2 and not is_matrix)
     if not (two or (not is_matrix and ord in (1, np.inf))):
@@ -394,7 +422,7 @@ def stop_gradient(variable: Any) -> np.ndarray:
 def one_hot(x: Any, num_classes: int, axis: int = -1, dtype: Any = None, sparse: bool = False) -> np.ndarray:
     """Integer labels as one-hot vectors along a new ``axis`` (float32 unless ``dtype``); a
     negative label gives a row of zeros (as Keras); a label ``>= num_classes`` raises."""
-    if sparse:
+    if check_bool(sparse, "sparse", "ops.one_hot"):
         raise InvalidInputError("ops.one_hot: rnnkit's arrays are dense; expected sparse=False")
     arr = as_array(x, "one_hot")
     if arr.dtype.kind not in "iub":

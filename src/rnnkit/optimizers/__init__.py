@@ -27,6 +27,8 @@ def serialize(optimizer: Optimizer) -> dict[str, Any]:
 def deserialize(data: dict[str, Any]) -> Optimizer:
     """The inverse of :func:`serialize`: a fresh optimizer (no slots)."""
     try:
+        if not isinstance(data, dict):
+            raise TypeError(type(data).__name__)
         name, config = data["class_name"], data.get("config", {})
     except (KeyError, TypeError, AttributeError):
         raise InvalidParameterError(
@@ -38,7 +40,7 @@ def deserialize(data: dict[str, Any]) -> Optimizer:
                                     f"known: {sorted(c.__name__ for c in _CLASSES.values())}")
     try:
         return cls.from_config(dict(config))
-    except TypeError as e:
+    except (TypeError, ValueError) as e:
         raise InvalidParameterError(f"optimizers.deserialize: bad config for {name}: {e}") from None
 
 

@@ -121,7 +121,7 @@ class Adam(Optimizer):
         # Keras' spellings beta_1 / beta_2 stand for beta1 / beta2 (give one spelling of each)
         for keras_name, value, own, default in (("beta_1", beta_1, beta1, 0.9),
                                                 ("beta_2", beta_2, beta2, 0.999)):
-            if value is not None and own != default:
+            if value is not None and check_float(own, keras_name.replace("_", ""), where) != default:
                 raise InvalidParameterError(f"{where}: give {keras_name} or {keras_name.replace('_', '')}, "
                                             f"not both")
         beta1 = beta1 if beta_1 is None else beta_1

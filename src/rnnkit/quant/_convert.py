@@ -9,6 +9,7 @@ import numpy as np
 from rnnkit._errors import InvalidParameterError
 from rnnkit._kind import builtin_kind
 from rnnkit._layer import Layer
+from rnnkit._numbers import show
 from rnnkit.layers import Bidirectional, Dense
 from rnnkit.layers._registry import layer_from_config, layer_to_config
 from rnnkit.models import Sequential
@@ -42,7 +43,11 @@ def quantize_layer(layer: Layer) -> Layer:
     LSTM / GRU -> :class:`QuantizedRecurrent`; ``Bidirectional`` over them -> ``Bidirectional``
     over their int8 forms; a layer without a kernel (Dropout, Masking, Reshape, ...) and an
     Embedding are copied as they are. InvalidParameterError names a layer with a kernel that
-    has no int8 form (a custom cell, an LSTM with ``proj_size``, a softmax gate, float64)."""
+    has no int8 form (a custom cell, an LSTM with ``proj_size``, a softmax gate, float64), and
+    a ``layer`` that is not an rnnkit Layer."""
+    if not isinstance(layer, Layer):
+        raise InvalidParameterError(f"quantize_layer: expected an rnnkit Layer, got {show(layer)} "
+                                    f"({type(layer).__name__})")
     if isinstance(layer, (QuantizedDense, QuantizedRecurrent)):
         return _copy(layer)
     if layer.built and layer.dtype != np.float32:

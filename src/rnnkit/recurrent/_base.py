@@ -155,6 +155,16 @@ class RecurrentLayer(Streaming, RecurrentWeights, Layer):
                     f"{value.shape}, expected {p.shape}")
             self._add_weight(p.name, value)
 
+    def _work_shapes(self, shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """(batch, steps, width): the input projection of every step (``width`` the kernel's
+        output width) and the states of every step a pass keeps, whichever is wider; they grow
+        with batch x steps even where the output (the last step's) does not."""
+        if len(shape) != 3 or not all(isinstance(d, int) for d in shape):
+            return []
+        kernel = self._weights.get("kernel")
+        width = max(int(kernel.shape[-1]) if kernel is not None else 0, sum(self.cell.state_sizes()))
+        return [(shape[0], shape[1], width)]
+
     def compute_output_shape(self, shape: Any) -> Any:
         """The output's shape; with ``return_state`` the list ``[output, *state parts]`` (each
         state part (batch, width)). ``shape`` may be a list ``[x, *initial state parts]``."""

@@ -61,7 +61,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from rnnkit._activations import ActivationFn, ActivationLike, resolve_activation
-from rnnkit._errors import InvalidParameterError
+from rnnkit._errors import InvalidParameterError, MethodNotImplementedError
 from rnnkit._layer import check_positive_int
 from rnnkit.kernels import Step
 
@@ -187,7 +187,8 @@ class Cell:
     # -- declarations ------------------------------------------------------------------------
     def params(self, input_dim: int) -> list[Param]:
         """The parameters for inputs of ``input_dim`` features, in draw order."""
-        raise NotImplementedError(f"{type(self).__name__}.params")
+        raise MethodNotImplementedError(f"{type(self).__name__}.params is not implemented; a "
+                                        f"subclass provides it")
 
     def state_sizes(self) -> tuple[int, ...]:
         """The width of each state part (default: ``units`` for every part)."""
@@ -233,14 +234,16 @@ class Cell:
         ``park`` is a dict to fill with whatever :meth:`step_back` needs later (training), or
         None (inference: park nothing). A cell with :attr:`supports_recurrent_dropout` also
         takes the keyword ``rdrop`` (the pass's mask, or None), here and in :meth:`step_back`."""
-        raise NotImplementedError(f"{type(self).__name__}.step")
+        raise MethodNotImplementedError(f"{type(self).__name__}.step is not implemented; a "
+                                        f"subclass provides it")
 
     def step_back(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None, prev: Arrays,
                   new: Arrays, park: Mapping[str, np.ndarray]) -> StepBack:
         """Backward one step. ``d`` is dL/d(new state), one array per part. ``inp`` is the
         step's input ``x_s`` for a cell without an input kernel, else None (park what you need).
         ``park`` holds what :meth:`step` parked at this step."""
-        raise NotImplementedError(f"{type(self).__name__}.step_back")
+        raise MethodNotImplementedError(f"{type(self).__name__}.step_back is not implemented; a "
+                                        f"subclass provides it")
 
     # -- the parallel (whole-sequence) form: optional ---------------------------------------
     #: ``sequence_forward`` / ``sequence_backward`` compute every step of a pass at once (a scan
@@ -272,7 +275,8 @@ class Cell:
         dict to fill with whatever :meth:`sequence_backward` needs (training) or None
         (inference); ``mask`` (keyword, only for a cell with :attr:`sequence_takes_mask` in a
         masked pass) the real steps. Never called on a cell that does not override it."""
-        raise NotImplementedError(f"{type(self).__name__}.sequence_forward")
+        raise MethodNotImplementedError(f"{type(self).__name__}.sequence_forward is not implemented; a "
+                                        f"subclass provides it")
 
     def sequence_backward(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None,
                           init: Arrays, states: Arrays, park: Mapping[str, np.ndarray]) -> SequenceBack:
@@ -282,7 +286,8 @@ class Cell:
         back through later steps is this method's to add. ``inp`` is ``x`` (T, B, F) for a cell
         without an input kernel, else None; ``init`` / ``states`` / ``park`` (and ``mask``) are
         what :meth:`sequence_forward` was given, returned and parked."""
-        raise NotImplementedError(f"{type(self).__name__}.sequence_backward")
+        raise MethodNotImplementedError(f"{type(self).__name__}.sequence_backward is not implemented; a "
+                                        f"subclass provides it")
 
 
 def check_softmax_axis(act: ActivationFn, where: str) -> None:

@@ -33,7 +33,7 @@ class Init:
     b: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.kind not in _KINDS:
+        if not isinstance(self.kind, str) or self.kind not in _KINDS:
             raise InvalidParameterError(f"Init: kind must be one of {_KINDS}, got {self.kind!r}")
         for nm in ("a", "b"):
             object.__setattr__(self, nm, check_float(getattr(self, nm), nm, f"Init.{self.kind}"))

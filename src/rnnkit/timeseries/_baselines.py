@@ -32,28 +32,63 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rnnkit._arrays import as_real_array
+from rnnkit._numbers import check_int
 from rnnkit.timeseries._csv import DataError
 from rnnkit.timeseries._dates import infer_frequency
 
 
+def _series(target: object, where: str) -> np.ndarray:
+    """``target`` as a 1-D float64 array; DataError naming ``where`` otherwise."""
+    t = as_real_array(target, "target", where).astype(np.float64)
+    if t.ndim != 1:
+        raise DataError(f"{where}: target must be a 1-D series, got shape {t.shape}")
+    return t
+
+
+def _positions(pos: object, rows: int, what: str, where: str) -> np.ndarray:
+    """``pos`` as a 1-D int64 array of row positions in ``[0, rows)``; DataError naming
+    ``where``, ``what``, the range and what was given otherwise."""
+    p = as_real_array(pos, what, where)
+    if p.dtype.kind not in "iu" or p.ndim != 1:
+        raise DataError(f"{where}: {what} must be a 1-D array of integer row positions, got dtype {p.dtype} "
+                        f"shape {p.shape}")
+    if p.size and (int(p.min()) < 0 or int(p.max()) >= rows):
+        raise DataError(f"{where}: {what} must lie in [0, {rows - 1}] (the target's rows), got "
+                        f"[{int(p.min())}, {int(p.max())}]")
+    return p.astype(np.int64)
+
+
+def _pair(pred: object, actual: object, where: str) -> np.ndarray:
+    """``pred - actual`` (both flattened) of two real arrays of one size; DataError otherwise."""
+    a = as_real_array(pred, "pred", where).astype(np.float64).ravel()
+    b = as_real_array(actual, "actual", where).astype(np.float64).ravel()
+    if a.size != b.size or a.size == 0:
+        raise DataError(f"{where}: pred and actual must hold the same number (>= 1) of values, got "
+                        f"{a.size} and {b.size}")
+    return a - b
+
+
 def rmse(pred: np.ndarray, actual: np.ndarray) -> float:
     """Root mean squared error."""
-    d = np.asarray(pred, dtype=np.float64).ravel() - np.asarray(actual, dtype=np.float64).ravel()
+    d = _pair(pred, actual, "rmse")
     return float(np.sqrt(np.mean(d * d)))
 
 
 def mae(pred: np.ndarray, actual: np.ndarray) -> float:
     """Mean absolute error."""
-    d = np.asarray(pred, dtype=np.float64).ravel() - np.asarray(actual, dtype=np.float64).ravel()
+    d = _pair(pred, actual, "mae")
     return float(np.mean(np.abs(d)))
 
 
 def persistence_forecast(target: np.ndarray, pos: np.ndarray, horizon: int = 1) -> np.ndarray:
     """``target[pos - horizon]`` for every position (each must be >= horizon)."""
-    p = np.asarray(pos)
+    t = _series(target, "persistence_forecast")
+    p = _positions(pos, t.shape[0], "pos", "persistence_forecast")
+    horizon = check_int(horizon, "horizon", "persistence_forecast", lo=1)
     if p.size and p.min() < horizon:
         raise DataError(f"persistence needs positions >= horizon {horizon}, got {int(p.min())}")
-    return np.asarray(target, dtype=np.float64)[p - horizon]
+    return t[p - horizon]
 
 
 #: rows of the lag matrix formed at once
@@ -92,7 +127,10 @@ class ARModel:
     def fit(cls, target: np.ndarray, train_pos: np.ndarray, p: int, horizon: int = 1) -> ARModel:
         """Least squares over ``train_pos`` (each needs ``p + horizon - 1`` rows of history);
         the minimum-norm solution when lags are collinear (a constant series)."""
-        tp = np.asarray(train_pos)
+        target = _series(target, "ARModel.fit")
+        tp = _positions(train_pos, target.shape[0], "train_pos", "ARModel.fit")
+        p = check_int(p, "p", "ARModel.fit", lo=1)
+        horizon = check_int(horizon, "horizon", "ARModel.fit", lo=1)
         tp = tp[tp - horizon - p + 1 >= 0]
         if tp.size < p + 1:
             raise DataError(f"AR({p}) needs at least {p + 1} training positions with {p} lags, got {tp.size}")
@@ -102,7 +140,8 @@ class ARModel:
 
     def predict(self, target: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """Forecast ``target[pos]`` from its lags (the values at ``pos`` are not read)."""
-        pp = np.asarray(pos)
+        target = _series(target, "ARModel.predict")
+        pp = _positions(pos, target.shape[0] + self.horizon, "pos", "ARModel.predict")
         if pp.size and pp.min() - self.horizon - self.p + 1 < 0:
             raise DataError(
                 f"AR({self.p}) needs {self.p + self.horizon - 1} rows before position {int(pp.min())}"
@@ -115,7 +154,10 @@ class ARModel:
 
 def select_ar_order(target: np.ndarray, train_pos: np.ndarray, max_p: int, horizon: int = 1) -> int:
     """The order in ``1..max_p`` with the smallest AIC on the common training positions."""
-    tp = np.asarray(train_pos)
+    target = _series(target, "select_ar_order")
+    tp = _positions(train_pos, target.shape[0], "train_pos", "select_ar_order")
+    max_p = check_int(max_p, "max_p", "select_ar_order", lo=1)
+    horizon = check_int(horizon, "horizon", "select_ar_order", lo=1)
     tp = tp[tp - horizon - max_p + 1 >= 0]
     if tp.size < max_p + 2:
         raise DataError(f"AR order selection up to {max_p} needs more than {max_p + 1} training positions")
@@ -131,23 +173,27 @@ def select_ar_order(target: np.ndarray, train_pos: np.ndarray, max_p: int, horiz
 
 
 def mean_forecast(target: np.ndarray, train_pos: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """The training mean ``mean(target[train_pos])`` at every position of ``pos``."""
-    tp = np.asarray(train_pos)
+    """The training mean ``mean(target[train_pos])`` at every position of ``pos`` (1-D, any
+    non-negative row numbers: the values there are not read)."""
+    t = _series(target, "mean_forecast")
+    tp = _positions(train_pos, t.shape[0], "train_pos", "mean_forecast")
     if tp.size == 0:
         raise DataError("the training-mean baseline needs at least one training position")
-    return np.full(np.asarray(pos).shape[0], float(np.mean(np.asarray(target, dtype=np.float64)[tp])))
+    p = _positions(pos, np.iinfo(np.int64).max, "pos", "mean_forecast")
+    return np.full(p.shape[0], float(np.mean(t[tp])))
 
 
 def seasonal_naive_forecast(target: np.ndarray, pos: np.ndarray, season: int, horizon: int = 1) -> np.ndarray:
     """``target[pos - k * season]``, ``k = ceil(horizon / season)`` (each position must be at
     least ``k * season``)."""
-    if season < 1:
-        raise DataError(f"season must be >= 1, got {season}")
+    t = _series(target, "seasonal_naive_forecast")
+    p = _positions(pos, t.shape[0], "pos", "seasonal_naive_forecast")
+    season = check_int(season, "season", "seasonal_naive_forecast", lo=1)
+    horizon = check_int(horizon, "horizon", "seasonal_naive_forecast", lo=1)
     lag = season * -(-horizon // season)
-    p = np.asarray(pos)
     if p.size and p.min() < lag:
         raise DataError(f"the seasonal-naive baseline needs positions >= {lag}, got {int(p.min())}")
-    return np.asarray(target, dtype=np.float64)[p - lag]
+    return t[p - lag]
 
 
 #: rows per season by the spacing of a dated index (the calendar's own cycle)
@@ -159,7 +205,12 @@ def season_of(index: np.ndarray, kind: str) -> int | None:
     business days 5 (a week: :func:`~rnnkit.timeseries.infer_frequency` finds them), weekly 52,
     monthly 12, quarterly 4 (a year); None for years, row numbers and irregular or other
     spacings. Besides business days, the spacing is the median step between rows."""
-    idx = np.asarray(index)
+    if not isinstance(kind, str):
+        raise DataError(f"season_of: kind must be the index kind (a str), got {type(kind).__name__}")
+    try:
+        idx = np.asarray(index)
+    except (TypeError, ValueError) as e:
+        raise DataError(f"season_of: index is not an array ({e})") from None
     if kind == "quarter":
         return SEASONS["quarter"]
     if idx.dtype.kind != "M" or len(idx) < 3:

@@ -230,7 +230,7 @@ def read_csv(
     non-numeric or non-finite value, an unparseable date, a date column that goes back, and
     missing values as ``missing`` says.
     """
-    if missing not in MISSING_POLICIES:
+    if not isinstance(missing, str) or missing not in MISSING_POLICIES:
         raise DataError(f"missing must be one of {', '.join(MISSING_POLICIES)}, got {missing!r}")
     spath = str(path)
     try:

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rnnkit._budget import check_array
 from rnnkit._errors import InvalidInputError
+from rnnkit._numbers import check_int
 
 
 class DataError(InvalidInputError):
@@ -63,6 +65,9 @@ def format_index(values: np.ndarray, kind: str, *, as_in_file: bool = False) -> 
     wrote them so), times ``YYYY-MM-DDTHH:MM:SS``, months ``YYYY-MM``, quarters ``YYYYQn``,
     whole numbers (and row numbers) as integers."""
     v = np.asarray(values)
+    if v.ndim != 1 or v.dtype.kind not in "iuM":
+        raise DataError(f"format_index: values must be a 1-D array of integers or datetime64, got dtype "
+                        f"{v.dtype} shape {v.shape}")
     if kind in ("row", "int") or v.dtype.kind != "M":
         return [str(int(x)) for x in v]
     if kind == "quarter":
@@ -267,8 +272,11 @@ def infer_frequency(index: np.ndarray) -> Frequency | None:
     constant step (days, weeks, hours, ...), then business days. None when there is none (an
     irregular index, fewer than 3 values, a unit coarser than days, or pandas' week-of-month
     and business-hour rules, which are not followed)."""
-    v = np.asarray(index)
-    if v.dtype.kind != "M" or len(v) < 3:
+    try:
+        v = np.asarray(index)
+    except (TypeError, ValueError) as e:
+        raise DataError(f"infer_frequency: index is not an array ({e})") from None
+    if v.dtype.kind != "M" or v.ndim != 1 or len(v) < 3:
         return None
     unit = str(np.datetime_data(v.dtype)[0])
     per_day = _per_day(unit)
@@ -341,6 +349,11 @@ def continue_index(index: np.ndarray, count: int) -> np.ndarray:
     (whole numbers, months and quarters stored as months, an irregular index) the last step
     repeated (one step for a one-value index)."""
     idx = np.asarray(index)
+    if idx.ndim != 1 or idx.size == 0 or idx.dtype.kind not in "iuM":
+        raise DataError(f"continue_index: index must be a 1-D array of at least one integer or datetime64 "
+                        f"value, got dtype {idx.dtype} shape {idx.shape}")
+    count = check_int(count, "count", "continue_index", lo=0)
+    check_array((count,), 8, "continue_index")
     j = np.arange(1, count + 1, dtype=np.int64)
     freq = infer_frequency(idx) if count else None
     if freq is None or freq.rule == "fixed":         # a fixed frequency's step is the last step

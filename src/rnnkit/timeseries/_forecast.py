@@ -71,9 +71,12 @@ class ForecastSpec:
     missing: str | None = "error"
 
     def __post_init__(self) -> None:
-        if self.missing is not None and self.missing not in MISSING_POLICIES:
+        if self.missing is not None and (not isinstance(self.missing, str)
+                                         or self.missing not in MISSING_POLICIES):
             raise DataError(f"ForecastSpec: missing must be one of {', '.join(MISSING_POLICIES)} or None, "
                             f"got {self.missing!r}")
+        check_int(self.window, "window", "ForecastSpec", lo=1)
+        check_int(self.horizon, "horizon", "ForecastSpec", lo=1)
         if self.window < 1 or self.horizon < 1:
             raise DataError(f"ForecastSpec: window and horizon must be >= 1, got window={self.window}, "
                             f"horizon={self.horizon}")

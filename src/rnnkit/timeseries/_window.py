@@ -26,6 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit._arrays import as_real_array
+from rnnkit._numbers import check_int, show
+from rnnkit._validate import resolve_dtype
 from rnnkit.timeseries._csv import DataError
 
 TRANSFORMS = ("none", "sqrt", "log1p")
@@ -53,7 +56,9 @@ class WindowArrays:
 
 def count_windows(rows: int, window: int, horizon: int) -> int:
     """``rows - window - horizon + 1``, the number of complete (input, target) pairs."""
-    return rows - window - horizon + 1
+    rows = check_int(rows, "rows", "count_windows", lo=0)
+    window = check_int(window, "window", "count_windows", lo=1)
+    return rows - window - check_int(horizon, "horizon", "count_windows", lo=0) + 1
 
 
 def make_windows(features: np.ndarray, target: np.ndarray | None, window: int, horizon: int,
@@ -67,9 +72,18 @@ def make_windows(features: np.ndarray, target: np.ndarray | None, window: int, h
     them, for forecasting past the data); ``y`` is then empty-width (S, 0) and ``pos`` still
     names the row each forecast is for (which may lie past the last row).
     """
-    if window < 1 or horizon < 1:
-        raise DataError(f"window and horizon must be >= 1, got window={window}, horizon={horizon}")
-    rows = int(features.shape[0])
+    window = check_int(window, "window", "make_windows", lo=1)
+    horizon = check_int(horizon, "horizon", "make_windows", lo=1)
+    dt = resolve_dtype(dtype, "make_windows")
+    f = as_real_array(features, "features", "make_windows")
+    if f.ndim != 2:
+        raise DataError(f"make_windows: features must be (rows, F), got shape {f.shape}")
+    rows = int(f.shape[0])
+    if target is not None:
+        target = as_real_array(target, "target", "make_windows")
+        if target.ndim != 1 or target.shape[0] != rows:
+            raise DataError(f"make_windows: target must be 1-D with one value per row of features ({rows}), "
+                            f"got shape {target.shape}")
     need = window + (horizon if target is not None else 0)
     n = count_windows(rows, window, horizon) if target is not None else rows - window + 1
     if n < 1:
@@ -78,9 +92,7 @@ def make_windows(features: np.ndarray, target: np.ndarray | None, window: int, h
             + (f" and horizon {horizon} need at least {need}" if target is not None
                else f" needs at least {window}")
         )
-    flat = np.asarray(features, dtype=dtype)
-    if flat.ndim != 2:
-        raise DataError(f"features must be (rows, F), got shape {flat.shape}")
+    flat = np.asarray(f, dtype=dt)
     # a read-only view: window s is rows s .. s + window - 1, nothing copied
     x = np.lib.stride_tricks.sliding_window_view(flat, window, axis=0)[:n].transpose(0, 2, 1)
     pos = np.arange(n) + window - 1 + horizon
@@ -101,9 +113,11 @@ class Scaler:
     @classmethod
     def fit(cls, values: np.ndarray, names: list[str] | tuple[str, ...], transform: str = "none") -> Scaler:
         """Fit on ``values`` (rows, F) — pass the training rows only."""
-        if transform not in TRANSFORMS:
-            raise DataError(f"transform must be one of {', '.join(TRANSFORMS)}, got {transform!r}")
-        v = np.asarray(values, dtype=np.float64)
+        if not isinstance(transform, str) or transform not in TRANSFORMS:
+            raise DataError(f"transform must be one of {', '.join(TRANSFORMS)}, got {show(transform)}")
+        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+            raise DataError(f"Scaler.fit: names must be a list of column names (str), got {show(names)}")
+        v = as_real_array(values, "values", "Scaler.fit").astype(np.float64)
         if v.ndim != 2 or v.shape[1] != len(names) or v.shape[0] < 1:
             raise DataError(f"Scaler.fit: expected ({'rows'}, {len(names)}) values, got shape {v.shape}")
         u = _forward(v, transform, tuple(names))
@@ -120,7 +134,13 @@ class Scaler:
         return cls(tuple(names), mean, std, transform)
 
     def __post_init__(self) -> None:
-        mean, std = np.asarray(self.mean, np.float64), np.asarray(self.std, np.float64)
+        if not isinstance(self.names, tuple) or not all(isinstance(n, str) for n in self.names):
+            raise DataError(f"Scaler: names must be a tuple of column names (str), got {show(self.names)}")
+        if not isinstance(self.transform, str) or self.transform not in TRANSFORMS:
+            raise DataError(f"Scaler: transform must be one of {', '.join(TRANSFORMS)}, "
+                            f"got {show(self.transform)}")
+        mean = as_real_array(self.mean, "mean", "Scaler").astype(np.float64)
+        std = as_real_array(self.std, "std", "Scaler").astype(np.float64)
         if mean.shape != (len(self.names),) or std.shape != (len(self.names),):
             raise DataError(f"Scaler: expected {len(self.names)} means and standard deviations, got "
                             f"shapes {mean.shape} and {std.shape}")
@@ -135,9 +155,13 @@ class Scaler:
         """Scale (rows, F) values into a new ``dtype`` array, a block of rows at a time (no
         full-size temporaries). A scaled value beyond float32's range (the network's input
         type) is a DataError naming the column and the row (0-based); NaN stays NaN."""
-        v = np.asarray(values, dtype=np.float64)
+        v = as_real_array(values, "values", "Scaler.apply").astype(np.float64)
+        if v.ndim != 2 or v.shape[1] != len(self.names):
+            raise DataError(f"Scaler.apply: expected values (rows, {len(self.names)}) (one column per name), "
+                            f"got shape {v.shape}")
+        dt = resolve_dtype(dtype, "Scaler.apply")
         flat = v.reshape(len(v), -1)
-        out = np.empty(flat.shape, dtype=dtype)
+        out = np.empty(flat.shape, dtype=dt)
         for a in range(0, len(flat), BLOCK):
             u = _forward(flat[a:a + BLOCK], self.transform, self.names)
             with np.errstate(over="ignore", invalid="ignore"):
@@ -155,7 +179,7 @@ class Scaler:
         """Back to data units (float64 out; an overflow gives inf, see
         :meth:`ForecastSpec.to_levels`)."""
         with np.errstate(over="ignore", invalid="ignore"):
-            u = np.asarray(scaled, dtype=np.float64) * self.std + self.mean
+            u = as_real_array(scaled, "scaled", "Scaler.invert").astype(np.float64) * self.std + self.mean
             if self.transform == "sqrt":
                 return np.square(np.maximum(u, 0.0))
             if self.transform == "log1p":
