@@ -96,6 +96,8 @@ def case_public(r: random.Random) -> str | None:
                 out(X)
     except FileNotFoundError:   # a path naming no file: what open() raises, documented by the loaders
         return "no such file"
+    except IsADirectoryError:   # a path naming a folder where a file is written: what open() raises
+        return "a directory"
     finally:
         rk.io.set_limits(**limits)
     return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 
 import rnnkit as rk
 from rnnkit import initializers, ops, testing, timeseries
+from rnnkit.models._graph import GraphModel
 
 X = np.random.default_rng(0).standard_normal((2, 3, 2))
 
@@ -432,3 +434,18 @@ def test_the_checked_ops_and_activation_still_give_numpys_values() -> None:
     np.testing.assert_array_equal(ops.add(np.ones(2), 10**30), np.ones(2) + 1e30)  # a float operand takes it
     assert timeseries.count_windows(10, 3, 2) == 6
     np.testing.assert_array_equal(ops.norm(np.arange(3.0)), np.sqrt(5.0))
+
+
+def test_the_long_runs_last_findings_are_typed(tmp_path: Path) -> None:
+    """The 100,000-case run's last two: a GraphModel given arrays where graph nodes go
+    (AttributeError before), and an atomic write to the empty path (IsADirectoryError naming
+    the working folder before)."""
+    with pytest.raises(rk.InvalidInputError, match=r"GraphModel: nodes must be a list of graph nodes.*got"):
+        GraphModel(np.zeros(3), [], [], "g")    # type: ignore[arg-type]
+    with pytest.raises(rk.InvalidInputError, match=r"GraphModel: outputs must be a list of graph nodes"):
+        GraphModel([], [], [np.zeros(2)], "g")  # type: ignore[list-item]
+    with pytest.raises(rk.InvalidInputError, match=r"expected a file path, got an empty one"):
+        rk.io.atomic_write_bytes("", b"x")
+    with pytest.raises(IsADirectoryError, match="it is a directory"):
+        rk.io.atomic_write_bytes(tmp_path, b"x")
+    assert list(tmp_path.iterdir()) == []       # nothing written beside it

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import IO
 
+from rnnkit._errors import InvalidInputError
 from rnnkit._files import no_nul
 
 fcntl: ModuleType | None
@@ -108,7 +109,10 @@ def remove_stale_temporaries(target: str) -> list[str]:
 
 def resolve_target(path: str | os.PathLike[str]) -> str:
     """The absolute file a write to ``path`` must replace: symbolic links followed; its
-    directory must exist (FileNotFoundError naming it otherwise)."""
+    directory must exist (FileNotFoundError naming it otherwise); an empty path names no file
+    (InvalidInputError), a directory is not one (IsADirectoryError, as ``open`` says)."""
+    if os.fspath(path) in ("", b""):
+        raise InvalidInputError("the file to write: expected a file path, got an empty one ('')")
     target = os.path.realpath(os.path.abspath(no_nul(os.fspath(path), "the file to write")))
     directory = os.path.dirname(target)
     if not os.path.isdir(directory):

@@ -17,6 +17,7 @@ from rnnkit import _penalties as _pen
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import Layer
+from rnnkit._numbers import show
 from rnnkit._shape import Shape
 from rnnkit.layers import MergeLayer, layer_from_config, layer_to_config
 from rnnkit.models._base import Model, check_finite
@@ -145,6 +146,11 @@ class GraphModel(Model):
     list is in Keras' order (:meth:`named_weights`)."""
 
     def __init__(self, nodes: list[Node], inputs: list[Node], outputs: list[Node], name: str) -> None:
+        for what, given in (("nodes", nodes), ("inputs", inputs), ("outputs", outputs)):
+            if not isinstance(given, (list, tuple)) or not all(isinstance(n, Node) for n in given):
+                raise InvalidInputError(f"GraphModel: {what} must be a list of graph nodes (what rk.Input "
+                                        f"and layer calls on nodes return; build a graph with rk.Model("
+                                        f"inputs, outputs)), got {show(given)}")
         super().__init__(name)
         self.nodes = nodes
         self.inputs = inputs
