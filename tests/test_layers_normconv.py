@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 import rnnkit as rk
-from harness import check_layer
+from harness import check_layer, keras_or_skip
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 
@@ -191,11 +191,7 @@ SEQ_CASES = [c for c in KERAS_CASES if c.seq_model]
 
 
 def keras() -> Any:
-    os.environ.setdefault("KERAS_BACKEND", "torch")
-    k = pytest.importorskip("keras")
-    if k.backend.backend() != "torch":  # pragma: no cover
-        pytest.skip("Keras on its torch backend is the oracle here")
-    return k
+    return keras_or_skip()
 
 
 def _x(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:

@@ -18,7 +18,6 @@ The gradcheck is float64 central differences with h = 1e-6 (truncation ~h^2, rou
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,17 +27,13 @@ import numpy as np
 import pytest
 
 import rnnkit as rk
-from harness import check_layer
+from harness import check_layer, keras_or_skip
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 
 
 def keras() -> Any:
-    os.environ.setdefault("KERAS_BACKEND", "torch")
-    k = pytest.importorskip("keras")
-    if k.backend.backend() != "torch":  # pragma: no cover
-        pytest.skip("Keras on its torch backend is the oracle here")
-    return k
+    return keras_or_skip()
 
 
 @dataclass(frozen=True)
