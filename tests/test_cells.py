@@ -151,7 +151,7 @@ def test_use_bias_false_has_no_bias_parameter() -> None:
 def test_option_errors_name_the_argument() -> None:
     with pytest.raises(rk.InvalidParameterError, match="recurrent_activation.*softmax"):
         rk.LSTM(3, recurrent_activation="softmax")
-    with pytest.raises(rk.InvalidParameterError, match=r"proj_size.*\[0, units=3\).*5"):
+    with pytest.raises(rk.InvalidParameterError, match=r"proj_size.*below units=3.*\[0, 2\], got 5"):
         rk.LSTM(3, proj_size=5)
     with pytest.raises(rk.InvalidParameterError, match="proj_size"):
         rnn.gru(2, 4, rnn.RNNConfig(proj_size=2))

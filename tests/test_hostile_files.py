@@ -76,7 +76,7 @@ def test_limits_are_overridable_and_checked() -> None:
         assert rk.io.LIMITS.max_json_depth == 5
         with pytest.raises(rk.InvalidParameterError, match="unknown limit 'nope'"):
             rk.io.set_limits(nope=1)
-        with pytest.raises(rk.InvalidParameterError, match="must be a whole number > 0"):
+        with pytest.raises(rk.InvalidParameterError, match=r"max_json_bytes must be an int >= 1, got 0"):
             rk.io.set_limits(max_json_bytes=0)
     finally:
         rk.io.set_limits(**old)

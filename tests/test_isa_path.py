@@ -64,7 +64,7 @@ def test_every_library_runs_its_avx2_path() -> None:
     # rnnkit's kernels: the blocking chosen for AVX2, and the code LLVM emits for Numba
     assert not _isa.has_avx512()
     assert (_packed.MR, _packed.ROW_PANELS, _packed.FULL_PANELS) == (6, 6, 1)
-    assert (_int8_gemm.LAYOUT, _int8_gemm.NB, _int8_gemm.QDT) == ("avx2", 16, np.int16)
+    assert (_int8_gemm.LAYOUT, _int8_gemm.NB, _int8_gemm.QDT, _int8_gemm.QMAX) == ("avx2", 16, np.uint8, 127)
     counts = _int8_gemm.assembly()
     assert counts["vpmaddwd"] > 0 and counts["vpdpbusd"] == 0, counts
     fresh = njit(error_model="numpy")(_saxpy)

@@ -476,10 +476,13 @@ def test_global_average_pooling_masked_mean_and_gradient() -> None:
                                    rk.ZeroPadding1D(), rk.UpSampling1D()], ids=lambda lay: lay.name)
 def test_layers_that_refuse_a_mask(layer: Any) -> None:
     """Keras' Conv1D, local pooling, global max pooling and the padding layers support no mask:
-    a masked input is refused, typed, naming the layer."""
-    model = rk.Sequential([rk.Masking(0.0), layer], input_shape=(None, 6, 2))
+    a masked input is refused, typed, naming the layer: when the model is built, and when a
+    mask reaches the layer itself."""
     with pytest.raises(rk.InvalidInputError, match=f"{layer.name}.*masked input"):
-        model.predict(np.ones((1, 6, 2), "float32"))
+        rk.Sequential([rk.Masking(0.0), layer], input_shape=(None, 6, 2))
+    layer.build(rk.Shape((None, 6, 2)))
+    with pytest.raises(rk.InvalidInputError, match=f"{layer.name}.*mask"):
+        layer.compute_mask(np.ones((1, 6, 2), "float32"), rk.Mask(np.ones((1, 6), bool)))
 
 
 @pytest.mark.parametrize("layer,shape,match", [

@@ -41,7 +41,8 @@ def _shape_dtype(shape: object, dtype: object, where: str) -> tuple[tuple[int, .
     if not isinstance(shape, tuple):
         raise InvalidParameterError(f"{where}: shape must be a tuple of ints >= 0, got {show(shape)} "
                                     f"({type(shape).__name__})")
-    dims = tuple(check_int(d, f"shape[{k}]", where, lo=0) for k, d in enumerate(shape))
+    dims = tuple(check_int(d, f"shape[{k}]", where, lo=0, hi=None) for k, d in enumerate(shape))
+    check_array(dims, 8, f"{where}: a weight drawn in float64")   # (before any size reaches NumPy)
     return dims, resolve_dtype(dtype, where)
 
 
