@@ -449,3 +449,26 @@ def test_the_long_runs_last_findings_are_typed(tmp_path: Path) -> None:
     with pytest.raises(IsADirectoryError, match="it is a directory"):
         rk.io.atomic_write_bytes(tmp_path, b"x")
     assert list(tmp_path.iterdir()) == []       # nothing written beside it
+
+
+def test_the_forecasting_surface_refuses_hostile_arguments_typed() -> None:
+    """The backtest's metrics, the season rule, a panel from a non-frame and DeepAR's float
+    options (the CI fuzz run found each raising NumPy's or Python's own error)."""
+    hist = np.arange(10.0)
+    with pytest.raises(rk.InvalidInputError, match="mase: actual must hold real numbers"):
+        timeseries.mase(np.ones(2), np.array(["int8", "x"]), hist)
+    with pytest.raises(timeseries.DataError, match="mase_scale: target must be a 1-D series"):
+        timeseries.mase_scale(np.float64(3.0))
+    with pytest.raises(timeseries.DataError, match="mase_scale: season must be an int >= 1"):
+        timeseries.mase_scale(hist, "float32")   # type: ignore[arg-type]
+    with pytest.raises(rk.InvalidInputError, match="smape: pred must hold real numbers"):
+        timeseries.smape(np.array(["no"]), np.ones(1))
+    with pytest.raises(rk.InvalidInputError, match="detect_season: target must hold real numbers"):
+        timeseries.detect_season(np.array(["", "a"]))
+    with pytest.raises(timeseries.DataError, match="panel_from_frame: expected a long-format data frame"):
+        timeseries.panel_from_frame(3)
+    with pytest.raises(rk.InvalidParameterError, match="DeepAR: lr must be"):
+        rk.io.DeepAR(4, lr=b"x")   # type: ignore[arg-type]
+    assert timeseries.mase(np.array([5.0, 5.0]), np.array([6.0, 8.0]), np.array([1.0, 2, 4, 8])) \
+        == pytest.approx(2 / (7 / 3), rel=1e-15)
+    assert timeseries.smape(np.array([1.0, 0.0]), np.array([3.0, 0.0])) == pytest.approx(50.0)

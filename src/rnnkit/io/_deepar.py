@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit._errors import FileFormatError, InvalidParameterError
-from rnnkit._numbers import check_int
+from rnnkit._numbers import check_float, check_int
 from rnnkit.io._forecaster import read_metadata
 from rnnkit.io._model import load_model, save_model
 from rnnkit.layers import Dense
@@ -102,11 +102,9 @@ class DeepAR:
         self.epochs = check_int(epochs, "epochs", "DeepAR", lo=1)
         self.patience = check_int(patience, "patience", "DeepAR", lo=0)
         self.batch_size = check_int(batch_size, "batch_size", "DeepAR", lo=1)
-        self.lr = float(lr)
-        self.clipnorm = float(clipnorm)
-        self.dropout = float(dropout)
-        if not 0.0 <= self.dropout < 1.0:
-            raise InvalidParameterError(f"DeepAR: dropout must lie in [0, 1), got {dropout!r}")
+        self.lr = check_float(lr, "lr", "DeepAR", lo=0.0, lo_open=True)
+        self.clipnorm = check_float(clipnorm, "clipnorm", "DeepAR", lo=0.0, lo_open=True)
+        self.dropout = check_float(dropout, "dropout", "DeepAR", lo=0.0, hi=1.0, hi_open=True)
         self.max_windows = None if max_windows is None else check_int(max_windows, "max_windows", "DeepAR",
                                                                       lo=1)
         self.lags = lags

@@ -52,7 +52,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rnnkit.timeseries._baselines import ARModel
+from rnnkit._numbers import check_int
+from rnnkit.timeseries._baselines import ARModel, as_series, pair_difference
 from rnnkit.timeseries._csv import DataError
 
 #: a forecaster: (history (o,), horizon) -> forecasts of the next ``horizon`` values
@@ -65,8 +66,9 @@ METRICS = ("mase", "smape", "rmse", "mae")
 def smape(pred: np.ndarray, actual: np.ndarray) -> float:
     """Symmetric MAPE in percent: ``mean(200 |p - a| / (|p| + |a|))``, a term with
     ``p = a = 0`` counting 0."""
-    p = np.asarray(pred, dtype=np.float64).ravel()
-    a = np.asarray(actual, dtype=np.float64).ravel()
+    d = pair_difference(pred, actual, "smape")
+    a = as_series(np.ravel(np.asarray(actual, dtype=np.float64)), "smape")
+    p = a + d
     den = np.abs(p) + np.abs(a)
     terms = np.where(den > 0, 200.0 * np.abs(p - a) / np.where(den > 0, den, 1.0), 0.0)
     return float(np.mean(terms))
@@ -76,8 +78,8 @@ def mase_scale(history: np.ndarray, season: int | None = None, *, name: str = "t
     """``mean |y[t] - y[t - m]|`` over the history (``m = season or 1``): the in-sample MAE of
     the seasonal-naive forecast, MASE's denominator. DataError when the history has no two
     values ``m`` apart or the scale is 0."""
-    y = np.asarray(history, dtype=np.float64)
-    m = season or 1
+    y = as_series(history, "mase_scale")
+    m = check_int(season, "season", "mase_scale", lo=1, none_ok=True, error=DataError) or 1
     if y.shape[0] <= m:
         raise DataError(f"{name}: MASE scales by the in-sample seasonal-naive error at lag {m}, which "
                         f"needs more than {m} rows of history; got {y.shape[0]}")
@@ -90,7 +92,7 @@ def mase_scale(history: np.ndarray, season: int | None = None, *, name: str = "t
 
 def mase(pred: np.ndarray, actual: np.ndarray, history: np.ndarray, season: int | None = None) -> float:
     """``mean |pred - actual| / mase_scale(history, season)``."""
-    d = np.asarray(pred, dtype=np.float64).ravel() - np.asarray(actual, dtype=np.float64).ravel()
+    d = pair_difference(pred, actual, "mase")
     return float(np.mean(np.abs(d)) / mase_scale(history, season))
 
 
@@ -177,8 +179,8 @@ def detect_season(values: np.ndarray, calendar: int | None = None) -> int | None
     """The season in rows: ``calendar`` when given (the dates' cycle), else the ACF rule of the
     module docstring (None: no seasonal lag stands out)."""
     if calendar:
-        return int(calendar)
-    d = np.diff(np.asarray(values, dtype=np.float64))
+        return check_int(calendar, "calendar", "detect_season", lo=1, error=DataError)
+    d = np.diff(as_series(values, "detect_season"))
     n = len(d)
     top = n // 3
     if top < 3:

@@ -38,7 +38,7 @@ from rnnkit.timeseries._csv import DataError
 from rnnkit.timeseries._dates import infer_frequency
 
 
-def _series(target: object, where: str) -> np.ndarray:
+def as_series(target: object, where: str) -> np.ndarray:
     """``target`` as a 1-D float64 array; DataError naming ``where`` otherwise."""
     t = as_real_array(target, "target", where).astype(np.float64)
     if t.ndim != 1:
@@ -59,7 +59,7 @@ def _positions(pos: object, rows: int, what: str, where: str) -> np.ndarray:
     return p.astype(np.int64)
 
 
-def _pair(pred: object, actual: object, where: str) -> np.ndarray:
+def pair_difference(pred: object, actual: object, where: str) -> np.ndarray:
     """``pred - actual`` (both flattened) of two real arrays of one size; DataError otherwise."""
     a = as_real_array(pred, "pred", where).astype(np.float64).ravel()
     b = as_real_array(actual, "actual", where).astype(np.float64).ravel()
@@ -71,19 +71,19 @@ def _pair(pred: object, actual: object, where: str) -> np.ndarray:
 
 def rmse(pred: np.ndarray, actual: np.ndarray) -> float:
     """Root mean squared error."""
-    d = _pair(pred, actual, "rmse")
+    d = pair_difference(pred, actual, "rmse")
     return float(np.sqrt(np.mean(d * d)))
 
 
 def mae(pred: np.ndarray, actual: np.ndarray) -> float:
     """Mean absolute error."""
-    d = _pair(pred, actual, "mae")
+    d = pair_difference(pred, actual, "mae")
     return float(np.mean(np.abs(d)))
 
 
 def persistence_forecast(target: np.ndarray, pos: np.ndarray, horizon: int = 1) -> np.ndarray:
     """``target[pos - horizon]`` for every position (each must be >= horizon)."""
-    t = _series(target, "persistence_forecast")
+    t = as_series(target, "persistence_forecast")
     p = _positions(pos, t.shape[0], "pos", "persistence_forecast")
     horizon = check_int(horizon, "horizon", "persistence_forecast", lo=1)
     if p.size and p.min() < horizon:
@@ -127,7 +127,7 @@ class ARModel:
     def fit(cls, target: np.ndarray, train_pos: np.ndarray, p: int, horizon: int = 1) -> ARModel:
         """Least squares over ``train_pos`` (each needs ``p + horizon - 1`` rows of history);
         the minimum-norm solution when lags are collinear (a constant series)."""
-        target = _series(target, "ARModel.fit")
+        target = as_series(target, "ARModel.fit")
         tp = _positions(train_pos, target.shape[0], "train_pos", "ARModel.fit")
         p = check_int(p, "p", "ARModel.fit", lo=1)
         horizon = check_int(horizon, "horizon", "ARModel.fit", lo=1)
@@ -140,7 +140,7 @@ class ARModel:
 
     def predict(self, target: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """Forecast ``target[pos]`` from its lags (the values at ``pos`` are not read)."""
-        target = _series(target, "ARModel.predict")
+        target = as_series(target, "ARModel.predict")
         pp = _positions(pos, target.shape[0] + self.horizon, "pos", "ARModel.predict")
         if pp.size and pp.min() - self.horizon - self.p + 1 < 0:
             raise DataError(
@@ -154,7 +154,7 @@ class ARModel:
 
 def select_ar_order(target: np.ndarray, train_pos: np.ndarray, max_p: int, horizon: int = 1) -> int:
     """The order in ``1..max_p`` with the smallest AIC on the common training positions."""
-    target = _series(target, "select_ar_order")
+    target = as_series(target, "select_ar_order")
     tp = _positions(train_pos, target.shape[0], "train_pos", "select_ar_order")
     max_p = check_int(max_p, "max_p", "select_ar_order", lo=1)
     horizon = check_int(horizon, "horizon", "select_ar_order", lo=1)
@@ -175,7 +175,7 @@ def select_ar_order(target: np.ndarray, train_pos: np.ndarray, max_p: int, horiz
 def mean_forecast(target: np.ndarray, train_pos: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """The training mean ``mean(target[train_pos])`` at every position of ``pos`` (1-D, any
     non-negative row numbers: the values there are not read)."""
-    t = _series(target, "mean_forecast")
+    t = as_series(target, "mean_forecast")
     tp = _positions(train_pos, t.shape[0], "train_pos", "mean_forecast")
     if tp.size == 0:
         raise DataError("the training-mean baseline needs at least one training position")
@@ -186,7 +186,7 @@ def mean_forecast(target: np.ndarray, train_pos: np.ndarray, pos: np.ndarray) ->
 def seasonal_naive_forecast(target: np.ndarray, pos: np.ndarray, season: int, horizon: int = 1) -> np.ndarray:
     """``target[pos - k * season]``, ``k = ceil(horizon / season)`` (each position must be at
     least ``k * season``)."""
-    t = _series(target, "seasonal_naive_forecast")
+    t = as_series(target, "seasonal_naive_forecast")
     p = _positions(pos, t.shape[0], "pos", "seasonal_naive_forecast")
     season = check_int(season, "season", "seasonal_naive_forecast", lo=1)
     horizon = check_int(horizon, "horizon", "seasonal_naive_forecast", lo=1)

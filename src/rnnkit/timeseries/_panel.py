@@ -267,6 +267,9 @@ def panel_from_frame(frame: Any, *, id_col: str = "unique_id", date_col: str = "
                      covariates: Sequence[str] | None = None) -> Panel:
     """A :class:`Panel` from a long-format pandas DataFrame (any object with ``columns`` and
     ``frame[name].to_numpy()``): columns as :func:`read_panel` takes them."""
+    if not hasattr(frame, "columns") or not hasattr(frame, "__getitem__"):
+        raise DataError(f"panel_from_frame: expected a long-format data frame (an object with columns, "
+                        f"as pandas' DataFrame), got {type(frame).__name__}")
     names = [str(c) for c in frame.columns]
     for c in (id_col, date_col, target, *(covariates or ())):
         if c not in names:
