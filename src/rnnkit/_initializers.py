@@ -41,8 +41,9 @@ def _shape_dtype(shape: object, dtype: object, where: str) -> tuple[tuple[int, .
     if not isinstance(shape, tuple):
         raise InvalidParameterError(f"{where}: shape must be a tuple of ints >= 0, got {show(shape)} "
                                     f"({type(shape).__name__})")
+    # (no int64 cap here: a size NumPy cannot hold is refused by :func:`reserve`, against the
+    # loader's and the memory budget, with the message naming the weight)
     dims = tuple(check_int(d, f"shape[{k}]", where, lo=0, hi=None) for k, d in enumerate(shape))
-    check_array(dims, 8, f"{where}: a weight drawn in float64")   # (before any size reaches NumPy)
     return dims, resolve_dtype(dtype, where)
 
 
@@ -71,8 +72,8 @@ def glorot_uniform(
     rng: np.random.Generator, shape: tuple[int, ...], fan_in: int, fan_out: int, dtype: DTypeLike
 ) -> np.ndarray:
     shape, dtype = _args(rng, shape, dtype, "glorot_uniform")
-    fan = (check_int(fan_in, "fan_in", "glorot_uniform", lo=0)
-           + check_int(fan_out, "fan_out", "glorot_uniform", lo=0))
+    fan = (check_int(fan_in, "fan_in", "glorot_uniform", lo=0, hi=None)
+           + check_int(fan_out, "fan_out", "glorot_uniform", lo=0, hi=None))
     if fan == 0:
         raise InvalidParameterError("glorot_uniform: fan_in + fan_out must be >= 1, got 0")
     reserve(shape)
@@ -113,7 +114,7 @@ def kaiming_uniform(
 ) -> np.ndarray:
     shape, dtype = _args(rng, shape, dtype, "kaiming_uniform")
     limit = check_float(gain, "gain", "kaiming_uniform") * math.sqrt(
-        3.0 / max(check_int(fan_in, "fan_in", "kaiming_uniform", lo=0), 1))
+        3.0 / max(check_int(fan_in, "fan_in", "kaiming_uniform", lo=0, hi=None), 1))
     reserve(shape)
     return _alloc(shape, lambda: rng.uniform(-limit, limit, size=shape).astype(dtype))
 
