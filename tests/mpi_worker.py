@@ -14,8 +14,10 @@ training modes, ``OUT/rank<rank>.npz`` (the weights of every case) and ``OUT/ran
   state, a stateful LSTM, masks with sample weights and L2 (a sequence output and a last-step
   output), and a two-input, two-output graph model with a shared LSTM.
 - ``raise``: rank 1's loss raises at its 3rd call (step 3); ``abort``: rank 1's gradient
-  allreduce raises at step 3 (outside any guarded region); ``die``: rank 1 exits at step 3;
-  ``callback``: a callback (on rank 0) raises after the 2nd step.
+  allreduce raises at step 3 (outside any guarded region); ``die``: rank 1 exits at step 3
+  (the ranks' collectives time out after 30 s, a backstop should the process manager miss the
+  death); ``stall``: rank 1 sleeps for 10 minutes at step 3, alive, and rank 0's collective
+  times out after 5 s; ``callback``: a callback (on rank 0) raises after the 2nd step.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,8 @@ import rnnkit as rk
 CASES = [(f"{dt}-{opt}-b{bs}", dt, opt, bs) for dt in ("float32", "float64") for opt in ("adam", "sgd")
          for bs in (8, 7)]
 EPOCHS = 2
+#: the collectives' timeout (seconds) of the modes that need one other than the default
+TIMEOUTS = {"die": 30.0, "stall": 5.0}
 
 
 def data(dtype: str, n: int = 17) -> tuple[np.ndarray, np.ndarray]:
@@ -214,6 +219,8 @@ class FailingLoss(rk.MeanSquaredError):
         if self.calls == self.at and self.rank == 1:
             if self.how == "die":
                 os._exit(3)
+            if self.how == "stall":
+                time.sleep(600)
             raise ValueError(f"injected failure at step {self.at}")
         return super().value_and_grad(y_true, y_pred)
 
@@ -240,7 +247,7 @@ def run_failure(dist: Any, mode: str) -> None:
             real(self, d)
 
         FlatLayout.allreduce = failing  # type: ignore[method-assign]
-    loss = FailingLoss(dist.rank, 3, mode) if mode in ("raise", "die") else "mse"
+    loss = FailingLoss(dist.rank, 3, mode) if mode in ("raise", "die", "stall") else "mse"
     model = build("float32", "sgd", loss)
     x, y = data("float32", 40)
     model.fit(x, y, 5, batch_size=8, seed=0, distributed=dist,
@@ -250,7 +257,7 @@ def run_failure(dist: Any, mode: str) -> None:
 
 def main() -> None:
     mode, out = sys.argv[1], Path(sys.argv[2])
-    dist = rk.distributed.MPI()
+    dist = rk.distributed.MPI(timeout=TIMEOUTS[mode]) if mode in TIMEOUTS else rk.distributed.MPI()
     err = open(out / f"stderr.{dist.rank}", "w")  # noqa: SIM115 - lives as long as the process
     os.dup2(err.fileno(), 2)
     sys.stderr = err

@@ -252,9 +252,30 @@ def test_an_unguarded_error_aborts_the_job_naming_the_rank(tmp_path: Path) -> No
 
 @needs_mpi
 def test_a_rank_that_dies_ends_the_job(tmp_path: Path) -> None:
+    """mpiexec ends the job when rank 1 exits; should it miss the death (MPICH 5.0.2's hydra did
+    once in CI: no rank wrote anything and mpiexec still ran after 120 s), rank 0's
+    collective times out after 30 s and aborts the job."""
     proc = worker(2, "die", tmp_path, timeout=NO_HANG_S)
     assert proc.returncode != 0
     assert "finished" not in proc.stdout
+
+
+@needs_mpi
+def test_a_rank_that_hangs_ends_the_job_after_the_timeout_naming_the_wait(tmp_path: Path) -> None:
+    proc = worker(2, "stall", tmp_path, timeout=NO_HANG_S)
+    assert proc.returncode != 0
+    assert "finished" not in proc.stdout
+    err0 = (tmp_path / "stderr.0").read_text()
+    assert "rank 0 failed: TimeoutError: waited" in err0, err0
+    assert "which the other ranks did not join (timeout=5 s)" in err0, err0
+    waited = float(re.search(r"waited ([0-9.]+) s", err0).group(1))  # type: ignore[union-attr]
+    assert 5.0 <= waited < 10.0, err0  # (polled every 0.5 ms; the slack is a busy machine's)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), True, "30"])
+def test_a_timeout_that_is_not_a_positive_number_is_refused(bad: object) -> None:
+    with pytest.raises(rk.InvalidParameterError, match=r"rnnkit.distributed.MPI: timeout .* got"):
+        rk.distributed.MPI(timeout=bad)  # type: ignore[arg-type]
 
 
 # -- the command line -------------------------------------------------------------------------

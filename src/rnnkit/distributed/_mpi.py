@@ -12,6 +12,10 @@ Failures are collective (see :class:`rnnkit.distributed.DistributedError`): an e
 guarded region is held, announced at the next collective point, and raised as a
 ``DistributedError`` on every rank; anything else that escapes ``fit`` on one rank of several
 prints ``rnnkit.distributed: rank K failed: ...`` on its stderr and calls ``MPI_Abort``.
+
+A rank that waits in a collective longer than ``timeout`` seconds for ranks that never join it
+(a rank that died without the process manager noticing, or one that hangs) aborts the job the
+same way, naming the collective and the wait.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any, NoReturn, TypeVar
 import numpy as np
 
 from rnnkit._errors import InvalidParameterError
+from rnnkit._numbers import check_float
 from rnnkit.distributed._errors import DistributedError
 from rnnkit.distributed._guard import Guard
 from rnnkit.distributed._team import MPITeam
@@ -36,6 +41,11 @@ from rnnkit.models._training import Parallel
 SHARDS = ("replicated", "local")
 #: seconds a failing rank waits between writing its report and MPI_Abort (see ``abort``)
 ABORT_GRACE_S = 0.5
+#: the default ``timeout`` of a collective (seconds): PyTorch's default for its CPU process group
+DEFAULT_TIMEOUT_S = 1800.0
+#: a collective is polled without pausing for this long, then with pauses of ``_PAUSE_S``
+_SPIN_S = 0.05
+_PAUSE_S = 0.0005
 T = TypeVar("T")
 
 
@@ -55,22 +65,29 @@ def import_mpi4py() -> Any:
 class MPI(Parallel):
     """Data-parallel training over the ranks of an MPI communicator (needs ``rnnkit[mpi]``).
 
-    ``MPI(comm=None, shard="replicated")``: ``comm`` an ``mpi4py`` intra-communicator (default
-    ``MPI.COMM_WORLD``); ``shard`` ``"replicated"`` (every rank passes the same data; each global
-    batch is split) or ``"local"`` (each rank passes its own shard). Pass it as
+    ``MPI(comm=None, shard="replicated", timeout=1800.0)``: ``comm`` an ``mpi4py``
+    intra-communicator (default ``MPI.COMM_WORLD``); ``shard`` ``"replicated"`` (every rank
+    passes the same data; each global batch is split) or ``"local"`` (each rank passes its own
+    shard); ``timeout`` the seconds a rank waits in one collective for the other ranks before it
+    aborts the job (a positive number, or None to wait forever; 30 minutes by default, as
+    PyTorch's CPU process group). Pass it as
     ``model.fit(..., distributed=rk.distributed.MPI())`` (also ``fit_with_batches``,
     ``evaluate``), and run the script on every rank: ``mpiexec -n 2 python train.py``.
 
     Raises MissingDependencyError (naming the ``rnnkit[mpi]`` extra) when mpi4py or its MPI
-    library cannot be loaded, InvalidParameterError for an unknown ``shard``, TypeError when
+    library cannot be loaded, InvalidParameterError for an unknown ``shard`` or a ``timeout``
+    that is not a positive finite number or None, TypeError when
     ``comm`` is not an mpi4py intra-communicator. ``rank``, ``size`` and ``is_root`` (rank 0)
     describe this process.
     """
 
-    def __init__(self, comm: Any = None, *, shard: str = "replicated") -> None:
+    def __init__(self, comm: Any = None, *, shard: str = "replicated",
+                 timeout: float | None = DEFAULT_TIMEOUT_S) -> None:
         if not isinstance(shard, str) or shard not in SHARDS:
             raise InvalidParameterError(
                 f"rnnkit.distributed.MPI: shard must be one of {list(SHARDS)}, got {shard!r}")
+        wait = None if timeout is None else check_float(timeout, "timeout (seconds; None waits forever)",
+                                                        "rnnkit.distributed.MPI", lo=0.0, lo_open=True)
         mpi = import_mpi4py()
         if comm is None:
             comm = mpi.COMM_WORLD
@@ -80,6 +97,7 @@ class MPI(Parallel):
         self._mpi = mpi
         self.comm = comm
         self.shard = shard
+        self.timeout: float | None = wait
         self.rank: int = int(comm.Get_rank())
         self.size: int = int(comm.Get_size())
 
@@ -89,7 +107,7 @@ class MPI(Parallel):
         return self.rank == 0
 
     def __repr__(self) -> str:
-        return f"MPI(rank={self.rank}, size={self.size}, shard={self.shard!r})"
+        return f"MPI(rank={self.rank}, size={self.size}, shard={self.shard!r}, timeout={self.timeout!r})"
 
     def team(self, model: Trainable, what: str) -> MPITeam:
         """The team hooks of one ``fit`` / ``evaluate`` (``what``) of ``model`` on these ranks."""
@@ -109,20 +127,52 @@ class MPI(Parallel):
     def allreduce_sum(self, buf: np.ndarray) -> None:
         """Sum ``buf`` (contiguous) over the ranks, in place; every rank gets the same result."""
         if self.size > 1:
-            self.comm.Allreduce(self._mpi.IN_PLACE, buf, op=self._mpi.SUM)
+            self._wait(self.comm.Iallreduce(self._mpi.IN_PLACE, buf, op=self._mpi.SUM),
+                       f"the sum of {buf.size} {buf.dtype.name} values over the ranks")
 
     def bcast_array(self, buf: np.ndarray) -> None:
         """Overwrite ``buf`` (contiguous) with rank 0's."""
         if self.size > 1:
-            self.comm.Bcast(buf, root=0)
+            self._wait(self.comm.Ibcast(buf, root=0),
+                       f"the broadcast of {buf.size} {buf.dtype.name} values from rank 0")
 
     def bcast(self, obj: T) -> T:
         """Rank 0's ``obj`` (pickled) on every rank."""
-        return obj if self.size == 1 else self.comm.bcast(obj, root=0)  # type: ignore[no-any-return]
+        if self.size == 1:
+            return obj
+        self._arrive("a broadcast from rank 0")
+        return self.comm.bcast(obj, root=0)  # type: ignore[no-any-return]
 
     def allgather(self, obj: T) -> list[T]:
         """Every rank's ``obj``, in rank order, on every rank."""
-        return [obj] if self.size == 1 else list(self.comm.allgather(obj))
+        if self.size == 1:
+            return [obj]
+        self._arrive("an exchange of every rank's state")
+        return list(self.comm.allgather(obj))
+
+    def _arrive(self, what: str) -> None:
+        """Wait (at most ``timeout``) until every rank reaches this point: before a pickled
+        collective, which has no non-blocking form."""
+        self._wait(self.comm.Ibarrier(), what)
+
+    def _wait(self, req: Any, what: str) -> None:
+        """Complete the non-blocking collective ``req``; past ``timeout`` seconds, abort the
+        job naming ``what`` (the ranks that have not joined cannot be told apart from ranks
+        that died, so no rank can carry on)."""
+        if self.timeout is None:
+            req.Wait()
+            return
+        start = time.monotonic()
+        spin_until, deadline = start + _SPIN_S, start + self.timeout
+        while not req.Test():
+            now = time.monotonic()
+            if now > deadline:
+                self.abort(TimeoutError(
+                    f"waited {now - start:.1f} s in {what}, which the other ranks did not join "
+                    f"(timeout={self.timeout:g} s): a rank died without the process manager "
+                    "ending the job, or hangs"), traceback_=False)
+            if now > spin_until:
+                time.sleep(_PAUSE_S)
 
     def raise_failures(self, guard: Guard, what: str) -> None:
         """Collective, called when some rank announced a failure: every rank learns which ranks
