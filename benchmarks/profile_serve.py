@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--empty", action="store_true")
     p.add_argument("--top", type=int, default=40)
     p.add_argument("--no-profile", action="store_true", help="time only (requests/s, server CPU)")
+    p.add_argument("--uvicorn", default="{}", help="uvicorn settings to add, as JSON (e.g. "
+                                                   "'{\"proxy_headers\": false}')")
     a = p.parse_args(argv)
     import uvicorn
 
@@ -108,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         settle()
         port = free_port()
         config = uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning",
-                                http=HTTP_PROTOCOL, access_log=False, lifespan="auto")
+                                http=HTTP_PROTOCOL, access_log=False, lifespan="auto",
+                                **json.loads(a.uvicorn))
         server = uvicorn.Server(config)
         prof = cProfile.Profile()  # profiles the thread that enables it: the event loop's
         result: dict[str, Any] = {}
