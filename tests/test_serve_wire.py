@@ -147,3 +147,37 @@ def test_json_answer_has_starlettes_headers_and_the_same_document(status: int,
     asyncio.run(ours({"type": "http"}, receive, send))
     assert sent == [{"type": "http.response.start", "status": status, "headers": theirs.raw_headers},
                     {"type": "http.response.body", "body": ours.body}]
+
+
+def test_a_held_head_is_written_before_the_connection_closes() -> None:
+    """An app that starts an answer and fails before its body: uvicorn closes the connection, and
+    the head held for the body is written first, as uvicorn alone writes it (the client reads
+    the status line, then the end of the stream)."""
+    async def failing(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/plain"), (b"content-length", b"5")]})
+        raise RuntimeError("failed after the head")
+
+    writes: list[bytes] = []
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(failing, host="127.0.0.1", port=port, log_level="critical",
+                                           http=_protocol(writes), loop="asyncio", lifespan="off"))
+
+    async def run() -> bytes:
+        task = asyncio.get_running_loop().create_task(server.serve())
+        while not server.started:
+            await asyncio.sleep(0.01)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(_request("/x"))
+            return await asyncio.wait_for(reader.read(), 10)  # to the end of the stream
+        finally:
+            writer.close()
+            server.should_exit = True
+            await task
+
+    got = asyncio.run(run())
+    assert got.startswith(b"HTTP/1.1 200 OK\r\n") and got.endswith(b"content-length: 5\r\n\r\n")
+    assert writes == [got]
