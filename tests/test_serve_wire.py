@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -132,16 +133,16 @@ def test_json_answer_has_starlettes_headers_and_the_same_document(status: int,
                                                                    headers: dict[str, str] | None) -> None:
     doc = {"outputs": [[0.1, -2.5e-8, 3.0]], "n_outputs": 1, "text": "é"}
     ours = JSONAnswer(doc, status_code=status, headers=headers)
-    assert json.loads(ours.body) == json.loads(JSONResponse(doc).body) == doc
+    assert json.loads(bytes(ours.body)) == json.loads(bytes(JSONResponse(doc).body)) == doc
     # the headers Starlette gives a JSON answer of these bytes (orjson writes -2.5e-08 as -2.5e-8)
     theirs = Response(ours.body, status_code=status, headers=headers, media_type=JSONResponse.media_type)
     assert ours.raw_headers == theirs.raw_headers
-    sent: list[dict[str, Any]] = []
+    sent: list[MutableMapping[str, Any]] = []
 
-    async def send(msg: dict[str, Any]) -> None:
+    async def send(msg: MutableMapping[str, Any]) -> None:
         sent.append(msg)
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> MutableMapping[str, Any]:
         return {"type": "http.disconnect"}
 
     asyncio.run(ours({"type": "http"}, receive, send))
