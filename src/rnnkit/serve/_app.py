@@ -66,11 +66,32 @@ from rnnkit.timeseries import DataError, ForecastSpec
 Handler = Callable[["Incoming"], Awaitable[Response]]
 
 
+_JSON_TYPE = (b"content-type", b"application/json")
+
+
 class JSONAnswer(JSONResponse):
-    """A JSON answer, written by :func:`~rnnkit.serve._codec.dump_json`."""
+    """A JSON answer, written by :func:`~rnnkit.serve._codec.dump_json`: Starlette's
+    ``JSONResponse`` (its headers, byte for byte), without its per-answer work that no answer of
+    this server needs (the headers derived from the media type, a background task, the
+    path-send extension): the status line and headers and the body, in two ASGI messages."""
+
+    def __init__(self, content: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> None:
+        self.status_code = status_code
+        self.background = None
+        self.body = dump_json(content)
+        if headers is None:
+            self.raw_headers = [(b"content-length", str(len(self.body)).encode()), _JSON_TYPE]
+        else:
+            self.init_headers(headers)
 
     def render(self, content: Any) -> bytes:
         return dump_json(content)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        prefix = "websocket." if scope["type"] == "websocket" else ""
+        await send({"type": prefix + "http.response.start", "status": self.status_code,
+                    "headers": self.raw_headers})
+        await send({"type": prefix + "http.response.body", "body": self.body})
 
 
 def _error(e: RequestError) -> JSONAnswer:

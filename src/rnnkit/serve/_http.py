@@ -46,14 +46,18 @@ LINGER_S = 10.0
 
 class _HalfClosingTransport:
     """The connection's transport as the protocol and uvicorn's request cycle see it: ``close``
-    becomes a half-close while the protocol has a request body unread; everything else is the
-    transport's own."""
+    becomes a half-close while the protocol has a request body unread; an answer's head is held
+    and written with the first part of its body, in one write (uvicorn writes them apart: two
+    ``send`` calls, and on loopback two trips through the operating system's TCP stack, each
+    about as costly as the rest of a small answer's work); everything else is the transport's
+    own."""
 
     def __init__(self, transport: asyncio.Transport, protocol: HeadTimeoutProtocol) -> None:
         self._transport = transport
         self._protocol = protocol
         self.lingering = False
-        self.write = transport.write
+        self._held: bytes | None = None  # the head of the answer being written
+        self._headed: object = None  # the request cycle whose head was held last
         self.get_extra_info = transport.get_extra_info
         self.get_protocol = transport.get_protocol
         self.set_protocol = transport.set_protocol
@@ -63,10 +67,35 @@ class _HalfClosingTransport:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data``; the first write of an answer (its status line and headers, written once
+        its request's cycle has started the answer) is held until the next write, which sends
+        both. Anything else (a ``100 Continue``, a 408, a WebSocket's frames) is written at once."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held + data)
+            return
+        cycle = self._protocol.cycle
+        if cycle is not None and cycle is not self._headed and cycle.response_started \
+                and not cycle.response_complete and self._transport.get_protocol() is self._protocol:
+            self._headed = cycle
+            self._held = bytes(data)
+            return
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        """Write a held head now (before a close, an end of stream)."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held)
+
     def is_closing(self) -> bool:
         return self.lingering or self._transport.is_closing()
 
     def close(self) -> None:
+        self.flush()
         t = self._transport
         if self.lingering or t.is_closing():
             return
