@@ -168,3 +168,48 @@ def test_bad_states_and_steps_are_typed() -> None:
     layer.seq(x, ctx)
     with pytest.raises(rk.InvalidInputError, match=r"backward\(\(d_seq, d_final_state\), ctx\)"):
         layer.backward(np.zeros((2, 3, 3, 2, 2)), ctx)
+
+
+def test_served_streams_equal_predict() -> None:
+    """``rnnkit serve``'s streams over a ConvLSTM2D model: the step plan fed a sequence in
+    pieces (two streams batched, as timestep grids and as flattened binary timesteps) gives what
+    predict gives for the whole, and a JSON step over HTTP gives the prefix's prediction.
+    float64 plan: 1e-12 (the same arithmetic on pieces, rounding); float32 HTTP: the bound of
+    test_steps_equal_the_whole_sequence, carried through the Dense layer (weights below 1, 2
+    filters x positions terms): 10x it."""
+    pytest.importorskip("starlette")
+    from rnnkit.serve._stepper import plan_streams
+
+    def model(dtype: str) -> Any:
+        conv = _layer(2, dtype, return_sequences=True)
+        m = rk.Sequential([conv, rk.Dense(3, seed=2, dtype=dtype)], input_shape=(None, None, 5, 4, 2))
+        m.layers[0].set_weights(conv.get_weights())
+        return m
+
+    m64 = model("float64")
+    plan, why = plan_streams(m64, [1, 2])
+    assert plan is not None, why
+    assert plan.describe()["step_input"] == ["T", 5, 4, 2]
+    x = _x(m64.layers[0], 2, 5, seed=7)
+    want = m64.predict(x)
+    for flat in (False, True):
+        states = plan.stack([plan.zero(), plan.zero()])
+        outs = []
+        for t0, t1 in ((0, 2), (2, 3), (3, 5)):
+            piece = x[:, t0:t1]
+            y, states = plan.step(piece.reshape(2, t1 - t0, -1) if flat else piece, states)
+            outs.append(y)
+        np.testing.assert_allclose(np.concatenate(outs, 1), want, atol=1e-12, rtol=0)
+    pytest.importorskip("httpx")
+    from starlette.testclient import TestClient
+
+    m32 = model("float32")
+    xs = _x(m32.layers[0], 1, 3, seed=8)[0]
+    with TestClient(rk.serve.app(m32)) as c:
+        sid = c.post("/v1/streams").json()["id"]
+        got = [c.post(f"/v1/streams/{sid}/step", json={"seq": t + 1, "x": xs[t:t + 1].tolist()}).json()
+               for t in range(3)]
+    for t in range(3):
+        want32 = m32.predict(xs[None, :t + 1])[0, -1]
+        np.testing.assert_allclose(np.asarray(got[t]["outputs"], np.float32).reshape(want32.shape), want32,
+                                   atol=10 * _f32_tol(m32.layers[0], t + 1), rtol=0)
