@@ -149,8 +149,9 @@ def test_plain_pass_matches_torch_autograd(kind: str, fg: str, dtype: str, tol: 
 @pytest.mark.parametrize("fg", FORGETS)
 @pytest.mark.parametrize("kind", ["slstm", "mlstm"])
 def test_states_in_and_out_match_torch_autograd(kind: str, fg: str, dtype: str, tol: float) -> None:
-    """From a given initial state, handing out the final state (the recurrent form for mLSTM),
-    with a gradient on every final state part (the stabilizer m's included)."""
+    """From a given initial state, handing out the final state (mLSTM: the parallel form, the
+    walker's choice for a pass of several steps), with a gradient on every final state part
+    (the stabilizer m's included)."""
     rng = np.random.default_rng(4)
     layer = _layer(kind, 8, 2, fg, dtype, rng, return_sequences=True, return_state=True)
     x = rng.standard_normal((B, T, F))
@@ -194,9 +195,11 @@ def test_mlstm_recurrent_parallel_chunkwise_agree(fg: str, dtype: str, tol: floa
     rng = np.random.default_rng(5)
     inp = (1.5 * rng.standard_normal((4, 12, cell.width))).astype(dtype)
     h_rec, final = _recurrent(cell, inp)
-    h_par, _ = mlstm_parallel(cell, inp)
+    h_par, fin_par, _ = mlstm_parallel(cell, inp)
     assert h_par.dtype == np.dtype(dtype)
     assert _rel(h_par, h_rec) <= tol
+    for a, b in zip(fin_par, final[1:], strict=True):
+        assert _rel(a, b) <= tol
     for L in (1, 4, 5, 12, 40):
         h_ch, (C, n, m) = mlstm_chunkwise(cell, inp, L)
         assert _rel(h_ch, h_rec) <= tol, L
@@ -206,27 +209,53 @@ def test_mlstm_recurrent_parallel_chunkwise_agree(fg: str, dtype: str, tol: floa
     _, mid = mlstm_chunkwise(cell, inp[:, :5], 2)
     h2, _ = mlstm_chunkwise(cell, inp[:, 5:], 3, mid)
     assert _rel(h2, h_rec[:, 5:]) <= tol
+    # the parallel form from a state too
+    h3, fin3, _ = mlstm_parallel(cell, inp[:, 5:], mid)
+    assert _rel(h3, h_rec[:, 5:]) <= tol
+    for a, b in zip(fin3, final[1:], strict=True):
+        assert _rel(a, b) <= tol
 
 
-def test_mlstm_parallel_backward_against_float64_differences() -> None:
-    """The parallel form's hand-written backward (row maxima held constant) against central
-    differences of the parallel form itself, on every entry of the step inputs; a large
-    forget pre-activation spread makes the maxima switch rows."""
+@pytest.mark.parametrize("m0", [None, -3.0, 12.0], ids=["zeros", "steps_win", "init_wins"])
+def test_mlstm_parallel_backward_against_float64_differences(m0: float | None) -> None:
+    """The parallel form's hand-written backward (row maxima held constant for h; the final
+    stabilizer m_T differentiated through its max) against central differences of the parallel
+    form itself, on every entry of the step inputs and of the initial state, with a gradient on
+    h and on every final state part; a large forget pre-activation spread makes the maxima
+    switch rows, and m_0 (-3 / +12) puts m_T's largest term on a step / on the initial state."""
     cell = MLSTMCell(4, 2)
     rng = np.random.default_rng(6)
     inp = 2.0 * rng.standard_normal((2, 6, cell.width))
     G = rng.standard_normal((2, 6, 4))
-    _, cache = mlstm_parallel(cell, inp, inp, record=True)
+    sizes = cell.state_sizes()[1:]
+    init = None if m0 is None else [rng.standard_normal((2, sizes[0])),
+                                    np.abs(rng.standard_normal((2, sizes[1]))),
+                                    m0 + 0.1 * rng.standard_normal((2, sizes[2]))]
+    Gf = [rng.standard_normal((2, n)) for n in sizes]
+    _, _, cache = mlstm_parallel(cell, inp, init, record=True)
     assert cache is not None
-    d = mlstm_parallel_back(cell, cache, G)
-    num = np.zeros_like(inp)
+    if m0 is not None:   # the branch of m_T's max this case is for
+        assert (cache.last == 6).all() if m0 > 0 else (cache.last < 6).all()
+    d, d_init = mlstm_parallel_back(cell, cache, G, Gf)
+
+    def loss() -> float:
+        h, fin, _ = mlstm_parallel(cell, inp, init)
+        return float(np.sum(h * G) + sum(np.sum(a * b) for a, b in zip(fin, Gf, strict=True)))
+
     eps = 1e-6
-    for i in np.ndindex(inp.shape):
-        for s in (1, -1):
-            p = inp.copy()
-            p[i] += s * eps
-            num[i] += s * float(np.sum(mlstm_parallel(cell, p)[0] * G)) / (2 * eps)
-    assert _rel(d, num) <= 1e-7   # central differences: O(eps^2) + rounding / eps ~ 1e-10 / 1e-6
+    # central differences: truncation O(eps^2) relative, plus the rounding of the loss over eps,
+    # a few ulps of |L| / eps in absolute terms (it dominates for the small dL/dC_0 of "steps_win")
+    noise = 8 * abs(loss()) * np.finfo(np.float64).eps / eps
+    for arr, got in [(inp, d), *([] if init is None else zip(init, d_init, strict=True))]:
+        num = np.zeros_like(arr)
+        for i in np.ndindex(arr.shape):
+            old = arr[i]
+            arr[i] = old + eps
+            up = loss()
+            arr[i] = old - eps
+            num[i] = (up - loss()) / (2 * eps)
+            arr[i] = old
+        assert np.abs(got - num).max() <= 1e-7 * np.abs(num).max() + noise
 
 
 # -- the shared harness ------------------------------------------------------------------------
@@ -464,8 +493,19 @@ def test_serve_stream_steps_equal_predict(cls: type) -> None:
 def test_check_cell_passes_the_mlstm_cell(kw: dict[str, Any]) -> None:
     """rnnkit.testing.check_cell on MLSTMCell: its step backward against float64 central
     differences (input, every state part, every weight; grad_rtol 1e-6, eps 1e-6: truncation
-    ~1e-12 and rounding ~1e-10 relative). The cell declares no parallel form on the contract's
-    hook (the layer's parallel and chunkwise forms are MLSTM's own), so only the step form is checked."""
+    ~1e-12 and rounding ~1e-10 relative), and its parallel form (the contract's
+    ``sequence_forward`` / ``sequence_backward``) against the step form from a random initial
+    state with a gradient on every final state part: outputs, final states and every gradient
+    (rtol 1e-10: the same sums in another order, float64)."""
     errs = check_cell(rk.MLSTMCell(4, num_heads=2, **kw), input_dim=4)
     assert {"gradcheck:dx", "gradcheck:d_kernel", "gradcheck:d_bias", "gradcheck:d_init1",
             "gradcheck:d_init2", "gradcheck:d_init3"} <= set(errs)
+    assert {"parallel form:y", "parallel form:dx", "parallel form:final1", "parallel form:final3",
+            "parallel form:d_init1", "parallel form:d_init3", "parallel form:d_kernel"} <= set(errs)
+    # m_T's largest term on the initial state (m_0 = 4) and on a step (m_0 = -3)
+    for m0 in (4.0, -3.0):
+        sizes = rk.MLSTMCell(4, num_heads=2).state_sizes()
+        rng = np.random.default_rng(1)
+        init = tuple(rng.standard_normal((3, n)) for n in sizes[:3]) + (np.full((3, sizes[3]), m0),)
+        errs = check_cell(rk.MLSTMCell(4, num_heads=2, **kw), input_dim=4, init=init)
+        assert errs["parallel form:d_init3"] <= 1e-10

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rnnkit._activations import Activation, ActivationFn, resolve_activation
+from rnnkit._budget import check_array
 from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._initializers import glorot_uniform, semi_orthogonal, uniform
@@ -34,9 +35,12 @@ from rnnkit._penalties import attach, config_of
 from rnnkit._shape import Shape
 from rnnkit.layers._conv import padding_of, pads
 from rnnkit.layers._product import matmul, matmul_tn
+from rnnkit.recurrent._cell import state_type_for
 from rnnkit.recurrent._gated import resolve_gate_activation
 
 Init = Callable[[np.random.Generator, tuple[int, ...], np.dtype], np.ndarray]
+#: the state of a ConvLSTM: ``ConvLSTMState(h, c)``, each (B, *O, F)
+STATE = state_type_for("ConvLSTM", ("h", "c"))
 
 
 def _glorot(rng: np.random.Generator, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
@@ -165,6 +169,10 @@ class ConvLSTM(Layer):
     ``return_state`` the list ``[output, h, c]``. An input list ``[x, h0, c0]`` starts from that
     state (gradients flow to it). ``stateful``: each call starts where the previous one ended
     (same batch size) until :meth:`reset_state`; gradients stop at the call's start.
+
+    Streaming, as every recurrent layer: :meth:`zero_state`, :meth:`step` (one timestep
+    (B, *S, C), state in, state out), :meth:`seq` and :meth:`seq_init` (any number of steps from
+    a given state; recorded in a training ``Ctx``); the state is ``ConvLSTMState(h, c)``.
 
     Masks (Keras' rules): a boolean (B, T) mask marks the real steps; a masked step keeps ``h``
     and ``c`` and repeats the previous output (zeros before the first real step); under
@@ -300,22 +308,94 @@ class ConvLSTM(Layer):
         out = mask if self.return_sequences else None
         return [out, None, None] if self.return_state else out
 
-    # -- state ---------------------------------------------------------------------------------
-    def reset_state(self) -> None:
-        """Forget the carried state of a ``stateful`` layer (the next call starts at zeros)."""
-        self._state = None
+    # -- state and streaming -------------------------------------------------------------------
+    @property
+    def states(self) -> Any:
+        """A ``stateful`` layer's carried state (``ConvLSTMState(h, c)``), or None before the first
+        call and after :meth:`reset_state`."""
+        return None if self._state is None else STATE(*self._state)
 
-    reset_states = reset_state
+    def reset_state(self, state: Any = None) -> None:
+        """Forget the carried state of a ``stateful`` layer (the next call starts at zeros), or
+        set it to ``state`` (``ConvLSTMState(h, c)`` or ``(h, c)``, each (B, *O, F))."""
+        if state is None:
+            self._state = None
+            return
+        first = state[0] if isinstance(state, (tuple, list)) and state else None
+        self._state = self.unpack_state(state, int(np.shape(first)[0]) if first is not None else 0)
+
+    def reset_states(self, states: Any = None) -> None:
+        """Keras' spelling of :meth:`reset_state`."""
+        self.reset_state(states)
+
+    def _state_grid(self, batch: int) -> tuple[int, ...]:
+        conv, _ = self._geometry()
+        return (batch, *conv.out, self.filters)
+
+    def zero_state(self, batch: int) -> Any:
+        """The all-zero state ``ConvLSTMState(h, c)`` for ``batch`` sequences, each (batch, *O, F)."""
+        self._require_built("zero_state")
+        b = check_positive_int(batch, "batch", self.name)
+        shape = self._state_grid(b)
+        check_array((2, *shape), self.dtype.itemsize, f"{self.name}.zero_state({b}), its states together")
+        return STATE(np.zeros(shape, self.dtype), np.zeros(shape, self.dtype))
+
+    def unpack_state(self, state: Any, batch: int) -> tuple[np.ndarray, np.ndarray]:
+        """The parts ``(h, c)`` of ``state`` (a ``ConvLSTMState`` or a tuple / list of two
+        arrays) as arrays of this layer's dtype, each checked against (batch, *O, F)."""
+        if not isinstance(state, (tuple, list)) or len(state) != 2:
+            got = f"a {type(state).__name__} of {len(state)}" if isinstance(state, (tuple, list)) \
+                else type(state).__name__
+            raise InvalidInputError(f"{self.name}: expected a ConvLSTMState (h, c) as state, got {got}")
+        want = self._state_grid(batch)
+        parts = []
+        for n, v in zip(("h", "c"), state, strict=True):
+            a = self._as_input(v, f"state {n}")
+            if a.shape != want:
+                raise InvalidInputError(f"{self.name}: state {n!r} must have shape {want}, got {a.shape}")
+            parts.append(a)
+        return parts[0], parts[1]
+
+    def step(self, x: Any, state: Any) -> Any:
+        """Advance ``state`` (``ConvLSTMState(h, c)``) by one timestep of input ``x`` (B, *S, C):
+        the new state (its ``h`` is the step's output); inference, records nothing."""
+        self._require_built("step")
+        arr = self._as_input(x)
+        if arr.ndim != self.rank + 2:
+            raise InvalidInputError(f"{self.name}.step: expected one timestep (batch, "
+                                    f"{', '.join(str(n) for n in self.input_shape.dims[2:])}), got shape "
+                                    f"{arr.shape}")
+        _, final = self.seq_init(arr[:, None], state)
+        return final
+
+    def seq(self, x: Any, ctx: Ctx | None = None) -> tuple[np.ndarray, Any]:
+        """Run from the zero state: (every step's h (B, T, *O, F) in processing order, the final
+        ``ConvLSTMState``)."""
+        return self.seq_init(x, None, ctx)
+
+    def seq_init(self, x: Any, state: Any, ctx: Ctx | None = None) -> tuple[np.ndarray, Any]:
+        """Run ``x`` (B, T, *S, C), any number of timesteps, from ``state`` (None: zeros; a
+        ``stateful`` layer's carried state is neither read nor changed): (every step's h
+        (B, T, *O, F) in processing order, the final ``ConvLSTMState(h, c)``). In a training
+        ``ctx`` the pass is recorded: ``layer.backward((d_seq, d_final_state), ctx)`` then returns
+        ``(dx, d_state)`` (the gradient of ``state``, None when it was None) and puts the weight
+        gradients in ``ctx``; ``d_final_state`` may be None."""
+        c = Ctx.inference() if ctx is None else ctx
+        arr = self._check_input(x, check_steps=False)
+        init = None if state is None else self.unpack_state(state, arr.shape[0])
+        out, h_f, c_f = self._pass(arr, init, c, True, "seq")
+        return out, STATE(h_f, c_f)
 
     # -- passes --------------------------------------------------------------------------------
-    def _check_input(self, x: Any) -> np.ndarray:
+    def _check_input(self, x: Any, check_steps: bool = True) -> np.ndarray:
+        """``x`` as a (B, T, *S, C) array; ``check_steps=False`` (streaming) accepts any T."""
         self._require_built()
         arr = self._as_input(x)
         want = self.input_shape.dims
         if arr.ndim != len(want) or arr.shape[2:] != tuple(want[2:]) or arr.shape[1] < 1:
             raise InvalidInputError(f"{self.name}: expected an input (batch, time >= 1, "
                                     f"{', '.join(str(n) for n in want[2:])}), got shape {arr.shape}")
-        if want[1] is not None and want[1] != arr.shape[1]:
+        if check_steps and want[1] is not None and want[1] != arr.shape[1]:
             raise InvalidInputError(f"{self.name}: built for {want[1]} timesteps, got shape {arr.shape}")
         return arr
 
@@ -330,6 +410,16 @@ class ConvLSTM(Layer):
     def forward(self, x: Any, ctx: Ctx) -> Any:
         """Run the layer (see the class docstring); a training ``ctx`` records the pass."""
         arr, init = self._split(x)
+        out, h_f, c_f = self._pass(arr, init, ctx, self.return_sequences, "layer")
+        return [out, h_f, c_f] if self.return_state else out
+
+    def _pass(self, arr: np.ndarray, init: Any, ctx: Ctx, keep_seq: bool,
+              api: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One pass of the checked input ``arr`` from ``init`` (None: zeros, or the carried state
+        of a ``stateful`` layer when ``api`` is ``"layer"``): (every step's output when
+        ``keep_seq``, else the last one; the final h; the final c). ``api`` ``"seq"`` (the
+        streaming calls) neither reads nor writes a carried state; a training ``ctx`` records
+        the pass and how its backward takes its gradient."""
         B, T = arr.shape[:2]
         conv, rconv = self._geometry()
         F, P = self.filters, conv.positions
@@ -340,7 +430,7 @@ class ConvLSTM(Layer):
                 if v.shape != st_shape:
                     raise InvalidInputError(f"{self.name}: the initial state {n} must have shape {st_shape}, "
                                             f"got {v.shape}")
-        elif self.stateful and self._state is not None:
+        elif api == "layer" and self.stateful and self._state is not None:
             h0, c0 = self._state
             if h0.shape[0] != B:
                 raise InvalidInputError(f"{self.name}: a stateful layer keeps its batch size: the carried "
@@ -377,7 +467,7 @@ class ConvLSTM(Layer):
         keep = ctx.training_mode
         h, c = h0.reshape(B, P, F), c0.reshape(B, P, F)
         out_prev = np.zeros((B, P, F), self.dtype)
-        outs = np.empty((B, T, P, F), self.dtype) if self.return_sequences else None
+        outs = np.empty((B, T, P, F), self.dtype) if keep_seq else None
         rec: list[tuple[np.ndarray, ...]] = []
         ra, act = self.recurrent_activation, self.activation
         for t in range(T):
@@ -410,11 +500,12 @@ class ConvLSTM(Layer):
         else:
             out = np.array(out_prev).reshape(st_shape)
         h_f, c_f = np.array(h).reshape(st_shape), np.array(c).reshape(st_shape)
-        if self.stateful:
+        if self.stateful and api == "layer":
             self._state = (h_f.copy(), c_f.copy())
         if keep:
-            ctx.save(self, (arr.shape, frames, ms, lengths, drop, rdrop, rec, out.shape, init is not None))
-        return [out, h_f, c_f] if self.return_state else out
+            ctx.save(self, (arr.shape, frames, ms, lengths, drop, rdrop, rec, out.shape, init is not None,
+                            keep_seq, api))
+        return out, h_f, c_f
 
     def _drop_masks(self, ctx: Ctx, shape: tuple[int, ...], rate: float) -> np.ndarray:
         """Keras' four inverted-dropout masks (one per gate) of ``shape``: (4, *shape)."""
@@ -438,15 +529,27 @@ class ConvLSTM(Layer):
     def backward(self, grad: Any, ctx: Ctx) -> Any:
         """BPTT over the pass: adds the weights' gradients into ``ctx`` and returns dL/dx (B, T,
         *S, C) in input order (``[dx, dh0, dc0]`` when the forward had an initial state). With
-        ``return_state``, ``grad`` is ``[d_output, d_h, d_c]`` (an entry None: zero)."""
+        ``return_state``, ``grad`` is ``[d_output, d_h, d_c]`` (an entry None: zero). After a
+        pass recorded by :meth:`seq_init`, ``grad`` is ``(d_seq, d_final_state)`` and the result
+        ``(dx, d_state)`` (``d_state`` a ``ConvLSTMState``, None when the pass started at zeros)."""
         self._require_built("backward")
-        in_shape, frames, ms, lengths, drop, rdrop, rec, out_shape, given = ctx.peek(self)
+        in_shape, frames, ms, lengths, drop, rdrop, rec, out_shape, given, keep_seq, api = ctx.peek(self)
         B, T = in_shape[:2]
         conv, rconv = self._geometry()
         F, P = self.filters, conv.positions
         st_shape = (B, *conv.out, F)
         d_h = d_c = None
-        if self.return_state:
+        if api == "seq":
+            if not isinstance(grad, tuple) or len(grad) != 2:
+                raise InvalidInputError(f"{self.name}: a pass recorded by seq_init takes backward((d_seq, "
+                                        f"d_final_state), ctx); got {type(grad).__name__}")
+            grad, d_fin = grad
+            if d_fin is not None:
+                if not isinstance(d_fin, (tuple, list)) or len(d_fin) != 2:
+                    raise InvalidInputError(f"{self.name}: d_final_state must be a ConvLSTMState (d_h, d_c) "
+                                            f"or None, got {type(d_fin).__name__}")
+                d_h, d_c = d_fin
+        elif self.return_state:
             if not isinstance(grad, (list, tuple)) or len(grad) != 3:
                 raise InvalidInputError(f"{self.name}: with return_state, backward expects a list [d_output, "
                                         f"d_h, d_c], got {type(grad).__name__}")
@@ -459,7 +562,7 @@ class ConvLSTM(Layer):
         ctx.load(self)
         W = self._weights["kernel"].reshape(-1, 4 * F)
         U = self._weights["recurrent_kernel"].reshape(-1, 4 * F)
-        if self.return_sequences:
+        if keep_seq:
             gseq = g_out.reshape(B, T, P, F)
             if lengths:
                 assert ms is not None
@@ -525,6 +628,8 @@ class ConvLSTM(Layer):
             dx = dx.reshape(in_shape)
             if self.go_backwards:
                 dx = np.ascontiguousarray(dx[:, ::-1])
+        if api == "seq":
+            return dx, (STATE(dh.reshape(st_shape), dc.reshape(st_shape)) if given else None)
         if given:
             return [dx, dh.reshape(st_shape), dc.reshape(st_shape)]
         return dx

@@ -266,10 +266,18 @@ class Cell:
     #: or input (``d_inp`` zero at that row).
     sequence_takes_mask: ClassVar[bool] = False
 
+    #: whether the parallel form returns, for every state part but part 0 (the output), only
+    #: the state leaving the LAST step, (1, B, size) instead of (T, B, size) (a cell whose state
+    #: is far larger than its output, such as a matrix memory, keeps no state per step); its
+    #: ``sequence_backward`` then gets those parts' ``d`` and ``states`` as (1, B, size) too.
+    #: Only for a cell whose recurrent products (if any) read no other part than part 0.
+    sequence_last_states: ClassVar[bool] = False
+
     def sequence_forward(self, w: Mapping[str, np.ndarray], inp: np.ndarray, init: Arrays,
                          park: dict[str, np.ndarray] | None) -> Arrays:
         """Forward every step at once: return the state parts leaving every step, one
-        (T, B, size) array per part (row ``s`` is what :meth:`step` returns at step ``s``).
+        (T, B, size) array per part (row ``s`` is what :meth:`step` returns at step ``s``; with
+        :attr:`sequence_last_states`, every part but part 0 is (1, B, size), the last step's).
         ``inp`` (T, B, N) holds every step's input ``inp_s`` (as :meth:`step` receives it, in
         processing order); ``init`` the state parts entering step 0, each (B, size); ``park`` a
         dict to fill with whatever :meth:`sequence_backward` needs (training) or None

@@ -15,6 +15,9 @@ input step ``s`` consumes. The cache of a training pass (:class:`WalkCache`)::
 
     x_tm     (T, B, F)             the input
     states   [(T+1, B, size_k)]    per state part: row s enters step s, row s+1 leaves it
+                                   ((2, B, size_k), the first and the last, for a part
+                                   other than 0 of a parallel form with
+                                   ``Cell.sequence_last_states``)
     parks    {name: (T, B, w)}     what the cell parked at every step
     mask     (T, B) bool or None   which steps are real; a masked step carries every state
                                    part over unchanged (its backward passes the gradient
@@ -254,19 +257,26 @@ def sequence_walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, ini
     park: dict[str, np.ndarray] | None = {} if record else None
     kw = {} if mask is None else {"mask": mask}
     got = cell.sequence_forward(w, project(cell, w, x_tm), start, park, **kw)
-    want = [(T, B, n) for n in sizes]
+    want = [(_sequence_rows(cell, k, T), B, n) for k, n in enumerate(sizes)]
     shapes = [getattr(a, "shape", None) for a in got] if isinstance(got, tuple) else [type(got).__name__]
     if shapes != want:
         raise InvalidParameterError(
             f"{type(cell).__name__}.sequence_forward must return a tuple of state parts of shapes {want}, "
             f"got {shapes}")
-    final = tuple(np.asarray(a[T - 1], dt) for a in got)
+    final = tuple(np.asarray(a[-1], dt) for a in got)
     if not record:
         return (np.asarray(got[0], dt) if keep_seq else None), final, None
     hist = [np.concatenate([s0[None], np.asarray(a, dt)]) for s0, a in zip(start, got, strict=True)]
     assert park is not None
     cache = WalkCache(x_tm, hist, park, mask, None, "sequence")
-    return (hist[0][1:] if keep_seq else None), tuple(a[T] for a in hist), cache
+    return (hist[0][1:] if keep_seq else None), tuple(a[-1] for a in hist), cache
+
+
+def _sequence_rows(cell: Cell, part: int, steps: int) -> int:
+    """How many steps' states of state part ``part`` the parallel form returns: every step's,
+    or only the last one's for a part other than 0 of a cell with
+    :attr:`~rnnkit.Cell.sequence_last_states`."""
+    return 1 if part and cell.sequence_last_states else steps
 
 
 def sequence_walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCache, g: np.ndarray,
@@ -276,14 +286,14 @@ def sequence_walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCache
     x_tm, hist = cache.x_tm, cache.states
     T, B, _ = x_tm.shape
     dt = x_tm.dtype
-    d = [np.zeros((T, B, n), dt) for n in cell.state_sizes()]
+    d = [np.zeros((_sequence_rows(cell, k, T), B, n), dt) for k, n in enumerate(cell.state_sizes())]
     if full:
         d[0] += g.transpose(1, 0, 2)
     else:
         d[0][T - 1] += g
     if d_final is not None:
         for k, a in enumerate(d_final):
-            d[k][T - 1] += a
+            d[k][-1] += a
     kw = {} if cache.mask is None else {"mask": cache.mask}
     r = cell.sequence_backward(w, tuple(d), x_tm if cell.input_kernel is None else None,
                                tuple(a[0] for a in hist), tuple(a[1:] for a in hist), cache.parks, **kw)

@@ -27,19 +27,22 @@ denominator is the paper's ``max(|n^T q|, 1)``, and h is the same for every choi
 stabilizer. Hence the parallel form's backward treats its row maxima as constants: it is the
 exact gradient.
 
-Parallel form (whole sequence, zero initial state; per head, ``F_t = sum_{j<=t} log f_j``)::
+Parallel form (whole sequence from C_0, n_0, m_0; per head, ``F_t = sum_{j<=t} log f_j``)::
 
-    log D_ts = F_t - F_s + i~_s  (s <= t; -inf above the diagonal)     m_t = max_s log D_ts
-    C~ = (Q K^T) * exp(log D - m)     b_t = sum_s C~_ts     H = (C~ / max(|b|, exp(-m))) V
+    log D_ts = F_t - F_s + i~_s  (s <= t; -inf above the diagonal)
+    m_t = max(F_t + m_0, max_s log D_ts)        g_t = exp(F_t + m_0 - m_t)     (the recurrent m_t)
+    C~ = (Q K^T) * exp(log D - m)     b_t = sum_s C~_ts + g_t n_0 . q_t
+    H_t = (C~ V + g_t C_0 q_t)_t / max(|b_t|, exp(-m_t))
+    C_T = g_T C_0 + sum_s exp(log D_Ts - m_T) v_s k_s^T    (n_T alike)
 
 Chunkwise form: chunks of ``chunk_size`` steps, the parallel form inside a chunk plus the
 state carried from the chunk before (stabilized the same way); it ends with the same state as
 the recurrent form.
 
 The functions :func:`mlstm_parallel`, :func:`mlstm_parallel_back` and :func:`mlstm_chunkwise`
-are what :class:`MLSTM` runs on a plain pass (no mask, no initial or carried state, no final
-state handed out, no input dropout); any other pass runs the recurrent form through the
-walker.
+are :class:`MLSTMCell`'s parallel form on the cell contract's hook (``sequence_forward`` /
+``sequence_backward``), which the walker chooses for a pass of two steps or more without a
+mask (from zeros or a given state); any other pass runs the recurrent form.
 """
 
 from __future__ import annotations
@@ -52,12 +55,11 @@ from typing import Any
 import numpy as np
 
 from rnnkit._budget import check_array
-from rnnkit._ctx import Ctx
 from rnnkit._errors import InvalidParameterError
 from rnnkit._initializers import glorot_uniform
 from rnnkit._layer import check_positive_int
 from rnnkit.recurrent._base import RecurrentLayer
-from rnnkit.recurrent._cell import Arrays, Cell, Param, StepBack
+from rnnkit.recurrent._cell import Arrays, Cell, Param, SequenceBack, StepBack
 from rnnkit.recurrent._registry import register_cell
 
 #: the forget-gate activations: ``"sigmoid"`` (log f = log sigmoid(f~), the paper's reference
@@ -243,10 +245,14 @@ class MLSTMCell(_XCell):
 
     name = "MLSTM"
     state_names = ("h", "C", "n", "m")
+    #: the parallel form returns the matrix memory C, n and m of the last step only
+    sequence_last_states = True
 
     def __init__(self, units: int, num_heads: int = PAPER_HEADS, *, forget_gate: str = "sigmoid",
-                 qkv_blocksize: int | None = None) -> None:
+                 qkv_blocksize: int | None = None, chunk_size: int | None = 64) -> None:
         super().__init__(units, num_heads, forget_gate=forget_gate)
+        self.chunk_size = (None if chunk_size is None
+                           else check_positive_int(chunk_size, "chunk_size", self.name))
         self.qkv_blocksize = None
         if qkv_blocksize is not None:
             s = check_positive_int(qkv_blocksize, "qkv_blocksize", self.name)
@@ -259,7 +265,7 @@ class MLSTMCell(_XCell):
             self.bias = None
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "qkv_blocksize": self.qkv_blocksize}
+        return {**super().get_config(), "qkv_blocksize": self.qkv_blocksize, "chunk_size": self.chunk_size}
 
     def project(self, w: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
         """The step inputs ``[q | k | v | o | i | f]`` (..., N) of inputs ``x`` (..., F)."""
@@ -406,6 +412,41 @@ class MLSTMCell(_XCell):
         return StepBack(d_prev=d_prev, d_inp=dx, params=grads)
 
 
+    # -- the parallel form, on the cell contract's hook -------------------------------------------
+    def sequence_forward(self, w: Mapping[str, np.ndarray], inp: np.ndarray, init: Arrays,
+                         park: dict[str, np.ndarray] | None) -> Arrays:
+        """Every step at once (time-major, processing order): h of every step (T, B, H) and the
+        final C, n, m (1, B, size) (:attr:`sequence_last_states`). A recorded pass (``park``)
+        runs :func:`mlstm_parallel` (T x T per head), an inference pass :func:`mlstm_chunkwise`
+        with :attr:`chunk_size` steps a chunk (None: the parallel form)."""
+        x = inp.transpose(1, 0, 2)
+        xb = self.project(w, x) if self.qkv_blocksize is not None else x
+        start = init[1:]
+        if park is None and self.chunk_size is not None:
+            h, final = mlstm_chunkwise(self, xb, self.chunk_size, start)
+        else:
+            h, final, cache = mlstm_parallel(self, xb, start, record=park is not None)
+            if park is not None:
+                assert cache is not None
+                park.update(vars(cache))
+        return (h.transpose(1, 0, 2), *(a[None] for a in final))
+
+    def sequence_backward(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None,
+                          init: Arrays, states: Arrays, park: Mapping[str, np.ndarray]) -> SequenceBack:
+        """The backward of :meth:`sequence_forward`'s recorded pass: :func:`mlstm_parallel_back`
+        (and, for block-diagonal q, k, v, the projection's backward)."""
+        cache = ParallelCache(**park)
+        d_inp, d_init = mlstm_parallel_back(self, cache, d[0].transpose(1, 0, 2), tuple(a[0] for a in d[1:]))
+        d_init = (np.zeros_like(init[0]), *d_init)
+        d_tm = d_inp.transpose(1, 0, 2)
+        if self.qkv_blocksize is None:
+            return SequenceBack(d_init=d_init, d_inp=d_tm)
+        assert inp is not None
+        dx, grads = self.project_back(w, inp, d_tm)
+        assert dx is not None
+        return SequenceBack(d_init=d_init, d_inp=dx, params=grads)
+
+
 for _c in (SLSTMCell, MLSTMCell):
     register_cell(_c)
 
@@ -416,15 +457,21 @@ for _c in (SLSTMCell, MLSTMCell):
 class ParallelCache:
     """What :func:`mlstm_parallel` keeps for :func:`mlstm_parallel_back` (per head: (B, nh, ...))."""
 
-    x: np.ndarray          # (B, T, F) the input as the pass read it (batch-major, processing order)
-    inp: np.ndarray        # (B, T, N) the projections
-    P: np.ndarray          # (B, nh, T, T) C~ / den
+    inp: np.ndarray        # (B, T, N) the step inputs
+    Ct: np.ndarray         # (B, nh, T, T) (Q K^T) * D
     D: np.ndarray          # (B, nh, T, T) exp(log D - m)
     S: np.ndarray          # (B, nh, T, T) Q K^T
     Hn: np.ndarray         # (B, nh, T, dh) the normalized heads
     den: np.ndarray        # (B, nh, T)
     use_b: np.ndarray      # (B, nh, T) bool: |b| >= exp(-m)
     b: np.ndarray          # (B, nh, T)
+    gC: np.ndarray         # (B, nh, T) exp(F_t + m_0 - m_t): the initial state's weight at step t
+    u: np.ndarray          # (B, nh, T, dh) C_0 q_t
+    r: np.ndarray          # (B, nh, T) n_0 . q_t
+    C0: np.ndarray         # (B, nh, dh, dh) the initial state
+    n0: np.ndarray         # (B, nh, dh)
+    wS: np.ndarray         # (B, nh, T) exp(F_T - F_s + i~_s - m_T): step s's weight in the final state
+    last: np.ndarray       # (B, nh) int: argmax of m_T's terms (T: the initial state's, F_T + m_0)
 
 
 def _heads(a: np.ndarray) -> np.ndarray:
@@ -432,39 +479,65 @@ def _heads(a: np.ndarray) -> np.ndarray:
     return a.transpose(0, 2, 1, 3)
 
 
-def mlstm_parallel(cell: MLSTMCell, inp: np.ndarray, x: np.ndarray | None = None,
-                   record: bool = False) -> tuple[np.ndarray, ParallelCache | None]:
-    """mLSTM over a whole sequence from zero states by the parallel form: ``inp`` (B, T, N) the
-    step inputs ``x W + b``; returns (h (B, T, H), the cache when ``record``: ``x`` the input).
-    Its (B, num_heads, T, T) arrays are refused (MemoryBudgetError) over the memory budget
-    per array (``rnnkit.io.set_limits(max_array_bytes=...)``)."""
+def _init_heads(cell: MLSTMCell, init: Arrays | None, B: int, dt: np.dtype) -> Arrays:
+    """(C (B, nh, dh, dh), n (B, nh, dh), m (B, nh)) of ``init`` = (C, n, m) in the state layout
+    of :class:`MLSTMCell` (None: zeros)."""
+    nh, dh = cell.num_heads, cell.head_size
+    if init is None:
+        return np.zeros((B, nh, dh, dh), dt), np.zeros((B, nh, dh), dt), np.zeros((B, nh), dt)
+    return (np.asarray(init[0], dt).reshape(B, nh, dh, dh), np.asarray(init[1], dt).reshape(B, nh, dh),
+            np.asarray(init[2], dt).reshape(B, nh))
+
+
+def mlstm_parallel(cell: MLSTMCell, inp: np.ndarray, init: Arrays | None = None, record: bool = False
+                   ) -> tuple[np.ndarray, Arrays, ParallelCache | None]:
+    """mLSTM over a whole sequence by the parallel form from ``init`` = (C, n, m) in the state
+    layout of :class:`MLSTMCell` (None: zeros): ``inp`` (B, T, N) the step inputs ``x W + b``;
+    returns (h (B, T, H), the final (C, n, m), equal to the recurrent form's, and the cache when
+    ``record``). With ``F_t = sum_{j<=t} log f_j``, the stabilizer of step ``t`` is the
+    recurrent form's, ``m_t = max(F_t + m_0, max_{s<=t} log D_ts)``; the initial state enters
+    step ``t`` with the weight ``exp(F_t + m_0 - m_t)``. Its (B, num_heads, T, T) arrays are
+    refused (MemoryBudgetError) over the memory budget per array
+    (``rnnkit.io.set_limits(max_array_bytes=...)``)."""
     B, T, _ = inp.shape
     check_array((B, cell.num_heads, T, T), inp.itemsize, "MLSTM's parallel form, its decay matrix")
+    C0, n0, m0 = _init_heads(cell, init, B, inp.dtype)
     q, k, v, ao, ai, af = cell.split(inp)
     q, k, v = _heads(q), _heads(k), _heads(v)                                  # (B, nh, T, dh)
     ai, F = ai.transpose(0, 2, 1), np.cumsum(cell.log_forget(af).transpose(0, 2, 1), axis=-1)
     logD = F[..., :, None] - F[..., None, :] + ai[..., None, :]
     logD[..., ~np.tri(T, dtype=bool)] = -np.inf
-    m = logD.max(axis=-1)
+    carry = F + m0[..., None]                                                   # (B, nh, T)
+    m = np.maximum(logD.max(axis=-1), carry)
+    last = np.where(carry[..., -1] >= logD[..., -1, :].max(axis=-1), T, logD[..., -1, :].argmax(axis=-1))
     D = np.exp(logD - m[..., None], out=logD)
+    gC = np.exp(carry - m)
     S = np.matmul(q, k.swapaxes(-1, -2))
     Ct = S * D
-    b = Ct.sum(axis=-1)
+    u = np.matmul(q, C0.swapaxes(-1, -2))                                       # C_0 q_t
+    r = np.sum(q * n0[..., None, :], axis=-1)                                   # n_0 . q_t
+    b = Ct.sum(axis=-1) + gC * r
     em = np.exp(-m)
     den = np.maximum(np.abs(b), em)
-    P = np.divide(Ct, den[..., None], out=Ct)
-    Hn = np.matmul(P, v)
-    o = _sig(ao)
-    h = o * Hn.transpose(0, 2, 1, 3).reshape(B, T, -1)
+    Hn = (np.matmul(Ct, v) + gC[..., None] * u) / den[..., None]
+    h = _sig(ao) * Hn.transpose(0, 2, 1, 3).reshape(B, T, -1)
+    wS = np.exp(F[..., -1:] - F + ai - m[..., -1:])
+    w0 = gC[..., -1]
+    CT = w0[..., None, None] * C0 + np.matmul((v * wS[..., None]).swapaxes(-1, -2), k)
+    nT = w0[..., None] * n0 + np.sum(k * wS[..., None], axis=-2)
+    final = (CT.reshape(B, -1), nT.reshape(B, -1), np.array(m[..., -1]))
     if not record:
-        return h, None
-    assert x is not None
-    return h, ParallelCache(x, inp, P, D, S, Hn, den, np.abs(b) >= em, b)
+        return h, final, None
+    return h, final, ParallelCache(inp, Ct, D, S, Hn, den, np.abs(b) >= em, b, gC, u, r, C0, n0, wS, last)
 
 
-def mlstm_parallel_back(cell: MLSTMCell, cache: ParallelCache, g: np.ndarray) -> np.ndarray:
-    """dL/d(inp) (B, T, N) from ``g`` = dL/dh (B, T, H) of :func:`mlstm_parallel` (the row maxima
-    m are constants: h does not depend on them, see the module docstring)."""
+def mlstm_parallel_back(cell: MLSTMCell, cache: ParallelCache, g: np.ndarray,
+                        d_final: Arrays | None = None) -> tuple[np.ndarray, Arrays]:
+    """(dL/d(inp) (B, T, N), dL/d(init) (C, n, m) in the state layout) from ``g`` = dL/dh
+    (B, T, H) and ``d_final`` = dL/d(the final (C, n, m)) (None: zero) of
+    :func:`mlstm_parallel`. h does not depend on the stabilizers (see the module docstring),
+    so its part holds them constant; the final state's part differentiates ``m_T`` (a max:
+    the gradient goes to its largest term)."""
     B, T, _ = g.shape
     nh, dh = cell.num_heads, cell.head_size
     q, k, v, ao, _, af = cell.split(cache.inp)
@@ -472,22 +545,56 @@ def mlstm_parallel_back(cell: MLSTMCell, cache: ParallelCache, g: np.ndarray) ->
     o = _sig(ao)
     dao = g * cache.Hn.transpose(0, 2, 1, 3).reshape(B, T, -1) * o * (1.0 - o)
     dHn = _heads((g * o).reshape(B, T, nh, dh))
-    dP = np.matmul(dHn, v.swapaxes(-1, -2))
-    dv = np.matmul(cache.P.swapaxes(-1, -2), dHn)
-    dden = -np.sum(dP * cache.P, axis=-1) / cache.den
+    den, gC = cache.den, cache.gC
+    dnum = dHn / den[..., None]
+    dden = -np.sum(dHn * cache.Hn, axis=-1) / den
     db = np.where(cache.use_b, dden * np.sign(cache.b), 0.0)
-    dCt = dP / cache.den[..., None] + db[..., None]
+    dCt = np.matmul(dnum, v.swapaxes(-1, -2)) + db[..., None]
+    dv = np.matmul(cache.Ct.swapaxes(-1, -2), dnum)
+    du = dnum * gC[..., None]
+    dr = db * gC
     dS = dCt * cache.D
     dlogD = dS * cache.S                                  # d exp(u)/du = exp(u) = D
-    dq = np.matmul(dS, k)
-    dk = np.matmul(dS.swapaxes(-1, -2), q) * (1.0 / math.sqrt(dh))
+    dq = np.matmul(dS, k) + np.matmul(du, cache.C0) + dr[..., None] * cache.n0[..., None, :]
+    dk = np.matmul(dS.swapaxes(-1, -2), q)
     dai = dlogD.sum(axis=-2)                              # (B, nh, T): over t
     dF = dlogD.sum(axis=-1) - dai
+    dlog_gC = (np.sum(dnum * cache.u, axis=-1) + db * cache.r) * gC
+    dF += dlog_gC
+    dm0 = dlog_gC.sum(axis=-1)
+    dC0 = np.matmul(du.swapaxes(-1, -2), q)
+    dn0 = np.sum(dr[..., None] * q, axis=-2)
+    if d_final is not None:                               # C_T = w0 C_0 + sum_s wS_s v_s k_s^T, n_T alike
+        GC = np.asarray(d_final[0]).reshape(B, nh, dh, dh)
+        Gn = np.asarray(d_final[1]).reshape(B, nh, dh)
+        Gm = np.asarray(d_final[2]).reshape(B, nh)
+        wS, w0 = cache.wS, gC[..., -1]
+        GCk = np.matmul(k, GC.swapaxes(-1, -2))           # GC k_s
+        E = np.sum(v * GCk, axis=-1) + np.sum(k * Gn[..., None, :], axis=-1)
+        E0 = np.sum(GC * cache.C0, axis=(-2, -1)) + np.sum(Gn * cache.n0, axis=-1)
+        dv += wS[..., None] * GCk
+        dk += wS[..., None] * (np.matmul(v, GC) + Gn[..., None, :])
+        dC0 += w0[..., None, None] * GC
+        dn0 += w0[..., None] * Gn
+        da, da0 = wS * E, w0 * E0                         # dL/d(log weight)
+        dai += da
+        dF -= da
+        dF[..., -1] += da.sum(axis=-1) + da0
+        dm0 += da0
+        dmT = Gm - da.sum(axis=-1) - da0                  # every log weight has -m_T
+        dF[..., -1] += dmT                                # (both kinds of terms hold F_T)
+        init_wins = cache.last == T
+        dm0 += np.where(init_wins, dmT, 0.0)
+        s = np.minimum(cache.last, T - 1)[..., None]
+        hit = np.where(init_wins, 0.0, dmT)[..., None]
+        np.put_along_axis(dai, s, np.take_along_axis(dai, s, axis=-1) + hit, axis=-1)
+        np.put_along_axis(dF, s, np.take_along_axis(dF, s, axis=-1) - hit, axis=-1)
+    dk *= 1.0 / math.sqrt(dh)
     dlogf = np.cumsum(dF[..., ::-1], axis=-1)[..., ::-1]
     daf = cell.dlog_forget(af, dlogf.transpose(0, 2, 1))
-    back = [dq, dk, dv]
-    d = [a.transpose(0, 2, 1, 3).reshape(B, T, -1) for a in back]
-    return np.concatenate([*d, dao, dai.transpose(0, 2, 1), daf], axis=-1)
+    d = [a.transpose(0, 2, 1, 3).reshape(B, T, -1) for a in (dq, dk, dv)]
+    d_inp = np.concatenate([*d, dao, dai.transpose(0, 2, 1), daf], axis=-1)
+    return d_inp, (dC0.reshape(B, -1), dn0.reshape(B, -1), dm0)
 
 
 def mlstm_chunkwise(cell: MLSTMCell, inp: np.ndarray, chunk_size: int,
@@ -568,67 +675,26 @@ class MLSTM(RecurrentLayer):
     initialisation: :class:`MLSTMCell` and :mod:`rnnkit.recurrent._xlstm`. State
     ``(h, C, n, m)`` from zeros.
 
-    A plain pass (no mask, no initial or carried state, no ``return_state``, no input dropout
-    in it) runs the whole-sequence forms: training by the parallel form (T x T per head) and
-    its backward; inference by the chunkwise form with ``chunk_size`` steps a chunk (None:
-    the parallel form). Every other pass runs the recurrent form, step by step. All three
-    compute the same h.
+    The forms are the cell's (:class:`MLSTMCell`, on the cell contract's hook, chosen by the
+    walker as for every cell): a pass of two steps or more without a mask runs the
+    whole-sequence forms, from zeros or a given or carried state: training by the parallel
+    form (T x T per head) and its backward; inference by the chunkwise form with
+    ``chunk_size`` steps a chunk (None: the parallel form). A masked pass, recurrent
+    streaming one step at a time and a single step run the recurrent form. All three compute
+    the same h and final state.
     """
 
     cell: MLSTMCell
 
     def __init__(self, units: int, num_heads: int = PAPER_HEADS, *, forget_gate: str = "sigmoid",
                  qkv_blocksize: int | None = None, chunk_size: int | None = 64, **kwargs: Any) -> None:
-        super().__init__(MLSTMCell(units, num_heads, forget_gate=forget_gate, qkv_blocksize=qkv_blocksize),
-                         **kwargs)
-        self.chunk_size = (None if chunk_size is None
-                           else check_positive_int(chunk_size, "chunk_size", self.name))
+        super().__init__(MLSTMCell(units, num_heads, forget_gate=forget_gate, qkv_blocksize=qkv_blocksize,
+                                   chunk_size=chunk_size), **kwargs)
+
+    @property
+    def chunk_size(self) -> int | None:
+        """The chunkwise form's steps a chunk (the cell's; None: the parallel form)."""
+        return self.cell.chunk_size
 
     def get_config(self) -> dict[str, Any]:
-        return {**self.cell.get_config(), "chunk_size": self.chunk_size, **self._walk_config()}
-
-    def _plain(self, x: Any, ctx: Ctx) -> bool:
-        return (isinstance(x, np.ndarray) and ctx.mask is None and not self.stateful and not self.return_state
-                and not (ctx.drops and self.dropout > 0.0))
-
-    def forward(self, x: Any, ctx: Ctx) -> Any:
-        """As :meth:`RecurrentLayer.forward`; a plain pass by the parallel or chunkwise form."""
-        if not self._plain(x, ctx):
-            return super().forward(x, ctx)
-        arr = self._check_input(x)
-        if self.go_backwards:
-            arr = arr[:, ::-1]
-        B, T = arr.shape[:2]
-        inp = self.cell.project(self._weights, arr)
-        if ctx.training_mode:
-            h, cache = mlstm_parallel(self.cell, inp, arr, record=True)
-            ctx.save(self, cache)
-        elif self.chunk_size is None:
-            h, _ = mlstm_parallel(self.cell, inp)
-        else:
-            h, _ = mlstm_chunkwise(self.cell, inp, self.chunk_size)
-        h = h.astype(self.dtype, copy=False)
-        return h if self.return_sequences else np.array(h[:, -1])
-
-    def backward(self, grad: Any, ctx: Ctx) -> Any:
-        """As :meth:`RecurrentLayer.backward`; after a plain training pass, the parallel form's."""
-        self._require_built("backward")
-        cache = ctx.peek(self)
-        if not isinstance(cache, ParallelCache):
-            return super().backward(grad, ctx)
-        B, T = cache.x.shape[:2]
-        H = self.units
-        shape = (B, T, H) if self.return_sequences else (B, H)
-        g = self._as_grad(grad, shape)
-        ctx.load(self)
-        if not self.return_sequences:
-            full = np.zeros((B, T, H), self.dtype)
-            full[:, -1] = g
-            g = full
-        d_inp = mlstm_parallel_back(self.cell, cache, g).astype(self.dtype, copy=False)
-        dx, grads = self.cell.project_back(self._weights, cache.x, d_inp, ctx.needs_input_grad(self))
-        for name in self._trainable:
-            ctx.give_grad(self, name, grads[name])
-        if dx is None:
-            return None
-        return np.ascontiguousarray(dx[:, ::-1]) if self.go_backwards else dx
+        return {**self.cell.get_config(), **self._walk_config()}

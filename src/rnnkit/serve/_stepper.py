@@ -1,7 +1,11 @@
 """Stepping a model a few timesteps at a time from a kept state: the streams of the server.
 
-A stream of a ``Sequential`` model keeps the state of each recurrent layer. A step feeds ``T``
-timesteps ``(T, features)`` through the layers in order: a recurrent layer runs from the kept
+A stream of a ``Sequential`` model keeps the state of each recurrent layer: a layer with the
+streaming protocol (``zero_state(batch)`` for the state's parts and their shapes,
+``seq_init(x, state)`` from a kept state), a :class:`~rnnkit.RecurrentLayer` or a
+``ConvLSTM1D`` / ``ConvLSTM2D`` (whose timesteps are grids ``(*spatial, channels)``; a binary
+step then holds each timestep's values flattened, row-major). A step feeds ``T`` timesteps
+``(T, features)`` through the layers in order: a recurrent layer runs from the kept
 state (``seq_init``) and yields its output at every timestep; the per-timestep layers after it
 (``Dense``, ``ActivationLayer``, ``Dropout``) map each of those outputs. So the output at a
 timestep is what the model gives for the whole sequence so far; a layer with
@@ -23,12 +27,14 @@ from typing import Any
 import numpy as np
 
 from rnnkit._ctx import Ctx
-from rnnkit.layers import ActivationLayer, Dense, Dropout
+from rnnkit.layers import ActivationLayer, ConvLSTM1D, ConvLSTM2D, Dense, Dropout
 from rnnkit.models import Sequential
 from rnnkit.recurrent import RecurrentLayer
 from rnnkit.rnn import RNNNet
 
 _ROWWISE = (Dense, ActivationLayer, Dropout)
+#: the layers a stream steps from a kept state (the streaming protocol: ``zero_state``, ``seq_init``)
+_STREAMING = (RecurrentLayer, ConvLSTM1D, ConvLSTM2D)
 
 
 @dataclass(frozen=True)
@@ -45,9 +51,10 @@ class StateEntry:
 class _Op:
     layer: Any
     recurrent: bool
-    width: int  # the width of the layer's input
-    flat: bool = False  # a per-timestep layer that gets rows (B * T, width), not (B, T, width)
+    width: tuple[int, ...]  # the shape of one timestep of the layer's input
+    flat: bool = False  # a per-timestep layer that gets rows (B * T, *width), not (B, T, *width)
     batched: bool = True
+    parts: int = 0  # a recurrent layer's number of state parts
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
@@ -61,12 +68,14 @@ def _rows(n: int) -> list[int]:
 class StreamPlan:
     """How to step a model: the state entries, and :meth:`step` for a batch of streams."""
 
-    def __init__(self, model: Any, ops: list[_Op], entries: list[StateEntry], features: int,
+    def __init__(self, model: Any, ops: list[_Op], entries: list[StateEntry], step_shape: tuple[int, ...],
                  out_shape: tuple[int, ...]) -> None:
         self.model = model
         self.ops = ops
         self.entries = entries
-        self.features = features
+        #: the shape of one timestep of the model's input, and its number of values
+        self.step_shape = step_shape
+        self.features = int(np.prod(step_shape))
         self.out_shape = out_shape
         self.dtype = np.dtype(model.dtype if isinstance(model, RNNNet) else model.layers[0].dtype)
 
@@ -92,25 +101,26 @@ class StreamPlan:
         return [list(parts) for parts in zip(*cols, strict=True)]
 
     def step(self, x: np.ndarray, states: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
-        """Advance ``B`` streams by the ``T`` timesteps of ``x`` (B, T, features) from their
-        batched ``states``: (outputs (B, T, *out_shape), new batched states)."""
+        """Advance ``B`` streams by the ``T`` timesteps of ``x`` (B, T, *step_shape), or each
+        timestep's values flattened (B, T, features), from their batched ``states``: (outputs
+        (B, T, *out_shape), new batched states)."""
         if isinstance(self.model, RNNNet):
             return self._net_step(x, states, self.ops[0].batched)
         B, T = x.shape[0], x.shape[1]
-        h: np.ndarray = x
+        h: np.ndarray = x.reshape(B, T, *self.step_shape)
         flat = False
         k = 0
         new: list[np.ndarray] = []
         for op in self.ops:
             if op.recurrent:
-                n = len(op.layer.cell.state_names)
+                n = op.parts
                 seq, fin = self._rec(op, h, states[k:k + n])
                 new += [np.asarray(f) for f in fin]
                 k += n
                 if op.layer.return_sequences:
                     h = seq
                 else:
-                    h, flat = np.ascontiguousarray(seq).reshape(B * T, seq.shape[2]), True
+                    h, flat = np.ascontiguousarray(seq).reshape(B * T, *seq.shape[2:]), True
             elif op.batched:
                 h = op.layer.forward(h, Ctx.inference())
             else:
@@ -122,7 +132,7 @@ class StreamPlan:
 
     @staticmethod
     def _rec(op: _Op, h: np.ndarray, st: list[np.ndarray]) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-        layer: RecurrentLayer = op.layer
+        layer = op.layer
         if op.batched:
             seq, fin = layer.seq_init(h, tuple(st))
             return seq, tuple(fin)
@@ -147,7 +157,7 @@ class StreamPlan:
     def describe(self) -> dict[str, Any]:
         """The streams part of ``/v1/model``."""
         return {
-            "step_input": ["T", self.features],
+            "step_input": ["T", *self.step_shape],
             "step_output": ["T", *self.out_shape],
             "state": {e.name: list(e.shape) for e in self.entries},
             "batching": "batched" if self.batched else
@@ -162,7 +172,7 @@ def _check_op(plan: StreamPlan, i: int, sizes: list[int]) -> bool:
     rng = np.random.default_rng(i)
     for n in sizes:
         if isinstance(plan.model, RNNNet) or op.recurrent:
-            x = rng.standard_normal((n, 2, op.width)).astype(plan.dtype)
+            x = rng.standard_normal((n, 2, *op.width)).astype(plan.dtype)
             # states >= 0: every cell's state may be (a MinGRU / MinLSTM state must be)
             net = isinstance(plan.model, RNNNet)
             st = [0.5 * np.abs(rng.standard_normal(e.shape if net else (n, *e.shape)))
@@ -172,7 +182,7 @@ def _check_op(plan: StreamPlan, i: int, sizes: list[int]) -> bool:
                       + 0.1 * rng.standard_normal((s.shape[0], n, s.shape[1])) for s in st]
             st = [s.astype(plan.dtype) for s in st]
             run = (lambda xx, ss: plan._net_step(xx, ss, True)) if isinstance(plan.model, RNNNet) else \
-                (lambda xx, ss: plan._rec(_Op(op.layer, True, op.width), xx, ss))
+                (lambda xx, ss: plan._rec(_Op(op.layer, True, op.width, parts=op.parts), xx, ss))
             ax = 1 if isinstance(plan.model, RNNNet) else 0
             y, fin = run(x, st)
             for b in _rows(n):
@@ -181,7 +191,7 @@ def _check_op(plan: StreamPlan, i: int, sizes: list[int]) -> bool:
                                                         for f, g in zip(fin, f1, strict=True)):
                     return False
         else:
-            x = rng.standard_normal((n, op.width) if op.flat else (n, 2, op.width)).astype(plan.dtype)
+            x = rng.standard_normal((n, *op.width) if op.flat else (n, 2, *op.width)).astype(plan.dtype)
             y = op.layer.forward(x, Ctx.inference())
             if not all(_same(y[b:b + 1], op.layer.forward(x[b:b + 1], Ctx.inference())) for b in _rows(n)):
                 return False
@@ -191,8 +201,8 @@ def _check_op(plan: StreamPlan, i: int, sizes: list[int]) -> bool:
 def _entries_of(plan: StreamPlan, i: int) -> list[StateEntry]:
     if isinstance(plan.model, RNNNet):
         return plan.entries
-    k = sum(len(op.layer.cell.state_names) for op in plan.ops[:i] if op.recurrent)
-    return plan.entries[k:k + len(plan.ops[i].layer.cell.state_names)]
+    k = sum(op.parts for op in plan.ops[:i] if op.recurrent)
+    return plan.entries[k:k + plan.ops[i].parts]
 
 
 def plan_streams(model: Any, sizes: list[int]) -> tuple[StreamPlan | None, str | None]:
@@ -204,40 +214,42 @@ def plan_streams(model: Any, sizes: list[int]) -> tuple[StreamPlan | None, str |
         L = model.config.num_layers
         net_entries = [StateEntry(n, (L, w), 1)
                        for n, w in zip(cell.state_names, cell.state_sizes(), strict=True)]
-        plan = StreamPlan(model, [_Op(model, True, model.in_dim)], net_entries, model.in_dim,
-                          (model.out_dim,))
+        plan = StreamPlan(model, [_Op(model, True, (model.in_dim,), parts=len(net_entries))], net_entries,
+                          (model.in_dim,), (model.out_dim,))
         plan.ops[0].batched = _check_op(plan, 0, sizes)
         return plan, None
     if not isinstance(model, Sequential):
         return None, f"a {type(model).__name__} cannot be stepped; streams need a Sequential model"
     shape: tuple[Any, ...] = tuple(model.input_shapes()[0])
-    if len(shape) != 3:
+    if len(shape) < 3 or any(d is None for d in shape[2:]):
         return None, f"streams need an input (batch, timesteps, features); the model takes {shape}"
     ops: list[_Op] = []
     entries: list[StateEntry] = []
     flat = False
-    width = int(shape[2])
+    width: tuple[int, ...] = tuple(int(d) for d in shape[2:])
     for i, layer in enumerate(model.layers):
-        if isinstance(layer, RecurrentLayer):
+        if isinstance(layer, _STREAMING):
             if layer.go_backwards:
                 return None, f"layer {i} ({layer.name}) reads backwards (go_backwards); it cannot be stepped"
             if flat:
                 return None, f"layer {i} ({layer.name}) follows a layer that returns one output per sequence"
-            ops.append(_Op(layer, True, width))
-            width = int(layer.output_size)
-            entries += [StateEntry(f"{i}.{n}", (w,), 0)
-                        for n, w in zip(layer.cell.state_names, layer.cell.state_sizes(), strict=True)]
+            zero = layer.zero_state(1)
+            ops.append(_Op(layer, True, width, parts=len(zero)))
+            width = ((int(layer.output_size),) if isinstance(layer, RecurrentLayer)
+                     else tuple(np.shape(zero[0])[1:]))
+            entries += [StateEntry(f"{i}.{n}", tuple(np.shape(a)[1:]), 0)
+                        for n, a in zip(zero._fields, zero, strict=True)]
             flat = not layer.return_sequences
         elif isinstance(layer, _ROWWISE):
             ops.append(_Op(layer, False, width, flat))
-            width = int(layer.units) if isinstance(layer, Dense) else width
+            width = (*width[:-1], int(layer.units)) if isinstance(layer, Dense) else width
         else:
             return None, (f"layer {i} ({type(layer).__name__}) is not one a stream can step (recurrent "
                           f"layers, Dense, ActivationLayer, Dropout)")
     if not any(op.recurrent for op in ops):
         return None, "the model has no recurrent layer; there is no state to keep"
     out = tuple(int(d) for d in tuple[Any, ...](tuple(model.output_shape))[1 if flat else 2:])
-    plan = StreamPlan(model, ops, entries, int(shape[2]), out)
+    plan = StreamPlan(model, ops, entries, tuple(int(d) for d in shape[2:]), out)
     for i, op in enumerate(plan.ops):
         op.batched = _check_op(plan, i, sizes)
     return plan, None
