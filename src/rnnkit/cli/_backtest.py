@@ -7,8 +7,10 @@ recursively over the H steps, as ``rnnkit predict --steps H`` runs it; it is tra
 early stopping on the last ``--val-split`` of its windows) on the rows before the first
 backtest origin only, so every backtest forecast is out of sample. From each origin it reads
 the values before that origin; its weights stay fixed. The baselines (naive, mean, drift,
-AR(p) with ``p <= --window`` chosen on validation and, with a season, the seasonal naive
-forecast) are refitted from each origin's history. The season is ``--season`` when given,
+AR(p) with ``p <= --window`` chosen on validation, with a season the seasonal naive
+forecast and, with statsmodels installed, ETS with its configuration chosen by AICc, printed
+and stored; without statsmodels a note says which extra adds it) are refitted from each
+origin's history. The season is ``--season`` when given,
 else the dates' calendar cycle, else the autocorrelation rule of
 :func:`rnnkit.timeseries.detect_season`.
 
@@ -36,7 +38,7 @@ from rnnkit.cli._plots import backtest_plot, have_matplotlib, loss_curve, remove
 from rnnkit.cli._prepare import prepare
 from rnnkit.io import save_forecaster
 from rnnkit.timeseries import Backtest, Forecaster, backtest, baselines, choose_difference, detect_season
-from rnnkit.timeseries._backtest import METRICS, check_length
+from rnnkit.timeseries._backtest import ETS, ETS_MISSING, ETS_NAME, METRICS, check_length, have_statsmodels
 
 #: the key under which the backtest's ranking is stored in the model's forecast settings
 EXTRA_KEY = "backtest"
@@ -96,6 +98,8 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
                            f"combined with --transform {args.transform}; leave out --transform")
     for note in notes:
         print(f"note: {note}")
+    if not have_statsmodels():
+        print(f"note: {ETS_MISSING}")
     print(f"{name}: {rows} rows; the network trains on the {first} before the first of {windows} "
           f"backtest window(s) of {horizon} step(s)"
           + (f", season {season} rows" if season else ", no season"), flush=True)
@@ -122,6 +126,9 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
     ranked = bt.ranking()
     winner = NETWORK if ranked[0].name == model_name else ranked[0].name
     summary = backtest_dict(bt, winner, model_name)
+    ets = methods.get(ETS_NAME)
+    if isinstance(ets, ETS):
+        summary["ets"] = [c.to_dict() for c in ets.chosen]
     spec = dataclasses.replace(prep.spec, extra={
         "cell": args.cell, "units": args.units, "layers": args.layers,
         "epochs_run": len(history.get("loss", [])), "seed": args.seed, "data": name, "rows": rows,
@@ -137,6 +144,9 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
     print(backtest_table(bt, f"backtest: {windows} window(s) of {horizon} step(s) from row {first} on "
                              f"(MASE scaled by the in-sample {'seasonal-' if season else ''}naive MAE"
                              + (f", lag {season}" if season else "") + "):"))
+    if isinstance(ets, ETS):
+        print("ETS configuration (smallest AICc on each window's history): " + "; ".join(
+            f"origin {int(o)}: {c.describe()}" for o, c in zip(bt.origins, ets.chosen, strict=True)))
     print(bt.verdict(model_name))
     print(f"model saved to {model_path} (preprocessing, window and the backtest ranking inside; "
           f"`rnnkit predict {model_path} DATA --model best` forecasts with "
@@ -164,10 +174,17 @@ def best_path(forecaster: Forecaster, history: np.ndarray, steps: int) -> tuple[
         return NETWORK, forecaster.path(history, steps)
     season = info.get("season")
     methods = baselines(int(season) if season else None, max_p=int(forecaster.spec.extra.get("max_p", 12)))
+    if best == ETS_NAME and not have_statsmodels():
+        raise CliError('the backtest\'s best forecaster is the ETS baseline, which needs statsmodels '
+                       '(pip install "rnnkit[forecast]")')
     if best not in methods:
         raise CliError(f"the model file names {best!r} as the best forecaster, which this rnnkit does not "
                        f"know (expected one of {', '.join([NETWORK, *methods])})")
-    return best, np.asarray(methods[best](np.asarray(history, dtype=np.float64), steps), dtype=np.float64)
+    method = methods[best]
+    out = np.asarray(method(np.asarray(history, dtype=np.float64), steps), dtype=np.float64)
+    if isinstance(method, ETS):
+        best += f" ({method.chosen[-1].describe()}: the smallest AICc on these rows)"
+    return best, out
 
 
 __all__ = ["EXTRA_KEY", "NETWORK", "backtest_dict", "backtest_table", "best_path", "train_backtest"]
