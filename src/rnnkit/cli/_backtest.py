@@ -37,7 +37,15 @@ from rnnkit.cli._model import TrainConfig, build_network, train_network
 from rnnkit.cli._plots import backtest_plot, have_matplotlib, loss_curve, remove_pictures
 from rnnkit.cli._prepare import prepare
 from rnnkit.io import save_forecaster
-from rnnkit.timeseries import Backtest, Forecaster, backtest, baselines, choose_difference, detect_season
+from rnnkit.timeseries import (
+    Backtest,
+    Choice,
+    Forecaster,
+    backtest,
+    baselines,
+    choose_preprocess,
+    detect_season,
+)
 from rnnkit.timeseries._backtest import ETS, ETS_MISSING, ETS_NAME, METRICS, check_length, have_statsmodels
 
 #: the key under which the backtest's ranking is stored in the model's forecast settings
@@ -86,15 +94,19 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
     orig = check_length(len(y), horizon=horizon, windows=windows, season=season, name=name,
                         min_history=args.window + 2)
     first = int(orig[0])
-    difference, reason = bool(args.difference), ("--difference given" if args.difference
-                                                 else "the values (--preprocess none)")
+    given = [f for f in ("log", "seasonal_difference", "difference") if getattr(args, f, False)]
+    difference, log = bool(args.difference), bool(getattr(args, "log", False))
+    seasonal = seasonal_lag(args, season)
+    reason = ("given: " + " ".join("--" + f.replace("_", "-") for f in given) if given
+              else "the values (--preprocess none)")
     if args.preprocess == "auto":
-        if args.difference:
-            raise CliError("--preprocess auto chooses whether to difference; leave out --difference")
-        choice = choose_difference(y[:first], name=name)
-        difference, reason = choice.difference, choice.reason
-        if difference and args.transform != "none":
-            raise CliError(f"--preprocess auto chose first differences ({reason}), which cannot be "
+        if given:
+            raise CliError("--preprocess auto chooses the logs and differences; leave out "
+                           + " ".join("--" + f.replace("_", "-") for f in given))
+        choice = choose_preprocess(y[:first], season, name=name)
+        difference, log, seasonal, reason = choice.difference, choice.log, choice.seasonal, choice.reason
+        if (difference or log or seasonal) and args.transform != "none":
+            raise CliError(f"--preprocess auto chose {choice.describe()} ({reason}), which cannot be "
                            f"combined with --transform {args.transform}; leave out --transform")
     for note in notes:
         print(f"note: {note}")
@@ -103,10 +115,10 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
     print(f"{name}: {rows} rows; the network trains on the {first} before the first of {windows} "
           f"backtest window(s) of {horizon} step(s)"
           + (f", season {season} rows" if season else ", no season"), flush=True)
-    print(f"preprocessing: {'first differences' if difference else 'the values'}: {reason}")
+    print(f"preprocessing: {Choice(difference, reason, 0.0, None, log, seasonal).describe()}: {reason}")
     prep = prepare(y[:first, None], y[:first], features, args.target, window=args.window, horizon=1,
                    val_split=args.val_split, transform=args.transform, index_name=index_name, what=name,
-                   difference=difference, missing=args.missing)
+                   difference=difference, missing=args.missing, log=log, seasonal=seasonal)
     out = ensure_dir(args.out)
     cfg = TrainConfig(cell=args.cell, units=args.units, layers=args.layers, epochs=args.epochs,
                       batch_size=args.batch_size, lr=args.lr, patience=args.patience, seed=args.seed,
@@ -133,7 +145,8 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
         "cell": args.cell, "units": args.units, "layers": args.layers,
         "epochs_run": len(history.get("loss", [])), "seed": args.seed, "data": name, "rows": rows,
         "missing": args.missing, "transform": args.transform, "trained_rows": first,
-        "preprocess": {"rule": args.preprocess, "difference": difference, "reason": reason},
+        "preprocess": {"rule": args.preprocess, "difference": difference, "log": log, "seasonal": seasonal,
+                       "reason": reason},
         "max_p": args.window, EXTRA_KEY: summary})
     model_path = save_forecaster(model, spec, out / "model.safetensors")
     write_text_atomic(out / "history.csv", history_csv(history))
@@ -162,6 +175,17 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
     return 0
 
 
+def seasonal_lag(args: argparse.Namespace, season: int | None) -> int:
+    """The seasonal-differencing lag ``--seasonal-difference`` asks for: the season (0 without
+    the flag); CliError when the series has no season."""
+    if not getattr(args, "seasonal_difference", False):
+        return 0
+    if not season:
+        raise CliError("--seasonal-difference needs a season: give --season ROWS (or dated rows whose "
+                       "calendar has a cycle)")
+    return int(season)
+
+
 def best_path(forecaster: Forecaster, history: np.ndarray, steps: int) -> tuple[str, np.ndarray]:
     """``(name, forecasts)`` of the ``steps`` values after ``history`` by the backtest's winner
     stored in the model file (the network, or a baseline refitted on ``history``)."""
@@ -187,4 +211,5 @@ def best_path(forecaster: Forecaster, history: np.ndarray, steps: int) -> tuple[
     return best, out
 
 
-__all__ = ["EXTRA_KEY", "NETWORK", "backtest_dict", "backtest_table", "best_path", "train_backtest"]
+__all__ = ["EXTRA_KEY", "NETWORK", "backtest_dict", "backtest_table", "best_path", "seasonal_lag",
+           "train_backtest"]
