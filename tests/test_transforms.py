@@ -172,8 +172,10 @@ def test_auto_choice_is_stored_printed_and_applied_alike(trained: tuple[Path, Pa
 
     with TestClient(rk.serve.app(str(model))) as c:
         r = c.post("/v1/predict", json={"x": windows.tolist()})
+        described = c.get("/v1/model").json()["forecast"]
     assert r.status_code == 200, r.text
     assert np.array_equal(np.asarray(r.json()["outputs"], dtype=np.float64)[:, 0], one)
+    assert (described["log"], described["seasonal"], described["rows_per_window"]) == (True, 12, need)
 
 
 def test_explicit_log_of_a_non_positive_series_is_a_typed_error(tmp_path: Path,

@@ -1,6 +1,8 @@
 """``rnnkit train ... --backtest-windows K``: the network judged among the baselines on a
-rolling-origin backtest (:func:`rnnkit.timeseries.backtest`), and the preprocessing chosen by a
-stated rule (``--preprocess auto``: :func:`rnnkit.timeseries.choose_difference`).
+rolling-origin backtest (:func:`rnnkit.timeseries.backtest`), and the preprocessing chosen by
+stated rules (``--preprocess auto``: logs, seasonal and first differences,
+:func:`rnnkit.timeseries.choose_preprocess`; or given by hand: ``--log``,
+``--seasonal-difference``, ``--difference``).
 
 With K backtest windows of ``--horizon H`` the network is a one-step model (horizon 1) run
 recursively over the H steps, as ``rnnkit predict --steps H`` runs it; it is trained (with

@@ -126,9 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     # backtest and preprocessing choice (rnnkit.cli._backtest)
     t.add_argument("--backtest-windows", type=_nonneg, default=0, metavar="K",
                    help="rank the network among the baselines (naive, mean, drift, AR(p), seasonal "
-                        "naive) by MASE, sMAPE, RMSE and MAE on the last K windows of --horizon steps, "
-                        "rolling origin; the network then trains on the rows before them and "
-                        "forecasts one step at a time (default 0: one validation split)")
+                        "naive, ETS with statsmodels) by MASE, sMAPE, RMSE and MAE on the last K "
+                        "windows of --horizon steps, rolling origin; the network then trains on the "
+                        "rows before them and forecasts one step at a time (default 0: one validation split)")
     t.add_argument("--preprocess", choices=("none", "auto"), default="none",
                    help="auto (with --backtest-windows): logs when the seasonal amplitude grows with "
                         "the level, seasonal differences when the seasonal strength exceeds 0.64, first "

@@ -49,7 +49,8 @@ the level test). Rule (:func:`choose_difference`): the forecaster reads first di
 the training values reject level stationarity and their first differences do not; otherwise it
 reads the values themselves. The choice and its reason (both statistics) are printed by
 ``rnnkit train --preprocess auto`` and stored with the model (``ForecastSpec.difference``,
-the reason in its ``extra``), so ``rnnkit predict``, the model server and Python apply it alike.
+``log`` and ``seasonal`` likewise, the reason in its ``extra``), so ``rnnkit predict``, the
+model server and Python apply it alike.
 """
 
 from __future__ import annotations
