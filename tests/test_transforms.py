@@ -198,3 +198,17 @@ def test_explicit_log_of_a_non_positive_series_is_a_typed_error(tmp_path: Path,
                "--season", "0", "--epochs", "1", "--quiet", "--no-plots", "--out", str(tmp_path / "o")])
     assert rc == 2
     assert "--seasonal-difference needs a season" in capsys.readouterr().err
+
+
+def test_backtest_history_counts_the_seasonal_lag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = write(tmp_path / "short.csv", multiplicative(40))
+    args = ["train", str(data), "--target", "value", "--window", "21", "--backtest-windows", "3",
+            "--horizon", "4", "--season", "6", "--epochs", "1", "--quiet", "--no-plots",
+            "--out", str(tmp_path / "o")]
+    # origins 28, 32, 36; the first window from row 28 reads 21 + 6 rows and one more to train on
+    assert main([*args, "--seasonal-difference"]) == 2
+    assert ("short.csv: too short for 3 backtest window(s) of horizon 4: the first origin is row 28, but "
+            "it needs at least 29 rows of history (the forecaster's window and lags, and one row more); the "
+            "series has 40 rows"
+            in capsys.readouterr().err)
+    assert not (tmp_path / "o").exists()

@@ -110,6 +110,9 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
         if (difference or log or seasonal) and args.transform != "none":
             raise CliError(f"--preprocess auto chose {choice.describe()} ({reason}), which cannot be "
                            f"combined with --transform {args.transform}; leave out --transform")
+    # the network's first window from the first origin: window + lag + 1 rows, and one to train on
+    history_rows = args.window + 2 + seasonal
+    check_length(len(y), horizon=horizon, windows=windows, season=season, name=name, min_history=history_rows)
     for note in notes:
         print(f"note: {note}")
     if not have_statsmodels():
@@ -136,7 +139,7 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
     methods = {model_name: lambda hist, h: forecaster.path(hist, h, what=name),
                **baselines(season, max_p=args.window)}
     bt = backtest(y, methods, horizon=horizon, windows=windows, season=season, name=name,
-                  min_history=args.window + 2)
+                  min_history=history_rows)
     ranked = bt.ranking()
     winner = NETWORK if ranked[0].name == model_name else ranked[0].name
     summary = backtest_dict(bt, winner, model_name)

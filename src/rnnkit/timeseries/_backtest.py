@@ -257,7 +257,7 @@ class ETS:
     configuration of every call, in order (what ``rnnkit train`` prints)."""
 
     def __init__(self, season: int | None) -> None:
-        self.season = check_int(season, "season", "ETS", lo=1, none_ok=True, error=DataError)
+        self.season = check_int(season, "season", "ETS", lo=0, none_ok=True, error=DataError) or None
         self.chosen: list[ETSConfig] = []
 
     def __call__(self, history: np.ndarray, horizon: int) -> np.ndarray:
@@ -376,7 +376,9 @@ def check_length(n: int, *, horizon: int, windows: int, season: int | None = Non
             f"{name}: too short for {windows} backtest window(s) of horizon {horizon}"
             + (f" every {step} rows" if step is not None else "")
             + f": the first origin is row {int(orig[0])}, but it needs at least {need} rows of history"
-            + (f" (two seasons of {season})" if season else "") + f"; the series has {n} rows")
+            + (f" (two seasons of {season})" if season and need == 2 * season else
+               " (the forecaster's window and lags, and one row more)" if need == min_history else "")
+            + f"; the series has {n} rows")
     return orig
 
 
