@@ -155,3 +155,16 @@ def test_cli_ranks_ets_and_predict_best_forecasts_with_it(tmp_path: Path,
     cfg, want, _ = statsmodels_choice(y, 12)
     assert np.array_equal(got, want[:5])
     assert f"backtest's best: ets ({cfg.describe()}: the smallest AICc on these rows)" in out.err
+
+
+def test_predict_best_ets_without_statsmodels_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rnnkit.cli._backtest import best_path
+    from rnnkit.cli._common import CliError
+    from rnnkit.timeseries import Forecaster, ForecastSpec, Scaler
+
+    ident = Scaler(("y",), np.zeros(1), np.ones(1))
+    spec = ForecastSpec("y", ("y",), 4, 1, ident, ident, extra={"backtest": {"best": "ets", "season": 12}})
+    monkeypatch.setitem(sys.modules, "statsmodels", None)     # as if not installed
+    with pytest.raises(CliError, match=r"the ETS baseline, which needs statsmodels \(pip install "
+                                       r"\"rnnkit\[forecast\]\"\)"):
+        best_path(Forecaster(None, spec), monthly_co2()[1][:100], 3)

@@ -147,6 +147,10 @@ def test_auto_choice_is_stored_printed_and_applied_alike(trained: tuple[Path, Pa
     assert (fc.spec.log, fc.spec.seasonal, fc.spec.difference) == (choice.log, 12, choice.difference)
     assert fc.spec.extra["preprocess"]["reason"] == choice.reason
     assert f"preprocessing: {choice.describe()}: {choice.reason}" in text.splitlines()
+    capsys.readouterr()
+    assert main(["summary", str(model)]) == 0
+    assert ("features: value (read as logarithms, seasonal differences at lag 12"
+            in capsys.readouterr().out)
     # predict --steps after train: the in-process recursive forecast, to the bit
     capsys.readouterr()
     assert main(["predict", str(model), str(data), "--steps", "5"]) == 0
