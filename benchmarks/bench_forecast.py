@@ -97,7 +97,12 @@ def main_(argv: list[str] | None = None) -> int:
             mase = r["mase"]
             assert isinstance(mase, dict)
             rank = sorted(mase, key=mase.get).index("network") + 1
-            print(f"{f.name:<32} H={r['horizon']:<3} {'diff' if r['preprocess']['difference'] else 'lvl '} "
+            pp = r["preprocess"]
+            assert isinstance(pp, dict)
+            steps = (("log", pp.get("log")), (f"s{pp.get('seasonal')}", pp.get("seasonal")),
+                     ("diff", pp["difference"]))
+            how = "+".join([k for k, on in steps if on]) or "lvl"
+            print(f"{f.name:<32} H={r['horizon']:<3} {how:<12} "
                   f"rank {rank}/{len(mase)}  " + "  ".join(f"{k}={v:.3f}" for k, v in sorted(mase.items())),
                   flush=True)
     ok = [r for r in results if "error" not in r]

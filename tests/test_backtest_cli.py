@@ -13,7 +13,7 @@ import pytest
 
 import rnnkit as rk
 from rnnkit.cli import main
-from rnnkit.timeseries import DataError, backtest, baselines, choose_difference, mase_scale
+from rnnkit.timeseries import DataError, backtest, baselines, choose_difference, choose_preprocess, mase_scale
 
 N = 90
 
@@ -71,11 +71,16 @@ def test_preprocessing_choice_is_stored_and_applied_alike(trained: tuple[Path, P
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     model, data, text = trained
     y = trending()
-    choice = choose_difference(y[:78])
+    choice = choose_preprocess(y[:78], 6)
     fc = rk.io.load_forecaster(model)
-    assert choice.difference and fc.spec.difference
+    # the period-6 wave is strong (seasonal strength > 0.64): seasonal differences at lag 6, and
+    # their KPSS statistic does not reject stationarity: no first differences, no log (additive)
+    assert (choice.log, choice.seasonal, choice.difference) == (False, 6, False)
+    assert (fc.spec.log, fc.spec.seasonal, fc.spec.difference) == (False, 6, False)
     assert fc.spec.extra["preprocess"]["reason"] == choice.reason
-    assert f"preprocessing: first differences: {choice.reason}" in text
+    # the KPSS part of the reason is the test on the lag-6 differences
+    assert choice.reason.endswith("; " + choose_difference(y[6:78] - y[:72]).reason)
+    assert f"preprocessing: seasonal differences (lag 6): {choice.reason}" in text
     capsys.readouterr()
     assert main(["predict", str(model), str(data), "--steps", "5"]) == 0
     cli = np.array([float(r.split(",")[1]) for r in capsys.readouterr().out.splitlines()[1:]])
@@ -84,15 +89,17 @@ def test_preprocessing_choice_is_stored_and_applied_alike(trained: tuple[Path, P
     pytest.importorskip("httpx")
     from starlette.testclient import TestClient
 
-    windows = np.stack([y[s:s + 7, None] for s in range(len(y) - 6)])   # window 6 + 1 for the difference
+    windows = np.stack([y[s:s + 12, None] for s in range(len(y) - 11)])   # window 6 + the lag 6
     with TestClient(rk.serve.app(str(model))) as c:
         r = c.post("/v1/predict", json={"x": windows.tolist()})
     assert r.status_code == 200, r.text
     served = np.asarray(r.json()["outputs"], dtype=np.float64)[:, 0]
-    # by hand: the scaled differences through the network, the change added to the last level
-    z = fc.network(fc.spec.x_scaler.apply(np.diff(windows[:, :, 0], axis=1).reshape(-1, 1),
+    # by hand: the scaled seasonal differences through the network, the forecast difference
+    # added to the value one season before the forecast row
+    w = windows[:, :, 0]
+    z = fc.network(fc.spec.x_scaler.apply((w[:, 6:] - w[:, :-6]).reshape(-1, 1),
                                           np.float32).reshape(-1, 6, 1))
-    hand = fc.spec.y_scaler.invert(z)[:, 0] + windows[:, -1, 0]
+    hand = fc.spec.y_scaler.invert(z)[:, 0] + w[:, -6]
     assert np.array_equal(served, hand)
     assert np.array_equal(served, fc.predict_windows(windows))
 

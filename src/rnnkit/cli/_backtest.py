@@ -1,14 +1,18 @@
 """``rnnkit train ... --backtest-windows K``: the network judged among the baselines on a
-rolling-origin backtest (:func:`rnnkit.timeseries.backtest`), and the preprocessing chosen by a
-stated rule (``--preprocess auto``: :func:`rnnkit.timeseries.choose_difference`).
+rolling-origin backtest (:func:`rnnkit.timeseries.backtest`), and the preprocessing chosen by
+stated rules (``--preprocess auto``: logs, seasonal and first differences,
+:func:`rnnkit.timeseries.choose_preprocess`; or given by hand: ``--log``,
+``--seasonal-difference``, ``--difference``).
 
 With K backtest windows of ``--horizon H`` the network is a one-step model (horizon 1) run
 recursively over the H steps, as ``rnnkit predict --steps H`` runs it; it is trained (with
 early stopping on the last ``--val-split`` of its windows) on the rows before the first
 backtest origin only, so every backtest forecast is out of sample. From each origin it reads
 the values before that origin; its weights stay fixed. The baselines (naive, mean, drift,
-AR(p) with ``p <= --window`` chosen on validation and, with a season, the seasonal naive
-forecast) are refitted from each origin's history. The season is ``--season`` when given,
+AR(p) with ``p <= --window`` chosen on validation, with a season the seasonal naive
+forecast and, with statsmodels installed, ETS with its configuration chosen by AICc, printed
+and stored; without statsmodels a note says which extra adds it) are refitted from each
+origin's history. The season is ``--season`` when given,
 else the dates' calendar cycle, else the autocorrelation rule of
 :func:`rnnkit.timeseries.detect_season`.
 
@@ -35,8 +39,16 @@ from rnnkit.cli._model import TrainConfig, build_network, train_network
 from rnnkit.cli._plots import backtest_plot, have_matplotlib, loss_curve, remove_pictures
 from rnnkit.cli._prepare import prepare
 from rnnkit.io import save_forecaster
-from rnnkit.timeseries import Backtest, Forecaster, backtest, baselines, choose_difference, detect_season
-from rnnkit.timeseries._backtest import METRICS, check_length
+from rnnkit.timeseries import (
+    Backtest,
+    Choice,
+    Forecaster,
+    backtest,
+    baselines,
+    choose_preprocess,
+    detect_season,
+)
+from rnnkit.timeseries._backtest import ETS, ETS_MISSING, ETS_NAME, METRICS, check_length, have_statsmodels
 
 #: the key under which the backtest's ranking is stored in the model's forecast settings
 EXTRA_KEY = "backtest"
@@ -84,25 +96,34 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
     orig = check_length(len(y), horizon=horizon, windows=windows, season=season, name=name,
                         min_history=args.window + 2)
     first = int(orig[0])
-    difference, reason = bool(args.difference), ("--difference given" if args.difference
-                                                 else "the values (--preprocess none)")
+    given = [f for f in ("log", "seasonal_difference", "difference") if getattr(args, f, False)]
+    difference, log = bool(args.difference), bool(getattr(args, "log", False))
+    seasonal = seasonal_lag(args, season)
+    reason = ("given: " + " ".join("--" + f.replace("_", "-") for f in given) if given
+              else "the values (--preprocess none)")
     if args.preprocess == "auto":
-        if args.difference:
-            raise CliError("--preprocess auto chooses whether to difference; leave out --difference")
-        choice = choose_difference(y[:first], name=name)
-        difference, reason = choice.difference, choice.reason
-        if difference and args.transform != "none":
-            raise CliError(f"--preprocess auto chose first differences ({reason}), which cannot be "
+        if given:
+            raise CliError("--preprocess auto chooses the logs and differences; leave out "
+                           + " ".join("--" + f.replace("_", "-") for f in given))
+        choice = choose_preprocess(y[:first], season, name=name)
+        difference, log, seasonal, reason = choice.difference, choice.log, choice.seasonal, choice.reason
+        if (difference or log or seasonal) and args.transform != "none":
+            raise CliError(f"--preprocess auto chose {choice.describe()} ({reason}), which cannot be "
                            f"combined with --transform {args.transform}; leave out --transform")
+    # the network's first window from the first origin: window + lag + 1 rows, and one to train on
+    history_rows = args.window + 2 + seasonal
+    check_length(len(y), horizon=horizon, windows=windows, season=season, name=name, min_history=history_rows)
     for note in notes:
         print(f"note: {note}")
+    if not have_statsmodels():
+        print(f"note: {ETS_MISSING}")
     print(f"{name}: {rows} rows; the network trains on the {first} before the first of {windows} "
           f"backtest window(s) of {horizon} step(s)"
           + (f", season {season} rows" if season else ", no season"), flush=True)
-    print(f"preprocessing: {'first differences' if difference else 'the values'}: {reason}")
+    print(f"preprocessing: {Choice(difference, reason, 0.0, None, log, seasonal).describe()}: {reason}")
     prep = prepare(y[:first, None], y[:first], features, args.target, window=args.window, horizon=1,
                    val_split=args.val_split, transform=args.transform, index_name=index_name, what=name,
-                   difference=difference, missing=args.missing)
+                   difference=difference, missing=args.missing, log=log, seasonal=seasonal)
     out = ensure_dir(args.out)
     cfg = TrainConfig(cell=args.cell, units=args.units, layers=args.layers, epochs=args.epochs,
                       batch_size=args.batch_size, lr=args.lr, patience=args.patience, seed=args.seed,
@@ -118,15 +139,19 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
     methods = {model_name: lambda hist, h: forecaster.path(hist, h, what=name),
                **baselines(season, max_p=args.window)}
     bt = backtest(y, methods, horizon=horizon, windows=windows, season=season, name=name,
-                  min_history=args.window + 2)
+                  min_history=history_rows)
     ranked = bt.ranking()
     winner = NETWORK if ranked[0].name == model_name else ranked[0].name
     summary = backtest_dict(bt, winner, model_name)
+    ets = methods.get(ETS_NAME)
+    if isinstance(ets, ETS):
+        summary["ets"] = [c.to_dict() for c in ets.chosen]
     spec = dataclasses.replace(prep.spec, extra={
         "cell": args.cell, "units": args.units, "layers": args.layers,
         "epochs_run": len(history.get("loss", [])), "seed": args.seed, "data": name, "rows": rows,
         "missing": args.missing, "transform": args.transform, "trained_rows": first,
-        "preprocess": {"rule": args.preprocess, "difference": difference, "reason": reason},
+        "preprocess": {"rule": args.preprocess, "difference": difference, "log": log, "seasonal": seasonal,
+                       "reason": reason},
         "max_p": args.window, EXTRA_KEY: summary})
     model_path = save_forecaster(model, spec, out / "model.safetensors")
     write_text_atomic(out / "history.csv", history_csv(history))
@@ -137,6 +162,9 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
     print(backtest_table(bt, f"backtest: {windows} window(s) of {horizon} step(s) from row {first} on "
                              f"(MASE scaled by the in-sample {'seasonal-' if season else ''}naive MAE"
                              + (f", lag {season}" if season else "") + "):"))
+    if isinstance(ets, ETS):
+        print("ETS configuration (smallest AICc on each window's history): " + "; ".join(
+            f"origin {int(o)}: {c.describe()}" for o, c in zip(bt.origins, ets.chosen, strict=True)))
     print(bt.verdict(model_name))
     print(f"model saved to {model_path} (preprocessing, window and the backtest ranking inside; "
           f"`rnnkit predict {model_path} DATA --model best` forecasts with "
@@ -152,6 +180,17 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
     return 0
 
 
+def seasonal_lag(args: argparse.Namespace, season: int | None) -> int:
+    """The seasonal-differencing lag ``--seasonal-difference`` asks for: the season (0 without
+    the flag); CliError when the series has no season."""
+    if not getattr(args, "seasonal_difference", False):
+        return 0
+    if not season:
+        raise CliError("--seasonal-difference needs a season: give --season ROWS (or dated rows whose "
+                       "calendar has a cycle)")
+    return int(season)
+
+
 def best_path(forecaster: Forecaster, history: np.ndarray, steps: int) -> tuple[str, np.ndarray]:
     """``(name, forecasts)`` of the ``steps`` values after ``history`` by the backtest's winner
     stored in the model file (the network, or a baseline refitted on ``history``)."""
@@ -164,10 +203,18 @@ def best_path(forecaster: Forecaster, history: np.ndarray, steps: int) -> tuple[
         return NETWORK, forecaster.path(history, steps)
     season = info.get("season")
     methods = baselines(int(season) if season else None, max_p=int(forecaster.spec.extra.get("max_p", 12)))
+    if best == ETS_NAME and not have_statsmodels():
+        raise CliError('the backtest\'s best forecaster is the ETS baseline, which needs statsmodels '
+                       '(pip install "rnnkit[forecast]")')
     if best not in methods:
         raise CliError(f"the model file names {best!r} as the best forecaster, which this rnnkit does not "
                        f"know (expected one of {', '.join([NETWORK, *methods])})")
-    return best, np.asarray(methods[best](np.asarray(history, dtype=np.float64), steps), dtype=np.float64)
+    method = methods[best]
+    out = np.asarray(method(np.asarray(history, dtype=np.float64), steps), dtype=np.float64)
+    if isinstance(method, ETS):
+        best += f" ({method.chosen[-1].describe()}: the smallest AICc on these rows)"
+    return best, out
 
 
-__all__ = ["EXTRA_KEY", "NETWORK", "backtest_dict", "backtest_table", "best_path", "train_backtest"]
+__all__ = ["EXTRA_KEY", "NETWORK", "backtest_dict", "backtest_table", "best_path", "seasonal_lag",
+           "train_backtest"]

@@ -113,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="variance-stabilising transform before standardising (default none)")
     t.add_argument("--difference", action="store_true",
                    help="read first differences and forecast the change (for trending series)")
+    t.add_argument("--log", action="store_true",
+                   help="read the logarithm of the values (every value must be > 0; for a series whose "
+                        "seasonal swing grows with its level)")
+    t.add_argument("--seasonal-difference", action="store_true",
+                   help="read the differences at the season's lag (--season, or the dates' cycle)")
     t.add_argument("--missing", choices=("error", "drop", "interpolate"), default="error",
                    help="what to do with empty fields (default error, naming the rows)")
     t.add_argument("--season", type=_nonneg, default=None, metavar="ROWS",
@@ -121,13 +126,15 @@ def build_parser() -> argparse.ArgumentParser:
     # backtest and preprocessing choice (rnnkit.cli._backtest)
     t.add_argument("--backtest-windows", type=_nonneg, default=0, metavar="K",
                    help="rank the network among the baselines (naive, mean, drift, AR(p), seasonal "
-                        "naive) by MASE, sMAPE, RMSE and MAE on the last K windows of --horizon steps, "
-                        "rolling origin; the network then trains on the rows before them and "
-                        "forecasts one step at a time (default 0: one validation split)")
+                        "naive, ETS with statsmodels) by MASE, sMAPE, RMSE and MAE on the last K "
+                        "windows of --horizon steps, rolling origin; the network then trains on the "
+                        "rows before them and forecasts one step at a time (default 0: one validation split)")
     t.add_argument("--preprocess", choices=("none", "auto"), default="none",
-                   help="auto (with --backtest-windows): difference when the KPSS test rejects level "
-                        "stationarity and not for the differences; the choice and its reason are "
-                        "printed and stored with the model (default none)")
+                   help="auto (with --backtest-windows): logs when the seasonal amplitude grows with "
+                        "the level, seasonal differences when the seasonal strength exceeds 0.64, first "
+                        "differences when the KPSS test rejects level stationarity and not for the "
+                        "differences; the choice and its reason are printed and stored with the model "
+                        "(default none)")
     t.add_argument("--seed", type=_nonneg, default=0, help="seeds the weights and the shuffling (default 0)")
     t.add_argument("--out", default="rnnkit_out", metavar="DIR",
                    help="output directory for the model, checkpoint, history, metrics and pictures "

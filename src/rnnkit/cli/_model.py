@@ -84,7 +84,9 @@ def describe_spec(spec: ForecastSpec) -> str:
     lines = [
         f"forecast: {spec.target!r}, {spec.horizon} row(s) after a window of {spec.window} rows",
         f"features: {', '.join(spec.features)}"
-        + (" (first differences; it forecasts the change)" if spec.difference else ""),
+        + (f" (read as {', '.join(parts)})" if (parts := [p for p, on in (
+            ("logarithms", spec.log), (f"seasonal differences at lag {spec.seasonal}", spec.seasonal),
+            ("first differences: it forecasts the change", spec.difference)) if on]) else ""),
         f"index column of the training data: {spec.index_name}",
         "missing values: " + (f"read with --missing {spec.missing}" if spec.missing is not None
                               else "policy not stored (an older file): --missing error unless given"),

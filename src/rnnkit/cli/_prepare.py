@@ -11,6 +11,7 @@ baselines are fitted on every position before the test part (train and validatio
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ from rnnkit.timeseries import (
     seasonal_naive_forecast,
     select_ar_order,
 )
+from rnnkit.timeseries._preprocess import transform_rows
 
 
 @dataclass(frozen=True)
@@ -64,37 +66,48 @@ def split_counts(n_windows: int, val_split: float, n_test: int = 0) -> tuple[int
 def prepare(features: np.ndarray, target: np.ndarray, feature_names: list[str], target_name: str, *,
             window: int, horizon: int, val_split: float, n_test: int = 0, transform: str = "none",
             index_name: str = "row", what: str = "the data", difference: bool = False,
-            missing: str = "error") -> Prepared:
-    """Window, split and scale (see the module docstring). With ``difference`` the windows read
-    first differences and the targets are changes ``target[pos] - target[pos - horizon]`` (see
-    :class:`~rnnkit.timeseries.ForecastSpec`); every ``pos`` is a data row either way.
+            missing: str = "error", log: bool = False, seasonal: int = 0) -> Prepared:
+    """Window, split and scale (see the module docstring). With ``log``, ``seasonal`` (a lag)
+    or ``difference`` the windows read the transformed rows
+    (:func:`~rnnkit.timeseries.transform_rows`) and the targets are ``U[pos] - base`` of
+    :class:`~rnnkit.timeseries.ForecastSpec` (with ``difference`` alone: the changes
+    ``target[pos] - target[pos - horizon]``); every ``pos`` is a data row either way.
     ``missing``: the policy the data was read with, stored in the spec."""
     rows = int(features.shape[0])
-    if difference and transform != "none":
-        raise DataError(f"--difference works on the values themselves; it cannot be combined with "
-                        f"--transform {transform}")
-    if difference:
-        xin = np.diff(np.asarray(features, dtype=np.float64), axis=0)
-        tin = np.full(rows - 1, np.nan)
-        tin[horizon - 1:] = target[horizon:] - target[:rows - horizon]   # tin[j] = t[j+1] - t[j+1-h]
-    else:
-        xin, tin = features, target
-    n = count_windows(xin.shape[0], window, horizon)
+    chosen = [f for f, on in (("--log", log), (f"seasonal differences (lag {seasonal})", seasonal),
+                              ("--difference", difference)) if on]
+    if chosen and transform != "none":
+        raise DataError(f"{' and '.join(chosen)} work(s) on the values themselves; it cannot be combined "
+                        f"with --transform {transform}")
+    used = seasonal + (1 if difference else 0)
+    n = count_windows(rows - used, window, horizon)
     if n < 1:
-        need = window + horizon + (1 if difference else 0)
         raise DataError(f"too few rows in {what}: {rows} row(s), but window {window} and horizon "
-                        f"{horizon}{' with --difference' if difference else ''} need at least {need}")
+                        f"{horizon}" + (f" with {' and '.join(chosen)}" if used else "")
+                        + f" need at least {window + horizon + used}")
+    # the spec's checks (lag >= horizon, the target a feature) before any value is transformed
+    nf = len(feature_names)
+    probe = ForecastSpec(target_name, tuple(feature_names), window, horizon,
+                         Scaler(tuple(feature_names), np.zeros(nf), np.ones(nf)),
+                         Scaler((target_name,), np.zeros(1), np.ones(1)), index_name,
+                         difference=difference, missing=missing, log=log, seasonal=seasonal)
+    xin = transform_rows(features, log=log, seasonal=seasonal, difference=difference,
+                         names=tuple(feature_names), what=what)
+    u = probe.levels(target, what=what)
+    tfull = np.full(rows, np.nan)
+    p = np.arange(seasonal + (horizon if difference else 0), rows)      # rows whose base is known
+    tfull[p] = u[p] - probe.base(lambda k: u[p - k])
+    tin = tfull[used:]                                                   # tin[j]: data row j + used
     n_train, n_val, n_test = split_counts(n, val_split, n_test)
     fit_rows = n_train - 1 + window - 1 + horizon + 1
     xs = Scaler.fit(xin[:fit_rows], feature_names, transform)
     tfit = tin[:fit_rows]
     ys = Scaler.fit(tfit[~np.isnan(tfit), None], [target_name], transform)
-    spec = ForecastSpec(target_name, tuple(feature_names), window, horizon, xs, ys, index_name,
-                        difference=difference, missing=missing)
+    spec = dataclasses.replace(probe, x_scaler=xs, y_scaler=ys)
     w = make_windows(xs.apply(xin, np.float32), ys.apply(tin[:, None], np.float32)[:, 0], window, horizon,
                      what=what)
-    if difference:
-        w = WindowArrays(w.x, w.y, w.pos + 1)
+    if used:
+        w = WindowArrays(w.x, w.y, w.pos + used)
     return Prepared(spec, np.asarray(target, dtype=np.float64), w.take(slice(0, n_train)),
                     w.take(slice(n_train, n_train + n_val)), w.take(slice(n_train + n_val, n)))
 

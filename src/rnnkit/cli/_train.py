@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rnnkit.cli._backtest import train_backtest
+from rnnkit.cli._backtest import seasonal_lag, train_backtest
 from rnnkit.cli._common import (
     CliError,
     compile_status,
@@ -103,7 +103,8 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
         index = None                      # only the pictures need it (8 bytes a row)
     prep = prepare(x_raw, y_raw, features, args.target, window=args.window, horizon=args.horizon,
                    val_split=args.val_split, transform=args.transform, index_name=index_name,
-                   what=str(args.data), difference=args.difference, missing=args.missing)
+                   what=str(args.data), difference=args.difference, missing=args.missing,
+                   log=getattr(args, "log", False), seasonal=seasonal_lag(args, season))
     out = ensure_dir(args.out) if root else Path(args.out)
     cfg = TrainConfig(cell=args.cell, units=args.units, layers=args.layers, epochs=args.epochs,
                       batch_size=args.batch_size, lr=args.lr, patience=args.patience, seed=args.seed,

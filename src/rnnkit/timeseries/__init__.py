@@ -4,7 +4,9 @@ settings saved with a model and the one place they are applied (:class:`Forecast
 frequencies of dated rows, and the baselines a forecaster must beat: persistence,
 least-squares AR(p), the training mean and the seasonal-naive forecast; rolling-origin
 backtests ranking a forecaster among baselines by MASE, sMAPE, RMSE and MAE per horizon step
-(:func:`backtest`), and the differencing choice by the KPSS test (:func:`choose_difference`);
+(:func:`backtest`; with statsmodels also exponential smoothing, ETS), and the choice of logs,
+seasonal and first differences by stated rules (:func:`choose_preprocess`, the KPSS test:
+:func:`choose_difference`);
 panels of many series (long format), the likelihood heads and the data side of the
 DeepAR-style probabilistic forecaster (``rnnkit.io.DeepAR`` holds its network)."""
 
@@ -47,7 +49,7 @@ from rnnkit.timeseries._likelihood import (
     StudentT,
 )
 from rnnkit.timeseries._panel import Panel, Series, panel_from_frame, read_panel
-from rnnkit.timeseries._preprocess import Choice, choose_difference, kpss
+from rnnkit.timeseries._preprocess import Choice, choose_difference, choose_preprocess, kpss, transform_rows
 from rnnkit.timeseries._window import (
     TRANSFORMS,
     Scaler,
@@ -58,7 +60,7 @@ from rnnkit.timeseries._window import (
 
 __all__ = [
     "Backtest", "Score", "backtest", "baselines", "detect_season", "mase", "mase_scale", "smape",
-    "Choice", "choose_difference", "kpss",
+    "Choice", "choose_difference", "choose_preprocess", "kpss", "transform_rows",
     "ARModel", "mae", "mean_forecast", "persistence_forecast", "rmse", "season_of",
     "seasonal_naive_forecast", "select_ar_order",
     "DATE_COLUMN_NAMES", "MISSING_POLICIES", "DataError", "Table", "read_csv", "read_header",

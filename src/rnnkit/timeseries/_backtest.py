@@ -37,6 +37,14 @@ AR(p)
     one-step least squares (``c + sum a_k y[t - k]``) applied recursively; ``p`` in 1 .. max_p is
     chosen on validation: each order is fitted on the history less its last ``H`` values and
     forecasts those; the smallest MAE wins, and that order is refitted on the whole history.
+ETS (exponential smoothing; with statsmodels installed, ``pip install "rnnkit[forecast]"``)
+    statsmodels' ``ExponentialSmoothing`` (Holt-Winters, parameters and initial states by
+    maximum likelihood, ``initialization_method="estimated"``) of the configuration with the
+    smallest AICc among: no trend / additive trend / additive damped trend, each without and
+    (with a season ``m`` and at least ``2 m`` rows of history) with an additive season of
+    ``m`` (the AICc selection of Hyndman et al.'s automatic ETS; ties: the simpler, earlier in
+    that order). The configuration is chosen afresh on each history, as AR(p)'s order is.
+    Without statsmodels it is left out (:func:`baselines` says why: :data:`ETS_MISSING`).
 
 Season detection (:func:`detect_season`): the calendar's cycle when the index is dated
 (:func:`~rnnkit.timeseries.season_of`: hourly 24, daily 7, weekly 52, monthly 12, quarterly 4);
@@ -47,8 +55,11 @@ first differences among those that are a local maximum of it and exceed ``1.96 /
 
 from __future__ import annotations
 
+import importlib.util
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -166,12 +177,104 @@ def autoregressive(max_p: int) -> Method:
     return forecast
 
 
+#: the name of the exponential-smoothing baseline
+ETS_NAME = "ets"
+#: why the ETS baseline is missing when statsmodels is not installed
+ETS_MISSING = ('the ETS (exponential smoothing) baseline is left out: it needs statsmodels '
+               '(pip install "rnnkit[forecast]")')
+
+
+def have_statsmodels() -> bool:
+    """Whether statsmodels (the optional ``forecast`` extra) is installed."""
+    return importlib.util.find_spec("statsmodels") is not None
+
+
+@dataclass(frozen=True)
+class ETSConfig:
+    """One exponential-smoothing configuration: ``trend`` None or ``"add"``, ``damped``
+    (additive trend only), ``season`` the additive season's length in rows (None: no season)."""
+
+    trend: str | None = None
+    damped: bool = False
+    season: int | None = None
+
+    def describe(self) -> str:
+        """E.g. ``"additive damped trend, additive season of 12"``."""
+        t = ("no trend" if self.trend is None
+             else "additive damped trend" if self.damped else "additive trend")
+        return t + (f", additive season of {self.season}" if self.season else ", no season")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"trend": self.trend, "damped": self.damped, "season": self.season}
+
+
+def ets_candidates(season: int | None, rows: int) -> list[ETSConfig]:
+    """The configurations of the module docstring, simplest first: the trends (none, additive,
+    additive damped) without a season, then with the additive season when ``season`` is given
+    and ``rows >= 2 * season``."""
+    trends = [ETSConfig(), ETSConfig("add"), ETSConfig("add", True)]
+    seasons: list[int | None] = [None] + ([season] if season and season > 1 and rows >= 2 * season else [])
+    return [ETSConfig(t.trend, t.damped, m) for m in seasons for t in trends]
+
+
+def ets_fit(history: np.ndarray, config: ETSConfig) -> Any:
+    """statsmodels' fitted ``ExponentialSmoothing`` of ``history`` in ``config`` (the call of
+    the module docstring; its convergence warnings are not shown: a baseline is judged by its
+    forecasts). DataError naming the extra when statsmodels is not installed."""
+    if not have_statsmodels():
+        raise DataError(ETS_MISSING)
+    # statsmodels is an optional extra and takes about a second to import: imported on first use
+    from statsmodels.tsa.holtwinters import ExponentialSmoothing
+
+    y = as_series(history, "ets_fit")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ExponentialSmoothing(y, trend=config.trend, damped_trend=config.damped,
+                                    seasonal="add" if config.season else None,
+                                    seasonal_periods=config.season,
+                                    initialization_method="estimated").fit()
+
+
+def ets_select(history: np.ndarray, season: int | None) -> tuple[ETSConfig, Any]:
+    """The candidate (:func:`ets_candidates`) with the smallest finite AICc on ``history`` and
+    its fit (ties: the earlier candidate; no finite AICc: no trend, no season)."""
+    y = as_series(history, "ets_select")
+    if len(y) < 4:
+        raise DataError(f"the ETS baseline needs at least 4 rows of history, got {len(y)}")
+    best: tuple[ETSConfig, Any] | None = None
+    best_aicc = np.inf
+    for cfg in ets_candidates(season, len(y)):
+        fit = ets_fit(y, cfg)
+        aicc = float(fit.aicc)
+        if np.isfinite(aicc) and aicc < best_aicc:
+            best, best_aicc = (cfg, fit), aicc
+    return best if best is not None else (ETSConfig(), ets_fit(y, ETSConfig()))
+
+
+class ETS:
+    """The ETS baseline as a :data:`Method`: on each history the configuration of smallest
+    AICc (:func:`ets_select`), refitted, forecasts ``horizon`` values. ``chosen`` lists the
+    configuration of every call, in order (what ``rnnkit train`` prints)."""
+
+    def __init__(self, season: int | None) -> None:
+        self.season = check_int(season, "season", "ETS", lo=0, none_ok=True, error=DataError) or None
+        self.chosen: list[ETSConfig] = []
+
+    def __call__(self, history: np.ndarray, horizon: int) -> np.ndarray:
+        cfg, fit = ets_select(history, self.season)
+        self.chosen.append(cfg)
+        return np.asarray(fit.forecast(horizon), dtype=np.float64)
+
+
 def baselines(season: int | None, max_p: int = 12) -> dict[str, Method]:
-    """The baselines every forecaster is ranked against: naive, mean, drift, AR(p) and, with a
-    season, the seasonal naive forecast."""
+    """The baselines every forecaster is ranked against: naive, mean, drift, AR(p), with a
+    season the seasonal naive forecast and, with statsmodels installed, ETS
+    (:func:`have_statsmodels`; without it the ETS baseline is left out, :data:`ETS_MISSING`)."""
     out: dict[str, Method] = {"naive": naive, "mean": mean, "drift": drift, "ar": autoregressive(max_p)}
     if season:
         out["seasonal_naive"] = seasonal_naive(season)
+    if have_statsmodels():
+        out[ETS_NAME] = ETS(season)
     return out
 
 
@@ -273,7 +376,9 @@ def check_length(n: int, *, horizon: int, windows: int, season: int | None = Non
             f"{name}: too short for {windows} backtest window(s) of horizon {horizon}"
             + (f" every {step} rows" if step is not None else "")
             + f": the first origin is row {int(orig[0])}, but it needs at least {need} rows of history"
-            + (f" (two seasons of {season})" if season else "") + f"; the series has {n} rows")
+            + (f" (two seasons of {season})" if season and need == 2 * season else
+               " (the forecaster's window and lags, and one row more)" if need == min_history else "")
+            + f"; the series has {n} rows")
     return orig
 
 
@@ -317,7 +422,8 @@ def backtest(values: np.ndarray, methods: dict[str, Method], *, horizon: int, wi
     return Backtest(orig, actual, season, scores)
 
 
-__all__ = ["METRICS", "Backtest", "Method", "Score", "ar_order", "autoregressive", "backtest", "baselines",
+__all__ = ["ETS", "ETS_MISSING", "ETS_NAME", "METRICS", "Backtest", "ETSConfig", "Method", "Score",
+           "ar_order", "autoregressive", "backtest", "baselines",
            "check_length",
-           "detect_season", "drift", "mase", "mase_scale", "mean", "naive", "origins", "seasonal_naive",
-           "smape"]
+           "detect_season", "drift", "ets_candidates", "ets_fit", "ets_select", "have_statsmodels", "mase",
+           "mase_scale", "mean", "naive", "origins", "seasonal_naive", "smape"]

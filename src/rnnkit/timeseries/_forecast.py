@@ -8,18 +8,21 @@ What a forecaster did to its input in training is part of the model, and every c
 * the date column of the training file (``index_name``; ``"row"``: rows were numbered),
 * the missing-value policy the training file was read with (``missing``),
 * the transform and standardisation fitted on the training rows (``x_scaler``, ``y_scaler``),
-* first differences (``difference``),
+* the logarithm (``log``), seasonal differences (``seasonal``, the lag) and first
+  differences (``difference``), chosen by hand or by the rules of
+  :func:`~rnnkit.timeseries.choose_preprocess`,
 * the window (``window`` rows of network input) and the ``horizon``.
 
 The network sees float32 windows of scaled rows; a forecast leaves it as a scaled value (or a
-scaled change) and is mapped back to data units in float64. Scaling and differencing are
-element-wise, so the windows of a whole file and one window sent alone give the same bits.
+scaled change) and is mapped back to data units in float64. Scaling, logs and differences are
+element-wise along the rows, so the windows of a whole file and one window sent alone give the same bits.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -27,6 +30,7 @@ import numpy as np
 
 from rnnkit._numbers import check_int
 from rnnkit.timeseries._csv import MISSING_POLICIES, DataError, Table, read_csv, read_header
+from rnnkit.timeseries._preprocess import transform_rows
 from rnnkit.timeseries._window import Scaler, WindowArrays, make_windows
 
 #: metadata key under which the forecast settings are stored in a model file
@@ -57,6 +61,19 @@ class ForecastSpec:
 
     i.e. it forecasts ``target[pos] - target[pos - horizon]``, the change since the window's last
     row — the usual cure for a trending series, whose later values leave the training range.
+
+    In general every column is transformed as :func:`~rnnkit.timeseries.transform_rows`
+    describes (``u = log v`` with ``log``; ``g[t] = u[t] - u[t - m]`` with ``seasonal = m``;
+    first differences of ``g`` with ``difference``) before scaling, and a forecast of the
+    target at row ``pos`` (``h = horizon``, ``U`` the target's ``u``) is::
+
+        base   = (U[pos - m] if m) + (U[pos - h] - (U[pos - h - m] if m) if difference)
+        u_hat  = y_scaler^-1(network output) + base
+        v_hat  = exp(u_hat) with log, else u_hat
+
+    which reads only rows up to ``pos - h`` because ``m >= h`` is required. A seasonal lag
+    needs the target among the features (the window holds the rows ``base`` reads). The
+    network's training target is ``U[pos] - base`` (:meth:`base`), so this inverts it exactly.
     """
 
     target: str
@@ -69,6 +86,8 @@ class ForecastSpec:
     extra: dict[str, Any] = field(default_factory=dict)
     difference: bool = False
     missing: str | None = "error"
+    log: bool = False
+    seasonal: int = 0
 
     def __post_init__(self) -> None:
         if self.missing is not None and (not isinstance(self.missing, str)
@@ -80,6 +99,18 @@ class ForecastSpec:
         if self.window < 1 or self.horizon < 1:
             raise DataError(f"ForecastSpec: window and horizon must be >= 1, got window={self.window}, "
                             f"horizon={self.horizon}")
+        check_int(self.seasonal, "seasonal", "ForecastSpec", lo=0)
+        if self.seasonal and self.seasonal < self.horizon:
+            raise DataError(f"ForecastSpec: seasonal differences at lag {self.seasonal} cannot be undone "
+                            f"{self.horizon} rows ahead (the row {self.seasonal} before the forecast is not "
+                            f"known yet); expected a lag >= the horizon {self.horizon}")
+        if self.seasonal and self.target not in self.features:
+            raise DataError(f"ForecastSpec: seasonal differences need the target {self.target!r} among the "
+                            f"features (the window holds the rows they are undone with); got features "
+                            f"{list(self.features)}")
+        if (self.log or self.seasonal or self.difference) and self.x_scaler.transform != "none":
+            raise DataError(f"ForecastSpec: logs and differences work on the values themselves; they "
+                            f"cannot be combined with the scaler's transform {self.x_scaler.transform!r}")
         if tuple(self.x_scaler.names) != tuple(self.features):
             raise DataError(f"ForecastSpec: the input scaler is for columns {list(self.x_scaler.names)}, "
                             f"the features are {list(self.features)}")
@@ -90,6 +121,7 @@ class ForecastSpec:
             "window": self.window, "horizon": self.horizon, "index_name": self.index_name,
             "x_scaler": self.x_scaler.to_dict(), "y_scaler": self.y_scaler.to_dict(),
             "extra": self.extra, "difference": self.difference, "missing": self.missing,
+            "log": self.log, "seasonal": self.seasonal,
         }, sort_keys=True)
 
     @classmethod
@@ -106,14 +138,16 @@ class ForecastSpec:
             return cls(str(d["target"]), tuple(d["features"]), int(d["window"]), int(d["horizon"]),
                        Scaler.from_dict(d["x_scaler"]), Scaler.from_dict(d["y_scaler"]),
                        str(d.get("index_name", "row")), extra, bool(d.get("difference", False)),
-                       None if missing is None else str(missing))
+                       None if missing is None else str(missing), bool(d.get("log", False)),
+                       int(d.get("seasonal", 0)))
         except (ValueError, KeyError, TypeError, DataError) as e:
             raise DataError(f"the forecast settings stored with the model are damaged ({e})") from None
 
     @property
     def rows_needed(self) -> int:
-        """Data rows one input window reads (``window``, plus 1 with ``difference``)."""
-        return self.window + (1 if self.difference else 0)
+        """Data rows one input window reads (``window``, plus the seasonal lag, plus 1 with
+        ``difference``)."""
+        return self.window + self.seasonal + (1 if self.difference else 0)
 
     # -- reading data as training did --------------------------------------------------------
     def policy(self, missing: str | None = None) -> str:
@@ -144,16 +178,16 @@ class ForecastSpec:
                         missing=self.policy(missing))
 
     # -- data rows to network input, network output to data units ---------------------------
-    def prepare(self, features: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
-        """Network input rows from raw feature rows (..., rows, F): scaled, or with
-        ``difference`` the scaled first differences along the rows (row j of the result is
-        data row j + 1), in ``dtype``."""
+    def prepare(self, features: np.ndarray, dtype: Any = np.float64, *, what: str = "the data") -> np.ndarray:
+        """Network input rows from raw feature rows (..., rows, F): transformed
+        (:func:`~rnnkit.timeseries.transform_rows`: row j of the result is data row
+        ``j + rows_needed - window``) and scaled, in ``dtype``."""
         v = np.asarray(features, dtype=np.float64)
         if v.ndim < 2 or v.shape[-1] != len(self.features):
             raise DataError(f"expected rows of {len(self.features)} feature value(s) "
                             f"({', '.join(self.features)}), got shape {v.shape}")
-        if self.difference:
-            v = np.diff(v, axis=-2)
+        v = transform_rows(v, log=self.log, seasonal=self.seasonal, difference=self.difference,
+                           names=self.features, what=what)
         return self.x_scaler.apply(v.reshape(-1, v.shape[-1]), dtype).reshape(v.shape)
 
     def input_windows(self, features: np.ndarray, *, what: str = "the data") -> WindowArrays:
@@ -163,8 +197,10 @@ class ForecastSpec:
         if features.shape[0] < self.rows_needed:
             raise DataError(f"too few rows in {what}: {features.shape[0]} row(s), but window "
                             f"{self.window} needs at least {self.rows_needed}")
-        w = make_windows(self.prepare(features, np.float32), None, self.window, self.horizon, what=what)
-        return WindowArrays(w.x, w.y, w.pos + 1) if self.difference else w
+        w = make_windows(self.prepare(features, np.float32, what=what), None, self.window, self.horizon,
+                         what=what)
+        used = self.rows_needed - self.window
+        return WindowArrays(w.x, w.y, w.pos + used) if used else w
 
     def window_inputs(self, rows: np.ndarray) -> np.ndarray:
         """Network input (B, window, F) float32 for ``rows`` (B, :attr:`rows_needed`, F), each
@@ -175,6 +211,27 @@ class ForecastSpec:
                             f"{self.rows_needed} data rows of {', '.join(self.features)}; got shape "
                             f"{r.shape}")
         return self.prepare(r, np.float32)
+
+    @property
+    def anchored(self) -> bool:
+        """Whether a forecast is added to earlier target values (differences of any kind)."""
+        return self.difference or self.seasonal > 0
+
+    def levels(self, target: np.ndarray, *, what: str = "the data") -> np.ndarray:
+        """``U``: the target's values, their logarithm with ``log`` (DataError for a value <= 0)."""
+        t = np.asarray(target, dtype=np.float64)
+        return transform_rows(t[..., None], log=self.log, names=(self.target,), what=what)[..., 0]
+
+    def base(self, at: Callable[[int], np.ndarray]) -> np.ndarray | float:
+        """``base`` of the class docstring, with ``at(k)`` = ``U`` ``k`` rows before each
+        forecast's row (``k >= horizon``)."""
+        h, m = self.horizon, self.seasonal
+        b: np.ndarray | float = 0.0
+        if m:
+            b = b + at(m)
+        if self.difference:
+            b = b + at(h) - (at(h + m) if m else 0.0)
+        return b
 
     def last_levels(self, rows: np.ndarray, target: np.ndarray | None) -> np.ndarray | None:
         """The target at each window's last data row, for a ``difference`` model: from
@@ -192,16 +249,13 @@ class ForecastSpec:
                             f"({np.asarray(rows).shape[0]},); got shape {t.shape}")
         return t
 
-    def to_levels(self, z: np.ndarray, target: np.ndarray | None, pos: np.ndarray) -> np.ndarray:
-        """Network outputs (S, 1) or (S,) -> forecasts of the target at data rows ``pos`` in data
-        units; with ``difference`` the change is added to ``target[pos - horizon]``. A forecast
-        that is not finite (NaN, or an overflow mapping back) is a DataError, never returned."""
-        out = self.y_scaler.invert(np.asarray(z, dtype=np.float64).reshape(-1, 1))[:, 0]
-        if self.difference:
-            if target is None:
-                raise DataError(f"this model forecasts changes of {self.target!r}; the data must "
-                                f"hold the {self.target!r} column")
-            out = out + np.asarray(target, dtype=np.float64)[np.asarray(pos) - self.horizon]
+    def _finish(self, z: np.ndarray, base: np.ndarray | float, pos: np.ndarray) -> np.ndarray:
+        """``v_hat`` of the class docstring; a forecast that is not finite (NaN, or an overflow
+        mapping back) is a DataError, never returned."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = self.y_scaler.invert(np.asarray(z, dtype=np.float64).reshape(-1, 1))[:, 0] + base
+            if self.log:
+                out = np.exp(out)
         bad = np.flatnonzero(~np.isfinite(out))
         if bad.size:
             k = int(bad[0])
@@ -209,14 +263,39 @@ class ForecastSpec:
                             f"output {float(np.asarray(z).reshape(-1)[k]):.3g} in scaled units, "
                             f"{bad.size} such forecast(s)); the data or the model is outside the range "
                             f"the scaler can map back")
-        return out
+        return np.asarray(out, dtype=np.float64)
+
+    def to_levels(self, z: np.ndarray, target: np.ndarray | None, pos: np.ndarray) -> np.ndarray:
+        """Network outputs (S, 1) or (S,) -> forecasts of the target at data rows ``pos`` in data
+        units (the class docstring; ``target``, the target's data rows, anchors the
+        differences). A forecast that is not finite is a DataError, never returned."""
+        p = np.asarray(pos)
+        base: np.ndarray | float = 0.0
+        if self.anchored:
+            if target is None:
+                raise DataError(f"this model forecasts changes of {self.target!r}; the data must "
+                                f"hold the {self.target!r} column")
+            u = self.levels(target)
+            base = self.base(lambda k: u[p - k])
+        return self._finish(z, base, p)
 
     def window_levels(self, z: np.ndarray, rows: np.ndarray, target: np.ndarray | None = None) -> np.ndarray:
         """Network outputs for :meth:`window_inputs` ``(rows)`` -> one forecast per window in
         data units (B,) float64; ``target`` as :meth:`last_levels` takes it."""
-        last = self.last_levels(rows, target)
+        r = np.asarray(rows, dtype=np.float64)
+        n = int(r.shape[0])
         # window k's forecast is for "data row" k + horizon of a series whose row k is its last
-        return self.to_levels(z, last, np.arange(int(np.asarray(rows).shape[0])) + self.horizon)
+        pos = np.arange(n) + self.horizon
+        if not self.anchored:
+            return self._finish(z, 0.0, pos)
+        if self.target in self.features:
+            u = self.levels(r[:, :, self.features.index(self.target)])
+            last = u.shape[1] - 1 + self.horizon          # the forecast row, in each window's rows
+            return self._finish(z, self.base(lambda k: u[:, last - k]), pos)
+        last_row = self.last_levels(r, target)             # difference only: U at the last row
+        assert last_row is not None                         # anchored, no seasonal lag: difference
+        ul = self.levels(last_row)
+        return self._finish(z, self.base(lambda k: ul), pos)
 
 
 @dataclass(frozen=True)
