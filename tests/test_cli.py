@@ -152,7 +152,8 @@ def test_demo_is_reproducible_and_quiet_drops_only_the_bar(tmp_path: Path) -> No
         (s.name, round(s.overall["mase"], 3)) for s in a.backtest.ranking()]
 
 
-def test_demo_verdict_comes_from_its_backtest_ranking(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_verdict_comes_from_its_backtest_ranking(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """The demo's last judgement is the sentence of a rolling-origin backtest over the held-out
     years: the forecaster it names is the one ranked first, and the ranking's numbers are those
     an independent computation gives (the LSTM's forecasts: the saved model run recursively)."""
@@ -188,8 +189,9 @@ def test_demo_verdict_comes_from_its_backtest_ranking(tmp_path: Path, capsys: py
     assert verdict == bt.verdict(res.model_name)
     if winner == res.model_name:
         w, r = bt.ranking()[0].overall["mase"], bt.ranking()[1].overall["mase"]
-        assert verdict == (f"the {winner} ranks 1st of {len(ranked)} on the backtest (MASE {w:.4g}); the "
-                           f"best baseline, {ranked[1][0]}, has MASE {r:.4g} ({100 * (r - w) / r:.1f}% worse)")
+        assert verdict == (f"the {winner} ranks 1st of {len(ranked)} on the backtest (MASE {w:.4g}); "
+                           f"the best baseline, {ranked[1][0]}, has MASE {r:.4g} "
+                           f"({100 * (r - w) / r:.1f}% worse)")
     else:
         assert f": the {winner} baseline beats it" in verdict
 

@@ -142,7 +142,8 @@ def run_demo(out: str | Path = "rnnkit_out", *, verbose: bool = True, plots: boo
             out_dir / "forecast.png", split_at=float(ty[0]) - 0.5, ylabel="mean sunspot number",
             title="rnnkit demo: one-year-ahead forecasts vs actual",
             before=("LSTM, validation years (early stopping)", vy, val_pred))
-    result = DemoResult(cmp, bt, model_name, years[prep.test.pos], epochs_run, secs, model_path, loss_png, forecast_png)
+    result = DemoResult(cmp, bt, model_name, years[prep.test.pos], epochs_run, secs, model_path, loss_png,
+                        forecast_png)
     say(bt.verdict(model_name))
     say(f"saved the model to {model_path}")
     if loss_png is not None and forecast_png is not None:
