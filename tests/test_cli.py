@@ -201,7 +201,7 @@ def test_demo_verdict_comes_from_its_backtest_ranking(tmp_path: Path,
 def sun_model(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     out = tmp_path_factory.mktemp("sun")
     res = run("train", SUN, "--target", "SUNACTIVITY", "--window", "6", "--units", "8", "--epochs", "4",
-              "--batch-size", "64", "--seed", "3", "--out", str(out), "--quiet")
+              "--batch-size", "64", "--seed", "3", "--out", str(out), "--quiet", "--backtest-windows", "0")
     assert res.returncode == 0, res.stderr
     return out, res
 
@@ -294,7 +294,8 @@ def test_difference_forecasts_changes_of_a_trending_series(tmp_path: Path) -> No
     p = write_csv(tmp_path / "trend.csv", ["row_id", "y"],
                   [[k, f"{v:.6f}"] for k, v in zip(t, level, strict=True)])
     res = run("train", str(p), "--target", "y", "--difference", "--window", "8", "--units", "8",
-              "--epochs", "30", "--lr", "0.02", "--out", str(tmp_path / "d"), "--quiet")
+              "--epochs", "30", "--lr", "0.02", "--out", str(tmp_path / "d"), "--quiet",
+              "--backtest-windows", "0")
     assert res.returncode == 0, res.stderr
     table = parse_table(res.stdout)
     assert next(v for k, v in table.items() if k.startswith("LSTM"))[0] < 0.5 * table["persistence"][0]
