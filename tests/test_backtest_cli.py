@@ -195,3 +195,23 @@ def test_a_run_the_default_backtest_cannot_take_says_why(tmp_path: Path,
             "for 3 backtest window(s) of horizon 4: the first origin is row 18, but it needs at least 24 "
             "rows of history (two seasons of 12); the series has 30 rows") in out
     assert json.loads((tmp_path / "s" / "metrics.json").read_text())["part"] == "validation"
+
+
+def test_the_default_backtest_rule_for_mpi_and_explicit_windows() -> None:
+    """``--distributed mpi`` without ``--backtest-windows``: none, with a note; an explicit K is
+    kept as given (``train_backtest`` then refuses what it cannot take)."""
+    import argparse
+
+    from rnnkit.cli._backtest import DEFAULT_WINDOWS, windows_for
+
+    y = trending()
+    args = argparse.Namespace(backtest_windows=None, distributed="mpi", target="value", horizon=1, window=6,
+                              season=None, data="series.csv")
+    k, note = windows_for(args, ["value"], y, None)
+    assert k == 0 and note is not None and "--distributed mpi trains on several processes" in note
+    args.distributed = "none"
+    assert windows_for(args, ["value"], y, None) == (DEFAULT_WINDOWS, None) == (3, None)
+    args.backtest_windows = 5
+    assert windows_for(args, ["value", "other"], y, None) == (5, None)
+    args.backtest_windows = 0
+    assert windows_for(args, ["value"], y, None) == (0, None)

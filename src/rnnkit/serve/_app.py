@@ -9,7 +9,9 @@ Routes::
                                          or .npy bytes (?lengths=3,5,...) -> {"outputs": ...};
                                          a forecaster: {"x": (B, rows, features) raw data rows,
                                          "target"?: (B,)} or float64 .npy bytes (?target=...)
-                                         -> {"outputs": (B, 1) forecasts in data units}
+                                         -> {"outputs": (B, 1) forecasts in data units};
+                                         a DeepAR model: series in long format -> quantiles
+                                         (rnnkit.serve._deepar)
     POST   /v1/streams                   -> {"id", "seq": 0}
     GET    /v1/streams/{id}              -> {"id", "seq", "state": {...}}
     DELETE /v1/streams/{id}
