@@ -141,3 +141,84 @@ def test_too_short_for_the_season_is_a_typed_error_naming_the_series(
     assert not (tmp_path / "o").exists()      # refused before anything is trained or written
     with pytest.raises(DataError, match="short: too short"):   # the same rule, typed, in Python
         backtest(trending(30), baselines(12), horizon=4, windows=3, season=12, name="short")
+
+
+def test_the_backtest_is_on_by_default(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without ``--backtest-windows``: 3 windows of ``--horizon`` (1) rows, the ranking printed and
+    stored; ``--backtest-windows 0`` trains on one validation split."""
+    y = trending()
+    data = write(tmp_path / "series.csv", y)
+    common = ["train", str(data), "--target", "value", "--date-col", "none", "--window", "6", "--season", "6",
+              "--epochs", "2", "--units", "4", "--quiet", "--no-plots"]
+    assert main([*common, "--out", str(tmp_path / "on")]) == 0
+    text = capsys.readouterr().out
+    fc = rk.io.load_forecaster(tmp_path / "on" / "model.safetensors")
+    info = fc.spec.extra["backtest"]
+    assert (info["windows"], info["horizon"], info["origins"]) == (3, 1, [87, 88, 89])
+    # the naive baseline by hand: y[o - 1] for y[o], scaled by the history's mean |y_t - y_{t-6}|
+    errs = [abs(y[o - 1] - y[o]) / np.mean(np.abs(y[6:o] - y[:o - 6])) for o in (87, 88, 89)]
+    naive = next(r for r in info["ranking"] if r["name"] == "naive")
+    assert naive["mase"] == pytest.approx(float(np.mean(errs)), rel=1e-13)
+    bt = backtest(y, {info["network"]: lambda h, k: fc.path(h, k), **baselines(6, max_p=6)},
+                  horizon=1, windows=3, season=6, min_history=8)
+    assert [r["name"] for r in info["ranking"]] == [s.name for s in bt.ranking()]
+    assert text.strip().splitlines()[-2] == bt.verdict(info["network"])     # before "model saved to"
+    metrics = json.loads((tmp_path / "on" / "metrics.json").read_text())
+    assert metrics["part"] == "backtest" and metrics["backtest"]["origins"] == [87, 88, 89]
+    assert main([*common, "--backtest-windows", "0", "--out", str(tmp_path / "off")]) == 0
+    text = capsys.readouterr().out
+    assert "on the backtest" not in text and "rank" not in text and "note:" not in text
+    metrics = json.loads((tmp_path / "off" / "metrics.json").read_text())
+    assert metrics["part"] == "validation" and "backtest" not in metrics
+    # 84 windows of 6, the last 17 validate: the validation table's persistence row by hand
+    pos = np.arange(84 - 17, 84) + 6
+    assert metrics["metrics"]["persistence"]["rmse"] == pytest.approx(
+        float(np.sqrt(np.mean((y[pos - 1] - y[pos]) ** 2))), rel=1e-12)
+
+
+def test_a_run_the_default_backtest_cannot_take_says_why(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Features besides the target, or a series too short for 3 windows: one validation split and
+    a note naming the reason; the same run with ``--backtest-windows 3`` given is refused."""
+    y = trending()
+    two = tmp_path / "two.csv"
+    two.write_text("t,value,other\n" + "".join(f"{i},{float(v)!r},{float(v) / 2 + i % 3}\n"
+                                                for i, v in enumerate(y)))
+    common = ["--target", "value", "--date-col", "none", "--window", "6", "--epochs", "1", "--units", "3",
+              "--quiet", "--no-plots"]
+    assert main(["train", str(two), "--features", "value,other", *common, "--out", str(tmp_path / "f")]) == 0
+    out = capsys.readouterr().out
+    assert ("note: no backtest (trained on one validation split instead): --features value,other: a "
+            "backtest runs the network recursively, which needs the target as its only feature") in out
+    assert json.loads((tmp_path / "f" / "metrics.json").read_text())["part"] == "validation"
+    assert main(["train", str(two), "--features", "value,other", *common, "--backtest-windows", "3",
+                 "--out", str(tmp_path / "g")]) == 2
+    assert "needs the target as its only feature" in capsys.readouterr().err
+    short = write(tmp_path / "short.csv", trending(30))
+    assert main(["train", str(short), *common, "--season", "12", "--horizon", "4",
+                 "--out", str(tmp_path / "s")]) == 0
+    out = capsys.readouterr().out
+    assert ("note: no backtest (trained on one validation split instead): " + str(short) + ": too short "
+            "for 3 backtest window(s) of horizon 4: the first origin is row 18, but it needs at least 24 "
+            "rows of history (two seasons of 12); the series has 30 rows") in out
+    assert json.loads((tmp_path / "s" / "metrics.json").read_text())["part"] == "validation"
+
+
+def test_the_default_backtest_rule_for_mpi_and_explicit_windows() -> None:
+    """``--distributed mpi`` without ``--backtest-windows``: none, with a note; an explicit K is
+    kept as given (``train_backtest`` then refuses what it cannot take)."""
+    import argparse
+
+    from rnnkit.cli._backtest import DEFAULT_WINDOWS, windows_for
+
+    y = trending()
+    args = argparse.Namespace(backtest_windows=None, distributed="mpi", target="value", horizon=1, window=6,
+                              season=None, data="series.csv")
+    k, note = windows_for(args, ["value"], y, None)
+    assert k == 0 and note is not None and "--distributed mpi trains on several processes" in note
+    args.distributed = "none"
+    assert windows_for(args, ["value"], y, None) == (DEFAULT_WINDOWS, None) == (3, None)
+    args.backtest_windows = 5
+    assert windows_for(args, ["value", "other"], y, None) == (5, None)
+    args.backtest_windows = 0
+    assert windows_for(args, ["value"], y, None) == (0, None)

@@ -51,6 +51,13 @@ def parse_table(stdout: str) -> dict[str, tuple[float, float]]:
     return rows
 
 
+def parse_ranking(stdout: str) -> list[tuple[str, tuple[float, float, float, float]]]:
+    """The printed backtest ranking: ``(name, (MASE, sMAPE, RMSE, MAE))``, rank 1 first."""
+    rows = re.findall(r"^\s+(\d+)  (\S+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.e+]+)\s+([0-9.e+]+)$", stdout, re.M)
+    assert [int(r[0]) for r in rows] == list(range(1, len(rows) + 1)), stdout
+    return [(r[1], (float(r[2]), float(r[3]), float(r[4]), float(r[5]))) for r in rows]
+
+
 def read_out_csv(text: str) -> tuple[list[str], list[list[str]]]:
     rows = list(csv.reader(io.StringIO(text)))
     return rows[0], rows[1:]
@@ -78,7 +85,23 @@ def test_demo_beats_both_baselines_and_draws_two_pictures(tmp_path: Path) -> Non
     # the baselines are the numbers an independent computation gives (test_datasets checks them)
     assert pers == (30.346, 23.602) and ar == (16.953, 14.081)
     assert "held-out test, last 50 years (1959-2008)" in out
-    assert "the LSTM beats every baseline on RMSE and MAE" in out
+    # the verdict is the backtest ranking's sentence: it names the forecaster ranked first
+    ranking = parse_ranking(out)
+    first, (first_mase, *_) = ranking[0]
+    second_mase = ranking[1][1][0]
+    verdict = out.splitlines()[out.splitlines().index(next(ln for ln in out.splitlines()
+                                                              if " on the backtest " in ln))]
+    if first.startswith("LSTM"):
+        m = re.fullmatch(rf"the {re.escape(first)} ranks 1st of {len(ranking)} on the backtest \(MASE "
+                         rf"([0-9.]+)\); the best baseline, {re.escape(ranking[1][0])}, has MASE ([0-9.]+) "
+                         rf"\(([0-9.]+)% worse\)", verdict)
+        assert m, verdict
+        w, r, pct = (float(v) for v in m.groups())
+        # the sentence (4 digits) and the table (3 decimals) round the same MASE values
+        assert abs(w - first_mase) <= 5.5e-4 and abs(r - second_mase) <= 5.5e-4, (verdict, ranking)
+        assert abs(pct - 100 * (r - w) / r) <= 0.05 + 1e-9, verdict
+    else:
+        assert f": the {first} baseline beats it, MASE {first_mase:.4g}" in verdict
     y = datasets.sunspots().values
     mean = np.mean(y[9:259])                     # the targets of the years before the test part
     assert table["training mean"] == (round(float(np.sqrt(np.mean((y[259:] - mean) ** 2))), 3),
@@ -125,6 +148,52 @@ def test_demo_is_reproducible_and_quiet_drops_only_the_bar(tmp_path: Path) -> No
     assert [(n, round(r, 3), round(m, 3)) for n, r, m in a.comparison.rows] == [
         (n, *table[n]) for n, _, _ in a.comparison.rows]
     assert f"trained {a.epochs_run} epochs" in res.stdout
+    assert [(n, round(m, 3)) for n, (m, *_) in parse_ranking(res.stdout)] == [
+        (s.name, round(s.overall["mase"], 3)) for s in a.backtest.ranking()]
+
+
+def test_demo_verdict_comes_from_its_backtest_ranking(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The demo's last judgement is the sentence of a rolling-origin backtest over the held-out
+    years: the forecaster it names is the one ranked first, and the ranking's numbers are those
+    an independent computation gives (the LSTM's forecasts: the saved model run recursively)."""
+    from rnnkit.cli._demo import BACKTEST_HORIZON, BACKTEST_WINDOWS, run_demo
+
+    res = run_demo(tmp_path, verbose=True, plots=False, progress=False)
+    out = capsys.readouterr().out
+    bt = res.backtest
+    y = datasets.sunspots().values
+    years = datasets.sunspots().years
+    # the windows tile the held-out test years exactly, so every forecast is out of sample
+    assert BACKTEST_WINDOWS * BACKTEST_HORIZON == 50
+    assert years[bt.origins].tolist() == [1959, 1969, 1979, 1989, 1999]
+    scale = np.array([np.mean(np.abs(np.diff(y[:o]))) for o in bt.origins])      # MASE: lag-1 naive
+    actual = np.stack([y[o:o + BACKTEST_HORIZON] for o in bt.origins])
+    fc = rk.io.load_forecaster(res.model_path)
+    independent = {
+        "naive": np.stack([np.full(BACKTEST_HORIZON, y[o - 1]) for o in bt.origins]),
+        "mean": np.stack([np.full(BACKTEST_HORIZON, np.mean(y[:o])) for o in bt.origins]),
+        res.model_name: np.stack([fc.path(y[:o], BACKTEST_HORIZON) for o in bt.origins]),
+    }
+    printed = dict(parse_ranking(out))
+    for name, pred in independent.items():
+        m = float(np.mean(np.abs(pred - actual) / scale[:, None]))
+        # the same float64 operations up to summation order: 1e-12 relative
+        assert bt.score(name).overall["mase"] == pytest.approx(m, rel=1e-12), name
+        assert printed[name][0] == round(m, 3), name                   # printed with 3 decimals
+    ranked = sorted(printed.items(), key=lambda kv: kv[1][0])
+    winner = ranked[0][0]
+    assert winner == res.winner == bt.ranking()[0].name
+    verdict = next(ln for ln in out.splitlines() if " on the backtest " in ln)
+    assert out.splitlines()[-3] == verdict                  # before the lines saying what was saved
+    assert verdict == bt.verdict(res.model_name)
+    if winner == res.model_name:
+        w, r = bt.ranking()[0].overall["mase"], bt.ranking()[1].overall["mase"]
+        assert verdict == (f"the {winner} ranks 1st of {len(ranked)} on the backtest (MASE {w:.4g}); "
+                           f"the best baseline, {ranked[1][0]}, has MASE {r:.4g} "
+                           f"({100 * (r - w) / r:.1f}% worse)")
+    else:
+        assert f": the {winner} baseline beats it" in verdict
 
 
 # -- train / predict / summary on the bundled sunspots --------------------------------------------
@@ -132,7 +201,7 @@ def test_demo_is_reproducible_and_quiet_drops_only_the_bar(tmp_path: Path) -> No
 def sun_model(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     out = tmp_path_factory.mktemp("sun")
     res = run("train", SUN, "--target", "SUNACTIVITY", "--window", "6", "--units", "8", "--epochs", "4",
-              "--batch-size", "64", "--seed", "3", "--out", str(out), "--quiet")
+              "--batch-size", "64", "--seed", "3", "--out", str(out), "--quiet", "--backtest-windows", "0")
     assert res.returncode == 0, res.stderr
     return out, res
 
@@ -225,7 +294,8 @@ def test_difference_forecasts_changes_of_a_trending_series(tmp_path: Path) -> No
     p = write_csv(tmp_path / "trend.csv", ["row_id", "y"],
                   [[k, f"{v:.6f}"] for k, v in zip(t, level, strict=True)])
     res = run("train", str(p), "--target", "y", "--difference", "--window", "8", "--units", "8",
-              "--epochs", "30", "--lr", "0.02", "--out", str(tmp_path / "d"), "--quiet")
+              "--epochs", "30", "--lr", "0.02", "--out", str(tmp_path / "d"), "--quiet",
+              "--backtest-windows", "0")
     assert res.returncode == 0, res.stderr
     table = parse_table(res.stdout)
     assert next(v for k, v in table.items() if k.startswith("LSTM"))[0] < 0.5 * table["persistence"][0]

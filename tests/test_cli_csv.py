@@ -62,9 +62,18 @@ def test_values_whose_scaling_overflows_are_refused(tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     p = tmp_path / "huge.csv"
     p.write_text("v\n" + "".join(f"{(-1) ** k * 1e300 * (1 + k / 10)}\n" for k in range(40)))
-    assert main(["train", str(p), "--target", "v", *TRAIN, "--out", str(tmp_path / "o")]) == 2
+    # the scaler sees the training rows only, and names their largest magnitude. One validation
+    # split: 37 windows of 3, the last 7 validate, so rows 0..32 train: 1e300 * (1 + 32/10)
+    assert main(["train", str(p), "--target", "v", *TRAIN, "--out", str(tmp_path / "o"),
+                 "--backtest-windows", "0"]) == 2
     one_error_line(capsys.readouterr().err, "column 'v': its values are too large to standardise",
                    "the largest magnitude is 4.2e+300")
+    assert not (tmp_path / "o" / "model.safetensors").exists()
+    # the default backtest (3 windows of 1 row): the network trains on the 37 rows before the
+    # first origin, 34 windows of 3, the last 7 validate, so rows 0..29 train: 1e300 * (1 + 29/10)
+    assert main(["train", str(p), "--target", "v", *TRAIN, "--out", str(tmp_path / "o")]) == 2
+    one_error_line(capsys.readouterr().err, "column 'v': its values are too large to standardise",
+                   "the largest magnitude is 3.9e+300")
     assert not (tmp_path / "o" / "model.safetensors").exists()
 
 

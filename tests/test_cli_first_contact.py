@@ -61,12 +61,24 @@ def test_train_draws_its_own_pictures_over_an_earlier_runs(tmp_path: Path) -> No
     out.mkdir()
     for name in ("loss.png", "forecast.png"):
         (out / name).write_bytes(b"the demo's picture")
-    args = ["train", "sunspots", "--target", "SUNACTIVITY", "--epochs", "2", "--quiet", "--out", str(out)]
+    # one validation split: its loss curve and forecast picture replace the demo's
+    args = ["train", "sunspots", "--target", "SUNACTIVITY", "--epochs", "2", "--quiet", "--out", str(out),
+            "--backtest-windows", "0"]
     assert main(args) == 0
     for name in ("loss.png", "forecast.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main([*args, "--no-plots"]) == 0
     assert not (out / "loss.png").exists() and not (out / "forecast.png").exists()
+    # the default backtest: its loss curve and MASE-per-step picture; the demo's forecast.png
+    # (another model's) is removed, not left beside them
+    for name in ("loss.png", "forecast.png"):
+        (out / name).write_bytes(b"the demo's picture")
+    assert main(args[:-2]) == 0
+    for name in ("loss.png", "backtest.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (out / "forecast.png").exists()
+    assert main([*args[:-2], "--no-plots"]) == 0
+    assert not any((out / n).exists() for n in ("loss.png", "forecast.png", "backtest.png"))
 
 
 def test_train_no_plots_removes_stale_pictures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -62,7 +62,8 @@ def test_nile_table_shows_the_mean_and_says_the_verdict(tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "o"
     assert main(["train", str(FIXTURES / "nile_float_year.csv"), "--target", "volume", "--window", "5",
-                 "--epochs", "3", "--units", "4", "--quiet", "--no-plots", "--out", str(out)]) == 0
+                 "--epochs", "3", "--units", "4", "--quiet", "--no-plots", "--out", str(out),
+                 "--backtest-windows", "0"]) == 0                      # one validation split
     text = capsys.readouterr().out
     rows = table(text)
     # 100 years, window 5: 95 windows, the last 19 validate (targets 1952-1970); fit on 1876-1951
@@ -87,7 +88,8 @@ def test_nile_table_shows_the_mean_and_says_the_verdict(tmp_path: Path,
 
 def test_weekly_co2_gets_the_seasonal_naive_row(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["train", "co2", "--target", "co2", "--missing", "interpolate", "--window", "8",
-                 "--epochs", "1", "--units", "4", "--quiet", "--no-plots", "--out", str(tmp_path)]) == 0
+                 "--epochs", "1", "--units", "4", "--quiet", "--no-plots", "--out", str(tmp_path),
+                 "--backtest-windows", "0"]) == 0                      # one validation split
     rows = table(capsys.readouterr().out)
     co2 = datasets.co2().values
     present = np.flatnonzero(~np.isnan(co2))
@@ -99,5 +101,5 @@ def test_weekly_co2_gets_the_seasonal_naive_row(tmp_path: Path, capsys: pytest.C
     assert rows["training mean"] == rmse_mae(np.full(n_val, y[8:val_pos[0]].mean()), y[val_pos])
     assert main(["train", "co2", "--target", "co2", "--missing", "interpolate", "--window", "8",
                  "--epochs", "1", "--units", "4", "--quiet", "--no-plots", "--season", "0",
-                 "--out", str(tmp_path)]) == 0
+                 "--out", str(tmp_path), "--backtest-windows", "0"]) == 0
     assert not any(k.startswith("seasonal") for k in table(capsys.readouterr().out))

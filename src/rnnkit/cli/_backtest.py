@@ -4,6 +4,12 @@ stated rules (``--preprocess auto``: logs, seasonal and first differences,
 :func:`rnnkit.timeseries.choose_preprocess`; or given by hand: ``--log``,
 ``--seasonal-difference``, ``--difference``).
 
+The backtest is on by default (:data:`DEFAULT_WINDOWS` windows; ``--backtest-windows 0`` turns
+it off and trains on one validation split). Where the default cannot apply — features other
+than the target alone, ``--distributed mpi``, or a series too short for the windows — training
+falls back to the validation split and says why on a ``note:`` line (:func:`windows_for`); a
+``--backtest-windows K`` given explicitly is refused there instead.
+
 With K backtest windows of ``--horizon H`` the network is a one-step model (horizon 1) run
 recursively over the H steps, as ``rnnkit predict --steps H`` runs it; it is trained (with
 early stopping on the last ``--val-split`` of its windows) on the rows before the first
@@ -49,11 +55,42 @@ from rnnkit.timeseries import (
     detect_season,
 )
 from rnnkit.timeseries._backtest import ETS, ETS_MISSING, ETS_NAME, METRICS, check_length, have_statsmodels
+from rnnkit.timeseries._csv import DataError
 
 #: the key under which the backtest's ranking is stored in the model's forecast settings
 EXTRA_KEY = "backtest"
 #: what ``rnnkit predict --model best`` calls the network
 NETWORK = "network"
+#: ``--backtest-windows`` when not given
+DEFAULT_WINDOWS = 3
+
+
+def season_for(args: argparse.Namespace, y: np.ndarray, calendar: int | None) -> int | None:
+    """The backtest's season: ``--season`` (0: none), else the dates' cycle, else the ACF rule."""
+    return detect_season(y, calendar) if args.season is None else (args.season or None)
+
+
+def windows_for(args: argparse.Namespace, features: list[str], y: np.ndarray,
+                calendar: int | None) -> tuple[int, str | None]:
+    """``(K, note)``: the backtest windows ``rnnkit train`` runs. ``--backtest-windows K`` given:
+    K (0: none). Not given: :data:`DEFAULT_WINDOWS`, or 0 with a note saying why when the run
+    cannot have a backtest (features besides the target, ``--distributed mpi``, a series too
+    short for the windows) or asks for none (``--panel``)."""
+    if args.backtest_windows is not None:
+        return int(args.backtest_windows), None
+    off = "no backtest (trained on one validation split instead): "
+    if getattr(args, "distributed", "none") == "mpi":
+        return 0, off + "--distributed mpi trains on several processes; the backtest runs on one"
+    if features != [args.target]:
+        return 0, (off + f"--features {','.join(features)}: a backtest runs the network recursively, "
+                         f"which needs the target as its only feature")
+    try:
+        check_length(len(y), horizon=int(args.horizon), windows=DEFAULT_WINDOWS,
+                     season=season_for(args, y, calendar), name=str(args.data),
+                     min_history=args.window + 2)
+    except DataError as e:
+        return 0, off + str(e)
+    return DEFAULT_WINDOWS, None
 
 
 def backtest_table(bt: Backtest, title: str) -> str:
@@ -83,16 +120,16 @@ def backtest_dict(bt: Backtest, winner: str, network: str) -> dict[str, Any]:
 
 
 def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray, calendar: int | None,
-                   index_name: str, notes: tuple[str, ...] | list[str], rows: int) -> int:
-    """``rnnkit train`` with ``--backtest-windows`` (module docstring)."""
+                   index_name: str, notes: tuple[str, ...] | list[str], rows: int, windows: int) -> int:
+    """``rnnkit train`` with ``windows`` backtest windows (module docstring)."""
     if getattr(args, "distributed", "none") == "mpi":
         raise CliError("--backtest-windows trains on one process; leave out --distributed mpi")
     if features != [args.target]:
         raise CliError(f"--backtest-windows runs the network recursively over the horizon, which needs "
                        f"the target as its only feature; got --features {','.join(features)}")
     name = str(args.data)
-    horizon, windows = int(args.horizon), int(args.backtest_windows)
-    season = detect_season(y, calendar) if args.season is None else (args.season or None)
+    horizon = int(args.horizon)
+    season = season_for(args, y, calendar)
     orig = check_length(len(y), horizon=horizon, windows=windows, season=season, name=name,
                         min_history=args.window + 2)
     first = int(orig[0])
@@ -216,5 +253,5 @@ def best_path(forecaster: Forecaster, history: np.ndarray, steps: int) -> tuple[
     return best, out
 
 
-__all__ = ["EXTRA_KEY", "NETWORK", "backtest_dict", "backtest_table", "best_path", "seasonal_lag",
-           "train_backtest"]
+__all__ = ["DEFAULT_WINDOWS", "EXTRA_KEY", "NETWORK", "backtest_dict", "backtest_table", "best_path",
+           "season_for", "seasonal_lag", "train_backtest", "windows_for"]

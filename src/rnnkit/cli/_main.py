@@ -124,11 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rows per season for the seasonal-naive baseline, 0 = none (default: from "
                         "the dates: 24 hourly, 7 daily, 52 weekly, 12 monthly, 4 quarterly)")
     # backtest and preprocessing choice (rnnkit.cli._backtest)
-    t.add_argument("--backtest-windows", type=_nonneg, default=0, metavar="K",
+    t.add_argument("--backtest-windows", type=_nonneg, default=None, metavar="K",
                    help="rank the network among the baselines (naive, mean, drift, AR(p), seasonal "
                         "naive, ETS with statsmodels) by MASE, sMAPE, RMSE and MAE on the last K "
-                        "windows of --horizon steps, rolling origin; the network then trains on the "
-                        "rows before them and forecasts one step at a time (default 0: one validation split)")
+                        "windows of --horizon steps, rolling origin; the network then trains on the rows before them and "
+                        "forecasts one step at a time (default 3; 0: one validation split, also "
+                        "what a run with --features or --distributed mpi or a series too short "
+                        "for 3 windows gets, with a note saying why)")
     t.add_argument("--preprocess", choices=("none", "auto"), default="none",
                    help="auto (with --backtest-windows): logs when the seasonal amplitude grows with "
                         "the level, seasonal differences when the seasonal strength exceeds 0.64, first "

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rnnkit.cli._backtest import seasonal_lag, train_backtest
+from rnnkit.cli._backtest import seasonal_lag, train_backtest, windows_for
 from rnnkit.cli._common import (
     CliError,
     compile_status,
@@ -89,14 +89,17 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
     rows, index_name, notes = len(table), table.index_name, table.notes
     index: np.ndarray | None = table.index
     season = season_of(table.index, table.index_kind) if args.season is None else (args.season or None)
-    # --backtest-windows / --preprocess: rnnkit.cli._backtest
-    if getattr(args, "backtest_windows", 0):
-        calendar = season_of(table.index, table.index_kind)
+    # --backtest-windows (on by default) / --preprocess: rnnkit.cli._backtest
+    calendar = season_of(table.index, table.index_kind)
+    windows, why_not = windows_for(args, features, y_raw, calendar)
+    if windows:
         del table
-        return train_backtest(args, features, y_raw, calendar, index_name, notes, rows)
+        return train_backtest(args, features, y_raw, calendar, index_name, notes, rows, windows)
     if getattr(args, "preprocess", "none") == "auto":
         raise CliError("--preprocess auto chooses on the training rows of a backtest; give "
                        "--backtest-windows K too")
+    if why_not is not None:
+        notes = (*notes, why_not)
     del table
     plots = not args.no_plots and root and have_matplotlib()
     if not plots:

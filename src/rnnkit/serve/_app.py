@@ -9,7 +9,9 @@ Routes::
                                          or .npy bytes (?lengths=3,5,...) -> {"outputs": ...};
                                          a forecaster: {"x": (B, rows, features) raw data rows,
                                          "target"?: (B,)} or float64 .npy bytes (?target=...)
-                                         -> {"outputs": (B, 1) forecasts in data units}
+                                         -> {"outputs": (B, 1) forecasts in data units};
+                                         a DeepAR model: series in long format -> quantiles
+                                         (rnnkit.serve._deepar)
     POST   /v1/streams                   -> {"id", "seq": 0}
     GET    /v1/streams/{id}              -> {"id", "seq", "state": {...}}
     DELETE /v1/streams/{id}
@@ -41,6 +43,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from rnnkit.io import DeepAR
 from rnnkit.serve._codec import (
     NPY_TYPES,
     as_input,
@@ -56,6 +59,7 @@ from rnnkit.serve._codec import (
     to_json,
     to_npy,
 )
+from rnnkit.serve._deepar import answer as deepar_answer
 from rnnkit.serve._errors import RequestError, bad_request, unprocessable
 from rnnkit.serve._limits import ServeConfig, token_ok
 from rnnkit.serve._servable import Servable
@@ -312,6 +316,8 @@ class Api:
         ctype = request.content_type()
         if self.sv.forecast is not None:
             return await self.forecast(request, body, ctype, self.sv.forecast)
+        if self.sv.deepar is not None:
+            return await self.deepar(body, ctype, self.sv.deepar)
         lengths_raw: Any = None
         mask_raw: Any = None
         if ctype in NPY_TYPES:
@@ -371,6 +377,17 @@ class Api:
         if "application/x-npy" in request.headers.get("accept", ""):
             return Response(to_npy(y), media_type="application/x-npy")
         return JSONAnswer({"outputs": to_json([y]), "n_outputs": 1})
+
+    async def deepar(self, body: bytes, ctype: str, model: DeepAR) -> Response:
+        """``/v1/predict`` of a DeepAR model: series in long format -> quantiles of sampled paths,
+        computed on the kernels' thread (:mod:`rnnkit.serve._deepar`)."""
+        if ctype not in ("application/json", "text/plain", ""):
+            raise RequestError(415, "bad_content_type", f"Content-Type {ctype[:60]!r} is not served: a "
+                                                        f"DeepAR model reads series as JSON",
+                               expected=["application/json"], got=ctype[:60])
+        doc = parse_json(body)
+        loop = asyncio.get_running_loop()
+        return JSONAnswer(await loop.run_in_executor(self.server.executor, deepar_answer, model, doc))
 
     async def create(self, request: Incoming) -> Response:
         s = await self.server.create()

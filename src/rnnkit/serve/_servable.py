@@ -10,6 +10,10 @@ A forecaster (a model file written by ``rnnkit train``, or a :class:`rnnkit.time
 is served with the preprocessing it was trained with: ``/v1/predict`` takes windows of raw data
 rows and answers forecasts in data units, through :class:`~rnnkit.timeseries.ForecastSpec`, the
 path ``rnnkit predict`` takes, so the answers are its bits.
+
+A DeepAR model (a file written by :meth:`rnnkit.io.DeepAR.save` or ``rnnkit train --panel``, or
+a trained :class:`rnnkit.io.DeepAR`) is served by sampling: ``/v1/predict`` takes series in
+long format and answers quantiles, :mod:`rnnkit.serve._deepar`.
 """
 
 from __future__ import annotations
@@ -29,13 +33,15 @@ from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._files import check_regular, open_regular, read_head
 from rnnkit._safetensors import read_safetensors
 from rnnkit._version import __version__
-from rnnkit.io import load_keras, load_model, load_torch_rnn
+from rnnkit.io import DeepAR, load_keras, load_model, load_torch_rnn
 from rnnkit.io._model import MODEL_FORMAT
 from rnnkit.io._torch_file import _sniff
 from rnnkit.layers import Embedding
 from rnnkit.models import Model
 from rnnkit.recurrent import RecurrentLayer
 from rnnkit.rnn import RNNNet
+from rnnkit.serve._deepar import describe as describe_deepar
+from rnnkit.serve._deepar import spec_of
 from rnnkit.serve._stepper import StreamPlan, plan_streams
 from rnnkit.timeseries import ForecastSpec
 
@@ -107,11 +113,13 @@ class Servable:
     micro-batcher forms (probed for bit-equality). ``source`` / ``sha256``: the file it came from.
     ``forecast``: the forecaster's stored preprocessing, applied to every predict request (raw
     data rows in, forecasts in data units out; no streams: a forecaster reads whole windows).
+    ``deepar``: a DeepAR model whose network ``model`` is; predict requests are answered by its
+    sampling (:mod:`rnnkit.serve._deepar`; no streams).
     """
 
     def __init__(self, model: Any, *, max_rows: int = 1024, max_timesteps: int = 4096,
                  source: str | None = None, sha256: str | None = None,
-                 forecast: ForecastSpec | None = None) -> None:
+                 forecast: ForecastSpec | None = None, deepar: DeepAR | None = None) -> None:
         if isinstance(model, RecurrentLayer) or not isinstance(model, (Model, RNNNet)):
             raise InvalidParameterError(
                 f"serve: expected an rnnkit model (Sequential, GraphModel) or an rnnkit.rnn.RNNNet, got "
@@ -165,6 +173,16 @@ class Servable:
             self.streams, self.stream_reason = None, (
                 "a forecaster reads whole windows of data rows, scaled as in training; send them "
                 "to /v1/predict")
+        self.deepar = deepar
+        if deepar is not None:
+            if forecast is not None or model is not deepar.network or (
+                    self.sample_shape != (None, spec_of(deepar).n_features)):
+                raise InvalidParameterError(
+                    f"serve: a DeepAR model is served with its own network (input (None, "
+                    f"{spec_of(deepar).n_features})) and no forecast settings; got input {self.sample_shape}")
+            self.streams, self.stream_reason = None, (
+                "a DeepAR model forecasts by sampling from each series' recent rows; send them to "
+                "/v1/predict")
         self.lengths_ok = True
         try:
             self.output_shapes = self._probe_outputs()
@@ -250,6 +268,9 @@ class Servable:
                     "units": "x: raw data rows (as in the CSV); outputs: forecasts of the target in "
                              "data units, one per window",
                 }})
+        if self.deepar is not None:
+            doc.update({"input_shape": None, "input_dtype": None, "output_shapes": None, "lengths": False,
+                        "deepar": describe_deepar(self.deepar)})
         return doc
 
     def _describe(self) -> dict[str, Any]:
