@@ -127,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--backtest-windows", type=_nonneg, default=None, metavar="K",
                    help="rank the network among the baselines (naive, mean, drift, AR(p), seasonal "
                         "naive, ETS with statsmodels) by MASE, sMAPE, RMSE and MAE on the last K "
-                        "windows of --horizon steps, rolling origin; the network then trains on the rows before them and "
+                        "windows of --horizon steps, rolling origin; the network then trains on the "
+                        "rows before them and "
                         "forecasts one step at a time (default 3; 0: one validation split, also "
                         "what a run with --features or --distributed mpi or a series too short "
                         "for 3 windows gets, with a note saying why)")
