@@ -203,12 +203,14 @@ class MinCell(Cell):
         H = self.units
         k = park["k"]
         (dh,) = d
-        hist = np.concatenate([init[0][None], states[0]])     # row t enters step t
         kern = compiled()
         if kern is not None:
             dk, dh0 = np.empty_like(k), np.empty((k.shape[1], H), k.dtype)
-            kern.scan_backward(k, self.scan_kind, hist, np.ascontiguousarray(dh), mask_u8(mask), dk, dh0)
+            kern.scan_backward(k, self.scan_kind, np.ascontiguousarray(init[0], k.dtype),
+                               np.ascontiguousarray(states[0], k.dtype), np.ascontiguousarray(dh, k.dtype),
+                               mask_u8(mask), dk, dh0)
         else:
+            hist = np.concatenate([init[0][None], states[0]])     # row t enters step t
             du, dv, dh0 = scan_backward(self.logit(k), k[:, :, -H:], hist, dh, mask)
             dk = self.dk(k, du, dv)
         return SequenceBack(d_init=(dh0,), d_inp=dk, params={"bias": dk.reshape(-1, dk.shape[2]).sum(axis=0)})
