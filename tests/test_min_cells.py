@@ -325,7 +325,8 @@ def test_compiled_scan_equals_numpy_scan_float32(cls: Any) -> None:
     rng = np.random.default_rng(9)
     x, h0 = _x(T=40).astype(np.float32), rng.uniform(0, 2, (4, H)).astype(np.float32)
     mask = rng.random((4, 40)) > 0.25
-    G, dfin = rng.standard_normal((4, 40, H)).astype(np.float32), rng.standard_normal((4, H)).astype(np.float32)
+    G = rng.standard_normal((4, 40, H)).astype(np.float32)
+    dfin = rng.standard_normal((4, H)).astype(np.float32)
     got = []
     for mode in ("fast", "reference"):
         with rk.kernels.use(mode):
