@@ -46,26 +46,37 @@ def _sig_pair(x: Any) -> tuple[Any, Any]:
 
 
 @njit(inline="always", **OPTS)
+def _lstm_gate(f: Any, i: Any) -> tuple[Any, Any, Any, Any]:
+    """minLSTM's ``(z, a, sigmoid(-k_f), sigmoid(-k_i))`` from ``f = k_f``, ``i = k_i``.
+
+    With ``p = -k_i``, ``q = -k_f``, ``m = max(p, q, 0)``: ``1/i = 1 + e^p``, ``1/f = 1 + e^q``,
+    ``z = i / (f + i) = den / (num + den)``, ``a = num / (num + den)`` with ``num = (1 + e^p) e^-m``,
+    ``den = (1 + e^q) e^-m``: every ``exp`` of a value <= 0, and ``num + den >= 1`` (the term
+    ``e^0`` of the largest of p, q, 0). ``sigmoid(-k_i) = e^p / (1 + e^p) = e^(p-m) / num`` (and
+    ``sigmoid(-k_f)`` from ``den``); where ``num`` underflows to 0 so does ``e^(p-m)``, and the
+    quotient is 0 (``num`` bounded below by the smallest normal number: no 0/0)."""
+    p = -i
+    q = -f
+    zero, one, tiny = cst(p, 0.0), cst(p, 1.0), cst(p, 1.1754944e-38)  # (of scalars: vectorises)
+    m = max(max(p, q), zero)                        # (max, not a conditional expression: vectorises)
+    e0 = fast_exp(-m)
+    ep = fast_exp(p - m)
+    eq = fast_exp(q - m)
+    num = e0 + ep
+    den = e0 + eq
+    s = one / (num + den)
+    return den * s, num * s, eq / max(den, tiny), ep / max(num, tiny)
+
+
+@njit(inline="always", **OPTS)
 def _gate(k0: Any, k1: Any, u: int, kind: int) -> tuple[Any, Any]:
     """``(z, a = 1 - z)`` of unit ``u`` from the gate blocks ``k0`` (``k_z``; minLSTM ``k_f``) and
     ``k1`` (minLSTM ``k_i``), (H,) views of a row of ``k`` (an index known >= 0 vectorises; one
-    computed from the row's width carries a negative-index check that does not).
-
-    minLSTM: with ``p = -k_i``, ``q = -k_f``, ``m = max(p, q, 0)``: ``1/i = 1 + e^p``, ``1/f = 1 + e^q``,
-    ``z = i / (f + i) = den / (num + den)``, ``a = num / (num + den)`` with ``num = (1 + e^p) e^-m``,
-    ``den = (1 + e^q) e^-m``: every ``exp`` of a value <= 0, and ``num + den >= 1`` (the term
-    ``e^0`` of the largest of p, q, 0)."""
+    computed from the row's width carries a negative-index check that does not)."""
     if kind == 0:
         return _sig_pair(k0[u])
-    p = -k1[u]
-    q = -k0[u]
-    zero, one = cst(p, 0.0), cst(p, 1.0)            # (cst of a scalar: of an array it stops vectorising)
-    m = max(max(p, q), zero)                        # (max, not a conditional expression: vectorises)
-    e0 = fast_exp(-m)
-    num = e0 + fast_exp(p - m)
-    den = e0 + fast_exp(q - m)
-    s = one / (num + den)
-    return den * s, num * s
+    z, a, _, _ = _lstm_gate(k0[u], k1[u])
+    return z, a
 
 
 @njit(inline="always", **OPTS)
@@ -112,15 +123,13 @@ def _backward_row(kr: Any, hp: Any, dhr: Any, carry: Any, dkr: Any, H: int, kind
             d0[u] = carry[u] * (gv - hp[u]) * z * a
     else:                                           # du/dk_f = -sigmoid(-k_f), du/dk_i = sigmoid(-k_i)
         for u in range(H):
-            z, a = _gate(k0, k1, u, kind)
+            z, a, sf, _ = _lstm_gate(k0[u], k1[u])
             gv, _ = _g(kv[u])
-            _, sf = _sig_pair(k0[u])
             d0[u] = -(carry[u] * (gv - hp[u]) * z * a) * sf
         d1 = dkr[H:2 * H]
         for u in range(H):
-            z, a = _gate(k0, k1, u, kind)
+            z, a, _, si = _lstm_gate(k0[u], k1[u])
             gv, _ = _g(kv[u])
-            _, si = _sig_pair(k1[u])
             d1[u] = carry[u] * (gv - hp[u]) * z * a * si
     for u in range(H):
         _, a = _gate(k0, k1, u, kind)
