@@ -211,3 +211,35 @@ def scan_backward(k: np.ndarray, kind: int, h0: np.ndarray, states: np.ndarray, 
         _backward(k, h0, states, dh, mask, dk, dh0, 0)
     else:
         _backward(k, h0, states, dh, mask, dk, dh0, 1)
+
+
+@njit(inline="always", **OPTS)
+def _step(x: Any, W: Any, bias: Any, h: Any, out: Any, kind: int) -> bool:
+    F, N = W.shape
+    H = h.shape[1]
+    hr = row(h, 0)
+    zero = cst(h, 0.0)
+    for u in range(H):
+        v = hr[u]
+        if not (v >= zero and v - v == zero):       # negative, NaN or infinite: not a state
+            return False
+    k = bias.copy()
+    xr = row(x, 0)
+    for f in range(F):
+        xf = xr[f]
+        wr = row(W, f)
+        for n in range(N):
+            k[n] += xf * wr[n]
+    _forward_row(k, hr, row(out, 0), H, kind)
+    return True
+
+
+@njit(**OPTS)
+def step(x: np.ndarray, W: np.ndarray, bias: np.ndarray, h: np.ndarray, out: np.ndarray, kind: int) -> bool:
+    """One streaming step of one sequence: ``out`` (1, H) = the state after input ``x`` (1, F)
+    from ``h`` (1, H), with ``k = x @ W + bias`` (``W`` (F, N), ``bias`` (N,)) in the same
+    arithmetic as :func:`scan_forward`. False, and ``out`` untouched, when ``h`` has a negative
+    or non-finite entry (the caller's general path then refuses it). All arrays C-contiguous."""
+    if kind == 0:
+        return _step(x, W, bias, h, out, 0)
+    return _step(x, W, bias, h, out, 1)
