@@ -73,8 +73,10 @@ class MinGRU(_MinLayer):
     A pass of T > 1 steps (training and inference) runs the whole-sequence form: one GEMM for
     every step's gates, then the log-space (Heinsen) scan ``log h_t = A_t +
     logcumsumexp(log h_0, log(z_s h~_s) - A_s)``, ``A_t = sum_{s<=t} log(1 - z_s)``; its backward is one
-    reverse sweep of the linear recurrence and two GEMMs. A single step (``step``, streaming)
-    runs the step form. Masked steps carry the state. No ``recurrent_dropout`` (there is no
+    reverse sweep of the linear recurrence and two GEMMs (compiled, in the ``"fast"`` kernel
+    mode: the recurrence itself, step by step over vectorised units, in linear space). A single
+    step (``step``, streaming) runs the step form (compiled for one sequence). Masked steps
+    carry the state. No ``recurrent_dropout`` (there is no
     recurrent product).
     """
 
