@@ -2,7 +2,8 @@
 ``L = sum(y * G)``, every output kept) at B=32, T=512, F=H=128, float32, one thread:
 
 - rnnkit's parallel form (``rk.MinGRU`` / ``rk.MinLSTM``: GEMM, log-space scan, reverse sweep);
-- rnnkit's sequential form (the same cell walked step by step: ``rk.RecurrentLayer(rk.MinGRUCell(H))``);
+- rnnkit's sequential form (the same cell walked step by step: a ``RecurrentLayer`` over a subclass
+  of the cell that overrides ``step``, :func:`step_form`);
 - PyTorch's parallel log-space form, written as the paper's reference code writes it
   (``parallel_scan_log``: cumsum + logcumsumexp), with autograd;
 - PyTorch's sequential loop (the paper's sequential mode: one ``nn.Linear`` per step), autograd;
@@ -10,7 +11,8 @@
 and the streaming step at batch 1 (``layer.step(x_t, state)``, and the cell's bare ``step``).
 CPU time of this process (``time.process_time``), the median of the repeats, the contenders
 interleaved so a busy machine slows all alike. Run:
-``OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/bench_min_cells.py [--repeats N]``.
+``OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/bench_min_cells.py [--repeats N] [--phases]``
+(``--phases``: where rnnkit's training step goes, phase by phase).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import torch  # noqa: E402
 import torch.nn.functional as tF  # noqa: E402
 
 import rnnkit as rk  # noqa: E402
+from rnnkit.kernels import _min  # noqa: E402
 
 B, T, F, H = 32, 512, 128, 128
 
@@ -83,6 +86,19 @@ class TorchMin(torch.nn.Module):
         return torch.stack(out, dim=1)
 
 
+def step_form(cell_cls: type) -> type:
+    """A subclass of ``cell_cls`` that overrides ``step`` / ``step_back`` (with the same
+    arithmetic): the walker then runs its step form (an inherited parallel form counts only for
+    the class that declares it with its step), which a plain ``RecurrentLayer`` over the cell
+    does not (it gets the parallel form too)."""
+    def step(self: object, *a: object, **kw: object) -> object:
+        return cell_cls.step(self, *a, **kw)
+
+    def step_back(self: object, *a: object, **kw: object) -> object:
+        return cell_cls.step_back(self, *a, **kw)
+    return type(f"Step{cell_cls.__name__}", (cell_cls,), {"step": step, "step_back": step_back})
+
+
 def cpu_ms(f: Callable[[], object]) -> float:
     t0 = time.process_time()
     f()
@@ -111,11 +127,69 @@ def stream_times(cls: type[rk.RecurrentLayer], x1: np.ndarray) -> str:
             f"cell.step (projection excluded) {per_call(lambda: layer.cell.step(w, inp, h, None)):6.1f} us")
 
 
+def phases(repeats: int) -> None:
+    """Where a training step of the parallel form goes: each phase timed alone (median CPU ms)
+    on arrays of the benchmark's shape, the phases the walker and the cell run in that order."""
+    print(f"phases of one training step, B={B} T={T} F={F} H={H} float32 (ms, median of {repeats}); "
+          f"load average {os.getloadavg()[0]:.1f}")
+    for cls in (rk.MinGRU, rk.MinLSTM):
+        _phases_of(cls, repeats)
+
+
+def _phases_of(cls: type[rk.RecurrentLayer], repeats: int) -> None:
+    def med(f: Callable[[], object]) -> float:
+        f()
+        return statistics.median(cpu_ms(f) for _ in range(repeats))
+
+    rng = np.random.default_rng(0)
+    layer = cls(H, return_sequences=True, seed=1)  # type: ignore[call-arg]
+    layer.build(rk.Shape((None, T, F)))
+    w, kind = layer._weights, layer.cell.scan_kind
+    W = w["kernel"]
+    N = W.shape[1]
+    x = rng.standard_normal((B, T, F)).astype(np.float32)
+    G = rng.standard_normal((B, T, H)).astype(np.float32)
+    xt = np.ascontiguousarray(x.transpose(1, 0, 2))
+    x2 = xt.reshape(T * B, F)
+    inp = (x2 @ W).reshape(T, B, N)
+    k = inp + w["bias"]
+    h0, m = np.zeros((B, H), np.float32), np.zeros((0, 0), np.uint8)
+    hist = np.empty((T + 1, B, H), np.float32)
+    dh = np.ascontiguousarray(G.transpose(1, 0, 2))
+    dk, dh0 = np.empty_like(k), np.empty((B, H), np.float32)
+
+    def train() -> None:
+        ctx = rk.Ctx.training()
+        layer.forward(x, ctx)
+        layer.backward(G, ctx)
+
+    r = {"whole training step": med(train),
+         "GEMM x @ W (all steps, all gates)": med(lambda: x2 @ W),
+         "GEMM dW = x^T @ dk": med(lambda: x2.T @ dk.reshape(T * B, N)),
+         "GEMM dx = dk @ W^T": med(lambda: dk.reshape(T * B, N) @ W.T),
+         "bias: k = inp + b, db = sum dk": med(lambda: (inp + w["bias"], dk.reshape(-1, N).sum(axis=0))),
+         "scan forward (compiled)": med(lambda: _min.scan_forward(k, kind, h0, m, hist)),
+         "scan backward (compiled)": med(
+             lambda: _min.scan_backward(k, kind, h0, hist[1:], dh, m, dk, dh0)),
+         "copies: (B,T)<->(T,B) x3, states, dh": med(lambda: (
+             [np.ascontiguousarray(x.transpose(1, 0, 2)) for _ in range(3)],
+             np.concatenate([h0[None], hist[1:]]), np.zeros((T, B, H), np.float32) + dh))}
+    rest = r["whole training step"] - sum(v for n, v in r.items() if n != "whole training step")
+    print(cls.__name__)
+    for n, v in r.items():
+        print(f"  {n:40s} {v:8.2f}")
+    print(f"  {'the rest (Python, checks, allocation)':40s} {rest:8.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--phases", action="store_true", help="the breakdown of a training step by phase")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if args.phases:
+        phases(args.repeats)
+        return
     rng = np.random.default_rng(0)
     x = rng.standard_normal((B, T, F)).astype(np.float32)
     G = rng.standard_normal((B, T, H)).astype(np.float32)
@@ -127,7 +201,7 @@ def main() -> None:
     for cls in (rk.MinGRU, rk.MinLSTM):
         layer = cls(H, return_sequences=True, seed=1)
         layer.build(rk.Shape((None, T, F)))
-        seq = rk.RecurrentLayer(type(layer.cell)(H), return_sequences=True, seed=1)
+        seq = rk.RecurrentLayer(step_form(type(layer.cell))(H), return_sequences=True, seed=1)
         seq.build(rk.Shape((None, T, F)))
         tm = TorchMin(cls.__name__)
 

@@ -24,8 +24,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import types
-from numba.extending import intrinsic
 
 from rnnkit.kernels._int8_gemm import (
     AVX2,
@@ -41,28 +39,14 @@ from rnnkit.kernels._int8_gemm import (
     pack,
     padded,
 )
+from rnnkit.kernels._jit import f32_bits as _bits
+from rnnkit.kernels._jit import f32_from_bits as _from_bits
 from rnnkit.kernels._jit import njit, row, tanh32
 
 _F32 = np.float32
 _HALF, _ZERO, _THREE, _SIX, _QMAX = _F32(0.5), _F32(0.0), _F32(3.0), _F32(6.0), _F32(QMAX)
 
 
-def _bitcast(src: Any, dst: Any) -> Any:
-    """An intrinsic: a ``src`` scalar's bits as a ``dst`` scalar of the same width."""
-
-    @intrinsic
-    def cast(typingctx: Any, v: Any) -> Any:
-        if v != src:
-            return None
-
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            return builder.bitcast(args[0], context.get_value_type(dst))
-        return dst(v), codegen
-
-    return cast
-
-
-_bits, _from_bits = _bitcast(types.float32, types.int32), _bitcast(types.int32, types.float32)
 _SIGN = np.int32(-2 ** 31)
 
 

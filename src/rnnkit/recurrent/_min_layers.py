@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from rnnkit._layer import check_positive_int
 from rnnkit.recurrent._base import RecurrentLayer
 from rnnkit.recurrent._min_gru import MinGRUCell
 from rnnkit.recurrent._min_lstm import MinLSTMCell
+from rnnkit.recurrent._min_scan import compiled
 from rnnkit.recurrent._registry import register_cell
 
 for _c in (MinGRUCell, MinLSTMCell):
@@ -28,6 +31,26 @@ class _MinLayer(RecurrentLayer):
 
     def get_config(self) -> dict[str, Any]:
         return {"units": self.units, **self._walk_config()}
+
+    def step(self, x: Any, state: Any) -> Any:
+        """:meth:`rnnkit.RecurrentLayer.step`. One sequence (``x`` an array (1, F) of the layer's
+        dtype, ``state`` a state of one (1, H) array of it, both C-contiguous) in the ``"fast"``
+        kernel mode runs the compiled step (:func:`rnnkit.kernels._min.step`: the projection and
+        the blend in one call, no checks or arrays beyond the new state's); anything else, and a
+        state the compiled step finds negative or non-finite (refused there), the general path."""
+        kern = compiled()
+        built = self._input_shape
+        if kern is not None and built is not None and type(x) is np.ndarray and x.dtype == self.dtype \
+                and x.shape == (1, built.dims[2]) and x.flags.c_contiguous \
+                and isinstance(state, tuple) and len(state) == 1:
+            h = state[0]
+            w = self._weights
+            if type(h) is np.ndarray and h.dtype == self.dtype and h.shape == (1, self.units) \
+                    and h.flags.c_contiguous and w["kernel"].flags.c_contiguous:
+                out = np.empty_like(h)
+                if kern.step(x, w["kernel"], w["bias"], h, out, self.cell.scan_kind):
+                    return self.cell.make_state((out,))
+        return super().step(x, state)
 
 
 class MinGRU(_MinLayer):
@@ -50,8 +73,10 @@ class MinGRU(_MinLayer):
     A pass of T > 1 steps (training and inference) runs the whole-sequence form: one GEMM for
     every step's gates, then the log-space (Heinsen) scan ``log h_t = A_t +
     logcumsumexp(log h_0, log(z_s h~_s) - A_s)``, ``A_t = sum_{s<=t} log(1 - z_s)``; its backward is one
-    reverse sweep of the linear recurrence and two GEMMs. A single step (``step``, streaming)
-    runs the step form. Masked steps carry the state. No ``recurrent_dropout`` (there is no
+    reverse sweep of the linear recurrence and two GEMMs (compiled, in the ``"fast"`` kernel
+    mode: the recurrence itself, step by step over vectorised units, in linear space). A single
+    step (``step``, streaming) runs the step form (compiled for one sequence). Masked steps
+    carry the state. No ``recurrent_dropout`` (there is no
     recurrent product).
     """
 

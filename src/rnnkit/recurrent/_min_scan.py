@@ -48,8 +48,9 @@ from rnnkit.recurrent._cell import Arrays, Cell, SequenceBack
 
 
 def compiled() -> ModuleType | None:
-    """The compiled scan (:mod:`rnnkit.kernels._min`, the same arithmetic fused into one pass
-    each way) in the ``"fast"`` kernel mode with numba installed; else None (the NumPy form here)."""
+    """The compiled whole-sequence form (:mod:`rnnkit.kernels._min`: the same recurrence walked
+    in linear space over vectorised units, one pass each way) in the ``"fast"`` kernel mode
+    with numba installed; else None (the NumPy log-space form here)."""
     if kernels.mode() != "fast" or not kernels.available():
         return None
     # compiled with numba, an optional dependency: loaded on first use, once available() said so
@@ -149,8 +150,9 @@ class MinCell(Cell):
     """What :class:`~rnnkit.recurrent._min_gru.MinGRUCell` and
     :class:`~rnnkit.recurrent._min_lstm.MinLSTMCell` share: the input kernel ``kernel`` (F, k*H)
     (the walker projects ``x @ kernel``; the cell adds its (k*H,) ``bias``), the state ``h`` >= 0
-    (:meth:`check_init`), and the parallel form (the scan above, compiled in the ``"fast"``
-    kernel mode): :meth:`parallel_forward` / :meth:`parallel_backward`, masks included
+    (:meth:`check_init`), and the parallel form (the scan above; in the ``"fast"`` kernel mode
+    the compiled recurrence of :mod:`rnnkit.kernels._min`): :meth:`parallel_forward` /
+    :meth:`parallel_backward`, masks included
     (:attr:`~rnnkit.Cell.sequence_takes_mask`: a masked step is ``a = 1``, ``b = 0``). Both
     forms park ``k = inp + bias`` (T, B, k*H), so either backward can follow either forward.
     A subclass gives its step, :attr:`scan_kind`, :meth:`logit` and :meth:`dk`, and names the
@@ -203,12 +205,14 @@ class MinCell(Cell):
         H = self.units
         k = park["k"]
         (dh,) = d
-        hist = np.concatenate([init[0][None], states[0]])     # row t enters step t
         kern = compiled()
         if kern is not None:
             dk, dh0 = np.empty_like(k), np.empty((k.shape[1], H), k.dtype)
-            kern.scan_backward(k, self.scan_kind, hist, np.ascontiguousarray(dh), mask_u8(mask), dk, dh0)
+            kern.scan_backward(k, self.scan_kind, np.ascontiguousarray(init[0], k.dtype),
+                               np.ascontiguousarray(states[0], k.dtype), np.ascontiguousarray(dh, k.dtype),
+                               mask_u8(mask), dk, dh0)
         else:
+            hist = np.concatenate([init[0][None], states[0]])     # row t enters step t
             du, dv, dh0 = scan_backward(self.logit(k), k[:, :, -H:], hist, dh, mask)
             dk = self.dk(k, du, dv)
         return SequenceBack(d_init=(dh0,), d_inp=dk, params={"bias": dk.reshape(-1, dk.shape[2]).sum(axis=0)})
