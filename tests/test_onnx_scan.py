@@ -1,0 +1,175 @@
+"""ONNX export of MinGRU / MinLSTM (a Scan over the linear recurrence): onnxruntime's outputs equal
+rnnkit's, float32, for every option the exporter accepts (go_backwards, return_sequences,
+return_state, initial state, lengths, Bidirectional with each merge mode, a MinGRU beside a GRU),
+at two batch sizes and lengths; stateful is refused naming the option.
+
+Tolerance (relative, element by element; every output is h > 0 or a sum / product / mean of
+such, so relative is meaningful): rnnkit's float32 pass is the log-space scan, whose error in h_t
+is a few ulps of |A_t| = sum_{s<=t} |log a_s| (rnnkit.recurrent._min_scan), <= T * L * eps with
+L = max |log a| = max softplus(u) over the data; onnxruntime's is the step recurrence, a convex
+blend per step whose inputs (sigmoid as exp(-softplus(-x)): <= 9 ulps measured, g, the product)
+carry <= ~16 ulps each, <= 16 * T * eps in all. So rtol = 2 * T * eps * (L + 16) (2: margin for
+the order of roundings); zeros past each length must be exact (atol 0).
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rnnkit as rk
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+ort.set_default_logger_severity(3)
+
+LAYERS = [rk.MinGRU, rk.MinLSTM]
+F, H = 3, 5
+SIZES = [(2, 5), (4, 9)]   # (batch, time): neither is fixed by the export
+EPS32 = float(np.finfo(np.float32).eps)
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(0.0, x)
+
+
+def _randomise(layer: Any, seed: int) -> None:
+    """Weights drawn so that both branches of g (x >= 0, x < 0) and gates near 0 and 1 occur."""
+    rng = np.random.default_rng(seed)
+    layer.set_weight("kernel", 1.5 * rng.standard_normal(layer.weight("kernel").shape))
+    layer.set_weight("bias", rng.standard_normal(layer.weight("bias").shape))
+
+
+def _max_log_a(layer: Any, x: np.ndarray) -> float:
+    """L = max |log a| = max softplus(u) of ``layer`` on ``x`` (module docstring)."""
+    k = x.astype(np.float64) @ layer.weight("kernel").astype(np.float64) + layer.weight("bias")
+    if isinstance(layer.cell, rk.MinGRUCell):
+        u = k[..., :H]
+    else:
+        u = _softplus(-k[..., :H]) - _softplus(-k[..., H:2 * H])
+    return float(_softplus(u).max())
+
+
+def _rtol(T: int, L: float) -> float:
+    return 2 * T * EPS32 * (L + 16)
+
+
+def _run(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _export(model: Any, tmp_path: Path, **kw: Any) -> Path:
+    path = tmp_path / "m.onnx"
+    rk.save_onnx(model, path, **kw)
+    onnx.checker.check_model(onnx.load(str(path)), full_check=True)
+    return path
+
+
+def _compare(got: list[np.ndarray], want: Any, rtol: float, what: str) -> None:
+    want = want if isinstance(want, list) else [want]
+    assert len(got) == len(want), what
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape, what
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=0, err_msg=what)
+
+
+@pytest.mark.parametrize("cls", LAYERS)
+def test_every_option_of_the_layer(cls: Any, tmp_path: Path) -> None:
+    """go_backwards x return_sequences x return_state x initial_state x lengths, the layer alone."""
+    rng = np.random.default_rng(3)
+    for gb, seqs, st, init, lengths in itertools.product([False, True], repeat=5):
+        layer = cls(H, go_backwards=gb, return_sequences=seqs, return_state=st)
+        layer.build(rk.Shape((None, None, F)))
+        _randomise(layer, 7)
+        path = _export(layer, tmp_path, lengths=lengths, initial_state=init)
+        for B, T in SIZES:
+            x = rng.standard_normal((B, T, F)).astype(np.float32)
+            feeds: dict[str, np.ndarray] = {"input": x}
+            arg: Any = x
+            ctx = rk.Ctx.inference()
+            if init:
+                h0 = rng.uniform(0, 2, (B, H)).astype(np.float32)   # the state of a min cell is >= 0
+                feeds["initial_h"], arg = h0, [x, h0]
+            if lengths:
+                n = rng.integers(1, T + 1, B)
+                n[0] = T
+                feeds["lengths"] = n.astype(np.int64)
+                ctx = ctx.set_mask(lengths=n)
+            _compare(_run(path, feeds), layer.forward(arg, ctx), _rtol(T, _max_log_a(layer, x)),
+                     f"go_backwards={gb} return_sequences={seqs} return_state={st} initial={init} "
+                     f"lengths={lengths} B={B} T={T}")
+
+
+@pytest.mark.parametrize("cls", LAYERS)
+def test_bidirectional_each_merge_mode(cls: Any, tmp_path: Path) -> None:
+    """Both directions as Scan passes, the backward one put back in input order (within each
+    length), in a Sequential, with and without lengths."""
+    rng = np.random.default_rng(4)
+    modes = ["concat", "sum", "mul", "ave"]
+    for seqs, mode, lengths in itertools.product([False, True], modes, [False, True]):
+        bi = rk.Bidirectional(cls(H, return_sequences=seqs), merge_mode=mode)
+        model = rk.Sequential([bi], input_shape=(None, None, F))
+        _randomise(bi.forward_layer, 8)
+        _randomise(bi.backward_layer, 9)
+        path = _export(model, tmp_path, lengths=lengths)
+        for B, T in SIZES:
+            x = rng.standard_normal((B, T, F)).astype(np.float32)
+            feeds = {"input": x}
+            ctx = rk.Ctx.inference()
+            if lengths:
+                n = rng.integers(1, T + 1, B)
+                n[0] = T
+                feeds["lengths"] = n.astype(np.int64)
+                ctx = ctx.set_mask(lengths=n)
+            L = max(_max_log_a(bi.forward_layer, x), _max_log_a(bi.backward_layer, x))
+            _compare(_run(path, feeds), model.forward(x, ctx), _rtol(T, L),
+                     f"return_sequences={seqs} merge_mode={mode} lengths={lengths} B={B} T={T}")
+
+
+def test_bidirectional_states_and_a_gru_beside_a_min_gru(tmp_path: Path) -> None:
+    """Bidirectional(return_state=True, merge_mode=None) in a graph model, and a pair of a
+    MinGRU (a Scan) and a GRU (ONNX's GRU op) with lengths."""
+    rng = np.random.default_rng(5)
+    b = rk.GraphBuilder()
+    x_in = b.input((None, None, F), name="input")
+    bi = rk.Bidirectional(rk.MinLSTM(H, return_sequences=True, return_state=True), merge_mode=None)
+    yf, yb, hf, hb = b.add(bi, x_in)
+    model = b.build([yf, yb, hf, hb])
+    _randomise(bi.forward_layer, 10)
+    _randomise(bi.backward_layer, 11)
+    path = _export(model, tmp_path)
+    x = rng.standard_normal((3, 7, F)).astype(np.float32)
+    L = max(_max_log_a(bi.forward_layer, x), _max_log_a(bi.backward_layer, x))
+    _compare(_run(path, {"input": x}), model.predict(x), _rtol(7, L), "Bidirectional states")
+
+    mixed = rk.Bidirectional(rk.MinGRU(H, return_sequences=True),
+                             backward_layer=rk.GRU(H, return_sequences=True, go_backwards=True))
+    seq = rk.Sequential([mixed], input_shape=(None, None, F))
+    _randomise(mixed.forward_layer, 12)
+    path = _export(seq, tmp_path, lengths=True)
+    for B, T in SIZES:
+        x = rng.standard_normal((B, T, F)).astype(np.float32)
+        n = rng.integers(1, T + 1, B)
+        n[0] = T
+        got = _run(path, {"input": x, "lengths": n.astype(np.int64)})[0]
+        want = seq.forward(x, rk.Ctx.inference().set_mask(lengths=n))
+        # the GRU half may be negative: its error is absolute, 1e-5 as in test_onnx_export.py
+        rtol = _rtol(T, _max_log_a(mixed.forward_layer, x))
+        np.testing.assert_allclose(got[..., :H], want[..., :H], rtol=rtol, atol=0)
+        np.testing.assert_allclose(got[..., H:], want[..., H:], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("cls", LAYERS)
+def test_stateful_is_refused_naming_the_option(cls: Any, tmp_path: Path) -> None:
+    path = tmp_path / "m.onnx"
+    shape = rk.Shape((2, 5, F))
+    for model in (rk.Sequential([cls(H, stateful=True, name="st")]).build(shape),
+                  rk.Sequential([rk.Bidirectional(cls(H, stateful=True), name="st")]).build(shape)):
+        with pytest.raises(rk.UnsupportedFeatureError, match="layer 'st': stateful: a stateful layer") as e:
+            rk.save_onnx(model, path)
+        assert (e.value.layer, e.value.option) == ("st", "stateful")
+        assert not path.exists()
