@@ -24,7 +24,6 @@ from rnnkit._layouts import ONNX_ACTIVATIONS, ONNX_OP, check_onnx_compatible, on
 from rnnkit._validate import weight_problem
 from rnnkit.io._interop_errors import UnsupportedFeatureError
 from rnnkit.layers._conv import pads
-from rnnkit.recurrent import MLSTMCell, SLSTMCell
 
 _INT64_MIN = np.iinfo(np.int64).min
 
@@ -170,13 +169,10 @@ def activation(g: Graph, x: str, fn: Any, hint: str, where: str) -> str:
 
 # -- recurrent ---------------------------------------------------------------------------------
 def _cell_check(layer: Any, where: str) -> str:
-    if isinstance(layer.cell, (SLSTMCell, MLSTMCell)):
-        raise UnsupportedFeatureError(where, "cell", f"xLSTM's {layer.cell.name} cell has no ONNX operator: "
-                                      f"its exponential input gate and stabilizer state m are no RNN / LSTM "
-                                      f"/ GRU operator's, and its Scan export is not implemented")
     if builtin_kind(layer.cell) is None:
         raise UnsupportedFeatureError(where, "cell", f"{describe_cell(layer.cell)} has no ONNX operator; "
-                                      f"only SimpleRNN, LSTM and GRU cells export")
+                                      f"the cells that export: SimpleRNN, LSTM, GRU, MinGRU, MinLSTM, SLSTM, "
+                                      f"MLSTM")
     try:
         return check_onnx_compatible(layer.cell, where)
     except InvalidParameterError as e:

@@ -1,6 +1,15 @@
 """ONNX export of the recurrences no RNN / LSTM / GRU operator computes, as a ``Scan`` over their
 step, registered into :data:`rnnkit.io._onnx_layers.SCAN_PASSES` by cell class: ``MinGRU`` and
-``MinLSTM``.
+``MinLSTM``, ``SLSTM`` and ``MLSTM``. What reads only the input (every projection) is computed
+for all steps in the outer graph; the Scan body holds what reads the state. A masked step
+(``lengths``) keeps every state part (``Where`` on the body's outputs).
+
+xLSTM (sLSTM, mLSTM): the body is the cell's recurrent step with its stabilizer ``m``, as
+:mod:`rnnkit.recurrent._xlstm` writes it (sLSTM's block-diagonal recurrent matrix as one dense
+(H, 4H) matrix whose zeros add nothing; mLSTM's ``qkv_blocksize`` blocks likewise as
+block-diagonal (H, H) matrices beside ``kernel``). rnnkit's MLSTM runs a plain pass by its
+chunkwise form, which equals the recurrent form to rounding. The sigmoid is ``0.5 + 0.5
+tanh(0.5 x)`` as rnnkit's xLSTM computes it (onnxruntime's ``Tanh`` is within ~2 ulps).
 
 minGRU / minLSTM. Their gates read the input only, so every step's gates are computed for the
 whole sequence at once in the outer graph (one ``MatMul``), and the ``Scan`` body is the linear
@@ -27,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit.io._onnx_layers import SCAN_PASSES, Graph
-from rnnkit.recurrent import MinGRUCell, MinLSTMCell
+from rnnkit.recurrent import MinGRUCell, MinLSTMCell, MLSTMCell, SLSTMCell
 
 
 def _sigmoid(g: Graph, x: str, hint: str) -> str:
@@ -41,21 +50,30 @@ def _block(g: Graph, k: str, j: int, H: int, hint: str) -> str:
                            g.ints("axis2", [2])], hint)
 
 
-def scan(g: Graph, hint: str, init: list[str], seqs: list[str], step: Any) -> list[str]:
+def scan(g: Graph, hint: str, init: list[str], seqs: list[str], mask: str | None, step: Any) -> list[str]:
     """A ``Scan`` over axis 0 of ``seqs`` (each (T, ...)) from the states ``init``: ``step(body,
-    states, slices) -> new_states`` writes one step into the body graph; the Scan returns the
-    final states and, stacked over the steps, state part 0 after each step."""
+    states, slices)`` writes one step into the body graph and returns the new states, which a
+    masked step (``mask`` (T, B, 1) bool, or None) replaces by the states before it; the Scan
+    returns the final states and, stacked over the steps, state part 0 after each step."""
     helper = g.helper
     elem = helper.np_dtype_to_tensor_dtype(g.dtype)
     body = g.body()
     s_in = [body.name(f"{hint}_state") for _ in init]
     x_in = [body.name(f"{hint}_slice") for _ in seqs]
     new = step(body, s_in, x_in)
+    types = [elem] * (len(s_in) + len(x_in))
+    if mask is not None:
+        m_in = body.name(f"{hint}_mask")
+        new = [body.one("Where", [m_in, a, b], hint) for a, b in zip(new, s_in, strict=True)]
+        x_in.append(m_in)
+        types.append(helper.np_dtype_to_tensor_dtype(np.dtype(bool)))
     y = body.one("Identity", [new[0]], hint)
     graph = helper.make_graph(body.nodes, body.name(f"{hint}_step"),
-                              [helper.make_tensor_value_info(n, elem, None) for n in s_in + x_in],
+                              [helper.make_tensor_value_info(n, t, None) for n, t in zip(s_in + x_in, types,
+                                                                                          strict=True)],
                               [helper.make_tensor_value_info(n, elem, None) for n in [*new, y]])
-    return g.op("Scan", [*init, *seqs], hint, n_out=len(init) + 1, num_scan_inputs=len(seqs), body=graph)
+    return g.op("Scan", [*init, *seqs, *([] if mask is None else [mask])], hint, n_out=len(init) + 1,
+                num_scan_inputs=len(x_in), body=graph)
 
 
 def min_pass(g: Graph, layer: Any, x_tm: str, init: list[str], mask: str | None,
@@ -84,8 +102,123 @@ def min_pass(g: Graph, layer: Any, x_tm: str, init: list[str], mask: str | None,
     def step(body: Graph, states: list[str], slices: list[str]) -> list[str]:
         return [body.one("Add", [body.one("Mul", [slices[0], states[0]], where), slices[1]], where)]
 
-    final, ys = scan(g, where, init[:1], [a, b], step)
+    final, ys = scan(g, where, init[:1], [a, b], None, step)
     return ys, [final]
 
 
-SCAN_PASSES.update({MinGRUCell: min_pass, MinLSTMCell: min_pass})
+# -- xLSTM -------------------------------------------------------------------------------------
+def _sig_tanh(g: Graph, x: str, hint: str) -> str:
+    """``0.5 + 0.5 tanh(0.5 x)``, xLSTM's sigmoid as rnnkit computes it (onnxruntime's ``Tanh``
+    is within ~2 ulps)."""
+    half = g.const("half", np.asarray(0.5))
+    t = g.one("Tanh", [g.one("Mul", [half, x], hint)], hint)
+    return g.one("Add", [half, g.one("Mul", [half, t], hint)], hint)
+
+
+def _log_forget(g: Graph, cell: Any, af: str, hint: str) -> str:
+    """log f: ``af`` (``forget_gate="exp"``) or ``-softplus(-af)``."""
+    if cell.forget_gate == "exp":
+        return af
+    return g.one("Neg", [g.one("Softplus", [g.one("Neg", [af], hint)], hint)], hint)
+
+
+def _stabilized(g: Graph, cell: Any, ai: str, af: str, m_prev: str, hint: str) -> tuple[str, str, str]:
+    """(m, i', f') of the stabilized gates: ``m = max(log f + m_prev, ai)``, ``i' = exp(ai - m)``,
+    ``f' = exp(log f + m_prev - m)``."""
+    lfm = g.one("Add", [_log_forget(g, cell, af, hint), m_prev], hint)
+    m = g.one("Max", [lfm, ai], hint)
+    ip = g.one("Exp", [g.one("Sub", [ai, m], hint)], hint)
+    return m, ip, g.one("Exp", [g.one("Sub", [lfm, m], hint)], hint)
+
+
+def _cols(g: Graph, t: str, start: int, end: int, hint: str, axis: int = 2) -> str:
+    """Entries ``start:end`` of axis ``axis`` of ``t``."""
+    bounds = [g.ints(f"start{start}", [start]), g.ints(f"end{end}", [end]), g.ints(f"axis{axis}", [axis])]
+    return g.one("Slice", [t, *bounds], hint)
+
+
+def slstm_pass(g: Graph, layer: Any, x_tm: str, init: list[str], mask: str | None,
+               where: str) -> tuple[str, list[str]]:
+    """sLSTM (:mod:`rnnkit.recurrent._xlstm`): ``x W + b`` for every step in the outer graph; the
+    body adds ``h R`` (R's per-head blocks as one block-diagonal (H, 4H) matrix: the zeros add
+    nothing) and computes the stabilized step."""
+    cell = layer.cell
+    H, nh, dh = int(cell.units), int(cell.num_heads), int(cell.head_size)
+    R = layer.weight("recurrent_kernel")
+    dense = np.zeros((H, 4 * H), R.dtype)
+    for k in range(nh):
+        for j in range(4):
+            dense[k * dh:(k + 1) * dh, j * H + k * dh:j * H + (k + 1) * dh] = R[k][:, j * dh:(j + 1) * dh]
+    xw = g.one("MatMul", [x_tm, g.const(f"{where}_kernel", layer.weight("kernel"))], where)
+    xw = g.one("Add", [xw, g.const(f"{where}_bias", layer.weight("bias").reshape(-1))], where)
+    rd = g.const(f"{where}_recurrent_kernel", dense)
+
+    def step(b: Graph, states: list[str], slices: list[str]) -> list[str]:
+        h, c, n, m = states
+        a = b.one("Add", [slices[0], b.one("MatMul", [h, rd], where)], where)
+        ai, af, az, ao = (_cols(b, a, j * H, (j + 1) * H, where, axis=1) for j in range(4))
+        m_new, ip, fp = _stabilized(b, cell, ai, af, m, where)
+        z = b.one("Tanh", [az], where)
+        c_new = b.one("Add", [b.one("Mul", [fp, c], where), b.one("Mul", [ip, z], where)], where)
+        n_new = b.one("Add", [b.one("Mul", [fp, n], where), ip], where)
+        h_new = b.one("Mul", [_sig_tanh(b, ao, where), b.one("Div", [c_new, n_new], where)], where)
+        return [h_new, c_new, n_new, m_new]
+
+    outs = scan(g, where, init, [xw], mask, step)
+    return outs[-1], outs[:-1]
+
+
+def mlstm_pass(g: Graph, layer: Any, x_tm: str, init: list[str], mask: str | None,
+               where: str) -> tuple[str, list[str]]:
+    """mLSTM (:mod:`rnnkit.recurrent._xlstm`), by its recurrent form: the projections
+    ``[q | k | v | o | i | f]`` of every step in the outer graph (``qkv_blocksize``: the blocks
+    as block-diagonal (H, H) matrices beside ``kernel``), the body the stabilized update of
+    ``C``, ``n``, ``m`` and ``h``."""
+    cell = layer.cell
+    H, nh, dh = int(cell.units), int(cell.num_heads), int(cell.head_size)
+    W = layer.weight("kernel")
+    s = cell.qkv_blocksize
+    if s is not None:
+        blocks = layer.weight("qkv_kernel")
+        qkv = np.zeros((3, H, H), W.dtype)
+        for j in range(H // s):
+            qkv[:, j * s:(j + 1) * s, j * s:(j + 1) * s] = blocks[:, j]
+        W = np.concatenate([qkv[0], qkv[1], qkv[2], W], axis=1)
+    p = g.one("MatMul", [x_tm, g.const(f"{where}_kernel", W)], where)
+    p = g.one("Add", [p, g.const(f"{where}_bias", layer.weight("bias").reshape(-1))], where)
+    heads = g.ints(f"heads{nh}x{dh}", [0, 0, nh, dh])
+    q, k, v = (g.one("Reshape", [_cols(g, p, j * H, (j + 1) * H, where), heads], where) for j in range(3))
+    k = g.one("Mul", [k, g.const(f"{where}_key_scale", np.asarray(1.0 / np.sqrt(float(dh))))], where)
+    ao = _cols(g, p, 3 * H, 4 * H, where)
+    ai, af = _cols(g, p, 4 * H, 4 * H + nh, where), _cols(g, p, 4 * H + nh, 4 * H + 2 * nh, where)
+
+    def step(b: Graph, states: list[str], slices: list[str]) -> list[str]:
+        _, C, n, m = states
+        qt, kt, vt, ot, it, ft = slices                    # (B, nh, dh) x3, (B, H), (B, nh) x2
+        m_new, ip, fp = _stabilized(b, cell, it, ft, m, where)
+        ax3, ax23 = b.ints("axis_last", [-1]), b.ints("axes23", [2, 3])
+        C4 = b.one("Reshape", [C, b.ints(f"matrix{nh}x{dh}", [0, nh, dh, dh])], where)
+        vk = b.one("Mul", [b.one("Unsqueeze", [vt, ax3], where),
+                           b.one("Unsqueeze", [kt, b.ints("axis2", [2])], where)], where)    # (B, nh, dh, dh)
+        C_new = b.one("Add", [b.one("Mul", [b.one("Unsqueeze", [fp, ax23], where), C4], where),
+                              b.one("Mul", [b.one("Unsqueeze", [ip, ax23], where), vk], where)], where)
+        n3 = b.one("Reshape", [n, b.ints(f"vectors{nh}x{dh}", [0, nh, dh])], where)
+        n_new = b.one("Add", [b.one("Mul", [b.one("Unsqueeze", [fp, ax3], where), n3], where),
+                              b.one("Mul", [b.one("Unsqueeze", [ip, ax3], where), kt], where)], where)
+        num = b.one("MatMul", [C_new, b.one("Unsqueeze", [qt, ax3], where)], where)
+        num = b.one("Squeeze", [num, ax3], where)                                           # (B, nh, dh)
+        dot = b.one("ReduceSum", [b.one("Mul", [n_new, qt], where), ax3], where, keepdims=0)      # (B, nh)
+        floor = b.one("Exp", [b.one("Neg", [m_new], where)], where)
+        den = b.one("Max", [b.one("Abs", [dot], where), floor], where)
+        ht = b.one("Div", [num, b.one("Unsqueeze", [den, ax3], where)], where)
+        flat = b.ints("flat", [0, -1])
+        h_new = b.one("Mul", [_sig_tanh(b, ot, where), b.one("Reshape", [ht, flat], where)], where)
+        new = [h_new, b.one("Reshape", [C_new, flat], where), b.one("Reshape", [n_new, flat], where), m_new]
+        return new
+
+    outs = scan(g, where, init, [q, k, v, ao, ai, af], mask, step)
+    return outs[-1], outs[:-1]
+
+
+SCAN_PASSES.update({MinGRUCell: min_pass, MinLSTMCell: min_pass, SLSTMCell: slstm_pass,
+                    MLSTMCell: mlstm_pass})
