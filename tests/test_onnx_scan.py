@@ -1,9 +1,14 @@
-"""ONNX export of MinGRU / MinLSTM (a Scan over the linear recurrence): onnxruntime's outputs equal
-rnnkit's, float32, for every option the exporter accepts (go_backwards, return_sequences,
-return_state, initial state, lengths, Bidirectional with each merge mode, a MinGRU beside a GRU),
-at two batch sizes and lengths; stateful is refused naming the option.
+"""ONNX export of MinGRU / MinLSTM (a Scan over the linear recurrence) and SLSTM / MLSTM (a Scan
+over the stabilized step): onnxruntime's outputs equal rnnkit's, float32, for every option the
+exporter accepts (go_backwards, return_sequences, return_state, initial state, lengths,
+Bidirectional with each merge mode, a MinGRU beside a GRU; xLSTM's forget gates, heads and
+mLSTM's qkv_blocksize), at two batch sizes and lengths; stateful is refused naming the option.
 
-Tolerance (relative, element by element; every output is h > 0 or a sum / product / mean of
+xLSTM tolerance: as tests/test_xlstm.py states for float32 (T <= 12 steps of tens of operations,
+a few ulps each, relative to the largest entry): 1e-5 of the largest entry of each output.
+
+Min cells' tolerance:
+(relative, element by element; every output is h > 0 or a sum / product / mean of
 such, so relative is meaningful): rnnkit's float32 pass is the log-space scan, whose error in h_t
 is a few ulps of |A_t| = sum_{s<=t} |log a_s| (rnnkit.recurrent._min_scan), <= T * L * eps with
 L = max |log a| = max softplus(u) over the data; onnxruntime's is the step recurrence, a convex
@@ -173,3 +178,95 @@ def test_stateful_is_refused_naming_the_option(cls: Any, tmp_path: Path) -> None
             rk.save_onnx(model, path)
         assert (e.value.layer, e.value.option) == ("st", "stateful")
         assert not path.exists()
+
+
+# -- xLSTM ---------------------------------------------------------------------------------------
+XLSTM = [("SLSTM", {}), ("SLSTM", {"forget_gate": "exp"}), ("MLSTM", {}),
+         ("MLSTM", {"forget_gate": "exp", "chunk_size": 4}), ("MLSTM", {"chunk_size": None})]
+XH = 8   # two heads of 4
+
+
+def _xlstm(kind: str, kw: dict[str, Any], seed: int, F_in: int = F, **opts: Any) -> Any:
+    layer = getattr(rk, kind)(XH, 2, seed=seed, **kw, **opts)
+    layer.build(rk.Shape((None, None, F_in)))
+    rng = np.random.default_rng(seed)
+    for name, w in layer.weights():   # every weight drawn (the gates' zero columns too)
+        layer.set_weight(name, 0.7 * rng.standard_normal(w.shape) + (w if name == "bias" else 0))
+    return layer
+
+
+def _close_to_scale(got: list[np.ndarray], want: Any, what: str) -> None:
+    want = want if isinstance(want, list) else [want]
+    assert len(got) == len(want), what
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape, what
+        tol = 1e-5 * max(1.0, float(np.abs(b).max()))
+        np.testing.assert_allclose(a, b, rtol=0, atol=tol, err_msg=what)
+
+
+@pytest.mark.parametrize("kind,kw", XLSTM, ids=[k + "".join(f"-{v}" for v in c.values()) for k, c in XLSTM])
+def test_xlstm_every_option_of_the_layer(kind: str, kw: dict[str, Any], tmp_path: Path) -> None:
+    """go_backwards x return_sequences x return_state x initial_state x lengths, the layer alone
+    (MLSTM: a plain pass runs rnnkit's chunkwise or parallel form, any other its recurrent one)."""
+    rng = np.random.default_rng(6)
+    twin = _xlstm(kind, kw, 13, return_state=True)   # the same weights: initial states a layer reaches
+    for gb, seqs, st, init, lengths in itertools.product([False, True], repeat=5):
+        layer = _xlstm(kind, kw, 13, go_backwards=gb, return_sequences=seqs, return_state=st)
+        path = _export(layer, tmp_path, lengths=lengths, initial_state=init)
+        for B, T in SIZES:
+            x = rng.standard_normal((B, T, F)).astype(np.float32)
+            feeds: dict[str, np.ndarray] = {"input": x}
+            arg: Any = x
+            ctx = rk.Ctx.inference()
+            if init:
+                parts = twin.predict(rng.standard_normal((B, 4, F)).astype(np.float32))[1:]
+                names = [f"initial_{nm}" for nm in layer.cell.state_names]
+                feeds.update(zip(names, parts, strict=True))
+                arg = [x, *parts]
+            if lengths:
+                n = rng.integers(1, T + 1, B)
+                n[0] = T
+                feeds["lengths"] = n.astype(np.int64)
+                ctx = ctx.set_mask(lengths=n)
+            _close_to_scale(_run(path, feeds), layer.forward(arg, ctx),
+                            f"go_backwards={gb} return_sequences={seqs} return_state={st} initial={init} "
+                            f"lengths={lengths} B={B} T={T}")
+
+
+def test_xlstm_bidirectional_and_qkv_blocks(tmp_path: Path) -> None:
+    """Bidirectional SLSTM / MLSTM (both merge kinds: side by side, averaged) with and without
+    lengths, in a Sequential; an MLSTM with block-diagonal q, k, v projections."""
+    rng = np.random.default_rng(7)
+    for kind, mode, lengths in itertools.product(["SLSTM", "MLSTM"], ["concat", "ave"], [False, True]):
+        bi = rk.Bidirectional(getattr(rk, kind)(XH, 2, return_sequences=True, seed=3), merge_mode=mode)
+        model = rk.Sequential([bi], input_shape=(None, None, F))
+        for k, lay in enumerate((bi.forward_layer, bi.backward_layer)):
+            r = np.random.default_rng(20 + k)
+            for name, w in lay.weights():
+                lay.set_weight(name, 0.7 * r.standard_normal(w.shape) + (w if name == "bias" else 0))
+        path = _export(model, tmp_path, lengths=lengths)
+        for B, T in SIZES:
+            x = rng.standard_normal((B, T, F)).astype(np.float32)
+            feeds = {"input": x}
+            ctx = rk.Ctx.inference()
+            if lengths:
+                n = rng.integers(1, T + 1, B)
+                n[0] = T
+                feeds["lengths"] = n.astype(np.int64)
+                ctx = ctx.set_mask(lengths=n)
+            _close_to_scale(_run(path, feeds), model.forward(x, ctx), f"{kind} {mode} lengths={lengths}")
+    blocks = _xlstm("MLSTM", {"qkv_blocksize": 4}, 14, F_in=XH, return_sequences=True)
+    path = _export(blocks, tmp_path)
+    for B, T in SIZES:
+        x = rng.standard_normal((B, T, XH)).astype(np.float32)
+        _close_to_scale(_run(path, {"input": x}), blocks.predict(x), "qkv_blocksize=4")
+
+
+@pytest.mark.parametrize("kind", ["SLSTM", "MLSTM"])
+def test_xlstm_stateful_is_refused_naming_the_option(kind: str, tmp_path: Path) -> None:
+    path = tmp_path / "m.onnx"
+    model = rk.Sequential([getattr(rk, kind)(XH, 2, stateful=True, name="st")]).build(rk.Shape((2, 5, F)))
+    with pytest.raises(rk.UnsupportedFeatureError, match="layer 'st': stateful: a stateful layer") as e:
+        rk.save_onnx(model, path)
+    assert (e.value.layer, e.value.option) == ("st", "stateful")
+    assert not path.exists()
