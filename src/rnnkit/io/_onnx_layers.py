@@ -144,13 +144,17 @@ class Graph:
                      where)                                                                     # (T, B)
         return self.one("Unsqueeze", [m, self.ints("axis2", [2])], where)
 
+    def reverse_time_all(self, t: str, hint: str) -> str:
+        """``t`` (T, ...) with the whole time axis reversed (padding and all)."""
+        return self.one("Slice", [t, self.ints("start", [-1]), self.ints("end", [_INT64_MIN]),
+                                  self.ints("axis", [0]), self.ints("step", [-1])], hint)
+
     def reverse_time(self, t: str, hint: str) -> str:
         """``t`` (T, B, ...) with the time axis reversed; with lengths, within each length
         (``ReverseSequence``, which leaves the steps past the end where they are)."""
         if self.lengths is not None:
             return self.one("ReverseSequence", [t, self.lengths], hint, batch_axis=1, time_axis=0)
-        return self.one("Slice", [t, self.ints("start", [-1]), self.ints("end", [_INT64_MIN]),
-                                  self.ints("axis", [0]), self.ints("step", [-1])], hint)
+        return self.reverse_time_all(t, hint)
 
 
 def activation(g: Graph, x: str, fn: Any, hint: str, where: str) -> str:
@@ -532,10 +536,6 @@ REFUSED: dict[str, str] = {
     "Masking": ("Keras masking repeats the previous output at a masked step; ONNX's sequence_lens "
                 "zero the outputs there, so no ONNX graph computes it exactly (export with "
                 "lengths=True for PyTorch's packed semantics instead)"),
-    "ConvLSTM1D": ("a ConvLSTM has no ONNX operator, and its export as Conv nodes inside a Loop is not "
-                   "implemented; rnnkit computes it (predict / the model server)"),
-    "ConvLSTM2D": ("a ConvLSTM has no ONNX operator, and its export as Conv nodes inside a Loop is not "
-                   "implemented; rnnkit computes it (predict / the model server)"),
 }
 
 

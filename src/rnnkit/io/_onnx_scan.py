@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.io._onnx_layers import SCAN_PASSES, Graph
+from rnnkit.io._interop_errors import UnsupportedFeatureError
+from rnnkit.io._onnx_layers import CONVERTERS, SCAN_PASSES, Graph, activation
 from rnnkit.recurrent import MinGRUCell, MinLSTMCell, MLSTMCell, SLSTMCell
 
 
@@ -222,3 +223,82 @@ def mlstm_pass(g: Graph, layer: Any, x_tm: str, init: list[str], mask: str | Non
 
 SCAN_PASSES.update({MinGRUCell: min_pass, MinLSTMCell: min_pass, SLSTMCell: slstm_pass,
                     MLSTMCell: mlstm_pass})
+
+
+# -- ConvLSTM ------------------------------------------------------------------------------------
+def conv_lstm(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    """``ConvLSTM1D`` / ``ConvLSTM2D``: the input convolution of every step as one ``Conv`` over
+    the steps folded into the batch (channels first inside the graph), and a ``Scan`` whose body
+    adds the recurrent ``Conv`` (strides 1, ``same``) and computes the LSTM step. The layer's
+    rules (Keras'): ``go_backwards`` reverses the whole time axis, the lengths' mask with it; a
+    masked step keeps ``h`` and ``c``; under ``return_sequences`` with lengths the masked steps'
+    outputs are zeros; the last output is the final ``h``. Inputs ``[x, h0, c0]`` (B, *O, F)
+    start from that state; ``return_state`` adds the final ``h``, ``c``."""
+    where = layer.name
+    if layer.stateful:
+        raise UnsupportedFeatureError(where, "stateful", "a stateful layer carries its state between "
+                                      "calls; an ONNX graph starts from the state it is given")
+    r, F = int(layer.rank), int(layer.filters)
+    conv, rconv = layer._geometry()
+    C = int(layer.input_shape[-1])
+    out = [int(n) for n in conv.out]
+    x = inputs[0]
+    x_tm = g.one("Transpose", [x], where, perm=[1, 0, r + 2, *range(2, r + 2)])          # (T, B, C, *S)
+    if layer.go_backwards:   # the whole time axis (Keras' rule), the padding first under lengths
+        x_tm = g.reverse_time_all(x_tm, where)
+    tb = g.one("Slice", [g.one("Shape", [x_tm], where), g.ints("zero", [0]), g.ints("two", [2])], where)
+    spatial = [int(n) for n in layer.input_shape.dims[2:2 + r]]
+    frames = g.one("Reshape", [x_tm, g.ints(f"{where}_frames", [-1, C, *spatial])], where)
+    kern = np.transpose(layer.weight("kernel"), (r + 1, r, *range(r)))               # (4F, C, *k)
+    ins = [frames, g.const(f"{where}_kernel", kern)]
+    if layer.use_bias:
+        ins.append(g.const(f"{where}_bias", layer.weight("bias")))
+    lo, hi = zip(*conv.pads, strict=True)
+    xw = g.one("Conv", ins, where, kernel_shape=list(layer.kernel_size), strides=list(layer.strides),
+               dilations=list(layer.dilation_rate), pads=[*lo, *hi])                  # (T*B, 4F, *O)
+    xw = g.one("Reshape", [xw, g.one("Concat", [tb, g.ints(f"{where}_gates", [4 * F, *out])], where, axis=0)],
+               where)                                                                  # (T, B, 4F, *O)
+    mask = None
+    if g.lengths is not None:
+        steps = g.step_mask(x, x_tm, where)                                            # (T, B, 1): t < length
+        assert steps is not None
+        if layer.go_backwards:
+            steps = g.reverse_time_all(steps, where)                           # the mask reversed with x
+        mask = g.one("Unsqueeze", [steps, g.ints(f"axes_spatial{r}", list(range(3, 3 + r)))], where)
+    to_cf = [0, r + 1, *range(1, r + 1)]                                       # (B, *O, F) -> (B, F, *O)
+    if len(inputs) == 3:
+        init = [g.one("Transpose", [s], where, perm=to_cf) for s in inputs[1:]]
+    else:
+        zshape = g.one("Concat", [g.one("Slice", [tb, g.ints("one", [1]), g.ints("two", [2])], where),
+                                  g.ints(f"{where}_state", [F, *out])], where, axis=0)
+        zero = g.one("ConstantOfShape", [zshape], where,
+                     value=g.numpy_helper.from_array(np.zeros((1,), g.dtype)))
+        init = [zero, zero]
+    U = g.const(f"{where}_recurrent_kernel",
+                np.transpose(layer.weight("recurrent_kernel"), (r + 1, r, *range(r))))   # (4F, F, *k)
+    rlo, rhi = zip(*rconv.pads, strict=True)
+
+    def step(b: Graph, states: list[str], slices: list[str]) -> list[str]:
+        h, c = states
+        z = b.one("Add", [slices[0], b.one("Conv", [h, U], where, kernel_shape=list(layer.kernel_size),
+                                           pads=[*rlo, *rhi])], where)
+        i, f, cand, o = (_cols(b, z, j * F, (j + 1) * F, where, axis=1) for j in range(4))
+        ra = layer.recurrent_activation
+        i, f, o = (activation(b, t, ra, where, where) for t in (i, f, o))
+        cand = activation(b, cand, layer.activation, where, where)
+        c_new = b.one("Add", [b.one("Mul", [f, c], where), b.one("Mul", [i, cand], where)], where)
+        return [b.one("Mul", [o, activation(b, c_new, layer.activation, where, where)], where), c_new]
+
+    h_f, c_f, ys = scan(g, where, init, [xw], mask, step)
+    to_cl = [0, *range(2, r + 2), 1]                                           # (B, F, *O) -> (B, *O, F)
+    states = [g.one("Transpose", [s], where, perm=to_cl) for s in (h_f, c_f)]
+    if layer.return_sequences:
+        if mask is not None:
+            ys = g.one("Where", [mask, ys, g.const("zero", np.zeros((), g.dtype))], where)
+        y = g.one("Transpose", [ys], where, perm=[1, 0, *range(3, r + 3), 2])          # (B, T, *O, F)
+    else:
+        y = states[0]
+    return [y, *states] if layer.return_state else [y]
+
+
+CONVERTERS["ConvLSTM"] = conv_lstm
