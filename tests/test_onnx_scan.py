@@ -270,3 +270,75 @@ def test_xlstm_stateful_is_refused_naming_the_option(kind: str, tmp_path: Path) 
         rk.save_onnx(model, path)
     assert (e.value.layer, e.value.option) == ("st", "stateful")
     assert not path.exists()
+
+
+# -- ConvLSTM ------------------------------------------------------------------------------------
+# tolerance: as xLSTM's above (float32, T <= 9 steps of tens of operations, each a few ulps, and
+# the Conv sums in another order): 1e-5 of the largest entry of each output.
+CONVS = [
+    (lambda **k: rk.ConvLSTM1D(4, 3, padding="same", **k), (7, 2)),
+    (lambda **k: rk.ConvLSTM1D(4, 2, strides=2, recurrent_activation="hard_sigmoid", **k), (7, 2)),
+    (lambda **k: rk.ConvLSTM2D(3, (3, 2), padding="same", **k), (5, 4, 2)),
+    (lambda **k: rk.ConvLSTM2D(3, (2, 2), dilation_rate=2, activation="relu", use_bias=False, **k),
+     (5, 6, 2)),
+]
+
+
+def _conv_randomise(layer: Any, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for name, w in layer.weights():
+        layer.set_weight(name, 0.5 * rng.standard_normal(w.shape))
+
+
+@pytest.mark.parametrize("k", range(len(CONVS)), ids=["1d-same", "1d-strides", "2d-same", "2d-dilated"])
+def test_conv_lstm_every_option(k: int, tmp_path: Path) -> None:
+    """go_backwards x return_sequences x lengths (Keras' rules: the whole time axis reversed,
+    the padding first; masked steps' outputs zero) in a Sequential."""
+    make, shape = CONVS[k]
+    rng = np.random.default_rng(8)
+    for gb, seqs, lengths in itertools.product([False, True], repeat=3):
+        layer = make(go_backwards=gb, return_sequences=seqs)
+        model = rk.Sequential([layer], input_shape=(None, None, *shape))
+        _conv_randomise(layer, 15)
+        path = _export(model, tmp_path, lengths=lengths)
+        for B, T in SIZES:
+            x = rng.standard_normal((B, T, *shape)).astype(np.float32)
+            feeds = {"input": x}
+            ctx = rk.Ctx.inference()
+            if lengths:
+                n = rng.integers(1, T + 1, B)
+                n[0] = T
+                feeds["lengths"] = n.astype(np.int64)
+                ctx = ctx.set_mask(lengths=n)
+            _close_to_scale(_run(path, feeds), model.forward(x, ctx),
+                            f"go_backwards={gb} return_sequences={seqs} lengths={lengths} B={B} T={T}")
+
+
+def test_conv_lstm_final_states(tmp_path: Path) -> None:
+    """A graph model x -> [output, h, c] (return_state), both directions, with lengths."""
+    rng = np.random.default_rng(9)
+    for gb in (False, True):
+        b = rk.GraphBuilder()
+        x_in = b.input((None, None, 5, 4, 2), name="input")
+        layer = rk.ConvLSTM2D(3, (3, 3), padding="same", return_sequences=True, return_state=True,
+                              go_backwards=gb)
+        y, h, c = b.add(layer, x_in)
+        model = b.build([y, h, c])
+        _conv_randomise(layer, 16)
+        path = _export(model, tmp_path, lengths=True)
+        for B, T in SIZES:
+            x = rng.standard_normal((B, T, 5, 4, 2)).astype(np.float32)
+            n = rng.integers(1, T + 1, B)
+            got = _run(path, {"input": x, "lengths": n.astype(np.int64)})
+            _close_to_scale(got, model.forward(x, rk.Ctx.inference().set_mask(lengths=n)),
+                            f"go_backwards={gb} B={B} T={T}")
+
+
+def test_conv_lstm_stateful_is_refused_naming_the_option(tmp_path: Path) -> None:
+    path = tmp_path / "m.onnx"
+    model = rk.Sequential([rk.ConvLSTM1D(2, 2, stateful=True, name="st"), rk.Flatten()],
+                          input_shape=(2, 3, 4, 2))
+    with pytest.raises(rk.UnsupportedFeatureError, match="layer 'st': stateful: a stateful layer") as e:
+        rk.save_onnx(model, path)
+    assert (e.value.layer, e.value.option) == ("st", "stateful")
+    assert not path.exists()

@@ -232,8 +232,8 @@ def conv_lstm(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
     adds the recurrent ``Conv`` (strides 1, ``same``) and computes the LSTM step. The layer's
     rules (Keras'): ``go_backwards`` reverses the whole time axis, the lengths' mask with it; a
     masked step keeps ``h`` and ``c``; under ``return_sequences`` with lengths the masked steps'
-    outputs are zeros; the last output is the final ``h``. Inputs ``[x, h0, c0]`` (B, *O, F)
-    start from that state; ``return_state`` adds the final ``h``, ``c``."""
+    outputs are zeros; the last output is the final ``h``. The state starts at zeros (a model
+    graph gives a ConvLSTM no initial state); ``return_state`` adds the final ``h``, ``c``."""
     where = layer.name
     if layer.stateful:
         raise UnsupportedFeatureError(where, "stateful", "a stateful layer carries its state between "
@@ -265,15 +265,9 @@ def conv_lstm(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
         if layer.go_backwards:
             steps = g.reverse_time_all(steps, where)                           # the mask reversed with x
         mask = g.one("Unsqueeze", [steps, g.ints(f"axes_spatial{r}", list(range(3, 3 + r)))], where)
-    to_cf = [0, r + 1, *range(1, r + 1)]                                       # (B, *O, F) -> (B, F, *O)
-    if len(inputs) == 3:
-        init = [g.one("Transpose", [s], where, perm=to_cf) for s in inputs[1:]]
-    else:
-        zshape = g.one("Concat", [g.one("Slice", [tb, g.ints("one", [1]), g.ints("two", [2])], where),
-                                  g.ints(f"{where}_state", [F, *out])], where, axis=0)
-        zero = g.one("ConstantOfShape", [zshape], where,
-                     value=g.numpy_helper.from_array(np.zeros((1,), g.dtype)))
-        init = [zero, zero]
+    zshape = g.one("Concat", [g.one("Slice", [tb, g.ints("one", [1]), g.ints("two", [2])], where),
+                              g.ints(f"{where}_state", [F, *out])], where, axis=0)
+    zero = g.one("ConstantOfShape", [zshape], where, value=g.numpy_helper.from_array(np.zeros((1,), g.dtype)))
     U = g.const(f"{where}_recurrent_kernel",
                 np.transpose(layer.weight("recurrent_kernel"), (r + 1, r, *range(r))))   # (4F, F, *k)
     rlo, rhi = zip(*rconv.pads, strict=True)
@@ -289,7 +283,7 @@ def conv_lstm(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
         c_new = b.one("Add", [b.one("Mul", [f, c], where), b.one("Mul", [i, cand], where)], where)
         return [b.one("Mul", [o, activation(b, c_new, layer.activation, where, where)], where), c_new]
 
-    h_f, c_f, ys = scan(g, where, init, [xw], mask, step)
+    h_f, c_f, ys = scan(g, where, [zero, zero], [xw], mask, step)
     to_cl = [0, *range(2, r + 2), 1]                                           # (B, F, *O) -> (B, *O, F)
     states = [g.one("Transpose", [s], where, perm=to_cl) for s in (h_f, c_f)]
     if layer.return_sequences:
