@@ -48,7 +48,7 @@ ISA_SENSITIVE = frozenset({
     "test_io_interop.py",
     "test_keras_parity.py", "test_keras_sequences.py", "test_keras_files.py", "test_functional_keras.py",
     "test_keras_export.py", "test_keras_seq_export.py", "test_keras_compile_import.py",
-    "test_onnx_export.py", "test_onnx_seq_layers.py", "test_optimizer_formulas.py",
+    "test_onnx_export.py", "test_onnx_seq_layers.py", "test_onnx_scan.py", "test_optimizer_formulas.py",
     "test_optimizers.py", "test_weight_tying.py", "test_models_programs.py", "test_porting_examples.py",
     "test_regularizers.py", "test_grad_accumulation.py", "test_keras_weight_order.py",
     # automatic gradients: the ops' VJPs and layers on the tape, against torch autograd

@@ -5,7 +5,7 @@ gradients (input, initial state and every weight) equal to torch autograd throug
 layer; masks as Keras applies them; the shared harness (float64 central-difference gradcheck,
 round trip, threads); dropout's gradient against finite differences through the same drawn
 masks; stateful calls; ``.keras`` files both ways; rnnkit's own files and ``model_from_config``;
-the tape; typed refusals of bad configurations and of ONNX export.
+the tape; typed refusals of bad configurations (ONNX export: test_onnx_scan.py).
 
 Tolerances, from the arithmetic: every pre-activation is a sum of at most
 prod(kernel_size) * (C + F) = 9 * 7 = 63 float32 products of values ~1 (weights below 0.5),
@@ -356,10 +356,7 @@ def test_rnnkit_files_config_and_fit(rank: int, tmp_path: Path) -> None:
     assert np.abs(np.array(model.layers[0].weight("kernel")) - before).max() > 1e-4
 
 
-def test_onnx_export_and_a_stateful_keras_export_are_typed_refusals(tmp_path: Path) -> None:
-    model, _ = _rk_model(1)
-    with pytest.raises(rk.UnsupportedFeatureError, match="ConvLSTM1D"):
-        rk.save_onnx(model, tmp_path / "m.onnx")
+def test_a_stateful_keras_export_is_a_typed_refusal(tmp_path: Path) -> None:
     st = rk.Sequential([rk.ConvLSTM1D(2, 2, stateful=True), rk.Flatten()], input_shape=(None, 3, 4, 2))
     with pytest.raises(rk.UnsupportedFeatureError, match="stateful"):
         rk.save_keras(st, tmp_path / "s.keras")

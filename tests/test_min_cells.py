@@ -1,6 +1,6 @@
 """MinGRU and MinLSTM (Feng et al., 2024): the step form against the parallel (log-space scan)
 form, gradients against float64 finite differences and against PyTorch autograd of the
-paper's equations written here, masks, states, streaming, Bidirectional, files, ONNX."""
+paper's equations written here, masks, states, streaming, Bidirectional, files (ONNX: test_onnx_scan.py)."""
 
 from __future__ import annotations
 
@@ -258,14 +258,6 @@ def test_plain_recurrent_layer_over_the_cell_equals_the_layer(cls: Any) -> None:
     x = _x()
     assert np.abs(plain.predict(x) - layer.predict(x)).max() < 1e-12
     assert rk.layers.layer_from_config(rk.layers.layer_to_config(plain)).cell.units == H
-
-
-@pytest.mark.parametrize("cls", LAYERS)
-def test_onnx_export_is_refused_with_a_typed_error(cls: Any, tmp_path: Path) -> None:
-    pytest.importorskip("onnx")
-    model = rk.Sequential([cls(4, seed=1)]).build(rk.Shape((None, 5, 2)))
-    with pytest.raises(rk.UnsupportedFeatureError, match="MinGRUCell|MinLSTMCell"):
-        rk.save_onnx(model, str(tmp_path / "m.onnx"))
 
 
 @pytest.mark.parametrize("cls", LAYERS)

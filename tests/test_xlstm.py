@@ -373,15 +373,6 @@ def test_bad_options_are_typed_errors() -> None:
         rk.SLSTMCell(8, 0)
 
 
-@pytest.mark.parametrize("cls", [rk.SLSTM, rk.MLSTM])
-def test_onnx_export_is_refused_with_the_reason(cls: type, tmp_path: Any) -> None:
-    pytest.importorskip("onnx")
-    model = rk.Sequential([cls(8, seed=1)]).build(rk.Shape((None, T, F)))
-    with pytest.raises(rk.UnsupportedFeatureError, match="no ONNX operator.*stabilizer"):
-        rk.save_onnx(model, str(tmp_path / "x.onnx"))
-    assert not (tmp_path / "x.onnx").exists()
-
-
 def test_paper_defaults() -> None:
     s, m = rk.SLSTM(8), rk.MLSTM(8)
     assert s.cell.num_heads == m.cell.num_heads == 4

@@ -34,7 +34,7 @@ from rnnkit._errors import InvalidInputError, InvalidParameterError
 from rnnkit._layer import Layer, check_bool
 from rnnkit._shape import Shape
 from rnnkit._version import __version__
-from rnnkit.io import _onnx_wrappers  # noqa: F401  (registers Bidirectional and the merges)
+from rnnkit.io import _onnx_scan, _onnx_wrappers  # noqa: F401  (register the Scan passes, Bidirectional, the merges)
 from rnnkit.io._interop_errors import MissingDependencyError, refuse_int8
 from rnnkit.io._onnx_layers import Graph, carries_lengths, converter
 from rnnkit.layers import Embedding, MergeLayer

@@ -24,7 +24,6 @@ from rnnkit._layouts import ONNX_ACTIVATIONS, ONNX_OP, check_onnx_compatible, on
 from rnnkit._validate import weight_problem
 from rnnkit.io._interop_errors import UnsupportedFeatureError
 from rnnkit.layers._conv import pads
-from rnnkit.recurrent import MLSTMCell, SLSTMCell
 
 _INT64_MIN = np.iinfo(np.int64).min
 
@@ -45,12 +44,29 @@ class Graph:
         #: the opset being written (the reductions take their axes as an input from opset 18 on)
         self.opset = 17
         self._lengths32: str | None = None
-        self._n = 0
+        self._counter = [0]   # shared with the Scan / Loop bodies written inside this graph
         self._ints: dict[tuple[int, ...], str] = {}
+        self._scalars: dict[int, str] = {}
 
     def name(self, hint: str) -> str:
-        self._n += 1
-        return f"{hint}__{self._n}"
+        self._counter[0] += 1
+        return f"{hint}__{self._counter[0]}"
+
+    def body(self) -> Graph:
+        """A graph for the body of a Scan / Loop written in this one: its own nodes; the names,
+        the initializers (the body reads them from the outer scope) and the constants shared."""
+        sub = Graph(self.helper, self.numpy_helper, self.dtype)
+        sub.initializers, sub._ints, sub._scalars = self.initializers, self._ints, self._scalars
+        sub._counter, sub.opset = self._counter, self.opset
+        return sub
+
+    def zeros(self, like: str, width: int, hint: str) -> str:
+        """Zeros (B, ``width``) of the model's dtype, B the size of axis 1 of ``like`` (T, B, ...)."""
+        b = self.one("Slice", [self.one("Shape", [like], hint), self.ints("one", [1]), self.ints("two", [2])],
+                     hint)
+        shape = self.one("Concat", [b, self.ints(f"width{width}", [width])], hint, axis=0)
+        return self.one("ConstantOfShape", [shape], hint,
+                        value=self.numpy_helper.from_array(np.zeros((1,), self.dtype)))
 
     def const(self, hint: str, value: Any, dtype: Any = None) -> str:
         """An initializer holding ``value`` (the model's dtype unless ``dtype``); InvalidInputError
@@ -70,6 +86,12 @@ class Graph:
         if key not in self._ints:
             self._ints[key] = self.const(hint, np.asarray(values, np.int64), np.int64)
         return self._ints[key]
+
+    def scalar_int(self, value: int) -> str:
+        """An int64 scalar (0-d) constant (one initializer per distinct value)."""
+        if value not in self._scalars:
+            self._scalars[value] = self.const("scalar", np.asarray(value, np.int64), np.int64)
+        return self._scalars[value]
 
     def op(self, op_type: str, inputs: list[str], hint: str, n_out: int = 1, **attrs: Any) -> list[str]:
         outs = [self.name(f"{hint}_{op_type.lower()}") for _ in range(n_out)]
@@ -92,23 +114,47 @@ class Graph:
         describe (made by a RepeatVector, say) is refused."""
         if self.lengths is None:
             return ""
-        if x not in self.masked:
-            raise UnsupportedFeatureError(where, "lengths", "this layer reads a sequence the lengths "
-                                          "do not describe (it comes after a layer that returns no "
-                                          "sequence); export without lengths=True")
+        self._check_described(x, where)
         if self._lengths32 is None:
             from onnx import TensorProto
 
             self._lengths32 = self.one("Cast", [self.lengths], "lengths", to=TensorProto.INT32)
         return self._lengths32
 
+    def _check_described(self, x: str, where: str) -> None:
+        if x not in self.masked:
+            raise UnsupportedFeatureError(where, "lengths", "this layer reads a sequence the lengths "
+                                          "do not describe (it comes after a layer that returns no "
+                                          "sequence); export without lengths=True")
+
+    def step_mask(self, x: str, x_tm: str, where: str) -> str | None:
+        """The (T, B, 1) bool mask of the real steps of ``x_tm`` (T, B, ...), in processing order
+        (``step < length``: :meth:`reverse_time` keeps the padding last), or None without
+        lengths. ``x``, the tensor ``x_tm`` was made from, must carry the lengths (as in
+        :meth:`seq_lens`)."""
+        if self.lengths is None:
+            return None
+        self._check_described(x, where)
+        shape = self.one("Shape", [x_tm], where)
+        first = self.one("Slice", [shape, self.ints("zero", [0]), self.ints("one", [1])], where)
+        T = self.one("Squeeze", [first, self.ints("axis0", [0])], where)
+        steps = self.one("Range", [self.scalar_int(0), T, self.scalar_int(1)], where)
+        steps = self.one("Unsqueeze", [steps, self.ints("axis1", [1])], where)                    # (T, 1)
+        m = self.one("Less", [steps, self.one("Unsqueeze", [self.lengths, self.ints("axis0", [0])], where)],
+                     where)                                                                     # (T, B)
+        return self.one("Unsqueeze", [m, self.ints("axis2", [2])], where)
+
+    def reverse_time_all(self, t: str, hint: str) -> str:
+        """``t`` (T, ...) with the whole time axis reversed (padding and all)."""
+        return self.one("Slice", [t, self.ints("start", [-1]), self.ints("end", [_INT64_MIN]),
+                                  self.ints("axis", [0]), self.ints("step", [-1])], hint)
+
     def reverse_time(self, t: str, hint: str) -> str:
         """``t`` (T, B, ...) with the time axis reversed; with lengths, within each length
         (``ReverseSequence``, which leaves the steps past the end where they are)."""
         if self.lengths is not None:
             return self.one("ReverseSequence", [t, self.lengths], hint, batch_axis=1, time_axis=0)
-        return self.one("Slice", [t, self.ints("start", [-1]), self.ints("end", [_INT64_MIN]),
-                                  self.ints("axis", [0]), self.ints("step", [-1])], hint)
+        return self.reverse_time_all(t, hint)
 
 
 def activation(g: Graph, x: str, fn: Any, hint: str, where: str) -> str:
@@ -127,13 +173,10 @@ def activation(g: Graph, x: str, fn: Any, hint: str, where: str) -> str:
 
 # -- recurrent ---------------------------------------------------------------------------------
 def _cell_check(layer: Any, where: str) -> str:
-    if isinstance(layer.cell, (SLSTMCell, MLSTMCell)):
-        raise UnsupportedFeatureError(where, "cell", f"xLSTM's {layer.cell.name} cell has no ONNX operator: "
-                                      f"its exponential input gate and stabilizer state m are no RNN / LSTM "
-                                      f"/ GRU operator's, and rnnkit writes no Loop or Scan graph")
     if builtin_kind(layer.cell) is None:
         raise UnsupportedFeatureError(where, "cell", f"{describe_cell(layer.cell)} has no ONNX operator; "
-                                      f"only SimpleRNN, LSTM and GRU cells export")
+                                      f"the cells that export: SimpleRNN, LSTM, GRU, MinGRU, MinLSTM, SLSTM, "
+                                      f"MLSTM")
     try:
         return check_onnx_compatible(layer.cell, where)
     except InvalidParameterError as e:
@@ -172,14 +215,51 @@ def _rnn_op(g: Graph, layers: list[Any], x_tm: str, init: list[str], direction: 
     return g.op(ONNX_OP[kind], ins, hint, n_out=3 if kind == "LSTM" else 2, **attrs)
 
 
-def recurrent(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
-    """SimpleRNN / LSTM / GRU: one ONNX op, ``direction="reverse"`` for ``go_backwards`` (its
-    outputs put back into rnnkit's processing order)."""
-    where = layer.name
-    kind = _cell_check(layer, where)
+#: a cell's pass as ONNX nodes, for a cell no RNN / LSTM / GRU operator computes:
+#: ``scan(g, layer, x_tm, init, mask, where) -> (y_tm, final_state_parts)``, with ``x_tm`` the
+#: input (T, B, F) in processing order, ``init`` the initial state parts (B, width), ``mask``
+#: the (T, B, 1) bool mask of the real steps or None (a masked step carries the state), and
+#: ``y_tm`` every step's output (T, B, H); keyed by the exact cell class (a subclass may change
+#: the step); registered by :mod:`rnnkit.io._onnx_scan`
+ScanPass = Callable[[Graph, Any, str, list[str], "str | None", str], tuple[str, list[str]]]
+SCAN_PASSES: dict[type, ScanPass] = {}
+
+
+def _refuse_stateful(layer: Any, where: str) -> None:
     if layer.stateful:
         raise UnsupportedFeatureError(where, "stateful", "a stateful layer carries its state between "
                                       "calls; an ONNX graph starts from the state it is given")
+
+
+def scan_recurrence(g: Graph, layer: Any, x: str, init: list[str], where: str) -> tuple[str, list[str]]:
+    """A pass of ``layer`` (its cell in :data:`SCAN_PASSES`) over ``x`` (B, T, F) from ``init``
+    (the initial state parts, or [] for zeros): (its outputs (T, B, H) in processing order --
+    ``go_backwards`` reverses each sequence within its length -- zero past each length, its
+    final state parts, carried from the last real step)."""
+    _refuse_stateful(layer, where)
+    x_tm = g.one("Transpose", [x], where, perm=[1, 0, 2])
+    if layer.go_backwards:
+        x_tm = g.reverse_time(x_tm, where)
+    mask = g.step_mask(x, x_tm, where)
+    if not init:
+        init = [g.zeros(x_tm, int(n), where) for n in layer.cell.state_sizes()]
+    y, finals = SCAN_PASSES[type(layer.cell)](g, layer, x_tm, init, mask, where)
+    if mask is not None:
+        y = g.one("Where", [mask, y, g.const("zero", np.zeros((), g.dtype))], where)
+    return y, finals
+
+
+def recurrent(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
+    """SimpleRNN / LSTM / GRU: one ONNX op, ``direction="reverse"`` for ``go_backwards`` (its
+    outputs put back into rnnkit's processing order). A cell of :data:`SCAN_PASSES`: its pass
+    (:func:`scan_recurrence`)."""
+    where = layer.name
+    if type(layer.cell) in SCAN_PASSES:
+        y, finals = scan_recurrence(g, layer, inputs[0], inputs[1:], where)
+        y = g.one("Transpose", [y], where, perm=[1, 0, 2]) if layer.return_sequences else finals[0]
+        return [y, *finals] if layer.return_state else [y]
+    kind = _cell_check(layer, where)
+    _refuse_stateful(layer, where)
     lens = g.seq_lens(inputs[0], where)
     x_tm = g.one("Transpose", [inputs[0]], where, perm=[1, 0, 2])
     zero = g.ints("axis0", [0])
@@ -456,10 +536,6 @@ REFUSED: dict[str, str] = {
     "Masking": ("Keras masking repeats the previous output at a masked step; ONNX's sequence_lens "
                 "zero the outputs there, so no ONNX graph computes it exactly (export with "
                 "lengths=True for PyTorch's packed semantics instead)"),
-    "ConvLSTM1D": ("a ConvLSTM has no ONNX operator, and its export as Conv nodes inside a Loop is not "
-                   "implemented; rnnkit computes it (predict / the model server)"),
-    "ConvLSTM2D": ("a ConvLSTM has no ONNX operator, and its export as Conv nodes inside a Loop is not "
-                   "implemented; rnnkit computes it (predict / the model server)"),
 }
 
 

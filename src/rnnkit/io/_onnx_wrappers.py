@@ -7,7 +7,9 @@ converter table by class name, so they apply wherever rnnkit has those classes.
 A Bidirectional whose two directions share the cell class, width, activations and bias option
 is ONE ONNX op with ``direction="bidirectional"`` (its backward ``Y`` is already in input order,
 reversed within each length, as the layer aligns it); otherwise two ops, ``"forward"`` and
-``"reverse"``. States follow the layer: inputs ``[x, *forward_state, *backward_state]``,
+``"reverse"``; a direction whose cell exports as a ``Scan`` (:data:`~rnnkit.io._onnx_layers.SCAN_PASSES`)
+is that pass, the backward one's outputs put back into input order (reversed within each length).
+States follow the layer: inputs ``[x, *forward_state, *backward_state]``,
 outputs ``[output(s), *forward_final, *backward_final]``.
 """
 
@@ -18,7 +20,16 @@ from typing import Any
 import numpy as np
 
 from rnnkit.io._interop_errors import UnsupportedFeatureError
-from rnnkit.io._onnx_layers import CONVERTERS, REFUSED, Graph, _cell_check, _rnn_op, converter
+from rnnkit.io._onnx_layers import (
+    CONVERTERS,
+    REFUSED,
+    SCAN_PASSES,
+    Graph,
+    _cell_check,
+    _rnn_op,
+    converter,
+    scan_recurrence,
+)
 
 
 def _same_op(f: Any, b: Any) -> bool:
@@ -28,35 +39,45 @@ def _same_op(f: Any, b: Any) -> bool:
             and cf.activation.name == cb.activation.name and gates[0] == gates[1])
 
 
+def _scans(layer: Any) -> bool:
+    return type(layer.cell) in SCAN_PASSES
+
+
 def bidirectional(g: Graph, layer: Any, inputs: list[str]) -> list[str]:
     f, b = layer.forward_layer, layer.backward_layer
     where = layer.name
-    kind = _cell_check(f, where)
-    _cell_check(b, where)
+    kinds = [None if _scans(lay) else _cell_check(lay, where) for lay in (f, b)]
     if f.go_backwards or not b.go_backwards:
         raise UnsupportedFeatureError(where, "go_backwards", "the forward layer must read forwards and "
                                       "the backward layer backwards")
     if f.stateful:
         raise UnsupportedFeatureError(where, "stateful", "a stateful layer carries its state between "
                                       "calls; an ONNX graph starts from the state it is given")
-    lens = g.seq_lens(inputs[0], where)
-    x_tm = g.one("Transpose", [inputs[0]], where, perm=[1, 0, 2])
+    ops = any(k is not None for k in kinds)   # a direction is an ONNX RNN / LSTM / GRU op
+    lens = g.seq_lens(inputs[0], where) if ops else ""
+    x_tm = g.one("Transpose", [inputs[0]], where, perm=[1, 0, 2]) if ops else ""
     nf = len(f.cell.state_names)
     init_f, init_b = inputs[1:1 + nf], inputs[1 + nf:]
     zero, one = g.ints("axis0", [0]), g.ints("axis1", [1])
-    if _same_op(f, b):
+    if None not in kinds and _same_op(f, b):
         init = [g.one("Concat", [g.one("Unsqueeze", [p, zero], where), g.one("Unsqueeze", [q, zero], where)],
                       where, axis=0) for p, q in zip(init_f, init_b, strict=True)]
-        outs = _rnn_op(g, [f, b], x_tm, init, "bidirectional", where, kind, lens)
+        outs = _rnn_op(g, [f, b], x_tm, init, "bidirectional", where, str(kinds[0]), lens)
         ys = [g.one("Gather", [outs[0], g.ints(f"dir{d}", [d])], where, axis=1) for d in (0, 1)]
         ys = [g.one("Squeeze", [y, one], where) for y in ys]                    # (T, B, H) each
         states = [[g.one("Squeeze", [g.one("Gather", [s, g.ints(f"dir{d}", [d])], where, axis=0), zero],
                          where) for s in outs[1:]] for d in (0, 1)]
     else:
         ys, states = [], []
-        for lay, direction, init in ((f, "forward", init_f), (b, "reverse", init_b)):
+        for lay, direction, init, kind in zip((f, b), ("forward", "reverse"), (init_f, init_b), kinds,
+                                              strict=True):
+            if kind is None:   # a Scan pass (processing order), the backward one put in input order
+                y, fin = scan_recurrence(g, lay, inputs[0], init, where)
+                ys.append(g.reverse_time(y, where) if lay.go_backwards else y)
+                states.append(fin)
+                continue
             o = _rnn_op(g, [lay], x_tm, [g.one("Unsqueeze", [p, zero], where) for p in init], direction,
-                        f"{where}_{direction}", _cell_check(lay, where), lens)
+                        f"{where}_{direction}", kind, lens)
             ys.append(g.one("Squeeze", [o[0], one], where))
             states.append([g.one("Squeeze", [s, zero], where) for s in o[1:]])
     if layer.return_sequences:
