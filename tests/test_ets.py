@@ -77,6 +77,8 @@ def test_ets_candidates_follow_the_stated_rule() -> None:
         "additive damped trend, additive season of 12"]
     assert len(ets_candidates(12, 23)) == 3      # fewer than two seasons: no seasonal candidate
     assert len(ets_candidates(None, 500)) == 3
+    assert len(ets_candidates(24, 48)) == 6
+    assert len(ets_candidates(52, 500)) == 3     # a season longer than 24 is not modelled (R's ets rule)
 
 
 def test_backtest_ranks_ets_with_statsmodels_numbers() -> None:

@@ -41,8 +41,8 @@ ETS (exponential smoothing; with statsmodels installed, ``pip install "rnnkit[fo
     statsmodels' ``ExponentialSmoothing`` (Holt-Winters, parameters and initial states by
     maximum likelihood, ``initialization_method="estimated"``) of the configuration with the
     smallest AICc among: no trend / additive trend / additive damped trend, each without and
-    (with a season ``m`` and at least ``2 m`` rows of history) with an additive season of
-    ``m`` (the AICc selection of Hyndman et al.'s automatic ETS; ties: the simpler, earlier in
+    (with a season ``m`` of at most :data:`ETS_MAX_SEASON` and at least ``2 m`` rows of history)
+    with an additive season of ``m`` (the AICc selection of Hyndman et al.'s automatic ETS; ties: the simpler, earlier in
     that order). The configuration is chosen afresh on each history, as AR(p)'s order is.
     Without statsmodels it is left out (:func:`baselines` says why: :data:`ETS_MISSING`).
 
@@ -208,12 +208,19 @@ class ETSConfig:
         return {"trend": self.trend, "damped": self.damped, "season": self.season}
 
 
+#: the longest season the ETS baseline models (R's ``forecast::ets`` ignores longer ones: one
+#: initial state per phase makes the likelihood search slow and poorly determined; statsmodels
+#: takes 4-13 s a fit with a weekly season of 52)
+ETS_MAX_SEASON = 24
+
+
 def ets_candidates(season: int | None, rows: int) -> list[ETSConfig]:
     """The configurations of the module docstring, simplest first: the trends (none, additive,
-    additive damped) without a season, then with the additive season when ``season`` is given
-    and ``rows >= 2 * season``."""
+    additive damped) without a season, then with the additive season when ``season`` is given,
+    ``1 < season <= ETS_MAX_SEASON`` and ``rows >= 2 * season``."""
     trends = [ETSConfig(), ETSConfig("add"), ETSConfig("add", True)]
-    seasons: list[int | None] = [None] + ([season] if season and season > 1 and rows >= 2 * season else [])
+    seasonal = season is not None and 1 < season <= ETS_MAX_SEASON and rows >= 2 * season
+    seasons: list[int | None] = [None] + ([season] if seasonal else [])
     return [ETSConfig(t.trend, t.damped, m) for m in seasons for t in trends]
 
 
