@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit.cli._common import CliError, compile_status, ensure_dir, history_csv, write_text_atomic
-from rnnkit.cli._model import TrainConfig, build_network, train_network
+from rnnkit.cli._model import build_network, train_config, train_network
 from rnnkit.cli._plots import backtest_plot, have_matplotlib, loss_curve, remove_pictures
 from rnnkit.cli._prepare import prepare
 from rnnkit.io import save_forecaster
@@ -104,16 +104,14 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
                    val_split=args.val_split, transform=args.transform, index_name=index_name, what=name,
                    difference=difference, missing=args.missing)
     out = ensure_dir(args.out)
-    cfg = TrainConfig(cell=args.cell, units=args.units, layers=args.layers, epochs=args.epochs,
-                      batch_size=args.batch_size, lr=args.lr, patience=args.patience, seed=args.seed,
-                      verbose=not args.quiet)
+    cfg = train_config(args)
     model = build_network(cfg, args.window, 1)
     t0 = time.perf_counter()
     with compile_status() if cfg.verbose else contextlib.nullcontext():
         history = train_network(model, cfg, prep.train, prep.val if len(prep.val) else None,
                                 checkpoint=out / "checkpoint.safetensors", distributed=None)
     secs = time.perf_counter() - t0
-    model_name = f"{args.cell.upper()} ({args.units} units x {args.layers})"
+    model_name = cfg.name(args.window)
     forecaster = Forecaster(model, prep.spec)
     methods = {model_name: lambda hist, h: forecaster.path(hist, h, what=name),
                **baselines(season, max_p=args.window)}
@@ -124,6 +122,7 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
     summary = backtest_dict(bt, winner, model_name)
     spec = dataclasses.replace(prep.spec, extra={
         "cell": args.cell, "units": args.units, "layers": args.layers,
+        "highway_lags": cfg.lags(args.window),
         "epochs_run": len(history.get("loss", [])), "seed": args.seed, "data": name, "rows": rows,
         "missing": args.missing, "transform": args.transform, "trained_rows": first,
         "preprocess": {"rule": args.preprocess, "difference": difference, "reason": reason},

@@ -101,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--units", type=_positive, default=32, help="hidden width of each recurrent layer "
                                                               "(default 32)")
     t.add_argument("--layers", type=_positive, default=1, help="stacked recurrent layers (default 1)")
+    t.add_argument("--highway-lags", type=_positive, default=None, metavar="P",
+                   help="the highway, a linear AR(P) over the window's last P rows added to the "
+                        "recurrent branch's output, reads P rows (default: the whole --window)")
+    t.add_argument("--no-highway", action="store_true",
+                   help="the recurrent branch alone, without the linear AR highway")
     t.add_argument("--epochs", type=_positive, default=100, help="at most this many epochs (default 100)")
     t.add_argument("--batch-size", type=_positive, default=32,
                    help="mini-batch size, shuffled each epoch (default 32)")
