@@ -103,8 +103,8 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
     prep = prepare(y[:first, None], y[:first], features, args.target, window=args.window, horizon=1,
                    val_split=args.val_split, transform=args.transform, index_name=index_name, what=name,
                    difference=difference, missing=args.missing)
-    out = ensure_dir(args.out)
     cfg = train_config(args)
+    out = ensure_dir(args.out)
     model = build_network(cfg, args.window, 1)
     t0 = time.perf_counter()
     with compile_status() if cfg.verbose else contextlib.nullcontext():

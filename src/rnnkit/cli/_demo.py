@@ -38,7 +38,7 @@ TEST_YEARS = 50
 VAL_SPLIT = 0.2
 TRANSFORM = "sqrt"
 CONFIG = TrainConfig(cell="lstm", units=24, layers=1, epochs=600, batch_size=64, lr=0.01,
-                     patience=30, seed=0, verbose=True)
+                     patience=30, seed=0, verbose=True, highway=0)   # LSTM(24) -> Dense(1), no highway
 
 
 @dataclass(frozen=True)

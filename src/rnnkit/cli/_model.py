@@ -83,14 +83,16 @@ class TrainConfig:
 
 def train_config(args: argparse.Namespace) -> TrainConfig:
     """The :class:`TrainConfig` of ``rnnkit train``'s parsed flags; CliError for both
-    ``--no-highway`` and ``--highway-lags``."""
+    ``--no-highway`` and ``--highway-lags``, or ``--highway-lags`` beyond ``--window``."""
     lags, off = getattr(args, "highway_lags", None), getattr(args, "no_highway", False)
     if off and lags is not None:
         raise CliError(f"--no-highway drops the highway that --highway-lags {lags} sizes; give one of them")
-    return TrainConfig(cell=args.cell, units=args.units, layers=args.layers, epochs=args.epochs,
-                       batch_size=args.batch_size, lr=args.lr, patience=args.patience, seed=args.seed,
-                       verbose=not args.quiet,
-                       highway=0 if off else lags)
+    cfg = TrainConfig(cell=args.cell, units=args.units, layers=args.layers, epochs=args.epochs,
+                      batch_size=args.batch_size, lr=args.lr, patience=args.patience, seed=args.seed,
+                      verbose=not args.quiet,
+                      highway=0 if off else lags)
+    cfg.lags(args.window)                 # --highway-lags beyond the window: refused before any work
+    return cfg
 
 
 def build_network(cfg: TrainConfig, window: int, n_features: int) -> Any:
