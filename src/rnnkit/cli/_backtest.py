@@ -1,6 +1,8 @@
 """``rnnkit train ... --backtest-windows K``: the network judged among the baselines on a
 rolling-origin backtest (:func:`rnnkit.timeseries.backtest`), and the preprocessing chosen by a
-stated rule (``--preprocess auto``: :func:`rnnkit.timeseries.choose_difference`).
+stated rule (``--preprocess auto``: the default network, whose linear AR highway models a trend
+itself, reads the values; the recurrent branch alone, ``--no-highway``, reads first differences
+when :func:`rnnkit.timeseries.choose_difference` says so).
 
 With K backtest windows of ``--horizon H`` the network is a one-step model (horizon 1) run
 recursively over the H steps, as ``rnnkit predict --steps H`` runs it; it is trained (with
@@ -42,6 +44,10 @@ from rnnkit.timeseries._backtest import METRICS, check_length
 EXTRA_KEY = "backtest"
 #: what ``rnnkit predict --model best`` calls the network
 NETWORK = "network"
+#: ``--preprocess auto``'s reason for a network with the AR highway
+HIGHWAY_READS_VALUES = ("the network has a linear AR highway, which models a trend itself (a unit root is "
+                        "its AR(p) with a_1 = 1, what differencing imposes) and keeps the levels' "
+                        "seasonal shape: the network reads the values")
 
 
 def backtest_table(bt: Backtest, title: str) -> str:
@@ -86,11 +92,15 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
     first = int(orig[0])
     difference, reason = bool(args.difference), ("--difference given" if args.difference
                                                  else "the values (--preprocess none)")
+    cfg = train_config(args)
     if args.preprocess == "auto":
         if args.difference:
             raise CliError("--preprocess auto chooses whether to difference; leave out --difference")
-        choice = choose_difference(y[:first], name=name)
-        difference, reason = choice.difference, choice.reason
+        if cfg.lags(args.window):
+            difference, reason = False, HIGHWAY_READS_VALUES
+        else:
+            choice = choose_difference(y[:first], name=name)
+            difference, reason = choice.difference, choice.reason
         if difference and args.transform != "none":
             raise CliError(f"--preprocess auto chose first differences ({reason}), which cannot be "
                            f"combined with --transform {args.transform}; leave out --transform")
@@ -103,7 +113,6 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
     prep = prepare(y[:first, None], y[:first], features, args.target, window=args.window, horizon=1,
                    val_split=args.val_split, transform=args.transform, index_name=index_name, what=name,
                    difference=difference, missing=args.missing)
-    cfg = train_config(args)
     out = ensure_dir(args.out)
     model = build_network(cfg, args.window, 1)
     t0 = time.perf_counter()

@@ -130,9 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "rolling origin; the network then trains on the rows before them and "
                         "forecasts one step at a time (default 0: one validation split)")
     t.add_argument("--preprocess", choices=("none", "auto"), default="none",
-                   help="auto (with --backtest-windows): difference when the KPSS test rejects level "
-                        "stationarity and not for the differences; the choice and its reason are "
-                        "printed and stored with the model (default none)")
+                   help="auto (with --backtest-windows): the values for the default network (its AR "
+                        "highway models a trend); with --no-highway, difference when the KPSS test "
+                        "rejects level stationarity and not for the differences; the choice and its "
+                        "reason are printed and stored with the model (default none)")
     t.add_argument("--seed", type=_nonneg, default=0, help="seeds the weights and the shuffling (default 0)")
     t.add_argument("--out", default="rnnkit_out", metavar="DIR",
                    help="output directory for the model, checkpoint, history, metrics and pictures "

@@ -136,19 +136,20 @@ def highway_start(x: np.ndarray, y: np.ndarray, p: int) -> tuple[np.ndarray, np.
     return coef[:-1], coef[-1]
 
 
-def start_from_ar(model: Any, train: WindowArrays) -> None:
+def start_from_ar(model: Any, train: WindowArrays) -> bool:
     """Set a highway network's highway to :func:`highway_start` on ``train`` and its recurrent
     branch's output ``Dense`` to zero, so the untrained network is the least-squares AR(p)
-    model; a network without a highway is left as it is."""
+    model; a network without a highway is left as it is. Returns whether it set them."""
     names = {layer.name for layer in model.layers}
     if HIGHWAY not in names or not len(train):
-        return
+        return False
     hw = model.get_layer(HIGHWAY)
     p = hw.get_weights()[0].shape[0] // train.x.shape[2]
     kernel, bias = highway_start(train.x, train.y, p)
     hw.set_weights([kernel.astype(np.float32), bias.astype(np.float32)])
     rec = model.get_layer(RECURRENT_OUT)
     rec.set_weights([np.zeros_like(w) for w in rec.get_weights()])
+    return True
 
 
 def train_network(model: Any, cfg: TrainConfig, train: WindowArrays, val: WindowArrays | None,
@@ -156,8 +157,14 @@ def train_network(model: Any, cfg: TrainConfig, train: WindowArrays, val: Window
     """Fit on ``train`` (scaled), early-stopping on ``val``, a highway network starting from the
     AR fit (:func:`start_from_ar`); returns the History's dict.
     ``distributed``: an ``rnnkit.distributed.MPI`` (fit on every rank; rank 0 checkpoints)."""
-    monitor = "val_loss" if val is not None and len(val) else "loss"
-    start_from_ar(model, train)
+    has_val = val is not None and len(val) > 0
+    monitor = "val_loss" if has_val else "loss"
+    start = start_from_ar(model, train)
+    start_loss, start_weights = np.inf, None
+    if start and has_val and cfg.patience > 0:
+        assert val is not None
+        start_weights = model.get_weights()
+        start_loss = float(model.evaluate(val.x, val.y, batch_size=cfg.batch_size))
     callbacks: list[Any] = []
     if cfg.patience > 0:
         callbacks.append(EarlyStopping(monitor=monitor, patience=cfg.patience,
@@ -170,7 +177,15 @@ def train_network(model: Any, cfg: TrainConfig, train: WindowArrays, val: Window
         callbacks=callbacks, verbose=1 if cfg.verbose else 0, shuffle=True, seed=cfg.seed,
         distributed=distributed,
     )
-    return {k: [float(v) for v in vals] for k, vals in hist.history.items()}
+    out = {k: [float(v) for v in vals] for k, vals in hist.history.items()}
+    if start_weights is not None and out.get(monitor) and min(out[monitor]) >= start_loss:
+        model.set_weights(start_weights)            # no epoch beat the AR start on validation
+        if checkpoint is not None and (distributed is None or distributed.is_root):
+            model.save_weights(str(checkpoint))
+        if cfg.verbose and (distributed is None or distributed.is_root):
+            print(f"no epoch's val_loss (best {min(out[monitor]):.6g}) beat the least-squares AR start's "
+                  f"{start_loss:.6g}: kept the AR start")
+    return out
 
 
 def describe_spec(spec: ForecastSpec) -> str:
