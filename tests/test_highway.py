@@ -89,6 +89,29 @@ def test_before_training_the_network_is_the_least_squares_ar_model() -> None:
     assert not np.any(model.get_layer(RECURRENT_OUT).get_weights()[0])
 
 
+def test_training_keeps_the_ar_start_when_no_epoch_beats_it_on_validation(tmp_path: Path) -> None:
+    """A sinusoid, an AR(2) without noise: the least-squares start predicts it to rounding, every Adam step
+    (steps of about lr whatever the gradient's size) moves away from it, so training ends at the
+    start, the checkpoint holding it too."""
+    window, p = 4, 2
+    s = np.sin(0.7 * np.arange(120)).astype(np.float32).astype(np.float64)   # s_t = 2 cos(0.7) s_t-1 - s_t-2
+    pos = np.arange(window, len(s))
+    x = np.stack([s[k - window:k] for k in pos])[:, :, None].astype(np.float32)
+    arrays = WindowArrays(x, s[pos, None].astype(np.float32), pos)
+    train, val = arrays.take(slice(0, 90)), arrays.take(slice(90, None))
+    cfg = TrainConfig(units=4, epochs=3, patience=2, seed=0, verbose=False, highway=p)
+    model = build_network(cfg, window, 1)
+    hist = train_network(model, cfg, train, val, checkpoint=tmp_path / "ck.safetensors")
+    fresh = build_network(cfg, window, 1)
+    start_from_ar(fresh, train)
+    start_loss = float(fresh.evaluate(val.x, val.y))
+    assert min(hist["val_loss"]) > start_loss                # no epoch beat the start...
+    for a, b in zip(model.get_weights(), fresh.get_weights(), strict=True):
+        assert a.tobytes() == b.tobytes()                    # ...so the start's weights are kept
+    fresh.load_weights(str(tmp_path / "ck.safetensors"))
+    np.testing.assert_array_equal(fresh.predict(x), model.predict(x))
+
+
 def test_no_highway_is_the_recurrent_branch_alone() -> None:
     model = build_network(TrainConfig(units=4, highway=0, seed=0), 6, 1)
     assert isinstance(model, rk.Sequential)
@@ -118,7 +141,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Forec
     s = ar_series(70, seed=2) + 10.0
     data = d / "series.csv"
     months = (np.datetime64("2015-01") + np.arange(70)).astype(str)
-    data.write_text("date,level\n" + "".join(f"{m}-01,{float(v)!r}\n" for m, v in zip(months, s, strict=True)))
+    data.write_text("date,level\n"
+                    + "".join(f"{m}-01,{float(v)!r}\n" for m, v in zip(months, s, strict=True)))
     prep = prepare(s[:, None], s, ["level"], "level", window=5, horizon=1, val_split=0.2,
                    transform="none", index_name="date", what="series.csv")
     cfg = TrainConfig(units=4, epochs=3, patience=0, seed=0, verbose=False, highway=3)
@@ -159,3 +183,35 @@ def test_the_server_answers_the_numbers_of_the_network_in_memory(
     assert r.status_code == 200, r.text
     served = np.asarray(r.json()["outputs"], dtype=np.float64)[:, 0]
     assert served.tobytes() == np.asarray(want, dtype=np.float64).tobytes()
+
+
+def test_preprocess_auto_reads_the_values_and_the_backtest_ranks_the_saved_highway_network(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On a trend that the KPSS rule would difference, the highway network reads the values (its
+    AR(p) holds the unit root); the stored ranking is the API backtest of the saved network."""
+    from rnnkit.cli._backtest import HIGHWAY_READS_VALUES
+    from rnnkit.timeseries import backtest, baselines, choose_difference
+
+    rng = np.random.default_rng(3)
+    t = np.arange(90)
+    y = 50 + 0.8 * t + 4 * np.sin(2 * np.pi * t / 6) + rng.standard_normal(90)
+    data = tmp_path / "series.csv"
+    data.write_text("t,value\n" + "".join(f"{i},{float(v)!r}\n" for i, v in enumerate(y)))
+    assert choose_difference(y[:78]).difference             # the rule for the recurrent branch alone
+    assert main(["train", str(data), "--target", "value", "--date-col", "none", "--window", "6",
+                 "--backtest-windows", "3", "--horizon", "4", "--season", "6", "--preprocess", "auto",
+                 "--epochs", "3", "--units", "4", "--quiet", "--no-plots", "--out", str(tmp_path / "o")]) == 0
+    text = capsys.readouterr().out
+    assert f"preprocessing: the values: {HIGHWAY_READS_VALUES}" in text
+    fc = rk.io.load_forecaster(tmp_path / "o" / "model.safetensors")
+    assert not fc.spec.difference and fc.spec.extra["preprocess"]["reason"] == HIGHWAY_READS_VALUES
+    assert fc.spec.extra["highway_lags"] == 6
+    info = fc.spec.extra["backtest"]
+    assert info["network"] == "LSTM (4 units x 1) + AR(6) highway"
+    bt = backtest(y, {info["network"]: lambda h, k: fc.path(h, k), **baselines(6, max_p=6)}, horizon=4,
+                  windows=3, season=6, min_history=8)
+    got = {r["name"]: r["mase"] for r in info["ranking"]}
+    assert got == {s.name: s.overall["mase"] for s in bt.scores}    # the same sums in the same order
+    assert main(["predict", str(tmp_path / "o" / "model.safetensors"), str(data), "--steps", "5"]) == 0
+    cli = np.array([float(r.split(",")[1]) for r in capsys.readouterr().out.splitlines()[1:]])
+    assert cli.tobytes() == fc.path(y, 5).tobytes()
