@@ -154,8 +154,10 @@ def start_from_ar(model: Any, train: WindowArrays) -> bool:
 
 def train_network(model: Any, cfg: TrainConfig, train: WindowArrays, val: WindowArrays | None,
                   checkpoint: Path | None = None, distributed: Any = None) -> dict[str, list[float]]:
-    """Fit on ``train`` (scaled), early-stopping on ``val``, a highway network starting from the
-    AR fit (:func:`start_from_ar`); returns the History's dict.
+    """Fit on ``train`` (scaled), early-stopping on ``val``; returns the History's dict. A highway
+    network starts from the AR fit (:func:`start_from_ar`) and, with validation windows and
+    ``patience > 0``, ends there when no epoch's ``val_loss`` is below the start's (the
+    checkpoint then holds the start too, and a line says so).
     ``distributed``: an ``rnnkit.distributed.MPI`` (fit on every rank; rank 0 checkpoints)."""
     has_val = val is not None and len(val) > 0
     monitor = "val_loss" if has_val else "loss"
@@ -182,9 +184,9 @@ def train_network(model: Any, cfg: TrainConfig, train: WindowArrays, val: Window
         model.set_weights(start_weights)            # no epoch beat the AR start on validation
         if checkpoint is not None and (distributed is None or distributed.is_root):
             model.save_weights(str(checkpoint))
-        if cfg.verbose and (distributed is None or distributed.is_root):
-            print(f"no epoch's val_loss (best {min(out[monitor]):.6g}) beat the least-squares AR start's "
-                  f"{start_loss:.6g}: kept the AR start")
+        if distributed is None or distributed.is_root:
+            print(f"kept the least-squares AR start: no epoch's val_loss (best {min(out[monitor]):.6g}) "
+                  f"beat its {start_loss:.6g}")
     return out
 
 
