@@ -89,6 +89,22 @@ def test_before_training_the_network_is_the_least_squares_ar_model() -> None:
     assert not np.any(model.get_layer(RECURRENT_OUT).get_weights()[0])
 
 
+def test_the_blockwise_ar_fit_is_the_least_squares_solution_of_all_windows() -> None:
+    """highway_start over more windows than one QR block (8192) against numpy's lstsq of the whole
+    design matrix: one well-conditioned problem (random lags, 11 columns), two float64 solvers,
+    agreement to ~1e-15; 1e-12 leaves room for the blocks' different rounding order."""
+    from rnnkit.cli._model import highway_start
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((20000, 7, 2)).astype(np.float32)
+    y = (x[:, -1, :1] * 0.5 - x[:, -3, 1:] + 0.1 * rng.standard_normal((20000, 1))).astype(np.float32)
+    kernel, bias = highway_start(x, y, 5)
+    design = np.concatenate([x[:, -5:, :].astype(np.float64).reshape(20000, -1), np.ones((20000, 1))], axis=1)
+    want = np.linalg.lstsq(design, y.astype(np.float64), rcond=None)[0]
+    np.testing.assert_allclose(kernel, want[:-1], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(bias, want[-1], rtol=0, atol=1e-12)
+
+
 def test_training_keeps_the_ar_start_when_no_epoch_beats_it_on_validation(tmp_path: Path) -> None:
     """A sinusoid, an AR(2) without noise: the least-squares start predicts it to rounding, every Adam step
     (steps of about lr whatever the gradient's size) moves away from it, so training ends at the

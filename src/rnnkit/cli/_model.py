@@ -41,6 +41,7 @@ from rnnkit.cli._common import CliError
 from rnnkit.layers import Add, Cropping1D, Dense, Flatten
 from rnnkit.models import EarlyStopping, ModelCheckpoint, SequentialBuilder
 from rnnkit.timeseries import ForecastSpec, WindowArrays
+from rnnkit.timeseries._baselines import BLOCK
 
 CELLS = {"lstm": "LSTM", "gru": "GRU", "rnn": "SimpleRNN"}
 #: the names of the highway's Dense layer and of the recurrent branch's output Dense layer
@@ -128,12 +129,18 @@ def build_network(cfg: TrainConfig, window: int, n_features: int) -> Any:
 def highway_start(x: np.ndarray, y: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray]:
     """``(kernel (p * F, 1), bias (1,))``: the least-squares fit of ``y`` (N, 1) on the last
     ``p`` rows of the windows ``x`` (N, window, F), flattened as ``Flatten`` does (row by row),
-    plus an intercept (the minimum-norm solution when the lags are collinear)."""
-    n = x.shape[0]
-    lags = np.asarray(x[:, x.shape[1] - p:, :], dtype=np.float64).reshape(n, -1)
-    design = np.concatenate([lags, np.ones((n, 1))], axis=1)
-    coef, *_ = np.linalg.lstsq(design, np.asarray(y, dtype=np.float64).reshape(n, 1), rcond=None)
-    return coef[:-1], coef[-1]
+    plus an intercept (the minimum-norm solution when the lags are collinear). Solved by a QR
+    factorisation updated block by block (``BLOCK`` windows at a time, as the AR baseline's fit:
+    ``R_k = qr([R_{k-1}; block_k])``), so the memory stays a few blocks however many windows."""
+    n, k = x.shape[0], p * x.shape[2] + 1
+    r = np.zeros((0, k + 1))
+    for a in range(0, n, BLOCK):
+        lags = np.asarray(x[a:a + BLOCK, x.shape[1] - p:, :], dtype=np.float64).reshape(-1, k - 1)
+        rows = np.concatenate([lags, np.ones((lags.shape[0], 1)),
+                               np.asarray(y[a:a + BLOCK], dtype=np.float64).reshape(-1, 1)], axis=1)
+        r = np.asarray(np.linalg.qr(np.concatenate([r, rows]), mode="r"))
+    coef, *_ = np.linalg.lstsq(r[:k, :k], r[:k, k], rcond=None)
+    return coef[:-1].reshape(-1, 1), coef[-1:]
 
 
 def start_from_ar(model: Any, train: WindowArrays) -> bool:
