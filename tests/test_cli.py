@@ -218,7 +218,8 @@ def test_train_on_sunspots_writes_model_checkpoint_history(sun_model: Trained) -
         assert (out / name).is_file()
     hist = (out / "history.csv").read_text().splitlines()
     assert hist[0] == "epoch,loss,val_loss" and len(hist) == 5
-    assert isinstance(rk.load_model(out / "model.safetensors"), rk.Sequential)   # part B's loader
+    loaded = rk.load_model(out / "model.safetensors")      # part B's loader: the LSTM + AR(6) highway
+    assert isinstance(loaded, rk.GraphModel) and loaded.get_layer("highway").get_weights()[0].shape == (6, 1)
 
 
 def test_scaler_is_fitted_on_training_rows_only(sun_model: Trained) -> None:
@@ -261,7 +262,8 @@ def test_summary_names_layers_params_and_settings(sun_model: Trained) -> None:
     res = run("summary", str(out / "model.safetensors"))
     assert res.returncode == 0, res.stderr
     assert "LSTM" in res.stdout and "(None, 8)" in res.stdout and "Dense" in res.stdout
-    assert "329" in res.stdout                             # 4*(1*8 + 8*8 + 8) + (8 + 1)
+    assert "336" in res.stdout                     # 4*(1*8 + 8*8 + 8) + (8 + 1) + the highway's (6 + 1)
+    assert "highway" in res.stdout and "Add" in res.stdout
     assert "forecast: 'SUNACTIVITY', 1 row(s) after a window of 6 rows" in res.stdout
 
 

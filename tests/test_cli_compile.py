@@ -54,7 +54,7 @@ from rnnkit.cli._model import TrainConfig, build_network
 from rnnkit.kernels import _warm
 
 cfg = TrainConfig(cell="rnn", units=5, layers=2, epochs=2, batch_size=16, lr=0.01, patience=0, seed=0,
-                  verbose=False)
+                  verbose=False, highway=0)
 model = build_network(cfg, 6, 2)
 started = any(_warm.start(layer.cell, layer.input_dim, layer.dtype) for layer in model.layers[:2])
 rng = np.random.default_rng(0)

@@ -99,8 +99,10 @@ def test_summary_reads_the_clis_checkpoint(tmp_path: Path, capsys: pytest.Captur
     assert main(["summary", str(out / "checkpoint.safetensors")]) == 0
     text = capsys.readouterr().out
     assert "a weights-only file" in text
-    assert re.search(r"0\.recurrent_kernel\s+\(4, 16\)\s+64", text)
-    assert "total params: 101" in text  # LSTM(4) on 1 feature: 16 + 64 + 16, Dense(1): 5
+    assert re.search(r"lstm\.recurrent_kernel\s+\(4, 16\)\s+64", text)
+    assert re.search(r"highway\.kernel\s+\(12, 1\)\s+12", text)
+    # LSTM(4) on 1 feature: 16 + 64 + 16, its Dense(1): 5, the AR(12) highway over the window: 13
+    assert "total params: 114" in text
 
 
 def test_every_option_has_help_and_commands_are_listed_once(capsys: pytest.CaptureFixture[str]) -> None:

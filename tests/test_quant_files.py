@@ -86,7 +86,13 @@ def test_convert_quantize_then_predict(tmp_path: Path, capsys: pytest.CaptureFix
     sun = str(datasets.path("sunspots"))
     out = tmp_path / "run"
     assert main(["train", sun, "--target", "SUNACTIVITY", "--window", "6", "--units", "8", "--epochs", "3",
-                 "--batch-size", "64", "--seed", "3", "--out", str(out), "--quiet"]) == 0
+                 "--batch-size", "64", "--seed", "3", "--out", str(tmp_path / "hw"), "--quiet"]) == 0
+    capsys.readouterr()      # the default network (a graph: LSTM + AR highway) has no int8 form
+    assert main(["convert", str(tmp_path / "hw" / "model.safetensors"), str(tmp_path / "hw.rnnkit"),
+                 "--quantize"]) == 2
+    assert "graph models have no int8 form" in capsys.readouterr().err
+    assert main(["train", sun, "--target", "SUNACTIVITY", "--window", "6", "--units", "8", "--epochs", "3",
+                 "--batch-size", "64", "--seed", "3", "--out", str(out), "--quiet", "--no-highway"]) == 0
     src, dst = out / "model.safetensors", tmp_path / "int8.rnnkit"
     capsys.readouterr()
     assert main(["convert", str(src), str(dst), "--quantize"]) == 0

@@ -1,8 +1,9 @@
 """``rnnkit train ... --backtest-windows K``: the network judged among the baselines on a
 rolling-origin backtest (:func:`rnnkit.timeseries.backtest`), and the preprocessing chosen by
 stated rules (``--preprocess auto``: logs, seasonal and first differences,
-:func:`rnnkit.timeseries.choose_preprocess`; or given by hand: ``--log``,
-``--seasonal-difference``, ``--difference``).
+:func:`rnnkit.timeseries.choose_preprocess`; the default network, whose linear AR highway models
+a trend and a season itself, takes logs by their rule and no differences; or given by hand:
+``--log``, ``--seasonal-difference``, ``--difference``).
 
 The backtest is on by default (:data:`DEFAULT_WINDOWS` windows; ``--backtest-windows 0`` turns
 it off and trains on one validation split). Where the default cannot apply — features other
@@ -41,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit.cli._common import CliError, compile_status, ensure_dir, history_csv, write_text_atomic
-from rnnkit.cli._model import TrainConfig, build_network, train_network
+from rnnkit.cli._model import build_network, train_config, train_network
 from rnnkit.cli._plots import backtest_plot, have_matplotlib, loss_curve, remove_pictures
 from rnnkit.cli._prepare import prepare
 from rnnkit.io import save_forecaster
@@ -56,6 +57,7 @@ from rnnkit.timeseries import (
 )
 from rnnkit.timeseries._backtest import ETS, ETS_MISSING, ETS_NAME, METRICS, check_length, have_statsmodels
 from rnnkit.timeseries._csv import DataError
+from rnnkit.timeseries._preprocess import choose_log
 
 #: the key under which the backtest's ranking is stored in the model's forecast settings
 EXTRA_KEY = "backtest"
@@ -91,6 +93,12 @@ def windows_for(args: argparse.Namespace, features: list[str], y: np.ndarray,
     except DataError as e:
         return 0, off + str(e)
     return DEFAULT_WINDOWS, None
+
+
+#: ``--preprocess auto``'s reason for no differences under a network with the AR highway
+HIGHWAY_NO_DIFFERENCES = ("no differences: the network has a linear AR highway, which models a trend "
+                          "itself (a unit root is its AR(p) with a_1 = 1, what differencing imposes) "
+                          "and keeps the levels' seasonal shape")
 
 
 def backtest_table(bt: Backtest, title: str) -> str:
@@ -138,11 +146,16 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
     seasonal = seasonal_lag(args, season)
     reason = ("given: " + " ".join("--" + f.replace("_", "-") for f in given) if given
               else "the values (--preprocess none)")
+    cfg = train_config(args)
     if args.preprocess == "auto":
         if given:
             raise CliError("--preprocess auto chooses the logs and differences; leave out "
                            + " ".join("--" + f.replace("_", "-") for f in given))
-        choice = choose_preprocess(y[:first], season, name=name)
+        if cfg.lags(args.window):
+            log, why_log = choose_log(y[:first], season)
+            choice = Choice(False, f"{why_log}; {HIGHWAY_NO_DIFFERENCES}", 0.0, None, log, 0)
+        else:
+            choice = choose_preprocess(y[:first], season, name=name)
         difference, log, seasonal, reason = choice.difference, choice.log, choice.seasonal, choice.reason
         if (difference or log or seasonal) and args.transform != "none":
             raise CliError(f"--preprocess auto chose {choice.describe()} ({reason}), which cannot be "
@@ -162,16 +175,13 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
                    val_split=args.val_split, transform=args.transform, index_name=index_name, what=name,
                    difference=difference, missing=args.missing, log=log, seasonal=seasonal)
     out = ensure_dir(args.out)
-    cfg = TrainConfig(cell=args.cell, units=args.units, layers=args.layers, epochs=args.epochs,
-                      batch_size=args.batch_size, lr=args.lr, patience=args.patience, seed=args.seed,
-                      verbose=not args.quiet)
     model = build_network(cfg, args.window, 1)
     t0 = time.perf_counter()
     with compile_status() if cfg.verbose else contextlib.nullcontext():
         history = train_network(model, cfg, prep.train, prep.val if len(prep.val) else None,
                                 checkpoint=out / "checkpoint.safetensors", distributed=None)
     secs = time.perf_counter() - t0
-    model_name = f"{args.cell.upper()} ({args.units} units x {args.layers})"
+    model_name = cfg.name(args.window)
     forecaster = Forecaster(model, prep.spec)
     methods = {model_name: lambda hist, h: forecaster.path(hist, h, what=name),
                **baselines(season, max_p=args.window)}
@@ -185,6 +195,7 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
         summary["ets"] = [c.to_dict() for c in ets.chosen]
     spec = dataclasses.replace(prep.spec, extra={
         "cell": args.cell, "units": args.units, "layers": args.layers,
+        "highway_lags": cfg.lags(args.window),
         "epochs_run": len(history.get("loss", [])), "seed": args.seed, "data": name, "rows": rows,
         "missing": args.missing, "transform": args.transform, "trained_rows": first,
         "preprocess": {"rule": args.preprocess, "difference": difference, "log": log, "seasonal": seasonal,

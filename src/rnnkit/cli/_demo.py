@@ -50,7 +50,7 @@ TRANSFORM = "sqrt"
 BACKTEST_WINDOWS = 5
 BACKTEST_HORIZON = 10
 CONFIG = TrainConfig(cell="lstm", units=24, layers=1, epochs=600, batch_size=64, lr=0.01,
-                     patience=30, seed=0, verbose=True)
+                     patience=30, seed=0, verbose=True, highway=0)   # LSTM(24) -> Dense(1), no highway
 
 
 @dataclass(frozen=True)

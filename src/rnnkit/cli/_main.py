@@ -101,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--units", type=_positive, default=32, help="hidden width of each recurrent layer "
                                                               "(default 32)")
     t.add_argument("--layers", type=_positive, default=1, help="stacked recurrent layers (default 1)")
+    t.add_argument("--highway-lags", type=_positive, default=None, metavar="P",
+                   help="the highway, a linear AR(P) over the window's last P rows added to the "
+                        "recurrent branch's output, reads P rows (default: the whole --window)")
+    t.add_argument("--no-highway", action="store_true",
+                   help="the recurrent branch alone, without the linear AR highway")
     t.add_argument("--epochs", type=_positive, default=100, help="at most this many epochs (default 100)")
     t.add_argument("--batch-size", type=_positive, default=32,
                    help="mini-batch size, shuffled each epoch (default 32)")
@@ -134,10 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "for 3 windows gets, with a note saying why)")
     t.add_argument("--preprocess", choices=("none", "auto"), default="none",
                    help="auto (with --backtest-windows): logs when the seasonal amplitude grows with "
-                        "the level, seasonal differences when the seasonal strength exceeds 0.64, first "
-                        "differences when the KPSS test rejects level stationarity and not for the "
-                        "differences; the choice and its reason are printed and stored with the model "
-                        "(default none)")
+                        "the level; then, for the default network, no differences (its AR highway "
+                        "models a trend and a season); with --no-highway, seasonal differences when "
+                        "the seasonal strength exceeds 0.64 and first differences when the KPSS test "
+                        "rejects level stationarity and not for the differences; the choice and its "
+                        "reason are printed and stored with the model (default none)")
     t.add_argument("--seed", type=_nonneg, default=0, help="seeds the weights and the shuffling (default 0)")
     t.add_argument("--out", default="rnnkit_out", metavar="DIR",
                    help="output directory for the model, checkpoint, history, metrics and pictures "

@@ -32,7 +32,7 @@ from rnnkit.cli._common import (
     metrics_table,
     write_text_atomic,
 )
-from rnnkit.cli._model import TrainConfig, build_network, train_network
+from rnnkit.cli._model import build_network, train_config, train_network
 from rnnkit.cli._plots import forecast_plot, have_matplotlib, loss_curve, remove_pictures
 from rnnkit.cli._prepare import Comparison, compare, predict_blocks, prepare
 from rnnkit.distributed import MPI, DistributedError
@@ -108,10 +108,8 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
                    val_split=args.val_split, transform=args.transform, index_name=index_name,
                    what=str(args.data), difference=args.difference, missing=args.missing,
                    log=getattr(args, "log", False), seasonal=seasonal_lag(args, season))
+    cfg = train_config(args)
     out = ensure_dir(args.out) if root else Path(args.out)
-    cfg = TrainConfig(cell=args.cell, units=args.units, layers=args.layers, epochs=args.epochs,
-                      batch_size=args.batch_size, lr=args.lr, patience=args.patience, seed=args.seed,
-                      verbose=not args.quiet)
     if root:
         for note in notes:
             print(f"note: {note}")
@@ -130,14 +128,15 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
     label = "validation" if len(prep.val) else "training (no validation part: --val-split 0)"
     pred = predict_blocks(model, prep.spec, part, prep.target)
     # the baselines are fitted on the training positions only, like the network
-    model_name = f"{args.cell.upper()} ({args.units} units x {args.layers})"
+    model_name = cfg.name(args.window)
     cmp = compare(model_name, pred, prep.target, part.pos, prep.train.pos, args.window, args.horizon,
                   season=season)
     epochs_run = len(history.get("loss", []))
     monitored = history.get("val_loss" if len(prep.val) else "loss", [])
     best = int(np.argmin(monitored)) + 1 if monitored and args.patience > 0 else None
     spec = dataclasses.replace(prep.spec, extra={
-        "cell": args.cell, "units": args.units, "layers": args.layers, "epochs_run": epochs_run,
+        "cell": args.cell, "units": args.units, "layers": args.layers,
+        "highway_lags": cfg.lags(args.window), "epochs_run": epochs_run,
         "seed": args.seed, "data": str(args.data), "rows": rows, "missing": args.missing,
         "transform": args.transform})
     model_path = save_forecaster(model, spec, out / "model.safetensors")

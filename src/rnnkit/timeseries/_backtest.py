@@ -42,9 +42,10 @@ ETS (exponential smoothing; with statsmodels installed, ``pip install "rnnkit[fo
     maximum likelihood, ``initialization_method="estimated"``) of the configuration with the
     smallest AICc among: no trend / additive trend / additive damped trend, each without and
     (with a season ``m`` of at most :data:`ETS_MAX_SEASON` and at least ``2 m`` rows of history)
-    with an additive season of ``m`` (the AICc selection of Hyndman et al.'s automatic ETS; ties: the simpler, earlier in
-    that order). The configuration is chosen afresh on each history, as AR(p)'s order is.
-    Without statsmodels it is left out (:func:`baselines` says why: :data:`ETS_MISSING`).
+    with an additive season of ``m`` (the AICc selection of Hyndman et al.'s automatic ETS;
+    ties: the simpler, earlier in that order). The configuration is chosen afresh on each
+    history, as AR(p)'s order is. Without statsmodels it is left out (:func:`baselines` says
+    why: :data:`ETS_MISSING`).
 
 Season detection (:func:`detect_season`): the calendar's cycle when the index is dated
 (:func:`~rnnkit.timeseries.season_of`: hourly 24, daily 7, weekly 52, monthly 12, quarterly 4);
@@ -220,7 +221,7 @@ def ets_candidates(season: int | None, rows: int) -> list[ETSConfig]:
     ``1 < season <= ETS_MAX_SEASON`` and ``rows >= 2 * season``."""
     trends = [ETSConfig(), ETSConfig("add"), ETSConfig("add", True)]
     seasonal = season is not None and 1 < season <= ETS_MAX_SEASON and rows >= 2 * season
-    seasons: list[int | None] = [None] + ([season] if seasonal else [])
+    seasons: list[int | None] = [None, season] if seasonal else [None]
     return [ETSConfig(t.trend, t.damped, m) for m in seasons for t in trends]
 
 
