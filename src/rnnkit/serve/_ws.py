@@ -69,10 +69,11 @@ class SocketStats:
 class _Pending:
     """One step waiting in a :class:`StepPool`."""
 
-    __slots__ = ("stream", "seq", "x", "future")
+    __slots__ = ("stream", "seq", "x", "future", "arrived")
 
     def __init__(self, stream: Stream, seq: int, x: np.ndarray, future: asyncio.Future[Any]) -> None:
         self.stream, self.seq, self.x, self.future = stream, seq, x, future
+        self.arrived = time.perf_counter()
 
 
 class StepPool:
@@ -131,6 +132,7 @@ class StepPool:
         payloads = [(p.stream, p.seq, p.x, digest(p.x)) for p in group]
         m = server.metrics
         start = time.perf_counter()
+        m.observe_many("rnnkit_serve_batch_wait_seconds", [start - p.arrived for p in group], kind="step")
         try:
             results = server._compute_steps(payloads)
         except Exception as e:  # noqa: BLE001 - one failed call fails its own steps only
