@@ -61,6 +61,8 @@ ISA_SENSITIVE = frozenset({
     "test_conv_lstm.py",
     # ConvLSTM1D / ConvLSTM2D stepped against their whole-sequence pass
     "test_conv_lstm_stream.py",
+    # the WebSocket's batched fast-path steps against the general path and the whole-sequence predict
+    "test_serve_ws_pool.py",
     # the check that the AVX2 run is one
     "test_isa_path.py",
 })
