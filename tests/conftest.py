@@ -63,6 +63,8 @@ ISA_SENSITIVE = frozenset({
     "test_conv_lstm_stream.py",
     # the default forecaster (LSTM + AR highway) against PyTorch and the least-squares AR model
     "test_highway.py",
+    # the WebSocket's batched fast-path steps against the general path and the whole-sequence predict
+    "test_serve_ws_pool.py",
     # the check that the AVX2 run is one
     "test_isa_path.py",
 })

@@ -35,6 +35,6 @@ def test_serving_page_imports_only_what_serve_installs() -> None:
 
 def test_readme_names_the_extras() -> None:
     text = (ROOT / "README.md").read_text()
-    for extra in ("plot", "interop", "onnx", "serve"):
+    for extra in ("plot", "interop", "onnx", "serve", "forecast"):
         assert f"`{extra}`" in text, extra
-    assert 'pip install -e ".[plot,interop,onnx,serve]"' in text
+    assert 'pip install -e ".[plot,interop,onnx,serve,forecast]"' in text

@@ -9,6 +9,15 @@ A refused message is answered with a JSON text ``{"seq", "error": {...}}`` and t
 open. A stream that does not exist: the socket is accepted, told why in a JSON text, and closed
 with code 1008.
 
+The binary steps of the fast path (a stream's next step, ``seq = its seq + 1``, in the model's
+float dtype, its lock free) skip the server's general step path: each is put in a
+:class:`StepPool`, and every step put there during one turn of the event loop is computed in one
+batched call (``Server._compute_steps``, the plain path's call) run right after that turn, with
+no timer and no queue task, then committed by ``Server._commit_steps`` (the plain path's commit:
+the database, the metrics). Whatever is not on the fast path (a retry, a stale or skipped seq, a
+step whose stream is busy with another step, a JSON step, another dtype) takes
+``Server.step``, the general path; both hold the stream's lock while a step is in flight.
+
 Its metrics (requests by status, time from message to answer, parse time) are kept in plain
 lists and moved into the server's :class:`~rnnkit.serve._metrics.Metrics` in bulk, before every
 ``/metrics`` answer and every few thousand messages.
@@ -16,6 +25,7 @@ lists and moved into the server's :class:`~rnnkit.serve._metrics.Metrics` in bul
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import time
 from typing import Any
@@ -24,11 +34,15 @@ import numpy as np
 
 from rnnkit.serve._codec import as_input, as_seq, dump_json, field_of, parse_json, to_json
 from rnnkit.serve._errors import RequestError, bad_request
-from rnnkit.serve._server import Server
+from rnnkit.serve._server import Server, digest
+from rnnkit.serve._store import Stream
 
 Scope = dict[str, Any]
 _FLUSH_EVERY = 4096
 _ROUTE = "ws_step"
+_SEQ_HI = 2**62 - 1  # as_seq's range: [1, 2**62)
+_HEAD = struct.Struct("<Q")
+_ANSWER = struct.Struct("<QB")
 
 
 class SocketStats:
@@ -52,6 +66,99 @@ class SocketStats:
         m.observe_many("rnnkit_serve_parse_seconds", parses, route=_ROUTE)
 
 
+class _Pending:
+    """One step waiting in a :class:`StepPool`."""
+
+    __slots__ = ("stream", "seq", "x", "future", "arrived")
+
+    def __init__(self, stream: Stream, seq: int, x: np.ndarray, future: asyncio.Future[Any]) -> None:
+        self.stream, self.seq, self.x, self.future = stream, seq, x, future
+        self.arrived = time.perf_counter()
+
+
+class StepPool:
+    """The fast path's steps of every socket, computed together: the steps put here during one
+    turn of the event loop make one batched call per number of timesteps (at most ``max_rows``
+    rows each), run right after that turn (``loop.call_soon``), then one commit per call.
+
+    A step's input is checked for finiteness here, all the batch's rows in one NumPy call; a row
+    that is not finite is refused with the error :func:`as_input` gives it, and never computed."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.pending: list[_Pending] = []
+        self.scheduled = False
+        self.commits: set[asyncio.Task[None]] = set()
+
+    def put(self, stream: Stream, seq: int, x: np.ndarray) -> asyncio.Future[Any]:
+        """Queue step ``seq`` of ``stream`` (timesteps ``x``, (T, features)); the future gets its
+        outputs (T, ...) once committed, or the error that refused it."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self.pending.append(_Pending(stream, seq, x, fut))
+        if not self.scheduled:
+            self.scheduled = True
+            loop.call_soon(self.run)
+        return fut
+
+    def run(self) -> None:
+        """Compute every queued step: group by timesteps, in calls of at most ``max_rows`` rows."""
+        self.scheduled = False
+        pending, self.pending = self.pending, []
+        groups: dict[int, list[_Pending]] = {}
+        for p in pending:
+            groups.setdefault(p.x.shape[0], []).append(p)
+        max_rows = self.server.cfg.max_rows
+        for t, group in groups.items():
+            per = max(1, max_rows // t)
+            for at in range(0, len(group), per):
+                self._call(group[at:at + per])
+
+    def _call(self, group: list[_Pending]) -> None:
+        server = self.server
+        x = np.stack([p.x for p in group])
+        finite = np.isfinite(x.reshape(len(group), -1)).all(axis=1)
+        if not finite.all():
+            for p, ok in zip(group, finite, strict=True):
+                if not ok:
+                    try:
+                        as_input(p.x, server.sv, server.cfg, "x", stream=True)
+                        raise AssertionError("as_input accepted a step that is not finite")
+                    except RequestError as e:
+                        p.future.set_exception(e)
+            group = [p for p, ok in zip(group, finite, strict=True) if ok]
+            if not group:
+                return
+        payloads = [(p.stream, p.seq, p.x, digest(p.x)) for p in group]
+        m = server.metrics
+        start = time.perf_counter()
+        m.observe_many("rnnkit_serve_batch_wait_seconds", [start - p.arrived for p in group], kind="step")
+        try:
+            results = server._compute_steps(payloads)
+        except Exception as e:  # noqa: BLE001 - one failed call fails its own steps only
+            results = [e] * len(group)
+        rows = sum(p.x.shape[0] for p in group)
+        m.observe("rnnkit_serve_batch_rows", rows, kind="step")
+        m.observe("rnnkit_serve_batch_requests", len(group), kind="step")
+        m.observe("rnnkit_serve_compute_seconds", time.perf_counter() - start, kind="step")
+        task = asyncio.get_running_loop().create_task(self._commit(group, payloads, results))
+        self.commits.add(task)
+        task.add_done_callback(self.commits.discard)
+
+    async def _commit(self, group: list[_Pending], payloads: list[Any], results: list[Any]) -> None:
+        try:
+            results = await self.server._commit_steps(payloads, results)
+        except Exception as e:  # noqa: BLE001 - a failed commit fails the steps of its call only
+            results = [e] * len(group)
+        for p, r in zip(group, results, strict=True):
+            if p.future.done():
+                continue
+            if isinstance(r, BaseException):
+                p.future.set_exception(r)
+            else:
+                p.future.set_result(r)
+
+
 class StreamSocket:
     """The ASGI app of a stream's WebSocket (``scope["path"]`` is ``/v1/streams/{id}/ws``)."""
 
@@ -66,6 +173,7 @@ class StreamSocket:
         self.fast = plan is not None and plan.dtype == self.sv.input_dtype == self.sv.dtype \
             and plan.dtype.kind == "f"
         self.width = 0 if plan is None else plan.features * plan.dtype.itemsize
+        self.pool = StepPool(server)
 
     @staticmethod
     def stream_id(path: str) -> str | None:
@@ -93,6 +201,39 @@ class StreamSocket:
             x = as_input(x, self.sv, self.cfg, "x", stream=True)  # the refusal, or the general path
         return seq, x
 
+    async def fast_step(self, sid: str, data: bytes, t0: float) -> dict[str, Any] | None:
+        """The answer to a binary step on the fast path (the stream's next step, whole timesteps,
+        at most ``max_timesteps``, its lock free), computed in the :class:`StepPool`; None when
+        the step is not one for the fast path (the general path then answers it, or refuses it)."""
+        n = len(data) - 8
+        width = self.width
+        if n <= 0 or n % width or n // width > self.cfg.max_timesteps:
+            return None
+        (seq,) = _HEAD.unpack_from(data)
+        store = self.server.store
+        s = None if store is None else store.streams.get(sid)
+        if s is None or seq != s.seq + 1 or seq > _SEQ_HI:
+            return None
+        locks = self.server.locks
+        lock = locks.get(sid)
+        if lock is None:
+            lock = locks[sid] = asyncio.Lock()
+        elif lock.locked():
+            return None
+        plan = self.sv.streams
+        assert plan is not None
+        x = np.frombuffer(data, plan.dtype, offset=8).reshape(n // width, plan.features)
+        await lock.acquire()  # free: taken without yielding to the loop
+        s.busy = True
+        s.touched = time.time()
+        self.stats.parses.append(time.perf_counter() - t0)
+        try:
+            y = await self.pool.put(s, seq, x)
+        finally:
+            s.busy = False
+            lock.release()
+        return {"type": "websocket.send", "bytes": _ANSWER.pack(seq, 0) + y.tobytes()}
+
     async def answer(self, sid: str, msg: dict[str, Any]) -> tuple[dict[str, Any], str]:
         """The ``websocket.send`` message answering one received message, and its status."""
         seq: Any = None
@@ -100,6 +241,11 @@ class StreamSocket:
         data = msg.get("bytes")
         try:
             if data is not None:
+                if self.fast:
+                    seq = _HEAD.unpack_from(data)[0] if len(data) >= 8 else None
+                    reply = await self.fast_step(sid, data, t0)
+                    if reply is not None:
+                        return reply, "200"
                 seq, x = self.binary_step(data)
             else:
                 text = msg.get("text") or ""
@@ -155,4 +301,4 @@ class StreamSocket:
                 stats.flush()
 
 
-__all__ = ["SocketStats", "StreamSocket"]
+__all__ = ["SocketStats", "StepPool", "StreamSocket"]
