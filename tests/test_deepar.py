@@ -73,9 +73,12 @@ def test_series_too_short_and_negative_counts_are_typed_errors() -> None:
     short = Panel((p.series[0], p.series[1].head(10)), (), p.freq)
     with pytest.raises(DataError, match=r"series 'b': 10 row\(s\), too short: training needs at least 12 "
                                         r"\(context 4 \+ largest lag 4 \+ horizon 4\)"):
-        DeepAR(4, context=4, epochs=1, patience=0).fit(short)
+        DeepAR(4, context=4, epochs=1, patience=0, calibration=None).fit(short)
+    with pytest.raises(DataError, match=r"training needs at least 16 .* \+ 4 held-out rows"):
+        DeepAR(4, context=4, epochs=1, patience=0).fit(short)     # conformal calibration holds them out
     with pytest.raises(DataError, match=r"series 'b': 10 row\(s\), too short: training needs at least 16 "
-                                        r"\(context 4 \+ largest lag 4 \+ horizon 4 \+ 4 validation rows\)"):
+                                        r"\(context 4 \+ largest lag 4 \+ horizon 4 \+ 4 held-out rows for "
+                                        r"validation and calibration\)"):
         DeepAR(4, context=4, epochs=1).fit(short)
     with pytest.raises(DataError, match=r"series 'b': 7 row\(s\), too short: a forecast needs at least 8 "
                                         r"\(context 4 \+ largest lag 4\)"):
