@@ -110,9 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     print("| panel | series | horizon | model | mean MASE | 80% coverage raw | calibrated | +- (1 s.e.) "
           "| seconds | seasonal naive MASE |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.3f} | {100 * r[5]:.1f} % | {100 * r[6]:.1f} % "
-              f"| {100 * r[7]:.1f} | {r[8]:.0f} | {r[9]:.3f} |")
+    for row in rows:
+        print(f"| {row[0]} | {row[1]} | {row[2]} | {row[3]} | {row[4]:.3f} | {100 * row[5]:.1f} % "
+              f"| {100 * row[6]:.1f} % | {100 * row[7]:.1f} | {row[8]:.0f} | {row[9]:.3f} |")
     return 0
 
 

@@ -144,10 +144,6 @@ class DeepAR:
         held = self.horizon if self.patience or self.calibration else 0
         x, y = training_windows(spec, panel, self.max_windows, held_out=held)
         net = _network(spec, stateful=False, seed=self.seed)
-        weights = net.get_weights()
-        start = get_likelihood(spec.likelihood).initial_raw(one_step_spread(spec, x, y))
-        weights[-1] = start.astype(weights[-1].dtype)
-        net.set_weights(weights)
         net.compile(Adam(self.lr, global_clipnorm=self.clipnorm), loss=NegativeLogLikelihood(spec.likelihood))
         extra: dict[str, Any] = {}
         if self.patience:
@@ -218,19 +214,9 @@ class DeepAR:
         return m
 
 
-def one_step_spread(spec: DeepARSpec, x: np.ndarray, y: np.ndarray) -> float:
-    """The training windows' one-step spread in units of the series' scale: over the lags, the
-    smallest median of ``|y[t] - y[t - lag]| / nu``, divided by 0.6745 (a normal's median
-    absolute deviation in standard deviations); the head's bias starts there
-    (:meth:`~rnnkit.timeseries._likelihood.Likelihood.initial_raw`). 1e-3 at the least."""
-    now = y[..., 0] / y[..., 1]
-    med = min(float(np.median(np.abs(now - x[..., j]))) for j in range(len(spec.lags)))
-    return max(med / 0.6745, 1e-3)
-
-
 def is_deepar_file(path: str | os.PathLike[str]) -> bool:
     """Whether the model file at ``path`` holds DeepAR settings."""
     return DEEPAR_KEY in read_metadata(path)
 
 
-__all__ = ["DeepAR", "as_panel", "is_deepar_file", "one_step_spread"]
+__all__ = ["DeepAR", "as_panel", "is_deepar_file"]

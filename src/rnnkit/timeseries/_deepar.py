@@ -142,7 +142,8 @@ class DeepARSpec:
             raise DataError(f"series {s.id!r}: {len(s)} row(s), too short: {why} needs at least {rows} "
                             f"(context {self.context} + largest lag {self.max_lag}"
                             + (f" + horizon {self.horizon}" if training else "")
-                            + (f" + {validation} held-out rows for validation and calibration)" if validation else ")"))
+                            + (f" + {validation} held-out rows for validation and calibration)"
+                               if validation else ")"))
         return self.ids.index(s.id)
 
     def inputs(self, y: np.ndarray, t0: int, steps: int, nu: np.ndarray, calendar: np.ndarray,

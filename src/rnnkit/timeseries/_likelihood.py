@@ -68,12 +68,6 @@ def softplus(o: np.ndarray) -> np.ndarray:
     return np.logaddexp(0.0, o)
 
 
-def inverse_softplus(s: float) -> float:
-    """The ``o`` with ``softplus(o) = s`` (s > 0): ``log(expm1(s))``, ``s + log(-expm1(-s))``
-    for large ``s``."""
-    return float(s + math.log(-math.expm1(-s)))
-
-
 def sigmoid(o: np.ndarray) -> np.ndarray:
     """``1 / (1 + exp(-o))`` (the derivative of :func:`softplus`) without overflow."""
     return 0.5 * (1.0 + np.tanh(0.5 * o))
@@ -106,13 +100,6 @@ class Likelihood:
         raise NotImplementedError
 
     def sample(self, raw: Any, scale: Any, rng: np.random.Generator) -> np.ndarray:
-        raise NotImplementedError
-
-    def initial_raw(self, spread: float) -> np.ndarray:
-        """Raw outputs (k,) of a distribution of mean 1 and scale ``spread`` in units of the
-        series' scale ``nu``: the head's starting bias, so that training begins at the data's
-        one-step spread instead of ``softplus(0) = 0.69`` times ``nu`` (the softplus's slope
-        ``sigmoid(o)`` shrinks with the scale, so a scale far below the start is reached slowly)."""
         raise NotImplementedError
 
     def check_target(self, y: np.ndarray, what: str) -> None:
@@ -151,9 +138,6 @@ class Gaussian(Likelihood):
         p = self.params(raw, scale)
         return p["mu"] + p["sigma"] * rng.standard_normal(p["mu"].shape)
 
-    def initial_raw(self, spread: float) -> np.ndarray:
-        return np.array([1.0, inverse_softplus(spread)])
-
 
 class StudentT(Likelihood):
     """Student's t(df, mu, sigma): mu = nu o0, sigma = nu softplus(o1), df = 2 + softplus(o2)."""
@@ -191,9 +175,6 @@ class StudentT(Likelihood):
         p = self.params(raw, scale)
         return p["mu"] + p["sigma"] * rng.standard_t(p["df"])
 
-    def initial_raw(self, spread: float) -> np.ndarray:
-        return np.array([1.0, inverse_softplus(spread), 0.0])
-
 
 class NegativeBinomial(Likelihood):
     """Negative binomial of mean mu = nu softplus(o0) and shape alpha = softplus(o1) / sqrt(nu)
@@ -230,9 +211,6 @@ class NegativeBinomial(Likelihood):
         p = self.params(raw, scale)
         r = 1.0 / p["alpha"]
         return rng.poisson(rng.gamma(r, p["mu"] / r)).astype(np.float64)
-
-    def initial_raw(self, spread: float) -> np.ndarray:
-        return np.array([inverse_softplus(1.0), 0.0])
 
     def check_target(self, y: np.ndarray, what: str) -> None:
         super().check_target(y, what)
@@ -283,5 +261,4 @@ class NegativeLogLikelihood(Loss):
 
 
 __all__ = ["LIKELIHOODS", "Gaussian", "Likelihood", "NegativeBinomial", "NegativeLogLikelihood",
-           "StudentT", "digamma", "get_likelihood", "inverse_softplus", "lgamma",
-           "sigmoid", "softplus"]
+           "StudentT", "digamma", "get_likelihood", "lgamma", "sigmoid", "softplus"]
