@@ -5,6 +5,7 @@ the whole-sequence network, save/load, and the CLI."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -258,6 +259,10 @@ def test_cli_train_panel_and_predict_quantiles(tmp_path: Path) -> None:
     assert lines[0] == "unique_id,ds,mean,q0.1,q0.5,q0.9"
     assert len(lines) == 1 + 3 * 4
     m = DeepAR.load(out / "model.safetensors")
+    # the conformal factor found on the 3 x 4 calibration rows is stored, reported, and applied
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert m.spec is not None and metrics["spread"] == m.spec.spread != 1.0
+    assert metrics["calibration"]["points"] == 3 * 4
     fc = m.forecast(p, num_samples=50, seed=0)
     q = fc.quantile([0.1, 0.5, 0.9])
     first = lines[1].split(",")

@@ -70,6 +70,10 @@ def test_bad_level_and_shape_are_typed_errors() -> None:
         conformal_spread(fc, actual[:4], 0.8)
     with pytest.raises(InvalidParameterError, match="calibration must be 'conformal' or None, got 'cqr'"):
         DeepAR(4, calibration="cqr")
+    with pytest.raises(InvalidParameterError, match="calibration must be 'conformal' or None, got array"):
+        DeepAR(4, calibration=np.array([1, 2]))             # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError, match="DeepAR: calibration_level must"):
+        DeepAR(4, calibration_level=1.0)
 
 
 def _noisy_panel(series: int, rows: int, sd: float, seed: int) -> Panel:

@@ -123,7 +123,7 @@ class DeepAR:
         self.max_windows = None if max_windows is None else check_int(max_windows, "max_windows", "DeepAR",
                                                                       lo=1)
         self.lags = lags
-        if calibration not in (None, "conformal"):
+        if not (calibration is None or (isinstance(calibration, str) and calibration == "conformal")):
             raise InvalidParameterError(f"DeepAR: calibration must be 'conformal' or None, "
                                         f"got {calibration!r}")
         self.calibration = calibration
