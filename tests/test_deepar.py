@@ -5,6 +5,7 @@ the whole-sequence network, save/load, and the CLI."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -73,9 +74,12 @@ def test_series_too_short_and_negative_counts_are_typed_errors() -> None:
     short = Panel((p.series[0], p.series[1].head(10)), (), p.freq)
     with pytest.raises(DataError, match=r"series 'b': 10 row\(s\), too short: training needs at least 12 "
                                         r"\(context 4 \+ largest lag 4 \+ horizon 4\)"):
-        DeepAR(4, context=4, epochs=1, patience=0).fit(short)
+        DeepAR(4, context=4, epochs=1, patience=0, calibration=None).fit(short)
+    with pytest.raises(DataError, match=r"training needs at least 16 .* \+ 4 held-out rows"):
+        DeepAR(4, context=4, epochs=1, patience=0).fit(short)     # conformal calibration holds them out
     with pytest.raises(DataError, match=r"series 'b': 10 row\(s\), too short: training needs at least 16 "
-                                        r"\(context 4 \+ largest lag 4 \+ horizon 4 \+ 4 validation rows\)"):
+                                        r"\(context 4 \+ largest lag 4 \+ horizon 4 \+ 4 held-out rows for "
+                                        r"validation and calibration\)"):
         DeepAR(4, context=4, epochs=1).fit(short)
     with pytest.raises(DataError, match=r"series 'b': 7 row\(s\), too short: a forecast needs at least 8 "
                                         r"\(context 4 \+ largest lag 4\)"):
@@ -255,6 +259,10 @@ def test_cli_train_panel_and_predict_quantiles(tmp_path: Path) -> None:
     assert lines[0] == "unique_id,ds,mean,q0.1,q0.5,q0.9"
     assert len(lines) == 1 + 3 * 4
     m = DeepAR.load(out / "model.safetensors")
+    # the conformal factor found on the 3 x 4 calibration rows is stored, reported, and applied
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert m.spec is not None and metrics["spread"] == m.spec.spread != 1.0
+    assert metrics["calibration"]["points"] == 3 * 4
     fc = m.forecast(p, num_samples=50, seed=0)
     q = fc.quantile([0.1, 0.5, 0.9])
     first = lines[1].split(",")

@@ -204,7 +204,8 @@ def train_panel(args: argparse.Namespace) -> int:
     history, held = panel.split(args.horizon)
     model = DeepAR(args.horizon, context=args.window, likelihood=args.likelihood, cell=args.cell,
                    units=args.units, layers=args.layers, epochs=args.epochs, patience=args.patience,
-                   batch_size=args.batch_size, lr=args.lr, seed=args.seed)
+                   batch_size=args.batch_size, lr=args.lr, seed=args.seed,
+                   calibration=None if getattr(args, "calibration", "conformal") == "none" else "conformal")
     print(f"{args.data}: {len(panel)} series, {sum(len(s) for s in panel.series)} rows; the last "
           f"{args.horizon} of each held out", flush=True)
     t0 = time.perf_counter()
@@ -226,6 +227,8 @@ def train_panel(args: argparse.Namespace) -> int:
         {"part": "held-out", "rows_per_series": args.horizon, "series": len(panel),
          "mean_mase": float(np.mean(scores)), "seasonal_naive_mean_mase": float(np.mean(naive)),
          "coverage_80": coverage, "mase": dict(zip(panel.ids, scores, strict=True)),
+         "spread": model.spec.spread if model.spec else 1.0,
+         "calibration": model.spec.calibration if model.spec else {},
          "seconds": round(secs, 3)}, indent=1))
     print(f"trained {len(model.history.get('loss', []))} epoch(s) in {secs:.1f} s")
     print(f"held-out rows: mean MASE {np.mean(scores):.3f} (seasonal naive {np.mean(naive):.3f}); "

@@ -11,6 +11,7 @@ stateful copy of the network (the same weights) one step at a time.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from rnnkit.timeseries._deepar import (
     DEEPAR_KEY,
     DeepARSpec,
     Forecast,
+    conformal_spread,
     fit_spec,
     sample_paths,
     training_windows,
@@ -65,7 +67,7 @@ def _network(spec: DeepARSpec, *, stateful: bool, seed: int | None = None) -> Se
 class DeepAR:
     """``DeepAR(horizon, *, context=None, likelihood="student_t", cell="lstm", units=40,
     layers=2, dropout=0.1, epochs=40, patience=5, batch_size=64, lr=3e-3, clipnorm=10.0,
-    max_windows=256, lags=None, seed=0)``.
+    max_windows=256, lags=None, calibration="conformal", calibration_level=0.8, seed=0)``.
 
     ``fit(data)`` trains one global model on every series of a panel (a :class:`Panel`, a
     long-format CSV path or a pandas DataFrame; covariate columns are known-future inputs);
@@ -82,14 +84,27 @@ class DeepAR:
     network trains on the windows that end before them, is scored after each epoch on each
     series' last window, stops after ``patience`` epochs without a better score and keeps the
     best epoch's weights (a global model memorises its series when trained too long). Each
-    series then needs ``horizon`` rows more."""
+    series then needs ``horizon`` rows more.
+
+    With ``calibration="conformal"`` (the default) those last ``horizon`` rows of each series
+    (held out of training whatever ``patience`` is) also calibrate the intervals, by split
+    conformal prediction: the trained model forecasts them from the rows before, each of the
+    ``n`` = series x horizon points is scored by how many half-widths of the central
+    ``calibration_level`` interval it lies from the median, and every later forecast's paths
+    are spread about their median by the ``ceil((n + 1) calibration_level)``-th smallest score
+    (:func:`~rnnkit.timeseries._deepar.conformal_spread`; the median is unchanged). The
+    network's one-step distribution is calibrated on the rows it trained on; a forecast
+    ``horizon`` steps ahead also meets level shifts and trends it did not see, and the
+    calibration measures that on rows it did not train on. With few series (``n`` small) the
+    factor is itself noisy. ``calibration=None`` keeps the sampled spread (factor 1)."""
 
     def __init__(self, horizon: int, *, context: int | None = None, likelihood: str = "student_t",
                  cell: str = "lstm", units: int = 40, layers: int = 2, dropout: float = 0.1,
                  epochs: int = 40, patience: int = 5, batch_size: int = 64, lr: float = 3e-3,
                  clipnorm: float = 10.0,
                  max_windows: int | None = 256,
-                 lags: tuple[int, ...] | None = None, seed: int = 0) -> None:
+                 lags: tuple[int, ...] | None = None, calibration: str | None = "conformal",
+                 calibration_level: float = 0.8, seed: int = 0) -> None:
         self.horizon = check_int(horizon, "horizon", "DeepAR", lo=1)
         self.context = check_int(context if context is not None else 2 * self.horizon, "context", "DeepAR",
                                  lo=1)
@@ -108,6 +123,12 @@ class DeepAR:
         self.max_windows = None if max_windows is None else check_int(max_windows, "max_windows", "DeepAR",
                                                                       lo=1)
         self.lags = lags
+        if not (calibration is None or (isinstance(calibration, str) and calibration == "conformal")):
+            raise InvalidParameterError(f"DeepAR: calibration must be 'conformal' or None, "
+                                        f"got {calibration!r}")
+        self.calibration = calibration
+        self.calibration_level = check_float(calibration_level, "calibration_level", "DeepAR", lo=0.0, hi=1.0,
+                                             lo_open=True, hi_open=True)
         self.seed = check_int(seed, "seed", "DeepAR", lo=0)
         self.spec: DeepARSpec | None = None
         self.network: Sequential | None = None
@@ -120,7 +141,7 @@ class DeepAR:
         spec = fit_spec(panel, self.horizon, self.context, self.likelihood, self.lags,
                         {"cell": self.cell, "units": self.units, "layers": self.layers,
                          "dropout": self.dropout})
-        held = self.horizon if self.patience else 0
+        held = self.horizon if self.patience or self.calibration else 0
         x, y = training_windows(spec, panel, self.max_windows, held_out=held)
         net = _network(spec, stateful=False, seed=self.seed)
         net.compile(Adam(self.lr, global_clipnorm=self.clipnorm), loss=NegativeLogLikelihood(spec.likelihood))
@@ -131,6 +152,15 @@ class DeepAR:
         hist = net.fit(x, y, epochs=self.epochs, batch_size=self.batch_size, seed=self.seed, verbose=verbose,
                        **extra)
         self.spec, self.network, self.history = spec, net, dict(hist.history)
+        if self.calibration:
+            before, rows = panel.split(self.horizon)
+            fc = self.forecast(before, num_samples=200, seed=self.seed,
+                               future=rows if panel.covariate_names else None)
+            actual = np.stack([s.y for s in rows.series])
+            c, covered = conformal_spread(fc, actual, self.calibration_level)
+            self.spec = dataclasses.replace(spec, spread=c, calibration={
+                "method": "conformal", "level": self.calibration_level, "points": int(actual.size),
+                "coverage_before": covered})
         return self
 
     def _fitted(self) -> tuple[DeepARSpec, Sequential]:
@@ -138,10 +168,15 @@ class DeepAR:
             raise InvalidParameterError("DeepAR: not trained yet: call fit(data) or DeepAR.load(path) first")
         return self.spec, self.network
 
-    def forecast(self, data: Any, *, num_samples: int = 200, seed: int = 0, future: Any = None) -> Forecast:
+    def forecast(self, data: Any, *, num_samples: int = 200, seed: int = 0, future: Any = None,
+                 calibrated: bool = True) -> Forecast:
         """Sample paths of the ``horizon`` rows after the end of each series of ``data`` (the
-        training series, or any of them with at least ``context + largest lag`` rows)."""
+        training series, or any of them with at least ``context + largest lag`` rows), spread
+        about their median by the conformal factor ``spec.spread`` (``calibrated=False``: as
+        sampled)."""
         spec, net = self._fitted()
+        if not calibrated:
+            spec = dataclasses.replace(spec, spread=1.0)
         stepper = _network(spec, stateful=True)
         stepper.set_weights(net.get_weights())
 
@@ -173,7 +208,8 @@ class DeepAR:
         net = spec.network
         m = cls(spec.horizon, context=spec.context, likelihood=spec.likelihood, cell=str(net["cell"]),
                 units=int(net["units"]), layers=int(net["layers"]), dropout=float(net.get("dropout", 0.0)),
-                lags=spec.lags)
+                lags=spec.lags, calibration="conformal" if spec.calibration else None,
+                calibration_level=float(spec.calibration.get("level", 0.8)))
         m.spec, m.network = spec, load_model(path)
         return m
 

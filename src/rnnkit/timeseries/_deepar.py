@@ -18,11 +18,21 @@ every position's log-likelihood counted (teacher forcing: the inputs hold the ob
 A forecast runs the context through the network, then, ``horizon`` times, draws each sample
 path's next value from the distribution and feeds it back as the next step's lag (ancestral
 sampling; a seeded generator gives the same paths every time).
+
+Calibration (split conformal, on each series' last ``horizon`` rows before the training cut,
+rows the network never trained on): :func:`conformal_spread` finds the factor ``c`` by which the
+paths' spread about their median must be multiplied for the central ``level`` interval to cover
+the ``ceil((n + 1) level)``-th smallest of the ``n`` calibration scores (the conformalized
+quantile regression rule of Romano et al., 2019, with the interval's half-width as the unit);
+the spec stores ``c`` as ``spread`` and :func:`sample_paths` applies it to every forecast:
+``median + c (path - median)`` at each step. The median, and so the MASE of the median forecast,
+is unchanged; ``c > 1`` widens, ``c < 1`` narrows.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,7 +68,10 @@ class DeepARSpec:
     the horizon and context (rows), the likelihood's name, the lags (rows), the training
     series' ids (in the order of the one-hot columns), the covariates with the mean and standard
     deviation they are standardised with, the season and frequency name of the training panel,
-    and the network's description (``cell``, ``units``, ``layers``)."""
+    the network's description (``cell``, ``units``, ``layers``), the conformal factor
+    ``spread`` every forecast's paths are widened (> 1) or narrowed (< 1) by about their median
+    (1: uncalibrated) and how it was found (``calibration``: method, level, points, coverage
+    before)."""
 
     horizon: int
     context: int
@@ -72,11 +85,16 @@ class DeepARSpec:
     calendar_width: int = 0
     freq_name: str = ""
     network: dict[str, Any] = field(default_factory=dict)
+    spread: float = 1.0
+    calibration: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.horizon < 1 or self.context < 1 or not self.lags or min(self.lags) < 1:
             raise InvalidParameterError(f"DeepAR: horizon, context and lags must be >= 1, got horizon="
                                         f"{self.horizon}, context={self.context}, lags={self.lags}")
+        if not (math.isfinite(self.spread) and self.spread > 0):
+            raise InvalidParameterError(f"DeepAR: spread (the conformal factor of the paths' spread about "
+                                        f"their median) must be a finite number > 0, got {self.spread!r}")
         get_likelihood(self.likelihood)
 
     @property
@@ -124,7 +142,8 @@ class DeepARSpec:
             raise DataError(f"series {s.id!r}: {len(s)} row(s), too short: {why} needs at least {rows} "
                             f"(context {self.context} + largest lag {self.max_lag}"
                             + (f" + horizon {self.horizon}" if training else "")
-                            + (f" + {validation} validation rows)" if validation else ")"))
+                            + (f" + {validation} held-out rows for validation and calibration)"
+                               if validation else ")"))
         return self.ids.index(s.id)
 
     def inputs(self, y: np.ndarray, t0: int, steps: int, nu: np.ndarray, calendar: np.ndarray,
@@ -285,7 +304,48 @@ def sample_paths(spec: DeepARSpec, panel: Panel, stepper: Stepper, num_samples: 
         raw = np.asarray(step(spec.inputs(y, t, 1, nu[rep], cal[rep], cov[rep], cols[rep])), dtype=np.float64)
         y[:, t] = head.sample(raw[:, -1], nu[rep], rng)
     reset()
-    return Forecast(tuple(panel.ids), np.stack(index), y[:, L + C:].reshape(N, S, H))
+    paths = spread_paths(y[:, L + C:].reshape(N, S, H), spec.spread)
+    return Forecast(tuple(panel.ids), np.stack(index), paths)
+
+
+def spread_paths(paths: np.ndarray, factor: float) -> np.ndarray:
+    """``median + factor (paths - median)`` at each series and step of ``paths`` (N, S, H), the
+    median taken over the S paths: every quantile's distance from the median times ``factor``,
+    the median itself unchanged (``paths`` as given where ``factor`` is 1)."""
+    if factor == 1.0:
+        return paths
+    med = np.median(paths, axis=1, keepdims=True)
+    return med + factor * (paths - med)
+
+
+def conformal_spread(forecast: Forecast, actual: np.ndarray, level: float) -> tuple[float, float]:
+    """``(c, coverage)``: the split-conformal factor of the paths' spread about their median
+    for the central ``level`` interval, and the share of ``actual`` (N, H) the uncalibrated
+    interval covered.
+
+    Each point's score is how many interval half-widths it lies from the median: ``(y - m) /
+    (hi - m)`` above the median ``m``, ``(m - y) / (m - lo)`` below (``lo``, ``hi``: the
+    interval's ends). ``c`` is the ``k = ceil((n + 1) level)``-th smallest of the ``n`` scores
+    (the largest where ``k > n``), so ``median + c (interval - median)`` covers at least ``k``
+    of the ``n`` points; for a new point exchangeable with them, the share covered is at least
+    ``level`` (Romano et al., 2019). Points of one series are correlated, so with few series
+    this holds only roughly."""
+    if not 0 < level < 1:
+        raise InvalidParameterError(f"a calibration level must lie in (0, 1), got {level!r}")
+    a = np.asarray(actual, dtype=np.float64)
+    if a.shape != forecast.samples.shape[::2]:
+        raise InvalidParameterError(f"conformal_spread: actual must be (series, horizon) = "
+                                    f"{forecast.samples.shape[::2]}, got {a.shape}")
+    lo, hi = forecast.interval(level)
+    med = forecast.quantile(0.5)
+    tiny = 1e-12 * np.maximum(np.abs(med), 1.0)
+    score = np.where(a >= med, (a - med) / np.maximum(hi - med, tiny), (med - a) / np.maximum(med - lo, tiny))
+    s = np.sort(score.ravel())
+    k = math.ceil((s.size + 1) * level)
+    c = float(s[min(k, s.size) - 1])
+    covered = float(np.mean((a >= lo) & (a <= hi)))
+    # a factor of 0 (every point on its median) would collapse the paths; keep them apart
+    return max(c, 1e-6), covered
 
 
 def _covariates(spec: DeepARSpec, panel: Panel, s: Series) -> np.ndarray:
@@ -308,5 +368,6 @@ def _future_covariates(spec: DeepARSpec, future: Panel | None, sid: str, dates: 
     return c[:len(dates)]
 
 
-__all__ = ["DEEPAR_FORMAT", "DEEPAR_KEY", "DeepARSpec", "Forecast", "Stepper", "fit_spec",
+__all__ = ["DEEPAR_FORMAT", "DEEPAR_KEY", "DeepARSpec", "Forecast", "Stepper", "conformal_spread", "fit_spec",
+           "spread_paths",
            "sample_paths", "scale_of", "training_windows"]

@@ -1,0 +1,114 @@
+"""DeepAR's conformal calibration of its intervals: the factor is the conformal order statistic
+(checked by the coverage it gives on its own points), it brings a too-narrow and a too-wide
+spread to the nominal coverage of fresh points within the binomial bound, and a trained model
+applies it to every forecast (the median unchanged) and keeps it through save/load."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rnnkit import InvalidParameterError
+from rnnkit.io import DeepAR
+from rnnkit.timeseries._deepar import Forecast, conformal_spread, spread_paths
+from rnnkit.timeseries._panel import Panel
+
+
+def _forecast(samples: np.ndarray) -> Forecast:
+    n, _, h = samples.shape
+    index = np.tile(np.arange(h).astype("datetime64[D]"), (n, 1))
+    return Forecast(tuple(f"s{i}" for i in range(n)), index, samples)
+
+
+def _gaussian_case(rng: np.random.Generator, n: int, sampled_sd: float) -> tuple[Forecast, np.ndarray]:
+    """Points whose truth is N(m, 1) and whose 200 sample paths are N(m, sampled_sd)."""
+    m = rng.normal(0.0, 5.0, (n, 1))
+    samples = m[:, :, None] + sampled_sd * rng.standard_normal((n, 200, 1))
+    return _forecast(samples), m + rng.standard_normal((n, 1))
+
+
+def test_the_factor_is_the_conformal_order_statistic() -> None:
+    rng = np.random.default_rng(0)
+    fc, actual = _gaussian_case(rng, 37, 0.7)
+    c, before = conformal_spread(fc, actual, 0.8)
+    assert before == pytest.approx(fc.coverage(actual, 0.8))
+    k = math.ceil((37 + 1) * 0.8)                                # 31 of the 37 points
+    inside = _forecast(spread_paths(fc.samples, c)).coverage(actual, 0.8) * 37
+    # the k-th smallest score lies on the widened interval's edge: k points in, and one fewer
+    # for a factor a hair smaller (the interval's ends scale exactly with the factor)
+    assert round(inside) == k
+    assert round(_forecast(spread_paths(fc.samples, c * (1 - 1e-9))).coverage(actual, 0.8) * 37) == k - 1
+    # the median stays where it was
+    np.testing.assert_allclose(np.median(spread_paths(fc.samples, c), axis=1), np.median(fc.samples, axis=1))
+
+
+@pytest.mark.parametrize("sampled_sd", [0.5, 2.0])
+def test_calibrated_intervals_cover_the_nominal_share_of_fresh_points(sampled_sd: float) -> None:
+    rng = np.random.default_rng(1)
+    cal, cal_y = _gaussian_case(rng, 2000, sampled_sd)
+    new, new_y = _gaussian_case(rng, 4000, sampled_sd)
+    c, before = conformal_spread(cal, cal_y, 0.8)
+    # sampled sd 0.5 covers P(|Z| < 0.64) = 0.48, sd 2 covers P(|Z| < 2.56) = 0.99 of N(0, 1)
+    assert abs(before - (0.48 if sampled_sd == 0.5 else 0.99)) < 0.04
+    assert c == pytest.approx(1 / sampled_sd, rel=0.1)
+    after = _forecast(spread_paths(new.samples, c)).coverage(new_y, 0.8)
+    # the coverage given the calibration points varies with sd sqrt(0.16 / 2000), the share of
+    # 4000 fresh points around it with sd sqrt(0.16 / 4000): 4 of their combined sd (0.011)
+    bound = 4 * math.sqrt(0.16 / 2000 + 0.16 / 4000)
+    assert abs(after - 0.8) <= bound, (after, bound)
+
+
+def test_bad_level_and_shape_are_typed_errors() -> None:
+    fc, actual = _gaussian_case(np.random.default_rng(2), 5, 1.0)
+    with pytest.raises(InvalidParameterError, match=r"level must lie in \(0, 1\), got 1.2"):
+        conformal_spread(fc, actual, 1.2)
+    with pytest.raises(InvalidParameterError,
+                       match=r"actual must be \(series, horizon\) = \(5, 1\), got \(4, 1\)"):
+        conformal_spread(fc, actual[:4], 0.8)
+    with pytest.raises(InvalidParameterError, match="calibration must be 'conformal' or None, got 'cqr'"):
+        DeepAR(4, calibration="cqr")
+    with pytest.raises(InvalidParameterError, match="calibration must be 'conformal' or None, got array"):
+        DeepAR(4, calibration=np.array([1, 2]))             # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError, match="DeepAR: calibration_level must"):
+        DeepAR(4, calibration_level=1.0)
+
+
+def _noisy_panel(series: int, rows: int, sd: float, seed: int) -> Panel:
+    """Quarterly series: a level times a fixed season, plus N(0, sd) noise (so the best 80 %
+    interval is the season's value +- 1.2816 sd)."""
+    rng = np.random.default_rng(seed)
+    m0 = np.datetime64("1990-01", "M").astype(np.int64)
+    dates = (m0 + 3 * np.arange(rows)).astype("datetime64[M]").astype("datetime64[D]")
+    ii, dd, yy = [], [], []
+    for k in range(series):
+        level = 20.0 + k
+        y = level * (1 + 0.2 * np.sin(np.arange(rows) * np.pi / 2)) + rng.normal(0, sd, rows)
+        ii += [f"s{k}"] * rows
+        dd += list(dates)
+        yy += list(y)
+    return Panel.from_columns(ii, np.array(dd), yy)
+
+
+def test_a_trained_model_applies_its_factor_and_covers_known_gaussian_noise(tmp_path: Path) -> None:
+    panel = _noisy_panel(60, 40, 1.0, 3)
+    hist, held = panel.split(4)
+    m = DeepAR(4, context=8, likelihood="gaussian", units=12, layers=1, epochs=8, max_windows=12,
+               batch_size=64, seed=0).fit(hist)
+    spec = m.spec
+    assert spec is not None
+    assert spec.calibration["points"] == 60 * 4 and spec.calibration["level"] == 0.8
+    fc = m.forecast(hist, num_samples=200, seed=5)
+    raw = m.forecast(hist, num_samples=200, seed=5, calibrated=False)
+    med = np.median(raw.samples, axis=1, keepdims=True)
+    np.testing.assert_allclose(fc.samples, med + spec.spread * (raw.samples - med), rtol=1e-12, atol=1e-9)
+    actual = np.stack([s.y for s in held.series])
+    # 240 held-out points, and a factor from 240 calibration points: 3 combined binomial sd
+    bound = 3 * math.sqrt(2 * 0.16 / 240)
+    assert abs(fc.coverage(actual, 0.8) - 0.8) <= bound, (fc.coverage(actual, 0.8), raw.coverage(actual, 0.8))
+    m2 = DeepAR.load(m.save(tmp_path / "m.safetensors"))
+    assert m2.spec is not None and m2.spec.spread == spec.spread
+    np.testing.assert_array_equal(m2.forecast(hist, num_samples=200, seed=5).samples, fc.samples)
+
