@@ -85,9 +85,16 @@ def quant_row(x: Any, q: Any) -> tuple[Any, Any]:
 
 @njit(**OPTS8)
 def quant_rows(x: Any, q: Any, s: Any, zp: Any) -> None:
-    """:func:`quant_row` for every row of ``x`` (M, K) into ``q`` (M, K'), ``s`` (M,), ``zp`` (M,)."""
-    for m in range(x.shape[0]):
-        s[m], zp[m] = quant_row(x[m], q[m])
+    """:func:`quant_row` for every row of ``x`` (M, K) into ``q`` (M, K'), ``s`` (M,), ``zp`` (M,).
+    Rows of contiguous elements (any row stride) are read as C-contiguous views (:func:`row`):
+    numba types a row of a sliced array as layout 'A', whose loops index with a run-time stride
+    and do not vectorise."""
+    if x.strides[1] == x.itemsize:
+        for m in range(x.shape[0]):
+            s[m], zp[m] = quant_row(row(x, m), row(q, m))
+    else:
+        for m in range(x.shape[0]):
+            s[m], zp[m] = quant_row(x[m], row(q, m))
 
 
 @njit(**OPTS8)
@@ -200,10 +207,14 @@ def _quant_steps(x: Any, t0: int, n: int, q: Any, s: Any, zp: Any) -> None:
     """Quantize the rows of steps ``t0 .. t0+n`` of ``x`` (T, B, F): row ``b`` of step
     ``t0 + i`` into row ``i * B + b`` of ``q``, ``s``, ``zp`` (batch row by batch row)."""
     B = x.shape[1]
+    unit = x.strides[2] == x.itemsize
     for b in range(B):
         for i in range(n):
             r = i * B + b
-            s[r], zp[r] = quant_row(x[t0 + i, b], q[r])
+            if unit:   # a C-contiguous view of the row: its loops vectorise (see quant_rows)
+                s[r], zp[r] = quant_row(row(x[t0 + i], b), row(q, r))
+            else:
+                s[r], zp[r] = quant_row(x[t0 + i, b], row(q, r))
 
 
 @njit(**OPTS8)
