@@ -9,9 +9,9 @@ same buffers the call uses (the layer's packed weights, a real input, a real sta
 - ``x_gemm``: the input product, one step's B rows at a time (``gemm``);
 - ``h_quant``: the state rows quantized (``quant_rows`` of h, B x H);
 - ``h_gemm``: the recurrent product (``gemm``, B x H by 4H);
-- ``dequant``: both products' dequantization plus the bias (the walk's per-row ``dequant_row``
-  pair, 2 x B x 4H);
-- ``gates``: the activations and the cell / state update (B x 5H activations);
+- ``rows``: the rest of a step, row by row: both products dequantized plus the bias, the
+  gates' activations (B x 5H), the cell and state update, as the walk runs them
+  (``_lstm_rows``); ``x_dequant``, the input product's dequantization alone, is a part of it;
 
 beside the whole call (``forward``) and rnnkit float32's on the same weights, interleaved,
 medians of ``--repeats`` rounds (CPU time). ``sum`` is the phases' total; ``forward - sum`` is
@@ -53,49 +53,36 @@ def _x_quant(x: Any, qx: Any, sx: Any, zpx: Any) -> None:
 @njit(**OPTS8)
 def _x_gemm(T: int, qx: Any, wp: Any, accx: Any) -> None:
     B = accx.shape[0]
-    for t in range(T):
+    for _t in range(T):
         gemm(qx[:B], wp, accx)
 
 
 @njit(**OPTS8)
 def _h_quant(T: int, h: Any, q: Any, s: Any, zp: Any) -> None:
-    for t in range(T):
+    for _t in range(T):
         k8.quant_rows(h, q, s, zp)
 
 
 @njit(**OPTS8)
 def _h_gemm(T: int, q: Any, up: Any, acc: Any) -> None:
-    for t in range(T):
+    for _t in range(T):
         gemm(q, up, acc)
 
 
 @njit(**OPTS8)
-def _dequant(T: int, accx: Any, acc: Any, zp: Any, s: Any, wcol: Any, ws: Any, bias: Any, col: Any,
-             us: Any, xr: Any, ar: Any) -> None:
-    B = acc.shape[0]
+def _rows_walk(T: int, accx: Any, zpx: Any, sx: Any, wcol: Any, ws: Any, bias: Any, acc: Any, zp: Any,
+               s: Any, col: Any, us: Any, h: Any, c: Any, mask: Any, xr: Any, ar: Any, tmp: Any) -> None:
+    """The walk's own rows, step after step (``_lstm_rows``)."""
     for t in range(T):
-        for b in range(B):
-            k8.dequant_row(row(accx, b), zp[b], s[b], wcol, ws, bias, xr)
-            k8.dequant_row(row(acc, b), zp[b], s[b], col, us, xr, ar)
+        k8._lstm_rows(t, 0, accx, zpx, sx, wcol, ws, bias, acc, zp, s, col, us, h, c, mask, 0, 1, xr, ar, tmp)
 
 
 @njit(**OPTS8)
-def _gates(T: int, pre: Any, h: Any, c: Any, ar: Any, tmp: Any, code: int, rcode: int) -> None:
-    B, H = h.shape
-    for t in range(T):
+def _x_dequant(T: int, accx: Any, zpx: Any, sx: Any, wcol: Any, ws: Any, bias: Any, xr: Any) -> None:
+    B = accx.shape[0]
+    for _t in range(T):
         for b in range(B):
-            ar[:] = pre[b]
-            cr, hr = row(c, b), row(h, b)
-            k8.act_ip(ar[:2 * H], rcode)
-            k8.act_ip(ar[2 * H:3 * H], code)
-            k8.act_ip(ar[3 * H:], rcode)
-            for j in range(H):
-                cn = ar[H + j] * cr[j] + ar[j] * ar[2 * H + j]
-                cr[j] = cn
-                tmp[j] = cn
-            k8.act_ip(tmp, code)
-            for j in range(H):
-                hr[j] = ar[3 * H + j] * tmp[j]
+            k8.dequant_row(row(accx, b), zpx[b], sx[b], wcol, ws, bias, xr)
 
 
 def _cpu(f: Callable[[], Any]) -> float:
@@ -130,21 +117,19 @@ def main(argv: list[str] | None = None) -> int:
     gemm(qx[:B], wp, accx)
     gemm(qh, up, acc)
     xr, ar, tmp = np.empty(G, np.float32), np.empty(G, np.float32), np.empty(H, np.float32)
-    pre = np.empty((B, G), np.float32)
-    for b in range(B):
-        k8.dequant_row(accx[b], zpx[b], sx[b], wcol, ws, bias, xr)
-        k8.dequant_row(acc[b], zph[b], sh[b], col, us, xr, pre[b])
     hh, cc = h.copy(), c.copy()
+    no_mask = np.zeros((0, 0), np.uint8)
     jobs: dict[str, Callable[[], Any]] = {
         "x_quant": lambda: _x_quant(x.transpose(1, 0, 2), qx, sx, zpx),
         "x_gemm": lambda: _x_gemm(T, qx, wp, accx),
         "h_quant": lambda: _h_quant(T, h, qh, sh, zph),
         "h_gemm": lambda: _h_gemm(T, qh, up, acc),
-        "dequant": lambda: _dequant(T, accx, acc, zph, sh, wcol, ws, bias, col, us, xr, ar),
-        "gates": lambda: _gates(T, pre, hh, cc, ar, tmp, 0, 1),
-        "forward": lambda: q.forward(x, ctx),
-        "float32": lambda: layer.forward(x, ctx),
     }
+    jobs["rows"] = lambda: _rows_walk(T, accx, zpx, sx, wcol, ws, bias, acc, zph, sh, col, us, hh, cc,
+                                      no_mask, xr, ar, tmp)
+    jobs["x_dequant"] = lambda: _x_dequant(T, accx, zpx, sx, wcol, ws, bias, xr)
+    jobs["forward"] = lambda: q.forward(x, ctx)
+    jobs["float32"] = lambda: layer.forward(x, ctx)
     del x_tm
     for f in jobs.values():
         f()
@@ -153,12 +138,13 @@ def main(argv: list[str] | None = None) -> int:
         for k, f in jobs.items():
             times[k].append(_cpu(f))
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-    phases = [k for k in jobs if k not in ("forward", "float32")]
+    phases = [k for k in jobs if k not in ("x_dequant", "forward", "float32")]
     total = sum(med[k] for k in phases)
     print(f"# {a.shape} (B, T, F, H) = {(B, T, F, H)}, layout={LAYOUT}, load average "
           f"{os.getloadavg()[0]:.2f}, medians of {a.repeats} (CPU ms)")
     for k in phases:
         print(f"{k:8s} {med[k]:8.3f} ms {100 * med[k] / med['forward']:5.1f} %")
+    print(f"  (of rows: x_dequant {med['x_dequant']:.3f} ms)")
     print(f"{'sum':8s} {total:8.3f} ms {100 * total / med['forward']:5.1f} %")
     print(f"{'forward':8s} {med['forward']:8.3f} ms  (forward - sum {med['forward'] - total:.3f} ms)")
     print(f"{'float32':8s} {med['float32']:8.3f} ms  float32 / int8 = {med['float32'] / med['forward']:.3f}")
