@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     G = 4 * H
     x = np.random.default_rng(7).standard_normal((B, T, F)).astype(np.float32)
     layer = rk.LSTM(H, return_sequences=True, seed=0)
-    q = rk.quantize(rk.Sequential([layer]).build((None, T, F))).layers[0]
+    q: Any = rk.quantize(rk.Sequential([layer]).build((None, T, F))).layers[0]
     ctx = rk.Ctx(False)
     mod = k8
     wp, wcol, ws = q._product("kernel", mod)
