@@ -113,6 +113,15 @@ def test_compiled_quantization_and_projection_equal_the_reference() -> None:
     assert np.array_equal(q[:, :13], rq) and np.array_equal(s, rs) and np.array_equal(zp, rzp)
     assert not q[:, 13:].any()           # the padding set to 0
     assert rq.max() == k.QMAX
+    # rows of a bigger array (a row stride of its own: read as contiguous rows) and rows whose
+    # elements are apart (an element stride: read element by element) quantize the same
+    wide = np.zeros((140, 27), F32)
+    wide[::2, 1:27:2] = x
+    for view in (wide[::2, 1:14], wide[::2, 1:27:2]):
+        q2, s2, zp2 = np.full((70, k.padded(13)), 7, k.QDT), np.zeros(70, F32), np.zeros(70, np.int32)
+        k.quant_rows(view, q2, s2, zp2)
+        rq2, rs2, rzp2 = ref.quant_rows(np.ascontiguousarray(view), k.QMAX)
+        assert np.array_equal(q2[:, :13], rq2) and np.array_equal(s2, rs2) and np.array_equal(zp2, rzp2)
     wq, ws = ref.quantize_weight(rng.normal(size=(13, 9)).astype(F32))
     bias = rng.normal(size=9).astype(F32)
     out, want = np.empty((70, 9), F32), np.empty((70, 9), F32)
@@ -125,9 +134,28 @@ def test_compiled_quantization_and_projection_equal_the_reference() -> None:
 
 
 def test_the_rational_tanh_is_tanh() -> None:
-    x = np.linspace(-12, 12, 20001).astype(F32)
-    assert np.abs(ref.tanh8(x) - np.tanh(x.astype(np.float64))).max() < 3e-7
-    assert np.abs(ref.act8(x, 1) - 1 / (1 + np.exp(-x.astype(np.float64)))).max() < 3e-7
+    # bound: the 13/6 rational's own error, 2.6e-7, plus float32 rounding of its evaluation near
+    # |tanh| = 1 (steps of 6e-8 below 1), at most 1.5 steps: 3.5e-7 (measured on this grid:
+    # 3.28e-7 with the polynomials in Estrin's form, 3.41e-7 with Horner's)
+    x = np.linspace(-12, 12, 2_000_001).astype(F32)
+    x64 = x.astype(np.float64)
+    assert np.abs(ref.tanh8(x) - np.tanh(x64)).max() < 3.5e-7
+    assert np.abs(ref.act8(x, 1) - 1 / (1 + np.exp(-x64))).max() < 3.5e-7
+
+
+def test_compiled_activations_equal_the_reference() -> None:
+    """Every activation of the compiled loops rounds as the reference's, to the bit, over a
+    dense grid through the clamp (7.9053) and the saturation (9.010914), and at them."""
+    k = compiled()
+    edges = [7.90531110763549805, 9.010914, 0.0, -0.0]
+    x = np.concatenate([np.linspace(-12, 12, 200_001), edges]).astype(F32)
+    x = np.concatenate([x, -x, np.nextafter(x, np.float32(np.inf)), np.nextafter(x, np.float32(-np.inf))])
+    for code in range(5):
+        got = x.copy()
+        k.act_ip(got, code)
+        want = ref.act8(x, code)
+        # bit for bit, but for the sign of a zero (relu(-0.0) is -0.0 here, 0.0 in NumPy)
+        assert np.array_equal((got + F32(0)).view(np.int32), (want + F32(0)).view(np.int32)), code
 
 
 def _models() -> dict[str, Callable[[], rk.Sequential]]:

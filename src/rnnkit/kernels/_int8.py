@@ -39,9 +39,29 @@ from rnnkit.kernels._int8_gemm import (
     pack,
     padded,
 )
+from rnnkit.kernels._jit import (
+    _A1,
+    _A3,
+    _A5,
+    _A7,
+    _A9,
+    _A11,
+    _A13,
+    _B0,
+    _B2,
+    _B4,
+    _B6,
+    _CLAMP,
+    _NCLAMP,
+    _NONE,
+    _NSAT,
+    _ONE,
+    _SAT,
+    njit,
+    row,
+)
 from rnnkit.kernels._jit import f32_bits as _bits
 from rnnkit.kernels._jit import f32_from_bits as _from_bits
-from rnnkit.kernels._jit import njit, row, tanh32
 
 _F32 = np.float32
 _HALF, _ZERO, _THREE, _SIX, _QMAX = _F32(0.5), _F32(0.0), _F32(3.0), _F32(6.0), _F32(QMAX)
@@ -85,9 +105,16 @@ def quant_row(x: Any, q: Any) -> tuple[Any, Any]:
 
 @njit(**OPTS8)
 def quant_rows(x: Any, q: Any, s: Any, zp: Any) -> None:
-    """:func:`quant_row` for every row of ``x`` (M, K) into ``q`` (M, K'), ``s`` (M,), ``zp`` (M,)."""
-    for m in range(x.shape[0]):
-        s[m], zp[m] = quant_row(x[m], q[m])
+    """:func:`quant_row` for every row of ``x`` (M, K) into ``q`` (M, K'), ``s`` (M,), ``zp`` (M,).
+    Rows of contiguous elements (any row stride) are read as C-contiguous views (:func:`row`):
+    numba types a row of a sliced array as layout 'A', whose loops index with a run-time stride
+    and do not vectorise."""
+    if x.strides[1] == x.itemsize:
+        for m in range(x.shape[0]):
+            s[m], zp[m] = quant_row(row(x, m), row(q, m))
+    else:
+        for m in range(x.shape[0]):
+            s[m], zp[m] = quant_row(x[m], row(q, m))
 
 
 @njit(**OPTS8)
@@ -132,11 +159,29 @@ def project(x: Any, wp: Any, col: Any, ws: Any, bias: Any, out: Any) -> None:
         dequant_bias(acc[:r], zp[:r], s[:r], col, ws, bias, out[m0:m1])
 
 
-#: float32 tanh: the clamped odd/even rational of :func:`rnnkit.kernels._jit.tanh32`, the same
-#: source compiled again with this module's options (no contraction: every operation rounds
-#: as in the NumPy reference, :func:`rnnkit.quant._reference.tanh8`). Not cached on its own:
-#: Numba would file it under tanh32's name and signature; it is inlined into cached callers.
-tanh8 = njit(inline="always", **{**OPTS8, "cache": False})(tanh32.py_func)
+@njit(inline="always", **{**OPTS8, "cache": False})
+def tanh8(x: Any) -> Any:
+    """float32 tanh of the int8 loops: the clamped odd/even rational of
+    :func:`rnnkit.kernels._jit.tanh32` (its coefficients, clamp and saturation) with both
+    polynomials in ``y = x * x`` evaluated in Estrin's form, ``p = ((A1 + A3 y) + y^2 (A5 + A7 y))
+    + y^4 ((A9 + A11 y) + y^2 A13)``, ``q = (B0 + B2 y) + y^2 (B4 + B6 y)``: a dependency chain
+    of 6 roundings to ``p`` instead of Horner's 13 (the loops over a row's gates are bound by
+    that chain's latency: 20 % faster, AVX2 and AVX-512 alike); max abs error 3.3e-7 against
+    float64 tanh. No contraction: every operation rounds as in the NumPy reference,
+    :func:`rnnkit.quant._reference.tanh8`. Inlined into cached callers, not cached on its own."""
+    if x >= _SAT:
+        return _ONE
+    if x <= _NSAT:
+        return _NONE
+    if x > _CLAMP:
+        x = _CLAMP
+    if x < _NCLAMP:
+        x = _NCLAMP
+    y = x * x
+    y2 = y * y
+    p = (_A1 + _A3 * y) + y2 * (_A5 + _A7 * y) + (y2 * y2) * ((_A9 + _A11 * y) + y2 * _A13)
+    q = (_B0 + _B2 * y) + y2 * (_B4 + _B6 * y)
+    return (x * p) / q
 
 
 @njit(**OPTS8)
@@ -200,10 +245,14 @@ def _quant_steps(x: Any, t0: int, n: int, q: Any, s: Any, zp: Any) -> None:
     """Quantize the rows of steps ``t0 .. t0+n`` of ``x`` (T, B, F): row ``b`` of step
     ``t0 + i`` into row ``i * B + b`` of ``q``, ``s``, ``zp`` (batch row by batch row)."""
     B = x.shape[1]
+    unit = x.strides[2] == x.itemsize
     for b in range(B):
         for i in range(n):
             r = i * B + b
-            s[r], zp[r] = quant_row(x[t0 + i, b], q[r])
+            if unit:   # a C-contiguous view of the row: its loops vectorise (see quant_rows)
+                s[r], zp[r] = quant_row(row(x[t0 + i], b), row(q, r))
+            else:
+                s[r], zp[r] = quant_row(x[t0 + i, b], row(q, r))
 
 
 @njit(**OPTS8)
@@ -233,6 +282,38 @@ def _in_bufs(x: Any, G: int, wp: Any) -> tuple[Any, Any, Any, Any]:
 
 
 @njit(**OPTS8)
+def _lstm_rows(t: int, i0: int, accx: Any, zpx: Any, sx: Any, wcol: Any, ws: Any, bias: Any, acc: Any,
+               zp: Any, s: Any, col: Any, us: Any, h: Any, c: Any, mask: Any, code: int, rcode: int,
+               xr: Any, ar: Any, tmp: Any) -> None:
+    """The rows of LSTM step ``t`` after its products: row ``b``'s input accumulators ``accx[b]``
+    (scale and zero point at ``i0 + b``) and recurrent ones ``acc[b]`` dequantized, the gates
+    activated, ``c`` and ``h`` updated, each row while it sits in L1 (``xr``, ``ar`` (4H,),
+    ``tmp`` (H,) scratch), in passes of few arrays each. (Fusing the recurrent dequantization
+    into the activations' loops, or tanh(c) into the cell update, measured slower at S3: 5.4
+    and 6.4 ms against 4.0-5.1 ms for these passes, 100 steps of 64 rows.)"""
+    B, H = h.shape
+    G = 4 * H
+    g0, g1 = 2 * H, 3 * H
+    for b in range(B):
+        if mask.shape[0] > 0 and mask[t, b] == 0:
+            continue
+        i = i0 + b
+        dequant_row(row(accx, b), zpx[i], sx[i], wcol, ws, bias, xr)
+        dequant_row(row(acc, b), zp[b], s[b], col, us, xr, ar)
+        act_ip(ar[:g0], rcode)
+        act_ip(ar[g0:g1], code)
+        act_ip(ar[g1:G], rcode)
+        cr, hr = row(c, b), row(h, b)
+        for j in range(H):
+            cn = ar[H + j] * cr[j] + ar[j] * ar[2 * H + j]
+            cr[j] = cn
+            tmp[j] = cn
+        act_ip(tmp, code)
+        for j in range(H):
+            hr[j] = ar[3 * H + j] * tmp[j]
+
+
+@njit(**OPTS8)
 def walk_lstm(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any, us: Any, h: Any,
               c: Any, mask: Any, seq: Any, code: int, rcode: int) -> None:
     """LSTM over ``x`` (T, B, F) (processing order; any strides) with the packed input kernel
@@ -254,23 +335,8 @@ def walk_lstm(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any,
         gemm(qx[i0 * B:(i0 + 1) * B], wp, accx)
         quant_rows(h, q, s, zp)
         gemm(q, up, acc)
-        for b in range(B):     # each row dequantized and stepped while it sits in L1
-            if mask.shape[0] > 0 and mask[t, b] == 0:
-                continue
-            i = i0 * B + b
-            dequant_row(row(accx, b), zpx[i], sx[i], wcol, ws, bias, xr)
-            dequant_row(row(acc, b), zp[b], s[b], col, us, xr, ar)
-            cr, hr = row(c, b), row(h, b)
-            act_ip(ar[:2 * H], rcode)
-            act_ip(ar[2 * H:3 * H], code)
-            act_ip(ar[3 * H:], rcode)
-            for j in range(H):
-                cn = ar[H + j] * cr[j] + ar[j] * ar[2 * H + j]
-                cr[j] = cn
-                tmp[j] = cn
-            act_ip(tmp, code)
-            for j in range(H):
-                hr[j] = ar[3 * H + j] * tmp[j]
+        _lstm_rows(t, i0 * B, accx, zpx, sx, wcol, ws, bias, acc, zp, s, col, us, h, c, mask, code, rcode,
+                   xr, ar, tmp)
         if seq.shape[0] > 0:
             seq[t] = h
 

@@ -68,16 +68,14 @@ def project(x: np.ndarray, wp: np.ndarray, col: np.ndarray, ws: np.ndarray, bias
 
 
 def tanh8(x: np.ndarray) -> np.ndarray:
-    """The clamped float32 rational tanh of the compiled loops, elementwise."""
+    """The clamped float32 rational tanh of the compiled loops (its polynomials in Estrin's form,
+    :func:`rnnkit.kernels._int8.tanh8`), elementwise, rounded as they round it."""
     x = np.asarray(x, F32)
     xc = np.minimum(np.maximum(x, -_CLAMP), _CLAMP)
-    x2 = xc * xc
-    p = x2 * _A13 + _A11
-    for c in (_A9, _A7, _A5, _A3, _A1):
-        p = p * x2 + c
-    q = x2 * _B6 + _B4
-    q = q * x2 + _B2
-    q = q * x2 + _B0
+    y2 = xc * xc
+    y4 = y2 * y2
+    p = (_A1 + _A3 * y2) + y4 * (_A5 + _A7 * y2) + (y4 * y4) * ((_A9 + _A11 * y2) + y4 * _A13)
+    q = (_B0 + _B2 * y2) + y4 * (_B4 + _B6 * y2)
     y = (xc * p) / q
     return np.where(x >= _SAT, F32(1.0), np.where(x <= -_SAT, F32(-1.0), y)).astype(F32)
 
