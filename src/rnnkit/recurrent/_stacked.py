@@ -209,7 +209,7 @@ class StackedRNNCells(Cell):
                 park.update({f"cells.{k}.states.{j}": s for j, s in enumerate(cache.states)})
                 park.update({f"cells.{k}.parks.{name}": v for name, v in cache.parks.items()})
             parts.extend(f[None] for f in final)
-            x = seq
+            x = np.ascontiguousarray(seq)   # (an inference walk's is a view of its (B, T, out) output)
         parts[self.output_part] = x
         return tuple(parts)
 
