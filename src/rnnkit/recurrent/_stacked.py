@@ -237,7 +237,8 @@ class StackedRNNCells(Cell):
                               mask, None, "sequence" if sequence_form(c, T, mask, None) else "step")
             d_final = tuple(np.zeros_like(d[a + j][0]) if k == last and j == o else d[a + j][0]
                             for j in range(n))   # (the last cell's output part: in g's last row)
-            g, gk, d_init[k] = walk_back(c, self._w(w, k), cache, g.transpose(1, 0, 2), True, d_final)
-            assert g is not None
+            dx, gk, d_init[k] = walk_back(c, self._w(w, k), cache, g.transpose(1, 0, 2), True, d_final)
+            assert dx is not None
+            g = dx                                  # (T, B, the input width of cell k)
             grads.update({f"cells.{k}.{name}": v for name, v in gk.items()})
         return SequenceBack(tuple(p for part in d_init for p in part), g, None, grads)
