@@ -1,6 +1,8 @@
 """A stack of two LSTM cells, ``rk.RNN([rk.LSTMCell(64), rk.LSTMCell(64)])``, against the same
 cells as two compiled layers (``LSTM(64, return_sequences=True)`` then ``LSTM(64)``) and PyTorch's
-``nn.LSTM(32, 64, num_layers=2)``, at B=32, T=50, F=32, float32:
+``nn.LSTM(32, 64, num_layers=2)``, at B=32, T=50, F=32, float32, and against the stack's step
+form (the reference walk of the stack, which it ran before its whole-sequence form: a subclass
+that overrides ``step`` has no whole-sequence form, :func:`rnnkit.recurrent._walker.has_sequence_form`):
 
 - one training step: forward and backward of ``L = sum(y * G)`` (the last step's output), with
   the input gradient;
@@ -17,7 +19,7 @@ import argparse
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -30,11 +32,20 @@ import rnnkit as rk  # noqa: E402
 B, T, F, H = 32, 50, 32, 64
 
 
-def _rnnkit_pair(stacked: bool) -> tuple[Callable[[], None], Callable[[], None]]:
+class _StepFormStack(rk.StackedRNNCells):
+    """The same stack walked by its step form only (its ``step`` overridden, unchanged)."""
+
+    def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: tuple[np.ndarray, ...],
+             park: dict[str, np.ndarray] | None) -> tuple[np.ndarray, ...]:
+        return super().step(w, inp, prev, park)
+
+
+def _rnnkit_pair(stacked: bool, step_form: bool = False) -> tuple[Callable[[], None], Callable[[], None]]:
     x = np.random.default_rng(0).standard_normal((B, T, F)).astype(np.float32)
     G = np.random.default_rng(1).standard_normal((B, H)).astype(np.float32)
     if stacked:
-        model = rk.Sequential([rk.RNN([rk.LSTMCell(H), rk.LSTMCell(H)], seed=1)])
+        cells = [rk.LSTMCell(H), rk.LSTMCell(H)]
+        model = rk.Sequential([rk.RNN(_StepFormStack(cells) if step_form else cells, seed=1)])
     else:
         model = rk.Sequential([rk.LSTM(H, return_sequences=True, seed=1), rk.LSTM(H, seed=2)])
     model.build(rk.Shape((None, T, F)))
@@ -85,7 +96,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=40)
     args = ap.parse_args()
-    runs = {"stacked cells": _rnnkit_pair(True), "two LSTM layers": _rnnkit_pair(False),
+    runs = {"stacked cells": _rnnkit_pair(True), "stacked, step form": _rnnkit_pair(True, True),
+            "two LSTM layers": _rnnkit_pair(False),
             "torch 2-layer LSTM": _torch_pair()}
     for tr, inf in runs.values():     # compile and warm
         for _ in range(3):
