@@ -2,7 +2,10 @@
 every state (Keras' order: all of the first cell's parts, then the next cell's) equal Keras'
 with copied weights, from zero and from given initial states, with a mask; gradients equal
 PyTorch autograd through Keras' torch backend and float64 finite differences (the shared
-harness); the config round-trips through the registry."""
+harness); the config round-trips through the registry. The whole-sequence form (each cell
+walked over the sequence in turn, compiled where the cell is) equals the step form (the
+reference walk of the stack) in outputs, final states and every gradient, with masks,
+``go_backwards``, initial and carried (``stateful``) states and input dropout."""
 
 from __future__ import annotations
 
@@ -13,6 +16,9 @@ import pytest
 
 import rnnkit as rk
 from harness import check_layer, keras_or_skip
+from registry_cells import LeakyCell
+from rnnkit.recurrent import _walker
+from rnnkit.testing import check_cell
 
 B, T, F = 3, 5, 4
 SIZES = (4, 3, 2)   # LSTMCell, GRUCell (Keras' default reset_after=True), SimpleRNNCell
@@ -176,3 +182,145 @@ def test_keras_files_both_ways(tmp_path: Any) -> None:
     np.testing.assert_allclose(np.asarray(keras.saving.load_model(tmp_path / "fresh.keras")(x).detach()),
                                fresh.predict(x), rtol=0, atol=1e-6)
     np.testing.assert_array_equal(rk.load_keras(tmp_path / "fresh.keras").predict(x), fresh.predict(x))
+
+
+# -- the whole-sequence form against the step form ----------------------------------------------
+def _built_in() -> list[rk.Cell]:
+    return [rk.LSTMCell(4), rk.GRUCell(3, reset_after=True), rk.SimpleRNNCell(2)]
+
+
+def _mixed() -> list[rk.Cell]:
+    """A compiled cell, a user's cell with the step form only (the reference walk) and a cell
+    with a parallel form of its own that takes a mask."""
+    return [rk.LSTMCell(3), LeakyCell(4), rk.MinGRUCell(2)]
+
+
+#: masks (B=4, T=6): a full row, masked steps first, a gap in the middle, one real step
+_MASK = np.array([[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1], [1, 1, 0, 0, 1, 1], [0, 0, 0, 1, 0, 0]], bool)
+_LENGTHS = np.array([6, 3, 1, 5])
+_CASES = {
+    "sequences": {},
+    "last step": {"return_sequences": False},
+    "backwards": {"go_backwards": True},
+    "mask": {"mask": _MASK},
+    "mask backwards": {"mask": _MASK, "go_backwards": True},
+    "lengths backwards": {"lengths": _LENGTHS, "go_backwards": True},
+    "initial state, mask": {"init": True, "mask": _MASK},
+    "stateful": {"stateful": True},
+    "dropout": {"dropout": 0.3},
+}
+
+
+def _step_form_only(m: pytest.MonkeyPatch) -> None:
+    """Make the walker choose the step form for a stack (its reference walk, as before the stack
+    had a whole-sequence form); every other cell keeps the walker's choice."""
+    choose = _walker.sequence_form
+    m.setattr(_walker, "sequence_form", lambda cell, steps, mask, rdrop: False if isinstance(
+        cell, rk.StackedRNNCells) else choose(cell, steps, mask, rdrop))
+
+
+def _run(layer: rk.RNN, case: dict[str, Any], dtype: str, seed: int = 0) -> dict[str, np.ndarray]:
+    """One training pass of ``layer`` (return_state) and its backward from random gradients of
+    the output and of every final state: {output, final states, dx, d(initial state), every
+    weight's gradient}. A stateful layer runs an inference call first (the state it carries)."""
+    Bn, Tn, Fn = _MASK.shape[0], _MASK.shape[1], 3
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((Bn, Tn, Fn)).astype(dtype)
+    init = [np.abs(rng.standard_normal((Bn, n))).astype(dtype) for n in layer.cell.state_sizes()]
+    if layer.stateful:
+        layer.reset_states()
+        layer.forward(rng.standard_normal((Bn, Tn, Fn)).astype(dtype), rk.Ctx.inference())
+    ctx = rk.Ctx.training(seed=seed)
+    if "mask" in case:
+        ctx.set_mask(case["mask"])
+    if "lengths" in case:
+        ctx.set_mask(lengths=case["lengths"])
+    given = bool(case.get("init"))
+    out = layer.forward([x, *init] if given else x, ctx)
+    gs = [rng.standard_normal(o.shape).astype(dtype) for o in out]
+    back = layer.backward(gs, ctx)
+    got = {"y": out[0], **{f"final{k}": a for k, a in enumerate(out[1:])}}
+    dx, *d_init = back if given else [back]
+    got["dx"] = dx
+    got.update({f"d_init{k}": a for k, a in enumerate(d_init)})
+    got.update({f"d_{n}": ctx.grad(layer, n) for n in layer.trainable_names})
+    return got
+
+
+def _compare(got: dict[str, np.ndarray], want: dict[str, np.ndarray], rtol: float) -> None:
+    assert set(got) == set(want)
+    for name, w in want.items():
+        assert got[name].shape == w.shape, name
+        err = float(np.abs(got[name] - w).max() / max(np.abs(w).max(), 1e-300))
+        assert err <= rtol, (name, err)
+
+
+def _both_forms(make: Any, case: dict[str, Any], dtype: str) -> tuple[dict[str, np.ndarray], ...]:
+    kw = {k: case[k] for k in ("return_sequences", "go_backwards", "stateful", "dropout") if k in case}
+    kw.setdefault("return_sequences", True)
+    layer = rk.RNN(make(), return_state=True, seed=4, dtype=dtype, input_dim=3, **kw)
+    got = _run(layer, case, dtype)
+    with pytest.MonkeyPatch.context() as m:
+        _step_form_only(m)
+        want = _run(layer, case, dtype)
+    return got, want
+
+
+@pytest.mark.parametrize("make", [_built_in, _mixed], ids=["built-in", "mixed"])
+@pytest.mark.parametrize("case", list(_CASES))
+def test_whole_sequence_form_equals_step_form(make: Any, case: str) -> None:
+    """float64: outputs, every final state (Keras' order), dL/dx, dL/d(initial state) and every
+    weight's gradient equal the reference walk of the stack to 1e-12 relative to the largest
+    entry (the same arithmetic in another order: products and sums of O(1) terms over 6 steps,
+    rounding ~1e-15). The input dropout masks are the same (one seeded ``Ctx`` each)."""
+    got, want = _both_forms(make, _CASES[case], "float64")
+    _compare(got, want, 1e-12)
+
+
+def test_whole_sequence_form_equals_step_form_float32() -> None:
+    """float32, masked, from given states: the compiled kernels against the NumPy reference
+    (other summation orders and fused multiply-adds). Each value is a chain of at most
+    3 cells x 6 steps of dot products of at most T*B = 24 terms (the weight gradients' sums);
+    at u = 6e-8 per operation that is 24 * 18 * u ~ 3e-5 in the worst case of every rounding
+    adding up, 2e-5 relative to the largest entry; the measured error is about 1e-6."""
+    got, want = _both_forms(_built_in, _CASES["initial state, mask"], "float32")
+    _compare(got, want, 2e-5)
+
+
+def test_built_in_cells_run_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stack of built-in cells runs no reference walk (training and inference, with and
+    without a mask); in a stack with a user's cell only that cell's walk is the reference."""
+    walked: list[type] = []
+    forward, backward = _walker.reference_walk, _walker.reference_walk_back
+
+    def spy_forward(cell: rk.Cell, *a: Any, **kw: Any) -> Any:
+        walked.append(type(cell))
+        return forward(cell, *a, **kw)
+
+    def spy_backward(cell: rk.Cell, *a: Any, **kw: Any) -> Any:
+        walked.append(type(cell))
+        return backward(cell, *a, **kw)
+
+    monkeypatch.setattr(_walker, "reference_walk", spy_forward)
+    monkeypatch.setattr(_walker, "reference_walk_back", spy_backward)
+    for make, reference in ((_built_in, []), (_mixed, [LeakyCell] * 3)):   # (train, back, predict)
+        for case in ("sequences", "mask"):
+            walked.clear()
+            layer = rk.RNN(make(), return_state=True, return_sequences=True, seed=4, dtype="float32",
+                           input_dim=3)
+            _run(layer, _CASES[case], "float32")
+            layer.predict(np.ones((2, 6, 3), np.float32))
+            assert walked == reference, (make.__name__, case, walked)
+
+
+def test_check_cell() -> None:
+    """``rnnkit.testing.check_cell``: the step form's gradients against central differences,
+    and the whole-sequence form against the step form, unmasked and masked, to 1e-10 (it raises
+    beyond). The mixed stack starts from states of 0.5 (its MinGRU cell's state is >= 0)."""
+    mixed = rk.StackedRNNCells(_mixed())
+    for stack, init in ((rk.StackedRNNCells(_built_in()), None),
+                        (mixed, tuple(np.full((3, n), 0.5) for n in mixed.state_sizes()))):
+        errors = check_cell(stack, init=init)
+        forms = {k: v for k, v in errors.items() if k.startswith("parallel form")}
+        assert any(k.startswith("parallel form (masked):") for k in forms)
+        assert max(forms.values()) <= 1e-10

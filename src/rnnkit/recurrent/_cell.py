@@ -266,7 +266,8 @@ class Cell:
     #: or input (``d_inp`` zero at that row).
     sequence_takes_mask: ClassVar[bool] = False
 
-    #: whether the parallel form returns, for every state part but part 0 (the output), only
+    #: whether the parallel form returns, for every state part but the output part
+    #: (:attr:`output_part`, part 0 but in a stack of cells), only
     #: the state leaving the LAST step, (1, B, size) instead of (T, B, size) (a cell whose state
     #: is far larger than its output, such as a matrix memory, keeps no state per step); its
     #: ``sequence_backward`` then gets those parts' ``d`` and ``states`` as (1, B, size) too.
@@ -277,7 +278,8 @@ class Cell:
                          park: dict[str, np.ndarray] | None) -> Arrays:
         """Forward every step at once: return the state parts leaving every step, one
         (T, B, size) array per part (row ``s`` is what :meth:`step` returns at step ``s``; with
-        :attr:`sequence_last_states`, every part but part 0 is (1, B, size), the last step's).
+        :attr:`sequence_last_states`, every part but the output part is (1, B, size), the last
+        step's).
         ``inp`` (T, B, N) holds every step's input ``inp_s`` (as :meth:`step` receives it, in
         processing order); ``init`` the state parts entering step 0, each (B, size); ``park`` a
         dict to fill with whatever :meth:`sequence_backward` needs (training) or None

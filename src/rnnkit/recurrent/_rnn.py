@@ -38,7 +38,8 @@ class RNN(RecurrentLayer):
       each sequence's end.
     - A list of cells (Keras' ``RNN([cell, cell])``) is their :class:`~rnnkit.StackedRNNCells`:
       the output is the last cell's, the states are every cell's parts in Keras' order (all of
-      the first cell's, then the next cell's, ...) in ``return_state`` and ``initial_state``.
+      the first cell's, then the next cell's, ...) in ``return_state`` and ``initial_state``;
+      a pass of two steps or more walks each cell in turn, compiled where the cell is.
     """
 
     def __init__(self, cell: Cell | dict[str, Any] | list[Cell] | tuple[Cell, ...],

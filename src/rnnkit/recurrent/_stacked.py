@@ -9,9 +9,25 @@ the output the part :attr:`~rnnkit.Cell.output_part` = the last cell's first par
 Weights: each cell's parameters under ``cells.<k>.<name>`` (``cells.0.kernel``), cell by cell,
 in each cell's order (Keras' order of ``RNN(StackedRNNCells).weights``).
 
-The stack runs the reference walker: its step projects each cell's input with the cell's
-input kernel and its ``step_back`` reduces each cell's kernels and biases at every step, as
-the walker's batched reductions would over all steps (the same sums, in another order).
+Two forms compute the stack (the walker chooses between them, :func:`~rnnkit.recurrent._walker.
+sequence_form`):
+
+- **whole sequence** (:meth:`StackedRNNCells.sequence_forward` / ``sequence_backward``; every
+  pass of two steps or more, masked or not): cell 0 never reads cell 1, so walking cell 0's
+  recurrence over the whole sequence and then cell 1's over cell 0's outputs computes what the
+  step form computes, step for step. Each cell is walked by the walker (:func:`~rnnkit.recurrent.
+  _walker.walk`) in its own best form: compiled where its compiled step runs, its own parallel
+  form where it has one, the reference loop otherwise; the backward walks the cells in reverse
+  order (:func:`~rnnkit.recurrent._walker.walk_back`), the input gradient of cell ``k`` being
+  the output gradient of cell ``k-1``. A masked step carries every cell's state (each walk
+  takes the pass's mask). It returns every step's output (the last cell's) and the final
+  state of every other part (:attr:`~rnnkit.Cell.sequence_last_states`); a training pass parks
+  each cell's walk cache: ``cells.<k>.states.<j>`` (state part ``j`` of cell ``k``, (T+1, B,
+  size)) and ``cells.<k>.parks.<name>``.
+- **step** (:meth:`StackedRNNCells.step` / ``step_back``, the reference; a single step, as in
+  streaming): the step projects each cell's input with the cell's input kernel and its
+  ``step_back`` reduces each cell's kernels and biases at every step, as the walker's batched
+  reductions would over all steps (the same sums, in another order).
 """
 
 from __future__ import annotations
@@ -21,9 +37,11 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit import kernels
 from rnnkit._errors import InvalidParameterError
-from rnnkit.recurrent._cell import Arrays, Cell, Param, StepBack
+from rnnkit.recurrent._cell import Arrays, Cell, Param, SequenceBack, StepBack
 from rnnkit.recurrent._registry import cell_from_config, cell_to_config, register_cell
+from rnnkit.recurrent._walker import WalkCache, sequence_form, walk, walk_back
 
 
 @register_cell
@@ -36,6 +54,10 @@ class StackedRNNCells(Cell):
     """
 
     name = "StackedRNNCells"
+    #: the whole-sequence form walks each cell under the pass's mask
+    sequence_takes_mask = True
+    #: the whole-sequence form returns every step of the output part only
+    sequence_last_states = True
 
     def __init__(self, cells: Sequence[Cell | dict[str, Any]]) -> None:
         if isinstance(cells, (str, bytes, Mapping)) or not isinstance(cells, Sequence) or not cells:
@@ -76,6 +98,7 @@ class StackedRNNCells(Cell):
     def check(self, where: str) -> None:
         for c in self.cells:
             c.check(where)
+            kernels.check(c, where)   # (each cell's compiled step runs in the whole-sequence form)
 
     def check_init(self, init: Arrays, where: str) -> None:
         for c, (a, n) in zip(self.cells, self._spans, strict=True):
@@ -167,3 +190,55 @@ class StackedRNNCells(Cell):
                 grads[f"{pre}{name}"] = np.asarray(v)
         assert dx is not None
         return StepBack(tuple(p for part in d_prev for p in part), dx, None, grads)
+
+    # -- the whole-sequence form: each cell walked over the whole sequence in turn -------------
+    def sequence_forward(self, w: Mapping[str, np.ndarray], inp: np.ndarray, init: Arrays,
+                         park: dict[str, np.ndarray] | None, mask: np.ndarray | None = None) -> Arrays:
+        """Cell 0 walked over ``inp`` (the stack's input x (T, B, F)) from its part of ``init``,
+        then cell ``k`` over cell ``k-1``'s outputs, each by :func:`~rnnkit.recurrent._walker.walk`
+        under ``mask``. Returns the output part (the last cell's) of every step (T, B, out) and
+        every other part's final state (1, B, size); ``park`` gets each cell's walk cache."""
+        x = inp
+        parts: list[np.ndarray] = []
+        for k, c in enumerate(self.cells):
+            a, n = self._spans[k]
+            seq, final, cache = walk(c, self._w(w, k), x, init[a:a + n], park is not None, True, mask)
+            assert seq is not None
+            if park is not None:
+                assert cache is not None
+                park.update({f"cells.{k}.states.{j}": s for j, s in enumerate(cache.states)})
+                park.update({f"cells.{k}.parks.{name}": v for name, v in cache.parks.items()})
+            parts.extend(f[None] for f in final)
+            x = np.ascontiguousarray(seq)   # (an inference walk's is a view of its (B, T, out) output)
+        parts[self.output_part] = x
+        return tuple(parts)
+
+    def sequence_backward(self, w: Mapping[str, np.ndarray], d: Arrays, inp: np.ndarray | None,
+                          init: Arrays, states: Arrays, park: Mapping[str, np.ndarray],
+                          mask: np.ndarray | None = None) -> SequenceBack:
+        """The cells' backward walks (:func:`~rnnkit.recurrent._walker.walk_back`) from the last
+        to the first, over the caches :meth:`sequence_forward` parked: the last cell's output
+        gradient is ``d``'s output part (T, B, out), cell ``k``'s is cell ``k+1``'s input
+        gradient, and each cell's final-state gradient is its parts of ``d`` (the last step's)."""
+        assert inp is not None
+        T = inp.shape[0]
+        last = len(self.cells) - 1
+        d_init: list[Arrays] = [()] * len(self.cells)
+        grads: dict[str, np.ndarray] = {}
+        g = d[self.output_part]                     # (T, B, out): every step's output gradient
+        for k in range(last, -1, -1):
+            c = self.cells[k]
+            a, n = self._spans[k]
+            o = c.output_part
+            x = inp if k == 0 else park[f"cells.{k - 1}.states.{self.cells[k - 1].output_part}"][1:]
+            pre = f"cells.{k}.parks."
+            cache = WalkCache(x, [park[f"cells.{k}.states.{j}"] for j in range(n)],
+                              {name[len(pre):]: v for name, v in park.items() if name.startswith(pre)},
+                              mask, None, "sequence" if sequence_form(c, T, mask, None) else "step")
+            d_final = tuple(np.zeros_like(d[a + j][0]) if k == last and j == o else d[a + j][0]
+                            for j in range(n))   # (the last cell's output part: in g's last row)
+            dx, gk, d_init[k] = walk_back(c, self._w(w, k), cache, g.transpose(1, 0, 2), True, d_final)
+            assert dx is not None
+            g = dx                                  # (T, B, the input width of cell k)
+            grads.update({f"cells.{k}.{name}": v for name, v in gk.items()})
+        return SequenceBack(tuple(p for part in d_init for p in part), g, None, grads)

@@ -16,8 +16,8 @@ input step ``s`` consumes. The cache of a training pass (:class:`WalkCache`)::
     x_tm     (T, B, F)             the input
     states   [(T+1, B, size_k)]    per state part: row s enters step s, row s+1 leaves it
                                    ((2, B, size_k), the first and the last, for a part
-                                   other than 0 of a parallel form with
-                                   ``Cell.sequence_last_states``)
+                                   other than the output (``Cell.output_part``) of a
+                                   parallel form with ``Cell.sequence_last_states``)
     parks    {name: (T, B, w)}     what the cell parked at every step
     mask     (T, B) bool or None   which steps are real; a masked step carries every state
                                    part over unchanged (its backward passes the gradient
@@ -264,19 +264,20 @@ def sequence_walk(cell: Cell, w: Mapping[str, np.ndarray], x_tm: np.ndarray, ini
             f"{type(cell).__name__}.sequence_forward must return a tuple of state parts of shapes {want}, "
             f"got {shapes}")
     final = tuple(np.asarray(a[-1], dt) for a in got)
+    o = cell.output_part
     if not record:
-        return (np.asarray(got[0], dt) if keep_seq else None), final, None
+        return (np.asarray(got[o], dt) if keep_seq else None), final, None
     hist = [np.concatenate([s0[None], np.asarray(a, dt)]) for s0, a in zip(start, got, strict=True)]
     assert park is not None
     cache = WalkCache(x_tm, hist, park, mask, None, "sequence")
-    return (hist[0][1:] if keep_seq else None), tuple(a[-1] for a in hist), cache
+    return (hist[o][1:] if keep_seq else None), tuple(a[-1] for a in hist), cache
 
 
 def _sequence_rows(cell: Cell, part: int, steps: int) -> int:
     """How many steps' states of state part ``part`` the parallel form returns: every step's,
-    or only the last one's for a part other than 0 of a cell with
-    :attr:`~rnnkit.Cell.sequence_last_states`."""
-    return 1 if part and cell.sequence_last_states else steps
+    or only the last one's for a part other than the output (:attr:`~rnnkit.Cell.output_part`)
+    of a cell with :attr:`~rnnkit.Cell.sequence_last_states`."""
+    return 1 if part != cell.output_part and cell.sequence_last_states else steps
 
 
 def sequence_walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCache, g: np.ndarray,
@@ -287,10 +288,11 @@ def sequence_walk_back(cell: Cell, w: Mapping[str, np.ndarray], cache: WalkCache
     T, B, _ = x_tm.shape
     dt = x_tm.dtype
     d = [np.zeros((_sequence_rows(cell, k, T), B, n), dt) for k, n in enumerate(cell.state_sizes())]
+    o = cell.output_part
     if full:
-        d[0] += g.transpose(1, 0, 2)
+        d[o] += g.transpose(1, 0, 2)
     else:
-        d[0][T - 1] += g
+        d[o][T - 1] += g
     if d_final is not None:
         for k, a in enumerate(d_final):
             d[k][-1] += a
