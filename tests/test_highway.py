@@ -204,11 +204,9 @@ def test_the_server_answers_the_numbers_of_the_network_in_memory(
 def test_preprocess_auto_reads_the_values_and_the_backtest_ranks_the_saved_highway_network(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """On a trend that the KPSS rule would difference, the highway network reads the values (its
-    AR(p) holds the unit root; logs follow their own rule, here none: the swing does not grow);
-    the stored ranking is the API backtest of the saved network."""
-    from rnnkit.cli._backtest import HIGHWAY_NO_DIFFERENCES
+    AR(p) holds the unit root); the stored ranking is the API backtest of the saved network."""
+    from rnnkit.cli._backtest import HIGHWAY_READS_VALUES
     from rnnkit.timeseries import backtest, baselines, choose_difference
-    from rnnkit.timeseries._preprocess import choose_log
 
     rng = np.random.default_rng(3)
     t = np.arange(90)
@@ -220,12 +218,10 @@ def test_preprocess_auto_reads_the_values_and_the_backtest_ranks_the_saved_highw
                  "--backtest-windows", "3", "--horizon", "4", "--season", "6", "--preprocess", "auto",
                  "--epochs", "3", "--units", "4", "--quiet", "--no-plots", "--out", str(tmp_path / "o")]) == 0
     text = capsys.readouterr().out
-    log, why_log = choose_log(y[:78], 6)
-    assert not log
-    assert f"preprocessing: the values: {why_log}; {HIGHWAY_NO_DIFFERENCES}" in text
+    assert f"preprocessing: the values: {HIGHWAY_READS_VALUES}" in text
     fc = rk.io.load_forecaster(tmp_path / "o" / "model.safetensors")
     assert not fc.spec.difference and not fc.spec.log and fc.spec.seasonal == 0
-    assert fc.spec.extra["preprocess"]["reason"] == f"{why_log}; {HIGHWAY_NO_DIFFERENCES}"
+    assert fc.spec.extra["preprocess"]["reason"] == HIGHWAY_READS_VALUES
     assert fc.spec.extra["highway_lags"] == 6
     info = fc.spec.extra["backtest"]
     assert info["network"] == "LSTM (4 units x 1) + AR(6) highway"

@@ -2,7 +2,7 @@
 rolling-origin backtest (:func:`rnnkit.timeseries.backtest`), and the preprocessing chosen by
 stated rules (``--preprocess auto``: logs, seasonal and first differences,
 :func:`rnnkit.timeseries.choose_preprocess`; the default network, whose linear AR highway models
-a trend and a season itself, takes logs by their rule and no differences; or given by hand:
+a trend and a season itself, reads the values; or given by hand:
 ``--log``, ``--seasonal-difference``, ``--difference``).
 
 The backtest is on by default (:data:`DEFAULT_WINDOWS` windows; ``--backtest-windows 0`` turns
@@ -57,7 +57,6 @@ from rnnkit.timeseries import (
 )
 from rnnkit.timeseries._backtest import ETS, ETS_MISSING, ETS_NAME, METRICS, check_length, have_statsmodels
 from rnnkit.timeseries._csv import DataError
-from rnnkit.timeseries._preprocess import choose_log
 
 #: the key under which the backtest's ranking is stored in the model's forecast settings
 EXTRA_KEY = "backtest"
@@ -95,10 +94,11 @@ def windows_for(args: argparse.Namespace, features: list[str], y: np.ndarray,
     return DEFAULT_WINDOWS, None
 
 
-#: ``--preprocess auto``'s reason for no differences under a network with the AR highway
-HIGHWAY_NO_DIFFERENCES = ("no differences: the network has a linear AR highway, which models a trend "
-                          "itself (a unit root is its AR(p) with a_1 = 1, what differencing imposes) "
-                          "and keeps the levels' seasonal shape")
+#: ``--preprocess auto``'s reason under a network with the AR highway (measured on 19 real series:
+#: mean MASE 1.071 on the values, 1.132 with the log rule, 1.165 with the KPSS differencing rule)
+HIGHWAY_READS_VALUES = ("the network has a linear AR highway, which models a trend itself (a unit root "
+                        "is its AR(p) with a_1 = 1, what differencing imposes) and keeps the levels' "
+                        "seasonal shape; logs and differences measured worse with it")
 
 
 def backtest_table(bt: Backtest, title: str) -> str:
@@ -152,8 +152,7 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
             raise CliError("--preprocess auto chooses the logs and differences; leave out "
                            + " ".join("--" + f.replace("_", "-") for f in given))
         if cfg.lags(args.window):
-            log, why_log = choose_log(y[:first], season)
-            choice = Choice(False, f"{why_log}; {HIGHWAY_NO_DIFFERENCES}", 0.0, None, log, 0)
+            choice = Choice(False, HIGHWAY_READS_VALUES, 0.0, None, False, 0)
         else:
             choice = choose_preprocess(y[:first], season, name=name)
         difference, log, seasonal, reason = choice.difference, choice.log, choice.seasonal, choice.reason

@@ -138,10 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "what a run with --features or --distributed mpi or a series too short "
                         "for 3 windows gets, with a note saying why)")
     t.add_argument("--preprocess", choices=("none", "auto"), default="none",
-                   help="auto (with --backtest-windows): logs when the seasonal amplitude grows with "
-                        "the level; then, for the default network, no differences (its AR highway "
-                        "models a trend and a season); with --no-highway, seasonal differences when "
-                        "the seasonal strength exceeds 0.64 and first differences when the KPSS test "
+                   help="auto (with --backtest-windows): the values for the default network (its AR "
+                        "highway models a trend and a season); with --no-highway, logs when the "
+                        "seasonal amplitude grows with the level, seasonal differences when the "
+                        "seasonal strength exceeds 0.64 and first differences when the KPSS test "
                         "rejects level stationarity and not for the differences; the choice and its "
                         "reason are printed and stored with the model (default none)")
     t.add_argument("--seed", type=_nonneg, default=0, help="seeds the weights and the shuffling (default 0)")
