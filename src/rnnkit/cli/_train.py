@@ -107,7 +107,8 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
     prep = prepare(x_raw, y_raw, features, args.target, window=args.window, horizon=args.horizon,
                    val_split=args.val_split, transform=args.transform, index_name=index_name,
                    what=str(args.data), difference=args.difference, missing=args.missing,
-                   log=getattr(args, "log", False), seasonal=seasonal_lag(args, season))
+                   log=getattr(args, "log", False), seasonal=seasonal_lag(args, season),
+                   scale=getattr(args, "scale", "global"))
     cfg = train_config(args)
     out = ensure_dir(args.out) if root else Path(args.out)
     if root:
