@@ -97,7 +97,7 @@ def prepare(features: np.ndarray, target: np.ndarray, feature_names: list[str], 
                          Scaler(tuple(feature_names), np.zeros(nf), np.ones(nf)),
                          Scaler((target_name,), np.zeros(1), np.ones(1)), index_name,
                          difference=difference, missing=missing, log=log, seasonal=seasonal,
-                         scale=scale, window_floor=1.0)
+                         scale=scale, window_floor=1.0 if scale == "window" else 0.0)
     xin = transform_rows(features, log=log, seasonal=seasonal, difference=difference,
                          names=tuple(feature_names), what=what)
     u = probe.levels(target, what=what)

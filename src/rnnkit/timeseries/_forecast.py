@@ -259,15 +259,15 @@ class ForecastSpec:
         gives the same bits alone or among others."""
         a = np.asarray(x, dtype=np.float64)[:, :, self.features.index(self.target)]
         n = a.shape[1]
-        total = a[:, 0].copy()
-        for j in range(1, n):
-            total += a[:, j]
-        mu = total / n
-        ss = np.zeros_like(mu)
-        for j in range(n):
-            d = a[:, j] - mu
-            ss += d * d
-        with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):         # overflows: refused by the caller
+            total = a[:, 0].copy()
+            for j in range(1, n):
+                total += a[:, j]
+            mu = total / n
+            ss = np.zeros_like(mu)
+            for j in range(n):
+                d = a[:, j] - mu
+                ss += d * d
             sigma = np.maximum(np.sqrt(ss / n), self.window_floor)
         return np.stack([mu, sigma], axis=1)
 
