@@ -117,8 +117,9 @@ def prepare(features: np.ndarray, target: np.ndarray, feature_names: list[str], 
                                  std=np.where(np.arange(nf) == k, 1.0, xs.std))
         ys = dataclasses.replace(ys, mean=np.zeros(1), std=np.ones(1))
         spec = dataclasses.replace(probe, x_scaler=xs, y_scaler=ys, window_floor=floor)
-        w = spec.scale_windows(make_windows(xs.apply(xin, np.float64), ys.apply(tin[:, None], np.float64)[:, 0],
-                                            window, horizon, dtype=np.float64, what=what))
+        w = spec.scale_windows(make_windows(xs.apply(xin, np.float64),
+                                            ys.apply(tin[:, None], np.float64)[:, 0], window, horizon,
+                                            dtype=np.float64, what=what))
     else:
         spec = dataclasses.replace(probe, x_scaler=xs, y_scaler=ys)
         w = make_windows(xs.apply(xin, np.float32), ys.apply(tin[:, None], np.float32)[:, 0], window,

@@ -285,7 +285,8 @@ class ForecastSpec:
             x[:, :, k] = (x[:, :, k] - mu) / sigma
             y = (np.asarray(w.y, dtype=np.float64) - mu) / sigma
             x32, y32 = x.astype(np.float32), y.astype(np.float32)
-        bad = ~np.isfinite(x32).all(axis=(1, 2)) | ~np.isfinite(y32).all(axis=1) | ~np.isfinite(stats).all(axis=1)
+        bad = (~np.isfinite(x32).all(axis=(1, 2)) | ~np.isfinite(y32).all(axis=1)
+               | ~np.isfinite(stats).all(axis=1))
         if bad.any():
             s = int(np.flatnonzero(bad)[0])
             raise DataError(f"window {s} (for data row {int(w.pos[s])}) cannot be scaled by its own "
