@@ -276,15 +276,21 @@ class ForecastSpec:
         ``y_scaler`` or (S, 0)) with the target's column and ``y`` standardised window by window
         (class docstring), in float32, each window's ``(mu, sigma)`` in ``scale``. A window
         whose scaled values are not finite in float32 (a deviation beyond 3.4e38 floors) is a
-        DataError naming it, never passed on."""
-        stats = self.window_stats(w.x)
-        mu, sigma = stats[:, 0, None], stats[:, 1, None]
-        k = self.features.index(self.target)
-        x = np.array(w.x, dtype=np.float64)
-        with np.errstate(over="ignore", invalid="ignore"):
-            x[:, :, k] = (x[:, :, k] - mu) / sigma
-            y = (np.asarray(w.y, dtype=np.float64) - mu) / sigma
-            x32, y32 = x.astype(np.float32), y.astype(np.float32)
+        DataError naming it, never passed on. The windows are scaled :data:`CHUNK` at a time
+        into one float32 array: (S, window, F) values, ``window`` times the rows' memory."""
+        n, k = len(w), self.features.index(self.target)
+        stats = np.empty((n, 2))
+        x32 = np.empty(w.x.shape, dtype=np.float32)
+        y32 = np.empty(w.y.shape, dtype=np.float32)
+        for a in range(0, n, CHUNK):
+            part = slice(a, a + CHUNK)
+            st = stats[part] = self.window_stats(w.x[part])
+            mu, sigma = st[:, 0, None], st[:, 1, None]
+            x = np.array(w.x[part], dtype=np.float64)
+            with np.errstate(over="ignore", invalid="ignore"):
+                x[:, :, k] = (x[:, :, k] - mu) / sigma
+                x32[part] = x
+                y32[part] = (np.asarray(w.y[part], dtype=np.float64) - mu) / sigma
         bad = (~np.isfinite(x32).all(axis=(1, 2)) | ~np.isfinite(y32).all(axis=1)
                | ~np.isfinite(stats).all(axis=1))
         if bad.any():
