@@ -98,6 +98,10 @@ def test_window_scaling_needs_the_target_among_the_features(tmp_path: Path,
     assert main(["train", str(data), "--target", "y", "--features", "x", "--scale", "window", *TRAIN,
                  "--out", str(tmp_path / "o")]) == 2
     assert "among the features" in capsys.readouterr().err
+    # a panel (DeepAR) model has its own per-series scaler: the option is refused, not ignored
+    assert main(["train", str(data), "--target", "y", "--panel", "--scale", "window", *TRAIN,
+                 "--out", str(tmp_path / "p")]) == 2
+    assert "--panel scales each series by its own mean" in capsys.readouterr().err
 
 
 def series(n: int) -> np.ndarray:

@@ -200,6 +200,9 @@ def train_panel(args: argparse.Namespace) -> int:
         raise CliError("--panel trains in one process; leave out --distributed")
     if args.cell == "rnn":
         raise CliError("--panel: --cell must be lstm or gru")
+    if getattr(args, "scale", "global") != "global":
+        raise CliError(f"--panel scales each series by its own mean (DeepAR's scaler); --scale "
+                       f"{args.scale} is for single-series forecasters; leave it out")
     covs = None if args.covariates is None else parse_columns(args.covariates, args.target)
     panel = read_panel(data_path(args.data), target=args.target, covariates=covs)
     history, held = panel.split(args.horizon)
