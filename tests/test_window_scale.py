@@ -19,6 +19,7 @@ from safetensors.numpy import save_file
 
 import rnnkit as rk
 from rnnkit.cli import main
+from rnnkit.cli._model import describe_spec
 from rnnkit.cli._prepare import prepare
 from rnnkit.timeseries import DataError, ForecastSpec
 from rnnkit.timeseries._forecast import WINDOW_STD_FLOOR
@@ -134,6 +135,8 @@ def test_predict_serve_and_python_give_the_same_bits(windowed: tuple[Path, Path]
     model, data = windowed
     fc = rk.io.load_forecaster(model)
     assert fc.spec.scale == "window" and fc.spec.window_floor > 0
+    shown = describe_spec(fc.spec)
+    assert f"std floor {fc.spec.window_floor:.6g}" in shown and "level: mean" not in shown
     rows = predict_csv(capsys, str(model), str(data))
     cli = np.array([float(r[1]) for r in rows])
     _, python = fc.one_step(fc.read_csv(data))

@@ -17,7 +17,8 @@ What a forecaster did to its input in training is part of the model, and every c
 
 The network sees float32 windows of scaled rows; a forecast leaves it as a scaled value (or a
 scaled change) and is mapped back to data units in float64. Scaling, logs and differences are
-element-wise along the rows, so the windows of a whole file and one window sent alone give the same bits.
+element-wise along the rows, so the windows of a whole file and one window sent alone give the same bits;
+window scaling sums each window's values in a fixed order, so it keeps that.
 """
 
 from __future__ import annotations
