@@ -172,7 +172,8 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
     print(f"preprocessing: {Choice(difference, reason, 0.0, None, log, seasonal).describe()}: {reason}")
     prep = prepare(y[:first, None], y[:first], features, args.target, window=args.window, horizon=1,
                    val_split=args.val_split, transform=args.transform, index_name=index_name, what=name,
-                   difference=difference, missing=args.missing, log=log, seasonal=seasonal)
+                   difference=difference, missing=args.missing, log=log, seasonal=seasonal,
+                   scale=getattr(args, "scale", "global"))
     out = ensure_dir(args.out)
     model = build_network(cfg, args.window, 1)
     t0 = time.perf_counter()

@@ -116,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--lr", type=_rate, default=0.005, help="Adam learning rate (default 0.005)")
     t.add_argument("--transform", choices=("none", "sqrt", "log1p"), default="none",
                    help="variance-stabilising transform before standardising (default none)")
+    t.add_argument("--scale", choices=("global", "window"), default="global",
+                   help="global (default): standardise with the training rows' mean and std; window: "
+                        "standardise each input window by the mean and std of its own target values "
+                        "and map the forecast back with them (instance normalisation, for series whose "
+                        "level leaves the training range; the target must be a feature)")
     t.add_argument("--difference", action="store_true",
                    help="read first differences and forecast the change (for trending series)")
     t.add_argument("--log", action="store_true",

@@ -211,8 +211,12 @@ def describe_spec(spec: ForecastSpec) -> str:
                               else "policy not stored (an older file): --missing error unless given"),
         f"scaling (fitted on training rows): transform {xs.transform}; "
         + "; ".join(f"{n}: mean {m:.6g}, std {s:.6g}" for n, m, s in zip(xs.names, xs.mean, xs.std,
-                                                                       strict=True)),
+                                                                       strict=True)
+                    if not (spec.scale == "window" and n == spec.target)),
     ]
+    if spec.scale == "window":
+        lines.append(f"window scaling: {spec.target!r} standardised by each window's own mean and std "
+                     f"(std floor {spec.window_floor:.6g}); forecasts mapped back with them")
     if spec.extra:
         lines.append("training: " + json.dumps(spec.extra, sort_keys=True))
     return "\n".join(lines)

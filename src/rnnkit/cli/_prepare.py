@@ -5,7 +5,10 @@ The windows (see :func:`rnnkit.timeseries.make_windows`) are split chronological
     | train (first) | validation | test (last n_test) |
 
 The scalers are fitted on the rows the TRAINING windows read or predict — rows
-``0 .. pos[n_train - 1]`` — so no validation or test value leaks into the scaling. The
+``0 .. pos[n_train - 1]`` — so no validation or test value leaks into the scaling (with
+``scale="window"`` the target is scaled by each window's own statistics instead, and the
+training rows give only the floor on their standard deviation, see
+:class:`~rnnkit.timeseries.ForecastSpec`). The
 baselines are fitted on every position before the test part (train and validation).
 """
 
@@ -33,6 +36,7 @@ from rnnkit.timeseries import (
     seasonal_naive_forecast,
     select_ar_order,
 )
+from rnnkit.timeseries._forecast import WINDOW_STD_FLOOR
 from rnnkit.timeseries._preprocess import transform_rows
 
 
@@ -66,13 +70,15 @@ def split_counts(n_windows: int, val_split: float, n_test: int = 0) -> tuple[int
 def prepare(features: np.ndarray, target: np.ndarray, feature_names: list[str], target_name: str, *,
             window: int, horizon: int, val_split: float, n_test: int = 0, transform: str = "none",
             index_name: str = "row", what: str = "the data", difference: bool = False,
-            missing: str = "error", log: bool = False, seasonal: int = 0) -> Prepared:
+            missing: str = "error", log: bool = False, seasonal: int = 0,
+            scale: str = "global") -> Prepared:
     """Window, split and scale (see the module docstring). With ``log``, ``seasonal`` (a lag)
     or ``difference`` the windows read the transformed rows
     (:func:`~rnnkit.timeseries.transform_rows`) and the targets are ``U[pos] - base`` of
     :class:`~rnnkit.timeseries.ForecastSpec` (with ``difference`` alone: the changes
     ``target[pos] - target[pos - horizon]``); every ``pos`` is a data row either way.
-    ``missing``: the policy the data was read with, stored in the spec."""
+    ``missing``: the policy the data was read with, stored in the spec. ``scale``: ``"global"``
+    or ``"window"`` (:class:`~rnnkit.timeseries.ForecastSpec`)."""
     rows = int(features.shape[0])
     chosen = [f for f, on in (("--log", log), (f"seasonal differences (lag {seasonal})", seasonal),
                               ("--difference", difference)) if on]
@@ -90,7 +96,8 @@ def prepare(features: np.ndarray, target: np.ndarray, feature_names: list[str], 
     probe = ForecastSpec(target_name, tuple(feature_names), window, horizon,
                          Scaler(tuple(feature_names), np.zeros(nf), np.ones(nf)),
                          Scaler((target_name,), np.zeros(1), np.ones(1)), index_name,
-                         difference=difference, missing=missing, log=log, seasonal=seasonal)
+                         difference=difference, missing=missing, log=log, seasonal=seasonal,
+                         scale=scale, window_floor=1.0 if scale == "window" else 0.0)
     xin = transform_rows(features, log=log, seasonal=seasonal, difference=difference,
                          names=tuple(feature_names), what=what)
     u = probe.levels(target, what=what)
@@ -103,11 +110,22 @@ def prepare(features: np.ndarray, target: np.ndarray, feature_names: list[str], 
     xs = Scaler.fit(xin[:fit_rows], feature_names, transform)
     tfit = tin[:fit_rows]
     ys = Scaler.fit(tfit[~np.isnan(tfit), None], [target_name], transform)
-    spec = dataclasses.replace(probe, x_scaler=xs, y_scaler=ys)
-    w = make_windows(xs.apply(xin, np.float32), ys.apply(tin[:, None], np.float32)[:, 0], window, horizon,
-                     what=what)
+    if scale == "window":
+        k = feature_names.index(target_name)
+        floor = float(WINDOW_STD_FLOOR * xs.std[k])         # xs.std is 1 for constant training rows
+        xs = dataclasses.replace(xs, mean=np.where(np.arange(nf) == k, 0.0, xs.mean),
+                                 std=np.where(np.arange(nf) == k, 1.0, xs.std))
+        ys = dataclasses.replace(ys, mean=np.zeros(1), std=np.ones(1))
+        spec = dataclasses.replace(probe, x_scaler=xs, y_scaler=ys, window_floor=floor)
+        w = spec.scale_windows(make_windows(xs.apply(xin, np.float64),
+                                            ys.apply(tin[:, None], np.float64)[:, 0], window, horizon,
+                                            dtype=np.float64, what=what))
+    else:
+        spec = dataclasses.replace(probe, x_scaler=xs, y_scaler=ys)
+        w = make_windows(xs.apply(xin, np.float32), ys.apply(tin[:, None], np.float32)[:, 0], window,
+                         horizon, what=what)
     if used:
-        w = WindowArrays(w.x, w.y, w.pos + used)
+        w = WindowArrays(w.x, w.y, w.pos + used, w.scale)
     return Prepared(spec, np.asarray(target, dtype=np.float64), w.take(slice(0, n_train)),
                     w.take(slice(n_train, n_train + n_val)), w.take(slice(n_train + n_val, n)))
 

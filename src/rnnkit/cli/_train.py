@@ -107,7 +107,8 @@ def _train(args: argparse.Namespace, dist: Any) -> int:
     prep = prepare(x_raw, y_raw, features, args.target, window=args.window, horizon=args.horizon,
                    val_split=args.val_split, transform=args.transform, index_name=index_name,
                    what=str(args.data), difference=args.difference, missing=args.missing,
-                   log=getattr(args, "log", False), seasonal=seasonal_lag(args, season))
+                   log=getattr(args, "log", False), seasonal=seasonal_lag(args, season),
+                   scale=getattr(args, "scale", "global"))
     cfg = train_config(args)
     out = ensure_dir(args.out) if root else Path(args.out)
     if root:
@@ -199,6 +200,9 @@ def train_panel(args: argparse.Namespace) -> int:
         raise CliError("--panel trains in one process; leave out --distributed")
     if args.cell == "rnn":
         raise CliError("--panel: --cell must be lstm or gru")
+    if getattr(args, "scale", "global") != "global":
+        raise CliError(f"--panel scales each series by its own mean (DeepAR's scaler); --scale "
+                       f"{args.scale} is for single-series forecasters; leave it out")
     covs = None if args.covariates is None else parse_columns(args.covariates, args.target)
     panel = read_panel(data_path(args.data), target=args.target, covariates=covs)
     history, held = panel.split(args.horizon)

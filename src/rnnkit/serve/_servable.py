@@ -262,7 +262,7 @@ class Servable:
                     "target": spec.target, "features": list(spec.features), "window": spec.window,
                     "rows_per_window": spec.rows_needed, "horizon": spec.horizon,
                     "difference": spec.difference, "log": spec.log, "seasonal": spec.seasonal,
-                    "transform": spec.x_scaler.transform,
+                    "transform": spec.x_scaler.transform, "scale": spec.scale,
                     "missing": spec.missing, "index_name": spec.index_name,
                     "target_needed": spec.difference and spec.target not in spec.features,
                     "units": "x: raw data rows (as in the CSV); outputs: forecasts of the target in "

@@ -11,11 +11,14 @@ What a forecaster did to its input in training is part of the model, and every c
 * the logarithm (``log``), seasonal differences (``seasonal``, the lag) and first
   differences (``difference``), chosen by hand or by the rules of
   :func:`~rnnkit.timeseries.choose_preprocess`,
-* the window (``window`` rows of network input) and the ``horizon``.
+* the window (``window`` rows of network input) and the ``horizon``,
+* the scaling of the target (``scale``): ``"global"``, the standardisation above, or
+  ``"window"``, each window standardised by its own statistics (:meth:`ForecastSpec.scale_windows`).
 
 The network sees float32 windows of scaled rows; a forecast leaves it as a scaled value (or a
 scaled change) and is mapped back to data units in float64. Scaling, logs and differences are
-element-wise along the rows, so the windows of a whole file and one window sent alone give the same bits.
+element-wise along the rows, so the windows of a whole file and one window sent alone give the same bits;
+window scaling sums each window's values in a fixed order, so it keeps that.
 """
 
 from __future__ import annotations
@@ -41,6 +44,12 @@ SPEC_FORMAT = "rnnkit.forecast/1"
 CHUNK = 1 << 14
 #: the most forecasts :meth:`Forecaster.recursive` makes (each is one network call)
 MAX_STEPS = 100_000
+#: how a forecaster scales its target: one standardisation fitted on the training rows, or each
+#: window by its own mean and standard deviation
+SCALES = ("global", "window")
+#: with ``scale="window"``: the floor on a window's standard deviation, as a fraction of the
+#: standard deviation of the target's (transformed) training rows
+WINDOW_STD_FLOOR = 1e-3
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,22 @@ class ForecastSpec:
     which reads only rows up to ``pos - h`` because ``m >= h`` is required. A seasonal lag
     needs the target among the features (the window holds the rows ``base`` reads). The
     network's training target is ``U[pos] - base`` (:meth:`base`), so this inverts it exactly.
+
+    With ``scale="window"`` (instance normalisation, as RevIN, Kim et al. 2022) the target is
+    not standardised by the training rows' statistics (its entries in ``x_scaler`` and
+    ``y_scaler`` are mean 0, std 1: their ``transform`` alone acts) but window by window: with
+    ``a`` the target's column of one window's transformed rows (``window`` values)::
+
+        mu    = mean(a)
+        sigma = max(std(a), window_floor)          (std: population, ddof 0)
+        input column of the target = (a - mu) / sigma
+        u_hat = y_scaler^-1(network output * sigma + mu) + base
+
+    and the network's training target is ``(y_scaler(U[pos] - base) - mu) / sigma``; the other
+    features keep their global standardisation. ``window_floor`` is :data:`WINDOW_STD_FLOOR`
+    times the standard deviation of the target's transformed training rows (1 where those are
+    constant), so a constant window is scaled safely: its input column is exactly 0 and its
+    forecast ``mu + sigma * output``. Window scaling needs the target among the features.
     """
 
     target: str
@@ -88,8 +113,28 @@ class ForecastSpec:
     missing: str | None = "error"
     log: bool = False
     seasonal: int = 0
+    scale: str = "global"
+    window_floor: float = 0.0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.scale, str) or self.scale not in SCALES:
+            raise DataError(f"ForecastSpec: scale must be one of {', '.join(SCALES)}, got {self.scale!r}")
+        if self.scale == "window":
+            if self.target not in self.features:
+                raise DataError(f"ForecastSpec: window scaling standardises each window by the target's "
+                                f"values in it; expected the target {self.target!r} among the features, "
+                                f"got features {list(self.features)}")
+            if not (isinstance(self.window_floor, float) and np.isfinite(self.window_floor)
+                    and self.window_floor > 0):
+                raise DataError(f"ForecastSpec: window scaling needs a positive, finite floor on a "
+                                f"window's standard deviation; got window_floor={self.window_floor!r}")
+            k = self.features.index(self.target)
+            if not (self.x_scaler.mean[k] == 0 and self.x_scaler.std[k] == 1
+                    and self.y_scaler.mean[0] == 0 and self.y_scaler.std[0] == 1):
+                raise DataError(f"ForecastSpec: with window scaling the scalers leave the target "
+                                f"{self.target!r} unstandardised (mean 0, std 1); got input mean "
+                                f"{self.x_scaler.mean[k]:.6g}, std {self.x_scaler.std[k]:.6g}, output mean "
+                                f"{self.y_scaler.mean[0]:.6g}, std {self.y_scaler.std[0]:.6g}")
         if self.missing is not None and (not isinstance(self.missing, str)
                                          or self.missing not in MISSING_POLICIES):
             raise DataError(f"ForecastSpec: missing must be one of {', '.join(MISSING_POLICIES)} or None, "
@@ -122,13 +167,15 @@ class ForecastSpec:
             "x_scaler": self.x_scaler.to_dict(), "y_scaler": self.y_scaler.to_dict(),
             "extra": self.extra, "difference": self.difference, "missing": self.missing,
             "log": self.log, "seasonal": self.seasonal,
+            "scale": self.scale, "window_floor": self.window_floor,
         }, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> ForecastSpec:
         """The settings stored as :meth:`to_json` wrote them. Settings saved before the
         missing-value policy had its own entry take it from the training notes (``extra``,
-        where ``rnnkit train`` has always written it); without either it is None."""
+        where ``rnnkit train`` has always written it); without either it is None. Settings
+        saved before ``scale`` existed are global scaling."""
         try:
             d = json.loads(text)
             if d.get("format") != SPEC_FORMAT:
@@ -139,7 +186,8 @@ class ForecastSpec:
                        Scaler.from_dict(d["x_scaler"]), Scaler.from_dict(d["y_scaler"]),
                        str(d.get("index_name", "row")), extra, bool(d.get("difference", False)),
                        None if missing is None else str(missing), bool(d.get("log", False)),
-                       int(d.get("seasonal", 0)))
+                       int(d.get("seasonal", 0)), str(d.get("scale", "global")),
+                       float(d.get("window_floor", 0.0)))
         except (ValueError, KeyError, TypeError, DataError) as e:
             raise DataError(f"the forecast settings stored with the model are damaged ({e})") from None
 
@@ -197,10 +245,62 @@ class ForecastSpec:
         if features.shape[0] < self.rows_needed:
             raise DataError(f"too few rows in {what}: {features.shape[0]} row(s), but window "
                             f"{self.window} needs at least {self.rows_needed}")
-        w = make_windows(self.prepare(features, np.float32, what=what), None, self.window, self.horizon,
-                         what=what)
+        if self.scale == "window":
+            w = self.scale_windows(make_windows(self.prepare(features, what=what), None, self.window,
+                                                self.horizon, dtype=np.float64, what=what))
+        else:
+            w = make_windows(self.prepare(features, np.float32, what=what), None, self.window,
+                             self.horizon, what=what)
         used = self.rows_needed - self.window
-        return WindowArrays(w.x, w.y, w.pos + used) if used else w
+        return WindowArrays(w.x, w.y, w.pos + used, w.scale) if used else w
+
+    def window_stats(self, x: np.ndarray) -> np.ndarray:
+        """``(mu, sigma)`` of the class docstring for each window of :meth:`prepare`'d rows ``x``
+        (S, window, F) float64: (S, 2) float64. Summed row by row in a fixed order, so a window
+        gives the same bits alone or among others."""
+        a = np.asarray(x, dtype=np.float64)[:, :, self.features.index(self.target)]
+        n = a.shape[1]
+        with np.errstate(over="ignore", invalid="ignore"):         # overflows: refused by the caller
+            total = a[:, 0].copy()
+            for j in range(1, n):
+                total += a[:, j]
+            mu = total / n
+            ss = np.zeros_like(mu)
+            for j in range(n):
+                d = a[:, j] - mu
+                ss += d * d
+            sigma = np.maximum(np.sqrt(ss / n), self.window_floor)
+        return np.stack([mu, sigma], axis=1)
+
+    def scale_windows(self, w: WindowArrays) -> WindowArrays:
+        """``w`` (float64 windows of :meth:`prepare`'d rows, targets ``y`` (S, 1) scaled by
+        ``y_scaler`` or (S, 0)) with the target's column and ``y`` standardised window by window
+        (class docstring), in float32, each window's ``(mu, sigma)`` in ``scale``. A window
+        whose scaled values are not finite in float32 (a deviation beyond 3.4e38 floors) is a
+        DataError naming it, never passed on. The windows are scaled :data:`CHUNK` at a time
+        into one float32 array: (S, window, F) values, ``window`` times the rows' memory."""
+        n, k = len(w), self.features.index(self.target)
+        stats = np.empty((n, 2))
+        x32 = np.empty(w.x.shape, dtype=np.float32)
+        y32 = np.empty(w.y.shape, dtype=np.float32)
+        for a in range(0, n, CHUNK):
+            part = slice(a, a + CHUNK)
+            st = stats[part] = self.window_stats(w.x[part])
+            mu, sigma = st[:, 0, None], st[:, 1, None]
+            x = np.array(w.x[part], dtype=np.float64)
+            with np.errstate(over="ignore", invalid="ignore"):
+                x[:, :, k] = (x[:, :, k] - mu) / sigma
+                x32[part] = x
+                y32[part] = (np.asarray(w.y[part], dtype=np.float64) - mu) / sigma
+        bad = (~np.isfinite(x32).all(axis=(1, 2)) | ~np.isfinite(y32).all(axis=1)
+               | ~np.isfinite(stats).all(axis=1))
+        if bad.any():
+            s = int(np.flatnonzero(bad)[0])
+            raise DataError(f"window {s} (for data row {int(w.pos[s])}) cannot be scaled by its own "
+                            f"statistics: mean {stats[s, 0]:.3g}, std {stats[s, 1]:.3g} (floor "
+                            f"{self.window_floor:.3g}) give values beyond float32's range; expected "
+                            f"values whose spread within a window is finite and within 3.4e38 floors")
+        return WindowArrays(x32, y32, w.pos, stats)
 
     def window_inputs(self, rows: np.ndarray) -> np.ndarray:
         """Network input (B, window, F) float32 for ``rows`` (B, :attr:`rows_needed`, F), each
@@ -210,6 +310,9 @@ class ForecastSpec:
             raise DataError(f"expected windows of shape (batch, {self.rows_needed}, {len(self.features)}): "
                             f"{self.rows_needed} data rows of {', '.join(self.features)}; got shape "
                             f"{r.shape}")
+        if self.scale == "window":
+            return self.scale_windows(WindowArrays(self.prepare(r), np.zeros((r.shape[0], 0)),
+                                                   np.arange(r.shape[0]) + self.horizon)).x
         return self.prepare(r, np.float32)
 
     @property
@@ -249,11 +352,20 @@ class ForecastSpec:
                             f"({np.asarray(rows).shape[0]},); got shape {t.shape}")
         return t
 
-    def _finish(self, z: np.ndarray, base: np.ndarray | float, pos: np.ndarray) -> np.ndarray:
-        """``v_hat`` of the class docstring; a forecast that is not finite (NaN, or an overflow
-        mapping back) is a DataError, never returned."""
+    def _finish(self, z: np.ndarray, base: np.ndarray | float, pos: np.ndarray,
+                stats: np.ndarray | None) -> np.ndarray:
+        """``v_hat`` of the class docstring (``stats``: each window's ``(mu, sigma)`` with window
+        scaling, else None); a forecast that is not finite (NaN, or an overflow mapping back) is
+        a DataError, never returned."""
         with np.errstate(over="ignore", invalid="ignore"):
-            out = self.y_scaler.invert(np.asarray(z, dtype=np.float64).reshape(-1, 1))[:, 0] + base
+            zz = np.asarray(z, dtype=np.float64).reshape(-1, 1)
+            if self.scale == "window":
+                if stats is None or np.shape(stats) != (zz.shape[0], 2):
+                    raise DataError(f"this model scales each window by its own statistics; expected "
+                                    f"({zz.shape[0]}, 2) window statistics with its outputs, got "
+                                    f"{None if stats is None else np.shape(stats)}")
+                zz = zz * stats[:, 1:] + stats[:, :1]
+            out = self.y_scaler.invert(zz)[:, 0] + base
             if self.log:
                 out = np.exp(out)
         bad = np.flatnonzero(~np.isfinite(out))
@@ -265,10 +377,13 @@ class ForecastSpec:
                             f"the scaler can map back")
         return np.asarray(out, dtype=np.float64)
 
-    def to_levels(self, z: np.ndarray, target: np.ndarray | None, pos: np.ndarray) -> np.ndarray:
+    def to_levels(self, z: np.ndarray, target: np.ndarray | None, pos: np.ndarray,
+                  stats: np.ndarray | None = None) -> np.ndarray:
         """Network outputs (S, 1) or (S,) -> forecasts of the target at data rows ``pos`` in data
         units (the class docstring; ``target``, the target's data rows, anchors the
-        differences). A forecast that is not finite is a DataError, never returned."""
+        differences; ``stats``, the windows' ``scale`` of :meth:`input_windows`, maps a window
+        scaled model's outputs back). A forecast that is not finite is a DataError, never
+        returned."""
         p = np.asarray(pos)
         base: np.ndarray | float = 0.0
         if self.anchored:
@@ -277,7 +392,7 @@ class ForecastSpec:
                                 f"hold the {self.target!r} column")
             u = self.levels(target)
             base = self.base(lambda k: u[p - k])
-        return self._finish(z, base, p)
+        return self._finish(z, base, p, stats)
 
     def window_levels(self, z: np.ndarray, rows: np.ndarray, target: np.ndarray | None = None) -> np.ndarray:
         """Network outputs for :meth:`window_inputs` ``(rows)`` -> one forecast per window in
@@ -286,16 +401,17 @@ class ForecastSpec:
         n = int(r.shape[0])
         # window k's forecast is for "data row" k + horizon of a series whose row k is its last
         pos = np.arange(n) + self.horizon
+        stats = self.window_stats(self.prepare(r)) if self.scale == "window" else None
         if not self.anchored:
-            return self._finish(z, 0.0, pos)
+            return self._finish(z, 0.0, pos, stats)
         if self.target in self.features:
             u = self.levels(r[:, :, self.features.index(self.target)])
             last = u.shape[1] - 1 + self.horizon          # the forecast row, in each window's rows
-            return self._finish(z, self.base(lambda k: u[:, last - k]), pos)
+            return self._finish(z, self.base(lambda k: u[:, last - k]), pos, stats)
         last_row = self.last_levels(r, target)             # difference only: U at the last row
         assert last_row is not None                         # anchored, no seasonal lag: difference
         ul = self.levels(last_row)
-        return self._finish(z, self.base(lambda k: ul), pos)
+        return self._finish(z, self.base(lambda k: ul), pos, stats)
 
 
 @dataclass(frozen=True)
@@ -331,7 +447,7 @@ class Forecaster:
         out = np.empty(len(windows))
         for a in range(0, len(windows), CHUNK):
             part = windows.take(slice(a, a + CHUNK))
-            out[a:a + CHUNK] = self.spec.to_levels(self.network(part.x), target, part.pos)
+            out[a:a + CHUNK] = self.spec.to_levels(self.network(part.x), target, part.pos, part.scale)
         return out
 
     def one_step(self, table: Table) -> tuple[np.ndarray, np.ndarray]:
@@ -373,4 +489,5 @@ class Forecaster:
             hist[need + k] = self.predict_windows(rows)[0]
         return hist[need:].copy()
 
-__all__ = ["CHUNK", "MAX_STEPS", "SPEC_FORMAT", "SPEC_KEY", "ForecastSpec", "Forecaster"]
+__all__ = ["CHUNK", "MAX_STEPS", "SCALES", "SPEC_FORMAT", "SPEC_KEY", "WINDOW_STD_FLOOR", "ForecastSpec",
+           "Forecaster"]

@@ -41,17 +41,21 @@ BLOCK = 1 << 16
 class WindowArrays:
     """``x`` (S, window, F) float, ``y`` (S, 1) float, ``pos`` (S,) the target row of each: the
     windows of a series cut at once, in memory (:class:`rnnkit.data.Windows` reads the windows
-    of a series lazily, batch by batch, for ``fit``)."""
+    of a series lazily, batch by batch, for ``fit``). ``scale`` (S, 2) float64: each window's own
+    (mean, std) where the windows were scaled one by one
+    (:meth:`~rnnkit.timeseries.ForecastSpec.scale_windows`), else None."""
 
     x: np.ndarray
     y: np.ndarray
     pos: np.ndarray
+    scale: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.pos.shape[0])
 
     def take(self, sel: slice | np.ndarray) -> WindowArrays:
-        return WindowArrays(self.x[sel], self.y[sel], self.pos[sel])
+        return WindowArrays(self.x[sel], self.y[sel], self.pos[sel],
+                            None if self.scale is None else self.scale[sel])
 
 
 def count_windows(rows: int, window: int, horizon: int) -> int:
