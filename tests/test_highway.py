@@ -14,16 +14,18 @@ import pytest
 
 import rnnkit as rk
 from rnnkit.cli import main
+from rnnkit.cli._backtest import HIGHWAY_READS_VALUES
 from rnnkit.cli._model import (
     HIGHWAY,
     RECURRENT_OUT,
     TrainConfig,
     build_network,
+    highway_start,
     start_from_ar,
     train_network,
 )
 from rnnkit.cli._prepare import prepare
-from rnnkit.timeseries import ARModel, Forecaster, WindowArrays
+from rnnkit.timeseries import ARModel, Forecaster, WindowArrays, backtest, baselines, choose_difference
 
 warnings.filterwarnings("ignore", message=".*httpx2.*")
 
@@ -93,7 +95,6 @@ def test_the_blockwise_ar_fit_is_the_least_squares_solution_of_all_windows() -> 
     """highway_start over more windows than one QR block (8192) against numpy's lstsq of the whole
     design matrix: one well-conditioned problem (random lags, 11 columns), two float64 solvers,
     agreement to ~1e-15; 1e-12 leaves room for the blocks' different rounding order."""
-    from rnnkit.cli._model import highway_start
 
     rng = np.random.default_rng(4)
     x = rng.standard_normal((20000, 7, 2)).astype(np.float32)
@@ -205,8 +206,6 @@ def test_preprocess_auto_reads_the_values_and_the_backtest_ranks_the_saved_highw
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """On a trend that the KPSS rule would difference, the highway network reads the values (its
     AR(p) holds the unit root); the stored ranking is the API backtest of the saved network."""
-    from rnnkit.cli._backtest import HIGHWAY_READS_VALUES
-    from rnnkit.timeseries import backtest, baselines, choose_difference
 
     rng = np.random.default_rng(3)
     t = np.arange(90)

@@ -14,8 +14,8 @@ values of a fresh array are undefined, as ``np.empty``'s. The pool keeps at most
 first, to make room; arrays below ``MIN_BYTES`` come from ``np.empty``.
 
 Smaller arrays pay the same: glibc serves them from the top of its heap and gives the top back
-to the operating system when they are freed (its trim threshold), so the next pass faults the pages in
-again. Measured at S2 (32 x 50 x 32 -> 64, arrays of 0.1-1.6 MB) training on one thread, load
+to the operating system when they are freed (its trim threshold), so the next pass faults that
+memory in again. Measured at S2 (32 x 50 x 32 -> 64, arrays of 0.1-1.6 MB) training on one thread, load
 ~13 on 2 cores, CPU time of one step (median of 40): LSTM 4.95-6.94 ms with the pool from 4 MB
 on, 3.20 ms from 64 KB on; GRU 4.69-5.20 against 2.86 (the system time of 40 steps 60-140 ms
 against 0-20).
