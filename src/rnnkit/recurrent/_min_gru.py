@@ -19,8 +19,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from rnnkit._initializers import glorot_uniform
-from rnnkit.recurrent._cell import Arrays, Param, StepBack
+from rnnkit.recurrent._cell import Arrays, StepBack
 from rnnkit.recurrent._min_scan import MinCell, g, g_grad, sigmoid
 
 
@@ -34,14 +33,9 @@ class MinGRUCell(MinCell):
 
     name = "MinGRU"
     scan_kind = 0
+    blocks = 2
     sequence_forward = MinCell.parallel_forward      # the parallel form, beside this step
     sequence_backward = MinCell.parallel_backward
-
-    def params(self, input_dim: int) -> list[Param]:
-        H = self.units
-        return [Param("kernel", (input_dim, 2 * H),
-                      lambda rng, shape, dt: glorot_uniform(rng, shape, input_dim, H, dt)),
-                Param("bias", (2 * H,), lambda rng, shape, dt: np.zeros(shape, dt))]
 
     def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
              park: dict[str, np.ndarray] | None) -> Arrays:

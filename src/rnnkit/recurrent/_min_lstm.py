@@ -20,8 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from rnnkit._initializers import glorot_uniform
-from rnnkit.recurrent._cell import Arrays, Param, StepBack
+from rnnkit.recurrent._cell import Arrays, StepBack
 from rnnkit.recurrent._min_scan import MinCell, g, g_grad, sigmoid, softplus
 
 
@@ -35,14 +34,9 @@ class MinLSTMCell(MinCell):
 
     name = "MinLSTM"
     scan_kind = 1
+    blocks = 3
     sequence_forward = MinCell.parallel_forward      # the parallel form, beside this step
     sequence_backward = MinCell.parallel_backward
-
-    def params(self, input_dim: int) -> list[Param]:
-        H = self.units
-        return [Param("kernel", (input_dim, 3 * H),
-                      lambda rng, shape, dt: glorot_uniform(rng, shape, input_dim, H, dt)),
-                Param("bias", (3 * H,), lambda rng, shape, dt: np.zeros(shape, dt))]
 
     def step(self, w: Mapping[str, np.ndarray], inp: np.ndarray, prev: Arrays,
              park: dict[str, np.ndarray] | None) -> Arrays:

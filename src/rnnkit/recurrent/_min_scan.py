@@ -44,7 +44,8 @@ import numpy as np
 
 from rnnkit import kernels
 from rnnkit._errors import InvalidInputError
-from rnnkit.recurrent._cell import Arrays, Cell, SequenceBack
+from rnnkit._initializers import glorot_uniform
+from rnnkit.recurrent._cell import Arrays, Cell, Param, SequenceBack
 
 
 def compiled() -> ModuleType | None:
@@ -164,9 +165,19 @@ class MinCell(Cell):
     sequence_takes_mask = True
     #: the compiled scan's ``kind`` (:mod:`rnnkit.kernels._min`): 0 minGRU, 1 minLSTM
     scan_kind: ClassVar[int]
+    #: the kernel's column blocks (minGRU ``[z | h~]``: 2, minLSTM ``[f | i | h~]``: 3)
+    blocks: ClassVar[int]
 
     def __init__(self, units: int) -> None:
         super().__init__(units)
+
+    def params(self, input_dim: int) -> list[Param]:
+        """``kernel`` (F, blocks*H), Glorot-uniform with the fan of one block (F + H); ``bias``
+        (blocks*H,), zeros."""
+        H, n = self.units, self.blocks
+        return [Param("kernel", (input_dim, n * H),
+                      lambda rng, shape, dt: glorot_uniform(rng, shape, input_dim, H, dt)),
+                Param("bias", (n * H,), lambda rng, shape, dt: np.zeros(shape, dt))]
 
     def get_config(self) -> dict[str, Any]:
         return {"units": self.units}
