@@ -141,8 +141,8 @@ def test_the_rational_activations_are_tanh_and_sigmoid() -> None:
     Bounds: the float64 minimax fit's own error, 1.7534e-4 for tanh (its extremes include
     1 - tanh(C) beyond the clamp), plus the float32 coefficients' and evaluation's rounding
     (about 10 roundings of at most 6e-8 relative near |tanh| = 1: < 1e-6): 1.76e-4; sigmoid is
-    half of tanh at x / 2: 8.8e-5. Both are far below an int8 row's half step (>= 1 / 255 over
-    [-1, 1]). The sweep also shows the error is not much smaller than the bound: the fit's
+    half of tanh at x / 2: 8.8e-5. Both are a twentieth of the half step of an int8 row spanning
+    [-1, 1] (1 / 255). The sweep also shows the error is not much smaller than the bound: the fit's
     extremes are where it says (a test that the constants are the fitted ones)."""
     x = np.concatenate([np.linspace(-20, 20, 4_000_001),
                         [np.finfo(F32).max, -np.finfo(F32).max, 0.0, -0.0]]).astype(F32)

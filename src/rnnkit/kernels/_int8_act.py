@@ -9,8 +9,9 @@ tanh is a clamped odd rational of degree 5 over 4 in minimax form,
 
 q's leading coefficient 1 (one multiply fewer). Its max abs error against float64 tanh is
 1.76e-4 over all of float32 (1 - tanh(C) is part of it; beyond C the result stays at its value
-at C, 0.99982): two orders below the half step of an int8 activation row (at least 1 / 255 over
-[-1, 1]), and three multiplies and a branch fewer than the float32 path's 13/6 rational.
+at C, 0.99982): a twentieth of the half step of an int8 row spanning [-1, 1] (1 / 255 = 3.9e-3
+with 8 bits, twice that with 7), with half the multiplies of the float32 path's clamped 13/6
+rational and no saturation branch.
 
 sigmoid is ``0.5 + 0.5 tanh(x / 2)`` with the halvings folded into the coefficients:
 ``0.5 + x ps(y) / qs(y)``, ``x`` clamped to [-2C, 2C], ``ps(y) = (4 A1 + A3 y) + (A5 / 4) y^2``,
