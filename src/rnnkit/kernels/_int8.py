@@ -25,20 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from rnnkit.kernels._int8_gemm import (
-    AVX2,
-    KG,
-    NB,
-    OPTS8,
-    QDT,
-    QMAX,
-    VNNI,
-    assembly,
-    gemm,
-    out_width,
-    pack,
-    padded,
-)
 from rnnkit.kernels._int8_act import (
     S_A1,
     S_A3,
@@ -53,9 +39,23 @@ from rnnkit.kernels._int8_act import (
     T_B2,
     T_CLAMP,
 )
-from rnnkit.kernels._jit import njit, row
+from rnnkit.kernels._int8_gemm import (
+    AVX2,
+    KG,
+    NB,
+    OPTS8,
+    QDT,
+    QMAX,
+    VNNI,
+    assembly,
+    gemm,
+    out_width,
+    pack,
+    padded,
+)
 from rnnkit.kernels._jit import f32_bits as _bits
 from rnnkit.kernels._jit import f32_from_bits as _from_bits
+from rnnkit.kernels._jit import njit, row
 
 _F32 = np.float32
 _HALF, _ZERO, _THREE, _SIX, _QMAX = _F32(0.5), _F32(0.0), _F32(3.0), _F32(6.0), _F32(QMAX)
