@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import rnnkit as rk
+from rnnkit.kernels import _int8_act as A
 from rnnkit.quant import _reference as ref
 
 F32 = np.float32
@@ -133,21 +134,34 @@ def test_compiled_quantization_and_projection_equal_the_reference() -> None:
     assert np.allclose(want, deq + bias, rtol=1e-6, atol=1e-6)
 
 
-def test_the_rational_tanh_is_tanh() -> None:
-    # bound: the 13/6 rational's own error, 2.6e-7, plus float32 rounding of its evaluation near
-    # |tanh| = 1 (steps of 6e-8 below 1), at most 1.5 steps: 3.5e-7 (measured on this grid:
-    # 3.28e-7 with the polynomials in Estrin's form, 3.41e-7 with Horner's)
-    x = np.linspace(-12, 12, 2_000_001).astype(F32)
+def test_the_rational_activations_are_tanh_and_sigmoid() -> None:
+    """The int8 loops' tanh and sigmoid (5/4 rationals, clamped) against float64 over a dense
+    sweep of [-20, 20] that crosses both clamps, and at the float32 extremes.
+
+    Bounds: the float64 minimax fit's own error, 1.7534e-4 for tanh (its extremes include
+    1 - tanh(C) beyond the clamp), plus the float32 coefficients' and evaluation's rounding
+    (about 10 roundings of at most 6e-8 relative near |tanh| = 1: < 1e-6): 1.76e-4; sigmoid is
+    half of tanh at x / 2: 8.8e-5. Both are a twentieth of the half step of an int8 row spanning
+    [-1, 1] (1 / 255). The sweep also shows the error is not much smaller than the bound: the fit's
+    extremes are where it says (a test that the constants are the fitted ones)."""
+    x = np.concatenate([np.linspace(-20, 20, 4_000_001),
+                        [np.finfo(F32).max, -np.finfo(F32).max, 0.0, -0.0]]).astype(F32)
     x64 = x.astype(np.float64)
-    assert np.abs(ref.tanh8(x) - np.tanh(x64)).max() < 3.5e-7
-    assert np.abs(ref.act8(x, 1) - 1 / (1 + np.exp(-x64))).max() < 3.5e-7
+    t_err = np.abs(ref.tanh8(x) - np.tanh(x64)).max()
+    s_err = np.abs(ref.act8(x, 1) - (0.5 + 0.5 * np.tanh(x64 / 2))).max()
+    assert t_err <= A.TANH_ERROR and s_err <= A.SIGMOID_ERROR
+    assert t_err > 1.7e-4 and s_err > 8.5e-5
+    # odd and bounded: tanh(-x) = -tanh(x), |tanh| < 1, sigmoid(x) + sigmoid(-x) = 1 within a step
+    assert np.array_equal(ref.tanh8(-x), -ref.tanh8(x)) and np.abs(ref.tanh8(x)).max() < 1
+    assert np.abs(ref.act8(x, 1) + ref.act8(-x, 1) - 1).max() <= 6e-8
+    assert ref.tanh8(np.array([0.0], F32))[0] == 0 and ref.act8(np.array([0.0], F32), 1)[0] == 0.5
 
 
 def test_compiled_activations_equal_the_reference() -> None:
     """Every activation of the compiled loops rounds as the reference's, to the bit, over a
-    dense grid through the clamp (7.9053) and the saturation (9.010914), and at them."""
+    dense grid through the clamps (C = 4.3242 for tanh, 2C for sigmoid), and at them."""
     k = compiled()
-    edges = [7.90531110763549805, 9.010914, 0.0, -0.0]
+    edges = [float(A.T_CLAMP), float(A.S_CLAMP), 0.0, -0.0, 3.4e38]
     x = np.concatenate([np.linspace(-12, 12, 200_001), edges]).astype(F32)
     x = np.concatenate([x, -x, np.nextafter(x, np.float32(np.inf)), np.nextafter(x, np.float32(-np.inf))])
     for code in range(5):

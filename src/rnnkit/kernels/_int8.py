@@ -25,6 +25,20 @@ from typing import Any
 
 import numpy as np
 
+from rnnkit.kernels._int8_act import (
+    S_A1,
+    S_A3,
+    S_A5,
+    S_B0,
+    S_B2,
+    S_CLAMP,
+    T_A1,
+    T_A3,
+    T_A5,
+    T_B0,
+    T_B2,
+    T_CLAMP,
+)
 from rnnkit.kernels._int8_gemm import (
     AVX2,
     KG,
@@ -39,32 +53,13 @@ from rnnkit.kernels._int8_gemm import (
     pack,
     padded,
 )
-from rnnkit.kernels._jit import (
-    _A1,
-    _A3,
-    _A5,
-    _A7,
-    _A9,
-    _A11,
-    _A13,
-    _B0,
-    _B2,
-    _B4,
-    _B6,
-    _CLAMP,
-    _NCLAMP,
-    _NONE,
-    _NSAT,
-    _ONE,
-    _SAT,
-    njit,
-    row,
-)
 from rnnkit.kernels._jit import f32_bits as _bits
 from rnnkit.kernels._jit import f32_from_bits as _from_bits
+from rnnkit.kernels._jit import njit, row
 
 _F32 = np.float32
 _HALF, _ZERO, _THREE, _SIX, _QMAX = _F32(0.5), _F32(0.0), _F32(3.0), _F32(6.0), _F32(QMAX)
+_NT_CLAMP, _NS_CLAMP = -T_CLAMP, -S_CLAMP
 
 
 _SIGN = np.int32(-2 ** 31)
@@ -161,37 +156,44 @@ def project(x: Any, wp: Any, col: Any, ws: Any, bias: Any, out: Any) -> None:
 
 @njit(inline="always", **{**OPTS8, "cache": False})
 def tanh8(x: Any) -> Any:
-    """float32 tanh of the int8 loops: the clamped odd/even rational of
-    :func:`rnnkit.kernels._jit.tanh32` (its coefficients, clamp and saturation) with both
-    polynomials in ``y = x * x`` evaluated in Estrin's form, ``p = ((A1 + A3 y) + y^2 (A5 + A7 y))
-    + y^4 ((A9 + A11 y) + y^2 A13)``, ``q = (B0 + B2 y) + y^2 (B4 + B6 y)``: a dependency chain
-    of 6 roundings to ``p`` instead of Horner's 13 (the loops over a row's gates are bound by
-    that chain's latency: 20 % faster, AVX2 and AVX-512 alike); max abs error 3.3e-7 against
-    float64 tanh. No contraction: every operation rounds as in the NumPy reference,
-    :func:`rnnkit.quant._reference.tanh8`. Inlined into cached callers, not cached on its own."""
-    if x >= _SAT:
-        return _ONE
-    if x <= _NSAT:
-        return _NONE
-    if x > _CLAMP:
-        x = _CLAMP
-    if x < _NCLAMP:
-        x = _NCLAMP
+    """float32 tanh of the int8 loops: the clamped 5/4 rational of
+    :mod:`rnnkit.kernels._int8_act`, ``x`` clamped to [-C, C], ``y = x * x``,
+    ``(x ((A1 + A3 y) + A5 y^2)) / ((B0 + B2 y) + y^2)``: max abs error 1.76e-4 against float64
+    tanh, 5 multiplies, 4 adds and a division. No contraction: every operation rounds as in
+    the NumPy reference, :func:`rnnkit.quant._reference.tanh8`. Inlined into cached callers,
+    not cached on its own."""
+    if x > T_CLAMP:
+        x = T_CLAMP
+    if x < _NT_CLAMP:
+        x = _NT_CLAMP
     y = x * x
     y2 = y * y
-    p = (_A1 + _A3 * y) + y2 * (_A5 + _A7 * y) + (y2 * y2) * ((_A9 + _A11 * y) + y2 * _A13)
-    q = (_B0 + _B2 * y) + y2 * (_B4 + _B6 * y)
-    return (x * p) / q
+    return (x * ((T_A1 + T_A3 * y) + T_A5 * y2)) / ((T_B0 + T_B2 * y) + y2)
+
+
+@njit(inline="always", **{**OPTS8, "cache": False})
+def sigm8(x: Any) -> Any:
+    """float32 sigmoid of the int8 loops: ``0.5 + 0.5 tanh8(x / 2)`` with the halvings folded
+    into the coefficients (:mod:`rnnkit.kernels._int8_act`), ``x`` clamped to [-2C, 2C]:
+    ``0.5 + (x ((SA1 + SA3 y) + SA5 y^2)) / ((SB0 + SB2 y) + y^2)``, max abs error 8.8e-5.
+    Rounds as :func:`rnnkit.quant._reference.sigm8`."""
+    if x > S_CLAMP:
+        x = S_CLAMP
+    if x < _NS_CLAMP:
+        x = _NS_CLAMP
+    y = x * x
+    y2 = y * y
+    return _HALF + (x * ((S_A1 + S_A3 * y) + S_A5 * y2)) / ((S_B0 + S_B2 * y) + y2)
 
 
 @njit(**OPTS8)
 def act8(x: Any, code: int) -> Any:
-    """The activation of ``code`` (tanh 0, sigmoid 1 = 0.5 + 0.5 tanh(x / 2), relu 2, linear 3,
-    hard_sigmoid 4) in float32."""
+    """The activation of ``code`` (tanh 0: :func:`tanh8`, sigmoid 1: :func:`sigm8`, relu 2,
+    linear 3, hard_sigmoid 4) in float32."""
     if code == 0:
         return tanh8(x)
     if code == 1:
-        return _HALF + _HALF * tanh8(x * _HALF)
+        return sigm8(x)
     if code == 2:
         return max(x, _ZERO)
     if code == 4:
@@ -208,7 +210,7 @@ def act_ip(v: Any, code: int) -> None:
             v[k] = tanh8(v[k])
     elif code == 1:
         for k in range(n):
-            v[k] = _HALF + _HALF * tanh8(v[k] * _HALF)
+            v[k] = sigm8(v[k])
     elif code == 2:
         for k in range(n):
             v[k] = max(v[k], _ZERO)

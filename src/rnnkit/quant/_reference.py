@@ -12,15 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from rnnkit import kernels
+from rnnkit.kernels import _int8_act as A
 
 F32 = np.float32
-_A = (4.89352455891786e-03, 6.37261928875436e-04, 1.48572235717979e-05, 5.12229709037114e-08,
-      -8.60467152213735e-11, 2.00018790482477e-13, -2.76076847742355e-16)
-_B = (4.89352518554385e-03, 2.26843463243900e-03, 1.18534705686654e-04, 1.19825839466702e-06)
-_A1, _A3, _A5, _A7, _A9, _A11, _A13 = (F32(v) for v in _A)
-_B0, _B2, _B4, _B6 = (F32(v) for v in _B)
-_CLAMP = F32(7.90531110763549805)
-_SAT = F32(9.010914)
 
 
 def quantize_weight(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -68,26 +62,33 @@ def project(x: np.ndarray, wp: np.ndarray, col: np.ndarray, ws: np.ndarray, bias
 
 
 def tanh8(x: np.ndarray) -> np.ndarray:
-    """The clamped float32 rational tanh of the compiled loops (its polynomials in Estrin's form,
-    :func:`rnnkit.kernels._int8.tanh8`), elementwise, rounded as they round it."""
-    x = np.asarray(x, F32)
-    xc = np.minimum(np.maximum(x, -_CLAMP), _CLAMP)
-    y2 = xc * xc
-    y4 = y2 * y2
-    p = (_A1 + _A3 * y2) + y4 * (_A5 + _A7 * y2) + (y4 * y4) * ((_A9 + _A11 * y2) + y4 * _A13)
-    q = (_B0 + _B2 * y2) + y4 * (_B4 + _B6 * y2)
-    y = (xc * p) / q
-    return np.where(x >= _SAT, F32(1.0), np.where(x <= -_SAT, F32(-1.0), y)).astype(F32)
+    """The clamped float32 5/4 rational tanh of the compiled loops
+    (:func:`rnnkit.kernels._int8.tanh8`, constants in :mod:`rnnkit.kernels._int8_act`),
+    elementwise, rounded as they round it."""
+    x = np.minimum(np.maximum(np.asarray(x, F32), -A.T_CLAMP), A.T_CLAMP)
+    y = x * x
+    y2 = y * y
+    return ((x * ((A.T_A1 + A.T_A3 * y) + A.T_A5 * y2)) / ((A.T_B0 + A.T_B2 * y) + y2)).astype(F32)
+
+
+def sigm8(x: np.ndarray) -> np.ndarray:
+    """The clamped float32 rational sigmoid of the compiled loops
+    (:func:`rnnkit.kernels._int8.sigm8`: ``0.5 + 0.5 tanh8(x / 2)`` with the halvings in the
+    coefficients), elementwise, rounded as they round it."""
+    x = np.minimum(np.maximum(np.asarray(x, F32), -A.S_CLAMP), A.S_CLAMP)
+    y = x * x
+    y2 = y * y
+    return (F32(0.5) + (x * ((A.S_A1 + A.S_A3 * y) + A.S_A5 * y2)) / ((A.S_B0 + A.S_B2 * y) + y2)).astype(F32)
 
 
 def act8(x: np.ndarray, code: int) -> np.ndarray:
-    """Activation ``code``: tanh 0, sigmoid 1 (0.5 + 0.5 tanh(x / 2)), relu 2, linear 3,
+    """Activation ``code``: tanh 0 (:func:`tanh8`), sigmoid 1 (:func:`sigm8`), relu 2, linear 3,
     hard_sigmoid 4 (min(max(x + 3, 0), 6) / 6), in float32."""
     x = np.asarray(x, F32)
     if code == 0:
         return tanh8(x)
     if code == 1:
-        return F32(0.5) + F32(0.5) * tanh8(x * F32(0.5))
+        return sigm8(x)
     if code == 2:
         return np.maximum(x, F32(0.0))
     if code == 4:
