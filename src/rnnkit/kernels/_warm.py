@@ -227,7 +227,8 @@ def spawn_worker(stderr: Any = subprocess.DEVNULL) -> subprocess.Popen[str]:
     this rnnkit, with text pipes to its requests (stdin) and replies (stdout). Raises
     :class:`OSError` when no process can be started."""
     return subprocess.Popen([sys.executable, "-m", WORKER_MODULES[0], SERVE], env=_child_env(),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True, bufsize=1)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                            text=True, bufsize=1)
 
 
 def _child_env() -> dict[str, str]:
