@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import subprocess
 import sys
@@ -13,10 +15,10 @@ import pytest
 
 import rnnkit as rk
 from rnnkit import kernels
-from rnnkit.cli._compile import plan
+from rnnkit.cli._compile import plan, run_groups
 from rnnkit.kernels import _warm
 from rnnkit.quant import _warm as _warm8
-from rnnkit.recurrent import RecurrentLayer
+from rnnkit.recurrent import LSTMCell, RecurrentLayer
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -183,3 +185,69 @@ def test_a_cold_process_loads_every_kernel_rnnkit_compile_filled_and_gives_the_s
     assert after[0] == "0" and after[2] == "False", run.stderr   # nothing compiled here
     assert int(after[1]) > 0                          # every kernel loaded from the cache
     assert (tmp_path / "own.npy").read_bytes() == (tmp_path / "after.npy").read_bytes()
+
+
+def test_a_worker_runs_each_group_in_turn_and_answers_one_line_for_each() -> None:
+    """``python -m rnnkit.kernels._warm --serve``'s loop: a malformed request, an unknown
+    module, parts a module does not know: each answered ``failed: `` with the error, and the
+    next request still runs; a group that compiles (the float32 dense products) answers ``ok``
+    and leaves its marker."""
+    pytest.importorskip("numba")
+    desc = _warm.describe(LSTMCell(3), 2, np.float32)
+    assert desc is not None
+    asks = ["{", json.dumps({"module": "os", "desc": desc, "parts": ["back"]}),
+            json.dumps({"module": _warm8.__name__, "desc": desc, "parts": ["back"]}),
+            json.dumps({"module": _warm.__name__, "desc": desc, "parts": ["dense"]})]
+    out = io.StringIO()
+    assert _warm.serve(io.StringIO("\n".join(asks) + "\n"), out) == 0
+    got = out.getvalue().splitlines()
+    assert got[0].startswith("failed: JSONDecodeError: ")
+    assert got[1:] == [
+        "failed: InvalidParameterError: rnnkit.kernels._warm.serve: the module must be one of "
+        "('rnnkit.kernels._warm', 'rnnkit.quant._warm'), got 'os'",
+        "failed: InvalidParameterError: rnnkit.quant._warm: parts must be 'int8', got 'back'",
+        "ok"]
+    assert _warm.done(desc, "dense")
+
+
+def test_the_groups_run_on_jobs_workers_not_one_process_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five groups on two workers start two processes (each imports NumPy, Numba and rnnkit
+    once), and every group's failure comes back with its parts and its error."""
+    pytest.importorskip("numba")
+    started: list[subprocess.Popen[str]] = []
+    real = _warm.spawn_worker
+
+    def counted(stderr: object = subprocess.DEVNULL) -> subprocess.Popen[str]:
+        started.append(real(stderr))
+        return started[-1]
+
+    monkeypatch.setattr(_warm, "spawn_worker", counted)
+    desc = _warm.describe(LSTMCell(3), 2, np.float32)
+    assert desc is not None
+    failed = run_groups([(_warm.__name__, desc, (f"p{i}",)) for i in range(5)], 2)
+    assert len(started) == 2
+    want = "InvalidParameterError: rnnkit.kernels._warm.run: parts must be some of ('back', 'infer', " \
+           "'train', 'dense', 'wide'), got ('p{}',)"
+    assert sorted(failed) == [f"p{i}: " + want.format(i) for i in range(5)]
+    assert all(p.returncode == 0 for p in started)      # (each ended when its requests did)
+
+
+DYING = "import sys; sys.stdin.readline(); print('first line', file=sys.stderr); " \
+        "print('MemoryError: out of memory', file=sys.stderr); sys.exit(3)"
+
+
+def test_a_worker_that_dies_fails_its_group_and_a_new_one_takes_the_rest(monkeypatch: pytest.MonkeyPatch
+                                                                           ) -> None:
+    """A worker that ends without answering (killed, out of memory) fails the group it held,
+    with the last line of its stderr; the groups left go to a new worker."""
+    started: list[subprocess.Popen[str]] = []
+
+    def dying(stderr: object = subprocess.DEVNULL) -> subprocess.Popen[str]:
+        started.append(subprocess.Popen([sys.executable, "-c", DYING], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=stderr, text=True))
+        return started[-1]
+
+    monkeypatch.setattr(_warm, "spawn_worker", dying)
+    failed = run_groups([(_warm.__name__, "{}", ("back", "wide")), (_warm8.__name__, "{}", ("int8",))], 1)
+    assert failed == ["back,wide: MemoryError: out of memory", "int8: MemoryError: out of memory"]
+    assert [p.returncode for p in started] == [3, 3]

@@ -8,8 +8,11 @@ Keras' and PyTorch's form); for each and each dtype
 and of ``predict`` — the training forward walk, the backward walk with its reductions, the
 inference walk, the feed-forward layers' products — or, for ``int8``, the int8 inference loops
 of the quantized cell and of ``QuantizedDense`` (``rnnkit.quantize``; ``lstm-proj`` has no int8
-form) are compiled by child processes (``python -m rnnkit.kernels._warm``, ``python -m
-rnnkit.quant._warm``), at most ``--jobs`` at a time (default: the cores this process may use).
+form) are compiled by ``--jobs`` worker processes (default: the cores this process may use;
+``python -m rnnkit.kernels._warm --serve``), each taking the next group (one configuration and
+dtype) when it finishes one: a worker imports NumPy, Numba and rnnkit once, not once a group,
+and the kernels a group shares with the next (the dtype's products, the cell's step functions)
+are already in its memory.
 Either direction (``go_backwards``, ``Bidirectional``) runs the same kernels.
 They compile into the cache the runtime reads (the one ``NUMBA_CACHE_DIR`` names, else Numba's
 own place next to the sources or in the user's cache directory), keyed on the kernel sources:
@@ -23,8 +26,10 @@ exits with 0 when every part compiled, 1 when some child failed (its last line o
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
-import subprocess
+import selectors
 import sys
 import tempfile
 import time
@@ -40,9 +45,10 @@ from rnnkit.kernels import _warm
 from rnnkit.quant import _warm as _warm8
 from rnnkit.recurrent import Cell, GRUCell, LSTMCell, SimpleRNNCell
 
-#: the parts of one float cell, one child each (the inference walk after the training forward
-#: walk: they share the cell's step functions, compiled once)
-JOBS = (("back", "wide"), ("train", "infer"))
+#: the parts of one float cell, in the order one worker compiles them (the inference walk after
+#: the training forward walk: they share the cell's step functions, compiled once; the products
+#: of the dense layers, ``dense``, with the first cell of each dtype)
+PARTS = ("back", "wide", "train", "infer")
 #: every configuration of the built-in cells that compiles kernels of its own, as a cell of 8 units
 #: (the kernels serve every size and activation); the commonest first: an install that runs out
 #: of time keeps those
@@ -56,7 +62,10 @@ CONFIGS: dict[str, Callable[[], Cell]] = {
 #: the configurations that have an int8 form (``rnnkit.quantize``)
 INT8 = ("lstm", "gru", "rnn", "gru-after")
 DTYPES = ("float32", "float64", "int8")
-#: the order they compile in (float32, the layers' own, first; then int8, which quantizes float32 models)
+#: the order of the groups: per configuration (the commonest first: an install that runs out of
+#: time keeps those) float32, the layers' own, then int8, which quantizes float32 models, then
+#: float64. (Two workers that start on two float cells of one dtype at once both compile that
+#: dtype's products; a float32 group beside an int8 one share none: measured, see plan().)
 ORDER = ("float32", "int8", "float64")
 
 
@@ -92,13 +101,14 @@ Job = tuple[str, str, tuple[str, ...]]
 
 
 def plan(cells: list[str], dtypes: list[str]) -> list[Job]:
-    """The children to run: (module, the cell's description, its parts), the dense products once
-    per float dtype (after the first cell's backward part); ``int8`` one child per configuration
+    """The groups to compile: (module, the cell's description, its parts), one group per
+    configuration and dtype, configuration by configuration (:data:`ORDER` within each); the
+    dense products in the first float group of each dtype; ``int8`` for each configuration
     that has an int8 form; parts already in the cache left out."""
     todo: list[Job] = []
-    for dt in (d for d in ORDER if d in dtypes):
-        first = True
-        for name in cells:
+    first = {dt: True for dt in dtypes}
+    for name in cells:
+        for dt in (d for d in ORDER if d in dtypes):
             if dt == "int8" and name not in INT8:
                 continue
             cell = CONFIGS[name]()
@@ -107,19 +117,99 @@ def plan(cells: list[str], dtypes: list[str]) -> list[Job]:
             if desc is None:   # pragma: no cover - the built-in cells are always described
                 continue
             if dt == "int8":
-                groups: tuple[tuple[str, ...], ...] = _warm8.PARTS,
+                parts: tuple[str, ...] = _warm8.PARTS
                 module = _warm8.__name__
             else:
-                groups = ((*JOBS[0], "dense"), JOBS[1]) if first else JOBS   # (dense: once, after
-                # the backward part, which compiles the products already: LSTM, one core each,
-                # back + wide + dense 11.9 CPU s, train + infer 13.1, + dense 15.9)
+                parts = (*PARTS[:2], "dense", *PARTS[2:]) if first[dt] else PARTS
                 module = _warm.__name__
-            first = False
-            for parts in groups:
-                left = tuple(p for p in parts if not _warm.done(desc, p))
-                if left:
-                    todo.append((module, desc, left))
+            first[dt] = False
+            left = tuple(p for p in parts if not _warm.done(desc, p))
+            if left:
+                todo.append((module, desc, left))
     return todo
+
+
+class _Worker:
+    """One worker process (``python -m rnnkit.kernels._warm --serve``), its stderr kept in a
+    temporary file (the last line of it names a crash), and the group it is compiling."""
+
+    def __init__(self) -> None:
+        self.log = tempfile.TemporaryFile()
+        self.proc = _warm.spawn_worker(self.log)
+        self.job: Job | None = None
+
+    def give(self, job: Job) -> None:
+        module, desc, parts = job
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"module": module, "desc": desc, "parts": list(parts)}) + "\n")
+        self.proc.stdin.flush()
+        self.job = job
+
+    def last_error(self) -> str:
+        self.log.seek(0)
+        lines = self.log.read().decode(errors="replace").strip().splitlines()
+        return lines[-1] if lines else f"the worker ended with exit status {self.proc.returncode}"
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        self.proc.wait()
+        self.log.close()
+
+
+def run_groups(todo: list[Job], jobs: int) -> list[str]:
+    """Compile the groups ``todo`` on at most ``jobs`` workers, each given the next group as it
+    finishes one; returns the failures (``"parts: error"``; empty when every group compiled).
+    A worker that dies fails its group, and a new one takes the groups left."""
+    queue = deque(todo)
+    failed: list[str] = []
+    busy: list[_Worker] = []
+    sel = selectors.DefaultSelector()
+
+    def feed(w: _Worker) -> bool:
+        if not queue:
+            return False
+        w.give(queue.popleft())
+        return True
+
+    try:
+        while queue or busy:
+            while queue and len(busy) < jobs:
+                w = _Worker()
+                assert w.proc.stdout is not None
+                sel.register(w.proc.stdout, selectors.EVENT_READ, w)
+                feed(w)
+                busy.append(w)
+            for key, _ in sel.select():
+                w = key.data
+                line = w.proc.stdout.readline()
+                assert w.job is not None
+                what = ",".join(w.job[2])
+                if line.startswith("ok"):
+                    pass
+                elif line.startswith("failed: "):
+                    failed.append(f"{what}: {line[len('failed: '):].strip()}")
+                else:                          # (end of file: the worker died)
+                    w.proc.wait()
+                    failed.append(f"{what}: {w.last_error()}")
+                    w.job = None
+                    sel.unregister(w.proc.stdout)
+                    busy.remove(w)
+                    w.close()
+                    continue
+                w.job = None
+                if not feed(w):
+                    sel.unregister(w.proc.stdout)
+                    busy.remove(w)
+                    w.close()
+    finally:
+        for w in busy:                          # (interrupted: stop the workers)
+            with contextlib.suppress(OSError):
+                w.proc.kill()
+            w.close()
+        sel.close()
+    return failed
 
 
 def compile_command(args: argparse.Namespace) -> int:
@@ -130,31 +220,14 @@ def compile_command(args: argparse.Namespace) -> int:
     if not kernels.available():
         raise CliError("the compiled kernels need numba (pip install numba); nothing to compile")
     jobs = args.jobs or _cores()
-    todo = deque(plan(cells, dtypes))
+    todo = plan(cells, dtypes)
     if not todo:
         print("rnnkit: the kernels are already in the cache; nothing to compile")
         return 0
     n, t0 = len(todo), time.perf_counter()
     print(f"rnnkit: compiling {n} groups of kernels ({', '.join(cells)}; {', '.join(dtypes)}), "
           f"{min(jobs, n)} at a time", flush=True)
-    running: list[tuple[subprocess.Popen[bytes], str, Any]] = []
-    failed: list[str] = []
-    while todo or running:
-        while todo and len(running) < jobs:
-            module, desc, parts = todo.popleft()
-            log = tempfile.TemporaryFile()
-            known = _warm8.PARTS if module == _warm8.__name__ else _warm.PARTS
-            running.append((_warm.spawn(desc, parts, stderr=log, module=module, known=known),
-                            ",".join(parts), log))
-        time.sleep(0.05)
-        for item in [r for r in running if r[0].poll() is not None]:
-            proc, what, log = item
-            running.remove(item)
-            if proc.returncode != 0:
-                log.seek(0)
-                last = log.read().decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
-                failed.append(f"{what}: {last[0]}")
-            log.close()
+    failed = run_groups(list(todo), jobs)
     secs = time.perf_counter() - t0
     if failed:
         print(f"rnnkit: error: {len(failed)} of {n} groups failed to compile: {'; '.join(failed)}",

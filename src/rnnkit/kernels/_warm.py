@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -218,10 +218,23 @@ def spawn(desc: str, parts: tuple[str, ...], stderr: Any = subprocess.DEVNULL,
     if bad or not parts:
         raise InvalidParameterError(f"rnnkit.kernels._warm.spawn: parts must be some of {known}, "
                                     f"got {parts!r}")
-    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(kernels.__file__))))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])])}
-    return subprocess.Popen([sys.executable, "-m", module, desc, ",".join(parts)], env=env,
+    return subprocess.Popen([sys.executable, "-m", module, desc, ",".join(parts)], env=_child_env(),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
+
+
+def spawn_worker(stderr: Any = subprocess.DEVNULL) -> subprocess.Popen[str]:
+    """A worker process (``python -m rnnkit.kernels._warm --serve``, :func:`serve`) that imports
+    this rnnkit, with text pipes to its requests (stdin) and replies (stdout). Raises
+    :class:`OSError` when no process can be started."""
+    return subprocess.Popen([sys.executable, "-m", WORKER_MODULES[0], SERVE], env=_child_env(),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                            text=True, bufsize=1)
+
+
+def _child_env() -> dict[str, str]:
+    """This environment with the ``src`` directory of this rnnkit first on ``PYTHONPATH``."""
+    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(kernels.__file__))))
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])])}
 
 
 def done(desc: str, part: str) -> bool:
@@ -281,13 +294,62 @@ def mark(desc: str, part: str) -> None:
         _write_marker(m)
 
 
-def main(argv: list[str]) -> int:
-    """The child: ``python -m rnnkit.kernels._warm DESCRIPTION PART[,PART...]`` (the parts in order)."""
-    desc, parts = argv
+def run(desc: str, parts: tuple[str, ...]) -> None:
+    """Compile ``parts`` (some of :data:`PARTS`, in that order) of :func:`describe`'s ``desc``'s
+    kernels into the on-disk cache, each part's marker written when it is done."""
+    bad = [p for p in parts if p not in PARTS]
+    if bad or not parts:
+        raise InvalidParameterError(f"rnnkit.kernels._warm.run: parts must be some of {PARTS}, got {parts!r}")
     cell, input_dim, dt = rebuild(desc)
-    for part in parts.split(","):
+    for part in parts:
         exercise(cell, input_dim, dt, part)
         mark(desc, part)
+
+
+#: the modules whose ``run(desc, parts)`` a worker (:func:`serve`) runs: this one (the float
+#: cells' parts) and ``rnnkit.quant._warm`` (the int8 loops)
+WORKER_MODULES = ("rnnkit.kernels._warm", "rnnkit.quant._warm")   # (by name: a worker runs as __main__)
+#: the first argument that makes ``python -m rnnkit.kernels._warm`` a worker (:func:`serve`)
+SERVE = "--serve"
+
+
+def serve(requests: IO[str], replies: IO[str]) -> int:
+    """A worker of ``rnnkit compile``: for each line of ``requests``, a JSON object ``{"module":
+    M, "desc": D, "parts": [P, ...]}`` (``M`` one of :data:`WORKER_MODULES`), run ``M.run(D,
+    parts)`` and answer one line on ``replies``: ``ok``, or ``failed: `` and the error's type and
+    message (on one line); then the next request, until ``requests`` ends. One process compiles
+    many groups: it imports NumPy, Numba and rnnkit once (about 1.5 CPU s a process), and what
+    one group compiled serves the later ones from memory, not from the on-disk cache."""
+    for line in requests:
+        if not line.strip():
+            continue
+        try:
+            job = json.loads(line)
+            module = job["module"]
+            if module not in WORKER_MODULES:
+                raise InvalidParameterError(f"rnnkit.kernels._warm.serve: the module must be one of "
+                                            f"{WORKER_MODULES}, got {module!r}")
+            importlib.import_module(module).run(str(job["desc"]), tuple(job["parts"]))
+        except Exception as e:   # (any failure of one group is reported; the next group still runs)
+            text = " ".join(f"{type(e).__name__}: {e}".split())
+            replies.write(f"failed: {text}\n")
+        else:
+            replies.write("ok\n")
+        replies.flush()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """The child: ``python -m rnnkit.kernels._warm DESCRIPTION PART[,PART...]`` (the parts in
+    order), or ``python -m rnnkit.kernels._warm --serve``, a worker (:func:`serve`) answering on
+    the stdout it was started with (what anything else prints goes to stderr)."""
+    if argv == [SERVE]:
+        replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+        sys.stdout.flush()
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+        return serve(sys.stdin, replies)
+    desc, parts = argv
+    run(desc, tuple(parts.split(",")))
     return 0
 
 

@@ -60,14 +60,21 @@ def exercise(cell: Any) -> None:
         quantize(model).predict(np.zeros((rows, steps, features), np.float32), verbose=0)
 
 
-def main(argv: list[str]) -> int:
-    """The child: ``python -m rnnkit.quant._warm DESCRIPTION int8``."""
-    desc, parts = argv
-    if parts.split(",") != list(PARTS):
-        raise InvalidParameterError(f"rnnkit.quant._warm: parts must be {','.join(PARTS)!r}, got {parts!r}")
+def run(desc: str, parts: tuple[str, ...]) -> None:
+    """Compile the int8 loops of :func:`rnnkit.kernels._warm.describe`'s ``desc`` (``parts``:
+    :data:`PARTS`) into the on-disk cache and write the part's marker."""
+    if tuple(parts) != PARTS:
+        raise InvalidParameterError(f"rnnkit.quant._warm: parts must be {','.join(PARTS)!r}, "
+                                    f"got {','.join(parts)!r}")
     cell, _, _ = _warm.rebuild(desc)
     exercise(cell)
     _warm.mark(desc, "int8")
+
+
+def main(argv: list[str]) -> int:
+    """The child: ``python -m rnnkit.quant._warm DESCRIPTION int8``."""
+    desc, parts = argv
+    run(desc, tuple(parts.split(",")))
     return 0
 
 
