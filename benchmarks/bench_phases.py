@@ -14,7 +14,10 @@ thread (``RNNKIT_KERNEL_THREADS=1`` is set here before rnnkit is imported), for 
 - **compiled call** the compiled inference loop's entry point (what ``infer`` calls) with
   prepared arguments, split into its fixed cost (the same call at T=1, minus one step, with
   the arguments' conversion) and its steps;
-- **projection** ``x @ W + b`` of every step (one compiled call, timed alone);
+- **projection** ``x @ W + b`` of every step, timed alone, as the loop makes it: a chunk of
+  steps at a time (one compiled call each) into a buffer of the driver's chunk size (the
+  compiled call too runs on that buffer: a buffer of all T steps, 1.6 MB at S2, falls out of
+  L2 and added its traffic to the steps);
 - **products** the T per-step ``h @ U`` products alone (a compiled loop of ``rgemm1``, the
   one-row product the steps use at B=1; ``rgemm`` for more rows);
 - **gates** the rest of the steps: steps minus projection minus products.
@@ -110,7 +113,7 @@ def _compiled_call(layer: Any, x_tm: np.ndarray) -> Callable[[], object]:
     ring = tuple(np.zeros((2, B, n), dt) for n in cell.state_sizes())
     pk1 = (*(np.empty((1, B, wd), dt) for wd in pl.park_sizes.values()), np.empty((1, B, 0), dt))
     seq = np.empty((B, T, cell.state_sizes()[0]), dt)
-    buf = np.empty((T * B, pl.N), dt)
+    buf = drv._chunk_buf(pl, B, T, dt)          # (the driver's chunk: L2-sized, not T steps)
     mk = drv._mask_arg(None, T, B)
     args = (pl.handle, x_tm, PW, pl.b0, ring, pk1, seq, True, buf, mk, False, PU, pl.srcs, pl.cols, pl.apart,
             pl.b1, pl.proj, PWp, pl.own, pl.opts, 0, B)
@@ -153,7 +156,17 @@ def phases(kind: str, B: int, T: int, F: int, H: int, repeats: int, inner: int) 
         got = drv._plan(cell, step, w, x_tm.dtype)
         return got.packed("w"), got.packed_u(), got.packed("p")
 
-    xp = np.empty((T * B, pl.N), np.float32)
+    chunk = drv._chunk(T, B, pl.N * 4)
+    xp = np.empty((chunk * B, pl.N), np.float32)
+    x2 = x_tm.reshape(T * B, F)
+
+    def projection() -> None:
+        """The projections as the inference loop makes them: ``chunk`` steps at a time into
+        one L2-sized buffer."""
+        for t0 in range(0, T, chunk):
+            n = min(chunk, T - t0)
+            project(x2[t0 * B:(t0 + n) * B], PW, pl.b0, xp[:n * B])
+
     h = np.zeros((B, PU[0].shape[1]), np.float32)
     hu = np.zeros((B, pl.N), np.float32)
     call_T, call_1 = _compiled_call(layer, x_tm), _compiled_call(layer, x_tm[:1])
@@ -164,7 +177,7 @@ def phases(kind: str, B: int, T: int, F: int, H: int, repeats: int, inner: int) 
         "plan": plan,
         "packing": lambda: (drv.pack(pl.W), drv.pack(pl.U)),
         "call": call_T, "call1": call_1,
-        "projection": lambda: project(x_tm.reshape(T * B, F), PW, pl.b0, xp),
+        "projection": projection,
         "products": lambda: _products(h, PU[0], hu, T),
         "products0": lambda: _products(h, PU[0], hu, 0),
     }
