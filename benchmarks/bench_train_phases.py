@@ -174,7 +174,6 @@ def main() -> int:
           "ms of one thread's CPU per step")
     cols = ("full", "proj", "rec", "back", "wgrad", "rest", "pack")
     cols += ("torch", "ratio") if args.torch else ()
-    cols += ("torch", "ratio") if args.torch else ()
     print("| cell | shape | " + " | ".join(cols) + " |")
     print("|---|---|" + "---:|" * len(cols))
     for cell in args.cells.split(","):
