@@ -17,10 +17,17 @@ than wall time), the median over ``--calls`` steps:
 - ``rest``: ``full`` minus the compiled parts: the layers' Python, allocation and the layout
   copies (batch-major <-> time-major of the input, the output and dL/dx).
 
+With ``--torch``, two more columns: ``torch``, the same training step of ``torch.nn.LSTM`` /
+``torch.nn.GRU`` with the same weights (``bench.make_pair``; forward, ``out.sum().backward()``,
+the input's gradient included) at ``torch.set_num_threads(1)``, and ``ratio`` = rnnkit's step /
+torch's. Both are this thread's CPU time, measured in blocks of consecutive steps, the two sides'
+blocks alternating (``--blocks``, the order swapped every block), medians of the blocks.
+
 Usage::
 
     RNNKIT_KERNEL_THREADS=1 python benchmarks/bench_train_phases.py
     RNNKIT_KERNEL_THREADS=1 tools/avx2.sh python benchmarks/bench_train_phases.py   # the AVX2 path
+    RNNKIT_KERNEL_THREADS=1 python benchmarks/bench_train_phases.py --torch --cells lstm
 """
 
 from __future__ import annotations
@@ -116,21 +123,65 @@ def phases(cell: str, shape: str, calls: int) -> dict[str, float]:
     return m
 
 
+def against_torch(cell: str, shape: str, blocks: int) -> tuple[float, float]:
+    """(rnnkit's step, torch's step) in ms of this thread's CPU, the medians of ``blocks``
+    alternating blocks of consecutive steps per side (the same weights and inputs)."""
+    import torch
+    from bench import make_pair
+
+    torch.set_num_threads(1)
+    B, T, F, H = SHAPES[shape]
+    layer, mod = make_pair(cell, SHAPES[shape])
+    x = np.random.default_rng(7).standard_normal((B, T, F)).astype(np.float32)
+    xt = torch.from_numpy(x.copy()).requires_grad_(True)
+
+    def ours() -> None:
+        ctx = rk.Ctx.training()
+        y = layer.forward(x, ctx)
+        layer.backward(np.ones_like(y), ctx)
+
+    def theirs() -> None:
+        mod.zero_grad(set_to_none=True)
+        xt.grad = None
+        mod(xt)[0].sum().backward()
+
+    ours()
+    t = time.thread_time()
+    ours()
+    n = max(1, int(0.08 / max(time.thread_time() - t, 1e-6)))     # steps per block: ~80 ms of CPU
+    times: tuple[list[float], list[float]] = ([], [])
+    for r in range(blocks):
+        order = ((ours, times[0]), (theirs, times[1]))
+        for fn, acc in (order if r % 2 == 0 else order[::-1]):
+            fn()                                          # (untimed: the caches refilled)
+            t = time.thread_time()
+            for _ in range(n):
+                fn()
+            acc.append((time.thread_time() - t) / n)
+    return statistics.median(times[0]) * 1e3, statistics.median(times[1]) * 1e3
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--shapes", default="S2,S3")
     p.add_argument("--cells", default="lstm,gru")
     p.add_argument("--calls", type=int, default=15)
+    p.add_argument("--torch", action="store_true", help="also time PyTorch's step (interleaved blocks)")
+    p.add_argument("--blocks", type=int, default=9, help="--torch: blocks per side")
     args = p.parse_args()
     from rnnkit.kernels._isa import has_avx512
     print(f"AVX-512 path: {has_avx512()}; load average {os.getloadavg()[0]:.1f}; "
           "ms of one thread's CPU per step")
     cols = ("full", "proj", "rec", "back", "wgrad", "rest", "pack")
+    cols += ("torch", "ratio") if args.torch else ()
     print("| cell | shape | " + " | ".join(cols) + " |")
     print("|---|---|" + "---:|" * len(cols))
     for cell in args.cells.split(","):
         for shape in args.shapes.split(","):
             m = phases(cell, shape, args.calls)
+            if args.torch:
+                ours, m["torch"] = against_torch(cell, shape, args.blocks)
+                m["ratio"] = ours / m["torch"]
             print(f"| {cell} | {shape} | " + " | ".join(f"{m[c]:.2f}" for c in cols) + " |", flush=True)
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
     return 0

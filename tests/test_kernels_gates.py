@@ -19,7 +19,7 @@ pytest.importorskip("numba")
 import numba  # noqa: E402
 
 from rnnkit.kernels import _gru, _lstm  # noqa: E402
-from rnnkit.kernels._jit import act_cols, act_ip, row, sig  # noqa: E402
+from rnnkit.kernels._jit import act_cols, act_ip, dact_cols, dgate, row, sig  # noqa: E402
 
 TOL = {"float64": 1e-12, "float32": 2e-5}
 SHAPES = [(7, 4, 11, 37), (32, 3, 8, 64)]
@@ -118,6 +118,64 @@ def test_lstm_row_step_equals_the_passes_bit_for_bit(shape: tuple[int, int, int,
     _lstm_step(a2, c2, ac2, h2)
     for got, want in ((a2, a1), (c2[1], c1), (ac2[0], ac1), (h2[1], h1)):
         np.testing.assert_array_equal(got, want)
+
+
+@numba.njit(cache=False, error_model="numpy", fastmath={"contract"})
+def _lstm_back_passes(g: Any, d: Any, dh: Any, dc: Any, c_prev: Any, act_c: Any, tmp: Any) -> None:
+    """The LSTM backward step with the default activations as separate passes over the whole
+    block (what the other activations take): ``d`` = dL/da, ``dc`` becomes dc_prev."""
+    B, G = d.shape
+    H = G // 4
+    for b in range(B):
+        gt, ac, dd, dhr, tr = row(g, b), row(act_c, b), row(d, b), row(dh, b), row(tmp, b)
+        for jj in range(H):
+            o = gt[3 * H + jj]
+            dd[3 * H + jj] = (dhr[jj] * ac[jj]) * dgate(o, 1)
+        for jj in range(H):
+            tr[jj] = dhr[jj] * gt[3 * H + jj]
+    dact_cols(act_c[:, 0:H], tmp[:, 0:H], 0)
+    for b in range(B):
+        gt, cp, dd, dcr, tr = row(g, b), row(c_prev, b), row(d, b), row(dc, b), row(tmp, b)
+        for jj in range(H):
+            dcr[jj] = dcr[jj] + tr[jj]
+        for jj in range(H):
+            i, f, dcv = gt[jj], gt[H + jj], dcr[jj]
+            dd[jj] = (dcv * gt[2 * H + jj]) * dgate(i, 1)
+            dd[H + jj] = (dcv * cp[jj]) * dgate(f, 1)
+            dd[2 * H + jj] = dcv * i
+        for jj in range(H):
+            dcr[jj] = dcr[jj] * gt[H + jj]
+    dact_cols(g[:, 2 * H:3 * H], d[:, 2 * H:3 * H], 0)
+
+
+@numba.njit(cache=False, error_model="numpy", fastmath={"contract"})
+def _lstm_back_step(g: Any, d: Any, dh: Any, dc: Any, c2: Any, act_c: Any, tmp: Any) -> None:
+    _lstm.backward(0, g, d, d[:, 0:0], dh, dh, (dh, dc), (dh, dh), (c2, c2), 0, 1, (act_c, act_c[:, :, 0:0]), 0,
+                   (g[0, 0:0],), (tmp,), tmp, (0, 1, 0))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=["B7-H37", "B32-H64"])
+def test_lstm_row_back_step_equals_the_passes_bit_for_bit(shape: tuple[int, int, int, int]) -> None:
+    """The backward step of the default activations, row by row, against the passes over the
+    whole block: every gradient the same bits (gates saturated at 0 and 1 included), and
+    dL/dh_prev left at zero (it reaches h_prev through the product only)."""
+    B, _, _, H = shape
+    rng = np.random.default_rng(5)
+    g = rng.uniform(0, 1, (B, 4 * H)).astype(np.float32)          # sigmoid gates i, f, o
+    g[:, 2 * H:3 * H] = rng.uniform(-1, 1, (B, H))                 # tanh candidate
+    g[0, :3] = [0.0, 1.0, 0.5]
+    g[0, H:H + 2] = [0.0, 1.0]
+    act_c = rng.uniform(-1, 1, (1, B, H)).astype(np.float32)
+    c_prev = rng.uniform(-3, 3, (B, H)).astype(np.float32)
+    dh0 = rng.standard_normal((B, H)).astype(np.float32)
+    dc0 = rng.standard_normal((B, H)).astype(np.float32)
+    d1, dc1, tmp1 = np.full((B, 4 * H), np.nan, np.float32), dc0.copy(), np.empty((B, 4 * H), np.float32)
+    _lstm_back_passes(g, d1, dh0, dc1, c_prev, act_c[0], tmp1)
+    d2, dc2, dh2 = np.full((B, 4 * H), np.nan, np.float32), dc0.copy(), dh0.copy()
+    _lstm_back_step(g, d2, dh2, dc2, np.stack([c_prev, c_prev]), act_c, np.empty((B, 4 * H), np.float32))
+    np.testing.assert_array_equal(d2, d1)
+    np.testing.assert_array_equal(dc2, dc1)
+    np.testing.assert_array_equal(dh2, np.zeros_like(dh2))
 
 
 @numba.njit(cache=False, error_model="numpy", fastmath={"contract"})

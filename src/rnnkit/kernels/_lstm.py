@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rnnkit.kernels._jit import OPTS, act_cols, act_ip, dact_cols, dgate, fast_tanh, njit, row, sig
+from rnnkit.kernels._jit import OPTS, act_cols, act_ip, cst, dact_cols, dgate, fast_tanh, njit, row, sig
 from rnnkit.kernels._walk import _zero_rows
 
 
@@ -76,6 +76,43 @@ def forward(k: int, a: Any, rec: Any, fed: Any, st: Any, i0: int, i1: int, pk: A
             hr[jj] = ar[3 * H + jj] * ac[jj]
 
 
+@njit(inline="always", **OPTS)
+def _back_row_default(g: Any, d: Any, src: Any, dc: Any, c_prev: Any, act_c: Any, tmp: Any, b: int) -> None:
+    """:func:`backward` on row ``b`` with the default activations (sigmoid gates, tanh): the
+    general passes' values, operation for operation, in passes over the row while it sits in
+    L1 (the general passes each go over the whole block: at S3, 64 x 1024 gates, 256 KB, from
+    L2 between passes). ``tanh'`` and ``sigmoid'`` are written in terms of the outputs, as
+    :func:`~rnnkit.kernels._jit.dgate` and :func:`~rnnkit.kernels._jit.dact_cols` write them."""
+    H = dc.shape[1]
+    one = cst(g, 1.0)
+    gt = row(g, b)
+    ac = row(act_c, b)
+    dd = row(d, b)
+    dhr = row(src, b)
+    tr = row(tmp, b)
+    cp = row(c_prev, b)
+    dcr = row(dc, b)
+    for jj in range(H):                      # 4b. do
+        o = gt[3 * H + jj]
+        dd[3 * H + jj] = (dhr[jj] * ac[jj]) * (o * (one - o))
+    for jj in range(H):                      # dh * o * tanh'(act_c)
+        v = ac[jj]
+        tr[jj] = (dhr[jj] * gt[3 * H + jj]) * (one - v * v)
+    for jj in range(H):
+        dcr[jj] = dcr[jj] + tr[jj]
+    for jj in range(H):                      # 3b. + 2b.
+        i = gt[jj]
+        f = gt[H + jj]
+        dcv = dcr[jj]
+        dd[jj] = (dcv * gt[2 * H + jj]) * (i * (one - i))
+        dd[H + jj] = (dcv * cp[jj]) * (f * (one - f))
+    for jj in range(H):
+        v = gt[2 * H + jj]
+        dd[2 * H + jj] = (dcr[jj] * gt[jj]) * (one - v * v)
+    for jj in range(H):
+        dcr[jj] = dcr[jj] * gt[H + jj]
+
+
 @njit(**OPTS)
 def backward(k: int, g: Any, d: Any, dr: Any, dfed: Any, fed: Any, dst: Any, dpk: Any, st: Any,
              i0: int, i1: int, pk: Any, j: int, own: Any, gown: Any, tmp: Any, opts: Any) -> None:
@@ -85,6 +122,11 @@ def backward(k: int, g: Any, d: Any, dr: Any, dfed: Any, fed: Any, dst: Any, dpk
     H = G // 4
     src = dpk[1] if opts[2] else dst[0]
     dc, c_prev, act_c = dst[1], st[1][i0], pk[0][j]
+    if rcode == 1 and code == 0:
+        for b in range(B):
+            _back_row_default(g, d, src, dc, c_prev, act_c, tmp, b)
+        _zero_rows(dst[0])                   # h_prev reaches the step through the product only
+        return
     for b in range(B):                       # 4b. do, and dc += act'(act_c) * (dh * o)
         gt = row(g, b)
         ac = row(act_c, b)
