@@ -175,7 +175,12 @@ def main(argv: list[str] | None = None) -> int:
                b"content-length: %d\r\n\r\n%s" % (len(body), body))
     apps = {"fast": rk.serve.app(model), "app": rk.serve.app(model, fast_path=False)}
     settle()
-    asyncio.run(main_async(a, apps, request))
+    try:
+        import uvloop  # uvicorn's loop when it is installed, as for rnnkit serve
+    except ImportError:
+        asyncio.run(main_async(a, apps, request))
+    else:
+        uvloop.run(main_async(a, apps, request))
     return 0
 
 

@@ -302,23 +302,27 @@ class FastPredict:
         self.count = endpoint.count
         self.error = _error
 
-    def takes(self, raw: list[tuple[bytes, bytes]]) -> dict[str, str] | None:
-        """The headers (:func:`header_dict`) of a predict's head ``raw`` (lower-case names) that
-        this path answers; None when the app must."""
+    def takes(self, raw: list[tuple[bytes, bytes]]) -> tuple[dict[str, str], str] | None:
+        """The headers (:func:`header_dict`) and media type (:func:`media_type`) of a predict's
+        head ``raw`` (lower-case names) that this path answers; None when the app must."""
         headers = header_dict(raw)
         n = headers.get("content-length")
         if n is None or not n.isdigit() or int(n) > self.max_body or "transfer-encoding" in headers \
-                or "expect" in headers or media_type(headers) not in JSON_TYPES:
+                or "expect" in headers:
+            return None
+        ctype = media_type(headers)
+        if ctype not in JSON_TYPES:
             return None
         if self.token is not None:
             auth = headers.get("authorization")
             if not token_ok(None if auth is None else auth.encode("latin-1"), self.token):
                 return None  # the app's 401
-        return headers
+        return headers, ctype
 
-    def submit(self, body: bytes, headers: dict[str, str]) -> asyncio.Future[list[np.ndarray]]:
-        """Read, check and queue the request (a :class:`RequestError` when it is refused)."""
-        return self.api.submit_predict(body, media_type(headers), None)
+    def submit(self, body: bytes, ctype: str) -> asyncio.Future[list[np.ndarray]]:
+        """Read, check and queue the request, its body of media type ``ctype`` (a
+        :class:`RequestError` when it is refused)."""
+        return self.api.submit_predict(body, ctype, None)
 
     def answer(self, outs: list[np.ndarray], headers: dict[str, str]) -> Response:
         """The answer to the outputs (a :class:`RequestError` when they cannot be sent)."""

@@ -162,6 +162,22 @@ def fast_predict_of(app: Any) -> FastPredict | None:
     return fast if isinstance(fast, FastPredict) else None
 
 
+def _closes(value: bytes) -> bool:
+    """Whether a ``connection`` header's value says ``close`` (as uvicorn reads it)."""
+    return b"close" in [t.lower().strip() for t in value.split(b",")]
+
+
+def _header_lines(headers: list[tuple[bytes, bytes]]) -> tuple[bytes, bool]:
+    """``headers`` as uvicorn writes them (names in lower case, one ``name: value`` line each),
+    and whether one of them closes the connection."""
+    lines = [b"%s: %s\r\n" % (name.lower(), value) for name, value in headers]
+    return b"".join(lines), any(name.lower() == b"connection" and _closes(value) for name, value in headers)
+
+
+#: the server's default headers last written: [the list uvicorn holds, its lines, whether they close]
+_defaults: list[Any] = [None, b"", False]
+
+
 class _NoEvent:
     """A fast request's ``message_event``: uvicorn's protocol sets it on a disconnect; nothing
     waits on it."""
@@ -175,16 +191,18 @@ class _FastCycle:
     """A request the protocol answers itself, with what uvicorn's protocol (and
     :class:`_HalfClosingTransport`) read of a request cycle: ``more_body`` (its body is still
     arriving), ``response_started`` / ``response_complete``, ``keep_alive``, ``disconnected``,
-    ``message_event``. ``t0``: when it reached its turn (``time.perf_counter``; -1 while it waits
-    behind an earlier request of the connection); ``timer``: its body's deadline."""
+    ``message_event``; its headers and media type (:meth:`FastPredict.takes`). ``t0``: when it
+    reached its turn (``time.perf_counter``; -1 while it waits behind an earlier request of the
+    connection); ``timer``: its body's deadline."""
 
-    __slots__ = ("body", "disconnected", "headers", "keep_alive", "more_body", "response_complete",
+    __slots__ = ("body", "ctype", "disconnected", "headers", "keep_alive", "more_body", "response_complete",
                  "response_started", "t0", "timer")
 
     message_event = _NoEvent()
 
-    def __init__(self, headers: dict[str, str], keep_alive: bool) -> None:
+    def __init__(self, headers: dict[str, str], ctype: str, keep_alive: bool) -> None:
         self.headers = headers
+        self.ctype = ctype
         self.keep_alive = keep_alive
         self.body = b""
         self.more_body = True
@@ -272,8 +290,7 @@ class HeadTimeoutProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
                 self._close_raw()
             return
         cycle = self.cycle
-        if cycle is None or cycle.response_complete:  # bytes of a new request's head
-            self._arm_head()
+        waiting = cycle is None or cycle.response_complete  # these are bytes of a new request's head
         self._feeding = True
         try:
             super().data_received(data)
@@ -282,6 +299,8 @@ class HeadTimeoutProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         now = self.cycle
         if now is not cycle or self.transport.get_protocol() is not self:
             self._disarm_head()  # the head is complete (the request reached the app), or upgraded
+        elif waiting:
+            self._arm_head()  # the head is not complete: its deadline runs from these bytes
         if type(now) is _FastCycle and now.more_body and now.t0 >= 0 and now.timer is None \
                 and not now.response_complete:
             self._arm_body(now)  # its turn has come, its body is still arriving
@@ -308,11 +327,11 @@ class HeadTimeoutProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
                 or self.parser.get_http_version() != "1.1" or self.parser.should_upgrade():
             super().on_headers_complete()
             return
-        headers = fast.takes(self.headers)
-        if headers is None:
+        taken = fast.takes(self.headers)
+        if taken is None:
             super().on_headers_complete()
             return
-        cycle = _FastCycle(headers, self.parser.should_keep_alive())
+        cycle = _FastCycle(*taken, self.parser.should_keep_alive())
         existing = self.cycle
         self.cycle = cycle
         if existing is None or existing.response_complete:
@@ -383,7 +402,7 @@ class HeadTimeoutProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         """Read, check and queue the complete request; answer a refusal at once."""
         assert self._fast is not None
         try:
-            future = self._fast.submit(cycle.body, cycle.headers)
+            future = self._fast.submit(cycle.body, cycle.ctype)
         except RequestError as e:
             self._fast_answer(cycle, self._fast_error(e))
             return
@@ -422,11 +441,16 @@ class HeadTimeoutProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         if self.flow.write_paused:
             self._held, self._held_answer = cycle, answer
             return
-        content: list[Any] = [STATUS_LINE[answer.status_code]]
-        closing = False
-        for name, value in (*self.server_state.default_headers, *answer.raw_headers):
+        defaults = self.server_state.default_headers
+        if defaults is not _defaults[0]:  # a new list (uvicorn makes one a second, for the date)
+            _defaults[:] = [defaults, *_header_lines(defaults)]
+        content: list[Any] = [STATUS_LINE[answer.status_code], _defaults[1]]
+        closing = _defaults[2]
+        if closing:
+            cycle.keep_alive = False
+        for name, value in answer.raw_headers:
             name = name.lower()
-            if name == b"connection" and b"close" in [t.lower().strip() for t in value.split(b",")]:
+            if name == b"connection" and _closes(value):
                 cycle.keep_alive = False
                 closing = True
             content += (name, b": ", value, b"\r\n")
