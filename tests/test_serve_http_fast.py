@@ -141,6 +141,7 @@ CASES: list[tuple[bytes, int, bool]] = [
     (_post(json.dumps({"x": X2.tolist(), "lengths": [1, 2], "mask": [[1] * T] * 2}).encode()), 422, True),
     (_post(json.dumps({"x": X2.tolist(), "lengths": [0, 9]}).encode()), 422, True),
     (_post(b'{"x": [[[1, 2'), 400, True),
+    (_post(b""), 400, True),
     (_post(b'{"x": NaN}'), 400, True),
     (_post(b"[1, 2]"), 422, True),
     (_post(b'{"y": 1}'), 422, True),
@@ -190,14 +191,14 @@ def test_every_answer_is_the_apps_byte_for_byte_and_counted_the_same() -> None:
     npy = answers[5].split(b"\r\n\r\n", 1)[1]
     assert b"content-type: application/x-npy" in answers[5]
     assert np.lib.format.read_array(io.BytesIO(npy)).tobytes() == want.tobytes()
-    assert [_doc(a)["error"]["code"] for a in answers[6:16]] == [
-        "lengths_and_mask", "bad_lengths", "bad_json", "bad_json", "bad_body", "missing_field", "bad_shape",
-        "non_finite", "bad_dtype", "too_many_sequences"]
+    assert [_doc(a)["error"]["code"] for a in answers[6:17]] == [
+        "lengths_and_mask", "bad_lengths", "bad_json", "bad_json", "bad_json", "bad_body", "missing_field",
+        "bad_shape", "non_finite", "bad_dtype", "too_many_sequences"]
     big, after_big, closed, after_close = answers[len(CASES):len(CASES) + 4]
     assert _status(big) == 413 and _doc(big)["error"]["code"] == "body_too_large" and after_big == b"(open)"
     assert _status(closed) == 200 and b"\r\nconnection: close\r\n" in closed and after_close == b""
     assert _counts(metrics["fast"]) == _counts(metrics["app"])
-    for status, n in (("200", 8), ("400", 2), ("413", 2), ("415", 1), ("422", 7)):
+    for status, n in (("200", 8), ("400", 3), ("413", 2), ("415", 1), ("422", 7)):
         assert _metric(metrics["fast"], f'rnnkit_serve_requests_total{{route="predict",status="{status}"}}') \
             == n
 
@@ -311,3 +312,70 @@ def test_the_token_is_checked_on_the_fast_path() -> None:
     assert pair.fast["fast"][0] == 1 and pair.fast["app"][0] == 0
     assert np.asarray(_doc(got["fast"][2])["outputs"], np.float32).tobytes() == \
         pair.model.predict(X1).tobytes()
+
+
+class _Paused(asyncio.Transport):
+    """A connection whose client does not read: the server's writes are recorded, and the
+    protocol is told its transport's buffer is full (``pause_writing``) until ``resume``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.protocol: Any = None
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 8000)}.get(name, default)
+
+    def write(self, data: Any) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def get_protocol(self) -> Any:
+        return self.protocol
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def test_an_answer_waits_while_the_client_does_not_read() -> None:
+    """With the connection's write buffer full (the client reads nothing), a fast answer is not
+    written (the app's path waits the same way, in ``send``); once the buffer drains it is
+    written, whole, and the pipelined request behind it is answered after it, in order."""
+    from uvicorn.server import ServerState
+
+    model = _model()
+    application = rk.serve.app(model)
+    xs = [RNG.standard_normal((1, T, F)).astype(np.float32) for _ in range(2)]
+
+    async def run() -> tuple[list[bytes], list[bytes]]:
+        config = uvicorn.Config(application, log_level="warning", access_log=False, lifespan="off")
+        config.load()
+        state = ServerState()
+        state.default_headers = [(b"date", b"Thu, 01 Jan 2026 00:00:00 GMT"), *config.encoded_headers]
+        async with application.state.server.lifespan():
+            t = _Paused()
+            p = HeadTimeoutProtocol(config=config, server_state=state, app_state={})
+            t.protocol = p
+            p.connection_made(t)
+            p.pause_writing()
+            p.data_received(b"".join(_post(json.dumps({"x": x.tolist()}).encode()) for x in xs))
+            await asyncio.sleep(0.3)  # computed (max_wait_ms 2), held
+            held = list(t.writes)
+            p.resume_writing()
+            await asyncio.sleep(0.3)
+            p.connection_lost(None)
+            return held, t.writes
+
+    held, written = asyncio.run(run())
+    assert held == [] and len(written) == 2
+    for x, w in zip(xs, written, strict=True):
+        assert _status(w) == 200
+        assert np.asarray(_doc(w)["outputs"], np.float32).tobytes() == model.predict(x).tobytes()
