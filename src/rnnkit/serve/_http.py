@@ -174,8 +174,9 @@ def _header_lines(headers: list[tuple[bytes, bytes]]) -> tuple[bytes, bool]:
     return b"".join(lines), any(name.lower() == b"connection" and _closes(value) for name, value in headers)
 
 
-#: the server's default headers last written: [the list uvicorn holds, its lines, whether they close]
-_defaults: list[Any] = [None, b"", False]
+#: the server's default headers last written, as one tuple (replaced whole, so a reader never
+#: mixes two servers' lists): (the list uvicorn holds, its lines, whether they close)
+_defaults: list[tuple[Any, bytes, bool]] = [(None, b"", False)]
 
 
 class _NoEvent:
@@ -442,10 +443,11 @@ class HeadTimeoutProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
             self._held, self._held_answer = cycle, answer
             return
         defaults = self.server_state.default_headers
-        if defaults is not _defaults[0]:  # a new list (uvicorn makes one a second, for the date)
-            _defaults[:] = [defaults, *_header_lines(defaults)]
-        content: list[Any] = [STATUS_LINE[answer.status_code], _defaults[1]]
-        closing = _defaults[2]
+        cached = _defaults[0]
+        if cached[0] is not defaults:  # a new list (uvicorn makes one a second, for the date)
+            cached = _defaults[0] = (defaults, *_header_lines(defaults))
+        content: list[Any] = [STATUS_LINE[answer.status_code], cached[1]]
+        closing = cached[2]
         if closing:
             cycle.keep_alive = False
         for name, value in answer.raw_headers:
