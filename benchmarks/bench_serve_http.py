@@ -10,12 +10,17 @@ The model: LSTM(64) on 8 features; every request is one sequence of 20 timesteps
 - ``keepalive+slow``: the keep-alive clients plus ``--slow`` connections trickling a request
   head one byte every 0.5 s (reconnecting when the server closes them).
 
+Two servers run side by side: ``fast`` (the default: the HTTP protocol answers a small JSON
+predict itself) and ``app`` (``--no-fast-path``: every request through the ASGI app); each round
+runs every phase on each of them in turn (interleaved, so that both see the same machine), and
+the last lines give each phase's median over the rounds per server.
+
 Each line: requests/s, latency p50 / p99 / max (ms), non-200 answers, connection errors, the
 generator's and the server's CPU seconds per wall second (1.0 = one core), and the load average.
 Then ``model.predict``'s own rows/s on batches of 32 for comparison, and the server's metrics:
 where a request's time goes in it.
 
-    PYTHONPATH=src python benchmarks/bench_serve_http.py [--clients 200 --slow 200 --seconds 5]
+    PYTHONPATH=src python benchmarks/bench_serve_http.py [--clients 200 --slow 200 --seconds 5 --rounds 3]
 """
 
 from __future__ import annotations
@@ -90,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slow", type=int, default=200)
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--phases", default="keepalive,connect,keepalive+slow")
-    p.add_argument("--server-args", default="", help="extra flags for rnnkit serve")
+    p.add_argument("--server-args", default="", help="extra flags for rnnkit serve (both servers)")
+    p.add_argument("--variants", default="fast,app", help="fast: the default server; app: --no-fast-path")
+    p.add_argument("--rounds", type=int, default=3)
     a = p.parse_args(argv)
     import rnnkit as rk
 
@@ -100,24 +107,39 @@ def main(argv: list[str] | None = None) -> int:
         rk.save_model(model, d / "m.safetensors")
         x = np.random.default_rng(1).standard_normal((1, T, F)).astype(np.float32)
         (d / "body.json").write_text(json.dumps({"x": x.tolist()}))
-        server = ServerProcess(d / "m.safetensors", a.server_args.split(), d / "log")
-        server.start()
+        variants = a.variants.split(",")
+        servers = {v: ServerProcess(d / "m.safetensors",
+                                    a.server_args.split() + (["--no-fast-path"] if v == "app" else []),
+                                    d / f"log-{v}") for v in variants}
+        results: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        metrics: dict[str, str] = {}
         try:
-            for name in a.phases.split(","):
-                mode = name.split("+")[0]
-                slow = a.slow if name.endswith("+slow") else 0
-                print(json.dumps({"phase": name, **phase(server, d / "body.json", mode, a.clients, slow,
-                                                         a.seconds)}), flush=True)
+            for server in servers.values():
+                server.start()
             import httpx
 
-            metrics = httpx.get(server.url + "/metrics", timeout=30).text
+            for rnd in range(a.rounds):
+                for name in a.phases.split(","):
+                    mode = name.split("+")[0]
+                    slow = a.slow if name.endswith("+slow") else 0
+                    for v in (variants if rnd % 2 == 0 else variants[::-1]):
+                        r = phase(servers[v], d / "body.json", mode, a.clients, slow, a.seconds)
+                        results.setdefault((name, v), []).append(r)
+                        print(json.dumps({"round": rnd, "phase": name, "server": v, **r}), flush=True)
+            for v, server in servers.items():
+                metrics[v] = httpx.get(server.url + "/metrics", timeout=30).text
         finally:
-            server.stop()
+            for server in servers.values():
+                server.stop()
+        for (name, v), rs in results.items():
+            med = {k: float(np.median([r[k] for r in rs])) for k in
+                   ("requests_per_s", "p50_ms", "p99_ms", "server_cpu_us_per_request", "load_average_1m")}
+            print(json.dumps({"median_of": len(rs), "phase": name, "server": v, **med}), flush=True)
         print(json.dumps({"model_predict_rows_per_s_batch32": round(model_rows_per_s(model))}))
-        for line in metrics.splitlines():
-            if line.endswith("_sum") or "_sum{" in line or "_count{" in line:
-                if "predict" in line:
-                    print(line)
+        for v, text in metrics.items():
+            for line in text.splitlines():
+                if (line.endswith("_sum") or "_sum{" in line or "_count{" in line) and "predict" in line:
+                    print(v, line)
     return 0
 
 

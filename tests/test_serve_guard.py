@@ -260,7 +260,8 @@ def test_a_full_disk_at_a_step_answers_503_with_the_cause_and_the_stream_keeps_i
         np.testing.assert_array_equal(np.asarray(again.json()["outputs"], np.float32), want)
 
 
-@pytest.mark.parametrize(("name", "value"), [("synchronous", 1.5), ("streams", "yes"), ("state_db", 3),
+@pytest.mark.parametrize(("name", "value"), [("synchronous", 1.5), ("streams", "yes"), ("fast_path", 1),
+                                             ("state_db", 3),
                                              ("header_timeout_s", 0), ("body_timeout_s", float("nan")),
                                              ("idle_timeout_s", -1.0)])
 def test_serve_config_refuses_wrong_types_with_a_typed_error(name: str, value: Any) -> None:

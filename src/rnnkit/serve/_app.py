@@ -35,6 +35,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import numpy as np
 from starlette.applications import Starlette
 from starlette.datastructures import QueryParams
 from starlette.exceptions import HTTPException
@@ -110,6 +111,22 @@ DRAIN_FACTOR = 4
 DRAIN_MIN_BYTES = 64 << 20
 
 
+def header_dict(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """A request's headers as a route reads them: lower-case names (as the HTTP server gives
+    them), the first of a repeated header."""
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in reversed(raw)}
+
+
+def media_type(headers: dict[str, str]) -> str:
+    """The media type of ``Content-Type`` in ``headers`` (:func:`header_dict`; lower case, without
+    parameters; JSON when absent)."""
+    return headers.get("content-type", "application/json").split(";")[0].strip().lower()
+
+
+#: the media types a predict reads as JSON
+JSON_TYPES = ("application/json", "text/plain", "")
+
+
 class Incoming:
     """What a route reads of one HTTP request: its headers (lower-case names; the first of a
     repeated header), query parameters, path parameters and body (:meth:`body`), read straight
@@ -120,8 +137,7 @@ class Incoming:
     def __init__(self, scope: Scope, receive: Receive) -> None:
         self.scope = scope
         self.receive = receive
-        self.headers: dict[str, str] = {k.decode("latin-1"): v.decode("latin-1")
-                                        for k, v in reversed(scope["headers"])}
+        self.headers = header_dict(scope["headers"])
         self.path_params: dict[str, Any] = scope.get("path_params", {})
         self._query: QueryParams | None = None
 
@@ -133,8 +149,8 @@ class Incoming:
         return self._query
 
     def content_type(self) -> str:
-        """The media type of ``Content-Type`` (lower case, without parameters; JSON when absent)."""
-        return self.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        """The media type of ``Content-Type``: :func:`media_type`."""
+        return media_type(self.headers)
 
     async def body(self, limit: int, timeout_s: float) -> bytes:
         """The body: :func:`read_body`."""
@@ -170,6 +186,20 @@ class _Deadline:
         return True
 
 
+def client_disconnected(total: int) -> RequestError:
+    """The refusal of a request whose client closed the connection after ``total`` bytes of its
+    body (answered to nobody; counted in the metrics)."""
+    return bad_request("client_disconnected", "the client closed the connection during the body",
+                       got=total, close=True)
+
+
+def body_timeout(timeout_s: float, total: int) -> RequestError:
+    """The 408 of a body not complete ``timeout_s`` seconds after its head (``total`` bytes came)."""
+    return RequestError(408, "body_timeout", f"the body did not arrive within {timeout_s} s ({total} bytes "
+                                             f"came); send it at once, or raise --body-timeout-s",
+                        expected=timeout_s, got=total, close=True)
+
+
 async def read_body(receive: Receive, headers: dict[str, str], limit: int, timeout_s: float = 30.0) -> bytes:
     """The request body (from the ASGI ``receive``; ``headers`` as :class:`Incoming` holds
     them), at most ``limit`` bytes, arriving within ``timeout_s`` seconds.
@@ -197,8 +227,7 @@ async def read_body(receive: Receive, headers: dict[str, str], limit: int, timeo
         while True:
             msg: Message = await receive()
             if msg["type"] != "http.request":  # http.disconnect: nobody is left to answer
-                raise bad_request("client_disconnected", "the client closed the connection during the "
-                                                         "body", got=total, close=True)
+                raise client_disconnected(total)
             chunk = msg.get("body", b"")
             total += len(chunk)
             if too_large is None and total > limit:
@@ -218,10 +247,7 @@ async def read_body(receive: Receive, headers: dict[str, str], limit: int, timeo
         if too_large is not None:
             too_large.close = True
             raise too_large from None
-        raise RequestError(408, "body_timeout", f"the body did not arrive within {timeout_s} s "
-                                                f"({total} bytes came); send it at once, or raise "
-                                                f"--body-timeout-s", expected=timeout_s, got=total,
-                           close=True) from None
+        raise body_timeout(timeout_s, total) from None
     finally:
         deadline.disarm()
     if too_large is not None:
@@ -243,15 +269,72 @@ class Endpoint:
             resp = await self.fn(Incoming(scope, receive))
         except RequestError as e:
             resp = _error(e)
-        self.metrics.inc("rnnkit_serve_requests_total", route=self.route, status=str(resp.status_code))
+        self.count(resp.status_code, t0)
+        await resp(scope, receive, send)
+
+    def count(self, status: int, t0: float) -> None:
+        """Count an answer of ``status`` to a request that reached the route at ``t0``
+        (``time.perf_counter``)."""
+        self.metrics.inc("rnnkit_serve_requests_total", route=self.route, status=str(status))
         self.metrics.observe("rnnkit_serve_request_duration_seconds", time.perf_counter() - t0,
                              route=self.route)
-        await resp(scope, receive, send)
+
+
+#: the largest body :class:`FastPredict` takes (uvicorn's read buffer: a larger body pauses the
+#: connection's reading until the app asks for it, which the route's reader does)
+FAST_BODY_BYTES = 64 << 10
+
+
+class FastPredict:
+    """``POST /v1/predict`` of a plain model (no forecaster, no DeepAR) with a JSON body of at most
+    ``min(max_body_bytes, FAST_BODY_BYTES)`` bytes, declared by ``Content-Length``, as ``rnnkit
+    serve``'s HTTP protocol answers it itself (:mod:`rnnkit.serve._http`): no ASGI cycle, no
+    task, no routing. It reads, checks, queues, answers, refuses and counts through the route's
+    own functions (:meth:`Api.submit_predict`, :meth:`Api.predict_answer`, the route's
+    :class:`Endpoint` for the metrics, :func:`client_disconnected`, :func:`body_timeout`), so
+    its answers are the route's, byte for byte. Every other request (a chunked body, ``Expect``,
+    another media type, a missing or wrong token, a larger body) goes to the app."""
+
+    def __init__(self, api: Api, endpoint: Endpoint, token: str | None) -> None:
+        self.api, self.endpoint, self.token = api, endpoint, token
+        self.max_body = min(api.cfg.max_body_bytes, FAST_BODY_BYTES)
+        self.body_timeout_s = api.cfg.body_timeout_s
+        self.count = endpoint.count
+        self.error = _error
+
+    def takes(self, raw: list[tuple[bytes, bytes]]) -> tuple[dict[str, str], str] | None:
+        """The headers (:func:`header_dict`) and media type (:func:`media_type`) of a predict's
+        head ``raw`` (lower-case names) that this path answers; None when the app must."""
+        headers = header_dict(raw)
+        n = headers.get("content-length")
+        if n is None or not n.isdigit() or int(n) > self.max_body or "transfer-encoding" in headers \
+                or "expect" in headers:
+            return None
+        ctype = media_type(headers)
+        if ctype not in JSON_TYPES:
+            return None
+        if self.token is not None:
+            auth = headers.get("authorization")
+            if not token_ok(None if auth is None else auth.encode("latin-1"), self.token):
+                return None  # the app's 401
+        return headers, ctype
+
+    def submit(self, body: bytes, ctype: str) -> asyncio.Future[list[np.ndarray]]:
+        """Read, check and queue the request, its body of media type ``ctype`` (a
+        :class:`RequestError` when it is refused)."""
+        return self.api.submit_predict(body, ctype, None)
+
+    def answer(self, outs: list[np.ndarray], headers: dict[str, str]) -> Response:
+        """The answer to the outputs (a :class:`RequestError` when they cannot be sent)."""
+        return self.api.predict_answer(outs, headers)
 
 
 class AuthMiddleware:
     """Refuses (401; a WebSocket is closed with code 1008) every request but ``/healthz`` without
-    ``Authorization: Bearer <token>``."""
+    ``Authorization: Bearer <token>``. ``fast_predict``: the app's :class:`FastPredict` (its
+    token checked the same way), for the HTTP protocol."""
+
+    fast_predict: FastPredict | None = None
 
     def __init__(self, app: ASGIApp, token: str, server: Server) -> None:
         self.app, self.token, self.server = app, token, server
@@ -276,7 +359,11 @@ class StreamRouter:
     /v1/predict`` to ``predict`` (the same :class:`Endpoint` Starlette routes to) directly, and
     everything else (the other routes, a predict with another method, lifespan) to ``app`` (a
     Starlette app, whose ``state`` it shares). The hot paths thus skip Starlette's middleware
-    and route matching, which cost a request more than its parsing does."""
+    and route matching, which cost a request more than its parsing does. ``fast_predict``: the
+    app's :class:`FastPredict` (None when turned off, or for a forecaster or DeepAR model), for
+    the HTTP protocol."""
+
+    fast_predict: FastPredict | None = None
 
     def __init__(self, app: Starlette, sockets: StreamSocket, predict: Endpoint) -> None:
         self.app, self.sockets, self.predict = app, sockets, predict
@@ -318,12 +405,21 @@ class Api:
             return await self.forecast(request, body, ctype, self.sv.forecast)
         if self.sv.deepar is not None:
             return await self.deepar(body, ctype, self.sv.deepar)
+        outs = await self.submit_predict(body, ctype, request)
+        return self.predict_answer(outs, request.headers)
+
+    def submit_predict(self, body: bytes, ctype: str,
+                       request: Incoming | None) -> asyncio.Future[list[np.ndarray]]:
+        """Read and check a plain model's predict request (``body`` of media type ``ctype``; the
+        query parameters of ``request``, read for a ``.npy`` body only, which needs one) and queue
+        it in the micro-batcher; the future gets the outputs."""
         lengths_raw: Any = None
         mask_raw: Any = None
         if ctype in NPY_TYPES:
+            assert request is not None, "a .npy body reads its lengths from the query"
             x = as_input(parse_npy(body), self.sv, self.cfg, "x", stream=False)
             lengths_raw = request.query_params.get("lengths")
-        elif ctype in ("application/json", "text/plain", ""):
+        elif ctype in JSON_TYPES:
             doc = parse_json(body)
             x = as_input(field_of(doc, "x"), self.sv, self.cfg, "x", stream=False)
             lengths_raw, mask_raw = doc.get("lengths"), doc.get("mask")
@@ -335,8 +431,12 @@ class Api:
         B, T = x.shape[0], x.shape[1]
         lengths = None if lengths_raw is None else as_lengths(lengths_raw, B, T, self.sv)
         mask = None if mask_raw is None else as_mask(mask_raw, B, T, self.sv)
-        outs = await self.server.predict(x, lengths, mask)
-        if "application/x-npy" in request.headers.get("accept", ""):
+        return self.server.submit_predict(x, lengths, mask)
+
+    def predict_answer(self, outs: list[np.ndarray], headers: dict[str, str]) -> Response:
+        """The answer of a plain model's predict: its outputs as JSON, or as ``.npy`` bytes when
+        ``Accept`` (in ``headers``, :func:`header_dict`) asks for them."""
+        if "application/x-npy" in headers.get("accept", ""):
             if len(outs) != 1:
                 raise RequestError(406, "npy_one_output", f"the model has {len(outs)} outputs; .npy answers "
                                                           f"hold one, ask for JSON")
@@ -352,7 +452,7 @@ class Api:
             rows = as_rows(parse_npy(body), spec, self.cfg, "x")
             target_raw: Any = request.query_params.get("target")
             extra = [k for k in ("lengths", "mask") if k in request.query_params]
-        elif ctype in ("application/json", "text/plain", ""):
+        elif ctype in JSON_TYPES:
             doc = parse_json(body)
             rows = as_rows(field_of(doc, "x"), spec, self.cfg, "x")
             target_raw = doc.get("target")
@@ -381,7 +481,7 @@ class Api:
     async def deepar(self, body: bytes, ctype: str, model: DeepAR) -> Response:
         """``/v1/predict`` of a DeepAR model: series in long format -> quantiles of sampled paths,
         computed on the kernels' thread (:mod:`rnnkit.serve._deepar`)."""
-        if ctype not in ("application/json", "text/plain", ""):
+        if ctype not in JSON_TYPES:
             raise RequestError(415, "bad_content_type", f"Content-Type {ctype[:60]!r} is not served: a "
                                                         f"DeepAR model reads series as JSON",
                                expected=["application/json"], got=ctype[:60])
@@ -440,10 +540,17 @@ def build_app(sv: Servable, cfg: ServeConfig) -> ASGIApp:
     app = Starlette(routes=routes, lifespan=server.lifespan,
                     exception_handlers={HTTPException: api.http_error})
     app.state.server = server
-    outer: ASGIApp = StreamRouter(app, StreamSocket(server), predict)
-    if cfg.token is not None:
-        outer = AuthMiddleware(outer, cfg.token, server)
+    fast = FastPredict(api, predict, cfg.token) \
+        if cfg.fast_path and sv.forecast is None and sv.deepar is None else None
+    router = StreamRouter(app, StreamSocket(server), predict)
+    router.fast_predict = fast
+    if cfg.token is None:
+        return router
+    outer = AuthMiddleware(router, cfg.token, server)
+    outer.fast_predict = fast
     return outer
 
 
-__all__ = ["AuthMiddleware", "Endpoint", "Incoming", "StreamRouter", "build_app", "read_body"]
+__all__ = ["FAST_BODY_BYTES", "JSON_TYPES", "AuthMiddleware", "Endpoint", "FastPredict", "Incoming",
+           "StreamRouter", "body_timeout", "build_app", "client_disconnected", "header_dict", "media_type",
+           "read_body"]

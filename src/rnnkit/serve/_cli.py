@@ -70,6 +70,9 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--ws", default="auto", choices=WS_IMPLEMENTATIONS,
                    help="uvicorn's WebSocket implementation (default auto: websockets-sansio when the "
                         "websockets package is there, the leanest per message of them)")
+    s.add_argument("--no-fast-path", action="store_true",
+                   help="answer every request through the ASGI app, a small JSON predict too (by default "
+                        "the HTTP protocol answers those itself, with the same bytes; for comparison)")
     s.add_argument("--access-log", action="store_true", help="log every request (off by default; "
                                                              "/metrics counts them)")
     s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
@@ -88,7 +91,8 @@ def config_from(args: argparse.Namespace) -> ServeConfig:
         raise InvalidParameterError("--workers > 1 serves predict only (a stream lives in one process); "
                                     "drop --state-db, or run one server per port for streams")
     return ServeConfig(token=token, state_db=args.state_db, synchronous=args.synchronous,
-                       streams=args.workers == 1, **{n: getattr(args, n) for n in _FLAGS})
+                       streams=args.workers == 1, fast_path=not args.no_fast_path,
+                       **{n: getattr(args, n) for n in _FLAGS})
 
 
 def settle() -> None:

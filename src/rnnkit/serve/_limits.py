@@ -44,6 +44,10 @@ class ServeConfig:
       killed server process).
     - ``token``: the bearer token every request but ``/healthz`` must carry (None: no auth).
     - ``streams``: False serves predict only (several worker processes cannot share streams).
+    - ``fast_path``: ``rnnkit serve``'s HTTP protocol answers a plain model's ``POST
+      /v1/predict`` with a small JSON body itself, without the ASGI app around the route
+      (:class:`rnnkit.serve._app.FastPredict`: the same answers, byte for byte); False sends
+      every request through the app (for comparison).
     """
 
     max_wait_ms: float = 2.0
@@ -62,6 +66,7 @@ class ServeConfig:
     synchronous: str = "FULL"
     token: str | None = None
     streams: bool = True
+    fast_path: bool = True
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -78,9 +83,11 @@ class ServeConfig:
         if not isinstance(self.synchronous, str) or self.synchronous.upper() not in ("FULL", "NORMAL"):
             raise InvalidParameterError(f"ServeConfig: synchronous must be 'FULL' or 'NORMAL', "
                                         f"got {show(self.synchronous)}")
-        if not isinstance(self.streams, bool):
-            raise InvalidParameterError(f"ServeConfig: streams must be True or False, got "
-                                        f"{type(self.streams).__name__} {show(self.streams)}")
+        for name in ("streams", "fast_path"):
+            flag = getattr(self, name)
+            if not isinstance(flag, bool):
+                raise InvalidParameterError(f"ServeConfig: {name} must be True or False, got "
+                                            f"{type(flag).__name__} {show(flag)}")
         if self.token is not None and (not isinstance(self.token, str) or len(self.token) < 16):
             raise InvalidParameterError("ServeConfig: token must be a string of at least 16 characters")
 

@@ -133,13 +133,19 @@ class Server:
         except InvalidInputError as e:
             return RequestError(422, "model_refused", f"the model refused the input: {str(e)[:300]}")
 
-    async def predict(self, x: np.ndarray, lengths: np.ndarray | None,
-                      mask: np.ndarray | None) -> list[np.ndarray]:
-        """The outputs for one request, computed with whatever else arrives in the same few ms."""
+    def submit_predict(self, x: np.ndarray, lengths: np.ndarray | None,
+                       mask: np.ndarray | None) -> asyncio.Future[list[np.ndarray]]:
+        """Queue one request's predict (computed with whatever else arrives in the same few ms);
+        the future gets its outputs. A 429 when the queue is full."""
         kind = "lengths" if lengths is not None else "mask" if mask is not None else ""
         key: Hashable = (x.shape[1:], kind)
         rows = int(x.shape[0] * x.shape[1])
-        out: list[np.ndarray] = await self.predicts.submit(key, rows, (x, lengths, mask))
+        return self.predicts.submit(key, rows, (x, lengths, mask))
+
+    async def predict(self, x: np.ndarray, lengths: np.ndarray | None,
+                      mask: np.ndarray | None) -> list[np.ndarray]:
+        """The outputs for one request: :meth:`submit_predict`, awaited."""
+        out: list[np.ndarray] = await self.submit_predict(x, lengths, mask)
         return out
 
     # -- streams -----------------------------------------------------------------------------
