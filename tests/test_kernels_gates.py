@@ -150,8 +150,8 @@ def _lstm_back_passes(g: Any, d: Any, dh: Any, dc: Any, c_prev: Any, act_c: Any,
 
 @numba.njit(cache=False, error_model="numpy", fastmath={"contract"})
 def _lstm_back_step(g: Any, d: Any, dh: Any, dc: Any, c2: Any, act_c: Any, tmp: Any) -> None:
-    _lstm.backward(0, g, d, d[:, 0:0], dh, dh, (dh, dc), (dh, dh), (c2, c2), 0, 1, (act_c, act_c[:, :, 0:0]), 0,
-                   (g[0, 0:0],), (tmp,), tmp, (0, 1, 0))
+    _lstm.backward(0, g, d, d[:, 0:0], dh, dh, (dh, dc), (dh, dh), (c2, c2), 0, 1,
+                   (act_c, act_c[:, :, 0:0]), 0, (g[0, 0:0],), (tmp,), tmp, (0, 1, 0))
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=["B7-H37", "B32-H64"])
