@@ -75,12 +75,13 @@ def test_series_too_short_and_negative_counts_are_typed_errors() -> None:
     with pytest.raises(DataError, match=r"series 'b': 10 row\(s\), too short: training needs at least 12 "
                                         r"\(context 4 \+ largest lag 4 \+ horizon 4\)"):
         DeepAR(4, context=4, epochs=1, patience=0, calibration=None).fit(short)
-    with pytest.raises(DataError, match=r"training needs at least 16 .* \+ 4 held-out rows"):
-        DeepAR(4, context=4, epochs=1, patience=0).fit(short)     # conformal calibration holds them out
+    # conformal calibration holds out 4 + 3 x 1 rows (4 windows, origins 1 row apart)
+    with pytest.raises(DataError, match=r"training needs at least 19 .* \+ 7 held-out rows"):
+        DeepAR(4, context=4, epochs=1, patience=0).fit(short)
     with pytest.raises(DataError, match=r"series 'b': 10 row\(s\), too short: training needs at least 16 "
                                         r"\(context 4 \+ largest lag 4 \+ horizon 4 \+ 4 held-out rows for "
                                         r"validation and calibration\)"):
-        DeepAR(4, context=4, epochs=1).fit(short)
+        DeepAR(4, context=4, epochs=1, calibration=None).fit(short)
     with pytest.raises(DataError, match=r"series 'b': 7 row\(s\), too short: a forecast needs at least 8 "
                                         r"\(context 4 \+ largest lag 4\)"):
         fit_spec(p, 4, 4, "gaussian", None, {}).check_series(p.series[1].head(7), "a forecast")
@@ -259,10 +260,12 @@ def test_cli_train_panel_and_predict_quantiles(tmp_path: Path) -> None:
     assert lines[0] == "unique_id,ds,mean,q0.1,q0.5,q0.9"
     assert len(lines) == 1 + 3 * 4
     m = DeepAR.load(out / "model.safetensors")
-    # the conformal factor found on the 3 x 4 calibration rows is stored, reported, and applied
+    # the conformal factors found on the 3 series x 4 windows x 4 calibration rows are stored,
+    # reported, and applied (pooled: 12 points a step are too few for a factor per step)
     metrics = json.loads((out / "metrics.json").read_text())
-    assert m.spec is not None and metrics["spread"] == m.spec.spread != 1.0
-    assert metrics["calibration"]["points"] == 3 * 4
+    assert m.spec is not None and metrics["spread"] == list(m.spec.spread) and len(m.spec.spread) == 4
+    assert metrics["calibration"]["points"] == 3 * 4 * 4 and not metrics["calibration"]["per_step"]
+    assert len(set(m.spec.spread)) == 1
     fc = m.forecast(p, num_samples=50, seed=0)
     q = fc.quantile([0.1, 0.5, 0.9])
     first = lines[1].split(",")

@@ -31,6 +31,9 @@ from rnnkit.timeseries._deepar import (
     DEEPAR_KEY,
     DeepARSpec,
     Forecast,
+    calibration_rows,
+    calibration_step,
+    conformal_scores,
     conformal_spread,
     fit_spec,
     sample_paths,
@@ -104,7 +107,7 @@ class DeepAR:
                  clipnorm: float = 10.0,
                  max_windows: int | None = 256,
                  lags: tuple[int, ...] | None = None, calibration: str | None = "conformal",
-                 calibration_level: float = 0.8, seed: int = 0) -> None:
+                 calibration_level: float = 0.8, calibration_windows: int = 4, seed: int = 0) -> None:
         self.horizon = check_int(horizon, "horizon", "DeepAR", lo=1)
         self.context = check_int(context if context is not None else 2 * self.horizon, "context", "DeepAR",
                                  lo=1)
@@ -129,6 +132,7 @@ class DeepAR:
         self.calibration = calibration
         self.calibration_level = check_float(calibration_level, "calibration_level", "DeepAR", lo=0.0, hi=1.0,
                                              lo_open=True, hi_open=True)
+        self.calibration_windows = check_int(calibration_windows, "calibration_windows", "DeepAR", lo=1)
         self.seed = check_int(seed, "seed", "DeepAR", lo=0)
         self.spec: DeepARSpec | None = None
         self.network: Sequential | None = None
@@ -141,7 +145,8 @@ class DeepAR:
         spec = fit_spec(panel, self.horizon, self.context, self.likelihood, self.lags,
                         {"cell": self.cell, "units": self.units, "layers": self.layers,
                          "dropout": self.dropout})
-        held = self.horizon if self.patience or self.calibration else 0
+        H, K = self.horizon, self.calibration_windows
+        held = calibration_rows(H, K) if self.calibration else (H if self.patience else 0)
         x, y = training_windows(spec, panel, self.max_windows, held_out=held)
         net = _network(spec, stateful=False, seed=self.seed)
         net.compile(Adam(self.lr, global_clipnorm=self.clipnorm), loss=NegativeLogLikelihood(spec.likelihood))
@@ -153,14 +158,22 @@ class DeepAR:
                        **extra)
         self.spec, self.network, self.history = spec, net, dict(hist.history)
         if self.calibration:
-            before, rows = panel.split(self.horizon)
-            fc = self.forecast(before, num_samples=200, seed=self.seed,
-                               future=rows if panel.covariate_names else None)
-            actual = np.stack([s.y for s in rows.series])
-            c, covered = conformal_spread(fc, actual, self.calibration_level)
+            step = calibration_step(H, K)
+            scores, inside = [], []
+            for k in range(K):
+                # window k: the H rows from origin len - H - (K - 1 - k) step, forecast from the rows before
+                cut = (K - 1 - k) * step
+                before, rows = (panel.split(cut)[0] if cut else panel).split(H)
+                fc = self.forecast(before, num_samples=200, seed=self.seed,
+                                   future=rows if panel.covariate_names else None)
+                actual = np.stack([s.y for s in rows.series])
+                scores.append(conformal_scores(fc, actual, self.calibration_level))
+                inside.append(fc.coverage(actual, self.calibration_level))
+            c, per_step = conformal_spread(np.concatenate(scores), self.calibration_level)
             self.spec = dataclasses.replace(spec, spread=c, calibration={
-                "method": "conformal", "level": self.calibration_level, "points": int(actual.size),
-                "coverage_before": covered})
+                "method": "conformal", "level": self.calibration_level, "windows": K, "step": step,
+                "points": int(sum(a.size for a in scores)), "per_step": per_step,
+                "coverage_before": float(np.mean(inside))})
         return self
 
     def _fitted(self) -> tuple[DeepARSpec, Sequential]:
@@ -176,7 +189,7 @@ class DeepAR:
         sampled)."""
         spec, net = self._fitted()
         if not calibrated:
-            spec = dataclasses.replace(spec, spread=1.0)
+            spec = dataclasses.replace(spec, spread=())
         stepper = _network(spec, stateful=True)
         stepper.set_weights(net.get_weights())
 
@@ -209,7 +222,8 @@ class DeepAR:
         m = cls(spec.horizon, context=spec.context, likelihood=spec.likelihood, cell=str(net["cell"]),
                 units=int(net["units"]), layers=int(net["layers"]), dropout=float(net.get("dropout", 0.0)),
                 lags=spec.lags, calibration="conformal" if spec.calibration else None,
-                calibration_level=float(spec.calibration.get("level", 0.8)))
+                calibration_level=float(spec.calibration.get("level", 0.8)),
+                calibration_windows=int(spec.calibration.get("windows", 1)))
         m.spec, m.network = spec, load_model(path)
         return m
 

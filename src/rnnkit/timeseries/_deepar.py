@@ -85,16 +85,18 @@ class DeepARSpec:
     calendar_width: int = 0
     freq_name: str = ""
     network: dict[str, Any] = field(default_factory=dict)
-    spread: float = 1.0
+    spread: tuple[float, ...] = ()
     calibration: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.horizon < 1 or self.context < 1 or not self.lags or min(self.lags) < 1:
             raise InvalidParameterError(f"DeepAR: horizon, context and lags must be >= 1, got horizon="
                                         f"{self.horizon}, context={self.context}, lags={self.lags}")
-        if not (math.isfinite(self.spread) and self.spread > 0):
-            raise InvalidParameterError(f"DeepAR: spread (the conformal factor of the paths' spread about "
-                                        f"their median) must be a finite number > 0, got {self.spread!r}")
+        if self.spread and (len(self.spread) != self.horizon
+                            or not all(math.isfinite(v) and v > 0 for v in self.spread)):
+            raise InvalidParameterError(f"DeepAR: spread (the conformal factors of the paths' spread about "
+                                        f"their median) must be () or {self.horizon} finite numbers > 0 (one "
+                                        f"per horizon step), got {self.spread!r}")
         get_likelihood(self.likelihood)
 
     @property
@@ -124,6 +126,10 @@ class DeepARSpec:
                 raise ValueError("unknown format")
             for k in ("lags", "ids", "covariate_names", "cov_mean", "cov_std"):
                 d[k] = tuple(d[k])
+            sp = d.get("spread", ())
+            # files written before per-step factors hold one number (1.0: uncalibrated)
+            d["spread"] = (() if sp == 1.0 else (float(sp),) * int(d["horizon"])) if isinstance(sp, (int, float)) \
+                else tuple(float(v) for v in sp)
             return cls(**d)
         except (ValueError, KeyError, TypeError) as e:
             raise DataError(f"the DeepAR settings stored with the model are damaged ({e})") from None
@@ -308,44 +314,93 @@ def sample_paths(spec: DeepARSpec, panel: Panel, stepper: Stepper, num_samples: 
     return Forecast(tuple(panel.ids), np.stack(index), paths)
 
 
-def spread_paths(paths: np.ndarray, factor: float) -> np.ndarray:
-    """``median + factor (paths - median)`` at each series and step of ``paths`` (N, S, H), the
-    median taken over the S paths: every quantile's distance from the median times ``factor``,
-    the median itself unchanged (``paths`` as given where ``factor`` is 1)."""
-    if factor == 1.0:
+def spread_paths(paths: np.ndarray, factor: tuple[float, ...]) -> np.ndarray:
+    """``median + factor[h] (paths - median)`` at each series and step ``h`` of ``paths`` (N, S,
+    H), the median taken over the S paths: every quantile's distance from the median times the
+    step's factor, the median itself unchanged (``paths`` as given where ``factor`` is ``()``,
+    uncalibrated)."""
+    if not factor:
         return paths
+    f = np.asarray(factor, dtype=np.float64)
+    if f.shape != paths.shape[2:]:
+        raise InvalidParameterError(f"spread_paths: one factor per horizon step ({paths.shape[2]}) expected, "
+                                    f"got {f.shape[0]}")
     med = np.median(paths, axis=1, keepdims=True)
-    return med + factor * (paths - med)
+    return med + f * (paths - med)
 
 
-def conformal_spread(forecast: Forecast, actual: np.ndarray, level: float) -> tuple[float, float]:
-    """``(c, coverage)``: the split-conformal factor of the paths' spread about their median
-    for the central ``level`` interval, and the share of ``actual`` (N, H) the uncalibrated
-    interval covered.
+def calibration_step(horizon: int, windows: int) -> int:
+    """Rows between the origins of ``windows`` calibration windows: ``ceil(horizon / windows)``,
+    so that their origins spread over one horizon and the rows held out of training for
+    them, ``horizon + (windows - 1) x step``, are fewer than twice the horizon."""
+    return -(-horizon // windows)
 
-    Each point's score is how many interval half-widths it lies from the median: ``(y - m) /
-    (hi - m)`` above the median ``m``, ``(m - y) / (m - lo)`` below (``lo``, ``hi``: the
-    interval's ends). ``c`` is the ``k = ceil((n + 1) level)``-th smallest of the ``n`` scores
-    (the largest where ``k > n``), so ``median + c (interval - median)`` covers at least ``k``
-    of the ``n`` points; for a new point exchangeable with them, the share covered is at least
-    ``level`` (Romano et al., 2019). Points of one series are correlated, so with few series
-    this holds only roughly."""
+
+def calibration_rows(horizon: int, windows: int) -> int:
+    """Rows at the end of each series held out of training to calibrate ``windows`` windows."""
+    return horizon + (windows - 1) * calibration_step(horizon, windows)
+
+
+def per_step_points(level: float) -> int:
+    """Points a horizon step needs for a factor of its own: ``ceil(level (1 - level) / 0.05^2)``,
+    the count at which the coverage the step's factor gives has a binomial s.e. of at most 5
+    points (64 for a level of 0.8)."""
+    return math.ceil(level * (1 - level) / 0.0025 - 1e-9)
+
+
+def conformal_scores(forecast: Forecast, actual: np.ndarray, level: float) -> np.ndarray:
+    """(N, H): how many half-widths of the central ``level`` interval each ``actual`` (N, H)
+    lies from the paths' median ``m``: ``(y - m) / (hi - m)`` above it, ``(m - y) / (m - lo)``
+    below (``lo``, ``hi``: the interval's ends). A ratio of two lengths in the series' units, so
+    free of its scale: a series of 10^5 weighs as much as one of 10."""
     if not 0 < level < 1:
         raise InvalidParameterError(f"a calibration level must lie in (0, 1), got {level!r}")
     a = np.asarray(actual, dtype=np.float64)
     if a.shape != forecast.samples.shape[::2]:
-        raise InvalidParameterError(f"conformal_spread: actual must be (series, horizon) = "
+        raise InvalidParameterError(f"conformal_scores: actual must be (series, horizon) = "
                                     f"{forecast.samples.shape[::2]}, got {a.shape}")
     lo, hi = forecast.interval(level)
     med = forecast.quantile(0.5)
     tiny = 1e-12 * np.maximum(np.abs(med), 1.0)
-    score = np.where(a >= med, (a - med) / np.maximum(hi - med, tiny), (med - a) / np.maximum(med - lo, tiny))
-    s = np.sort(score.ravel())
+    return np.where(a >= med, (a - med) / np.maximum(hi - med, tiny), (med - a) / np.maximum(med - lo, tiny))
+
+
+def conformal_quantile(scores: np.ndarray, level: float) -> float:
+    """The finite-sample conformal quantile of ``n`` scores: the ``k = ceil((n + 1) level)``-th
+    smallest (the largest where ``k > n``). For a new score exchangeable with them,
+    ``P(score <= it) >= level`` (Romano et al., 2019)."""
+    s = np.sort(np.asarray(scores, dtype=np.float64).ravel())
+    if s.size == 0:
+        raise InvalidParameterError("conformal_quantile: no scores")
     k = math.ceil((s.size + 1) * level)
-    c = float(s[min(k, s.size) - 1])
-    covered = float(np.mean((a >= lo) & (a <= hi)))
-    # a factor of 0 (every point on its median) would collapse the paths; keep them apart
-    return max(c, 1e-6), covered
+    return float(s[min(k, s.size) - 1])
+
+
+def conformal_spread(scores: np.ndarray, level: float) -> tuple[tuple[float, ...], bool]:
+    """``(factors, per_step)``: the conformal factor of each horizon step's spread about the
+    median, from ``scores`` (M, H) (:func:`conformal_scores` of every calibration window of
+    every series, stacked: M = series x windows).
+
+    Where every step has at least :func:`per_step_points` scores (``M`` of them), each step ``h``
+    gets the conformal quantile of its own ``M`` scores (``per_step`` True): the forecast's
+    miss grows with the step in ways the sampled spread need not follow. Otherwise all ``M x
+    H`` scores are pooled into one quantile, used at every step. ``median + c (interval -
+    median)`` then covers at least ``k`` of the points its quantile was taken over. Scores of one
+    series and one stretch of time are correlated, so with few series the guarantee holds only
+    roughly. A factor of 0 (every point on its median) is raised to 1e-6 so that the paths stay
+    apart."""
+    if not 0 < level < 1:
+        raise InvalidParameterError(f"a calibration level must lie in (0, 1), got {level!r}")
+    sc = np.asarray(scores, dtype=np.float64)
+    if sc.ndim != 2 or sc.size == 0:
+        raise InvalidParameterError(f"conformal_spread: scores must be (series x windows, horizon), "
+                                    f"got shape {sc.shape}")
+    per_step = sc.shape[0] >= per_step_points(level)
+    if per_step:
+        c = [conformal_quantile(sc[:, h], level) for h in range(sc.shape[1])]
+    else:
+        c = [conformal_quantile(sc, level)] * sc.shape[1]
+    return tuple(max(v, 1e-6) for v in c), per_step
 
 
 def _covariates(spec: DeepARSpec, panel: Panel, s: Series) -> np.ndarray:
@@ -368,6 +423,6 @@ def _future_covariates(spec: DeepARSpec, future: Panel | None, sid: str, dates: 
     return c[:len(dates)]
 
 
-__all__ = ["DEEPAR_FORMAT", "DEEPAR_KEY", "DeepARSpec", "Forecast", "Stepper", "conformal_spread", "fit_spec",
-           "spread_paths",
-           "sample_paths", "scale_of", "training_windows"]
+__all__ = ["DEEPAR_FORMAT", "DEEPAR_KEY", "DeepARSpec", "Forecast", "Stepper", "calibration_rows",
+           "calibration_step", "conformal_quantile", "conformal_scores", "conformal_spread", "fit_spec",
+           "per_step_points", "sample_paths", "scale_of", "spread_paths", "training_windows"]
