@@ -53,7 +53,8 @@ def test_the_factor_is_the_conformal_order_statistic() -> None:
     assert round(inside) == k
     assert round(_forecast(spread_paths(fc.samples, (c * (1 - 1e-9),))).coverage(actual, 0.8) * 37) == k - 1
     # the median stays where it was
-    np.testing.assert_allclose(np.median(spread_paths(fc.samples, (c,)), axis=1), np.median(fc.samples, axis=1))
+    np.testing.assert_allclose(np.median(spread_paths(fc.samples, (c,)), axis=1),
+                               np.median(fc.samples, axis=1))
 
 
 def test_steps_get_their_own_factor_only_with_enough_points() -> None:
@@ -110,8 +111,8 @@ def test_bad_level_and_shape_are_typed_errors() -> None:
     with pytest.raises(InvalidParameterError,
                        match=r"actual must be \(series, horizon\) = \(5, 1\), got \(4, 1\)"):
         conformal_scores(fc, actual[:4], 0.8)
-    with pytest.raises(InvalidParameterError, match=r"scores must be \(series x windows, horizon\), got shape "
-                                                    r"\(5,\)"):
+    with pytest.raises(InvalidParameterError,
+                       match=r"scores must be \(series x windows, horizon\), got shape \(5,\)"):
         conformal_spread(np.ones(5), 0.8)
     with pytest.raises(InvalidParameterError, match="DeepAR: calibration_windows must"):
         DeepAR(4, calibration_windows=0)

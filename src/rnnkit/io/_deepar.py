@@ -70,7 +70,8 @@ def _network(spec: DeepARSpec, *, stateful: bool, seed: int | None = None) -> Se
 class DeepAR:
     """``DeepAR(horizon, *, context=None, likelihood="student_t", cell="lstm", units=40,
     layers=2, dropout=0.1, epochs=40, patience=5, batch_size=64, lr=3e-3, clipnorm=10.0,
-    max_windows=256, lags=None, calibration="conformal", calibration_level=0.8, seed=0)``.
+    max_windows=256, lags=None, calibration="conformal", calibration_level=0.8,
+    calibration_windows=4, seed=0)``.
 
     ``fit(data)`` trains one global model on every series of a panel (a :class:`Panel`, a
     long-format CSV path or a pandas DataFrame; covariate columns are known-future inputs);
@@ -89,17 +90,23 @@ class DeepAR:
     best epoch's weights (a global model memorises its series when trained too long). Each
     series then needs ``horizon`` rows more.
 
-    With ``calibration="conformal"`` (the default) those last ``horizon`` rows of each series
-    (held out of training whatever ``patience`` is) also calibrate the intervals, by split
-    conformal prediction: the trained model forecasts them from the rows before, each of the
-    ``n`` = series x horizon points is scored by how many half-widths of the central
-    ``calibration_level`` interval it lies from the median, and every later forecast's paths
-    are spread about their median by the ``ceil((n + 1) calibration_level)``-th smallest score
+    With ``calibration="conformal"`` (the default) the intervals are calibrated by split
+    conformal prediction over ``calibration_windows`` = K rolling-origin windows (default 4) at
+    each series' end, rows held out of training whatever ``patience`` is: window ``k`` (0 .. K -
+    1) is the ``horizon`` rows from origin ``len - horizon - (K - 1 - k) step``, ``step =
+    ceil(horizon / K)`` (so ``horizon + (K - 1) step`` < 2 horizon rows are held out). The
+    trained model forecasts each window from the rows before its origin; each point is scored
+    by how many half-widths of the central ``calibration_level`` interval it lies from the
+    median (a scale-free score); and every later forecast's paths are spread about their median
+    by the finite-sample conformal quantile of the scores, the ``ceil((n + 1)
+    calibration_level)``-th smallest of ``n``: of each horizon step's ``n = series x K`` scores
+    where ``n`` >= ``ceil(level (1 - level) / 0.05^2)`` (64 for 0.8: the step's coverage then has
+    a binomial s.e. of at most 5 points), else of all ``series x K x horizon`` scores pooled
     (:func:`~rnnkit.timeseries._deepar.conformal_spread`; the median is unchanged). The
-    network's one-step distribution is calibrated on the rows it trained on; a forecast
-    ``horizon`` steps ahead also meets level shifts and trends it did not see, and the
-    calibration measures that on rows it did not train on. With few series (``n`` small) the
-    factor is itself noisy. ``calibration=None`` keeps the sampled spread (factor 1)."""
+    network's one-step distribution is fitted on the rows it trained on; a forecast ``horizon``
+    steps ahead also meets level shifts and trends it did not see, and the calibration measures
+    that on rows it did not train on. Windows of one series overlap and are correlated, so with
+    few series the factor is still noisy. ``calibration=None`` keeps the sampled spread."""
 
     def __init__(self, horizon: int, *, context: int | None = None, likelihood: str = "student_t",
                  cell: str = "lstm", units: int = 40, layers: int = 2, dropout: float = 0.1,

@@ -19,14 +19,18 @@ A forecast runs the context through the network, then, ``horizon`` times, draws 
 path's next value from the distribution and feeds it back as the next step's lag (ancestral
 sampling; a seeded generator gives the same paths every time).
 
-Calibration (split conformal, on each series' last ``horizon`` rows before the training cut,
-rows the network never trained on): :func:`conformal_spread` finds the factor ``c`` by which the
-paths' spread about their median must be multiplied for the central ``level`` interval to cover
-the ``ceil((n + 1) level)``-th smallest of the ``n`` calibration scores (the conformalized
-quantile regression rule of Romano et al., 2019, with the interval's half-width as the unit);
-the spec stores ``c`` as ``spread`` and :func:`sample_paths` applies it to every forecast:
-``median + c (path - median)`` at each step. The median, and so the MASE of the median forecast,
-is unchanged; ``c > 1`` widens, ``c < 1`` narrows.
+Calibration (split conformal over rolling origins, on rows the network never trained on):
+``rnnkit.io.DeepAR`` holds the last ``horizon + (K - 1) step`` rows of each series out of
+training (``K`` windows, ``step`` = :func:`calibration_step`), forecasts each window ``k`` (the
+``horizon`` rows from origin ``len - horizon - (K - 1 - k) step``, as a rolling-origin backtest)
+from the rows before it, and scores every point by :func:`conformal_scores` (half-widths of the
+central ``level`` interval from the median: scale-free). :func:`conformal_spread` takes the
+finite-sample conformal quantile (the ``ceil((n + 1) level)``-th smallest of ``n`` scores, the
+rule of conformalized quantile regression, Romano et al., 2019) of each horizon step's
+``series x K`` scores where there are at least :func:`per_step_points` of them, of all the
+scores pooled otherwise; the spec stores these factors as ``spread`` and :func:`sample_paths`
+applies them to every forecast: ``median + c[h] (path - median)`` at step ``h``. The median, and
+so the MASE of the median forecast, is unchanged; ``c > 1`` widens, ``c < 1`` narrows.
 """
 
 from __future__ import annotations
@@ -68,10 +72,10 @@ class DeepARSpec:
     the horizon and context (rows), the likelihood's name, the lags (rows), the training
     series' ids (in the order of the one-hot columns), the covariates with the mean and standard
     deviation they are standardised with, the season and frequency name of the training panel,
-    the network's description (``cell``, ``units``, ``layers``), the conformal factor
-    ``spread`` every forecast's paths are widened (> 1) or narrowed (< 1) by about their median
-    (1: uncalibrated) and how it was found (``calibration``: method, level, points, coverage
-    before)."""
+    the network's description (``cell``, ``units``, ``layers``), the conformal factors
+    ``spread``, one per horizon step, by which every forecast's paths are widened (> 1) or
+    narrowed (< 1) about their median (``()``: uncalibrated), and how they were found
+    (``calibration``: method, level, windows, step, points, per_step, coverage before)."""
 
     horizon: int
     context: int
@@ -128,8 +132,10 @@ class DeepARSpec:
                 d[k] = tuple(d[k])
             sp = d.get("spread", ())
             # files written before per-step factors hold one number (1.0: uncalibrated)
-            d["spread"] = (() if sp == 1.0 else (float(sp),) * int(d["horizon"])) if isinstance(sp, (int, float)) \
-                else tuple(float(v) for v in sp)
+            if isinstance(sp, (int, float)):
+                d["spread"] = () if sp == 1.0 else (float(sp),) * int(d["horizon"])
+            else:
+                d["spread"] = tuple(float(v) for v in sp)
             return cls(**d)
         except (ValueError, KeyError, TypeError) as e:
             raise DataError(f"the DeepAR settings stored with the model are damaged ({e})") from None
@@ -172,15 +178,25 @@ class DeepARSpec:
         return np.concatenate(parts, axis=-1).astype(np.float32)
 
 
+def default_lags(season: int | None) -> tuple[int, ...]:
+    """DeepAR's lags for a season of ``m`` rows: every lag 1 .. m + 1 (the last season in full
+    and the row before it) and 2 m (the same place a season earlier), as DeepAR feeds the
+    lagged values around the season's multiples (GluonTS: 1 .. 7 and the seasons' multiples
+    +- 1); ``(1,)`` without a season. Quarterly: 1 .. 5 and 8; monthly: 1 .. 13 and 24."""
+    if season is None or season == 1:
+        return (1,)
+    return (*range(1, season + 2), 2 * season)
+
+
 def fit_spec(panel: Panel, horizon: int, context: int, likelihood: str, lags: tuple[int, ...] | None,
              network: dict[str, Any]) -> DeepARSpec:
-    """The settings of a model trained on ``panel``: default lags 1 and the season, the
+    """The settings of a model trained on ``panel``: default lags :func:`default_lags` of its season, the
     covariates' mean and standard deviation over every training row (1 where it is 0)."""
     if not panel.series:
         raise DataError("a DeepAR model needs at least one series; the panel has none")
     season = panel.season
     if lags is None:
-        lags = (1,) if season is None or season == 1 else (1, season)
+        lags = default_lags(season)
     cov = (np.concatenate([s.covariates for s in panel.series]) if panel.covariate_names
            else np.zeros((0, 0)))
     mean = cov.mean(axis=0) if cov.size else np.zeros(0)
@@ -424,5 +440,6 @@ def _future_covariates(spec: DeepARSpec, future: Panel | None, sid: str, dates: 
 
 
 __all__ = ["DEEPAR_FORMAT", "DEEPAR_KEY", "DeepARSpec", "Forecast", "Stepper", "calibration_rows",
-           "calibration_step", "conformal_quantile", "conformal_scores", "conformal_spread", "fit_spec",
+           "calibration_step", "conformal_quantile", "conformal_scores", "conformal_spread", "default_lags",
+           "fit_spec",
            "per_step_points", "sample_paths", "scale_of", "spread_paths", "training_windows"]
