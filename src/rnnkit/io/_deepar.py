@@ -11,6 +11,7 @@ stateful copy of the network (the same weights) one step at a time.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from pathlib import Path
@@ -144,6 +145,9 @@ class DeepAR:
         self.spec: DeepARSpec | None = None
         self.network: Sequential | None = None
         self.history: dict[str, list[float]] = {}
+        #: the model trained without the calibration rows, whose forecasts of them gave the
+        #: conformal factors (None before fit, after load and without calibration)
+        self.calibration_model: DeepAR | None = None
 
     def fit(self, data: Any, *, verbose: int = 0) -> DeepAR:
         """Train on every series of ``data``; returns self. Each series needs ``context +
@@ -153,8 +157,44 @@ class DeepAR:
                         {"cell": self.cell, "units": self.units, "layers": self.layers,
                          "dropout": self.dropout})
         H, K = self.horizon, self.calibration_windows
-        held = calibration_rows(H, K) if self.calibration else (H if self.patience else 0)
-        x, y = training_windows(spec, panel, self.max_windows, held_out=held)
+        self.calibration_model = None
+        c: tuple[float, ...] = ()
+        record: dict[str, Any] = {}
+        if self.calibration:
+            rows = calibration_rows(H, K)
+            for s in panel.series:
+                spec.check_series(s, "training", training=True, validation=rows + (H if self.patience else 0))
+            # the calibration model: the same training on each series without its last `rows` rows
+            cal = copy.copy(self)
+            cal.calibration, cal.calibration_model = None, None
+            cal.network, cal.history = self._train(spec, panel.split(rows)[0], 0)
+            cal.spec = spec
+            step = calibration_step(H, K)
+            scores, inside = [], []
+            for k in range(K):
+                # window k: the H rows from origin len - H - (K - 1 - k) step, forecast from the rows before
+                cut = (K - 1 - k) * step
+                before, after = (panel.split(cut)[0] if cut else panel).split(H)
+                fc = cal.forecast(before, num_samples=200, seed=self.seed,
+                                  future=after if panel.covariate_names else None)
+                actual = np.stack([s.y for s in after.series])
+                scores.append(conformal_scores(fc, actual, self.calibration_level))
+                inside.append(fc.coverage(actual, self.calibration_level))
+            c, per_step = conformal_spread(np.concatenate(scores), self.calibration_level)
+            record = {"method": "conformal", "level": self.calibration_level, "windows": K, "step": step,
+                      "points": int(sum(a.size for a in scores)), "per_step": per_step,
+                      "coverage_before": float(np.mean(inside))}
+            self.calibration_model = cal
+        net, hist = self._train(spec, panel, verbose)
+        self.spec = dataclasses.replace(spec, spread=c, calibration=record)
+        self.network, self.history = net, hist
+        return self
+
+    def _train(self, spec: DeepARSpec, panel: Panel,
+               verbose: int) -> tuple[Sequential, dict[str, list[float]]]:
+        """A network trained on ``panel``'s windows (with ``patience``: on those ending before each
+        series' last ``horizon`` rows, stopped early on them) and its loss history."""
+        x, y = training_windows(spec, panel, self.max_windows, held_out=self.horizon if self.patience else 0)
         net = _network(spec, stateful=False, seed=self.seed)
         net.compile(Adam(self.lr, global_clipnorm=self.clipnorm), loss=NegativeLogLikelihood(spec.likelihood))
         extra: dict[str, Any] = {}
@@ -163,25 +203,7 @@ class DeepAR:
                      "callbacks": [EarlyStopping(patience=self.patience, restore_best_weights=True)]}
         hist = net.fit(x, y, epochs=self.epochs, batch_size=self.batch_size, seed=self.seed, verbose=verbose,
                        **extra)
-        self.spec, self.network, self.history = spec, net, dict(hist.history)
-        if self.calibration:
-            step = calibration_step(H, K)
-            scores, inside = [], []
-            for k in range(K):
-                # window k: the H rows from origin len - H - (K - 1 - k) step, forecast from the rows before
-                cut = (K - 1 - k) * step
-                before, rows = (panel.split(cut)[0] if cut else panel).split(H)
-                fc = self.forecast(before, num_samples=200, seed=self.seed,
-                                   future=rows if panel.covariate_names else None)
-                actual = np.stack([s.y for s in rows.series])
-                scores.append(conformal_scores(fc, actual, self.calibration_level))
-                inside.append(fc.coverage(actual, self.calibration_level))
-            c, per_step = conformal_spread(np.concatenate(scores), self.calibration_level)
-            self.spec = dataclasses.replace(spec, spread=c, calibration={
-                "method": "conformal", "level": self.calibration_level, "windows": K, "step": step,
-                "points": int(sum(a.size for a in scores)), "per_step": per_step,
-                "coverage_before": float(np.mean(inside))})
-        return self
+        return net, dict(hist.history)
 
     def _fitted(self) -> tuple[DeepARSpec, Sequential]:
         if self.spec is None or self.network is None:
