@@ -223,7 +223,7 @@ def test_mase_is_the_m4_definition() -> None:
 
 
 def test_fit_forecast_save_load_and_the_stepper_match_the_whole_network(tmp_path: Path) -> None:
-    p = _panel(28, covariate=True)
+    p = _panel(32, covariate=True)
     hist, held = p.split(4)
     m = DeepAR(4, context=4, units=6, layers=1, epochs=3, batch_size=16, seed=1).fit(hist)
     assert m.history["loss"][-1] < m.history["loss"][0]
@@ -252,7 +252,7 @@ def test_fit_forecast_save_load_and_the_stepper_match_the_whole_network(tmp_path
 
 
 def test_cli_train_panel_and_predict_quantiles(tmp_path: Path) -> None:
-    p = _panel(28, ids=("a", "b", "c"))
+    p = _panel(32, ids=("a", "b", "c"))
     rows = ["unique_id,ds,y"] + [f"{s.id},{d},{float(y)!r}" for s in p.series
                                  for d, y in zip(s.index, s.y, strict=True)]
     data = tmp_path / "panel.csv"
@@ -282,7 +282,7 @@ def test_cli_train_panel_and_predict_quantiles(tmp_path: Path) -> None:
     fc = m.forecast(p, num_samples=50, seed=0)
     q = fc.quantile([0.1, 0.5, 0.9])
     first = lines[1].split(",")
-    assert first[:2] == ["a", "2007-01-01"]
+    assert first[:2] == ["a", "2008-01-01"]
     np.testing.assert_allclose([float(v) for v in first[2:]], [fc.mean[0, 0], *q[:, 0, 0]], rtol=1e-15)
     r = subprocess.run(run + ["predict", str(out / "model.safetensors"), str(data), "--quantiles", "0.5,1.5"],
                        capture_output=True, text=True, timeout=600)

@@ -150,13 +150,17 @@ def test_a_trained_model_applies_its_factor_and_covers_known_gaussian_noise(tmp_
     # 4 windows with origins ceil(4 / 4) = 1 row apart: 60 x 4 = 240 points a step, >= 64
     assert spec.calibration["points"] == 60 * 4 * 4 and spec.calibration["level"] == 0.8
     assert spec.calibration["windows"] == 4 and spec.calibration["step"] == 1 and spec.calibration["per_step"]
-    # the factors by hand: forecast each window from the rows before its origin (len - 4 - (3 - k)),
-    # score each point in half-widths from the median, take each step's ceil(241 x 0.8)-th score
+    # the factors by hand: the calibration model (trained on each series without its last 4 + 3
+    # rows) forecasts each window from the rows before its origin (len - 4 - (3 - k)); each point
+    # is scored in half-widths from the median, each step's factor is its ceil(241 x 0.8)-th score
+    cal = m.calibration_model
+    assert cal is not None and cal.network is not None and m.network is not None
+    assert not np.array_equal(cal.network.get_weights()[0], m.network.get_weights()[0])
     scores = []
     for k in range(4):
         cut = 3 - k
         before, rows = (hist.split(cut)[0] if cut else hist).split(4)
-        fc = m.forecast(before, num_samples=200, seed=0, calibrated=False)
+        fc = cal.forecast(before, num_samples=200, seed=0, calibrated=False)
         lo, med, hi = np.quantile(fc.samples, [0.1, 0.5, 0.9], axis=1)
         a = np.stack([s.y for s in rows.series])
         scores.append(np.where(a >= med, (a - med) / (hi - med), (med - a) / (med - lo)))
