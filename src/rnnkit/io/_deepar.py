@@ -93,10 +93,12 @@ class DeepAR:
 
     With ``calibration="conformal"`` (the default) the intervals are calibrated by split
     conformal prediction over ``calibration_windows`` = K rolling-origin windows (default 4) at
-    each series' end, rows held out of training whatever ``patience`` is: window ``k`` (0 .. K -
-    1) is the ``horizon`` rows from origin ``len - horizon - (K - 1 - k) step``, ``step =
-    ceil(horizon / K)`` (so ``horizon + (K - 1) step`` < 2 horizon rows are held out). The
-    trained model forecasts each window from the rows before its origin; each point is scored
+    each series' end: window ``k`` (0 .. K - 1) is the ``horizon`` rows from origin ``len -
+    horizon - (K - 1 - k) step``, ``step = ceil(horizon / K)`` (the windows cover the last
+    ``horizon + (K - 1) step`` < 2 horizon rows). A calibration model
+    (:attr:`calibration_model`), trained as the final one but without those rows, forecasts
+    each window from the rows before its origin; then the final model trains on every row as
+    it would without calibration (so its median is the same). Each point is scored
     by how many half-widths of the central ``calibration_level`` interval it lies from the
     median (a scale-free score); and every later forecast's paths are spread about their median
     by the finite-sample conformal quantile of the scores, the ``ceil((n + 1)
@@ -151,7 +153,8 @@ class DeepAR:
 
     def fit(self, data: Any, *, verbose: int = 0) -> DeepAR:
         """Train on every series of ``data``; returns self. Each series needs ``context +
-        horizon + largest lag`` rows (DataError naming the first that has fewer)."""
+        horizon + largest lag`` rows, ``horizon`` more with ``patience`` and ``horizon + (K - 1)
+        step`` more with calibration (DataError naming the first that has fewer)."""
         panel = as_panel(data)
         spec = fit_spec(panel, self.horizon, self.context, self.likelihood, self.lags,
                         {"cell": self.cell, "units": self.units, "layers": self.layers,
