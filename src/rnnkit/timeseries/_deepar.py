@@ -23,8 +23,9 @@ Calibration (split conformal over rolling origins, on rows the network never tra
 ``rnnkit.io.DeepAR`` trains a calibration model without the last ``horizon + (K - 1) step``
 rows of each series (``K`` windows, ``step`` = :func:`calibration_step`), forecasts with it each
 window ``k`` (the ``horizon`` rows from origin ``len - horizon - (K - 1 - k) step``, as a
-rolling-origin backtest) from the rows before it, and scores every point by :func:`conformal_scores` (half-widths of the
-central ``level`` interval from the median: scale-free). :func:`conformal_spread` takes the
+rolling-origin backtest) from the rows before it, and scores every point by
+:func:`conformal_scores` (half-widths of the central ``level`` interval from the median:
+scale-free). :func:`conformal_spread` takes the
 finite-sample conformal quantile (the ``ceil((n + 1) level)``-th smallest of ``n`` scores, the
 rule of conformalized quantile regression, Romano et al., 2019) of each horizon step's
 ``series x K`` scores where there are at least :func:`per_step_points` of them, of all the
