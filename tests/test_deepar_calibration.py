@@ -180,3 +180,22 @@ def test_a_trained_model_applies_its_factor_and_covers_known_gaussian_noise(tmp_
     m2 = DeepAR.load(m.save(tmp_path / "m.safetensors"))
     assert m2.spec is not None and m2.spec.spread == spec.spread and m2.calibration_windows == 4
     np.testing.assert_array_equal(m2.forecast(hist, num_samples=200, seed=5).samples, fc.samples)
+
+
+def test_a_small_panel_pools_its_windows_scores_into_one_factor() -> None:
+    # 6 series x 4 windows = 24 points a step (< 64): one factor, the ceil(97 x 0.8) = 78th
+    # smallest of all 6 x 4 x 4 = 96 scores, recomputed here from the calibration model
+    hist = _noisy_panel(6, 36, 1.0, 4)
+    m = DeepAR(4, context=8, likelihood="gaussian", units=4, layers=1, epochs=2, max_windows=8,
+               seed=0).fit(hist)
+    assert m.spec is not None and m.calibration_model is not None
+    assert not m.spec.calibration["per_step"] and m.spec.calibration["points"] == 96
+    scores = []
+    for k in range(4):
+        before, rows = (hist.split(3 - k)[0] if k < 3 else hist).split(4)
+        fc = m.calibration_model.forecast(before, num_samples=200, seed=0, calibrated=False)
+        lo, med, hi = np.quantile(fc.samples, [0.1, 0.5, 0.9], axis=1)
+        a = np.stack([s.y for s in rows.series])
+        scores.append(np.where(a >= med, (a - med) / (hi - med), (med - a) / (med - lo)))
+    want = np.sort(np.concatenate(scores).ravel())[78 - 1]
+    np.testing.assert_allclose(m.spec.spread, [want] * 4, rtol=1e-12)
