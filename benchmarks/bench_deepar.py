@@ -13,8 +13,9 @@ global model trains on every series' history at once; each per-series model, wit
 settings and epochs, on one series. Scores on the held-out rows: mean MASE of the median
 forecast (scaled by the in-sample seasonal-naive MAE, as M4) and the share of held-out values
 inside the 80 % intervals (the 0.1 and 0.9 quantiles of the sample paths), as sampled ("raw")
-and after the model's conformal calibration (on each series' last ``horizon`` rows before the
-held-out ones; the median, and so the MASE, is the same); with it the binomial standard error
+and after the model's conformal calibration (a second model, trained without the rows before the
+held-out ones that the 4 rolling-origin calibration windows cover, forecasts those windows; the
+median of the final model, and so the MASE, is the same either way); with it the binomial standard error
 of a coverage measured on that many points, ``sqrt(0.8 x 0.2 / points)``; seasonal naive's
 MASE for reference. Every number is a mean over the seeds.
 """

@@ -20,6 +20,7 @@ from rnnkit.timeseries._backtest import mase
 from rnnkit.timeseries._deepar import (
     DeepARSpec,
     Stepper,
+    default_lags,
     fit_spec,
     sample_paths,
     scale_of,
@@ -74,20 +75,33 @@ def test_series_too_short_and_negative_counts_are_typed_errors() -> None:
     short = Panel((p.series[0], p.series[1].head(10)), (), p.freq)
     with pytest.raises(DataError, match=r"series 'b': 10 row\(s\), too short: training needs at least 12 "
                                         r"\(context 4 \+ largest lag 4 \+ horizon 4\)"):
-        DeepAR(4, context=4, epochs=1, patience=0, calibration=None).fit(short)
-    with pytest.raises(DataError, match=r"training needs at least 16 .* \+ 4 held-out rows"):
-        DeepAR(4, context=4, epochs=1, patience=0).fit(short)     # conformal calibration holds them out
+        DeepAR(4, context=4, epochs=1, patience=0, calibration=None, lags=(1, 4)).fit(short)
+    # conformal calibration holds out 4 + 3 x 1 rows (4 windows, origins 1 row apart)
+    with pytest.raises(DataError, match=r"training needs at least 19 .* \+ 7 held-out rows"):
+        DeepAR(4, context=4, epochs=1, patience=0, lags=(1, 4)).fit(short)
     with pytest.raises(DataError, match=r"series 'b': 10 row\(s\), too short: training needs at least 16 "
                                         r"\(context 4 \+ largest lag 4 \+ horizon 4 \+ 4 held-out rows for "
                                         r"validation and calibration\)"):
-        DeepAR(4, context=4, epochs=1).fit(short)
+        DeepAR(4, context=4, epochs=1, calibration=None, lags=(1, 4)).fit(short)
+    # the default lags of a quarterly panel reach 2 seasons back: 4 rows more
+    with pytest.raises(DataError,
+                       match=r"training needs at least 16 \(context 4 \+ largest lag 8 \+ horizon 4\)"):
+        DeepAR(4, context=4, epochs=1, patience=0, calibration=None).fit(short)
     with pytest.raises(DataError, match=r"series 'b': 7 row\(s\), too short: a forecast needs at least 8 "
                                         r"\(context 4 \+ largest lag 4\)"):
-        fit_spec(p, 4, 4, "gaussian", None, {}).check_series(p.series[1].head(7), "a forecast")
+        fit_spec(p, 4, 4, "gaussian", (1, 4), {}).check_series(p.series[1].head(7), "a forecast")
     neg = Panel.from_columns(["a"] * 12, _quarters("2000-01", 12), [1.0] * 11 + [-1.0])
     with pytest.raises(InvalidInputError, match=r"series 'a': the negative binomial likelihood is for "
                                                 r"counts"):
         DeepAR(2, likelihood="negative_binomial", epochs=1).fit(neg)
+
+
+def test_default_lags_cover_one_season_and_the_one_before() -> None:
+    assert default_lags(None) == default_lags(1) == (1,)
+    assert default_lags(4) == (1, 2, 3, 4, 5, 8)
+    assert default_lags(12) == (*range(1, 14), 24)
+    assert fit_spec(_panel(24), 4, 4, "gaussian", None, {}).lags == (1, 2, 3, 4, 5, 8)
+    assert fit_spec(_panel(24), 4, 4, "gaussian", (1, 4), {}).lags == (1, 4)
 
 
 def test_pandas_frame_and_csv_give_the_same_panel(tmp_path: Path) -> None:
@@ -209,7 +223,7 @@ def test_mase_is_the_m4_definition() -> None:
 
 
 def test_fit_forecast_save_load_and_the_stepper_match_the_whole_network(tmp_path: Path) -> None:
-    p = _panel(24, covariate=True)
+    p = _panel(32, covariate=True)
     hist, held = p.split(4)
     m = DeepAR(4, context=4, units=6, layers=1, epochs=3, batch_size=16, seed=1).fit(hist)
     assert m.history["loss"][-1] < m.history["loss"][0]
@@ -238,7 +252,7 @@ def test_fit_forecast_save_load_and_the_stepper_match_the_whole_network(tmp_path
 
 
 def test_cli_train_panel_and_predict_quantiles(tmp_path: Path) -> None:
-    p = _panel(24, ids=("a", "b", "c"))
+    p = _panel(32, ids=("a", "b", "c"))
     rows = ["unique_id,ds,y"] + [f"{s.id},{d},{float(y)!r}" for s in p.series
                                  for d, y in zip(s.index, s.y, strict=True)]
     data = tmp_path / "panel.csv"
@@ -259,14 +273,16 @@ def test_cli_train_panel_and_predict_quantiles(tmp_path: Path) -> None:
     assert lines[0] == "unique_id,ds,mean,q0.1,q0.5,q0.9"
     assert len(lines) == 1 + 3 * 4
     m = DeepAR.load(out / "model.safetensors")
-    # the conformal factor found on the 3 x 4 calibration rows is stored, reported, and applied
+    # the conformal factors found on the 3 series x 4 windows x 4 calibration rows are stored,
+    # reported, and applied (pooled: 12 points a step are too few for a factor per step)
     metrics = json.loads((out / "metrics.json").read_text())
-    assert m.spec is not None and metrics["spread"] == m.spec.spread != 1.0
-    assert metrics["calibration"]["points"] == 3 * 4
+    assert m.spec is not None and metrics["spread"] == list(m.spec.spread) and len(m.spec.spread) == 4
+    assert metrics["calibration"]["points"] == 3 * 4 * 4 and not metrics["calibration"]["per_step"]
+    assert len(set(m.spec.spread)) == 1
     fc = m.forecast(p, num_samples=50, seed=0)
     q = fc.quantile([0.1, 0.5, 0.9])
     first = lines[1].split(",")
-    assert first[:2] == ["a", "2006-01-01"]
+    assert first[:2] == ["a", "2008-01-01"]
     np.testing.assert_allclose([float(v) for v in first[2:]], [fc.mean[0, 0], *q[:, 0, 0]], rtol=1e-15)
     r = subprocess.run(run + ["predict", str(out / "model.safetensors"), str(data), "--quantiles", "0.5,1.5"],
                        capture_output=True, text=True, timeout=600)

@@ -1,7 +1,10 @@
 """DeepAR's conformal calibration of its intervals: the factor is the conformal order statistic
-(checked by the coverage it gives on its own points), it brings a too-narrow and a too-wide
-spread to the nominal coverage of fresh points within the binomial bound, and a trained model
-applies it to every forecast (the median unchanged) and keeps it through save/load."""
+(checked by the coverage it gives on its own points), pooled over series, windows and steps
+where a step has too few points and per step where it has enough, it brings a too-narrow and a
+too-wide spread to the nominal coverage of fresh points within the binomial bound, a trained
+model's factors are the pooled conformal quantile of its rolling-origin windows' scores
+(recomputed here by hand from forecasts of those windows), applied to every forecast (the
+median unchanged) and kept through save/load."""
 
 from __future__ import annotations
 
@@ -13,7 +16,15 @@ import pytest
 
 from rnnkit import InvalidParameterError
 from rnnkit.io import DeepAR
-from rnnkit.timeseries._deepar import Forecast, conformal_spread, spread_paths
+from rnnkit.timeseries._deepar import (
+    DeepARSpec,
+    Forecast,
+    conformal_quantile,
+    conformal_scores,
+    conformal_spread,
+    per_step_points,
+    spread_paths,
+)
 from rnnkit.timeseries._panel import Panel
 
 
@@ -33,16 +44,44 @@ def _gaussian_case(rng: np.random.Generator, n: int, sampled_sd: float) -> tuple
 def test_the_factor_is_the_conformal_order_statistic() -> None:
     rng = np.random.default_rng(0)
     fc, actual = _gaussian_case(rng, 37, 0.7)
-    c, before = conformal_spread(fc, actual, 0.8)
-    assert before == pytest.approx(fc.coverage(actual, 0.8))
+    (c,), per_step = conformal_spread(conformal_scores(fc, actual, 0.8), 0.8)
+    assert not per_step                                          # 37 points < 64
     k = math.ceil((37 + 1) * 0.8)                                # 31 of the 37 points
-    inside = _forecast(spread_paths(fc.samples, c)).coverage(actual, 0.8) * 37
     # the k-th smallest score lies on the widened interval's edge: k points in, and one fewer
     # for a factor a hair smaller (the interval's ends scale exactly with the factor)
+    inside = _forecast(spread_paths(fc.samples, (c,))).coverage(actual, 0.8) * 37
     assert round(inside) == k
-    assert round(_forecast(spread_paths(fc.samples, c * (1 - 1e-9))).coverage(actual, 0.8) * 37) == k - 1
+    assert round(_forecast(spread_paths(fc.samples, (c * (1 - 1e-9),))).coverage(actual, 0.8) * 37) == k - 1
     # the median stays where it was
-    np.testing.assert_allclose(np.median(spread_paths(fc.samples, c), axis=1), np.median(fc.samples, axis=1))
+    np.testing.assert_allclose(np.median(spread_paths(fc.samples, (c,)), axis=1),
+                               np.median(fc.samples, axis=1))
+
+
+def test_steps_get_their_own_factor_only_with_enough_points() -> None:
+    # scores whose spread doubles from step 1 to step 2: |N(0, 1)| and |N(0, 2)|
+    rng = np.random.default_rng(4)
+    assert per_step_points(0.8) == 64 and per_step_points(0.9) == 36
+    many = np.abs(rng.standard_normal((4000, 2))) * [1.0, 2.0]
+    c, per_step = conformal_spread(many, 0.8)
+    assert per_step
+    # the 0.8 quantile of |N(0, s)| is 1.2816 s; its sampling sd on 4000 points is about 0.02 s
+    np.testing.assert_allclose(c, [1.2816, 2 * 1.2816], rtol=0.05)
+    assert c[0] == conformal_quantile(many[:, 0], 0.8) == np.sort(many[:, 0])[math.ceil(4001 * 0.8) - 1]
+    # 63 rows (series x windows) of 2 steps: pooled, the 102nd smallest of all 126 scores
+    few = many[:63]
+    c, per_step = conformal_spread(few, 0.8)
+    assert not per_step and c[0] == c[1] == np.sort(few.ravel())[math.ceil(127 * 0.8) - 1]
+
+
+def test_a_factor_stored_as_one_number_by_an_older_file_applies_to_every_step() -> None:
+    spec = DeepARSpec(3, 4, "gaussian", (1,), ("a",), spread=(1.5, 1.5, 1.5))
+    old = spec.to_json().replace('"spread": [1.5, 1.5, 1.5]', '"spread": 1.5')
+    assert '"spread": 1.5' in old
+    assert DeepARSpec.from_json(old).spread == (1.5, 1.5, 1.5)
+    assert DeepARSpec.from_json(old.replace('"spread": 1.5', '"spread": 1.0')).spread == ()
+    with pytest.raises(InvalidParameterError, match=r"must be \(\) or 3 finite numbers > 0 \(one per horizon "
+                                                    r"step\), got \(1.5, 1.5\)"):
+        DeepARSpec(3, 4, "gaussian", (1,), ("a",), spread=(1.5, 1.5))
 
 
 @pytest.mark.parametrize("sampled_sd", [0.5, 2.0])
@@ -50,10 +89,12 @@ def test_calibrated_intervals_cover_the_nominal_share_of_fresh_points(sampled_sd
     rng = np.random.default_rng(1)
     cal, cal_y = _gaussian_case(rng, 2000, sampled_sd)
     new, new_y = _gaussian_case(rng, 4000, sampled_sd)
-    c, before = conformal_spread(cal, cal_y, 0.8)
+    before = cal.coverage(cal_y, 0.8)
+    c, per_step = conformal_spread(conformal_scores(cal, cal_y, 0.8), 0.8)
+    assert per_step                                              # 2000 points for the one step
     # sampled sd 0.5 covers P(|Z| < 0.64) = 0.48, sd 2 covers P(|Z| < 2.56) = 0.99 of N(0, 1)
     assert abs(before - (0.48 if sampled_sd == 0.5 else 0.99)) < 0.04
-    assert c == pytest.approx(1 / sampled_sd, rel=0.1)
+    assert c[0] == pytest.approx(1 / sampled_sd, rel=0.1)
     after = _forecast(spread_paths(new.samples, c)).coverage(new_y, 0.8)
     # the coverage given the calibration points varies with sd sqrt(0.16 / 2000), the share of
     # 4000 fresh points around it with sd sqrt(0.16 / 4000): 4 of their combined sd (0.011)
@@ -64,10 +105,17 @@ def test_calibrated_intervals_cover_the_nominal_share_of_fresh_points(sampled_sd
 def test_bad_level_and_shape_are_typed_errors() -> None:
     fc, actual = _gaussian_case(np.random.default_rng(2), 5, 1.0)
     with pytest.raises(InvalidParameterError, match=r"level must lie in \(0, 1\), got 1.2"):
-        conformal_spread(fc, actual, 1.2)
+        conformal_scores(fc, actual, 1.2)
+    with pytest.raises(InvalidParameterError, match=r"level must lie in \(0, 1\), got 1.2"):
+        conformal_spread(np.ones((5, 1)), 1.2)
     with pytest.raises(InvalidParameterError,
                        match=r"actual must be \(series, horizon\) = \(5, 1\), got \(4, 1\)"):
-        conformal_spread(fc, actual[:4], 0.8)
+        conformal_scores(fc, actual[:4], 0.8)
+    with pytest.raises(InvalidParameterError,
+                       match=r"scores must be \(series x windows, horizon\), got shape \(5,\)"):
+        conformal_spread(np.ones(5), 0.8)
+    with pytest.raises(InvalidParameterError, match="DeepAR: calibration_windows must"):
+        DeepAR(4, calibration_windows=0)
     with pytest.raises(InvalidParameterError, match="calibration must be 'conformal' or None, got 'cqr'"):
         DeepAR(4, calibration="cqr")
     with pytest.raises(InvalidParameterError, match="calibration must be 'conformal' or None, got array"):
@@ -99,16 +147,55 @@ def test_a_trained_model_applies_its_factor_and_covers_known_gaussian_noise(tmp_
                batch_size=64, seed=0).fit(hist)
     spec = m.spec
     assert spec is not None
-    assert spec.calibration["points"] == 60 * 4 and spec.calibration["level"] == 0.8
+    # 4 windows with origins ceil(4 / 4) = 1 row apart: 60 x 4 = 240 points a step, >= 64
+    assert spec.calibration["points"] == 60 * 4 * 4 and spec.calibration["level"] == 0.8
+    assert spec.calibration["windows"] == 4 and spec.calibration["step"] == 1 and spec.calibration["per_step"]
+    # the factors by hand: the calibration model (trained on each series without its last 4 + 3
+    # rows) forecasts each window from the rows before its origin (len - 4 - (3 - k)); each point
+    # is scored in half-widths from the median, each step's factor is its ceil(241 x 0.8)-th score
+    cal = m.calibration_model
+    assert cal is not None and cal.network is not None and m.network is not None
+    assert not np.array_equal(cal.network.get_weights()[0], m.network.get_weights()[0])
+    scores = []
+    for k in range(4):
+        cut = 3 - k
+        before, rows = (hist.split(cut)[0] if cut else hist).split(4)
+        fc = cal.forecast(before, num_samples=200, seed=0, calibrated=False)
+        lo, med, hi = np.quantile(fc.samples, [0.1, 0.5, 0.9], axis=1)
+        a = np.stack([s.y for s in rows.series])
+        scores.append(np.where(a >= med, (a - med) / (hi - med), (med - a) / (med - lo)))
+    pooled = np.concatenate(scores)                          # (240, 4)
+    want = np.sort(pooled, axis=0)[math.ceil(241 * 0.8) - 1]
+    np.testing.assert_allclose(spec.spread, want, rtol=1e-12)
     fc = m.forecast(hist, num_samples=200, seed=5)
     raw = m.forecast(hist, num_samples=200, seed=5, calibrated=False)
     med = np.median(raw.samples, axis=1, keepdims=True)
-    np.testing.assert_allclose(fc.samples, med + spec.spread * (raw.samples - med), rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(fc.samples, med + np.asarray(spec.spread) * (raw.samples - med), rtol=1e-12,
+                               atol=1e-9)
     actual = np.stack([s.y for s in held.series])
-    # 240 held-out points, and a factor from 240 calibration points: 3 combined binomial sd
+    # 240 held-out points (binomial sd sqrt(0.16 / 240)), and factors from 240 calibration points
+    # a step (the coverage they give varies with at most the same sd): 3 combined sd
     bound = 3 * math.sqrt(2 * 0.16 / 240)
     assert abs(fc.coverage(actual, 0.8) - 0.8) <= bound, (fc.coverage(actual, 0.8), raw.coverage(actual, 0.8))
     m2 = DeepAR.load(m.save(tmp_path / "m.safetensors"))
-    assert m2.spec is not None and m2.spec.spread == spec.spread
+    assert m2.spec is not None and m2.spec.spread == spec.spread and m2.calibration_windows == 4
     np.testing.assert_array_equal(m2.forecast(hist, num_samples=200, seed=5).samples, fc.samples)
 
+
+def test_a_small_panel_pools_its_windows_scores_into_one_factor() -> None:
+    # 6 series x 4 windows = 24 points a step (< 64): one factor, the ceil(97 x 0.8) = 78th
+    # smallest of all 6 x 4 x 4 = 96 scores, recomputed here from the calibration model
+    hist = _noisy_panel(6, 36, 1.0, 4)
+    m = DeepAR(4, context=8, likelihood="gaussian", units=4, layers=1, epochs=2, max_windows=8,
+               seed=0).fit(hist)
+    assert m.spec is not None and m.calibration_model is not None
+    assert not m.spec.calibration["per_step"] and m.spec.calibration["points"] == 96
+    scores = []
+    for k in range(4):
+        before, rows = (hist.split(3 - k)[0] if k < 3 else hist).split(4)
+        fc = m.calibration_model.forecast(before, num_samples=200, seed=0, calibrated=False)
+        lo, med, hi = np.quantile(fc.samples, [0.1, 0.5, 0.9], axis=1)
+        a = np.stack([s.y for s in rows.series])
+        scores.append(np.where(a >= med, (a - med) / (hi - med), (med - a) / (med - lo)))
+    want = np.sort(np.concatenate(scores).ravel())[78 - 1]
+    np.testing.assert_allclose(m.spec.spread, [want] * 4, rtol=1e-12)

@@ -59,7 +59,8 @@ def _panel(cols: dict[str, list[Any]]) -> Panel:
 @pytest.fixture(scope="module")
 def model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("deepar")
-    m = DeepAR(4, context=8, units=6, layers=1, epochs=3, patience=0, batch_size=16, seed=1)
+    m = DeepAR(4, context=8, units=6, layers=1, epochs=3, patience=0, batch_size=16, seed=1,
+               lags=(1, 4))          # 1 and the season: 24 rows are enough
     m.fit(_panel(_columns()))
     return m.save(d / "deepar.safetensors")
 

@@ -231,7 +231,7 @@ def train_panel(args: argparse.Namespace) -> int:
         {"part": "held-out", "rows_per_series": args.horizon, "series": len(panel),
          "mean_mase": float(np.mean(scores)), "seasonal_naive_mean_mase": float(np.mean(naive)),
          "coverage_80": coverage, "mase": dict(zip(panel.ids, scores, strict=True)),
-         "spread": model.spec.spread if model.spec else 1.0,
+         "spread": list(model.spec.spread) if model.spec else [],
          "calibration": model.spec.calibration if model.spec else {},
          "seconds": round(secs, 3)}, indent=1))
     print(f"trained {len(model.history.get('loss', []))} epoch(s) in {secs:.1f} s")

@@ -11,6 +11,7 @@ stateful copy of the network (the same weights) one step at a time.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from pathlib import Path
@@ -31,6 +32,9 @@ from rnnkit.timeseries._deepar import (
     DEEPAR_KEY,
     DeepARSpec,
     Forecast,
+    calibration_rows,
+    calibration_step,
+    conformal_scores,
     conformal_spread,
     fit_spec,
     sample_paths,
@@ -67,7 +71,8 @@ def _network(spec: DeepARSpec, *, stateful: bool, seed: int | None = None) -> Se
 class DeepAR:
     """``DeepAR(horizon, *, context=None, likelihood="student_t", cell="lstm", units=40,
     layers=2, dropout=0.1, epochs=40, patience=5, batch_size=64, lr=3e-3, clipnorm=10.0,
-    max_windows=256, lags=None, calibration="conformal", calibration_level=0.8, seed=0)``.
+    max_windows=256, lags=None, calibration="conformal", calibration_level=0.8,
+    calibration_windows=4, seed=0)``.
 
     ``fit(data)`` trains one global model on every series of a panel (a :class:`Panel`, a
     long-format CSV path or a pandas DataFrame; covariate columns are known-future inputs);
@@ -86,17 +91,25 @@ class DeepAR:
     best epoch's weights (a global model memorises its series when trained too long). Each
     series then needs ``horizon`` rows more.
 
-    With ``calibration="conformal"`` (the default) those last ``horizon`` rows of each series
-    (held out of training whatever ``patience`` is) also calibrate the intervals, by split
-    conformal prediction: the trained model forecasts them from the rows before, each of the
-    ``n`` = series x horizon points is scored by how many half-widths of the central
-    ``calibration_level`` interval it lies from the median, and every later forecast's paths
-    are spread about their median by the ``ceil((n + 1) calibration_level)``-th smallest score
+    With ``calibration="conformal"`` (the default) the intervals are calibrated by split
+    conformal prediction over ``calibration_windows`` = K rolling-origin windows (default 4) at
+    each series' end: window ``k`` (0 .. K - 1) is the ``horizon`` rows from origin ``len -
+    horizon - (K - 1 - k) step``, ``step = ceil(horizon / K)`` (the windows cover the last
+    ``horizon + (K - 1) step`` < 2 horizon rows). A calibration model
+    (:attr:`calibration_model`), trained as the final one but without those rows, forecasts
+    each window from the rows before its origin; then the final model trains on every row as
+    it would without calibration (so its median is the same). Each point is scored
+    by how many half-widths of the central ``calibration_level`` interval it lies from the
+    median (a scale-free score); and every later forecast's paths are spread about their median
+    by the finite-sample conformal quantile of the scores, the ``ceil((n + 1)
+    calibration_level)``-th smallest of ``n``: of each horizon step's ``n = series x K`` scores
+    where ``n`` >= ``ceil(level (1 - level) / 0.05^2)`` (64 for 0.8: the step's coverage then has
+    a binomial s.e. of at most 5 points), else of all ``series x K x horizon`` scores pooled
     (:func:`~rnnkit.timeseries._deepar.conformal_spread`; the median is unchanged). The
-    network's one-step distribution is calibrated on the rows it trained on; a forecast
-    ``horizon`` steps ahead also meets level shifts and trends it did not see, and the
-    calibration measures that on rows it did not train on. With few series (``n`` small) the
-    factor is itself noisy. ``calibration=None`` keeps the sampled spread (factor 1)."""
+    network's one-step distribution is fitted on the rows it trained on; a forecast ``horizon``
+    steps ahead also meets level shifts and trends it did not see, and the calibration measures
+    that on rows it did not train on. Windows of one series overlap and are correlated, so with
+    few series the factor is still noisy. ``calibration=None`` keeps the sampled spread."""
 
     def __init__(self, horizon: int, *, context: int | None = None, likelihood: str = "student_t",
                  cell: str = "lstm", units: int = 40, layers: int = 2, dropout: float = 0.1,
@@ -104,7 +117,7 @@ class DeepAR:
                  clipnorm: float = 10.0,
                  max_windows: int | None = 256,
                  lags: tuple[int, ...] | None = None, calibration: str | None = "conformal",
-                 calibration_level: float = 0.8, seed: int = 0) -> None:
+                 calibration_level: float = 0.8, calibration_windows: int = 4, seed: int = 0) -> None:
         self.horizon = check_int(horizon, "horizon", "DeepAR", lo=1)
         self.context = check_int(context if context is not None else 2 * self.horizon, "context", "DeepAR",
                                  lo=1)
@@ -129,20 +142,62 @@ class DeepAR:
         self.calibration = calibration
         self.calibration_level = check_float(calibration_level, "calibration_level", "DeepAR", lo=0.0, hi=1.0,
                                              lo_open=True, hi_open=True)
+        self.calibration_windows = check_int(calibration_windows, "calibration_windows", "DeepAR", lo=1)
         self.seed = check_int(seed, "seed", "DeepAR", lo=0)
         self.spec: DeepARSpec | None = None
         self.network: Sequential | None = None
         self.history: dict[str, list[float]] = {}
+        #: the model trained without the calibration rows, whose forecasts of them gave the
+        #: conformal factors (None before fit, after load and without calibration)
+        self.calibration_model: DeepAR | None = None
 
     def fit(self, data: Any, *, verbose: int = 0) -> DeepAR:
         """Train on every series of ``data``; returns self. Each series needs ``context +
-        horizon + largest lag`` rows (DataError naming the first that has fewer)."""
+        horizon + largest lag`` rows, ``horizon`` more with ``patience`` and ``horizon + (K - 1)
+        step`` more with calibration (DataError naming the first that has fewer)."""
         panel = as_panel(data)
         spec = fit_spec(panel, self.horizon, self.context, self.likelihood, self.lags,
                         {"cell": self.cell, "units": self.units, "layers": self.layers,
                          "dropout": self.dropout})
-        held = self.horizon if self.patience or self.calibration else 0
-        x, y = training_windows(spec, panel, self.max_windows, held_out=held)
+        H, K = self.horizon, self.calibration_windows
+        self.calibration_model = None
+        c: tuple[float, ...] = ()
+        record: dict[str, Any] = {}
+        if self.calibration:
+            rows = calibration_rows(H, K)
+            for s in panel.series:
+                spec.check_series(s, "training", training=True, validation=rows + (H if self.patience else 0))
+            # the calibration model: the same training on each series without its last `rows` rows
+            cal = copy.copy(self)
+            cal.calibration, cal.calibration_model = None, None
+            cal.network, cal.history = self._train(spec, panel.split(rows)[0], 0)
+            cal.spec = spec
+            step = calibration_step(H, K)
+            scores, inside = [], []
+            for k in range(K):
+                # window k: the H rows from origin len - H - (K - 1 - k) step, forecast from the rows before
+                cut = (K - 1 - k) * step
+                before, after = (panel.split(cut)[0] if cut else panel).split(H)
+                fc = cal.forecast(before, num_samples=200, seed=self.seed,
+                                  future=after if panel.covariate_names else None)
+                actual = np.stack([s.y for s in after.series])
+                scores.append(conformal_scores(fc, actual, self.calibration_level))
+                inside.append(fc.coverage(actual, self.calibration_level))
+            c, per_step = conformal_spread(np.concatenate(scores), self.calibration_level)
+            record = {"method": "conformal", "level": self.calibration_level, "windows": K, "step": step,
+                      "points": int(sum(a.size for a in scores)), "per_step": per_step,
+                      "coverage_before": float(np.mean(inside))}
+            self.calibration_model = cal
+        net, hist = self._train(spec, panel, verbose)
+        self.spec = dataclasses.replace(spec, spread=c, calibration=record)
+        self.network, self.history = net, hist
+        return self
+
+    def _train(self, spec: DeepARSpec, panel: Panel,
+               verbose: int) -> tuple[Sequential, dict[str, list[float]]]:
+        """A network trained on ``panel``'s windows (with ``patience``: on those ending before each
+        series' last ``horizon`` rows, stopped early on them) and its loss history."""
+        x, y = training_windows(spec, panel, self.max_windows, held_out=self.horizon if self.patience else 0)
         net = _network(spec, stateful=False, seed=self.seed)
         net.compile(Adam(self.lr, global_clipnorm=self.clipnorm), loss=NegativeLogLikelihood(spec.likelihood))
         extra: dict[str, Any] = {}
@@ -151,17 +206,7 @@ class DeepAR:
                      "callbacks": [EarlyStopping(patience=self.patience, restore_best_weights=True)]}
         hist = net.fit(x, y, epochs=self.epochs, batch_size=self.batch_size, seed=self.seed, verbose=verbose,
                        **extra)
-        self.spec, self.network, self.history = spec, net, dict(hist.history)
-        if self.calibration:
-            before, rows = panel.split(self.horizon)
-            fc = self.forecast(before, num_samples=200, seed=self.seed,
-                               future=rows if panel.covariate_names else None)
-            actual = np.stack([s.y for s in rows.series])
-            c, covered = conformal_spread(fc, actual, self.calibration_level)
-            self.spec = dataclasses.replace(spec, spread=c, calibration={
-                "method": "conformal", "level": self.calibration_level, "points": int(actual.size),
-                "coverage_before": covered})
-        return self
+        return net, dict(hist.history)
 
     def _fitted(self) -> tuple[DeepARSpec, Sequential]:
         if self.spec is None or self.network is None:
@@ -176,7 +221,7 @@ class DeepAR:
         sampled)."""
         spec, net = self._fitted()
         if not calibrated:
-            spec = dataclasses.replace(spec, spread=1.0)
+            spec = dataclasses.replace(spec, spread=())
         stepper = _network(spec, stateful=True)
         stepper.set_weights(net.get_weights())
 
@@ -209,7 +254,8 @@ class DeepAR:
         m = cls(spec.horizon, context=spec.context, likelihood=spec.likelihood, cell=str(net["cell"]),
                 units=int(net["units"]), layers=int(net["layers"]), dropout=float(net.get("dropout", 0.0)),
                 lags=spec.lags, calibration="conformal" if spec.calibration else None,
-                calibration_level=float(spec.calibration.get("level", 0.8)))
+                calibration_level=float(spec.calibration.get("level", 0.8)),
+                calibration_windows=int(spec.calibration.get("windows", 1)))
         m.spec, m.network = spec, load_model(path)
         return m
 

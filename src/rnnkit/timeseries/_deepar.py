@@ -19,14 +19,19 @@ A forecast runs the context through the network, then, ``horizon`` times, draws 
 path's next value from the distribution and feeds it back as the next step's lag (ancestral
 sampling; a seeded generator gives the same paths every time).
 
-Calibration (split conformal, on each series' last ``horizon`` rows before the training cut,
-rows the network never trained on): :func:`conformal_spread` finds the factor ``c`` by which the
-paths' spread about their median must be multiplied for the central ``level`` interval to cover
-the ``ceil((n + 1) level)``-th smallest of the ``n`` calibration scores (the conformalized
-quantile regression rule of Romano et al., 2019, with the interval's half-width as the unit);
-the spec stores ``c`` as ``spread`` and :func:`sample_paths` applies it to every forecast:
-``median + c (path - median)`` at each step. The median, and so the MASE of the median forecast,
-is unchanged; ``c > 1`` widens, ``c < 1`` narrows.
+Calibration (split conformal over rolling origins, on rows the network never trained on):
+``rnnkit.io.DeepAR`` trains a calibration model without the last ``horizon + (K - 1) step``
+rows of each series (``K`` windows, ``step`` = :func:`calibration_step`), forecasts with it each
+window ``k`` (the ``horizon`` rows from origin ``len - horizon - (K - 1 - k) step``, as a
+rolling-origin backtest) from the rows before it, and scores every point by
+:func:`conformal_scores` (half-widths of the central ``level`` interval from the median:
+scale-free). :func:`conformal_spread` takes the
+finite-sample conformal quantile (the ``ceil((n + 1) level)``-th smallest of ``n`` scores, the
+rule of conformalized quantile regression, Romano et al., 2019) of each horizon step's
+``series x K`` scores where there are at least :func:`per_step_points` of them, of all the
+scores pooled otherwise; the spec stores these factors as ``spread`` and :func:`sample_paths`
+applies them to every forecast: ``median + c[h] (path - median)`` at step ``h``. The median, and
+so the MASE of the median forecast, is unchanged; ``c > 1`` widens, ``c < 1`` narrows.
 """
 
 from __future__ import annotations
@@ -68,10 +73,10 @@ class DeepARSpec:
     the horizon and context (rows), the likelihood's name, the lags (rows), the training
     series' ids (in the order of the one-hot columns), the covariates with the mean and standard
     deviation they are standardised with, the season and frequency name of the training panel,
-    the network's description (``cell``, ``units``, ``layers``), the conformal factor
-    ``spread`` every forecast's paths are widened (> 1) or narrowed (< 1) by about their median
-    (1: uncalibrated) and how it was found (``calibration``: method, level, points, coverage
-    before)."""
+    the network's description (``cell``, ``units``, ``layers``), the conformal factors
+    ``spread``, one per horizon step, by which every forecast's paths are widened (> 1) or
+    narrowed (< 1) about their median (``()``: uncalibrated), and how they were found
+    (``calibration``: method, level, windows, step, points, per_step, coverage before)."""
 
     horizon: int
     context: int
@@ -85,16 +90,18 @@ class DeepARSpec:
     calendar_width: int = 0
     freq_name: str = ""
     network: dict[str, Any] = field(default_factory=dict)
-    spread: float = 1.0
+    spread: tuple[float, ...] = ()
     calibration: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.horizon < 1 or self.context < 1 or not self.lags or min(self.lags) < 1:
             raise InvalidParameterError(f"DeepAR: horizon, context and lags must be >= 1, got horizon="
                                         f"{self.horizon}, context={self.context}, lags={self.lags}")
-        if not (math.isfinite(self.spread) and self.spread > 0):
-            raise InvalidParameterError(f"DeepAR: spread (the conformal factor of the paths' spread about "
-                                        f"their median) must be a finite number > 0, got {self.spread!r}")
+        if self.spread and (len(self.spread) != self.horizon
+                            or not all(math.isfinite(v) and v > 0 for v in self.spread)):
+            raise InvalidParameterError(f"DeepAR: spread (the conformal factors of the paths' spread about "
+                                        f"their median) must be () or {self.horizon} finite numbers > 0 (one "
+                                        f"per horizon step), got {self.spread!r}")
         get_likelihood(self.likelihood)
 
     @property
@@ -124,6 +131,12 @@ class DeepARSpec:
                 raise ValueError("unknown format")
             for k in ("lags", "ids", "covariate_names", "cov_mean", "cov_std"):
                 d[k] = tuple(d[k])
+            sp = d.get("spread", ())
+            # files written before per-step factors hold one number (1.0: uncalibrated)
+            if isinstance(sp, (int, float)):
+                d["spread"] = () if sp == 1.0 else (float(sp),) * int(d["horizon"])
+            else:
+                d["spread"] = tuple(float(v) for v in sp)
             return cls(**d)
         except (ValueError, KeyError, TypeError) as e:
             raise DataError(f"the DeepAR settings stored with the model are damaged ({e})") from None
@@ -166,15 +179,25 @@ class DeepARSpec:
         return np.concatenate(parts, axis=-1).astype(np.float32)
 
 
+def default_lags(season: int | None) -> tuple[int, ...]:
+    """DeepAR's lags for a season of ``m`` rows: every lag 1 .. m + 1 (the last season in full
+    and the row before it) and 2 m (the same place a season earlier), as DeepAR feeds the
+    lagged values around the season's multiples (GluonTS: 1 .. 7 and the seasons' multiples
+    +- 1); ``(1,)`` without a season. Quarterly: 1 .. 5 and 8; monthly: 1 .. 13 and 24."""
+    if season is None or season == 1:
+        return (1,)
+    return (*range(1, season + 2), 2 * season)
+
+
 def fit_spec(panel: Panel, horizon: int, context: int, likelihood: str, lags: tuple[int, ...] | None,
              network: dict[str, Any]) -> DeepARSpec:
-    """The settings of a model trained on ``panel``: default lags 1 and the season, the
+    """The settings of a model trained on ``panel``: default lags :func:`default_lags` of its season, the
     covariates' mean and standard deviation over every training row (1 where it is 0)."""
     if not panel.series:
         raise DataError("a DeepAR model needs at least one series; the panel has none")
     season = panel.season
     if lags is None:
-        lags = (1,) if season is None or season == 1 else (1, season)
+        lags = default_lags(season)
     cov = (np.concatenate([s.covariates for s in panel.series]) if panel.covariate_names
            else np.zeros((0, 0)))
     mean = cov.mean(axis=0) if cov.size else np.zeros(0)
@@ -308,44 +331,93 @@ def sample_paths(spec: DeepARSpec, panel: Panel, stepper: Stepper, num_samples: 
     return Forecast(tuple(panel.ids), np.stack(index), paths)
 
 
-def spread_paths(paths: np.ndarray, factor: float) -> np.ndarray:
-    """``median + factor (paths - median)`` at each series and step of ``paths`` (N, S, H), the
-    median taken over the S paths: every quantile's distance from the median times ``factor``,
-    the median itself unchanged (``paths`` as given where ``factor`` is 1)."""
-    if factor == 1.0:
+def spread_paths(paths: np.ndarray, factor: tuple[float, ...]) -> np.ndarray:
+    """``median + factor[h] (paths - median)`` at each series and step ``h`` of ``paths`` (N, S,
+    H), the median taken over the S paths: every quantile's distance from the median times the
+    step's factor, the median itself unchanged (``paths`` as given where ``factor`` is ``()``,
+    uncalibrated)."""
+    if not factor:
         return paths
+    f = np.asarray(factor, dtype=np.float64)
+    if f.shape != paths.shape[2:]:
+        raise InvalidParameterError(f"spread_paths: one factor per horizon step ({paths.shape[2]}) expected, "
+                                    f"got {f.shape[0]}")
     med = np.median(paths, axis=1, keepdims=True)
-    return med + factor * (paths - med)
+    return med + f * (paths - med)
 
 
-def conformal_spread(forecast: Forecast, actual: np.ndarray, level: float) -> tuple[float, float]:
-    """``(c, coverage)``: the split-conformal factor of the paths' spread about their median
-    for the central ``level`` interval, and the share of ``actual`` (N, H) the uncalibrated
-    interval covered.
+def calibration_step(horizon: int, windows: int) -> int:
+    """Rows between the origins of ``windows`` calibration windows: ``ceil(horizon / windows)``,
+    so that their origins spread over one horizon and the rows held out of training for
+    them, ``horizon + (windows - 1) x step``, are fewer than twice the horizon."""
+    return -(-horizon // windows)
 
-    Each point's score is how many interval half-widths it lies from the median: ``(y - m) /
-    (hi - m)`` above the median ``m``, ``(m - y) / (m - lo)`` below (``lo``, ``hi``: the
-    interval's ends). ``c`` is the ``k = ceil((n + 1) level)``-th smallest of the ``n`` scores
-    (the largest where ``k > n``), so ``median + c (interval - median)`` covers at least ``k``
-    of the ``n`` points; for a new point exchangeable with them, the share covered is at least
-    ``level`` (Romano et al., 2019). Points of one series are correlated, so with few series
-    this holds only roughly."""
+
+def calibration_rows(horizon: int, windows: int) -> int:
+    """Rows at the end of each series held out of training to calibrate ``windows`` windows."""
+    return horizon + (windows - 1) * calibration_step(horizon, windows)
+
+
+def per_step_points(level: float) -> int:
+    """Points a horizon step needs for a factor of its own: ``ceil(level (1 - level) / 0.05^2)``,
+    the count at which the coverage the step's factor gives has a binomial s.e. of at most 5
+    points (64 for a level of 0.8)."""
+    return math.ceil(level * (1 - level) / 0.0025 - 1e-9)
+
+
+def conformal_scores(forecast: Forecast, actual: np.ndarray, level: float) -> np.ndarray:
+    """(N, H): how many half-widths of the central ``level`` interval each ``actual`` (N, H)
+    lies from the paths' median ``m``: ``(y - m) / (hi - m)`` above it, ``(m - y) / (m - lo)``
+    below (``lo``, ``hi``: the interval's ends). A ratio of two lengths in the series' units, so
+    free of its scale: a series of 10^5 weighs as much as one of 10."""
     if not 0 < level < 1:
         raise InvalidParameterError(f"a calibration level must lie in (0, 1), got {level!r}")
     a = np.asarray(actual, dtype=np.float64)
     if a.shape != forecast.samples.shape[::2]:
-        raise InvalidParameterError(f"conformal_spread: actual must be (series, horizon) = "
+        raise InvalidParameterError(f"conformal_scores: actual must be (series, horizon) = "
                                     f"{forecast.samples.shape[::2]}, got {a.shape}")
     lo, hi = forecast.interval(level)
     med = forecast.quantile(0.5)
     tiny = 1e-12 * np.maximum(np.abs(med), 1.0)
-    score = np.where(a >= med, (a - med) / np.maximum(hi - med, tiny), (med - a) / np.maximum(med - lo, tiny))
-    s = np.sort(score.ravel())
+    return np.where(a >= med, (a - med) / np.maximum(hi - med, tiny), (med - a) / np.maximum(med - lo, tiny))
+
+
+def conformal_quantile(scores: np.ndarray, level: float) -> float:
+    """The finite-sample conformal quantile of ``n`` scores: the ``k = ceil((n + 1) level)``-th
+    smallest (the largest where ``k > n``). For a new score exchangeable with them,
+    ``P(score <= it) >= level`` (Romano et al., 2019)."""
+    s = np.sort(np.asarray(scores, dtype=np.float64).ravel())
+    if s.size == 0:
+        raise InvalidParameterError("conformal_quantile: no scores")
     k = math.ceil((s.size + 1) * level)
-    c = float(s[min(k, s.size) - 1])
-    covered = float(np.mean((a >= lo) & (a <= hi)))
-    # a factor of 0 (every point on its median) would collapse the paths; keep them apart
-    return max(c, 1e-6), covered
+    return float(s[min(k, s.size) - 1])
+
+
+def conformal_spread(scores: np.ndarray, level: float) -> tuple[tuple[float, ...], bool]:
+    """``(factors, per_step)``: the conformal factor of each horizon step's spread about the
+    median, from ``scores`` (M, H) (:func:`conformal_scores` of every calibration window of
+    every series, stacked: M = series x windows).
+
+    Where every step has at least :func:`per_step_points` scores (``M`` of them), each step ``h``
+    gets the conformal quantile of its own ``M`` scores (``per_step`` True): the forecast's
+    miss grows with the step in ways the sampled spread need not follow. Otherwise all ``M x
+    H`` scores are pooled into one quantile, used at every step. ``median + c (interval -
+    median)`` then covers at least ``k`` of the points its quantile was taken over. Scores of one
+    series and one stretch of time are correlated, so with few series the guarantee holds only
+    roughly. A factor of 0 (every point on its median) is raised to 1e-6 so that the paths stay
+    apart."""
+    if not 0 < level < 1:
+        raise InvalidParameterError(f"a calibration level must lie in (0, 1), got {level!r}")
+    sc = np.asarray(scores, dtype=np.float64)
+    if sc.ndim != 2 or sc.size == 0:
+        raise InvalidParameterError(f"conformal_spread: scores must be (series x windows, horizon), "
+                                    f"got shape {sc.shape}")
+    per_step = sc.shape[0] >= per_step_points(level)
+    if per_step:
+        c = [conformal_quantile(sc[:, h], level) for h in range(sc.shape[1])]
+    else:
+        c = [conformal_quantile(sc, level)] * sc.shape[1]
+    return tuple(max(v, 1e-6) for v in c), per_step
 
 
 def _covariates(spec: DeepARSpec, panel: Panel, s: Series) -> np.ndarray:
@@ -368,6 +440,7 @@ def _future_covariates(spec: DeepARSpec, future: Panel | None, sid: str, dates: 
     return c[:len(dates)]
 
 
-__all__ = ["DEEPAR_FORMAT", "DEEPAR_KEY", "DeepARSpec", "Forecast", "Stepper", "conformal_spread", "fit_spec",
-           "spread_paths",
-           "sample_paths", "scale_of", "training_windows"]
+__all__ = ["DEEPAR_FORMAT", "DEEPAR_KEY", "DeepARSpec", "Forecast", "Stepper", "calibration_rows",
+           "calibration_step", "conformal_quantile", "conformal_scores", "conformal_spread", "default_lags",
+           "fit_spec",
+           "per_step_points", "sample_paths", "scale_of", "spread_paths", "training_windows"]
