@@ -99,7 +99,8 @@ def mase_scale(history: np.ndarray, season: int | None = None, *, name: str = "t
                         f"needs more than {m} rows of history; got {y.shape[0]}")
     total = 0.0                     # block by block: no temporaries the length of the history
     for a in range(m, y.shape[0], BLOCK):
-        total += float(np.sum(np.abs(y[a:a + BLOCK] - y[a - m:a - m + BLOCK])))
+        b = min(a + BLOCK, y.shape[0])
+        total += float(np.sum(np.abs(y[a:b] - y[a - m:b - m])))
     s = total / (y.shape[0] - m)
     if not s > 0:
         raise DataError(f"{name}: MASE is undefined: the history is constant at lag {m} (its "
@@ -457,7 +458,8 @@ def backtest(values: np.ndarray, methods: dict[str, Method], *, horizon: int, wi
     return Backtest(orig, actual, season, scores)
 
 
-__all__ = ["ETS", "ETS_MAX_ROWS", "ETS_MISSING", "ETS_NAME", "METRICS", "Backtest", "ETSConfig", "Method", "Score",
+__all__ = ["ETS", "ETS_MAX_ROWS", "ETS_MISSING", "ETS_NAME", "METRICS", "Backtest", "ETSConfig", "Method",
+           "Score",
            "ar_order", "autoregressive", "backtest", "baselines",
            "check_length",
            "detect_season", "drift", "ets_candidates", "ets_fit", "ets_select", "have_statsmodels", "mase",
