@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import rnnkit as rk
+import rnnkit.timeseries._backtest as backtest_mod
 from rnnkit.cli import main
 from rnnkit.timeseries import backtest, baselines
 from rnnkit.timeseries._backtest import ETS, ETS_MISSING, ETSConfig, ets_candidates
@@ -170,3 +171,21 @@ def test_predict_best_ets_without_statsmodels_names_the_extra(monkeypatch: pytes
     with pytest.raises(CliError, match=r"the ETS baseline, which needs statsmodels \(pip install "
                                        r"\"rnnkit\[forecast\]\"\)"):
         best_path(Forecaster(None, spec), monthly_co2()[1][:100], 3)
+
+
+def test_ets_fits_a_long_history_on_its_last_rows_as_statsmodels_does_on_that_slice(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A history longer than ETS_MAX_ROWS is fitted on its last ETS_MAX_ROWS rows: the forecasts
+    are statsmodels' own on that slice (the same call, so the same bits), not on the whole."""
+    pytest.importorskip("statsmodels")
+    assert backtest_mod.ETS_MAX_ROWS == 5000
+    _, y = monthly_co2()
+    monkeypatch.setattr(backtest_mod, "ETS_MAX_ROWS", 120)
+    ets = ETS(12)
+    got = ets(y[:300], 24)
+    cfg, want, _ = statsmodels_choice(y[180:300], 12)
+    assert ets.rows == [120] and ets.chosen == [cfg]
+    np.testing.assert_array_equal(got, want)
+    whole = statsmodels_choice(y[:300], 12)[1]
+    assert not np.array_equal(got, whole)          # the bound changed what was fitted
+    assert ets(y[:100], 24).shape == (24,) and ets.rows[-1] == 100    # a shorter history: all of it

@@ -55,7 +55,15 @@ from rnnkit.timeseries import (
     choose_preprocess,
     detect_season,
 )
-from rnnkit.timeseries._backtest import ETS, ETS_MISSING, ETS_NAME, METRICS, check_length, have_statsmodels
+from rnnkit.timeseries._backtest import (
+    ETS,
+    ETS_MAX_ROWS,
+    ETS_MISSING,
+    ETS_NAME,
+    METRICS,
+    check_length,
+    have_statsmodels,
+)
 from rnnkit.timeseries._csv import DataError
 
 #: the key under which the backtest's ranking is stored in the model's forecast settings
@@ -211,8 +219,11 @@ def train_backtest(args: argparse.Namespace, features: list[str], y: np.ndarray,
                              f"(MASE scaled by the in-sample {'seasonal-' if season else ''}naive MAE"
                              + (f", lag {season}" if season else "") + "):"))
     if isinstance(ets, ETS):
-        print("ETS configuration (smallest AICc on each window's history): " + "; ".join(
-            f"origin {int(o)}: {c.describe()}" for o, c in zip(bt.origins, ets.chosen, strict=True)))
+        print("ETS configuration (smallest AICc on each window's history"
+              + (f"; a history longer than {ETS_MAX_ROWS} rows is fitted on its last {ETS_MAX_ROWS}"
+                 if max(ets.rows) < int(bt.origins[-1]) else "")
+              + "): " + "; ".join(f"origin {int(o)}: {c.describe()}"
+                                  for o, c in zip(bt.origins, ets.chosen, strict=True)))
     print(bt.verdict(model_name))
     print(f"model saved to {model_path} (preprocessing, window and the backtest ranking inside; "
           f"`rnnkit predict {model_path} DATA --model best` forecasts with "
@@ -260,7 +271,9 @@ def best_path(forecaster: Forecaster, history: np.ndarray, steps: int) -> tuple[
     method = methods[best]
     out = np.asarray(method(np.asarray(history, dtype=np.float64), steps), dtype=np.float64)
     if isinstance(method, ETS):
-        best += f" ({method.chosen[-1].describe()}: the smallest AICc on these rows)"
+        used = method.rows[-1]
+        best += (f" ({method.chosen[-1].describe()}: the smallest AICc on "
+                 + ("these rows)" if used == len(history) else f"their last {used})"))
     return best, out
 
 

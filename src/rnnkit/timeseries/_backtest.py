@@ -44,8 +44,10 @@ ETS (exponential smoothing; with statsmodels installed, ``pip install "rnnkit[fo
     (with a season ``m`` of at most :data:`ETS_MAX_SEASON` and at least ``2 m`` rows of history)
     with an additive season of ``m`` (the AICc selection of Hyndman et al.'s automatic ETS;
     ties: the simpler, earlier in that order). The configuration is chosen afresh on each
-    history, as AR(p)'s order is. Without statsmodels it is left out (:func:`baselines` says
-    why: :data:`ETS_MISSING`).
+    history, as AR(p)'s order is. A history longer than :data:`ETS_MAX_ROWS` rows is fitted on
+    its last :data:`ETS_MAX_ROWS` rows (statsmodels' time and memory per fit grow with the
+    length; the older rows barely move a smoothing model's forecast). Without statsmodels it is
+    left out (:func:`baselines` says why: :data:`ETS_MISSING`).
 
 Season detection (:func:`detect_season`): the calendar's cycle when the index is dated
 (:func:`~rnnkit.timeseries.season_of`: hourly 24, daily 7, weekly 52, monthly 12, quarterly 4);
@@ -65,7 +67,7 @@ from typing import Any
 import numpy as np
 
 from rnnkit._numbers import check_int
-from rnnkit.timeseries._baselines import ARModel, as_series, pair_difference
+from rnnkit.timeseries._baselines import BLOCK, ARModel, as_series, pair_difference
 from rnnkit.timeseries._csv import DataError
 
 #: a forecaster: (history (o,), horizon) -> forecasts of the next ``horizon`` values
@@ -95,7 +97,11 @@ def mase_scale(history: np.ndarray, season: int | None = None, *, name: str = "t
     if y.shape[0] <= m:
         raise DataError(f"{name}: MASE scales by the in-sample seasonal-naive error at lag {m}, which "
                         f"needs more than {m} rows of history; got {y.shape[0]}")
-    s = float(np.mean(np.abs(y[m:] - y[:-m])))
+    total = 0.0                     # block by block: no temporaries the length of the history
+    for a in range(m, y.shape[0], BLOCK):
+        b = min(a + BLOCK, y.shape[0])
+        total += float(np.sum(np.abs(y[a:b] - y[a - m:b - m])))
+    s = total / (y.shape[0] - m)
     if not s > 0:
         raise DataError(f"{name}: MASE is undefined: the history is constant at lag {m} (its "
                         f"seasonal-naive in-sample error is 0)")
@@ -259,18 +265,32 @@ def ets_select(history: np.ndarray, season: int | None) -> tuple[ETSConfig, Any]
     return best if best is not None else (ETSConfig(), ets_fit(y, ETSConfig()))
 
 
+#: the most rows of history the ETS baseline is fitted on: a longer history is fitted on its
+#: last ETS_MAX_ROWS rows. statsmodels' ExponentialSmoothing holds arrays of the history's length
+#: (measured with tracemalloc, a fit's peak grows by about 76 bytes, 9.5 float64, per row of
+#: history from 5,000 to 10,000 rows: 760 MB per fit of a 10-million-row history) and its time
+#: per fit grows with the length; 5000 rows are 714 weeks of daily data, 416 years of monthly,
+#: 208 days of hourly, and more than every series of benchmarks/bench_forecast.py (cut to 2000)
+ETS_MAX_ROWS = 5000
+
+
 class ETS:
-    """The ETS baseline as a :data:`Method`: on each history the configuration of smallest
-    AICc (:func:`ets_select`), refitted, forecasts ``horizon`` values. ``chosen`` lists the
-    configuration of every call, in order (what ``rnnkit train`` prints)."""
+    """The ETS baseline as a :data:`Method`: on each history — its last :data:`ETS_MAX_ROWS`
+    rows when it is longer — the configuration of smallest AICc (:func:`ets_select`), refitted,
+    forecasts ``horizon`` values. ``chosen`` lists the configuration of every call and ``rows``
+    the rows it was fitted on, in order (what ``rnnkit train`` prints)."""
 
     def __init__(self, season: int | None) -> None:
         self.season = check_int(season, "season", "ETS", lo=0, none_ok=True, error=DataError) or None
         self.chosen: list[ETSConfig] = []
+        self.rows: list[int] = []
 
     def __call__(self, history: np.ndarray, horizon: int) -> np.ndarray:
-        cfg, fit = ets_select(history, self.season)
+        y = as_series(history, "ETS")
+        y = y[max(0, len(y) - ETS_MAX_ROWS):]
+        cfg, fit = ets_select(y, self.season)
         self.chosen.append(cfg)
+        self.rows.append(len(y))
         return np.asarray(fit.forecast(horizon), dtype=np.float64)
 
 
@@ -390,13 +410,21 @@ def check_length(n: int, *, horizon: int, windows: int, season: int | None = Non
     return orig
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a`` (``a`` itself stays writeable)."""
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
 def backtest(values: np.ndarray, methods: dict[str, Method], *, horizon: int, windows: int,
              season: int | None = None, step: int | None = None, name: str = "the series",
              min_history: int = 2) -> Backtest:
     """Rolling-origin evaluation of every forecaster in ``methods`` (module docstring) over the
     last ``windows`` stretches of ``horizon`` values of ``values``. ``season`` sets MASE's lag
     (1 without). The first origin needs ``max(min_history, 2 * season, season + 1)`` rows of
-    history, else a DataError naming the series and the rule."""
+    history, else a DataError naming the series and the rule. Each forecaster is given a
+    read-only view of its history (not a copy: a long series is not duplicated per call)."""
     y = np.asarray(values, dtype=np.float64)
     if y.ndim != 1:
         raise DataError(f"{name}: expected one series (rows,), got shape {y.shape}")
@@ -411,7 +439,7 @@ def backtest(values: np.ndarray, methods: dict[str, Method], *, horizon: int, wi
     for mname, method in methods.items():
         fc = np.empty_like(actual)
         for k, o in enumerate(orig):
-            f = np.asarray(method(y[:o].copy(), horizon), dtype=np.float64).ravel()
+            f = np.asarray(method(_read_only(y[:o]), horizon), dtype=np.float64).ravel()
             if f.shape != (horizon,) or not np.isfinite(f).all():
                 raise DataError(f"{name}: forecaster {mname!r} returned {f.shape[0]} value(s) with "
                                 f"{int(np.sum(~np.isfinite(f)))} not finite from origin {int(o)}; "
@@ -430,7 +458,8 @@ def backtest(values: np.ndarray, methods: dict[str, Method], *, horizon: int, wi
     return Backtest(orig, actual, season, scores)
 
 
-__all__ = ["ETS", "ETS_MISSING", "ETS_NAME", "METRICS", "Backtest", "ETSConfig", "Method", "Score",
+__all__ = ["ETS", "ETS_MAX_ROWS", "ETS_MISSING", "ETS_NAME", "METRICS", "Backtest", "ETSConfig", "Method",
+           "Score",
            "ar_order", "autoregressive", "backtest", "baselines",
            "check_length",
            "detect_season", "drift", "ets_candidates", "ets_fit", "ets_select", "have_statsmodels", "mase",

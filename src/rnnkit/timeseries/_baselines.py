@@ -39,8 +39,9 @@ from rnnkit.timeseries._dates import infer_frequency
 
 
 def as_series(target: object, where: str) -> np.ndarray:
-    """``target`` as a 1-D float64 array; DataError naming ``where`` otherwise."""
-    t = as_real_array(target, "target", where).astype(np.float64)
+    """``target`` as a 1-D float64 array (``target`` itself when it is one: not a copy, so
+    callers never write to it); DataError naming ``where`` otherwise."""
+    t = as_real_array(target, "target", where).astype(np.float64, copy=False)    # no copy of a long series
     if t.ndim != 1:
         raise DataError(f"{where}: target must be a 1-D series, got shape {t.shape}")
     return t
@@ -56,7 +57,13 @@ def _positions(pos: object, rows: int, what: str, where: str) -> np.ndarray:
     if p.size and (int(p.min()) < 0 or int(p.max()) >= rows):
         raise DataError(f"{where}: {what} must lie in [0, {rows - 1}] (the target's rows), got "
                         f"[{int(p.min())}, {int(p.max())}]")
-    return p.astype(np.int64)
+    return p.astype(np.int64, copy=False)
+
+
+def _with_history(pos: np.ndarray, rows: int) -> np.ndarray:
+    """The positions of ``pos`` with at least ``rows`` rows before them (``pos`` itself when all
+    have: no copy of a long array of positions)."""
+    return pos if not pos.size or int(pos.min()) >= rows else pos[pos >= rows]
 
 
 def pair_difference(pred: object, actual: object, where: str) -> np.ndarray:
@@ -131,7 +138,7 @@ class ARModel:
         tp = _positions(train_pos, target.shape[0], "train_pos", "ARModel.fit")
         p = check_int(p, "p", "ARModel.fit", lo=1)
         horizon = check_int(horizon, "horizon", "ARModel.fit", lo=1)
-        tp = tp[tp - horizon - p + 1 >= 0]
+        tp = _with_history(tp, horizon + p - 1)
         if tp.size < p + 1:
             raise DataError(f"AR({p}) needs at least {p + 1} training positions with {p} lags, got {tp.size}")
         r = _qr_r(target, tp, p, horizon)
@@ -158,7 +165,7 @@ def select_ar_order(target: np.ndarray, train_pos: np.ndarray, max_p: int, horiz
     tp = _positions(train_pos, target.shape[0], "train_pos", "select_ar_order")
     max_p = check_int(max_p, "max_p", "select_ar_order", lo=1)
     horizon = check_int(horizon, "horizon", "select_ar_order", lo=1)
-    tp = tp[tp - horizon - max_p + 1 >= 0]
+    tp = _with_history(tp, horizon + max_p - 1)
     if tp.size < max_p + 2:
         raise DataError(f"AR order selection up to {max_p} needs more than {max_p + 1} training positions")
     n = tp.size
