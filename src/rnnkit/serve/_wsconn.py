@@ -221,9 +221,9 @@ class StreamWSProtocol(WebSocketsSansIOProtocol):  # type: ignore[misc]
                     break
             msg = {"type": "websocket.receive", "bytes": data} if type(data) is bytes \
                 else {"type": "websocket.receive", "text": data}
-            task = self.loop.create_task(sockets.answer(self.sid, msg))
+            task = self.loop.create_task(self.answer(msg, t0))
             self.tasks.add(task)
-            task.add_done_callback(functools.partial(self.answered, t0))
+            task.add_done_callback(self.tasks.discard)
         if self.busy or inbox:
             if not self.read_paused:
                 self.read_paused = True
@@ -247,16 +247,15 @@ class StreamWSProtocol(WebSocketsSansIOProtocol):  # type: ignore[misc]
             return
         self.deliver(sockets.step_answer(step, y), "200", t0)
 
-    def answered(self, t0: float, task: asyncio.Task[tuple[dict[str, Any], str]]) -> None:
-        """A message answered by :meth:`StreamSocket.answer`: write its answer."""
-        self.tasks.discard(task)
-        if task.cancelled():  # the server is shutting down
-            return
-        e = task.exception()
-        if e is not None:
+    async def answer(self, msg: dict[str, Any], t0: float) -> None:
+        """Answer a message by :meth:`StreamSocket.answer` (the app's own path) and write it."""
+        sockets = self.sockets
+        assert sockets is not None
+        try:
+            reply, status = await sockets.answer(self.sid, msg)
+        except Exception as e:  # noqa: BLE001 - as uvicorn treats an app that failed
             self.crash(e)
             return
-        reply, status = task.result()
         data = reply.get("bytes")
         self.deliver(reply["text"] if data is None else data, status, t0)
 
@@ -278,12 +277,12 @@ class StreamWSProtocol(WebSocketsSansIOProtocol):  # type: ignore[misc]
             return
         conn = self.conn
         if conn.extensions:  # the library's framing (compression)
-            if type(payload) is bytes:
+            if isinstance(payload, bytes):
                 conn.send_binary(payload)
             else:
                 conn.send_text(payload.encode())
             self.transport.write(b"".join(conn.data_to_send()))
-        elif type(payload) is bytes:
+        elif isinstance(payload, bytes):
             self.transport.write(frame(_BINARY_FIN, payload))
         else:
             self.transport.write(frame(_TEXT_FIN, payload.encode()))
