@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import struct
 from typing import Any
 
@@ -38,9 +39,9 @@ def _model() -> rk.Sequential:
                          input_shape=(None, None, F))
 
 
-def _counting(count: list[int]) -> type:
-    """The protocol, counting the steps answered from the step pool (in ``count[0]``)."""
-    class Counting(StreamWSProtocol):
+def _counting(count: list[int], base: type) -> type:
+    """The protocol ``base``, counting the steps answered from the step pool (in ``count[0]``)."""
+    class Counting(base):  # type: ignore[valid-type, misc]
         def stepped(self, step: Any, t0: float, future: asyncio.Future[Any]) -> None:
             count[0] += 1
             super().stepped(step, t0, future)
@@ -48,7 +49,6 @@ def _counting(count: list[int]) -> type:
 
 
 def _free_port() -> int:
-    import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
@@ -59,7 +59,7 @@ class Pair:
     """Two servers of one model: ``fast`` (this protocol, ``ws_fast_path`` on) and ``app``
     (uvicorn's ``websockets-sansio``, ``ws_fast_path`` off)."""
 
-    def __init__(self, ws_max_size: int = 1 << 20, **settings: Any) -> None:
+    def __init__(self, ws_max_size: int = 1 << 20, ws: type = StreamWSProtocol, **settings: Any) -> None:
         self.model = _model()
         self.ports = {v: _free_port() for v in ("fast", "app")}
         self.count = {v: [0] for v in self.ports}
@@ -67,7 +67,7 @@ class Pair:
             v: uvicorn.Server(uvicorn.Config(
                 rk.serve.app(self.model, ws_fast_path=v == "fast", **settings), host="127.0.0.1", port=port,
                 log_level="warning", loop="asyncio", lifespan="on", access_log=False,
-                ws=_counting(self.count[v]) if v == "fast" else "websockets-sansio", ws_max_size=ws_max_size,
+                ws=_counting(self.count[v], ws) if v == "fast" else "websockets-sansio", ws_max_size=ws_max_size,
                 ws_per_message_deflate=False))
             for v, port in self.ports.items()}
         self.tasks: list[asyncio.Task[None]] = []
@@ -354,3 +354,62 @@ def test_a_missing_stream_and_the_token_are_answered_by_the_app() -> None:
     assert close[:4] == b"\x88\x02\x03\xf0"  # 1008
     assert _binary(answer)[:2] == (1, 0)
     assert pair.count["fast"][0] == 1
+
+
+def test_answers_wait_while_the_client_does_not_read() -> None:
+    """A client that sends 40 large steps without reading: the fast server's transport stops
+    taking writes (its socket's send buffer and its own buffer limit made small here), the answers wait in the protocol and are
+    written as the client reads, all of them, in order, the app server's bytes."""
+    held = [0]
+
+    class Small(StreamWSProtocol):
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            self.transport.set_write_buffer_limits(high=1024)
+
+        def resume_writing(self) -> None:
+            held[0] += self.held is not None
+            super().resume_writing()
+
+    msgs = [step(i + 1, RNG.standard_normal((2000, F))) for i in range(40)]
+    count: list[list[int]] = []
+
+    async def run() -> dict[str, list[bytes]]:
+        got: dict[str, list[bytes]] = {}
+        async with Pair(ws_max_size=1 << 20, ws=Small, max_timesteps=2000) as pair:
+            count.append(pair.count["fast"])
+            for v, port in pair.ports.items():
+                c, _ = await Client.open(port, await pair.create(v))
+                c.writer.write(b"".join(msgs))
+                await asyncio.sleep(1.0)  # the server answers what it can, then waits for the reader
+                got[v] = [await c.frame() for _ in msgs]
+                c.close()
+        return got
+
+    got = asyncio.run(run())
+    assert got["fast"] == got["app"]
+    assert [_binary(a)[0] for a in got["fast"]] == list(range(1, 41))
+    assert count[0][0] == 40
+    assert held[0] > 0
+
+
+def test_the_switch() -> None:
+    """``--no-ws-fast-path`` turns ``ws_fast_path`` off and leaves uvicorn's own protocol;
+    by default ``auto`` and ``websockets-sansio`` give this protocol; ``wsproto`` stays itself;
+    a switch that is not a bool is refused, naming it."""
+    import argparse
+
+    from rnnkit.serve import ServeConfig
+    from rnnkit.serve._cli import WS_PROTOCOL, add_parser, config_from, ws_protocol
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    on = config_from(parser.parse_args(["serve", "m"]))
+    off = config_from(parser.parse_args(["serve", "m", "--no-ws-fast-path"]))
+    assert on.ws_fast_path is True and off.ws_fast_path is False
+    assert [ws_protocol(w, on) for w in ("auto", "websockets-sansio", "wsproto", "websockets")] == \
+        [WS_PROTOCOL, WS_PROTOCOL, "wsproto", "websockets"]
+    assert ws_protocol("auto", off) == "auto"
+    with pytest.raises(rk.Error, match="ws_fast_path must be True or False, got str 'yes'"):
+        ServeConfig(ws_fast_path="yes")  # type: ignore[arg-type]
