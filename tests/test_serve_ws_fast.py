@@ -67,8 +67,8 @@ class Pair:
             v: uvicorn.Server(uvicorn.Config(
                 rk.serve.app(self.model, ws_fast_path=v == "fast", **settings), host="127.0.0.1", port=port,
                 log_level="warning", loop="asyncio", lifespan="on", access_log=False,
-                ws=_counting(self.count[v], ws) if v == "fast" else "websockets-sansio", ws_max_size=ws_max_size,
-                ws_per_message_deflate=False))
+                ws=_counting(self.count[v], ws) if v == "fast" else "websockets-sansio",
+                ws_max_size=ws_max_size, ws_per_message_deflate=False))
             for v, port in self.ports.items()}
         self.tasks: list[asyncio.Task[None]] = []
 
@@ -358,8 +358,9 @@ def test_a_missing_stream_and_the_token_are_answered_by_the_app() -> None:
 
 def test_answers_wait_while_the_client_does_not_read() -> None:
     """A client that sends 40 large steps without reading: the fast server's transport stops
-    taking writes (its socket's send buffer and its own buffer limit made small here), the answers wait in the protocol and are
-    written as the client reads, all of them, in order, the app server's bytes."""
+    taking writes (its socket's send buffer and its own buffer limit made small here), the
+    answers wait in the protocol and are written as the client reads, all of them, in order, the
+    app server's bytes."""
     held = [0]
 
     class Small(StreamWSProtocol):
