@@ -101,13 +101,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ws", default="auto", help="uvicorn's WebSocket implementation")
     p.add_argument("--other", action="store_true", help="list the functions of the group 'other'")
     p.add_argument("--max-wait-ms", type=float, default=2.0)
+    p.add_argument("--no-ws-fast-path", action="store_true",
+                   help="every message through the ASGI app (ServeConfig.ws_fast_path=False)")
     a = p.parse_args(argv)
     import httpx
     import uvicorn
 
     import rnnkit as rk
     from rnnkit.serve import ServeConfig, app
-    from rnnkit.serve._cli import HTTP_PROTOCOL, set_kernel_threads, settle
+    from rnnkit.serve._cli import HTTP_PROTOCOL, set_kernel_threads, settle, ws_protocol
 
     set_kernel_threads(1)  # rnnkit serve's default
 
@@ -115,13 +117,14 @@ def main(argv: list[str] | None = None) -> int:
         d = Path(tmp)
         model = rk.Sequential([rk.LSTM(H, "tanh", seed=1)], input_shape=(None, None, F))
         rk.save_model(model, d / "m.safetensors")
-        cfg = ServeConfig(max_streams=a.streams + 10, max_wait_ms=a.max_wait_ms)
+        cfg = ServeConfig(max_streams=a.streams + 10, max_wait_ms=a.max_wait_ms,
+                          ws_fast_path=not a.no_ws_fast_path)
         application: Any = empty_app if a.empty else app(str(d / "m.safetensors"), cfg)
         settle()
         port = free_port()
         config = uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning",
-                                http=HTTP_PROTOCOL, access_log=False, lifespan="on", ws=a.ws,
-                                ws_per_message_deflate=False)
+                                http=HTTP_PROTOCOL, access_log=False, lifespan="on",
+                                ws=ws_protocol(a.ws, cfg), ws_per_message_deflate=False)
         server = uvicorn.Server(config)
         prof = cProfile.Profile()
         result: dict[str, Any] = {}
@@ -148,12 +151,14 @@ def main(argv: list[str] | None = None) -> int:
                     assert gen.stdin is not None and gen.stdout is not None
                     assert gen.stdout.readline().strip() == "open"
                     c0 = time.process_time()
+                    t0 = os.times()
                     if measure:
                         on_loop(prof.enable)
                     gen.stdin.write("go\n")
                     gen.stdin.flush()
                     line = gen.stdout.readline()
                     cpu = time.process_time() - c0
+                    t1 = os.times()
                     if measure:
                         on_loop(prof.disable)
                     gen.stdin.write("close\n")
@@ -161,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                 out = json.loads(line)
                 seqs = out.pop("seqs")
                 if measure:
-                    result.update(out, server_cpu_s=cpu)
+                    result.update(out, server_cpu_s=cpu, server_sys_s=t1.system - t0.system)
             server.should_exit = True
 
         async def serve() -> None:
@@ -178,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     cpu_us = 1e6 * result.get("server_cpu_s", 0.0) / steps
     print(json.dumps({"steps_per_s": round(result.get("throughput", 0.0)), "p50_ms": result.get("p50_ms"),
                       "p99_ms": result.get("p99_ms"), "errors": result.get("errors"),
-                      "server_cpu_us_per_step": round(cpu_us, 1), "load_average_1m": os.getloadavg()[0]}))
+                      "server_cpu_us_per_step": round(cpu_us, 1),
+                      "of_which_system_us": round(1e6 * result.get("server_sys_s", 0.0) / steps, 1),
+                      "load_average_1m": os.getloadavg()[0]}))
     if not a.no_profile:
         st = pstats.Stats(prof)
         print_groups(st, steps, cpu_us)

@@ -65,6 +65,8 @@ ISA_SENSITIVE = frozenset({
     "test_highway.py",
     # the WebSocket's batched fast-path steps against the general path and the whole-sequence predict
     "test_serve_ws_pool.py",
+    # the WebSocket steps answered inside the protocol against the app's and the whole-sequence predict
+    "test_serve_ws_fast.py",
     # the check that the AVX2 run is one
     "test_isa_path.py",
 })

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import json
 import os
 import sys
@@ -22,6 +23,9 @@ WS_IMPLEMENTATIONS = ("auto", "websockets-sansio", "websockets", "wsproto")
 
 #: uvicorn's HTTP protocol for ``rnnkit serve``: its own, with a deadline on each request's head
 HTTP_PROTOCOL = "rnnkit.serve._http:HeadTimeoutProtocol"
+
+#: uvicorn's WebSocket protocol for a stream's messages answered in the protocol (``ws_fast_path``)
+WS_PROTOCOL = "rnnkit.serve._wsconn:StreamWSProtocol"
 
 #: the environment variable through which ``--workers`` processes get the model and settings
 CONFIG_ENV = "RNNKIT_SERVE_CONFIG"
@@ -73,6 +77,9 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--no-fast-path", action="store_true",
                    help="answer every request through the ASGI app, a small JSON predict too (by default "
                         "the HTTP protocol answers those itself, with the same bytes; for comparison)")
+    s.add_argument("--no-ws-fast-path", action="store_true",
+                   help="answer every WebSocket message through the ASGI app (by default the WebSocket "
+                        "protocol answers a stream's messages itself, with the same bytes; for comparison)")
     s.add_argument("--access-log", action="store_true", help="log every request (off by default; "
                                                              "/metrics counts them)")
     s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
@@ -80,6 +87,16 @@ def add_parser(sub: Any) -> None:
     for name, (cast, text) in _FLAGS.items():
         s.add_argument("--" + name.replace("_", "-"), type=cast, default=getattr(defaults, name),
                        help=f"{text} (default {getattr(defaults, name)})")
+
+
+def ws_protocol(ws: str, cfg: ServeConfig) -> str:
+    """uvicorn's ``ws`` setting for ``--ws ws`` under ``cfg``: :data:`WS_PROTOCOL` (the
+    ``websockets-sansio`` protocol answering a stream's messages itself) when ``ws_fast_path``
+    is on and ``ws`` names that protocol or ``auto`` picks it (the websockets package is there);
+    else ``ws`` as it is."""
+    if cfg.ws_fast_path and ws in ("auto", "websockets-sansio") and importlib.util.find_spec("websockets"):
+        return WS_PROTOCOL
+    return ws
 
 
 def config_from(args: argparse.Namespace) -> ServeConfig:
@@ -92,6 +109,7 @@ def config_from(args: argparse.Namespace) -> ServeConfig:
                                     "drop --state-db, or run one server per port for streams")
     return ServeConfig(token=token, state_db=args.state_db, synchronous=args.synchronous,
                        streams=args.workers == 1, fast_path=not args.no_fast_path,
+                       ws_fast_path=not args.no_ws_fast_path,
                        **{n: getattr(args, n) for n in _FLAGS})
 
 
@@ -138,7 +156,7 @@ def serve_command(args: argparse.Namespace) -> int:
     os.environ[HEADER_TIMEOUT_ENV] = repr(cfg.header_timeout_s)  # read by each connection's protocol
     opts: dict[str, Any] = {"host": args.host, "port": args.port, "log_level": args.log_level,
                             "ws_max_size": cfg.max_body_bytes, "ws_per_message_deflate": False,
-                            "timeout_graceful_shutdown": 5, "ws": args.ws,
+                            "timeout_graceful_shutdown": 5, "ws": ws_protocol(args.ws, cfg),
                             "access_log": args.access_log, "http": HTTP_PROTOCOL,
                             "timeout_keep_alive": cfg.idle_timeout_s}
     if args.workers > 1:
@@ -155,5 +173,5 @@ def serve_command(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["CONFIG_ENV", "add_parser", "config_from", "factory", "serve_command", "set_kernel_threads",
-           "settle"]
+__all__ = ["CONFIG_ENV", "WS_PROTOCOL", "add_parser", "config_from", "factory", "serve_command",
+           "set_kernel_threads", "settle", "ws_protocol"]

@@ -136,6 +136,13 @@ class _HalfClosingTransport:
         t.write_eof()  # after the buffered answer: the client reads it, then end of stream
 
 
+def raw_transport(transport: Any) -> Any:
+    """The connection's own transport under a :class:`_HalfClosingTransport` (a WebSocket's
+    protocol, which uvicorn hands the HTTP protocol's transport when it upgrades, writes its
+    frames there directly: the wrapper passes them on unchanged); any other transport as it is."""
+    return transport._transport if isinstance(transport, _HalfClosingTransport) else transport
+
+
 def _answer_408(seconds: float) -> bytes:
     body = json.dumps({"error": {
         "code": "header_timeout",
@@ -469,4 +476,4 @@ class HeadTimeoutProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         self.on_response_complete()
 
 
-__all__ = ["DEFAULT_HEADER_TIMEOUT_S", "LINGER_BYTES", "LINGER_S", "HeadTimeoutProtocol"]
+__all__ = ["DEFAULT_HEADER_TIMEOUT_S", "LINGER_BYTES", "LINGER_S", "HeadTimeoutProtocol", "raw_transport"]

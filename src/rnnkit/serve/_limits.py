@@ -48,6 +48,11 @@ class ServeConfig:
       /v1/predict`` with a small JSON body itself, without the ASGI app around the route
       (:class:`rnnkit.serve._app.FastPredict`: the same answers, byte for byte); False sends
       every request through the app (for comparison).
+    - ``ws_fast_path``: ``rnnkit serve``'s WebSocket protocol answers the messages of a stream's
+      WebSocket itself once the app has accepted it and found the stream
+      (:class:`rnnkit.serve._wsconn.StreamWSProtocol`: binary steps parsed from the frames and
+      computed in the step pool, every message answered by the same functions, byte for byte);
+      False leaves every message to the ASGI app (for comparison).
     """
 
     max_wait_ms: float = 2.0
@@ -67,6 +72,7 @@ class ServeConfig:
     token: str | None = None
     streams: bool = True
     fast_path: bool = True
+    ws_fast_path: bool = True
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -83,7 +89,7 @@ class ServeConfig:
         if not isinstance(self.synchronous, str) or self.synchronous.upper() not in ("FULL", "NORMAL"):
             raise InvalidParameterError(f"ServeConfig: synchronous must be 'FULL' or 'NORMAL', "
                                         f"got {show(self.synchronous)}")
-        for name in ("streams", "fast_path"):
+        for name in ("streams", "fast_path", "ws_fast_path"):
             flag = getattr(self, name)
             if not isinstance(flag, bool):
                 raise InvalidParameterError(f"ServeConfig: {name} must be True or False, got "

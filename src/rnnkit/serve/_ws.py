@@ -44,6 +44,11 @@ _SEQ_HI = 2**62 - 1  # as_seq's range: [1, 2**62)
 _HEAD = struct.Struct("<Q")
 _ANSWER = struct.Struct("<QB")
 
+#: the key of the scope's ``extensions`` under which a WebSocket protocol that answers a stream's
+#: messages itself (:class:`rnnkit.serve._wsconn.StreamWSProtocol`) offers to take them over: a
+#: callable ``(socket, stream id)``, called once the handshake is accepted and the stream found
+WS_STEPS = "rnnkit.ws_steps"
+
 
 class SocketStats:
     """The WebSocket messages' metrics, buffered: ``flush`` moves them into the metrics."""
@@ -54,6 +59,14 @@ class SocketStats:
         self.parses: list[float] = []
         self.statuses: dict[str, int] = {}
         self.metrics.add_flush(self.flush)
+
+    def record(self, t0: float, status: str) -> None:
+        """One answered message: received at ``t0`` (``time.perf_counter``), answered now with
+        ``status``."""
+        self.durations.append(time.perf_counter() - t0)
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+        if len(self.durations) >= _FLUSH_EVERY:
+            self.flush()
 
     def flush(self) -> None:
         """Move the buffered observations into the metrics."""
@@ -74,6 +87,28 @@ class _Pending:
     def __init__(self, stream: Stream, seq: int, x: np.ndarray, future: asyncio.Future[Any]) -> None:
         self.stream, self.seq, self.x, self.future = stream, seq, x, future
         self.arrived = time.perf_counter()
+
+
+class FastStep:
+    """A step on the fast path: its stream (locked, busy), seq, the stream's lock, and the
+    future the :class:`StepPool` completes with its outputs (T, ...) or the error refusing it."""
+
+    __slots__ = ("stream", "seq", "lock", "future")
+
+    def __init__(self, stream: Stream, seq: int, lock: asyncio.Lock, future: asyncio.Future[Any]) -> None:
+        self.stream, self.seq, self.lock, self.future = stream, seq, lock, future
+
+
+def _take(lock: asyncio.Lock) -> None:
+    """Take a free ``lock`` without yielding to the event loop (``acquire`` of a free lock
+    returns at its first step)."""
+    coro = lock.acquire()
+    try:
+        coro.send(None)
+    except StopIteration:
+        return
+    coro.close()
+    raise AssertionError("a free lock did not return at once")
 
 
 class StepPool:
@@ -201,10 +236,12 @@ class StreamSocket:
             x = as_input(x, self.sv, self.cfg, "x", stream=True)  # the refusal, or the general path
         return seq, x
 
-    async def fast_step(self, sid: str, data: bytes, t0: float) -> dict[str, Any] | None:
-        """The answer to a binary step on the fast path (the stream's next step, whole timesteps,
-        at most ``max_timesteps``, its lock free), computed in the :class:`StepPool`; None when
-        the step is not one for the fast path (the general path then answers it, or refuses it)."""
+    def start_step(self, sid: str, data: bytes, t0: float) -> FastStep | None:
+        """Put a binary step on the fast path (the stream's next step, whole timesteps, at most
+        ``max_timesteps``, its lock free) in the :class:`StepPool`, the stream's lock taken: its
+        :class:`FastStep`, whose ``future`` gets the outputs; None when the step is not one for
+        the fast path (the general path then answers it, or refuses it). Runs without yielding
+        to the event loop; :meth:`end_step` must follow once the future is done."""
         n = len(data) - 8
         width = self.width
         if n <= 0 or n % width or n // width > self.cfg.max_timesteps:
@@ -223,16 +260,41 @@ class StreamSocket:
         plan = self.sv.streams
         assert plan is not None
         x = np.frombuffer(data, plan.dtype, offset=8).reshape(n // width, plan.features)
-        await lock.acquire()  # free: taken without yielding to the loop
+        _take(lock)
         s.busy = True
         s.touched = time.time()
         self.stats.parses.append(time.perf_counter() - t0)
+        return FastStep(s, seq, lock, self.pool.put(s, seq, x))
+
+    @staticmethod
+    def end_step(step: FastStep) -> None:
+        """Release the stream of a step put on the fast path (its future done, or abandoned)."""
+        step.stream.busy = False
+        step.lock.release()
+
+    @staticmethod
+    def step_answer(step: FastStep, y: np.ndarray) -> bytes:
+        """The binary answer to a step on the fast path: the seq, 0 (not replayed), the outputs."""
+        return _ANSWER.pack(step.seq, 0) + y.tobytes()
+
+    @staticmethod
+    def refusal(seq: Any, e: RequestError) -> tuple[str, str]:
+        """The JSON text answering a refused message (``seq``: what the message's seq was read as,
+        if anything), and its status."""
+        ok_seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+        return dump_json({"seq": ok_seq, **e.body()}).decode(), str(e.status)
+
+    async def fast_step(self, sid: str, data: bytes, t0: float) -> dict[str, Any] | None:
+        """The ``websocket.send`` message answering a binary step on the fast path
+        (:meth:`start_step`); None when the step is not one for the fast path."""
+        step = self.start_step(sid, data, t0)
+        if step is None:
+            return None
         try:
-            y = await self.pool.put(s, seq, x)
+            y = await step.future
         finally:
-            s.busy = False
-            lock.release()
-        return {"type": "websocket.send", "bytes": _ANSWER.pack(seq, 0) + y.tobytes()}
+            self.end_step(step)
+        return {"type": "websocket.send", "bytes": self.step_answer(step, y)}
 
     async def answer(self, sid: str, msg: dict[str, Any]) -> tuple[dict[str, Any], str]:
         """The ``websocket.send`` message answering one received message, and its status."""
@@ -264,9 +326,8 @@ class StreamSocket:
             doc = {"seq": seq, "outputs": to_json([y]), "replayed": replayed}
             return {"type": "websocket.send", "text": dump_json(doc).decode()}, "200"
         except RequestError as e:
-            ok_seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
-            text = dump_json({"seq": ok_seq, **e.body()}).decode()
-            return {"type": "websocket.send", "text": text}, str(e.status)
+            text, status = self.refusal(seq, e)
+            return {"type": "websocket.send", "text": text}, status
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         sid = self.stream_id(scope["path"])
@@ -284,6 +345,9 @@ class StreamSocket:
             except OSError:
                 pass
             return
+        hand_over = scope.get("extensions", {}).get(WS_STEPS)
+        if hand_over is not None and self.cfg.ws_fast_path:
+            hand_over(self, sid)  # the protocol answers the messages from now on; receive gets the disconnect
         stats = self.stats
         while True:
             msg = await receive()
@@ -295,10 +359,7 @@ class StreamSocket:
                 await send(reply)
             except OSError:  # the client has gone
                 return
-            stats.durations.append(time.perf_counter() - t0)
-            stats.statuses[status] = stats.statuses.get(status, 0) + 1
-            if len(stats.durations) >= _FLUSH_EVERY:
-                stats.flush()
+            stats.record(t0, status)
 
 
-__all__ = ["SocketStats", "StepPool", "StreamSocket"]
+__all__ = ["WS_STEPS", "FastStep", "SocketStats", "StepPool", "StreamSocket"]
