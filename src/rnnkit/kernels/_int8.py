@@ -274,6 +274,31 @@ def dequant2_row(ax: Any, zx: Any, sx: Any, wcol: Any, ws: Any, bias: Any, ah: A
 
 
 @njit(**OPTS8)
+def dequant_sum_row(ax: Any, zx: Any, sx: Any, wcol: Any, ws: Any, bias: Any, ah: Any, zh: Any, sh: Any,
+                    col: Any, us: Any, hb: Any, out: Any) -> None:
+    """``out[n] = (float32(ax[n] - zx * wcol[n]) * (sx * ws[n]) + bias[n])
+    + (float32(ah[n] - zh * col[n]) * (sh * us[n]) + hb[n])``: both products of a row
+    dequantized, each plus its bias, and summed, in one pass (each sum rounds as the separate
+    :func:`dequant_row` of each product and their sum)."""
+    for n in range(out.shape[0]):
+        cx = np.int32(ax[n] - zx * wcol[n])
+        ch = np.int32(ah[n] - zh * col[n])
+        out[n] = (np.float32(cx) * (sx * ws[n]) + bias[n]) + (np.float32(ch) * (sh * us[n]) + hb[n])
+
+
+@njit(**OPTS8)
+def _gru_cand(ax: Any, zx: Any, sx: Any, wcol: Any, ws: Any, bias: Any, ah: Any, zh: Any, sh: Any,
+              col: Any, us: Any, hb: Any, r: Any, out: Any) -> None:
+    """The GRU candidate's pre-activation with ``reset_after``, from the n columns of a row's
+    products: ``out[j] = r[j] * (float32(ah[j] - zh * col[j]) * (sh * us[j]) + hb[j])
+    + (float32(ax[j] - zx * wcol[j]) * (sx * ws[j]) + bias[j])``, in one pass."""
+    for j in range(out.shape[0]):
+        cx = np.int32(ax[j] - zx * wcol[j])
+        ch = np.int32(ah[j] - zh * col[j])
+        out[j] = r[j] * (np.float32(ch) * (sh * us[j]) + hb[j]) + (np.float32(cx) * (sx * ws[j]) + bias[j])
+
+
+@njit(**OPTS8)
 def _emit(t: int, b: int, hr: Any, q: Any, s: Any, zp: Any, seq: Any) -> None:
     """After row ``b`` of the state, ``hr``, got its value of step ``t``: quantize it for the
     next step's recurrent product (into ``q[b]``, ``s[b]``, ``zp[b]``; the row is still in L1)
@@ -378,8 +403,9 @@ def walk_gru(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any, 
     no_n = H if up_n.ndim == 2 else up_n.shape[0] * NB
     q2, s2, zp2, acc_n, _ = _bufs(B, H, 0, no_n)
     xx = np.empty((B, G), np.float32)
-    xr, ar = np.empty(G, np.float32), np.empty(G, np.float32)
+    ar = np.empty(G, np.float32)
     nn = np.empty(H, np.float32)
+    g2 = 2 * H
     per = walks_chunk(T, B, F)
     quant_rows(h, q, s, zp)
     for t in range(T):
@@ -395,13 +421,12 @@ def walk_gru(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any, 
                     _carry(t, b, hr, seq)
                     continue
                 i = i0 * B + b
-                dequant_row(row(accx, b), zpx[i], sx[i], wcol, ws, bias, xr)
-                dequant_row(row(acc, b), zp[b], s[b], col, us, hb, ar)
-                for j in range(2 * H):
-                    ar[j] = xr[j] + ar[j]
-                act_ip(ar[:2 * H], rcode)
-                for j in range(H):
-                    nn[j] = ar[H + j] * ar[2 * H + j] + xr[2 * H + j]
+                ax, ah = row(accx, b), row(acc, b)
+                dequant_sum_row(ax[:g2], zpx[i], sx[i], wcol[:g2], ws[:g2], bias[:g2], ah[:g2], zp[b], s[b],
+                                col[:g2], us[:g2], hb[:g2], ar[:g2])
+                act_ip(ar[:g2], rcode)
+                _gru_cand(ax[g2:G], zpx[i], sx[i], wcol[g2:], ws[g2:], bias[g2:], ah[g2:G], zp[b], s[b],
+                          col[g2:G], us[g2:], hb[g2:], ar[H:g2], nn)
                 act_ip(nn, code)
                 for j in range(H):
                     n = nn[j]
