@@ -7,12 +7,11 @@ same buffers the call uses (the layer's packed weights, a real input, a real sta
 
 - ``x_quant``: the input rows quantized (``_quant_steps``, in its chunks of steps);
 - ``x_gemm``: the input product, one step's B rows at a time (``gemm``);
+- ``h_quant``: the state rows quantized (``quant_rows`` of h, B x H);
 - ``h_gemm``: the recurrent product (``gemm``, B x H by 4H);
-- ``rows``: the rest of a step, row by row: both products dequantized plus the bias (one pass),
-  the gates' activations (B x 5H), the cell and state update, the new state row quantized for
-  the next step and copied into the output, as the walk runs them (``_lstm_rows``); of it,
-  ``x_dequant`` (the input product's dequantization alone) and ``h_quant`` (the state rows'
-  quantization alone, ``quant_rows`` of h, B x H) are shown apart;
+- ``rows``: the rest of a step, row by row: both products dequantized plus the bias, the
+  gates' activations (B x 5H), the cell and state update, as the walk runs them
+  (``_lstm_rows``); ``x_dequant``, the input product's dequantization alone, is a part of it;
 
 beside the whole call (``forward``) and rnnkit float32's on the same weights, interleaved,
 medians of ``--repeats`` rounds (CPU time). ``sum`` is the phases' total; ``forward - sum`` is
@@ -71,13 +70,11 @@ def _h_gemm(T: int, q: Any, up: Any, acc: Any) -> None:
 
 
 @njit(**OPTS8)
-def _rows_walk(T: int, accx: Any, zpx: Any, sx: Any, wcol: Any, ws: Any, bias: Any, acc: Any, q: Any,
-               zp: Any, s: Any, col: Any, us: Any, h: Any, c: Any, mask: Any, seq: Any, ar: Any,
-               tmp: Any) -> None:
+def _rows_walk(T: int, accx: Any, zpx: Any, sx: Any, wcol: Any, ws: Any, bias: Any, acc: Any, zp: Any,
+               s: Any, col: Any, us: Any, h: Any, c: Any, mask: Any, xr: Any, ar: Any, tmp: Any) -> None:
     """The walk's own rows, step after step (``_lstm_rows``)."""
     for t in range(T):
-        k8._lstm_rows(t, 0, accx, zpx, sx, wcol, ws, bias, acc, q, zp, s, col, us, h, c, mask, seq, 0, 1, ar,
-                      tmp)
+        k8._lstm_rows(t, 0, accx, zpx, sx, wcol, ws, bias, acc, zp, s, col, us, h, c, mask, 0, 1, xr, ar, tmp)
 
 
 @njit(**OPTS8)
@@ -121,18 +118,16 @@ def main(argv: list[str] | None = None) -> int:
     gemm(qh, up, acc)
     xr, ar, tmp = np.empty(G, np.float32), np.empty(G, np.float32), np.empty(H, np.float32)
     hh, cc = h.copy(), c.copy()
-    qr, sr, zpr = qh.copy(), sh.copy(), zph.copy()          # (rows re-quantizes its own state)
-    seq_tm = np.empty((B, T, H), np.float32).transpose(1, 0, 2)   # (the layer's output, as it passes it)
     no_mask = np.zeros((0, 0), np.uint8)
     jobs: dict[str, Callable[[], Any]] = {
         "x_quant": lambda: _x_quant(x.transpose(1, 0, 2), qx, sx, zpx),
         "x_gemm": lambda: _x_gemm(T, qx, wp, accx),
+        "h_quant": lambda: _h_quant(T, h, qh, sh, zph),
         "h_gemm": lambda: _h_gemm(T, qh, up, acc),
     }
-    jobs["rows"] = lambda: _rows_walk(T, accx, zpx, sx, wcol, ws, bias, acc, qr, zpr, sr, col, us, hh, cc,
-                                      no_mask, seq_tm, ar, tmp)
+    jobs["rows"] = lambda: _rows_walk(T, accx, zpx, sx, wcol, ws, bias, acc, zph, sh, col, us, hh, cc,
+                                      no_mask, xr, ar, tmp)
     jobs["x_dequant"] = lambda: _x_dequant(T, accx, zpx, sx, wcol, ws, bias, xr)
-    jobs["h_quant"] = lambda: _h_quant(T, h, qh, sh, zph)
     jobs["forward"] = lambda: q.forward(x, ctx)
     jobs["float32"] = lambda: layer.forward(x, ctx)
     del x_tm
@@ -143,13 +138,13 @@ def main(argv: list[str] | None = None) -> int:
         for k, f in jobs.items():
             times[k].append(_cpu(f))
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-    phases = [k for k in jobs if k not in ("x_dequant", "h_quant", "forward", "float32")]
+    phases = [k for k in jobs if k not in ("x_dequant", "forward", "float32")]
     total = sum(med[k] for k in phases)
     print(f"# {a.shape} (B, T, F, H) = {(B, T, F, H)}, layout={LAYOUT}, load average "
           f"{os.getloadavg()[0]:.2f}, medians of {a.repeats} (CPU ms)")
     for k in phases:
         print(f"{k:8s} {med[k]:8.3f} ms {100 * med[k] / med['forward']:5.1f} %")
-    print(f"  (of rows: x_dequant {med['x_dequant']:.3f} ms, h_quant {med['h_quant']:.3f} ms)")
+    print(f"  (of rows: x_dequant {med['x_dequant']:.3f} ms)")
     print(f"{'sum':8s} {total:8.3f} ms {100 * total / med['forward']:5.1f} %")
     print(f"{'forward':8s} {med['forward']:8.3f} ms  (forward - sum {med['forward'] - total:.3f} ms)")
     print(f"{'float32':8s} {med['float32']:8.3f} ms  float32 / int8 = {med['float32'] / med['forward']:.3f}")

@@ -123,9 +123,15 @@ def dequant_row(acc: Any, zm: Any, sm: Any, col: Any, ws: Any, base: Any, out: A
 
 
 @njit(**OPTS8)
+def dequant_add(acc: Any, zp: Any, s: Any, col: Any, ws: Any, base: Any, out: Any) -> None:
+    """``out[m, n] = float32(acc[m, n] - zp[m] * col[n]) * (s[m] * ws[n]) + base[m, n]``."""
+    for m in range(out.shape[0]):
+        dequant_row(row(acc, m), zp[m], s[m], col, ws, row(base, m), row(out, m))
+
+
+@njit(**OPTS8)
 def dequant_bias(acc: Any, zp: Any, s: Any, col: Any, ws: Any, bias: Any, out: Any) -> None:
-    """``out[m, n] = float32(acc[m, n] - zp[m] * col[n]) * (s[m] * ws[n]) + bias[n]``
-    (:func:`dequant_row` of every row, the same ``bias`` row added to each)."""
+    """:func:`dequant_add` with the same ``bias`` (N,) row added to every row."""
     for m in range(out.shape[0]):
         dequant_row(row(acc, m), zp[m], s[m], col, ws, bias, row(out, m))
 
@@ -213,6 +219,14 @@ def act_ip(v: Any, code: int) -> None:
             v[k] = min(max(v[k] + _THREE, _ZERO), _SIX) / _SIX
 
 
+@njit(**OPTS8)
+def _rec(h: Any, wp: Any, col: Any, ws: Any, base: Any, q: Any, s: Any, zp: Any, acc: Any, out: Any) -> None:
+    """out = base + dequant(quant(h) @ w^T): the recurrent product of one step."""
+    quant_rows(h, q, s, zp)
+    gemm(q, wp, acc)
+    dequant_add(acc, zp, s, col, ws, base, out)
+
+
 #: the input rows of a walk are quantized up to this many bytes of one batch row's steps at a
 #: time (read in batch-row order: a time-major view of a batch-major input puts one step's rows
 #: a whole sequence apart, and reading them step by step cost 40 us a step at S3, 15 % of it)
@@ -244,6 +258,16 @@ def _quant_steps(x: Any, t0: int, n: int, q: Any, s: Any, zp: Any) -> None:
 
 
 @njit(**OPTS8)
+def _inp(i: int, q: Any, s: Any, zp: Any, wp: Any, wcol: Any, ws: Any, bias: Any, acc: Any,
+         out: Any) -> None:
+    """out = dequant(q_i @ W^T) + bias: the input product of step ``i`` of a quantized chunk."""
+    B = out.shape[0]
+    lo = i * B
+    gemm(q[lo:lo + B], wp, acc)
+    dequant_bias(acc, zp[lo:lo + B], s[lo:lo + B], wcol, ws, bias, out)
+
+
+@njit(**OPTS8)
 def _bufs(B: int, R: int, N: int, no: int) -> tuple[Any, Any, Any, Any, Any]:
     return (np.empty((B, (R + KG - 1) // KG * KG), QDT), np.empty(B, np.float32),
             np.empty(B, np.int32), np.empty((B, no), np.int32), np.empty((B, N), np.float32))
@@ -260,92 +284,28 @@ def _in_bufs(x: Any, G: int, wp: Any) -> tuple[Any, Any, Any, Any]:
 
 
 @njit(**OPTS8)
-def dequant2_row(ax: Any, zx: Any, sx: Any, wcol: Any, ws: Any, bias: Any, ah: Any, zh: Any, sh: Any,
-                 col: Any, us: Any, out: Any) -> None:
-    """``out[n] = (float32(ax[n] - zx * wcol[n]) * (sx * ws[n]) + bias[n])
-    + float32(ah[n] - zh * col[n]) * (sh * us[n])``: a row's input product dequantized plus the
-    bias, plus its recurrent product dequantized, in one pass; each sum rounds as
-    :func:`dequant_row` of the input product followed by :func:`dequant_row` of the recurrent one
-    on that base."""
-    for n in range(out.shape[0]):
-        cx = np.int32(ax[n] - zx * wcol[n])
-        ch = np.int32(ah[n] - zh * col[n])
-        out[n] = (np.float32(cx) * (sx * ws[n]) + bias[n]) + np.float32(ch) * (sh * us[n])
-
-
-@njit(**OPTS8)
-def dequant_sum_row(ax: Any, zx: Any, sx: Any, wcol: Any, ws: Any, bias: Any, ah: Any, zh: Any, sh: Any,
-                    col: Any, us: Any, hb: Any, out: Any) -> None:
-    """``out[n] = (float32(ax[n] - zx * wcol[n]) * (sx * ws[n]) + bias[n])
-    + (float32(ah[n] - zh * col[n]) * (sh * us[n]) + hb[n])``: both products of a row
-    dequantized, each plus its bias, and summed, in one pass (each sum rounds as the separate
-    :func:`dequant_row` of each product and their sum)."""
-    for n in range(out.shape[0]):
-        cx = np.int32(ax[n] - zx * wcol[n])
-        ch = np.int32(ah[n] - zh * col[n])
-        out[n] = (np.float32(cx) * (sx * ws[n]) + bias[n]) + (np.float32(ch) * (sh * us[n]) + hb[n])
-
-
-@njit(**OPTS8)
-def _gru_cand(ax: Any, zx: Any, sx: Any, wcol: Any, ws: Any, bias: Any, ah: Any, zh: Any, sh: Any,
-              col: Any, us: Any, hb: Any, r: Any, out: Any) -> None:
-    """The GRU candidate's pre-activation with ``reset_after``, from the n columns of a row's
-    products: ``out[j] = r[j] * (float32(ah[j] - zh * col[j]) * (sh * us[j]) + hb[j])
-    + (float32(ax[j] - zx * wcol[j]) * (sx * ws[j]) + bias[j])``, in one pass."""
-    for j in range(out.shape[0]):
-        cx = np.int32(ax[j] - zx * wcol[j])
-        ch = np.int32(ah[j] - zh * col[j])
-        out[j] = r[j] * (np.float32(ch) * (sh * us[j]) + hb[j]) + (np.float32(cx) * (sx * ws[j]) + bias[j])
-
-
-@njit(**OPTS8)
-def _emit(t: int, b: int, hr: Any, q: Any, s: Any, zp: Any, seq: Any) -> None:
-    """After row ``b`` of the state, ``hr``, got its value of step ``t``: quantize it for the
-    next step's recurrent product (into ``q[b]``, ``s[b]``, ``zp[b]``; the row is still in L1)
-    and copy it into ``seq[t, b]`` when ``seq`` keeps the steps."""
-    s[b], zp[b] = quant_row(hr, row(q, b))
-    if seq.shape[0] > 0:
-        sr = row(seq[t], b)
-        for j in range(hr.shape[0]):
-            sr[j] = hr[j]
-
-
-@njit(**OPTS8)
-def _carry(t: int, b: int, hr: Any, seq: Any) -> None:
-    """Row ``b`` masked at step ``t``: its state, and so its quantization, stays; ``seq[t, b]``
-    gets the state."""
-    if seq.shape[0] > 0:
-        sr = row(seq[t], b)
-        for j in range(hr.shape[0]):
-            sr[j] = hr[j]
-
-
-@njit(**OPTS8)
 def _lstm_rows(t: int, i0: int, accx: Any, zpx: Any, sx: Any, wcol: Any, ws: Any, bias: Any, acc: Any,
-               q: Any, zp: Any, s: Any, col: Any, us: Any, h: Any, c: Any, mask: Any, seq: Any, code: int,
-               rcode: int, ar: Any, tmp: Any) -> None:
+               zp: Any, s: Any, col: Any, us: Any, h: Any, c: Any, mask: Any, code: int, rcode: int,
+               xr: Any, ar: Any, tmp: Any) -> None:
     """The rows of LSTM step ``t`` after its products: row ``b``'s input accumulators ``accx[b]``
-    (scale and zero point at ``i0 + b``) and recurrent ones ``acc[b]`` (``q``, ``s``, ``zp`` the
-    state's quantization) dequantized, the gates activated, ``c`` and ``h`` updated, the new
-    ``h`` row quantized into ``q``, ``s``, ``zp`` and copied into ``seq[t]`` (:func:`_emit`),
-    each row while it sits in L1 (``ar`` (4H,), ``tmp`` (H,) scratch), in passes of few arrays
-    each. (Fusing the activations into the dequantization's loop, or tanh(c) into the cell
-    update, measured slower at S3: 5.4 and 6.4 ms against 4.0-5.1 ms for these passes, 100
-    steps of 64 rows.)"""
+    (scale and zero point at ``i0 + b``) and recurrent ones ``acc[b]`` dequantized, the gates
+    activated, ``c`` and ``h`` updated, each row while it sits in L1 (``xr``, ``ar`` (4H,),
+    ``tmp`` (H,) scratch), in passes of few arrays each. (Fusing the recurrent dequantization
+    into the activations' loops, or tanh(c) into the cell update, measured slower at S3: 5.4
+    and 6.4 ms against 4.0-5.1 ms for these passes, 100 steps of 64 rows.)"""
     B, H = h.shape
     G = 4 * H
     g0, g1 = 2 * H, 3 * H
     for b in range(B):
-        hr = row(h, b)
         if mask.shape[0] > 0 and mask[t, b] == 0:
-            _carry(t, b, hr, seq)
             continue
         i = i0 + b
-        dequant2_row(row(accx, b), zpx[i], sx[i], wcol, ws, bias, row(acc, b), zp[b], s[b], col, us, ar)
+        dequant_row(row(accx, b), zpx[i], sx[i], wcol, ws, bias, xr)
+        dequant_row(row(acc, b), zp[b], s[b], col, us, xr, ar)
         act_ip(ar[:g0], rcode)
         act_ip(ar[g0:g1], code)
         act_ip(ar[g1:G], rcode)
-        cr = row(c, b)
+        cr, hr = row(c, b), row(h, b)
         for j in range(H):
             cn = ar[H + j] * cr[j] + ar[j] * ar[2 * H + j]
             cr[j] = cn
@@ -353,7 +313,6 @@ def _lstm_rows(t: int, i0: int, accx: Any, zpx: Any, sx: Any, wcol: Any, ws: Any
         act_ip(tmp, code)
         for j in range(H):
             hr[j] = ar[3 * H + j] * tmp[j]
-        _emit(t, b, hr, q, s, zp, seq)
 
 
 @njit(**OPTS8)
@@ -362,130 +321,111 @@ def walk_lstm(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any,
     """LSTM over ``x`` (T, B, F) (processing order; any strides) with the packed input kernel
     ``wp`` (row sums ``wcol``, scales ``ws``) and bias row ``bias`` (4H,), from state ``h``,
     ``c`` (B, H) (updated in place); ``mask`` (T, B) uint8 or (0, 0); ``seq`` (T, B, H) or
-    (0, B, H) receives h after every step. The state is quantized once before the first step;
-    every step then quantizes each row it updates (:func:`_lstm_rows`)."""
+    (0, B, H) receives h after every step."""
     T, B, F = x.shape
     G = bias.shape[0]
     H = G // 4
     no = G if up.ndim == 2 else up.shape[0] * NB
     q, s, zp, acc, _ = _bufs(B, H, 0, no)
     qx, sx, zpx, accx = _in_bufs(x, G, wp)
-    ar, tmp = np.empty(G, np.float32), np.empty(H, np.float32)
+    xr, ar, tmp = np.empty(G, np.float32), np.empty(G, np.float32), np.empty(H, np.float32)
     per = walks_chunk(T, B, F)
-    quant_rows(h, q, s, zp)
     for t in range(T):
         i0 = t % per
         if i0 == 0:
             _quant_steps(x, t, min(per, T - t), qx, sx, zpx)
         gemm(qx[i0 * B:(i0 + 1) * B], wp, accx)
+        quant_rows(h, q, s, zp)
         gemm(q, up, acc)
-        _lstm_rows(t, i0 * B, accx, zpx, sx, wcol, ws, bias, acc, q, zp, s, col, us, h, c, mask, seq, code,
-                   rcode, ar, tmp)
+        _lstm_rows(t, i0 * B, accx, zpx, sx, wcol, ws, bias, acc, zp, s, col, us, h, c, mask, code, rcode,
+                   xr, ar, tmp)
+        if seq.shape[0] > 0:
+            seq[t] = h
 
 
 @njit(**OPTS8)
 def walk_gru(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any, us: Any, hb: Any,
              h: Any, mask: Any, seq: Any, code: int, rcode: int, reset_after: bool, up_n: Any,
              col_n: Any, us_n: Any) -> None:
-    """GRU over ``x`` (T, B, F), the input product and the state's quantization as in
-    :func:`walk_lstm`. ``reset_after``: ``hu = dequant(h @ U^T) + hb`` over all 3H (``up``
-    packs all of U); otherwise ``up`` packs the z|r rows and ``up_n`` the n rows, applied to
-    ``r * h`` (quantized on its own). ``hb`` (3H,) is the recurrent bias row (zeros without).
-    Each step runs its rows one at a time after its products (with ``reset_after``, all of the
-    step's float work in one visit of the row)."""
+    """GRU over ``x`` (T, B, F), the input product as in :func:`walk_lstm`. ``reset_after``:
+    ``hu = dequant(h @ U^T) + hb`` over all 3H (``up`` packs all of U); otherwise ``up`` packs
+    the z|r rows and ``up_n`` the n rows, applied to ``r * h`` (quantized on its own). ``hb``
+    (3H,) is the recurrent bias row (zeros without)."""
     T, B, F = x.shape
     G = bias.shape[0]
     H = G // 3
     nr = 3 * H if reset_after else 2 * H
     no = nr if up.ndim == 2 else up.shape[0] * NB
-    q, s, zp, acc, _ = _bufs(B, H, 0, no)
+    q, s, zp, acc, a = _bufs(B, H, nr, no)
     qx, sx, zpx, accx = _in_bufs(x, G, wp)
-    no_n = H if up_n.ndim == 2 else up_n.shape[0] * NB
-    q2, s2, zp2, acc_n, _ = _bufs(B, H, 0, no_n)
     xx = np.empty((B, G), np.float32)
-    ar = np.empty(G, np.float32)
-    nn = np.empty(H, np.float32)
-    g2 = 2 * H
+    base = np.empty((B, nr), np.float32)
+    for b in range(B):
+        for j in range(nr):
+            base[b, j] = hb[j]
+    no_n = H if up_n.ndim == 2 else up_n.shape[0] * NB
+    acc_n = np.empty((B, no_n), np.int32)
+    rh = np.empty((B, H), np.float32)
+    nn = np.empty((B, H), np.float32)
+    zr = np.empty((B, 2 * H), np.float32)
     per = walks_chunk(T, B, F)
-    quant_rows(h, q, s, zp)
     for t in range(T):
-        i0 = t % per
-        if i0 == 0:
+        if t % per == 0:
             _quant_steps(x, t, min(per, T - t), qx, sx, zpx)
-        gemm(qx[i0 * B:(i0 + 1) * B], wp, accx)
-        gemm(q, up, acc)
+        _inp(t % per, qx, sx, zpx, wp, wcol, ws, bias, accx, xx)
         if reset_after:
+            _rec(h, up, col, us, base, q, s, zp, acc, a)
             for b in range(B):
-                hr = row(h, b)
-                if mask.shape[0] > 0 and mask[t, b] == 0:
-                    _carry(t, b, hr, seq)
-                    continue
-                i = i0 * B + b
-                ax, ah = row(accx, b), row(acc, b)
-                dequant_sum_row(ax[:g2], zpx[i], sx[i], wcol[:g2], ws[:g2], bias[:g2], ah[:g2], zp[b], s[b],
-                                col[:g2], us[:g2], hb[:g2], ar[:g2])
-                act_ip(ar[:g2], rcode)
-                _gru_cand(ax[g2:G], zpx[i], sx[i], wcol[g2:], ws[g2:], bias[g2:], ah[g2:G], zp[b], s[b],
-                          col[g2:G], us[g2:], hb[g2:], ar[H:g2], nn)
-                act_ip(nn, code)
+                for j in range(2 * H):
+                    zr[b, j] = xx[b, j] + a[b, j]
+                act_ip(row(zr, b), rcode)
                 for j in range(H):
-                    n = nn[j]
-                    hr[j] = (hr[j] - n) * ar[j] + n
-                _emit(t, b, hr, q, s, zp, seq)
+                    nn[b, j] = zr[b, H + j] * a[b, 2 * H + j] + xx[b, 2 * H + j]
+                act_ip(row(nn, b), code)
         else:
+            _rec(h, up, col, us, xx[:, :2 * H], q, s, zp, acc, zr)
             for b in range(B):
-                i = i0 * B + b
-                xb, zrb = row(xx, b), ar[:2 * H]
-                dequant_row(row(accx, b), zpx[i], sx[i], wcol, ws, bias, xb)
-                dequant_row(row(acc, b), zp[b], s[b], col, us, xb[:2 * H], zrb)
-                act_ip(zrb, rcode)
-                hr = row(h, b)
-                for j in range(H):     # (r * h; z kept in xb's first H, no longer needed there)
-                    xb[j] = zrb[j]
-                    nn[j] = zrb[H + j] * hr[j]
-                s2[b], zp2[b] = quant_row(nn, row(q2, b))
-            gemm(q2, up_n, acc_n)
-            for b in range(B):
-                hr = row(h, b)
-                if mask.shape[0] > 0 and mask[t, b] == 0:
-                    _carry(t, b, hr, seq)
-                    continue
-                xb = row(xx, b)
-                dequant_row(row(acc_n, b), zp2[b], s2[b], col_n, us_n, xb[2 * H:], nn)
-                act_ip(nn, code)
+                act_ip(row(zr, b), rcode)
                 for j in range(H):
-                    n = nn[j]
-                    hr[j] = (hr[j] - n) * xb[j] + n
-                _emit(t, b, hr, q, s, zp, seq)
+                    rh[b, j] = zr[b, H + j] * h[b, j]
+            _rec(rh, up_n, col_n, us_n, xx[:, 2 * H:], q, s, zp, acc_n, nn)
+            for b in range(B):
+                act_ip(row(nn, b), code)
+        for b in range(B):
+            if mask.shape[0] > 0 and mask[t, b] == 0:
+                continue
+            for j in range(H):
+                n = nn[b, j]
+                h[b, j] = (h[b, j] - n) * zr[b, j] + n
+        if seq.shape[0] > 0:
+            seq[t] = h
 
 
 @njit(**OPTS8)
 def walk_simple(x: Any, wp: Any, wcol: Any, ws: Any, bias: Any, up: Any, col: Any, us: Any, h: Any,
                 mask: Any, seq: Any, code: int) -> None:
-    """SimpleRNN over ``x`` (T, B, F): ``h = act((xw_t + bias) + dequant(quant(h) @ U^T))``, the
-    input product and the state's quantization as in :func:`walk_lstm`."""
+    """SimpleRNN over ``x`` (T, B, F): ``h = act(xw_t + dequant(quant(h) @ U^T))``, ``xw_t`` the
+    input product as in :func:`walk_lstm`."""
     T, B, F = x.shape
     H = bias.shape[0]
     no = H if up.ndim == 2 else up.shape[0] * NB
-    q, s, zp, acc, _ = _bufs(B, H, 0, no)
+    q, s, zp, acc, a = _bufs(B, H, H, no)
     qx, sx, zpx, accx = _in_bufs(x, H, wp)
+    xt = np.empty((B, H), np.float32)
     per = walks_chunk(T, B, F)
-    quant_rows(h, q, s, zp)
     for t in range(T):
-        i0 = t % per
-        if i0 == 0:
+        if t % per == 0:
             _quant_steps(x, t, min(per, T - t), qx, sx, zpx)
-        gemm(qx[i0 * B:(i0 + 1) * B], wp, accx)
-        gemm(q, up, acc)
+        _inp(t % per, qx, sx, zpx, wp, wcol, ws, bias, accx, xt)
+        _rec(h, up, col, us, xt, q, s, zp, acc, a)
         for b in range(B):
-            hr = row(h, b)
             if mask.shape[0] > 0 and mask[t, b] == 0:
-                _carry(t, b, hr, seq)
                 continue
-            i = i0 * B + b
-            dequant2_row(row(accx, b), zpx[i], sx[i], wcol, ws, bias, row(acc, b), zp[b], s[b], col, us, hr)
-            act_ip(hr, code)
-            _emit(t, b, hr, q, s, zp, seq)
+            act_ip(row(a, b), code)
+            for j in range(H):
+                h[b, j] = a[b, j]
+        if seq.shape[0] > 0:
+            seq[t] = h
 
 
 __all__ = ["AVX2", "QDT", "QMAX", "VNNI", "act8", "assembly", "gemm", "pack", "padded", "project",
