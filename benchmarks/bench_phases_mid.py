@@ -7,7 +7,10 @@ for LSTM and GRU (``reset_after=True``, PyTorch's form), the table splits
 
 - **python + driver** ``layer.forward`` minus the compiled call;
 - **compiled call** the compiled inference loop called directly with prepared arguments;
-- **projection** ``x @ W + b`` of every step (one compiled call over the ``T*B`` rows);
+- **projection** ``x @ W + b`` of every step, as the loop makes it: a chunk of steps at a time
+  (one compiled call each) into one buffer of the driver's chunk size (L2-sized; a buffer of
+  all ``T*B`` rows, 26 MB at S3, falls out of the caches and overstated the projection, so
+  understated the rest of the loop);
 - **products** the T per-step ``h @ U`` products alone (a compiled loop of ``rgemm``);
 - **gates** the cell's compiled step alone, T times, on a copy of realistic pre-activations
   (a compiled loop; the copy is timed apart and left out);
@@ -118,11 +121,21 @@ def phases(kind: str, shape: tuple[int, int, int, int], repeats: int, sample: fl
         return pl.infer(pl.handle, x_tm, PW, pl.b0, ring, pk1, out, True, buf, mk, False, PU, pl.srcs,
                         pl.cols, pl.apart, pl.b1, pl.proj, PWp, pl.own, pl.opts, 0, B)
 
-    xp = np.empty((T * B, N), dt)
+    chunk = drv._chunk(T, B, N * dt.itemsize)
+    xp = drv._chunk_buf(pl, B, T, dt)          # (the driver's chunk: L2-sized, not T steps)
+    x2 = x_tm.reshape(T * B, F)
+
+    def projection() -> None:
+        """The projections as the inference loop makes them: ``chunk`` steps at a time into
+        one L2-sized buffer."""
+        for t0 in range(0, T, chunk):
+            n = min(chunk, T - t0)
+            project(x2[t0 * B:(t0 + n) * B], PW, pl.b0, xp[:n * B])
+
     S = pl.sizes[0]
     h = np.asarray(np.random.default_rng(1).uniform(-1, 1, (B, S)), dt)
     hu = np.zeros((B, PU[0].shape[1] * PU[0].shape[2]), dt)[:, :N]
-    project(x_tm.reshape(T * B, F), PW, pl.b0, xp)
+    projection()
     pre = np.ascontiguousarray(xp[:B] + h @ np.asarray(pl.U))    # a realistic step input
     a = np.empty_like(pre)
     nrec = N if pl.apart else 0
@@ -132,7 +145,6 @@ def phases(kind: str, shape: tuple[int, int, int, int], repeats: int, sample: fl
     pk = drv._parks1(pl, B, dt)
     tmp = np.empty((B, N), dt)
     W_, U_ = np.asarray(pl.W), np.asarray(pl.U)
-    x2 = x_tm.reshape(T * B, F)
     dot_out, dot_rec = np.empty((T * B, N), dt), np.empty((B, N), dt)
 
     def gates() -> object:
@@ -147,7 +159,7 @@ def phases(kind: str, shape: tuple[int, int, int, int], repeats: int, sample: fl
     fns: dict[str, Callable[[], object]] = {
         "forward": lambda: layer.forward(x, rk.Ctx.inference()),
         "call": call,
-        "projection": lambda: project(x2, PW, pl.b0, xp),
+        "projection": projection,
         "products": lambda: _products(h, PU[0], hu, T),
         "products0": lambda: _products(h, PU[0], hu, 0),
         "gates": gates,
