@@ -19,13 +19,13 @@ raw forecast of the held-out rows (medians unchanged):
     with ``--rule-c``: ``m_1`` is trained for it alone);
 (d) ``m_2`` scores windows 2 and 0 (K = 2, step ``ceil(horizon / 2)``);
 (f) the final model scores window 0 (no second model: with patience the final model's weights
-    never trained on the history's last ``horizon`` rows, which chose its epoch; stated after
-    seed 0 showed that the final model's own raw coverage of the held-out rows differs from the
-    calibration models' far more than those differ from one another);
+    never trained on the history's last ``horizon`` rows, which chose its epoch; added after
+    seed 0 showed the final model's raw coverage of the held-out rows far from the calibration
+    models');
 (e) ``m_3`` on windows 3 .. 0, but the likelihood's scale ``sigma`` is multiplied by the factor
     (found by bisection in log space) that makes the windows' pooled 80 % coverage 80 %; the
-    final model's paths are then sampled with that ``sigma`` (the median moves a little:
-    reported).
+    final model's paths are then sampled with that ``sigma`` (each draw is fed back as a lag,
+    so the median moves: its MASE is reported).
 
 Writes one JSON line: every rule's coverage of the held-out rows, its factors, the raw coverage
 of each model on its windows and on the held-out rows, the final model's MASE.
