@@ -4,7 +4,8 @@ where a step has too few points and per step where it has enough, it brings a to
 too-wide spread to the nominal coverage of fresh points within the binomial bound, a trained
 model's factors are the pooled conformal quantile of its rolling-origin windows' scores
 (recomputed here by hand from forecasts of those windows), applied to every forecast (the
-median unchanged) and kept through save/load."""
+median unchanged) and kept through save/load, and the final model is the one calibration=None
+trains."""
 
 from __future__ import annotations
 
@@ -199,3 +200,21 @@ def test_a_small_panel_pools_its_windows_scores_into_one_factor() -> None:
         scores.append(np.where(a >= med, (a - med) / (hi - med), (med - a) / (med - lo)))
     want = np.sort(np.concatenate(scores).ravel())[78 - 1]
     np.testing.assert_allclose(m.spec.spread, [want] * 4, rtol=1e-12)
+
+
+def test_calibration_leaves_the_final_model_and_its_median_as_without_it() -> None:
+    # the calibration model trains on its own; the final model's weights, and so the median of
+    # every forecast (and its MASE), are those of calibration=None, bit for bit
+    hist = _noisy_panel(6, 36, 1.0, 5)
+    kw = dict(context=8, likelihood="gaussian", units=4, layers=1, epochs=2, max_windows=8, seed=0)
+    cal = DeepAR(4, **kw).fit(hist)                          # type: ignore[arg-type]
+    plain = DeepAR(4, calibration=None, **kw).fit(hist)      # type: ignore[arg-type]
+    assert cal.network is not None and plain.network is not None and cal.spec is not None
+    for a, b in zip(cal.network.get_weights(), plain.network.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert cal.spec.spread and plain.spec is not None and plain.spec.spread == ()
+    c = cal.forecast(hist, num_samples=201, seed=3)
+    p = plain.forecast(hist, num_samples=201, seed=3)
+    # 201 paths: the median is one of them, unmoved by median + c (path - median)
+    np.testing.assert_array_equal(c.quantile(0.5), p.quantile(0.5))
+    assert not np.array_equal(c.samples, p.samples)
