@@ -165,8 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--likelihood", choices=("gaussian", "student_t", "negative_binomial"),
                    default="student_t", help="with --panel: the forecast distribution (default student_t)")
     t.add_argument("--calibration", choices=("conformal", "none"), default="conformal",
-                   help="with --panel: widen or narrow the 80 %% intervals by split conformal prediction on "
-                        "each series' last --horizon rows before the held-out ones (default conformal)")
+                   help="with --panel: widen or narrow the intervals by split conformal prediction on 4 "
+                        "rolling-origin windows of a calibration model trained without each series' last "
+                        "rows (default conformal)")
     t.add_argument("--covariates", default=None, metavar="A,B,...",
                    help="with --panel: known-future covariate columns (default: every other column)")
 
