@@ -1,5 +1,6 @@
 """The instruction-set restriction of ``bench.py --isa avx2`` (and the check that it took
-effect), the README table of a results file, and writing the results."""
+effect), the README table of a results file, the tables of a ``bench.py --all`` run (with the
+ISA each section's records show against the one asked for), and writing the results."""
 
 from __future__ import annotations
 
@@ -131,9 +132,33 @@ def _head(run: dict[str, Any], name: str) -> list[str]:
             f"load average {_f(sec['loadavg_start'])} at start, {_f(sec['loadavg_end'])} at end; "
             f"{sec['wall_s']:.0f} s.")
     out = [f"### {SECTIONS[name]}", "", line, ""]
+    off = [] if sec.get("error") else _isa_not_in_effect(name, sec, run["host_isa"])
+    if off:
+        out += [f"WARNING: the ISA asked for did not take effect: {'; '.join(off)}.", ""]
     if sec.get("error"):
         out += [f"Not measured: {sec['error']}", ""]
     return out
+
+
+def _isa_not_in_effect(name: str, sec: dict[str, Any], host_isa: str) -> list[str]:
+    """What the section's own records say against the ISA its runs asked for: the ISA rnnkit's
+    kernels were compiled for (``inference`` rows), the restrictions found not in effect
+    (``training``), the int8 product that ran (``int8``: VNNI is AVX-512's)."""
+    bad: list[str] = []
+    want = {"native": host_isa, "avx2": "AVX2"}
+    if name == "inference":
+        for isa in sec["isas"]:
+            got = {r.get("isa") for r in sec["data"][isa]["rows"]} - {want[isa]}
+            bad += [f"{isa} run compiled for {g}" for g in sorted(map(str, got))]
+    elif name == "training":
+        for r in sec["data"]["runs"]:
+            miss = r["meta"]["isa"].get("restrictions_not_in_effect")
+            if miss:
+                bad.append(f"{r['meta']['isa']['requested']} run: {', '.join(miss)} not restricted")
+    elif name == "int8":
+        bad += [f"avx2 run used the {r['layout']} product at {r['shape']}" for r in sec["data"]["rows"]
+                if r.get("isa") == "avx2" and r.get("layout") == "vnni"]
+    return bad
 
 
 def _group_head(first: list[str], isas: list[str], cols: list[str]) -> list[str]:

@@ -98,3 +98,16 @@ def test_markdown_of_an_all_run_names_a_section_that_failed(tmp_path: Path,
     assert "Not measured: bench_int8.py (avx2) exited with status 1" in lines
     assert not any(ln.startswith("| S2 |") for ln in lines)
     assert "| lstm | S2 | 1 | 0.50 | 0.75 | 1.25 | 0.62 | 0.88 | 1.50 |" in lines
+
+
+def test_markdown_of_an_all_run_warns_when_the_avx2_restriction_did_not_take_effect(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = json.loads(json.dumps(RUN))
+    run["sections"]["inference"]["data"]["avx2"]["rows"][0]["isa"] = "AVX-512"
+    run["sections"]["training"]["data"]["runs"][1]["meta"]["isa"]["restrictions_not_in_effect"] = ["numba"]
+    run["sections"]["int8"]["data"]["rows"][1]["layout"] = "vnni"
+    lines = _markdown(tmp_path, run, capsys)
+    assert "WARNING: the ISA asked for did not take effect: avx2 run compiled for AVX-512." in lines
+    assert "WARNING: the ISA asked for did not take effect: avx2 run: numba not restricted." in lines
+    assert "WARNING: the ISA asked for did not take effect: avx2 run used the vnni product at S2." in lines
+    assert not any(ln.startswith("WARNING") for ln in _markdown(tmp_path, RUN, capsys))
