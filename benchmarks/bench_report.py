@@ -184,7 +184,10 @@ def _inference(run: dict[str, Any]) -> list[str]:
             line += (f" {_f(r.get('rnnkit_over_onnxruntime'))} | {_f(r.get('rnnkit_over_torch'))} "
                      f"| {_f(r.get('rnnkit_over_torch_int8'))} |")
         out.append(line)
-    out += ["", "onnxruntime has no ISA switch: it runs on the host's ISA in every column group."]
+    others = "; ".join(f"{isa} {n} thread{'s' if int(n) != 1 else ''} {cores}" for isa in isas
+                       for n, cores in sec["data"][isa].get("others_cores", {}).items())
+    out += ["", "onnxruntime has no ISA switch: it runs on the host's ISA in every column group."
+            + (f" Cores the machine's other processes used meanwhile: {others}." if others else "")]
     return out
 
 

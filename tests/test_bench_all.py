@@ -16,7 +16,7 @@ def _peers(isa: str, rk_ort: float, rk_t: float, rk_t8: float) -> dict[str, Any]
     return {"rows": [{"case": "lstm", "shape": "S2", "threads": 1, "isa": isa, "rnnkit_s": 1e-3,
                       "onnxruntime_s": 2e-3, "torch_s": 2e-3, "torch_int8_s": 3e-3,
                       "rnnkit_over_onnxruntime": rk_ort, "rnnkit_over_torch": rk_t,
-                      "rnnkit_over_torch_int8": rk_t8}]}
+                      "rnnkit_over_torch_int8": rk_t8}], "others_cores": {"1": 0.5}}
 
 
 def _train(isa: str, rk: float, t: float) -> dict[str, Any]:
@@ -77,6 +77,8 @@ def test_markdown_of_an_all_run_prints_every_sections_rows(tmp_path: Path,
                        "load average 1.50 at start, 2.25 at end; 12 s.") == 2
     # inference: rnnkit / onnxruntime, / PyTorch, / PyTorch int8 per ISA, side by side
     assert "| lstm | S2 | 1 | 0.50 | 0.75 | 1.25 | 0.62 | 0.88 | 1.50 |" in lines
+    assert ("onnxruntime has no ISA switch: it runs on the host's ISA in every column group. Cores the "
+            "machine's other processes used meanwhile: native 1 thread 0.5; avx2 1 thread 0.5.") in lines
     # training: the times in ms and their ratio per ISA
     assert "| gru | S3 | 2.000 ms | 4.000 ms | 0.50 | 3.000 ms | 4.000 ms | 0.75 |" in lines
     # int8: int8 / float32 and int8 / PyTorch int8 are the inverses of the stored ratios
