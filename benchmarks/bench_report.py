@@ -179,8 +179,8 @@ def _inference(run: dict[str, Any]) -> list[str]:
     for case, shape, n in keys:
         line = f"| {case} | {shape} | {n} |"
         for isa in isas:
-            r = next((r for r in sec["data"][isa]["rows"]
-                      if (r["case"], r["shape"], r["threads"]) == (case, shape, n)), {})
+            rows: list[dict[str, Any]] = sec["data"][isa]["rows"]
+            r = next((x for x in rows if (x["case"], x["shape"], x["threads"]) == (case, shape, n)), {})
             line += (f" {_f(r.get('rnnkit_over_onnxruntime'))} | {_f(r.get('rnnkit_over_torch'))} "
                      f"| {_f(r.get('rnnkit_over_torch_int8'))} |")
         out.append(line)
