@@ -23,6 +23,28 @@ Usage::
     python benchmarks/bench.py --user-cells --shapes S2,S3   # docs' compiled cells vs built-ins
     python benchmarks/bench.py --peers --threads 1,2 --shapes S1,S2 --repeats 3
     python benchmarks/bench.py --markdown benchmarks/results/<stamp>.json   # its README tables
+    python benchmarks/bench.py --all --quick --isa both    # every speed figure, short (see below)
+
+``--all`` runs every section below in child processes of their own (the scripts' own command
+lines, each writing ``--json``), then prints one summary, a table per section, each headed by
+the machine (CPU model, the ISA rnnkit's kernels ran on, the load average at the section's
+start and end), and saves it as ``benchmarks/results/all-<utc-timestamp>.json`` (``--markdown``
+prints its tables again):
+
+- ``inference``: :mod:`bench_peers` (rnnkit / onnxruntime, / PyTorch, / PyTorch int8 at 1 and
+  2 threads), one column group per ISA of ``--isa``;
+- ``training``: this script's ``--modes train`` against PyTorch, per ISA;
+- ``int8``: :mod:`bench_int8` (rnnkit int8 against its float32 and PyTorch's int8, with the
+  errors), per ISA;
+- ``first_use``: ``bench_coldstart.py --configs`` (per configuration, a new process on the cache
+  ``rnnkit compile`` filled, and, without ``--quick``, one on an empty cache);
+- ``serving``: ``bench_serve_http.py`` (requests/s, p99, the server's CPU a request) and
+  ``profile_ws.py --no-profile`` (WebSocket steps/s, the server's CPU a step).
+
+``--quick`` shrinks every section (fewer shapes, cases and repeats; first use on this
+environment's own kernel cache after ``rnnkit compile`` on it, the empty-cache runs left out;
+first use and serving on the native ISA only, since their AVX2 run would first compile every
+configuration for AVX2).
 
 ``--peers`` (:mod:`bench_peers`): inference of LSTM, GRU, a ``proj_size`` LSTM, an LSTM under
 ``lengths`` and a Bidirectional LSTM against onnxruntime on the ``rk.save_onnx`` graph of the same
@@ -65,7 +87,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_peers  # noqa: E402
-from bench_report import AVX2_SH, isa_in_effect, markdown, on_avx2, save_results  # noqa: E402
+from bench_report import (  # noqa: E402
+    AVX2_SH,
+    SECTIONS,
+    isa_in_effect,
+    markdown,
+    markdown_all,
+    on_avx2,
+    save_results,
+)
 
 SHAPES: dict[str, tuple[int, int, int, int]] = {
     "S1": (1, 100, 16, 32),
@@ -74,7 +104,8 @@ SHAPES: dict[str, tuple[int, int, int, int]] = {
     "S4": (128, 200, 256, 512),
 }
 GATES = {"rnn": 1, "lstm": 4, "gru": 3}
-RESULTS = Path(__file__).resolve().parent / "results"
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
 
 
 def _cpu_name() -> str:
@@ -258,6 +289,93 @@ def startup_times(repeats: int = 5) -> dict[str, float]:
             "first_calls_all_cells_first_run_s": first[0]}
 
 
+def _loadavg() -> float | None:
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+
+def _section_commands(name: str, isa: str, quick: bool, out: Path) -> list[list[str]]:
+    """The command lines of one section on one ISA (``isa`` "avx2": under ``tools/avx2.sh``);
+    each writes its results into ``out`` (a JSON file; ``training``: a folder)."""
+    py = [sys.executable]
+    if name == "inference":
+        cmd = [*py, str(HERE / "bench_peers.py"), "--json", str(out), "--isa", "native", "--threads", "1,2",
+               *(["--shapes", "S2,S3", "--cases", "lstm,gru", "--repeats", "3"] if quick else [])]
+        cmds = [cmd]
+    elif name == "training":
+        cmds = [[*py, str(HERE / "bench.py"), "--modes", "train", "--no-startup", "--results", str(out),
+                 *(["--cells", "lstm,gru", "--shapes", "S2,S3", "--repeats", "3"] if quick else [])]]
+    elif name == "int8":
+        cmds = [[*py, str(HERE / "bench_int8.py"), "--json", str(out), "--isa", "here",
+                 *(["--shapes", "S2,S3", "--repeats", "3"] if quick else [])]]
+    elif name == "first_use":
+        cmds = [[*py, str(HERE / "bench_coldstart.py"), "--configs", "--json", str(out),
+                 *(["--no-empty", "--own-cache"] if quick else [])]]
+    else:   # serving: HTTP predict, then the WebSocket steps
+        cmds = [[*py, str(HERE / "bench_serve_http.py"), "--json", f"{out}.http",
+                 *(["--variants", "fast", "--phases", "keepalive", "--rounds", "1", "--seconds", "3",
+                    "--clients", "100", "--slow", "0"] if quick else [])],
+                [*py, str(HERE / "profile_ws.py"), "--no-profile", "--json", f"{out}.ws",
+                 *(["--seconds", "3", "--streams", "100"] if quick else [])]]
+    return [on_avx2(c) if isa == "avx2" else c for c in cmds]
+
+
+def _section_data(name: str, out: Path) -> Any:
+    """What one section's commands wrote into ``out``."""
+    if name == "training":
+        return json.loads(next(iter(sorted(out.glob("*.json")))).read_text())
+    if name == "serving":
+        return {"http": json.loads(Path(f"{out}.http").read_text()),
+                "ws": json.loads(Path(f"{out}.ws").read_text())}
+    return json.loads(out.read_text())
+
+
+def run_all(isa: str, quick: bool, argv: list[str], folder: Path) -> tuple[dict[str, Any], list[Path]]:
+    """``--all``: every section of :data:`bench_report.SECTIONS` in child processes (see the module
+    docstring), a failed one recorded with its exit status and the rest run on; the results,
+    saved into ``folder`` as ``all-<utc-timestamp>.json``."""
+    import tempfile
+
+    isas = list(bench_peers.ISAS[isa])
+    t0 = time.perf_counter()
+    run: dict[str, Any] = {
+        "kind": "all", "argv": argv, "quick": quick, "isas": isas,
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "cpu": _cpu_name(), "cores": os.cpu_count(), "host_isa": bench_peers._host_isa(),
+        "versions": bench_peers.versions(), "loadavg_start": _loadavg(), "sections": {}}
+    env = {**os.environ, "PYTHON": sys.executable}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in SECTIONS:
+            sec_isas = ["native"] if quick and name in ("first_use", "serving") else isas
+            sec: dict[str, Any] = {"isas": sec_isas, "loadavg_start": _loadavg(), "data": {},
+                                   "error": None}
+            s0 = time.perf_counter()
+            for i in sec_isas:
+                out = Path(tmp) / f"{name}-{i}"
+                if name == "training":
+                    out.mkdir()
+                for cmd in _section_commands(name, i, quick, out):
+                    print(f"== {name} ({i}): {' '.join(cmd)}", flush=True)
+                    rc = subprocess.run(cmd, env={**env, "RNNKIT_BENCH_ISA": i}).returncode
+                    if rc:
+                        script = next(Path(a).name for a in cmd if a.endswith(".py"))
+                        sec["error"] = f"{script} ({i}) exited with status {rc}"
+                        break
+                if sec["error"]:
+                    break
+                sec["data"][i] = _section_data(name, out)
+            sec["loadavg_end"], sec["wall_s"] = _loadavg(), time.perf_counter() - s0
+            if name == "training" and not sec["error"]:
+                sec["data"] = {"runs": list(sec["data"].values())}
+            if name == "int8" and not sec["error"]:
+                parts = sec["data"]
+                sec["data"] = {"cell": parts[sec_isas[0]]["cell"],
+                               "rows": [{**r, "isa": i} for i in sec_isas for r in parts[i]["rows"]]}
+            run["sections"][name] = sec
+    run["loadavg_end"], run["wall_s"] = _loadavg(), time.perf_counter() - t0
+    written = save_results(run, folder, update_latest=False, prefix="all-")
+    return run, written
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cells", default="rnn,lstm,gru")
@@ -287,10 +405,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--isa", choices=("native", "avx2", "both"), default="native",
                    help="native: this machine; avx2: a child process restricted to AVX2; both: one, "
                         "then the other")
+    p.add_argument("--all", action="store_true",
+                   help="every section (inference and training against the peers, int8, first use, "
+                        "serving), each in a child process, then one summary")
+    p.add_argument("--quick", action="store_true", help="--all: a short run (see the module docstring)")
     args = p.parse_args(argv)
     if args.markdown:
         data = json.loads(Path(args.markdown).read_text())
-        print(bench_peers.markdown(data["peers"]) if "peers" in data else markdown(data))
+        if data.get("kind") == "all":
+            print(markdown_all(data))
+        else:
+            print(bench_peers.markdown(data["peers"]) if "peers" in data else markdown(data))
+        return 0
+    if args.quick and not args.all:
+        p.error("--quick shortens --all: give --all too")
+    if args.all:
+        run, written = run_all(args.isa, args.quick, argv if argv is not None else sys.argv[1:],
+                               Path(args.results))
+        print(markdown_all(run))
+        for path in written:
+            print(f"wrote {path}")
         return 0
     if args.peers:   # every thread count (and ISA) in a child process of its own (bench_peers.py)
         peers = bench_peers.run(args.shapes, args.cases, [int(n) for n in args.threads.split(",")],

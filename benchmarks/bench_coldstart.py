@@ -61,6 +61,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(SRC))
@@ -205,10 +206,14 @@ def first_use(name: str, dtype: str, env: dict[str, str], out: Path) -> dict[str
     return {**got, "exit": time.time() - t0, "cpu": _cpu() - c0}
 
 
-def configs(base: dict[str, str], tmp: Path) -> None:
-    """The ``--configs`` table (see the module docstring)."""
+def configs(base: dict[str, str], tmp: Path, *, empty: bool = True,
+            own_cache: bool = False) -> dict[str, Any]:
+    """The ``--configs`` table (see the module docstring); ``empty`` False leaves out the runs on
+    an empty cache, ``own_cache`` runs ``rnnkit compile`` on this environment's kernel cache (its
+    ``NUMBA_CACHE_DIR``, or the package's own) instead of a new empty one. Returns the rows and
+    the compile's seconds."""
     installed = tmp / "installed"
-    envi = {**base, "NUMBA_CACHE_DIR": str(installed)}
+    envi = {**base} if own_cache else {**base, "NUMBA_CACHE_DIR": str(installed)}
     load0 = os.getloadavg()[0]
     inst = timed(None, ["-m", "rnnkit", "compile"], envi)
     rows = []
@@ -216,29 +221,45 @@ def configs(base: dict[str, str], tmp: Path) -> None:
         for name in CONFIGS:
             if dt == "int8" and name not in INT8:
                 continue
-            env0 = {**base, "NUMBA_CACHE_DIR": str(tmp / f"empty-{name}-{dt}"), "RNNKIT_COMPILE_AHEAD": "0"}
-            cold = first_use(name, dt, env0, tmp / f"cold-{name}-{dt}.npy")
+            cold: dict[str, float] | None = None
+            if empty:
+                env0 = {**base, "NUMBA_CACHE_DIR": str(tmp / f"empty-{name}-{dt}"),
+                        "RNNKIT_COMPILE_AHEAD": "0"}
+                cold = first_use(name, dt, env0, tmp / f"cold-{name}-{dt}.npy")
             warm = first_use(name, dt, envi, tmp / f"warm-{name}-{dt}.npy")
-            same = ((tmp / f"cold-{name}-{dt}.npy").read_bytes()
-                    == (tmp / f"warm-{name}-{dt}.npy").read_bytes())
+            same = None if cold is None else ((tmp / f"cold-{name}-{dt}.npy").read_bytes()
+                                              == (tmp / f"warm-{name}-{dt}.npy").read_bytes())
             rows.append((name, dt, cold, warm, same))
-            print(f"{name:<11}{dt:<8} empty cache {cold['import'] + cold['first']:6.2f} s "
-                  f"({cold['compiled']:.0f} compiled, {cold['cpu']:.1f} CPU s); installed cache "
-                  f"{warm['import'] + warm['first']:5.2f} s ({warm['compiled']:.0f} compiled, "
-                  f"{warm['loaded']:.0f} loaded); outputs {'identical' if same else 'DIFFER'}", flush=True)
-    print(f"\n{os.cpu_count()} cores, load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the "
+            print(f"{name:<11}{dt:<8} empty cache " + ("not run" if cold is None else
+                  f"{cold['import'] + cold['first']:6.2f} s ({cold['compiled']:.0f} compiled, "
+                  f"{cold['cpu']:.1f} CPU s)") + f"; installed cache {warm['import'] + warm['first']:5.2f} s "
+                  f"({warm['cpu']:.1f} CPU s, {warm['compiled']:.0f} compiled, {warm['loaded']:.0f} loaded)"
+                  + ("" if same is None else f"; outputs {'identical' if same else 'DIFFER'}"), flush=True)
+    load1 = os.getloadavg()[0]
+    print(f"\n{os.cpu_count()} cores, load average {load0:.1f} at the start, {load1:.1f} at the "
           f"end; first use = import + first fit and predict (int8: quantize and predict), seconds")
     print(f"{'config':<12}{'dtype':<9}{'empty cache':>12}{'CPU s':>8}{'compiled':>9}"
-          f"{'installed':>11}{'compiled':>9}{'loaded':>8}  bits")
+          f"{'installed':>11}{'CPU s':>8}{'compiled':>9}{'loaded':>8}  bits")
+
+    def num(v: float | None, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+
     for name, dt, cold, warm, same in rows:
-        print(f"{name:<12}{dt:<9}{cold['import'] + cold['first']:>12.2f}{cold['cpu']:>8.1f}"
-              f"{cold['compiled']:>9.0f}{warm['import'] + warm['first']:>11.2f}{warm['compiled']:>9.0f}"
-              f"{warm['loaded']:>8.0f}  {'same' if same else 'DIFFER'}")
+        c = cold or {}
+        print(f"{name:<12}{dt:<9}{num(c['import'] + c['first'] if c else None, '>12.2f')}"
+              f"{num(c.get('cpu'), '>8.1f')}{num(c.get('compiled'), '>9.0f')}"
+              f"{warm['import'] + warm['first']:>11.2f}{warm['cpu']:>8.1f}{warm['compiled']:>9.0f}"
+              f"{warm['loaded']:>8.0f}  {'-' if same is None else 'same' if same else 'DIFFER'}")
     print(f"rnnkit compile (every configuration, what an editable install adds): {inst[0]:.1f} s, "
-          f"{inst[2]:.1f} CPU s")
+          f"{inst[2]:.1f} CPU s" + (" (on this environment's cache, compiling only what it lacked)"
+                                   if own_cache else ""))
+    return {"loadavg_start_end": [round(load0, 2), round(load1, 2)], "own_cache": own_cache,
+            "compile_s": inst[0], "compile_cpu_s": inst[2],
+            "rows": [{"config": name, "dtype": dt, "empty": cold, "installed": warm, "same_bits": same}
+                     for name, dt, cold, warm, same in rows]}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip", default="", help="comma-separated runs to leave out: single, warm, torch, "
@@ -248,13 +269,22 @@ def main() -> None:
     ap.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (0: its default)")
     ap.add_argument("--configs", action="store_true",
                     help="per configuration: first use on an empty and on an installed cache")
-    args = ap.parse_args()
+    ap.add_argument("--no-empty", action="store_true",
+                    help="--configs: leave out the runs on an empty cache (the installed cache only)")
+    ap.add_argument("--own-cache", action="store_true",
+                    help="--configs: run `rnnkit compile` on this environment's kernel cache instead "
+                         "of a new empty one (quick when it is already filled)")
+    ap.add_argument("--json", default=None, metavar="PATH", help="--configs: also write the rows as JSON")
+    args = ap.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     base = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
     base.pop("RNNKIT_COMPILE_AHEAD", None)
     if args.configs:
         with tempfile.TemporaryDirectory() as tmp:
-            configs(base, Path(tmp))
+            got = configs(base, Path(tmp), empty=not args.no_empty, own_cache=args.own_cache)
+        if args.json:
+            Path(args.json + ".tmp").write_text(json.dumps(got, indent=1))
+            os.replace(args.json + ".tmp", args.json)
         return
     res: dict[str, list[tuple[float, ...]]] = {}
     epochs = 0

@@ -20,11 +20,16 @@ FMAs; PyTorch's kernels and oneDNN capped at AVX2). Each row names the int8 prod
     python benchmarks/bench_int8.py --shapes S3 --repeats 3 --cell gru
     python benchmarks/bench_int8.py --demo /tmp/demo      # the demo's test RMSE, float32 vs int8
     RNNKIT_KERNEL_THREADS=2 python benchmarks/bench_int8.py --shapes S2,S3,S4   # two threads each
+    python benchmarks/bench_int8.py --shapes S2 --json out.json   # the rows of every ISA, as JSON
+
+``--json PATH`` writes ``{"threads", "cell", "isas", "rows"}``, each row with the ``isa`` it ran
+on (``native`` or ``avx2``; ``bench.py --all`` reads it).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -195,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--isa", choices=("both", "native", "avx2", "here"), default="both",
                    help="both: a child process on this CPU's instructions, then one restricted to "
                         "AVX2 (tools/avx2.sh); native / avx2: that child only; here: this process")
+    p.add_argument("--json", default=None, metavar="PATH",
+                   help="also write the rows (of every ISA run) to PATH as JSON")
     p.add_argument("--demo", default=None, metavar="DIR",
                    help="instead: train the sunspots demo into DIR and compare its test RMSE in int8")
     a = p.parse_args(argv)
@@ -206,16 +213,34 @@ def main(argv: list[str] | None = None) -> int:
         args = ["--shapes", a.shapes, "--cell", a.cell, "--repeats", str(a.repeats), "--clock", a.clock,
                 "--isa", "here"]
         avx2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "avx2.sh")
-        for isa in ("native", "avx2") if a.isa == "both" else (a.isa,):
-            cmd = [sys.executable, os.path.abspath(__file__), *args]
+        isas = ("native", "avx2") if a.isa == "both" else (a.isa,)
+        rows: list[dict[str, Any]] = []
+        for isa in isas:
+            part = f"{a.json}.{isa}.part" if a.json else None
+            cmd = [sys.executable, os.path.abspath(__file__), *args, *(["--json", part] if part else [])]
             print(f"# {isa}", flush=True)
             rc = subprocess.call([avx2, *cmd] if isa == "avx2" else cmd,
                                  env={**os.environ, "PYTHON": sys.executable})
             if rc:
                 return rc
+            if part:
+                rows += [{**r, "isa": isa} for r in json.loads(open(part).read())["rows"]]
+                os.remove(part)
+        if a.json:
+            _write_json(a.json, {"threads": THREADS, "cell": a.cell, "isas": list(isas), "rows": rows})
         return 0
-    run(a.shapes.split(","), a.cell, a.repeats, time.process_time if a.clock == "cpu" else time.perf_counter)
+    clock = time.process_time if a.clock == "cpu" else time.perf_counter
+    got = run(a.shapes.split(","), a.cell, a.repeats, clock)
+    if a.json:
+        _write_json(a.json, {"threads": THREADS, "cell": a.cell, "isas": ["here"], "rows": got})
     return 0
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    """``data`` into ``path`` atomically (a temporary file beside it, then a rename)."""
+    with open(path + ".tmp", "w") as fh:
+        json.dump(data, fh, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

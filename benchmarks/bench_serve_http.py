@@ -98,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--server-args", default="", help="extra flags for rnnkit serve (both servers)")
     p.add_argument("--variants", default="fast,app", help="fast: the default server; app: --no-fast-path")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--json", default=None, metavar="PATH",
+                   help="also write the medians per phase and server, and model.predict's rows/s, as JSON")
     a = p.parse_args(argv)
     import rnnkit as rk
 
@@ -131,11 +133,19 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for server in servers.values():
                 server.stop()
+        medians = []
         for (name, v), rs in results.items():
             med = {k: float(np.median([r[k] for r in rs])) for k in
                    ("requests_per_s", "p50_ms", "p99_ms", "server_cpu_us_per_request", "load_average_1m")}
-            print(json.dumps({"median_of": len(rs), "phase": name, "server": v, **med}), flush=True)
-        print(json.dumps({"model_predict_rows_per_s_batch32": round(model_rows_per_s(model))}))
+            medians.append({"median_of": len(rs), "phase": name, "server": v, **med})
+            print(json.dumps(medians[-1]), flush=True)
+        rows_per_s = round(model_rows_per_s(model))
+        print(json.dumps({"model_predict_rows_per_s_batch32": rows_per_s}))
+        if a.json:
+            Path(a.json + ".tmp").write_text(json.dumps(
+                {"clients": a.clients, "slow": a.slow, "seconds": a.seconds, "rounds": a.rounds,
+                 "medians": medians, "model_predict_rows_per_s_batch32": rows_per_s}, indent=1))
+            os.replace(a.json + ".tmp", a.json)
         for v, text in metrics.items():
             for line in text.splitlines():
                 if (line.endswith("_sum") or "_sum{" in line or "_count{" in line) and "predict" in line:

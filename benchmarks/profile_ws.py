@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-wait-ms", type=float, default=2.0)
     p.add_argument("--no-ws-fast-path", action="store_true",
                    help="every message through the ASGI app (ServeConfig.ws_fast_path=False)")
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the summary line as JSON")
     a = p.parse_args(argv)
     import httpx
     import uvicorn
@@ -181,11 +182,16 @@ def main(argv: list[str] | None = None) -> int:
         t.join()
     steps = max(1, int(result.get("steps", 1)))
     cpu_us = 1e6 * result.get("server_cpu_s", 0.0) / steps
-    print(json.dumps({"steps_per_s": round(result.get("throughput", 0.0)), "p50_ms": result.get("p50_ms"),
-                      "p99_ms": result.get("p99_ms"), "errors": result.get("errors"),
-                      "server_cpu_us_per_step": round(cpu_us, 1),
-                      "of_which_system_us": round(1e6 * result.get("server_sys_s", 0.0) / steps, 1),
-                      "load_average_1m": os.getloadavg()[0]}))
+    summary = {"steps_per_s": round(result.get("throughput", 0.0)), "p50_ms": result.get("p50_ms"),
+               "p99_ms": result.get("p99_ms"), "errors": result.get("errors"),
+               "server_cpu_us_per_step": round(cpu_us, 1),
+               "of_which_system_us": round(1e6 * result.get("server_sys_s", 0.0) / steps, 1),
+               "load_average_1m": os.getloadavg()[0]}
+    print(json.dumps(summary))
+    if a.json:
+        Path(a.json + ".tmp").write_text(json.dumps({"streams": a.streams, "seconds": a.seconds,
+                                                     "ws_fast_path": not a.no_ws_fast_path, **summary}))
+        os.replace(a.json + ".tmp", a.json)
     if not a.no_profile:
         st = pstats.Stats(prof)
         print_groups(st, steps, cpu_us)
