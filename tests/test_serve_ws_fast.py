@@ -27,6 +27,8 @@ pytest.importorskip("websockets")
 httpx = pytest.importorskip("httpx")
 
 import rnnkit as rk  # noqa: E402
+from rnnkit.serve import ServeConfig  # noqa: E402
+from rnnkit.serve import _cli as cli  # noqa: E402
 from rnnkit.serve._wsconn import StreamWSProtocol  # noqa: E402
 
 F = 4
@@ -414,3 +416,16 @@ def test_the_switch() -> None:
     assert ws_protocol("auto", off) == "auto"
     with pytest.raises(rk.Error, match="ws_fast_path must be True or False, got str 'yes'"):
         ServeConfig(ws_fast_path="yes")  # type: ignore[arg-type]
+
+
+def test_without_the_modules_it_builds_on_streams_go_through_uvicorns_protocol(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An uvicorn without the ``websockets-sansio`` protocol (before 0.35), or websockets
+    without its compiled unmasking, gets ``ws`` as asked, never a protocol it cannot import."""
+    on = ServeConfig()
+    assert cli.ws_protocol("auto", on) == cli.WS_PROTOCOL
+    for missing in ("uvicorn.protocols.websockets.no_such_impl", "no_such_package.speedups"):
+        monkeypatch.setattr(cli, "WS_NEEDS", (*cli.WS_NEEDS, missing))
+        asked = ["auto", "websockets-sansio"]
+        assert [cli.ws_protocol(w, on) for w in asked] == asked
+        monkeypatch.undo()

@@ -27,6 +27,11 @@ HTTP_PROTOCOL = "rnnkit.serve._http:HeadTimeoutProtocol"
 #: uvicorn's WebSocket protocol for a stream's messages answered in the protocol (``ws_fast_path``)
 WS_PROTOCOL = "rnnkit.serve._wsconn:StreamWSProtocol"
 
+#: the modules :data:`WS_PROTOCOL` builds on: uvicorn's ``websockets-sansio`` protocol (uvicorn
+#: 0.35 and later) and the websockets package with its compiled frame unmasking; where one is
+#: missing, streams go through uvicorn's own protocol and the app
+WS_NEEDS = ("websockets", "websockets.speedups", "uvicorn.protocols.websockets.websockets_sansio_impl")
+
 #: the environment variable through which ``--workers`` processes get the model and settings
 CONFIG_ENV = "RNNKIT_SERVE_CONFIG"
 
@@ -92,11 +97,19 @@ def add_parser(sub: Any) -> None:
 def ws_protocol(ws: str, cfg: ServeConfig) -> str:
     """uvicorn's ``ws`` setting for ``--ws ws`` under ``cfg``: :data:`WS_PROTOCOL` (the
     ``websockets-sansio`` protocol answering a stream's messages itself) when ``ws_fast_path``
-    is on and ``ws`` names that protocol or ``auto`` picks it (the websockets package is there);
-    else ``ws`` as it is."""
-    if cfg.ws_fast_path and ws in ("auto", "websockets-sansio") and importlib.util.find_spec("websockets"):
+    is on, ``ws`` names that protocol or ``auto`` picks it, and every module of :data:`WS_NEEDS`
+    is there; else ``ws`` as it is."""
+    if cfg.ws_fast_path and ws in ("auto", "websockets-sansio") and all(_found(m) for m in WS_NEEDS):
         return WS_PROTOCOL
     return ws
+
+
+def _found(module: str) -> bool:
+    """Whether ``module`` can be imported (its parent packages are imported to look)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
 
 
 def config_from(args: argparse.Namespace) -> ServeConfig:
