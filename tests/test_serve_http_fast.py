@@ -28,7 +28,7 @@ pytest.importorskip("httptools")
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
 sys.path.insert(0, str(TOOLS))
 
-from serve_trials import free_port  # noqa: E402
+from serve_trials import Servers, free_port  # noqa: E402
 
 import rnnkit as rk  # noqa: E402
 from rnnkit.serve._http import HeadTimeoutProtocol, _FastCycle  # noqa: E402
@@ -51,7 +51,7 @@ def _counting(fast: list[int]) -> type:
     return Counting
 
 
-class Pair:
+class Pair(Servers):
     """Two servers of one model, ``fast_path`` on and off, on one event loop; ``fast[v]``: the
     requests server ``v`` answered on the fast path."""
 
@@ -65,18 +65,6 @@ class Pair:
                                              http=_counting(self.fast[v]), loop="asyncio", lifespan="on",
                                              access_log=False))
             for v, port in self.ports.items()}
-        self.tasks: list[asyncio.Task[None]] = []
-
-    async def __aenter__(self) -> Pair:
-        self.tasks = [asyncio.get_running_loop().create_task(s.serve()) for s in self.servers.values()]
-        while not all(s.started for s in self.servers.values()):
-            await asyncio.sleep(0.01)
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        for s in self.servers.values():
-            s.should_exit = True
-        await asyncio.gather(*self.tasks)
 
 
 def _post(body: bytes, path: str = "/v1/predict", ctype: bytes | None = b"application/json",

@@ -15,6 +15,8 @@ import asyncio
 import json
 import socket
 import struct
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,11 @@ uvicorn = pytest.importorskip("uvicorn")
 pytest.importorskip("orjson")
 pytest.importorskip("websockets")
 httpx = pytest.importorskip("httpx")
+
+TOOLS = Path(__file__).resolve().parents[1] / "tools"
+sys.path.insert(0, str(TOOLS))
+
+from serve_trials import Servers, free_port  # noqa: E402
 
 import rnnkit as rk  # noqa: E402
 from rnnkit.serve import ServeConfig  # noqa: E402
@@ -50,20 +57,13 @@ def _counting(count: list[int], base: type) -> type:
     return Counting
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Pair:
+class Pair(Servers):
     """Two servers of one model: ``fast`` (this protocol, ``ws_fast_path`` on) and ``app``
     (uvicorn's ``websockets-sansio``, ``ws_fast_path`` off)."""
 
     def __init__(self, ws_max_size: int = 1 << 20, ws: type = StreamWSProtocol, **settings: Any) -> None:
         self.model = _model()
-        self.ports = {v: _free_port() for v in ("fast", "app")}
+        self.ports = {v: free_port() for v in ("fast", "app")}
         self.count = {v: [0] for v in self.ports}
         self.servers = {
             v: uvicorn.Server(uvicorn.Config(
@@ -72,18 +72,6 @@ class Pair:
                 ws=_counting(self.count[v], ws) if v == "fast" else "websockets-sansio",
                 ws_max_size=ws_max_size, ws_per_message_deflate=False))
             for v, port in self.ports.items()}
-        self.tasks: list[asyncio.Task[None]] = []
-
-    async def __aenter__(self) -> Pair:
-        self.tasks = [asyncio.get_running_loop().create_task(s.serve()) for s in self.servers.values()]
-        while not all(s.started for s in self.servers.values()):
-            await asyncio.sleep(0.01)
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        for s in self.servers.values():
-            s.should_exit = True
-        await asyncio.gather(*self.tasks)
 
     async def create(self, v: str, headers: dict[str, str] | None = None) -> str:
         async with httpx.AsyncClient() as c:

@@ -47,6 +47,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class Servers:
+    """uvicorn servers (``self.servers``, by name) run as tasks of one event loop: started on
+    ``async with`` (when every one reports started) and stopped, awaited, on its exit."""
+
+    servers: dict[str, Any]
+
+    async def __aenter__(self) -> Any:
+        self.tasks = [asyncio.get_running_loop().create_task(s.serve()) for s in self.servers.values()]
+        while not all(s.started for s in self.servers.values()):
+            await asyncio.sleep(0.01)
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        for s in self.servers.values():
+            s.should_exit = True
+        await asyncio.gather(*self.tasks)
+
+
 def write_model(path: Path, units: int = UNITS, features: int = F) -> Path:
     """An LSTM(units) -> Dense(4) model file on ``features`` inputs."""
     import rnnkit as rk
