@@ -27,6 +27,7 @@ import os
 import pstats
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -133,28 +134,36 @@ async def run(application: Any, request: bytes, clients: int, total: int,
             "wall_requests_per_s": round(total / wall), "requests_per_call": round(total / calls, 1)}
 
 
+async def interleave(names: list[str], rounds: int, profile: bool,
+                     run_one: Callable[[str, cProfile.Profile | None], Awaitable[dict[str, float]]]) -> None:
+    """``rounds`` rounds of ``run_one(name, profiler)`` over ``names``, the order reversed every
+    other round, a JSON line a run; then each name's medians and, with ``profile``, cProfile's
+    table of its last round (the profiler given to that run)."""
+    results: dict[str, list[dict[str, float]]] = {v: [] for v in names}
+    profiles = {v: cProfile.Profile(time.process_time) for v in names}
+    for rnd in range(rounds):
+        for v in (names if rnd % 2 == 0 else names[::-1]):
+            r = await run_one(v, profiles[v] if profile and rnd == rounds - 1 else None)
+            results[v].append(r)
+            print(json.dumps({"round": rnd, "server": v, **r, "load_average_1m": os.getloadavg()[0]}),
+                  flush=True)
+    for v, rs in results.items():
+        print(json.dumps({"median_of": len(rs), "server": v,
+                          **{k: float(np.median([r[k] for r in rs])) for k in rs[0]}}), flush=True)
+    if profile:
+        for v, prof in profiles.items():
+            print(f"--- {v}: the last round, by own time (process time, cProfile's overhead included)")
+            pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(25)
+
+
 async def main_async(a: argparse.Namespace, apps: dict[str, Any], request: bytes) -> None:
-    results: dict[str, list[dict[str, float]]] = {v: [] for v in apps}
-    profiles = {v: cProfile.Profile(time.process_time) for v in apps}
     async with contextlib.AsyncExitStack() as stack:
         for application in apps.values():
             await stack.enter_async_context(application.state.server.lifespan())
         for v in apps:  # warm-up: the kernels compiled, the caches filled
             await run(apps[v], request, a.clients, min(a.requests, 2000), None)
-        for rnd in range(a.rounds):
-            for v in (apps if rnd % 2 == 0 else list(apps)[::-1]):
-                prof = profiles[v] if a.profile and rnd == a.rounds - 1 else None
-                r = await run(apps[v], request, a.clients, a.requests, prof)
-                results[v].append(r)
-                print(json.dumps({"round": rnd, "server": v, **r, "load_average_1m": os.getloadavg()[0]}),
-                      flush=True)
-    for v, rs in results.items():
-        print(json.dumps({"median_of": len(rs), "server": v,
-                          **{k: float(np.median([r[k] for r in rs])) for k in rs[0]}}), flush=True)
-    if a.profile:
-        for v, prof in profiles.items():
-            print(f"--- {v}: the last round, by own time (process time, cProfile's overhead included)")
-            pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(25)
+        await interleave(list(apps), a.rounds, a.profile,
+                         lambda v, prof: run(apps[v], request, a.clients, a.requests, prof))
 
 
 def main(argv: list[str] | None = None) -> int:

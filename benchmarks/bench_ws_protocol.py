@@ -24,15 +24,14 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
-import json
 import os
-import pstats
 import struct
 import sys
 import time
 from typing import Any
 
 import numpy as np
+from bench_serve_protocol import interleave
 
 F, H = 16, 64
 HANDSHAKE = (b"GET /v1/streams/%s/ws HTTP/1.1\r\nhost: 127.0.0.1\r\nupgrade: websocket\r\n"
@@ -162,27 +161,13 @@ async def run(application: Any, ws: Any, streams: int, total: int,
 
 
 async def main_async(a: argparse.Namespace, apps: dict[str, tuple[Any, Any]]) -> None:
-    results: dict[str, list[dict[str, float]]] = {v: [] for v in apps}
-    profiles = {v: cProfile.Profile(time.process_time) for v in apps}
     async with contextlib.AsyncExitStack() as stack:
         for application, _ in apps.values():
             await stack.enter_async_context(application.state.server.lifespan())
         for application, ws in apps.values():  # warm-up: the kernels compiled, the caches filled
             await run(application, ws, a.streams, min(a.steps, 2000), None)
-        for rnd in range(a.rounds):
-            for v in (apps if rnd % 2 == 0 else list(apps)[::-1]):
-                prof = profiles[v] if a.profile and rnd == a.rounds - 1 else None
-                r = await run(*apps[v], a.streams, a.steps, prof)
-                results[v].append(r)
-                print(json.dumps({"round": rnd, "server": v, **r, "load_average_1m": os.getloadavg()[0]}),
-                      flush=True)
-    for v, rs in results.items():
-        print(json.dumps({"median_of": len(rs), "server": v,
-                          **{k: float(np.median([r[k] for r in rs])) for k in rs[0]}}), flush=True)
-    if a.profile:
-        for v, prof in profiles.items():
-            print(f"--- {v}: the last round, by own time (process time, cProfile's overhead included)")
-            pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(25)
+        await interleave(list(apps), a.rounds, a.profile,
+                         lambda v, prof: run(*apps[v], a.streams, a.steps, prof))
 
 
 def main(argv: list[str] | None = None) -> int:
