@@ -79,6 +79,19 @@ _clock = time.perf_counter
 RATE = 1.0
 
 
+def chunked_projection(project: Callable[..., object], x2: np.ndarray, B: int, PW: object, b0: object,
+                       xp: np.ndarray, chunk: int) -> Callable[[], None]:
+    """The input projections as the inference loop makes them: ``chunk`` steps of ``B`` rows of
+    ``x2`` (time-major, flattened) at a time into one L2-sized buffer ``xp``."""
+    T = x2.shape[0] // B
+
+    def projection() -> None:
+        for t0 in range(0, T, chunk):
+            n = min(chunk, T - t0)
+            project(x2[t0 * B:(t0 + n) * B], PW, b0, xp[:n * B])
+    return projection
+
+
 @numba.njit(cache=False)
 def _products(h: Any, PU: Any, out: Any, T: int) -> None:
     for _ in range(T):
@@ -160,12 +173,7 @@ def phases(kind: str, B: int, T: int, F: int, H: int, repeats: int, inner: int) 
     xp = np.empty((chunk * B, pl.N), np.float32)
     x2 = x_tm.reshape(T * B, F)
 
-    def projection() -> None:
-        """The projections as the inference loop makes them: ``chunk`` steps at a time into
-        one L2-sized buffer."""
-        for t0 in range(0, T, chunk):
-            n = min(chunk, T - t0)
-            project(x2[t0 * B:(t0 + n) * B], PW, pl.b0, xp[:n * B])
+    projection = chunked_projection(project, x2, B, PW, pl.b0, xp, chunk)
 
     h = np.zeros((B, PU[0].shape[1]), np.float32)
     hu = np.zeros((B, pl.N), np.float32)

@@ -45,6 +45,7 @@ for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
+from bench_phases import chunked_projection  # noqa: E402
 
 import rnnkit as rk  # noqa: E402
 from rnnkit import kernels  # noqa: E402
@@ -125,12 +126,7 @@ def phases(kind: str, shape: tuple[int, int, int, int], repeats: int, sample: fl
     xp = drv._chunk_buf(pl, B, T, dt)          # (the driver's chunk: L2-sized, not T steps)
     x2 = x_tm.reshape(T * B, F)
 
-    def projection() -> None:
-        """The projections as the inference loop makes them: ``chunk`` steps at a time into
-        one L2-sized buffer."""
-        for t0 in range(0, T, chunk):
-            n = min(chunk, T - t0)
-            project(x2[t0 * B:(t0 + n) * B], PW, pl.b0, xp[:n * B])
+    projection = chunked_projection(project, x2, B, PW, pl.b0, xp, chunk)
 
     S = pl.sizes[0]
     h = np.asarray(np.random.default_rng(1).uniform(-1, 1, (B, S)), dt)
